@@ -1,0 +1,5 @@
+import sys
+
+from routing_grpo.cli import main
+
+sys.exit(main())

@@ -1,0 +1,143 @@
+"""``routing-grpo`` command line: reward-table, grade (and the entry points of later parts)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from routing_grpo.modes import DEFAULT_MODES, ModeSpec, crossovers, parse_modes
+
+DEFAULT_LENGTHS = (0, 256, 800, 3000, 8192)
+
+
+class CliError(Exception):
+    """A user error: printed as one line, exit status 2."""
+
+
+def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
+    """The ``modes`` of a recipe YAML (the paper's defaults when the recipe does not set them)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise CliError(f"recipe not found: {path}")
+    try:
+        recipe = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise CliError(f"{path}: not valid YAML ({err})") from None
+    if not isinstance(recipe, dict):
+        raise CliError(f"{path}: a recipe must be a mapping of keys to values")
+    if "modes" not in recipe:
+        return DEFAULT_MODES
+    try:
+        return parse_modes(recipe["modes"])
+    except (TypeError, ValueError) as err:
+        raise CliError(f"{path}: {err}") from None
+
+
+def reward_table(modes: Sequence[ModeSpec], lengths: Sequence[int]) -> dict[str, Any]:
+    """Correct-answer reward per mode at each length, and the crossovers (the paper's Table 1)."""
+    return {
+        "modes": [m.name for m in modes],
+        "lengths": list(lengths),
+        "rewards": {m.name: [m.reward(n) for n in lengths] for m in modes},
+        "caps": {m.name: m.cap for m in modes},
+        "crossovers": [{"from": c.from_mode, "to": c.to_mode, "length": c.length} for c in crossovers(modes)],
+    }
+
+
+def format_reward_table(table: dict[str, Any]) -> str:
+    names = table["modes"]
+    width = max(8, *(len(n) for n in names))
+    lines = ["L".rjust(6) + "".join(n.rjust(width + 2) for n in names)]
+    for i, length in enumerate(table["lengths"]):
+        cells = []
+        for name in names:
+            cap = table["caps"][name]
+            # Past the cap the rollout is cut and scored 0; the designed curve is still shown, marked.
+            mark = "*" if cap is not None and length > cap else " "
+            cells.append(f"{table['rewards'][name][i]:.2f}{mark}".rjust(width + 2))
+        lines.append(str(length).rjust(6) + "".join(cells))
+    lines.append("(* past the mode's cap: such a rollout is cut and scored 0)")
+    for c in table["crossovers"]:
+        lines.append(f"crossover {c['from']} -> {c['to']} at L = {c['length']:.1f}")
+    return "\n".join(lines)
+
+
+def _parse_lengths(text: str) -> list[int]:
+    try:
+        lengths = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise CliError(f"--lengths: expected comma-separated integers, got {text!r}") from None
+    if not lengths or any(n < 0 for n in lengths):
+        raise CliError(f"--lengths: expected non-negative integers, got {text!r}")
+    return lengths
+
+
+def cmd_reward_table(args: argparse.Namespace) -> int:
+    modes = load_recipe_modes(args.config) if args.config else DEFAULT_MODES
+    table = reward_table(modes, _parse_lengths(args.lengths))
+    if args.json:
+        table.pop("caps")
+        print(json.dumps(table))
+    else:
+        print(format_reward_table(table))
+    return 0
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    from routing_grpo.grading import grade_file
+
+    if not Path(args.input).is_file():
+        raise CliError(f"--input: file not found: {args.input}")
+    try:
+        summary = grade_file(
+            args.input, args.output, num_workers=args.workers, label_column=args.label_column
+        )
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    if args.json:
+        print(json.dumps(summary))
+    else:
+        for key, value in summary.items():
+            print(f"{key}: {value:.4f}" if isinstance(value, float) else f"{key}: {value}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="routing-grpo", description="Self-routing GRPO: learn when to think (NoThink / Short / Long)."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("reward-table", help="reward of a correct answer per mode and length, and crossovers")
+    p.add_argument("--config", help="recipe YAML whose `modes` to use (default: the paper's modes)")
+    p.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="comma-separated L values")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_reward_table)
+
+    p = sub.add_parser("grade", help="grade model outputs (JSONL with model_output, reference_answer)")
+    p.add_argument("--input", required=True, help="JSONL with `model_output` and `reference_answer` columns")
+    p.add_argument("--output", help="write each row with `correct` and `extracted_answer` here")
+    p.add_argument("--label-column", default="label", help="column to report agreement with (if present)")
+    p.add_argument("--workers", type=int, default=None, help="grading processes (default: CPU count)")
+    p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    p.set_defaults(func=cmd_grade)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except CliError as err:
+        print(f"routing-grpo {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

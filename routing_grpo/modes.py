@@ -1,0 +1,331 @@
+"""Reasoning modes: their specs, the paper's defaults, and detection of the mode a completion chose.
+
+Paper: "Three Modes with Hard Token Caps", App. "Reward surface and crossover placement" and
+"Mode detection and per-mode caps". SPEC.md sections "Modes" and "Rollouts".
+
+A mode m has a routing word (written first by the model), a base reward b_m, a per-token discount
+gamma_m and a hard cap C_m on the tokens generated after the word. Modes are ordered from the briefest
+to the longest; the last one is "the longest mode" that the balance gate exempts.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+INVALID = -1
+"""Mode index of a rollout with no recognisable routing word."""
+
+# Only the first few tokens of a completion can hold the routing word; looking further is wasted work
+# and would let a word in the middle of an answer count as a routing decision.
+_MAX_WORD_TOKENS = 8
+_MAX_HEAD_CHARS = 64
+
+
+@dataclass(frozen=True)
+class ModeSpec:
+    """One reasoning mode.
+
+    Attributes:
+        name: display name used in metrics and reports (``routing/share/<name>``).
+        word: the routing word the model writes as the first word of its answer.
+        base: base reward b_m of a correct answer.
+        gamma: per-token discount gamma_m in (0, 1]; a correct answer of length L scores b_m * gamma_m**L.
+        cap: hard cap C_m on tokens after the routing word; ``None`` = no cap beyond the completion limit.
+    """
+
+    name: str
+    word: str
+    base: float
+    gamma: float
+    cap: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or not self.word:
+            raise ValueError(f"mode {self!r}: `name` and `word` must be non-empty")
+        if not self.word.strip() or self.word != self.word.strip():
+            raise ValueError(f"mode {self.name!r}: `word` {self.word!r} must not have surrounding whitespace")
+        if not (math.isfinite(self.base) and self.base > 0):
+            raise ValueError(f"mode {self.name!r}: `base` must be a positive number, got {self.base!r}")
+        if not (0.0 < self.gamma <= 1.0):
+            raise ValueError(f"mode {self.name!r}: `gamma` must be in (0, 1], got {self.gamma!r}")
+        if self.cap is not None and (isinstance(self.cap, bool) or int(self.cap) != self.cap or self.cap < 1):
+            raise ValueError(
+                f"mode {self.name!r}: `cap` must be a positive integer or null, got {self.cap!r}"
+            )
+
+    def reward(self, length: int) -> float:
+        """Reward of a correct answer of ``length`` tokens after the routing word (no cap applied)."""
+        return self.base * self.gamma**length
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# The MATH recipe of the paper (Table "Hyperparameters"): caps 1024 / 3000 / none, context 16,384.
+DEFAULT_MODES: tuple[ModeSpec, ...] = (
+    ModeSpec(name="NoThink", word="NoThink", base=1.3, gamma=0.99984, cap=1024),
+    ModeSpec(name="Short", word="Short", base=1.2, gamma=0.99994, cap=3000),
+    ModeSpec(name="Long", word="Long", base=1.0, gamma=1.0, cap=None),
+)
+
+
+def parse_modes(raw: Sequence[ModeSpec | Mapping[str, Any]]) -> tuple[ModeSpec, ...]:
+    """Build mode specs from recipe dicts (``{name, word, base, gamma, cap}``), naming any bad key."""
+    modes = []
+    fields = {"name", "word", "base", "gamma", "cap"}
+    for i, item in enumerate(raw):
+        if isinstance(item, ModeSpec):
+            modes.append(item)
+            continue
+        if not isinstance(item, Mapping):
+            raise ValueError(f"modes[{i}]: expected a mapping with keys {sorted(fields)}, got {item!r}")
+        unknown = set(item) - fields
+        if unknown:
+            raise ValueError(f"modes[{i}]: unknown key(s) {sorted(unknown)}; allowed: {sorted(fields)}")
+        missing = {"name", "base", "gamma"} - set(item)
+        if missing:
+            raise ValueError(f"modes[{i}]: missing key(s) {sorted(missing)}")
+        kwargs = dict(item)
+        kwargs.setdefault("word", kwargs["name"])
+        try:
+            kwargs["base"] = float(kwargs["base"])
+            kwargs["gamma"] = float(kwargs["gamma"])
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"modes[{i}]: `base` and `gamma` must be numbers ({err})") from None
+        modes.append(ModeSpec(**kwargs))
+    validate_modes(modes)
+    return tuple(modes)
+
+
+def validate_modes(modes: Sequence[ModeSpec]) -> None:
+    """Checks that hold for any mode list: at least one mode, distinct names, prefix-free words."""
+    if not modes:
+        raise ValueError("modes: at least one mode is required")
+    names = [m.name for m in modes]
+    if len(set(names)) != len(names):
+        raise ValueError(f"modes: names must be distinct, got {names}")
+    # Detection reads a prefix of the completion, so a word that is a prefix of another
+    # (case-insensitively, ignoring separators) would make the choice ambiguous.
+    keys = [_word_key(m.word) for m in modes]
+    for i, a in enumerate(keys):
+        for j, b in enumerate(keys):
+            if i != j and b.startswith(a):
+                raise ValueError(
+                    f"modes: routing word {modes[i].word!r} is a prefix of {modes[j].word!r} "
+                    "(ignoring case and separators); detection would be ambiguous"
+                )
+
+
+def _word_key(word: str) -> str:
+    return re.sub(r"[\s_\-]", "", word).lower()
+
+
+def mode_index(modes: Sequence[ModeSpec], name: str) -> int:
+    """Index of the mode called ``name`` (case-insensitive), with a clear error otherwise."""
+    for i, m in enumerate(modes):
+        if m.name.lower() == name.lower():
+            return i
+    raise ValueError(f"unknown mode {name!r}; modes are {[m.name for m in modes]}")
+
+
+def routing_instruction(modes: Sequence[ModeSpec]) -> str:
+    """The instruction appended to the user turn, built from the mode words.
+
+    With the default modes this is exactly the paper's sentence:
+    "Output NoThink to answer directly, Short for brief reasoning, or Long for extended reasoning."
+    """
+    descriptions = _mode_descriptions(len(modes))
+    parts = [f"{m.word} {d}" for m, d in zip(modes, descriptions)]
+    if len(parts) == 1:
+        return f"Output {parts[0]}."
+    body = ", ".join(parts[:-1]) + ("," if len(parts) > 2 else "") + f" or {parts[-1]}"
+    return f"Output {body}."
+
+
+def _mode_descriptions(k: int) -> list[str]:
+    """Phrases for each mode, briefest to longest (the paper's wording for K = 3)."""
+    if k == 1:
+        return ["to reason"]
+    if k == 2:
+        return ["for brief reasoning", "for extended reasoning"]
+    if k == 3:
+        return ["to answer directly", "for brief reasoning", "for extended reasoning"]
+    middle = [f"for reasoning at level {i} of {k - 2}" for i in range(1, k - 1)]
+    return ["to answer directly", *middle, "for extended reasoning"]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Detection
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Detection:
+    """Result of reading the routing word: mode index (or INVALID) and how many tokens the word took."""
+
+    mode: int
+    word_tokens: int
+
+    @property
+    def valid(self) -> bool:
+        return self.mode != INVALID
+
+
+INVALID_DETECTION = Detection(INVALID, 0)
+
+
+def word_pattern(word: str) -> str:
+    """Regex (case-insensitive use) for a routing word and its spelling variants.
+
+    "NoThink" also matches "No Think", "no_think", "NO-THINK". There is no trailing word boundary on
+    purpose: "LongI need to..." is Long (SPEC.md "Mode detection").
+    """
+    # Split at camel-case humps and existing separators: "NoThink" -> ["No", "Think"].
+    pieces = [p for p in re.split(r"[\s_\-]+|(?<=[a-z0-9])(?=[A-Z])", word) if p]
+    return r"[ _\-]?".join(re.escape(p) for p in pieces)
+
+
+class ModeDetector:
+    """Reads the mode a completion chose from its first tokens.
+
+    Detection order (SPEC.md): an exact match of a mode word's token ids at the start of the completion
+    (with or without a leading space, the two forms tokenize differently), else a case-insensitive prefix
+    regex on the decoded text allowing leading whitespace and spelling variants. No match: INVALID.
+
+    ``word_token_ids`` maps each mode index to the token-id sequences of its word forms; ``decode`` turns
+    token ids back into text. Both usually come from a tokenizer (:meth:`from_tokenizer`).
+    """
+
+    def __init__(
+        self,
+        modes: Sequence[ModeSpec],
+        word_token_ids: Mapping[int, Sequence[Sequence[int]]] | None = None,
+        decode: Callable[[Sequence[int]], str] | None = None,
+    ) -> None:
+        validate_modes(modes)
+        self.modes = tuple(modes)
+        # Longest id sequences first so that a longer word form wins over a shorter one.
+        candidates = []
+        for idx, forms in (word_token_ids or {}).items():
+            for ids in forms:
+                if ids:
+                    candidates.append((tuple(int(t) for t in ids), idx))
+        self._id_candidates = sorted(set(candidates), key=lambda c: -len(c[0]))
+        self._decode = decode
+        alternatives = "|".join(f"(?P<m{i}>{word_pattern(m.word)})" for i, m in enumerate(self.modes))
+        self._regex = re.compile(rf"\s*(?:{alternatives})", re.IGNORECASE)
+
+    @classmethod
+    def from_tokenizer(cls, modes: Sequence[ModeSpec], tokenizer: Any) -> ModeDetector:
+        forms = {i: word_token_id_forms(tokenizer, m.word) for i, m in enumerate(modes)}
+        return cls(modes, forms, lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    def detect_text(self, text: str) -> int:
+        """Mode index read from decoded text by the prefix regex, or INVALID."""
+        match = self._regex.match(text[:_MAX_HEAD_CHARS])
+        if match is None:
+            return INVALID
+        return int(match.lastgroup[1:])
+
+    def detect(self, completion_ids: Sequence[int], text: str | None = None) -> Detection:
+        """Detects the mode of one completion from its token ids (and text, decoded if not given)."""
+        head = [int(t) for t in completion_ids[:_MAX_WORD_TOKENS]]
+        for ids, idx in self._id_candidates:
+            if tuple(head[: len(ids)]) == ids:
+                return Detection(idx, len(ids))
+        if text is None:
+            if self._decode is None:
+                return INVALID_DETECTION
+            text = self._decode(head)
+        match = self._regex.match(text[:_MAX_HEAD_CHARS])
+        if match is None:
+            return INVALID_DETECTION
+        mode = int(match.lastgroup[1:])
+        return Detection(mode, self._tokens_spanning(head, match.end(), fallback=len(head)))
+
+    def _tokens_spanning(self, head: Sequence[int], end_char: int, fallback: int) -> int:
+        """Smallest k such that the first k tokens decode to at least ``end_char`` characters.
+
+        The token holding the word's last character counts as a word token, so "LongI" as one token
+        gives L = tokens after it.
+        """
+        if self._decode is None:
+            return fallback
+        for k in range(1, len(head) + 1):
+            if len(self._decode(head[:k])) >= end_char:
+                return k
+        return fallback
+
+
+def word_token_id_forms(tokenizer: Any, word: str) -> list[list[int]]:
+    """Token ids of ``word`` without and with a leading space (they differ in BPE vocabularies)."""
+    forms = []
+    for text in (word, " " + word):
+        ids = tokenizer.encode(text, add_special_tokens=False)
+        if ids and ids not in forms:
+            forms.append(list(ids))
+    return forms
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Gammas from caps, and crossover lengths
+# ---------------------------------------------------------------------------------------------------------
+
+
+def gammas_from_caps(bases: Sequence[float], caps: Sequence[int | None]) -> list[float]:
+    """Discounts that put each crossover at the briefer mode's cap (paper Eq. gamma, for any K).
+
+    Working from the longest mode down: the longest mode keeps gamma = 1; for mode m with cap C_m,
+    b_m g_m^C_m = b_{m+1} g_{m+1}^C_m, i.e. g_m = g_{m+1} (b_{m+1}/b_m)^(1/C_m).
+    With bases 1.3/1.2/1.0 and caps 1024/3000 this gives ~0.99984/0.99994/1.0. Note that the paper's
+    recipe gammas put the NoThink/Short crossover near 800, not at 1024 (SPEC.md "Modes").
+    """
+    if len(bases) != len(caps) or not bases:
+        raise ValueError("gammas_from_caps: bases and caps must be non-empty and of equal length")
+    gammas = [1.0] * len(bases)
+    for m in range(len(bases) - 2, -1, -1):
+        cap = caps[m]
+        if cap is None:
+            raise ValueError(f"gammas_from_caps: mode {m} is not the longest and needs a cap")
+        gammas[m] = gammas[m + 1] * (bases[m + 1] / bases[m]) ** (1.0 / cap)
+    return gammas
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """Length at which the reward-optimal mode changes from ``from_mode`` to ``to_mode``."""
+
+    from_mode: str
+    to_mode: str
+    length: float
+
+
+def crossovers(modes: Sequence[ModeSpec]) -> list[Crossover]:
+    """Crossover lengths of the correct-answer reward envelope, for any K.
+
+    log r_m(L) = ln b_m + L ln gamma_m is a line in L, so the best mode over L >= 0 is the upper
+    envelope of K lines; its breakpoints are the crossovers (caps are not applied: this is the designed
+    surface, as in the paper's table).
+    """
+    lines = [(math.log(m.base), math.log(m.gamma)) for m in modes]
+    result: list[Crossover] = []
+    length = 0.0
+    # Best at L = 0; ties go to the mode that decays slower (it stays best just after).
+    current = max(range(len(modes)), key=lambda i: (lines[i][0], lines[i][1]))
+    while True:
+        a0, s0 = lines[current]
+        best_next, best_len = None, math.inf
+        for j, (a, s) in enumerate(lines):
+            if j == current or s <= s0:
+                continue  # only a mode that decays slower can overtake
+            at = (a0 - a) / (s - s0)
+            if at >= length - 1e-9 and (at < best_len or (at == best_len and s > lines[best_next][1])):
+                best_next, best_len = j, at
+        if best_next is None:
+            return result
+        result.append(Crossover(modes[current].name, modes[best_next].name, best_len))
+        current, length = best_next, best_len

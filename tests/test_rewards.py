@@ -1,0 +1,117 @@
+"""The reward surface (paper Eq. reward) and its TRL reward-function wrapper."""
+
+import pytest
+
+from routing_grpo.modes import DEFAULT_MODES, INVALID
+from routing_grpo.rewards import (
+    RoutingReward,
+    completion_text,
+    exceeds_cap,
+    flat_modes,
+    routing_reward,
+    routing_rewards,
+)
+
+from .test_modes import PieceTokenizer
+
+NT, S, LONG = 0, 1, 2
+
+
+@pytest.mark.parametrize(
+    ("mode", "length", "expected"),
+    [
+        (NT, 0, 1.3),
+        (S, 0, 1.2),
+        (LONG, 0, 1.0),
+        (NT, 256, 1.3 * 0.99984**256),
+        (S, 800, 1.2 * 0.99994**800),
+        (NT, 1024, 1.3 * 0.99984**1024),  # exactly at the cap: still scored
+        (LONG, 16000, 1.0),  # gamma_L = 1
+    ],
+)
+def test_correct_reward_is_base_times_gamma_to_the_length(mode, length, expected):
+    assert routing_reward(mode, length, True, DEFAULT_MODES) == pytest.approx(expected, rel=1e-12)
+
+
+def test_wrong_invalid_and_capped():
+    assert routing_reward(S, 10, False, DEFAULT_MODES) == 0.0
+    assert routing_reward(INVALID, 10, True, DEFAULT_MODES) == -0.5
+    assert routing_reward(INVALID, 10, False, DEFAULT_MODES, invalid_reward=-1.0) == -1.0
+    # Capped = wrong, whether the cap was hit in generation (flag) or L says so.
+    assert routing_reward(NT, 500, True, DEFAULT_MODES, capped=True) == 0.0
+    assert routing_reward(NT, 1025, True, DEFAULT_MODES) == 0.0
+    assert routing_reward(S, 3001, True, DEFAULT_MODES) == 0.0
+    assert exceeds_cap(DEFAULT_MODES[NT], 1025) and not exceeds_cap(DEFAULT_MODES[LONG], 10**6)
+
+
+def test_phase_two_flattens_bases_and_gammas_but_keeps_caps():
+    assert routing_reward(NT, 900, True, DEFAULT_MODES, flatten=True) == 1.0
+    assert routing_reward(NT, 1025, True, DEFAULT_MODES, flatten=True) == 0.0
+    assert routing_reward(S, 10, False, DEFAULT_MODES, flatten=True) == 0.0
+    assert routing_reward(INVALID, 0, True, DEFAULT_MODES, flatten=True) == -0.5
+    flat = flat_modes(DEFAULT_MODES)
+    assert [(m.base, m.gamma, m.cap) for m in flat] == [(1.0, 1.0, 1024), (1.0, 1.0, 3000), (1.0, 1.0, None)]
+
+
+def test_batch_version_matches_scalar():
+    out = routing_rewards(
+        [NT, S, INVALID, LONG], [10, 3500, 5, 9000], [True, True, True, False], DEFAULT_MODES
+    )
+    assert out == [pytest.approx(1.3 * 0.99984**10), 0.0, -0.5, 0.0]
+    with pytest.raises(ValueError, match="same length"):
+        routing_rewards([NT], [1, 2], [True], DEFAULT_MODES)
+
+
+def test_completion_text_handles_both_trl_formats():
+    assert completion_text("abc") == "abc"
+    assert completion_text([{"role": "assistant", "content": "Short \\boxed{4}"}]) == "Short \\boxed{4}"
+    assert completion_text(None) == ""
+
+
+def test_trl_reward_function_detects_caps_and_grades():
+    tok = PieceTokenizer()
+    reward_fn = RoutingReward(DEFAULT_MODES, tok)
+    texts = ["Short\\boxed{4}", " NoThink\\boxed{4}", "x\\boxed{4}", "Long x\\boxed{4}", "Short\\boxed{4}"]
+    ids = [tok.encode(t) for t in texts]
+    ids[4] = ids[4] + [9] * 3000  # 3001 tokens after "Short": past its cap of 3000
+    rewards = reward_fn(
+        prompts=[""] * 5, completions=texts, completion_ids=ids, answer=["4", "4", "4", "5", "4"]
+    )
+    assert rewards == [
+        pytest.approx(1.2 * 0.99994**1),  # L = 1 token after the word
+        pytest.approx(1.3 * 0.99984**1),  # " NoThink" is three tokens, then the boxed answer
+        -0.5,  # no routing word
+        0.0,  # wrong answer
+        0.0,  # capped
+    ]
+    assert reward_fn.last["mode"] == [S, NT, INVALID, LONG, S]
+    assert reward_fn.last["capped"] == [False, False, False, False, True]
+    assert reward_fn.last["correct"] == [True, True, False, False, False]
+    assert reward_fn.__name__ == "routing_reward"
+
+
+def test_trl_reward_function_trusts_trainer_columns():
+    # The trainer passes the forced label, L and the phase; the text is not re-read.
+    reward_fn = RoutingReward(DEFAULT_MODES)
+    rewards = reward_fn(
+        prompts=["", ""],
+        completions=["Short \\boxed{4}", "anything \\boxed{4}"],
+        completion_ids=[[1, 2], [1, 2]],
+        answer=["4", "4"],
+        routing_mode=[LONG, NT],
+        routing_length=[7, 2000],
+        routing_capped=[False, False],
+        routing_phase=[2, 1],
+    )
+    assert rewards == [1.0, 0.0]  # flattened Long; NoThink past its cap
+
+
+def test_trl_reward_function_single_mode_baseline_counts_every_token():
+    reward_fn = RoutingReward(DEFAULT_MODES, single_mode=NT)
+    rewards = reward_fn(prompts=[""], completions=["\\boxed{4}"], completion_ids=[[1] * 10], answer=["4"])
+    assert rewards == [pytest.approx(1.3 * 0.99984**10)]
+
+
+def test_trl_reward_function_names_a_missing_answer_column():
+    with pytest.raises(KeyError, match="no column 'answer'"):
+        RoutingReward(DEFAULT_MODES)(prompts=[""], completions=["x"], completion_ids=[[1]], solution=["4"])
