@@ -108,6 +108,19 @@ def cmd_grade(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from routing_grpo.report import write_report
+
+    try:
+        tables = write_report(args.runs, args.output, plots=not args.no_plots)
+    except (FileNotFoundError, ValueError) as err:
+        raise CliError(str(err)) from None
+    print((Path(args.output) / "results.md").read_text(), end="")
+    for figure in tables.get("figures", []):
+        print(f"wrote {figure}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="routing-grpo", description="Self-routing GRPO: learn when to think (NoThink / Short / Long)."
@@ -127,6 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=None, help="grading processes (default: CPU count)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=cmd_grade)
+
+    p = sub.add_parser("report", help="tables and figures across eval runs (router vs single-mode baselines)")
+    p.add_argument("--runs", nargs="+", required=True, help="run directories holding summary.json files")
+    p.add_argument("--output", required=True, help="directory for results.md, CSV tables and PNG figures")
+    p.add_argument("--no-plots", action="store_true", help="tables only")
+    p.set_defaults(func=cmd_report)
     return parser
 
 

@@ -1,0 +1,261 @@
+"""Figures of the paper from a user's own runs (matplotlib, written as PNG).
+
+- ``reward_surface.png``: correct-answer reward per mode over L, crossovers dashed, caps dotted.
+- ``pareto_<benchmark>.png``: accuracy vs mean length, std error bars, single-mode frontier dashed and
+  the region on or below it shaded.
+- ``levels_<benchmark>.png``: free routing split by difficulty level, accuracy above each bar.
+- ``training_dynamics.png``: free mode shares, routing entropy, per-mode accuracy and length over
+  generation batches, mean with std bands across seeds (from ``trainer_state.json`` logs).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on servers
+import matplotlib.pyplot as plt  # noqa: E402
+
+from routing_grpo.modes import DEFAULT_MODES, ModeSpec, crossovers, parse_modes  # noqa: E402
+from routing_grpo.report import (  # noqa: E402
+    BASELINE_METHODS,
+    METHOD_LABELS,
+    METHOD_ORDER,
+    compare_to_frontier,
+    method_points,
+    pareto_frontier,
+    stats,
+)
+
+METHOD_COLORS = {
+    "base": "#7f7f7f",
+    "nothink": "#2ca02c",
+    "short": "#ff7f0e",
+    "long": "#1f77b4",
+    "router": "#d62728",
+}
+MODE_COLORS = ["#2ca02c", "#ff7f0e", "#1f77b4", "#9467bd", "#8c564b"]
+
+
+def plot_reward_surface(modes: Sequence[ModeSpec], path: Path, max_length: int | None = None) -> Path:
+    cross = crossovers(modes)
+    caps = [m.cap for m in modes if m.cap is not None]
+    top = max_length or int(1.5 * max([c.length for c in cross] + caps + [1000]))
+    xs = list(range(0, top + 1, max(1, top // 400)))
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, m in enumerate(modes):
+        color = _mode_color(i, m.name)
+        ax.plot(xs, [m.reward(x) for x in xs], label=f"{m.name} ({m.base:g}·{m.gamma:g}^L)", color=color)
+        if m.cap is not None:
+            ax.axvline(m.cap, color=color, linestyle=":", linewidth=1)
+    for c in cross:
+        ax.axvline(c.length, color="black", linestyle="--", linewidth=0.8)
+        ax.text(
+            c.length, 0.97, f" L*={c.length:.0f}", transform=ax.get_xaxis_transform(), fontsize=8, va="top"
+        )
+    ax.set_xlabel("tokens after the routing word, L")
+    ax.set_ylabel("reward of a correct answer")
+    ax.set_title("Reward surface (dashed: crossovers, dotted: caps)")
+    ax.legend()
+    return _save(fig, path)
+
+
+def plot_pareto(benchmark: str, grouped_benchmark: dict[str, dict[Any, dict[str, Any]]], path: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for method in [m for m in METHOD_ORDER if m in grouped_benchmark] + sorted(
+        m for m in grouped_benchmark if m not in METHOD_ORDER
+    ):
+        seeds = grouped_benchmark[method]
+        acc, length = stats(seeds, "accuracy"), stats(seeds, "mean_length")
+        ax.errorbar(
+            length.mean,
+            acc.mean,
+            xerr=length.std,
+            yerr=acc.std,
+            fmt="D" if method == "router" else "o",
+            color=METHOD_COLORS.get(method, "black"),
+            label=f"{METHOD_LABELS.get(method, method)} (n={len(seeds)})",
+            capsize=3,
+            markersize=8 if method == "router" else 6,
+        )
+    points = method_points(grouped_benchmark)
+    frontier = pareto_frontier([points[m] for m in BASELINE_METHODS if m in points])
+    if frontier:
+        xs = [p.length for p in frontier]
+        ys = [p.accuracy for p in frontier]
+        right = max(xs[-1], max(stats(s, "mean_length").mean for s in grouped_benchmark.values())) * 1.05
+        xs_ext, ys_ext = xs + [right], ys + [ys[-1]]
+        ax.plot(xs_ext, ys_ext, linestyle="--", color="black", linewidth=1, label="single-mode frontier")
+        ax.fill_between(xs_ext, [0] * len(xs_ext), ys_ext, color="grey", alpha=0.12, step=None)
+    ax.set_xlabel("mean response length (tokens)")
+    ax.set_ylabel("accuracy")
+    title = f"{benchmark}: accuracy vs length"
+    cmp = compare_to_frontier(benchmark, grouped_benchmark)
+    if cmp is not None and cmp.above is not None:
+        title += " (router above frontier)" if cmp.above else " (router on/below frontier)"
+    ax.set_title(title)
+    accs = [stats(s, "accuracy").mean for s in grouped_benchmark.values()]
+    ax.set_ylim(max(0.0, min(accs) - 0.1), min(1.0, max(accs) + 0.08))
+    ax.legend(fontsize=8, loc="lower right")
+    return _save(fig, path)
+
+
+def plot_levels(benchmark: str, summaries: Sequence[dict[str, Any]], path: Path) -> Path | None:
+    """Routing split per difficulty level, averaged over the router's seeds."""
+    per_level = [s["per_level"] for s in summaries if s.get("per_level")]
+    if not per_level:
+        return None
+    levels = sorted({lv for pl in per_level for lv in pl}, key=_level_key)
+    modes = _ordered_modes(summaries)
+    shares = {
+        m: [_mean(pl.get(lv, {}).get("mode_shares", {}).get(m) for pl in per_level) for lv in levels]
+        for m in modes
+    }
+    accuracy = [_mean(pl.get(lv, {}).get("accuracy") for pl in per_level) for lv in levels]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    bottom = [0.0] * len(levels)
+    for i, m in enumerate(modes):
+        heights = [0.0 if math.isnan(v) else v for v in shares[m]]
+        ax.bar([str(lv) for lv in levels], heights, bottom=bottom, color=_mode_color(i, m), label=m)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    for x, (b, acc) in enumerate(zip(bottom, accuracy)):
+        if not math.isnan(acc):
+            ax.text(x, b + 0.01, f"acc {acc:.2f}", ha="center", va="bottom", fontsize=8)
+    ax.set_ylim(0, 1.1)
+    ax.set_xlabel("difficulty level")
+    ax.set_ylabel("share of free rollouts")
+    ax.set_title(f"{benchmark}: routing split by level (n={len(per_level)} runs)")
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(fig, path)
+
+
+def load_training_logs(run_dirs: Sequence[str | Path]) -> list[list[dict[str, Any]]]:
+    """``log_history`` of every trainer_state.json under the runs (one list per run, newest checkpoint)."""
+    histories = []
+    for run in run_dirs:
+        run = Path(run)
+        states = (
+            sorted(run.rglob("trainer_state.json"), key=lambda p: p.stat().st_mtime) if run.is_dir() else []
+        )
+        by_dir: dict[Path, Path] = {}
+        for state in states:
+            # A run's top-level trainer_state.json supersedes its checkpoints' copies.
+            root = state.parent.parent if state.parent.name.startswith("checkpoint-") else state.parent
+            if root not in by_dir or state.parent == root:
+                by_dir[root] = state
+        for state in by_dir.values():
+            history = json.loads(state.read_text()).get("log_history", [])
+            if any(k.startswith("routing/") for row in history for k in row):
+                histories.append(history)
+    return histories
+
+
+def plot_training_dynamics(histories: Sequence[list[dict[str, Any]]], path: Path) -> Path | None:
+    series: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for history in histories:
+        for row in history:
+            step = row.get("routing/batch_step", row.get("step"))
+            if step is None:
+                continue
+            for key, value in row.items():
+                if key.startswith("routing/") and isinstance(value, int | float) and math.isfinite(value):
+                    series[key][float(step)].append(float(value))
+    if not series:
+        return None
+    panels = [
+        ("free mode share", "routing/share/"),
+        ("routing entropy", "routing/entropy"),
+        ("accuracy per mode", "routing/accuracy/"),
+        ("mean length per mode (tokens)", "routing/length/"),
+    ]
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+    for ax, (title, prefix) in zip(axes, panels):
+        keys = sorted(k for k in series if k == prefix or (prefix.endswith("/") and k.startswith(prefix)))
+        keys.sort(key=lambda k: _mode_rank(k[len(prefix) :]))
+        for i, key in enumerate(keys):
+            steps = sorted(series[key])
+            means = [statistics.fmean(series[key][s]) for s in steps]
+            stds = [statistics.stdev(series[key][s]) if len(series[key][s]) > 1 else 0.0 for s in steps]
+            label = key[len(prefix) :] if prefix.endswith("/") else key
+            color = _mode_color(i, label) if prefix.endswith("/") else "black"
+            ax.plot(steps, means, label=label, color=color)
+            ax.fill_between(
+                steps,
+                [m - s for m, s in zip(means, stds)],
+                [m + s for m, s in zip(means, stds)],
+                color=color,
+                alpha=0.2,
+            )
+        ax.set_title(title)
+        ax.set_xlabel("step (generation batches)")
+        if keys:
+            ax.legend(fontsize=8)
+    fig.suptitle(f"Training dynamics (mean, std bands over {len(histories)} run(s))")
+    return _save(fig, path)
+
+
+def draw_all(
+    grouped, summaries: Sequence[dict[str, Any]], run_dirs: Sequence[str | Path], output: Path
+) -> list[Path]:
+    written = [plot_reward_surface(_run_modes(summaries), output / "reward_surface.png")]
+    for bench, methods in grouped.items():
+        written.append(plot_pareto(bench, methods, output / f"pareto_{bench}.png"))
+        router = list(methods.get("router", {}).values())
+        levels = plot_levels(bench, router, output / f"levels_{bench}.png")
+        if levels:
+            written.append(levels)
+    dynamics = plot_training_dynamics(load_training_logs(run_dirs), output / "training_dynamics.png")
+    if dynamics:
+        written.append(dynamics)
+    return written
+
+
+def _run_modes(summaries: Sequence[dict[str, Any]]) -> tuple[ModeSpec, ...]:
+    for s in summaries:
+        raw = (s.get("config") or {}).get("modes")
+        if raw:
+            return parse_modes(raw)
+    return DEFAULT_MODES
+
+
+def _ordered_modes(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    for s in summaries:
+        names = list((s.get("mode_shares") or {}).keys())
+        if names:
+            return names
+    return [m.name for m in DEFAULT_MODES]
+
+
+def _level_key(level: str) -> tuple[int, str]:
+    return (int(level), "") if str(level).isdigit() else (10**6, str(level))
+
+
+def _mean(values) -> float:
+    vals = [float(v) for v in values if v is not None]
+    return statistics.fmean(vals) if vals else math.nan
+
+
+def _mode_color(i: int, name: str | None = None) -> str:
+    """The paper's modes keep one colour in every figure; other modes cycle by position."""
+    fixed = {m.name: MODE_COLORS[j] for j, m in enumerate(DEFAULT_MODES)}
+    return fixed.get(name or "", MODE_COLORS[i % len(MODE_COLORS)])
+
+
+def _mode_rank(name: str) -> tuple[int, str]:
+    names = [m.name for m in DEFAULT_MODES]
+    return (names.index(name), "") if name in names else (len(names), name)
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -1,0 +1,200 @@
+"""`report` fed with summaries made from the paper's Table tab:full reproduces its tables."""
+
+import json
+
+import pytest
+
+from routing_grpo.report import (
+    Point,
+    frontier_accuracy_at,
+    frontier_length_for,
+    group_by_method,
+    pareto_frontier,
+    write_report,
+)
+
+# Paper, Table tab:full: (accuracy mean, std) per benchmark and (length mean, std); AIME length is the
+# combined AIME 2024 + 2025 figure, given to both years.
+TAB_FULL = {
+    "base": {
+        "math500": ((0.796, 0.002), (4743, 38)),
+        "gsm8k": ((0.831, 0.006), (1930, 18)),
+        "aime24": ((0.265, 0.008), (12266, 26)),
+        "aime25": ((0.231, 0.013), (12266, 26)),
+    },
+    "nothink": {
+        "math500": ((0.668, 0.013), (1096, 141)),
+        "gsm8k": ((0.757, 0.001), (336, 52)),
+        "aime24": ((0.137, 0.010), (3768, 453)),
+        "aime25": ((0.105, 0.018), (3768, 453)),
+    },
+    "short": {
+        "math500": ((0.727, 0.007), (2030, 149)),
+        "gsm8k": ((0.756, 0.004), (440, 13)),
+        "aime24": ((0.218, 0.013), (7259, 470)),
+        "aime25": ((0.166, 0.028), (7259, 470)),
+    },
+    "long": {
+        "math500": ((0.802, 0.004), (4507, 88)),
+        "gsm8k": ((0.837, 0.007), (1665, 54)),
+        "aime24": ((0.297, 0.007), (11881, 56)),
+        "aime25": ((0.230, 0.011), (11881, 56)),
+    },
+    "router": {
+        "math500": ((0.782, 0.006), (2810, 59)),
+        "gsm8k": ((0.781, 0.005), (459, 18)),
+        "aime24": ((0.276, 0.010), (10716, 74)),
+        "aime25": ((0.222, 0.005), (10716, 74)),
+    },
+}
+SAMPLES = {"math500": 500, "gsm8k": 1319 * 5, "aime24": 30 * 16, "aime25": 30 * 16}
+
+
+def write_paper_summaries(root):
+    """Three seeds per method at mean - std, mean, mean + std: sample std = the table's std."""
+    for method, benches in TAB_FULL.items():
+        for seed, k in enumerate((-1, 0, 1)):
+            for bench, ((acc, acc_sd), (length, len_sd)) in benches.items():
+                d = root / f"{method}-seed{seed}" / bench
+                d.mkdir(parents=True)
+                summary = {
+                    "benchmark": bench,
+                    "method": method,
+                    "seed": seed,
+                    "accuracy": acc + k * acc_sd,
+                    "mean_length": length + k * len_sd,
+                    "num_samples": SAMPLES[bench],
+                }
+                (d / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.fixture
+def report(tmp_path):
+    runs = tmp_path / "runs"
+    write_paper_summaries(runs)
+    out = tmp_path / "report"
+    tables = write_report([runs], out, plots=False)
+    return tables, out
+
+
+def test_reduction_table_matches_the_paper(report):
+    tables, _ = report
+    reduction = {r["benchmark"]: r for r in tables["reduction"]}
+    # Paper Table tab:reduction: GSM8K 76% (4.2x), MATH-500 41% (1.7x), AIME 13% (1.1x).
+    assert round(100 * reduction["gsm8k"]["reduction"]) == 76
+    assert round(100 * reduction["math500"]["reduction"]) == 41
+    assert round(100 * reduction["aime"]["reduction"]) == 13
+    assert round(reduction["gsm8k"]["factor"], 1) == 4.2
+    assert round(reduction["math500"]["factor"], 1) == 1.7
+    assert round(reduction["aime"]["factor"], 1) == 1.1
+    assert reduction["aime"]["base_length"] == pytest.approx(12266)
+
+
+def test_router_lies_above_the_frontier_on_math500_and_gsm8k(report):
+    tables, _ = report
+    frontier = {r["benchmark"]: r for r in tables["frontier"]}
+    assert frontier["math500"]["above_frontier"] is True
+    assert frontier["gsm8k"]["above_frontier"] is True
+    # MATH-500: the frontier (NoThink -> Short -> Long) reaches 0.782 at ~3846 tokens; the router
+    # needs 2810, 27% fewer (the paper's "27%").
+    assert frontier["math500"]["frontier"] == "nothink -> short -> long"
+    assert frontier["math500"]["frontier_length_for_router_accuracy"] == pytest.approx(3846, abs=2)
+    assert round(100 * frontier["math500"]["token_saving_vs_frontier"]) == 27
+    # GSM8K: Short-only (440 tokens, 0.756) is dominated by NoThink-only (336, 0.757).
+    assert frontier["gsm8k"]["frontier"] == "nothink -> long"
+
+
+def test_results_table_mean_and_std_over_seeds(report):
+    tables, out = report
+    rows = {(r["benchmark"], r["method"]): r for r in tables["results"]}
+    r = rows[("math500", "router")]
+    assert r["seeds"] == 3
+    assert r["accuracy_mean"] == pytest.approx(0.782)
+    assert r["accuracy_std"] == pytest.approx(0.006)
+    assert r["length_mean"] == pytest.approx(2810)
+    assert r["length_std"] == pytest.approx(59)
+    md = (out / "results.md").read_text()
+    assert "| Free routing | 0.782 ± 0.006 |" in md
+    assert "| gsm8k | 1930 | 459 | 76% (4.2x) |" in md
+    for name in ("results", "reduction", "frontier"):
+        assert (out / f"{name}.csv").read_text().startswith("benchmark,")
+
+
+def test_frontier_helpers():
+    pts = [Point("a", 100, 0.5), Point("b", 200, 0.4), Point("c", 300, 0.7)]
+    front = pareto_frontier(pts)
+    assert [p.method for p in front] == ["a", "c"]
+    assert frontier_accuracy_at(front, 200) == pytest.approx(0.6)
+    assert frontier_accuracy_at(front, 50) is None
+    assert frontier_accuracy_at(front, 1000) == 0.7
+    assert frontier_length_for(front, 0.6) == pytest.approx(200)
+    assert frontier_length_for(front, 0.3) == 100
+    assert frontier_length_for(front, 0.9) is None
+
+
+def test_bad_inputs_are_named(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "summary.json").write_text(json.dumps({"benchmark": "gsm8k"}))
+    with pytest.raises(ValueError, match="missing"):
+        write_report([tmp_path / "r"], tmp_path / "o", plots=False)
+    with pytest.raises(FileNotFoundError, match="no such"):
+        write_report([tmp_path / "absent"], tmp_path / "o", plots=False)
+    dup = [{"benchmark": "gsm8k", "method": "router", "seed": 0, "accuracy": 1, "mean_length": 1}] * 2
+    with pytest.raises(ValueError, match="two summaries"):
+        group_by_method(dup)
+
+
+def test_figures_are_written(tmp_path):
+    runs = tmp_path / "runs"
+    write_paper_summaries(runs)
+    # A router run with a per-level split and trainer logs, as eval and training write them.
+    level_summary = json.loads((runs / "router-seed0" / "math500" / "summary.json").read_text())
+    level_summary["mode_shares"] = {"NoThink": 0.2, "Short": 0.32, "Long": 0.48}
+    level_summary["per_level"] = {
+        str(lv): {
+            "accuracy": 1 - 0.1 * lv,
+            "mode_shares": {"NoThink": 0.5 - 0.1 * lv, "Short": 0.3, "Long": 0.2 + 0.1 * lv},
+        }
+        for lv in range(1, 6)
+    }
+    (runs / "router-seed0" / "math500" / "summary.json").write_text(json.dumps(level_summary))
+    for seed in range(2):
+        history = [
+            {
+                "step": 4 * s,
+                "routing/batch_step": s,
+                "routing/share/NoThink": 0.1 + 0.01 * s + 0.02 * seed,
+                "routing/share/Long": 0.9 - 0.01 * s - 0.02 * seed,
+                "routing/entropy": 0.3 + 0.01 * s,
+                "routing/accuracy/Long": 0.7,
+                "routing/length/Long": 100.0 + s,
+            }
+            for s in range(10)
+        ]
+        (runs / f"router-seed{seed}" / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    tables = write_report([runs], tmp_path / "out")
+    names = sorted(p.split("/")[-1] for p in tables["figures"])
+    assert names == [
+        "levels_math500.png",
+        "pareto_aime.png",
+        "pareto_aime24.png",
+        "pareto_aime25.png",
+        "pareto_gsm8k.png",
+        "pareto_math500.png",
+        "reward_surface.png",
+        "training_dynamics.png",
+    ]
+    for name in names:
+        data = (tmp_path / "out" / name).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+def test_report_command(tmp_path, capsys):
+    from routing_grpo.cli import main
+
+    write_paper_summaries(tmp_path / "runs")
+    assert (
+        main(["report", "--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "o"), "--no-plots"]) == 0
+    )
+    assert "| math500 | 4743 | 2810 | 41% (1.7x) |" in capsys.readouterr().out
+    assert main(["report", "--runs", str(tmp_path / "none"), "--output", str(tmp_path / "o")]) == 2
