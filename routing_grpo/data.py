@@ -1,0 +1,624 @@
+"""Datasets: load each task from the Hugging Face Hub or a local file, normalised to one schema.
+
+Every task loads through :func:`load_task` into a :class:`datasets.Dataset` with the columns
+
+* ``prompt``: conversational, ``[{"role": "user", "content": problem + "\\n\\n" + instruction}]``. The
+  routing instruction is not added here; the trainer appends it.
+* ``problem``: the raw problem text, for evaluation.
+* ``answer``: the reference answer string (stripped; GSM8K without thousands commas).
+* ``level``: int difficulty, or None. ``subject``: str or None. ``id``: str, unique within the dataset.
+
+Countdown rows also have ``numbers`` (list of int) and ``target`` (int); their ``answer`` is a canonical
+solution expression, for reference only: grade them with :func:`task_grader`, never as math answers.
+
+Sources. ``path`` is a Hub dataset name, or a local ``.jsonl`` / ``.json`` / ``.parquet`` file, or a
+directory of them (one dataset; when some file names contain the split as a word, e.g.
+``gsm8k_test.jsonl`` or ``test-00000-of-00001.parquet``, only those are read). By default the registry's
+Hub name is used. Columns are found by name, so both the Hub schemas and re-exported copies load:
+
+* problem: ``problem`` or ``question``;
+* answer: ``answer``; without it, the last ``\\boxed{}`` of ``solution`` (brace matched; MATH-lighteval).
+  For GSM8K the text after the last ``####`` is taken (when present) and commas are stripped;
+* level: ``level``, an int or a string such as ``"Level 3"``; ``"Level ?"`` (2 MATH train rows) and null
+  mean unknown, None;
+* subject: ``subject`` or ``type``; id: ``unique_id`` or ``id``, else ``<task>-<split>-<row index>``.
+
+Malformed rows (empty or non-string problem, missing or non-string answer, no ``\\boxed{}`` to derive the
+answer from, an unparsable level, a non-string subject, a duplicate id) fail the load with a ValueError
+naming the row index, its id and the column, and listing the columns that exist. With
+``skip_malformed=True`` they are dropped instead, and counted in the :class:`LoadReport` and a warning.
+
+Empty answers. Two MATH train solutions end in an empty ``\\boxed{}``, so their reference is ``""`` and no
+completion can be graded correct. They are kept by default, with a warning, so MATH train loads its
+canonical 7,500 rows (as the Hub copy does); such a row gives every rollout the same reward, hence zero
+advantage, so it wastes compute but biases nothing. ``skip_malformed=True`` drops them (7,498 rows).
+
+AIME 2025: the registry uses ``yentinglin/aime_2025`` (split ``train``, both contests in one split,
+``problem`` / ``answer`` columns), the copy open-r1 / lighteval evaluate on; ``opencompass/AIME2025``
+splits the contests into two configs.
+
+Generated tasks (no download): ``synthetic``, seeded arithmetic in 5 levels (:func:`synthetic_rows`), and
+``countdown`` (:mod:`routing_grpo.countdown`). Their train and test splits never share a problem.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import datasets
+from datasets import Dataset, Features, List, Value
+
+from routing_grpo import countdown
+from routing_grpo.grading import grade
+from routing_grpo.rewards import completion_text
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
+
+PROBLEM_COLUMNS = ("problem", "question")
+SUBJECT_COLUMNS = ("subject", "type")
+ID_COLUMNS = ("unique_id", "id")
+
+_MESSAGES = List({"role": Value("string"), "content": Value("string")})
+MATH_FEATURES = Features(
+    {
+        "prompt": _MESSAGES,
+        "problem": Value("string"),
+        "answer": Value("string"),
+        "level": Value("int64"),
+        "subject": Value("string"),
+        "id": Value("string"),
+    }
+)
+COUNTDOWN_FEATURES = Features({**MATH_FEATURES, "numbers": List(Value("int64")), "target": Value("int64")})
+
+Grader = Callable[[Any, Mapping[str, Any]], bool]
+
+
+class DatasetUnavailableError(RuntimeError):
+    """A Hub dataset could not be loaded (offline, unknown name, no access)."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A registry entry. File tasks have a Hub default; generated tasks have a row generator instead."""
+
+    name: str
+    grader: str
+    split: str
+    hub_path: str | None = None
+    hub_config: str | None = None
+    # "boxed": answer column, else the last \boxed{} of the solution; "gsm8k": the text after "####".
+    answer_rule: str = "boxed"
+    generate: Callable[..., list[dict[str, Any]]] | None = None
+    generated_sizes: Mapping[str, int] = field(default_factory=dict)
+    instruction: str = DEFAULT_INSTRUCTION
+    features: Features = field(default_factory=lambda: MATH_FEATURES)
+
+
+@dataclass(frozen=True)
+class RowIssue:
+    """Why one source row is malformed."""
+
+    index: int
+    row_id: str | None
+    column: str
+    reason: str
+
+    def __str__(self) -> str:
+        where = f"row {self.index}" + (f" (id {self.row_id!r})" if self.row_id is not None else "")
+        return f"{where}, column {self.column!r}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What a load did: the source, the rows kept, the rows dropped and the empty answers kept."""
+
+    task: str
+    source: str
+    rows: int
+    skipped: tuple[RowIssue, ...] = ()
+    empty_answer_ids: tuple[str, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------------
+# Synthetic arithmetic
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyntheticLevel:
+    operators: int
+    ops: str
+    max_number: int
+
+
+# More operators, more kinds of them and larger numbers per level: level 1 is one addition, level 5 a
+# six-operator expression with parentheses, exact divisions and three-digit numbers.
+SYNTHETIC_LEVELS = {
+    1: SyntheticLevel(1, "+", 99),
+    2: SyntheticLevel(2, "+-", 99),
+    3: SyntheticLevel(3, "+-*", 50),
+    4: SyntheticLevel(4, "+-*/", 99),
+    5: SyntheticLevel(6, "+-*/", 999),
+}
+SYNTHETIC_MAX_ANSWER = 10**6
+# Share of the problem space, by hash of the problem text, reserved for the test split.
+SYNTHETIC_TEST_PERCENT = 10
+
+
+def _synthetic_expression(rng: random.Random, operators: int, level: SyntheticLevel) -> tuple[int, str, int]:
+    """(value, text, precedence of the top operator) of a random integer expression with `operators` ops."""
+    if operators == 0:
+        number = rng.randint(1, level.max_number)
+        return number, str(number), countdown.LEAF_PRECEDENCE
+    op = rng.choice(level.ops)
+    if op == "/":
+        # Exact division: the divisor is a number that divides the left operand.
+        value, text, precedence = _synthetic_expression(rng, operators - 1, level)
+        divisors = [d for d in range(2, min(abs(value), level.max_number) + 1) if value % d == 0]
+        if divisors:
+            divisor = rng.choice(divisors)
+            text = f"{countdown.operand_text(text, precedence, '/', False)} / {divisor}"
+            return value // divisor, text, countdown.PRECEDENCE["/"]
+        op = rng.choice(level.ops.replace("/", ""))
+    left_ops = rng.randint(0, operators - 1)
+    a, a_text, a_prec = _synthetic_expression(rng, left_ops, level)
+    b, b_text, b_prec = _synthetic_expression(rng, operators - 1 - left_ops, level)
+    value = a + b if op == "+" else a - b if op == "-" else a * b
+    left = countdown.operand_text(a_text, a_prec, op, False)
+    right = countdown.operand_text(b_text, b_prec, op, True)
+    return value, f"{left} {op} {right}", countdown.PRECEDENCE[op]
+
+
+def synthetic_split_of(expression: str) -> str:
+    """'test' or 'train', fixed by a hash of the expression, so no seed's train meets any seed's test."""
+    bucket = int.from_bytes(hashlib.sha256(f"synthetic:{expression}".encode()).digest()[:8], "big") % 100
+    return "test" if bucket < SYNTHETIC_TEST_PERCENT else "train"
+
+
+def synthetic_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+    """`n` distinct arithmetic problems of `split`, levels cycling 1..5; deterministic in (seed, split).
+
+    A smaller `n` gives a prefix of a larger one with the same seed and split.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"synthetic split must be 'train' or 'test', not {split!r}")
+    rng = random.Random(f"synthetic:{seed}:{split}")
+    rows: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    attempts_left = 1000 * max(n, 1)
+    while len(rows) < n:
+        if attempts_left == 0:
+            raise RuntimeError(f"could not generate {n} distinct synthetic problems of split {split!r}")
+        attempts_left -= 1
+        level = 1 + len(rows) % len(SYNTHETIC_LEVELS)
+        value, expression, _ = _synthetic_expression(
+            rng, SYNTHETIC_LEVELS[level].operators, SYNTHETIC_LEVELS[level]
+        )
+        if abs(value) > SYNTHETIC_MAX_ANSWER or expression in seen or synthetic_split_of(expression) != split:
+            continue
+        seen.add(expression)
+        rows.append(
+            {
+                "problem": f"Compute {expression}.",
+                "answer": str(value),
+                "level": level,
+                "subject": "arithmetic",
+                "id": f"synthetic-s{seed}-{split}-{len(rows)}",
+            }
+        )
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# Registry
+# --------------------------------------------------------------------------------------------------
+
+_GENERATED_SIZES = {"train": 5000, "test": 500}
+
+TASKS: dict[str, TaskSpec] = {
+    spec.name: spec
+    for spec in (
+        TaskSpec("math_train", "math", "train", "DigitalLearningGmbH/MATH-lighteval", "default"),
+        TaskSpec("math500", "math", "test", "HuggingFaceH4/MATH-500"),
+        TaskSpec("gsm8k", "math", "test", "openai/gsm8k", "main", answer_rule="gsm8k"),
+        TaskSpec("aime24", "math", "train", "HuggingFaceH4/aime_2024"),
+        TaskSpec("aime25", "math", "train", "yentinglin/aime_2025"),
+        TaskSpec("synthetic", "math", "train", generate=synthetic_rows, generated_sizes=_GENERATED_SIZES),
+        TaskSpec(
+            "countdown",
+            "countdown",
+            "train",
+            generate=countdown.countdown_rows,
+            generated_sizes=_GENERATED_SIZES,
+            instruction=countdown.DEFAULT_INSTRUCTION,
+            features=COUNTDOWN_FEATURES,
+        ),
+    )
+}
+
+
+def get_task(name: str) -> TaskSpec:
+    if name not in TASKS:
+        raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
+    return TASKS[name]
+
+
+def _grade_math(completion: Any, row: Mapping[str, Any]) -> bool:
+    return grade(completion_text(completion), str(row["answer"])).correct
+
+
+def _grade_countdown(completion: Any, row: Mapping[str, Any]) -> bool:
+    return countdown.grade_countdown(completion, row["numbers"], row["target"])
+
+
+GRADERS: dict[str, Grader] = {"math": _grade_math, "countdown": _grade_countdown}
+
+
+def task_grader(name: str) -> Grader:
+    """The verifier ``(completion, row) -> bool`` for a grader kind ("math", "countdown") or a task name."""
+    if name in GRADERS:
+        return GRADERS[name]
+    return GRADERS[get_task(name).grader]
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading sources
+# --------------------------------------------------------------------------------------------------
+
+
+def _is_local(path: str) -> bool:
+    return (
+        Path(path).expanduser().exists() or path.endswith(DATA_SUFFIXES) or path.startswith((".", "/", "~"))
+    )
+
+
+def _data_files(path: Path, split: str) -> list[Path]:
+    """The data files of a file or directory; in a directory, those named after the split if any are."""
+    if path.is_file():
+        return [path]
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(DATA_SUFFIXES))
+    if not files:
+        raise FileNotFoundError(f"{path}: no {'/'.join(DATA_SUFFIXES)} files in this directory")
+    split_word = re.compile(rf"(?<![A-Za-z]){re.escape(split)}(?![A-Za-z])")
+    named = [p for p in files if split_word.search(p.name)]
+    return named or files
+
+
+def _read_json_lines(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text(encoding="utf-8")
+    if path.suffix == ".json" and text.lstrip().startswith("["):
+        rows = json.loads(text)
+        lines: Iterable[tuple[int, Any]] = enumerate(rows, start=1)
+    else:
+        # split("\n"), not splitlines(): JSON strings may hold U+2028 and other characters it splits on.
+        lines = ((n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip())
+    out = []
+    for line_number, item in lines:
+        try:
+            row = json.loads(item) if isinstance(item, str) else item
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path}:{line_number}: invalid JSON ({error.msg})") from None
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{line_number}: expected a JSON object, got {type(row).__name__}")
+        out.append(row)
+    return out
+
+
+def _read_file(path: Path) -> list[dict[str, Any]]:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path).to_pylist()
+    return _read_json_lines(path)
+
+
+def _read_local(path: str, split: str) -> list[dict[str, Any]]:
+    resolved = Path(path).expanduser()
+    if not resolved.exists():
+        raise FileNotFoundError(f"{path}: no such file or directory")
+    return [row for file in _data_files(resolved, split) for row in _read_file(file)]
+
+
+def _offline() -> bool:
+    return any(
+        os.environ.get(var, "").lower() in ("1", "true", "yes", "on")
+        for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+    )
+
+
+def _read_hub(path: str, config: str | None, split: str) -> list[dict[str, Any]]:
+    try:
+        return list(datasets.load_dataset(path, config, split=split))
+    except Exception as error:  # every failure mode (offline, 404, auth, schema) gets the same clear message
+        hint = "Offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE). " if _offline() else ""
+        raise DatasetUnavailableError(
+            f"could not load {path!r} (config {config!r}, split {split!r}) from the Hugging Face Hub: "
+            f"{type(error).__name__}: {error}. {hint}"
+            "Pass path= a local .jsonl/.json/.parquet file or a directory of them instead."
+        ) from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Normalisation
+# --------------------------------------------------------------------------------------------------
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_LEVEL_RE = re.compile(r"\s*(?:level\s*)?(\d+)\s*", re.IGNORECASE)
+_UNKNOWN_LEVELS = ("level ?", "?", "")
+
+
+def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    # A one-slot deque keeps only the last match: linear time, constant memory.
+    found = deque(pattern.finditer(text), maxlen=1)
+    return found[0] if found else None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (brace matched) or ``\\boxed 5``.
+
+    None when there is no box or the last one is never closed; ``""`` for an empty box.
+    """
+    last = _last_match(_BOX_RE, text)
+    if last is None:
+        return None
+    rest = text[last.end() :]
+    if not rest.lstrip().startswith("{"):
+        return re.split(r"[$\n]", rest.strip(), maxsplit=1)[0]
+    start = last.end() + rest.index("{")
+    depth = 0
+    for i in range(start, len(text)):
+        # Escaped braces (\{ \}) come in pairs inside a box, so plain counting stays balanced.
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[start + 1 : i]
+    return None
+
+
+class _RowError(Exception):
+    def __init__(self, column: str, reason: str) -> None:
+        super().__init__(reason)
+        self.column = column
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """Which source column feeds each normalised field (None: absent)."""
+
+    problem: str
+    answer: str
+    derive_answer: bool
+    level: str | None
+    subject: str | None
+    id: str | None
+
+
+def _first_present(candidates: Sequence[str], columns: Sequence[str]) -> str | None:
+    return next((c for c in candidates if c in columns), None)
+
+
+def _resolve_columns(columns: Sequence[str], source: str) -> _Columns:
+    problem = _first_present(PROBLEM_COLUMNS, columns)
+    answer = _first_present(("answer", "solution"), columns)
+    missing = [
+        name
+        for name, col in (("problem (problem/question)", problem), ("answer (answer/solution)", answer))
+        if col is None
+    ]
+    if missing:
+        raise ValueError(f"{source}: no column for {', '.join(missing)}; columns present: {list(columns)}")
+    return _Columns(
+        problem=problem,
+        answer=answer,
+        derive_answer=answer == "solution",
+        level="level" if "level" in columns else None,
+        subject=_first_present(SUBJECT_COLUMNS, columns),
+        id=_first_present(ID_COLUMNS, columns),
+    )
+
+
+def _parse_level(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        if value.strip().lower() in _UNKNOWN_LEVELS:
+            return None
+        match = _LEVEL_RE.fullmatch(value)
+        if match:
+            return int(match.group(1))
+    raise _RowError("level", f"unparsable level {value!r}")
+
+
+def _answer(value: Any, cols: _Columns, rule: str) -> str:
+    if value is None:
+        raise _RowError(cols.answer, "missing answer")
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # some Hub copies store AIME answers as integers
+    if not isinstance(value, str):
+        raise _RowError(cols.answer, f"answer is {type(value).__name__}, not a string")
+    if rule == "gsm8k":
+        if "####" in value:
+            value = value.rsplit("####", 1)[1]
+        elif cols.derive_answer:
+            raise _RowError(cols.answer, "no '####' final answer in the solution")
+        return value.strip().replace(",", "")
+    if cols.derive_answer:
+        boxed = last_boxed(value)
+        if boxed is None:
+            raise _RowError(cols.answer, "no \\boxed{} answer in the solution")
+        value = boxed
+    return value.strip()
+
+
+def _text_or_none(value: Any, column: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise _RowError(column, f"expected a string, got {type(value).__name__}")
+
+
+def _normalise_row(
+    raw: Mapping[str, Any], index: int, cols: _Columns, spec: TaskSpec, split: str
+) -> dict[str, Any]:
+    problem = raw.get(cols.problem)
+    if problem is None:
+        raise _RowError(cols.problem, "missing problem")
+    if not isinstance(problem, str):
+        raise _RowError(cols.problem, f"problem is {type(problem).__name__}")
+    if not problem.strip():
+        raise _RowError(cols.problem, "empty problem")
+    raw_id = raw.get(cols.id) if cols.id else None
+    if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, str | int)):
+        raise _RowError(cols.id, f"id is {type(raw_id).__name__}")
+    return {
+        "problem": problem,
+        "answer": _answer(raw.get(cols.answer), cols, spec.answer_rule),
+        "level": _parse_level(raw.get(cols.level)) if cols.level else None,
+        "subject": _text_or_none(raw.get(cols.subject), cols.subject) if cols.subject else None,
+        "id": str(raw_id) if raw_id not in (None, "") else f"{spec.name}-{split}-{index}",
+    }
+
+
+def _column_names(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    return list(dict.fromkeys(key for row in rows for key in row))
+
+
+def _normalise(
+    raw_rows: Sequence[Mapping[str, Any]], spec: TaskSpec, split: str, source: str, skip_malformed: bool
+) -> tuple[list[dict[str, Any]], LoadReport]:
+    columns = _column_names(raw_rows)
+    cols = _resolve_columns(columns, source)
+    rows, skipped, empty = [], [], []
+    first_seen: dict[str, int] = {}
+    for index, raw in enumerate(raw_rows):
+        raw_id = raw.get(cols.id) if cols.id else None
+        try:
+            row = _normalise_row(raw, index, cols, spec, split)
+            if row["id"] in first_seen:
+                raise _RowError(cols.id or "id", f"duplicate id (first at row {first_seen[row['id']]})")
+            first_seen[row["id"]] = index
+            if row["answer"] == "" and skip_malformed:
+                raise _RowError(cols.answer, "empty answer")
+        except _RowError as error:
+            issue = RowIssue(index, None if raw_id is None else str(raw_id), error.column, error.reason)
+            if not skip_malformed:
+                raise ValueError(
+                    f"{source}: malformed {issue}. Columns present: {columns}. "
+                    "Pass skip_malformed=True to drop such rows."
+                ) from None
+            skipped.append(issue)
+            continue
+        if row["answer"] == "":
+            empty.append(row["id"])
+        rows.append(row)
+    if skipped:
+        logger.warning("%s: dropped %d malformed rows (first: %s)", source, len(skipped), skipped[0])
+    if empty:
+        logger.warning(
+            "%s: kept %d rows with an empty reference answer (never gradable as correct): %s; "
+            "skip_malformed=True drops them",
+            source,
+            len(empty),
+            empty,
+        )
+    return rows, LoadReport(spec.name, source, len(rows), tuple(skipped), tuple(empty))
+
+
+# --------------------------------------------------------------------------------------------------
+# Entry points
+# --------------------------------------------------------------------------------------------------
+
+
+def _with_prompt(row: dict[str, Any], instruction: str, features: Features) -> dict[str, Any]:
+    """The row with its prompt, in the column order of `features`."""
+    content = row["problem"].strip() + (f"\n\n{instruction}" if instruction else "")
+    full = {"prompt": [{"role": "user", "content": content}], **row}
+    return {column: full[column] for column in features}
+
+
+def load_task_with_report(
+    name: str,
+    path: str | os.PathLike[str] | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+    skip_malformed: bool = False,
+    instruction: str | None = None,
+) -> tuple[Dataset, LoadReport]:
+    """:func:`load_task`, also returning the :class:`LoadReport` (rows kept and skipped, empty answers)."""
+    spec = get_task(name)
+    split = split or spec.split
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, not {limit}")
+    if spec.generate is not None:
+        if path is not None:
+            raise ValueError(f"task {name!r} is generated (seeded, no download); it takes no path")
+        if split not in spec.generated_sizes:
+            raise ValueError(f"task {name!r} has splits {sorted(spec.generated_sizes)}, not {split!r}")
+        n = spec.generated_sizes[split] if limit is None else limit
+        rows = spec.generate(n, seed=seed, split=split)
+        report = LoadReport(name, f"generated (seed {seed}, split {split!r})", len(rows))
+    else:
+        source = str(path) if path is not None else spec.hub_path
+        if _is_local(source):
+            raw_rows = _read_local(source, split)
+        else:
+            # The registry's config belongs to its own Hub name, not to a mirror passed as path.
+            raw_rows = _read_hub(source, spec.hub_config if source == spec.hub_path else None, split)
+        rows, report = _normalise(raw_rows, spec, split, source, skip_malformed)
+        if limit is not None:
+            rows = rows[:limit]
+            report = LoadReport(
+                report.task, report.source, len(rows), report.skipped, report.empty_answer_ids
+            )
+    instruction = spec.instruction if instruction is None else instruction
+    dataset = Dataset.from_list(
+        [_with_prompt(row, instruction, spec.features) for row in rows], features=spec.features
+    )
+    return dataset, report
+
+
+def load_task(
+    name: str,
+    path: str | os.PathLike[str] | None = None,
+    split: str | None = None,
+    limit: int | None = None,
+    seed: int = 0,
+    skip_malformed: bool = False,
+    instruction: str | None = None,
+) -> Dataset:
+    """Load task `name` as a normalised Dataset (columns: see the module docstring).
+
+    Args:
+        name: a registry name (:data:`TASKS`): math_train, math500, gsm8k, aime24, aime25, synthetic,
+            countdown.
+        path: a Hub dataset name, or a local .jsonl/.json/.parquet file or directory of them. Default:
+            the registry's Hub name. Generated tasks take none.
+        split: the Hub split (default: the registry's); for local directories, picks the files named
+            after it; for generated tasks, "train" or "test".
+        limit: keep the first `limit` rows (for generated tasks: how many to generate; default 5,000
+            train / 500 test).
+        seed: the generator seed of generated tasks (file tasks keep their file order).
+        skip_malformed: drop malformed rows (and empty-answer rows) instead of raising ValueError.
+        instruction: the answer-format instruction appended to the problem; None: the task's default
+            (:data:`DEFAULT_INSTRUCTION`, or the Countdown one); "" adds none.
+    """
+    return load_task_with_report(name, path, split, limit, seed, skip_malformed, instruction)[0]

@@ -1,0 +1,444 @@
+"""Dataset loading and normalisation (routing_grpo.data): local copies, Hub schemas, malformed rows, synthetic."""
+
+import ast
+import json
+import logging
+import operator
+import os
+import subprocess
+import sys
+from collections import Counter
+from fractions import Fraction
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from routing_grpo import data
+from routing_grpo.data import (
+    DEFAULT_INSTRUCTION,
+    SYNTHETIC_LEVELS,
+    DatasetUnavailableError,
+    last_boxed,
+    load_task,
+    load_task_with_report,
+    synthetic_rows,
+    task_grader,
+)
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+NORMALISED_COLUMNS = ["prompt", "problem", "answer", "level", "subject", "id"]
+
+
+@pytest.fixture(scope="module")
+def shared_data() -> Path:
+    if not (SHARED_DATA / "math500_test.jsonl").is_file():
+        pytest.skip(f"local dataset copies not found at {SHARED_DATA}")
+    return SHARED_DATA
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return path
+
+
+def write_parquet(path: Path, rows: list[dict]) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+# --------------------------------------------------------------------------------------------------
+# Local copies
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("task", "file", "rows"),
+    [
+        ("math500", "math500_test.jsonl", 500),
+        ("gsm8k", "gsm8k_test.jsonl", 1319),
+        ("math_train", "math_train.jsonl", 7500),
+        ("aime24", "aime24.jsonl", 30),
+        ("aime25", "aime25.jsonl", 30),
+    ],
+)
+def test_local_copies_load_with_documented_row_counts(shared_data, task, file, rows):
+    ds = load_task(task, shared_data / file)
+    assert len(ds) == rows
+    assert ds.column_names == NORMALISED_COLUMNS
+    assert len(set(ds["id"])) == rows
+    first = ds[0]
+    assert first["prompt"] == [
+        {"role": "user", "content": f"{first['problem'].strip()}\n\n{DEFAULT_INSTRUCTION}"}
+    ]
+    assert all(isinstance(p, str) and p.strip() for p in ds["problem"])
+
+
+def test_math500_levels_subjects_and_answers(shared_data):
+    ds = load_task("math500", shared_data / "math500_test.jsonl")
+    assert Counter(ds["level"]) == {1: 43, 2: 90, 3: 105, 4: 128, 5: 134}
+    assert Counter(ds["subject"])["Algebra"] == 124 and None not in ds["subject"]
+    assert ds[0]["id"] == "test/precalculus/807.json"
+    source = read_jsonl(shared_data / "math500_test.jsonl")
+    assert ds["answer"] == [row["answer"].strip() for row in source]
+
+
+def test_gsm8k_answers_are_integers_without_commas(shared_data):
+    ds = load_task("gsm8k", shared_data / "gsm8k_test.jsonl")
+    assert all("," not in a and a.lstrip("-").isdigit() for a in ds["answer"])
+    source = read_jsonl(shared_data / "gsm8k_test.jsonl")
+    # 14 raw answers carry thousands commas (the data README says 18; the file has 14).
+    assert sum("," in row["answer_raw"] for row in source) == 14
+    assert ds["answer"] == [row["answer_raw"].replace(",", "") for row in source]
+    assert ds[489]["answer"].startswith("-")
+    assert set(ds["level"]) == {None} and set(ds["subject"]) == {None}
+
+
+@pytest.mark.parametrize("task", ["aime24", "aime25"])
+def test_aime_answers_are_kept_as_in_the_file(shared_data, task):
+    ds = load_task(task, shared_data / f"{task}.jsonl")
+    source = read_jsonl(shared_data / f"{task}.jsonl")
+    assert ds["answer"] == [row["answer"] for row in source]
+    assert ds["id"] == [str(row["id"]) for row in source]
+    if task == "aime24":
+        assert "025" in ds["answer"]  # zero-padded strings stay as published
+
+
+def test_math_train_keeps_null_levels_and_warns_about_empty_answers(shared_data, caplog):
+    with caplog.at_level(logging.WARNING, logger="routing_grpo.data"):
+        ds, report = load_task_with_report("math_train", shared_data / "math_train.jsonl")
+    assert len(ds) == report.rows == 7500
+    empty = ("train/number_theory/7115.json", "train/number_theory/7117.json")
+    assert report.empty_answer_ids == empty and report.skipped == ()
+    assert "empty reference answer" in caplog.text and empty[0] in caplog.text
+    by_id = dict(zip(ds["id"], ds["level"]))
+    assert by_id["train/geometry/377.json"] is None and by_id["train/geometry/471.json"] is None
+    assert Counter(ds["level"]) == {1: 564, 2: 1348, 3: 1592, 4: 1690, 5: 2304, None: 2}
+    assert all(a == a.strip() for a in ds["answer"])
+
+
+def test_math_train_skip_malformed_drops_the_empty_answers(shared_data, caplog):
+    with caplog.at_level(logging.WARNING, logger="routing_grpo.data"):
+        ds, report = load_task_with_report(
+            "math_train", shared_data / "math_train.jsonl", skip_malformed=True
+        )
+    assert len(ds) == 7498
+    assert [(i.row_id, i.column, i.reason) for i in report.skipped] == [
+        ("train/number_theory/7115.json", "answer", "empty answer"),
+        ("train/number_theory/7117.json", "answer", "empty answer"),
+    ]
+    assert "dropped 2 malformed rows" in caplog.text
+
+
+def test_directory_picks_the_files_named_after_the_split(shared_data, tmp_path):
+    for name in ("gsm8k_test.jsonl", "gsm8k_train.jsonl"):
+        (tmp_path / name).symlink_to(shared_data / name)
+    assert len(load_task("gsm8k", tmp_path)) == 1319
+    assert len(load_task("gsm8k", tmp_path, split="train")) == 7473
+
+
+# --------------------------------------------------------------------------------------------------
+# Hub schemas (tiny files in tmp_path)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_math_lighteval_schema_derives_boxed_answers_and_parses_level_strings(tmp_path):
+    rows = [
+        {"problem": "p0", "level": "Level 3", "solution": "So $x=\\boxed{\\frac{1}{2}}$.", "type": "Algebra"},
+        {
+            "problem": "p1",
+            "level": "Level ?",
+            "solution": "\\boxed{1} then \\boxed{ \\{1, 2\\} }",
+            "type": "Geometry",
+        },
+        {"problem": "p2", "level": "Level 5", "solution": "Hence \\boxed 5$.", "type": "Number Theory"},
+        {"problem": "p3", "level": "Level 1", "solution": "\\fbox{\\sqrt{2}} done", "type": "Prealgebra"},
+    ]
+    ds = load_task("math_train", write_parquet(tmp_path / "train-00000-of-00001.parquet", rows))
+    assert ds["answer"] == ["\\frac{1}{2}", "\\{1, 2\\}", "5", "\\sqrt{2}"]
+    assert ds["level"] == [3, None, 5, 1]
+    assert ds["subject"] == ["Algebra", "Geometry", "Number Theory", "Prealgebra"]
+    assert ds["id"] == [
+        "math_train-train-0",
+        "math_train-train-1",
+        "math_train-train-2",
+        "math_train-train-3",
+    ]
+
+
+def test_math_lighteval_schema_reproduces_the_local_answers(shared_data, tmp_path):
+    """The Hub code path (answers from the solutions) agrees with the published derived answers."""
+    local = read_jsonl(shared_data / "math_train.jsonl")
+    hub_rows = [
+        {"problem": r["problem"], "level": r["level_raw"], "solution": r["solution"], "type": r["type"]}
+        for r in local
+    ]
+    ds = load_task("math_train", write_parquet(tmp_path / "hub.parquet", hub_rows))
+    assert len(ds) == 7500
+    assert ds["answer"] == [r["answer"].strip() for r in local]
+    assert ds["level"] == [r["level"] for r in local]
+
+
+def test_gsm8k_hub_schema_takes_the_text_after_hashes(tmp_path):
+    rows = [
+        {"question": "How many?", "answer": "Some work <<2*3=6>>6\n#### 1,234"},
+        {"question": "Debt?", "answer": "She owes\n#### -5"},
+    ]
+    ds = load_task("gsm8k", write_jsonl(tmp_path / "test.jsonl", rows))
+    assert ds["answer"] == ["1234", "-5"]
+    assert ds["problem"] == ["How many?", "Debt?"]
+    assert ds["id"] == ["gsm8k-test-0", "gsm8k-test-1"]
+
+
+def test_math500_and_aime_hub_schemas(tmp_path):
+    math500 = [
+        {
+            "problem": "What is $1+1$?",
+            "solution": "It is $\\boxed{2}$.",
+            "answer": "2",
+            "subject": "Prealgebra",
+            "level": 1,
+            "unique_id": "test/prealgebra/1.json",
+        }
+    ]
+    ds = load_task("math500", write_parquet(tmp_path / "math500.parquet", math500))
+    assert ds[0] | {"prompt": None} == {
+        "prompt": None,
+        "problem": "What is $1+1$?",
+        "answer": "2",
+        "level": 1,
+        "subject": "Prealgebra",
+        "id": "test/prealgebra/1.json",
+    }
+    aime24 = [
+        {"id": 60, "problem": "Find x.", "solution": "...", "answer": "025", "url": "u", "year": "2024"}
+    ]
+    assert load_task("aime24", write_parquet(tmp_path / "aime24.parquet", aime24))[0]["answer"] == "025"
+    # Some AIME 2025 copies store integer answers and call the problem "question".
+    aime25 = [{"question": "Find y.", "answer": 70, "id": 0, "year": 2025}]
+    row = load_task("aime25", write_parquet(tmp_path / "aime25.parquet", aime25))[0]
+    assert (row["problem"], row["answer"], row["id"]) == ("Find y.", "70", "0")
+
+
+def test_directory_of_parquet_shards(tmp_path):
+    shard = [{"problem": f"q{i}", "answer": str(i)} for i in range(3)]
+    write_parquet(tmp_path / "train-00000-of-00002.parquet", shard)
+    write_parquet(tmp_path / "train-00001-of-00002.parquet", shard[:1])
+    write_parquet(tmp_path / "test-00000-of-00001.parquet", shard[:2])
+    assert len(load_task("math_train", tmp_path)) == 4
+    assert len(load_task("math_train", tmp_path, split="test")) == 2
+
+
+def test_json_array_file_and_instruction_options(tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps([{"problem": " 2+2? ", "answer": "4"}]), encoding="utf-8")
+    assert load_task("math500", path)[0]["prompt"][0]["content"] == f"2+2?\n\n{DEFAULT_INSTRUCTION}"
+    assert load_task("math500", path, instruction="")[0]["prompt"][0]["content"] == "2+2?"
+    assert load_task("math500", path, instruction="Box it.")[0]["prompt"][0]["content"] == "2+2?\n\nBox it."
+    assert load_task("math500", path)[0]["problem"] == " 2+2? "
+
+
+def test_limit_keeps_the_first_rows(tmp_path):
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"problem": f"q{i}", "answer": str(i)} for i in range(5)])
+    ds, report = load_task_with_report("math500", path, limit=2)
+    assert ds["answer"] == ["0", "1"] and report.rows == 2
+
+
+def test_hub_name_failure_is_one_clear_error(monkeypatch):
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'HuggingFaceH4/MATH-500' on the Hub (OfflineModeIsEnabled)")
+
+    monkeypatch.setattr(data.datasets, "load_dataset", offline)
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DatasetUnavailableError) as info:
+        load_task("math500")
+    message = str(info.value)
+    assert "'HuggingFaceH4/MATH-500'" in message and "Offline mode is on" in message and "path=" in message
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_hub_name_offline_for_real():
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    code = (
+        "from routing_grpo.data import load_task, DatasetUnavailableError\n"
+        "try:\n    load_task('gsm8k')\n"
+        "except DatasetUnavailableError as e:\n    print('CLEAR', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("CLEAR could not load 'openai/gsm8k' (config 'main', split 'test')")
+
+
+def test_missing_local_path_and_unknown_or_misused_tasks(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no such file"):
+        load_task("math500", tmp_path / "absent.jsonl")
+    with pytest.raises(FileNotFoundError, match="no .jsonl"):
+        load_task("math500", tmp_path)
+    with pytest.raises(ValueError, match="unknown task 'math'"):
+        load_task("math")
+    with pytest.raises(ValueError, match="takes no path"):
+        load_task("synthetic", path=tmp_path)
+    with pytest.raises(ValueError, match="has splits"):
+        load_task("countdown", split="validation")
+
+
+# --------------------------------------------------------------------------------------------------
+# Malformed rows
+# --------------------------------------------------------------------------------------------------
+
+GOOD = {"unique_id": "ok", "problem": "What is 1+1?", "answer": "2", "level": 2, "subject": "Algebra"}
+
+
+@pytest.mark.parametrize(
+    ("bad", "column", "reason"),
+    [
+        ({"problem": "   "}, "problem", "empty problem"),
+        ({"problem": 7}, "problem", "problem is int"),
+        ({"problem": None}, "problem", "missing problem"),
+        ({"answer": None}, "answer", "missing answer"),
+        ({"answer": ["2"]}, "answer", "answer is list"),
+        ({"level": "hard"}, "level", "unparsable level 'hard'"),
+        ({"level": 2.5}, "level", "unparsable level 2.5"),
+        ({"subject": 3}, "subject", "expected a string"),
+        ({"unique_id": "ok"}, "unique_id", "duplicate id (first at row 0)"),
+    ],
+)
+def test_malformed_row_error_names_row_id_and_column(tmp_path, bad, column, reason):
+    bad_row = {**GOOD, "unique_id": "bad-1", **bad}
+    path = write_jsonl(tmp_path / "rows.jsonl", [GOOD, bad_row])
+    with pytest.raises(ValueError) as info:
+        load_task("math500", path)
+    message = str(info.value)
+    assert f"row 1 (id '{bad_row['unique_id']}'), column '{column}': {reason}" in message
+    assert "Columns present: ['unique_id', 'problem', 'answer', 'level', 'subject']" in message
+    assert "skip_malformed=True" in message
+
+
+def test_missing_column_lists_the_columns_present(tmp_path):
+    path = write_jsonl(tmp_path / "rows.jsonl", [{"question": "q", "reference": "1"}])
+    with pytest.raises(
+        ValueError,
+        match=r"no column for answer \(answer/solution\); columns present: \['question', 'reference'\]",
+    ):
+        load_task("gsm8k", path)
+
+
+def test_solution_without_box_is_malformed_and_invalid_json_names_the_line(tmp_path):
+    path = write_parquet(
+        tmp_path / "train.parquet", [{"problem": "p", "solution": "no box here", "level": "Level 2"}]
+    )
+    with pytest.raises(ValueError, match=r"row 0, column 'solution': no \\boxed\{\} answer"):
+        load_task("math_train", path)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"problem": "p", "answer": "1"}\n{"problem": \n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"broken.jsonl:2: invalid JSON"):
+        load_task("math500", broken)
+
+
+def test_skip_malformed_drops_counts_and_warns(tmp_path, caplog):
+    rows = [
+        GOOD,
+        {**GOOD, "unique_id": "a", "problem": ""},
+        {**GOOD, "unique_id": "b", "level": "x"},
+        {**GOOD, "unique_id": "c"},
+    ]
+    with caplog.at_level(logging.WARNING, logger="routing_grpo.data"):
+        ds, report = load_task_with_report(
+            "math500", write_jsonl(tmp_path / "r.jsonl", rows), skip_malformed=True
+        )
+    assert ds["id"] == ["ok", "c"] and report.rows == 2
+    assert [(i.index, i.row_id, i.column) for i in report.skipped] == [(1, "a", "problem"), (2, "b", "level")]
+    assert "dropped 2 malformed rows" in caplog.text
+
+
+def test_last_boxed():
+    assert last_boxed("\\boxed{a} and \\boxed{\\frac{1}{\\sqrt{2}}}.") == "\\frac{1}{\\sqrt{2}}"
+    assert last_boxed("\\boxed{}") == ""
+    assert last_boxed("no box") is None
+    assert last_boxed("\\boxed{unclosed") is None
+    assert last_boxed("\\boxedx{1}") is None
+
+
+# --------------------------------------------------------------------------------------------------
+# Graders
+# --------------------------------------------------------------------------------------------------
+
+
+def test_task_grader_picks_the_verifier_by_task():
+    math = task_grader("math500")
+    assert math is task_grader("math") is task_grader("gsm8k") is task_grader("synthetic")
+    assert math("The answer is \\boxed{\\frac12}.", {"answer": "0.5"})
+    assert not math("\\boxed{3}", {"answer": "2"})
+    assert math([{"role": "assistant", "content": "\\boxed{2}"}], {"answer": "2"})
+    cd = task_grader("countdown")
+    row = {"numbers": [3, 5, 2], "target": 16, "answer": "(3 + 5) * 2"}
+    assert cd("\\boxed{2 * (5 + 3)}", row)
+    assert not cd("\\boxed{16}", row)  # a math grader would accept this; the countdown one must not
+    with pytest.raises(ValueError, match="unknown task"):
+        task_grader("chess")
+
+
+# --------------------------------------------------------------------------------------------------
+# Synthetic arithmetic
+# --------------------------------------------------------------------------------------------------
+
+_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def evaluate_independently(expression: str) -> Fraction:
+    """Exact value of a generated expression through Python's own parser (trusted test input)."""
+
+    def walk(node: ast.AST) -> Fraction:
+        if isinstance(node, ast.BinOp):
+            return _OPS[type(node.op)](walk(node.left), walk(node.right))
+        assert isinstance(node, ast.Constant) and isinstance(node.value, int)
+        return Fraction(node.value)
+
+    return walk(ast.parse(expression, mode="eval").body)
+
+
+def expression_of(problem: str) -> str:
+    assert problem.startswith("Compute ") and problem.endswith(".")
+    return problem[len("Compute ") : -1]
+
+
+def test_synthetic_is_deterministic_and_prefix_stable():
+    assert synthetic_rows(50, seed=3) == synthetic_rows(50, seed=3)
+    assert synthetic_rows(20, seed=3) == synthetic_rows(50, seed=3)[:20]
+    assert synthetic_rows(50, seed=3) != synthetic_rows(50, seed=4)
+
+
+def test_synthetic_answers_are_correct_integers():
+    for row in synthetic_rows(500, seed=1) + synthetic_rows(100, seed=1, split="test"):
+        value = evaluate_independently(expression_of(row["problem"]))
+        assert value.denominator == 1 and row["answer"] == str(value.numerator)
+
+
+def test_synthetic_levels_and_lengths_grow():
+    ds = load_task("synthetic", limit=1000)
+    assert ds.column_names == NORMALISED_COLUMNS
+    assert Counter(ds["level"]) == {level: 200 for level in range(1, 6)}
+    assert set(ds["subject"]) == {"arithmetic"} and len(set(ds["id"])) == 1000
+    lengths = {level: [] for level in SYNTHETIC_LEVELS}
+    for row in ds:
+        expression = expression_of(row["problem"])
+        # Every operator is written " op ", and numbers carry no sign or space.
+        assert expression.count(" ") == 2 * SYNTHETIC_LEVELS[row["level"]].operators
+        lengths[row["level"]].append(len(expression))
+    means = [sum(v) / len(v) for _, v in sorted(lengths.items())]
+    assert means == sorted(means) and len(set(means)) == 5
+    assert all("(" not in expression_of(r["problem"]) for r in ds if r["level"] == 1)
+    assert any("(" in expression_of(r["problem"]) for r in ds if r["level"] == 5)
+
+
+def test_synthetic_train_and_test_never_share_a_problem():
+    train = {r["problem"] for seed in (0, 1) for r in synthetic_rows(2000, seed=seed)}
+    test = {r["problem"] for seed in (0, 1) for r in synthetic_rows(500, seed=seed, split="test")}
+    assert len(test) > 500 and not train & test
+    ds = load_task("synthetic", split="test")
+    assert len(ds) == 500 and len(set(ds["problem"])) == 500
