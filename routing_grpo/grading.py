@@ -1,0 +1,507 @@
+"""Answer grading for math RL rewards and evaluation: extract a completion's final answer, check it.
+
+Extraction (:func:`extract_answer`), in order:
+
+1. Reasoning: with a ``</think>``, only the text after the last one counts. With an unclosed ``<think>`` the
+   model never finished reasoning; we still accept the last ``\\boxed`` of the whole text (a box is a deliberate
+   commitment) but none of the loose fallbacks below, which would pick up arbitrary intermediate numbers.
+2. The last ``\\boxed{...}`` / ``\\fbox{...}`` (braces matched, ``\\{`` ignored), or ``\\boxed 5``. If the last
+   box is empty or never closed (degenerate or truncated output) there is no answer: earlier boxes are not
+   used, in such outputs they belong to hallucinated follow-up questions.
+3. Only when there is no box at all: GSM8K ``#### N``, then a line ``A: N`` / ``Answer: N``, then
+   "... answer is X", then the last number in the text (thousands commas dropped, ``$`` ignored). A one-line
+   answer is cut at the end of its sentence and a number followed only by words ("18 dollars") keeps the number.
+
+Every scan is a single pass or a regex without nested quantifiers, so huge and adversarial strings stay linear.
+
+Verification (:func:`verify_answer`) parses the extracted answer and the reference, each wrapped in
+``\\boxed{}``, with ``math_verify`` (whose LaTeX normalisation handles ``\\dfrac``, units, ``^\\circ``, ``\\%``,
+``10{,}000``, ``\\text{(C)}``, ``x \\in [a,b]``, ...) and compares them with ``math_verify.verify``. A reference
+that is a whole solution (with ``\\boxed`` or ``####``) is reduced to its answer first.
+
+Time limit: ``math_verify``'s own limit is ``signal.alarm``, which fails off the main thread, so we call it with
+its timeouts disabled (``None``) and bound the work ourselves:
+
+* answers longer than :data:`MAX_ANSWER_CHARS` are scored False without parsing;
+* on the main thread a ``SIGALRM`` interval timer interrupts a slow parse or comparison after ``timeout_s``;
+* off the main thread the item goes to the worker pool below, whose workers run it on their own main thread
+  under the same timer;
+* the pool parent also keeps a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck
+  in C code, where a signal handler cannot run, or a worker that died is killed and replaced, and its item is
+  scored False.
+
+:func:`grade_batch` uses one module-level pool of ``forkserver`` workers (safe when torch or other threads live
+in the parent), created on first use, reused across calls and stopped by :func:`shutdown_pool` (also at exit).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import multiprocessing as mp
+import os
+import re
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from multiprocessing.connection import wait as wait_for_ready
+from pathlib import Path
+from typing import Any
+
+from math_verify import parse, verify
+
+DEFAULT_TIMEOUT_S = 5.0
+# Real final answers (matrices and long polynomials included) are far shorter; longer ones come from
+# degenerate outputs, which is where sympy can take unbounded time.
+MAX_ANSWER_CHARS = 1_000
+# Below this many items a pool's round trips cost more than they save.
+MIN_POOL_BATCH = 32
+# Time the pool parent allows on top of a worker's own timer before it kills the worker.
+HARD_DEADLINE_GRACE_S = 2.0
+WORKER_START_TIMEOUT_S = 120.0
+
+# We disable math_verify's signal timeouts on purpose (see the module docstring); its warning about it is noise.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    correct: bool
+    extracted_answer: str | None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Extraction
+# ----------------------------------------------------------------------------------------------------------
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_BRACE_RE = re.compile(r"\\[{}]|[{}]")
+# Fallback markers, most specific first; the answer is the rest of the line after the last match.
+_FALLBACK_MARKERS = (
+    re.compile(r"####"),
+    re.compile(r"^[ \t*]*(?:A|Answer)[ \t*]*:", re.MULTILINE | re.IGNORECASE),
+    re.compile(r"answer is\b", re.IGNORECASE),
+)
+_NUMBER_RE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|-?\d+(?:\.\d+)?|-?\.\d+")
+# A sentence ends at a full stop followed by whitespace or the end; the point in "3.5" is no such stop.
+_SENTENCE_END_RE = re.compile(r"\.(?:\s|$)")
+_WORD_RE = re.compile(r"[A-Za-z'-]+")
+_INLINE_NOISE = ("$", "\\(", "\\)", "\\[", "\\]", "**")
+
+
+def extract_answer(text: str) -> str | None:
+    """Return the final answer of a completion, or None when it has none. Never raises."""
+    try:
+        return _extract(text)
+    except Exception:  # a reward function must not crash a training step
+        return None
+
+
+def _extract(text: str) -> str | None:
+    if not isinstance(text, str):
+        return None
+    end_think = text.rfind("</think>")
+    if end_think >= 0:
+        text = text[end_think + len("</think>") :]
+    elif "<think>" in text:
+        return _last_boxed(text)
+    if _BOX_RE.search(text):
+        return _last_boxed(text)
+    for marker in _FALLBACK_MARKERS:
+        answer = _clean_inline(_rest_of_line_after_last(marker, text))
+        if answer:
+            return answer
+    return _last_number(text)
+
+
+def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    tail = deque(pattern.finditer(text), maxlen=1)
+    return tail[0] if tail else None
+
+
+def _last_boxed(text: str) -> str | None:
+    """Content of the last box; None when there is none, or it is empty or never closed."""
+    box = _last_match(_BOX_RE, text)
+    if box is None:
+        return None
+    rest = text[box.end() :].lstrip()
+    if not rest.startswith("{"):
+        # "\boxed 5": up to the end of the math span or the line, as the Hendrycks MATH grader reads it.
+        return re.split(r"[$\n]", rest, maxsplit=1)[0].strip() or None
+    open_at = len(text) - len(rest)
+    depth = 0
+    for brace in _BRACE_RE.finditer(text, open_at):
+        if brace.group() == "{":
+            depth += 1
+        elif brace.group() == "}":
+            depth -= 1
+            if depth == 0:
+                return text[open_at + 1 : brace.start()].strip() or None
+    return None
+
+
+def _rest_of_line_after_last(marker: re.Pattern[str], text: str) -> str:
+    match = _last_match(marker, text)
+    if match is None:
+        return ""
+    line_end = text.find("\n", match.end())
+    return text[match.end() : line_end if line_end >= 0 else len(text)]
+
+
+def _clean_inline(answer: str) -> str | None:
+    """Trim a one-line answer: end of sentence, math delimiters, bold markers; a plain number loses its `$`,
+    thousands commas and any unit words after it ("$1,000 dollars" -> "1000")."""
+    sentence_end = _SENTENCE_END_RE.search(answer)
+    if sentence_end:
+        answer = answer[: sentence_end.start()]
+    for noise in _INLINE_NOISE:
+        answer = answer.replace(noise, "")
+    answer = answer.strip(" \t:*.,;")
+    first, _, words = answer.partition(" ")
+    number = first.lstrip("\\$")
+    if _NUMBER_RE.fullmatch(number) and all(_WORD_RE.fullmatch(word) for word in words.split()):
+        return number.replace(",", "")
+    return answer or None
+
+
+def _last_number(text: str) -> str | None:
+    number = _last_match(_NUMBER_RE, text)
+    return number.group().replace(",", "") if number else None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Verification
+# ----------------------------------------------------------------------------------------------------------
+
+
+class _Timeout(BaseException):
+    """Raised by the alarm; a BaseException so sympy's broad `except Exception` blocks cannot swallow it."""
+
+
+def _signal_timer_usable() -> bool:
+    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+
+
+@contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise _Timeout in the main thread after `seconds` (SIGALRM interval timer, sub-second resolution)."""
+
+    def on_alarm(signum: int, frame: Any) -> None:
+        raise _Timeout
+
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+        finally:
+            signal.signal(signal.SIGALRM, previous)
+
+
+def verify_answer(extracted: str | None, reference: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+    """True when `extracted` is mathematically equivalent to `reference`. Never raises; False on error/timeout.
+
+    On the main thread the check runs here under a SIGALRM timer; on other threads it runs in the worker pool.
+    """
+    if not _signal_timer_usable():
+        return bool(_run_in_pool(None, _verify_limited, [(extracted, reference, timeout_s)], timeout_s)[0])
+    return _verify_limited(extracted, reference, timeout_s)
+
+
+def _verify_limited(extracted: str | None, reference: str, timeout_s: float) -> bool:
+    """verify_answer for the main thread of this process."""
+    try:
+        with _time_limit(timeout_s):
+            return _verify(extracted, reference)
+    except (Exception, _Timeout):  # an answer we cannot parse or compare in time is not a correct one
+        return False
+
+
+def _verify(extracted: str | None, reference: str) -> bool:
+    if not extracted or len(extracted) > MAX_ANSWER_CHARS:
+        return False
+    gold = _parse_reference(str(reference))
+    return bool(gold) and verify(gold, _parse_latex(extracted), timeout_seconds=None)
+
+
+@lru_cache(maxsize=4096)
+def _parse_reference(reference: str) -> list[Any]:
+    # Cached: GRPO grades a group of samples against the same reference.
+    if _BOX_RE.search(reference) or "####" in reference:
+        reference = _extract(reference) or ""
+    return _parse_latex(reference) if reference.strip() else []
+
+
+def _parse_latex(answer: str) -> list[Any]:
+    answer = answer.strip()
+    if len(answer) > 1 and answer[0] == answer[-1] == "$":
+        answer = answer.strip("$")
+    return parse("\\boxed{" + answer + "}", parsing_timeout=None)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Grading
+# ----------------------------------------------------------------------------------------------------------
+
+
+def grade(completion: str, reference: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> GradeResult:
+    """Extract the final answer of `completion` and check it against `reference`. Never raises."""
+    extracted = extract_answer(completion)
+    return GradeResult(verify_answer(extracted, reference, timeout_s=timeout_s), extracted)
+
+
+def _grade_limited(completion: str, reference: str, timeout_s: float) -> GradeResult:
+    """grade for the main thread of this process (in-process batches and pool workers)."""
+    extracted = extract_answer(completion)
+    return GradeResult(_verify_limited(extracted, reference, timeout_s), extracted)
+
+
+def grade_batch(
+    completions: Sequence[str],
+    references: Sequence[str],
+    *,
+    num_workers: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[GradeResult]:
+    """Grade completions against references, results in input order.
+
+    Uses the shared pool of `num_workers` processes (default: the CPUs this process may use). Batches under
+    MIN_POOL_BATCH items, or `num_workers=0`, are graded in this process when called from the main thread.
+    An item past its deadline, or whose worker died, is scored False and the worker replaced.
+    """
+    if len(completions) != len(references):
+        raise ValueError(f"{len(completions)} completions but {len(references)} references")
+    if _signal_timer_usable() and (len(completions) < MIN_POOL_BATCH or num_workers == 0):
+        return [_grade_limited(c, r, timeout_s) for c, r in zip(completions, references)]
+    items = [(c, r, timeout_s) for c, r in zip(completions, references)]
+    results = _run_in_pool(num_workers, _grade_limited, items, timeout_s)
+    return [
+        result if result is not None else GradeResult(False, extract_answer(completion))
+        for result, completion in zip(results, completions)
+    ]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Worker pool
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _worker_main(conn: Any) -> None:
+    """Worker loop: receive (func, items), send back one result per item as soon as it is done."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    conn.send("ready")
+    while True:
+        try:
+            func, items = conn.recv()
+        except EOFError:  # the parent is gone
+            return
+        for args in items:
+            conn.send(func(*args))
+
+
+class _Worker:
+    def __init__(self, ctx: Any) -> None:
+        self.conn, child_conn = ctx.Pipe()
+        self.process = ctx.Process(target=_worker_main, args=(child_conn,), daemon=True)
+        self.process.start()
+        child_conn.close()
+
+    def wait_ready(self) -> None:
+        if not self.conn.poll(WORKER_START_TIMEOUT_S) or self.conn.recv() != "ready":
+            raise RuntimeError("a grading worker process did not start")
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.join()
+        self.conn.close()
+
+
+class _WorkerPool:
+    """Fixed-size process pool with a deadline per item; unlike concurrent.futures it can kill one stuck worker."""
+
+    def __init__(self, size: int) -> None:
+        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+        self._ctx = mp.get_context(method)
+        if method == "forkserver":
+            # Workers fork from a server that has imported sympy and math_verify once: a replacement worker
+            # starts in milliseconds instead of re-importing them. (No effect if the server already runs.)
+            self._ctx.set_forkserver_preload([__name__])
+        self.size = size
+        self.pid = os.getpid()
+        self._workers = [_Worker(self._ctx) for _ in range(size)]
+        try:
+            for worker in self._workers:
+                worker.wait_ready()
+        except RuntimeError:
+            self.close()
+            raise
+
+    def _replace(self, worker: _Worker) -> _Worker:
+        worker.kill()
+        fresh = _Worker(self._ctx)
+        self._workers[self._workers.index(worker)] = fresh
+        fresh.wait_ready()
+        return fresh
+
+    def run(self, func: Callable[..., Any], items: list[tuple[Any, ...]], timeout_s: float) -> list[Any]:
+        """`func(*item)` for each item, in order; None where an item hung past its deadline or killed its worker."""
+        results: list[Any] = [None] * len(items)
+        # Chunks amortise the round trips; several per worker keep the load balanced.
+        chunk = max(1, min(16, len(items) // (4 * self.size)))
+        todo = deque(deque(range(i, min(i + chunk, len(items)))) for i in range(0, len(items), chunk))
+        idle = list(self._workers)
+        busy: dict[Any, tuple[_Worker, deque[int], float]] = {}  # conn -> (worker, its items left, deadline)
+        per_item_s = timeout_s + HARD_DEADLINE_GRACE_S
+        while todo or busy:
+            while idle and todo:
+                worker, pending = idle.pop(), todo.popleft()
+                worker.conn.send((func, [items[i] for i in pending]))
+                busy[worker.conn] = (worker, pending, time.monotonic() + per_item_s)
+            next_deadline = min(deadline for _, _, deadline in busy.values())
+            ready = set(wait_for_ready(list(busy), max(0.0, next_deadline - time.monotonic())))
+            now = time.monotonic()
+            for conn, (worker, pending, deadline) in list(busy.items()):
+                if conn in ready:  # a result, or EOF if the worker died
+                    try:
+                        results[pending[0]] = conn.recv()
+                        ok = True
+                    except (EOFError, OSError):
+                        ok = False
+                elif deadline <= now:  # stuck where its own timer cannot reach
+                    ok = False
+                else:
+                    continue
+                del busy[conn]
+                pending.popleft()  # done, or left as None
+                if not ok:
+                    worker = self._replace(worker)
+                if ok and pending:
+                    busy[conn] = (worker, pending, time.monotonic() + per_item_s)
+                    continue
+                if pending:
+                    todo.appendleft(pending)
+                idle.append(worker)
+        return results
+
+    def close(self) -> None:
+        for worker in self._workers:
+            worker.kill()
+
+
+_POOL: _WorkerPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _available_cpus() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _run_in_pool(
+    size: int | None, func: Callable[..., Any], items: list[tuple[Any, ...]], timeout_s: float
+) -> list[Any]:
+    """Run on the shared pool, (re)creating it as needed; the lock keeps two callers off the same pipes."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is not None and _POOL.pid != os.getpid():
+            _POOL = None  # inherited through fork: those workers belong to the parent
+        wanted = max(1, size or (_POOL.size if _POOL else _available_cpus()))
+        if _POOL is not None and _POOL.size != wanted:
+            _POOL.close()
+            _POOL = None
+        if _POOL is None:
+            _POOL = _WorkerPool(wanted)
+        try:
+            return _POOL.run(func, items, timeout_s)
+        except BaseException:
+            # Interrupted mid-run (Ctrl-C, a worker that cannot restart): the workers may still send results
+            # for this run, which the next run would misread, so the pool goes.
+            _POOL.close()
+            _POOL = None
+            raise
+
+
+def shutdown_pool() -> None:
+    """Stop the shared worker pool; the next call that needs one starts a new one."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is not None and _POOL.pid == os.getpid():
+            _POOL.close()
+        _POOL = None
+
+
+atexit.register(shutdown_pool)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Files
+# ----------------------------------------------------------------------------------------------------------
+
+
+def grade_file(
+    input_path: str | Path,
+    output_path: str | Path | None = None,
+    *,
+    num_workers: int | None = None,
+    label_column: str = "label",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Grade a JSONL file whose rows have `model_output` and `reference_answer`.
+
+    Writes each row plus `correct` and `extracted_answer` to `output_path` when given. Returns `rows`,
+    `correct`, `seconds`, and `agreement` (fraction of rows where `correct` equals `label_column`) when every
+    row has that label. Raises ValueError naming the line and column of a malformed row.
+    """
+    start = time.perf_counter()
+    rows = _read_rows(Path(input_path), label_column)
+    results = grade_batch(
+        [row["model_output"] for row in rows],
+        [str(row["reference_answer"]) for row in rows],
+        num_workers=num_workers,
+        timeout_s=timeout_s,
+    )
+    if output_path is not None:
+        with Path(output_path).open("w", encoding="utf-8") as out:
+            for row, result in zip(rows, results):
+                graded = {**row, "correct": result.correct, "extracted_answer": result.extracted_answer}
+                out.write(json.dumps(graded, ensure_ascii=False) + "\n")
+    summary: dict[str, Any] = {
+        "rows": len(rows),
+        "correct": sum(result.correct for result in results),
+        "seconds": time.perf_counter() - start,
+    }
+    if rows and all(row.get(label_column) is not None for row in rows):
+        agree = sum(result.correct == row[label_column] for row, result in zip(rows, results))
+        summary["agreement"] = agree / len(rows)
+    return summary
+
+
+def _read_rows(path: Path, label_column: str) -> list[dict[str, Any]]:
+    rows = []
+    with path.open(encoding="utf-8") as lines:
+        for line_number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}, line {line_number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ValueError(f"{where}: invalid JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
+            if not isinstance(row.get("model_output"), str):
+                raise ValueError(f"{where}: column 'model_output' is missing or not a string")
+            reference = row.get("reference_answer")
+            if not isinstance(reference, (str, int, float)) or isinstance(reference, bool):
+                raise ValueError(f"{where}: column 'reference_answer' is missing or not a string or number")
+            if row.get(label_column) is not None and not isinstance(row[label_column], bool):
+                raise ValueError(f"{where}: column {label_column!r} must be true or false")
+            rows.append(row)
+    return rows
