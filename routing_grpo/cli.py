@@ -121,11 +121,79 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
+    """``a=1,b=2`` -> {"a": 1, "b": 2}."""
+    out: dict[str, Any] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise CliError(f"{flag}: expected NAME=VALUE[,NAME=VALUE...], got {text!r}")
+        try:
+            out[key.strip()] = cast(value.strip())
+        except ValueError:
+            raise CliError(f"{flag}: bad value for {key.strip()!r}: {value.strip()!r}") from None
+    return out
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from routing_grpo.evaluate import EvalConfig, run_eval
+
+    recipe: dict[str, Any] = {}
+    if args.config:
+        import yaml
+
+        recipe = yaml.safe_load(Path(args.config).read_text()) or {}
+        load_recipe_modes(args.config)  # validates the recipe's modes with a clear message
+    try:
+        config = EvalConfig(
+            model=args.model,
+            benchmarks=[b for b in args.benchmarks.split(",") if b],
+            output=args.output,
+            samples=_parse_mapping(args.samples, "--samples", int),
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_tokens=args.max_tokens,
+            backend=args.backend,
+            limit=args.limit,
+            force_mode=args.force_mode,
+            no_routing=args.no_routing,
+            data=_parse_mapping(args.data, "--data"),
+            batch_size=args.batch_size,
+            seed=args.seed,
+            method=args.method,
+            run_seed=args.run_seed,
+            **{
+                k: recipe[k]
+                for k in ("modes", "routing_instruction", "routing_question")
+                if recipe.get(k) is not None
+            },
+        )
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    try:
+        summaries = run_eval(config)
+    except (FileNotFoundError, ValueError) as err:
+        raise CliError(str(err)) from None
+    for bench, summary in summaries.items():
+        shares = summary.get("mode_shares")
+        split = " ".join(f"{m}={v:.2f}" for m, v in shares.items()) if shares else "-"
+        print(
+            f"{bench}: accuracy {summary['accuracy']:.3f}, mean length {summary['mean_length']:.0f} tokens, "
+            f"routing {split}, samples {summary['num_samples']}"
+        )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="routing-grpo", description="Self-routing GRPO: learn when to think (NoThink / Short / Long)."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser(
+        "train", help="train the router or a baseline: routing-grpo train --config RECIPE.yaml ..."
+    )
 
     p = sub.add_parser("reward-table", help="reward of a correct answer per mode and length, and crossovers")
     p.add_argument("--config", help="recipe YAML whose `modes` to use (default: the paper's modes)")
@@ -141,6 +209,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=cmd_grade)
 
+    p = sub.add_parser("eval", help="evaluate a model on math500 / gsm8k / aime24 / aime25")
+    p.add_argument("--model", required=True, help="checkpoint directory or Hub name")
+    p.add_argument("--benchmarks", default="math500,gsm8k,aime24,aime25", help="comma-separated benchmarks")
+    p.add_argument("--samples", help="samples per prompt, e.g. gsm8k=5,aime24=16 (paper defaults otherwise)")
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--max-tokens", type=int, default=16384, help="uncapped generation up to this many tokens")
+    p.add_argument("--backend", choices=["auto", "vllm", "transformers"], default="auto")
+    p.add_argument("--limit", type=int, help="first N problems of each benchmark")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--force-mode", help="evaluate one mode: its word is appended after the routing question"
+    )
+    group.add_argument("--no-routing", action="store_true", help="plain prompt (base model or a baseline)")
+    p.add_argument("--config", help="training recipe: its modes, routing instruction and question are used")
+    p.add_argument("--data", help="local files per benchmark, e.g. math500=data/math500.jsonl (default: Hub)")
+    p.add_argument("--batch-size", type=int, default=16, help="prompts per generation batch")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--method", help="label for reports (default: router / base / the forced mode)")
+    p.add_argument("--run-seed", type=int, help="training seed of the checkpoint, for reports")
+    p.add_argument("--output", required=True, help="directory: <benchmark>/samples.jsonl and summary.json")
+    p.set_defaults(func=cmd_eval)
+
     p = sub.add_parser("report", help="tables and figures across eval runs (router vs single-mode baselines)")
     p.add_argument("--runs", nargs="+", required=True, help="run directories holding summary.json files")
     p.add_argument("--output", required=True, help="directory for results.md, CSV tables and PNG figures")
@@ -150,6 +241,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["train"]:
+        # Training has its own TrlParser (recipe YAML + every GRPOConfig flag); hand it the rest.
+        from routing_grpo.train import cli as train_cli
+
+        train_cli(argv[1:])
+        return 0
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
