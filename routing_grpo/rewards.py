@@ -14,12 +14,16 @@ applies the caps, grades the answer against the dataset's ``answer`` column and 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import importlib
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from routing_grpo.modes import INVALID, Detection, ModeDetector, ModeSpec
 
 DEFAULT_INVALID_REWARD = -0.5
+
+Verifier = Callable[[str, Any], bool]
+"""``verifier(completion_text, reference) -> bool``: whether a completion's answer is right."""
 
 
 def flat_modes(modes: Sequence[ModeSpec]) -> tuple[ModeSpec, ...]:
@@ -96,6 +100,45 @@ def completion_text(completion: Any) -> str:
     return ""
 
 
+def countdown_verifier(completion: str, reference: Any) -> bool:
+    """Countdown grading from the reference solution alone: the completion's final expression must use the
+    numbers of ``reference`` (a canonical solution such as ``"67 + 92 - 23"``) each exactly once and reach its
+    value. Never raises (an unreadable reference grades every completion wrong)."""
+    from routing_grpo import countdown
+
+    try:
+        parsed = countdown.parse_expression(str(reference))
+    except Exception:
+        return False
+    if parsed.value.denominator != 1:
+        return False
+    return countdown.grade_countdown(completion, parsed.numbers, int(parsed.value))
+
+
+def resolve_verifier(spec: str | Verifier | None) -> Verifier | None:
+    """A verifier from its config name: None / "math" (the default math grading, returned as None so the
+    batched grader with timeouts is used), "countdown", or "package.module:function"; a callable is returned
+    as is."""
+    if spec is None or callable(spec):
+        return spec
+    if spec == "math":
+        return None
+    if spec == "countdown":
+        return countdown_verifier
+    module_name, sep, attr = str(spec).partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"verifier: expected 'math', 'countdown' or 'package.module:function', got {spec!r}")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"verifier: cannot import {spec!r} ({err})") from None
+    if not callable(target):
+        raise ValueError(f"verifier: {spec!r} is not callable")
+    return target
+
+
 class RoutingReward:
     """TRL reward function for self-routing: detection, caps, grading and the reward surface.
 
@@ -106,6 +149,10 @@ class RoutingReward:
 
     After each call, :attr:`last` holds the per-rollout facts (mode, length, capped, correct), so the
     trainer and its metrics reuse them instead of grading twice.
+
+    ``verifier`` (``(completion_text, reference) -> bool``) decides correctness; the default grades math
+    answers (last ``\\boxed{}``, math-verify) in a batched pool with timeouts. :func:`countdown_verifier`
+    grades Countdown; ``resolve_verifier`` maps the config names.
     """
 
     def __init__(
@@ -116,8 +163,10 @@ class RoutingReward:
         answer_column: str = "answer",
         invalid_reward: float = DEFAULT_INVALID_REWARD,
         single_mode: int | None = None,
+        verifier: str | Verifier | None = None,
     ) -> None:
         self.modes = tuple(modes)
+        self.verifier = resolve_verifier(verifier)
         self.answer_column = answer_column
         self.invalid_reward = invalid_reward
         self.single_mode = single_mode
@@ -155,10 +204,15 @@ class RoutingReward:
 
         # Capped and invalid rollouts are not graded: their reward does not depend on the answer.
         to_grade = [i for i in range(n) if modes_idx[i] != INVALID and not capped[i]]
-        results = grade_batch([texts[i] for i in to_grade], [references[i] for i in to_grade])
         correct = [False] * n
-        for i, res in zip(to_grade, results):
-            correct[i] = bool(res.correct)
+        if self.verifier is None:
+            results = grade_batch([texts[i] for i in to_grade], [references[i] for i in to_grade])
+            for i, res in zip(to_grade, results):
+                correct[i] = bool(res.correct)
+        else:
+            raw_references = columns[self.answer_column]
+            for i in to_grade:
+                correct[i] = bool(self.verifier(texts[i], raw_references[i]))
 
         rewards = [
             routing_reward(

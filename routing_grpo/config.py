@@ -1,0 +1,351 @@
+"""``RoutingGRPOConfig``: TRL's ``GRPOConfig`` plus the self-routing method's settings (SPEC.md).
+
+Every schedule here (``warmup_steps``, ``flatten_reward_step``, ``balance_anneal_*``) counts *generation
+batches*, the paper's steps (SPEC.md "Loss and steps"); the trainer converts TRL's ``global_step``.
+The config stays parseable by ``trl.TrlParser`` from YAML: ``modes`` is a list of plain dicts there and
+:attr:`RoutingGRPOConfig.mode_specs` holds the parsed :class:`~routing_grpo.modes.ModeSpec` tuple.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import GRPOConfig
+
+from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index, parse_modes
+from routing_grpo.modes import routing_instruction as build_routing_instruction
+
+BATCH_STEP_FIELDS = ("total_batch_steps", "eval_every_batch_steps", "save_every_batch_steps")
+VERIFIERS = ("math", "countdown")
+
+
+def optimizer_steps_per_generation_batch(
+    steps_per_generation: int, num_iterations: int, gradient_accumulation_steps: int
+) -> int:
+    """Optimizer steps one generation batch is trained in: ``steps_per_generation x num_iterations /
+    gradient_accumulation_steps``, which must be a whole number for schedules stated in generation batches.
+
+    Example (the paper on 4 processes): per-device batch 8, GA 8, steps_per_generation 32 -> 32 / 8 = 4.
+    """
+    micro = steps_per_generation * num_iterations
+    if micro % gradient_accumulation_steps:
+        raise ValueError(
+            "total_batch_steps / eval_every_batch_steps / save_every_batch_steps: a generation batch must be a "
+            f"whole number of optimizer steps, but steps_per_generation ({steps_per_generation}) x num_iterations "
+            f"({num_iterations}) = {micro} micro-batches is not a multiple of gradient_accumulation_steps "
+            f"({gradient_accumulation_steps})"
+        )
+    return micro // gradient_accumulation_steps
+
+
+def _default_modes() -> list[dict[str, Any]]:
+    return [m.to_dict() for m in DEFAULT_MODES]
+
+
+@dataclass
+class RoutingGRPOConfig(GRPOConfig):
+    """Configuration of :class:`~routing_grpo.trainer.RoutingGRPOTrainer`.
+
+    Defaults follow the paper's MATH recipe where TRL's defaults differ: token-mean loss (``dapo``), no
+    KL term (``beta=0``) and no std division (``scale_rewards="none"``).
+    """
+
+    modes: list[dict] = field(
+        default_factory=_default_modes,
+        metadata={
+            "help": "Reasoning modes, briefest first: a list of {name, word, base, gamma, cap} mappings "
+            "(cap null = no cap beyond max_completion_length). Default: NoThink / Short / Long of the paper."
+        },
+    )
+    routing_instruction: str | None = field(
+        default=None,
+        metadata={
+            "help": "Sentence appended to the last user turn of every prompt. Default: built from the mode "
+            "words ('Output NoThink to answer directly, Short for brief reasoning, or Long for extended "
+            "reasoning.'). Use an empty string for none."
+        },
+    )
+    routing_question: str = field(
+        default="Mode:",
+        metadata={
+            "help": "Text placed after the chat template's generation prompt, before the answer (may be empty). "
+            "A short question that invites the routing word makes free routing words appear sooner."
+        },
+    )
+    warmup_steps: int = field(
+        default=45,
+        metadata={"help": "Generation batches with forced rollouts (steps s < warmup_steps)."},
+    )
+    forced_per_mode: int | None = field(
+        default=None,
+        metadata={"help": "Rollouts of every group forced into each mode during warmup. Default floor(G/4)."},
+    )
+    invalid_routing_reward: float = field(
+        default=-0.5,
+        metadata={"help": "Reward of a rollout without a valid routing word."},
+    )
+    balance_coef: float = field(
+        default=1.0,
+        metadata={"help": "beta_bal: coefficient of the gated balance term before its anneal starts."},
+    )
+    balance_target: float | None = field(
+        default=None,
+        metadata={"help": "p*, the target share of each mode among free rollouts. Default 1/K."},
+    )
+    balance_anneal_start: int = field(
+        default=60,
+        metadata={"help": "Generation batch at which beta_bal starts its linear anneal to 0."},
+    )
+    balance_anneal_end: int = field(
+        default=85,
+        metadata={"help": "Generation batch at which beta_bal reaches 0."},
+    )
+    flatten_reward_step: int | None = field(
+        default=60,
+        metadata={"help": "Generation batch from which every base and gamma is 1.0 (phase 2); null = never."},
+    )
+    single_mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "Name of a mode: train that single-mode baseline (every rollout in the mode, its cap and "
+            "reward; no instruction, routing question, routing word, balance term or free rollouts)."
+        },
+    )
+    answer_column: str = field(
+        default="answer",
+        metadata={"help": "Dataset column holding the reference answer."},
+    )
+    eval_temperature: float = field(
+        default=0.6,
+        metadata={"help": "Sampling temperature of validation rollouts (free, uncapped)."},
+    )
+    verifier: str = field(
+        default="math",
+        metadata={
+            "help": "How a completion is graded against the reference (the answer_column value): 'math' (last "
+            "\\boxed{} answer verified with math-verify), 'countdown' (the final expression uses every number "
+            "of the reference solution once and reaches its value), or 'package.module:function' naming a "
+            "callable (completion_text, reference) -> bool."
+        },
+    )
+    enforce_caps_in_generation: bool = field(
+        default=True,
+        metadata={
+            "help": "Stop each training rollout at its mode's cap during transformers generation (a free row's "
+            "mode is read from its first tokens); the post-hoc cut after generation stays as the exact rule."
+        },
+    )
+
+    # Schedules in generation batches (the paper's steps), converted to optimizer steps.
+    total_batch_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Length of training in generation batches (the paper's steps, 90). When set, max_steps = "
+            "total_batch_steps x optimizer steps per generation batch "
+            "(steps_per_generation x num_iterations / gradient_accumulation_steps)."
+        },
+    )
+    eval_every_batch_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Validate every N generation batches (the paper: 10). When set, eval_strategy='steps' and "
+            "eval_steps = N x optimizer steps per generation batch."
+        },
+    )
+    save_every_batch_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Save a checkpoint every N generation batches. When set, save_strategy='steps' and "
+            "save_steps = N x optimizer steps per generation batch."
+        },
+    )
+
+    # Method defaults that differ from TRL's.
+    loss_type: str = field(
+        default="dapo",
+        metadata={"help": "GRPO loss aggregation; the method uses token-mean over the batch ('dapo')."},
+    )
+    beta: float = field(default=0.0, metadata={"help": "KL coefficient; the method uses none (0.0)."})
+    scale_rewards: str = field(
+        default="none",
+        metadata={"help": "Must be 'none': the method centres rewards per group without std division."},
+    )
+
+    def __post_init__(self) -> None:
+        for name in BATCH_STEP_FIELDS:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}: must be a positive number of generation batches, got {value!r}")
+        # The strategies must be set before TrainingArguments.__post_init__ turns them into enums and checks
+        # them; the step counts are filled in once GRPOConfig has worked out steps_per_generation.
+        if self.eval_every_batch_steps is not None:
+            self.eval_strategy = "steps"
+        if self.save_every_batch_steps is not None:
+            self.save_strategy = "steps"
+        super().__post_init__()
+        self._mode_specs = self._parse_modes()
+        self._validate()
+        self.apply_generation_batch_units()
+
+    # ------------------------------------------------------------------------------------------------------
+
+    def _parse_modes(self) -> tuple[ModeSpec, ...]:
+        if isinstance(self.modes, str):
+            import json
+
+            try:
+                self.modes = json.loads(self.modes)
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"modes: expected a list of mappings (YAML or JSON), got {self.modes!r}"
+                ) from err
+        if not isinstance(self.modes, list | tuple) or not self.modes:
+            raise ValueError(f"modes: expected a non-empty list of mode mappings, got {self.modes!r}")
+        try:
+            specs = parse_modes(self.modes)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"modes: {err}") from None
+        # Keep the field plain data so the config serialises (to_dict / checkpoints) and re-parses.
+        self.modes = [m.to_dict() for m in specs]
+        return specs
+
+    def _validate(self) -> None:
+        specs = self._mode_specs
+        k = len(specs)
+        g = self.num_generations
+        if self.scale_rewards != "none":
+            raise ValueError(
+                f"scale_rewards: must be 'none' for self-routing (rewards are group-centred without std "
+                f"division, SPEC.md 'Advantage'), got {self.scale_rewards!r}"
+            )
+        if self.single_mode is not None:
+            try:
+                mode_index(specs, self.single_mode)
+            except ValueError as err:
+                raise ValueError(f"single_mode: {err}") from None
+        if self.forced_per_mode is None:
+            self.forced_per_mode = g // 4
+        if self.forced_per_mode < 0:
+            raise ValueError(f"forced_per_mode: must be >= 0, got {self.forced_per_mode}")
+        if self.single_mode is None and k * self.forced_per_mode > g:
+            raise ValueError(
+                f"forced_per_mode: {k} modes x forced_per_mode {self.forced_per_mode} = "
+                f"{k * self.forced_per_mode} forced rollouts exceed num_generations ({g})"
+            )
+        if self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps: must be >= 0, got {self.warmup_steps}")
+        if self.max_completion_length is not None:
+            for m in specs:
+                if m.cap is not None and m.cap > self.max_completion_length:
+                    raise ValueError(
+                        f"modes: cap of {m.name!r} ({m.cap}) exceeds max_completion_length "
+                        f"({self.max_completion_length}); lower the cap or raise max_completion_length"
+                    )
+        if self.balance_anneal_start > self.balance_anneal_end:
+            raise ValueError(
+                f"balance_anneal_start ({self.balance_anneal_start}) must be <= balance_anneal_end "
+                f"({self.balance_anneal_end})"
+            )
+        if self.balance_coef < 0:
+            raise ValueError(f"balance_coef: must be >= 0, got {self.balance_coef}")
+        if self.balance_target is not None and not 0.0 < self.balance_target <= 1.0:
+            raise ValueError(f"balance_target: must be in (0, 1], got {self.balance_target}")
+        if self.flatten_reward_step is not None and self.flatten_reward_step < 0:
+            raise ValueError(f"flatten_reward_step: must be >= 0 or null, got {self.flatten_reward_step}")
+        if not self.eval_temperature > 0:
+            raise ValueError(f"eval_temperature: must be > 0, got {self.eval_temperature}")
+        if not isinstance(self.verifier, str) or not (self.verifier in VERIFIERS or ":" in self.verifier):
+            raise ValueError(
+                f"verifier: expected one of {list(VERIFIERS)} or 'package.module:function', got {self.verifier!r}"
+            )
+        if not self.answer_column:
+            raise ValueError("answer_column: must name the dataset column with reference answers")
+        if self.mask_truncated_completions:
+            raise ValueError(
+                "mask_truncated_completions: must be False; a rollout cut at its mode's cap keeps its first "
+                "C_m tokens in the loss (SPEC.md 'Caps')"
+            )
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "multi_objective_aggregation: must be 'sum_then_normalize'; the routing advantages are the "
+                "group-centred weighted reward sum"
+            )
+
+    # ------------------------------------------------------------------------------------------------------
+
+    @property
+    def uses_generation_batch_units(self) -> bool:
+        return any(getattr(self, name) is not None for name in BATCH_STEP_FIELDS)
+
+    def apply_generation_batch_units(self) -> None:
+        """Sets max_steps / eval_steps / save_steps from the ``*_batch_steps`` fields (no-op when unset).
+
+        ``steps_per_generation`` is fixed by ``GRPOConfig.__post_init__`` from the process count it sees
+        (``world_size``) when only ``generation_batch_size`` is given; the trainer calls this again with the
+        launched process count (:meth:`check_generation_batch_units`).
+        """
+        if not self.uses_generation_batch_units:
+            return
+        per_batch = optimizer_steps_per_generation_batch(
+            self.steps_per_generation, self.num_iterations, self.gradient_accumulation_steps
+        )
+        if self.total_batch_steps is not None:
+            self.max_steps = self.total_batch_steps * per_batch
+        if self.eval_every_batch_steps is not None:
+            self.eval_steps = self.eval_every_batch_steps * per_batch
+        if self.save_every_batch_steps is not None:
+            self.save_steps = self.save_every_batch_steps * per_batch
+
+    def check_generation_batch_units(self, num_processes: int) -> None:
+        """Re-derives the conversion for the process count of the actual launch.
+
+        When ``generation_batch_size`` fixed the generation batch, ``steps_per_generation`` depends on how many
+        processes share it; the config may have been built where that count was not known yet.
+        """
+        if self.generation_batch_size is None or num_processes == self.world_size:
+            return
+        global_batch = self.per_device_train_batch_size * num_processes
+        if self.generation_batch_size % global_batch:
+            raise ValueError(
+                f"generation_batch_size ({self.generation_batch_size}) must be divisible by "
+                f"per_device_train_batch_size x processes ({global_batch})"
+            )
+        self.steps_per_generation = self.generation_batch_size // global_batch
+        self.apply_generation_batch_units()
+
+    @property
+    def optimizer_steps_per_generation_batch(self) -> int | float:
+        """Optimizer steps (TRL's ``global_step``) per generation batch: the paper's 4 (1,024 rollouts in 4
+        mini-batches of 256)."""
+        per = self.steps_per_generation * self.num_iterations / self.gradient_accumulation_steps
+        return int(per) if float(per).is_integer() else per
+
+    @property
+    def mode_specs(self) -> tuple[ModeSpec, ...]:
+        """The parsed modes, briefest first."""
+        return self._mode_specs
+
+    @property
+    def single_mode_index(self) -> int | None:
+        """Index of the single-mode baseline's mode, or None for a routing run."""
+        return None if self.single_mode is None else mode_index(self._mode_specs, self.single_mode)
+
+    @property
+    def effective_routing_instruction(self) -> str:
+        """The instruction appended to prompts ("" for single-mode baselines)."""
+        if self.single_mode is not None:
+            return ""
+        if self.routing_instruction is None:
+            return build_routing_instruction(self._mode_specs)
+        return self.routing_instruction
+
+    @property
+    def effective_routing_question(self) -> str:
+        """The routing question placed after the generation prompt ("" for single-mode baselines)."""
+        return "" if self.single_mode is not None else self.routing_question
+
+    @property
+    def generation_batches_per_optimizer_step(self) -> float:
+        """How many paper steps one optimizer step is (the inverse of optimizer steps per generation)."""
+        return self.gradient_accumulation_steps / (self.steps_per_generation * self.num_iterations)

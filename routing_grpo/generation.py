@@ -1,0 +1,423 @@
+"""Rollout construction for self-routing, as pure functions the trainer calls around TRL's generation.
+
+SPEC.md "Prompt layout" and "Rollouts":
+
+* the routing instruction goes at the end of the last user turn (:func:`add_routing_instruction`);
+* after the chat template's generation prompt comes the routing question Q; a forced rollout also has its
+  mode word t there (:func:`forcing_text`, :func:`plan_forced_modes`);
+* after generation t is promoted from the prompt tail to the completion head (:func:`promote_forced_word`);
+* free rollouts are read by the :class:`~routing_grpo.modes.ModeDetector`; every rollout is cut at its mode's
+  cap (:func:`apply_caps`, the one place per-row caps live) and L is counted after the word.
+
+:func:`finalize_rollouts` runs those last three steps on a batch. For vLLM, :func:`plan_vllm_requests` builds
+the requests (forced rows cannot share a request with free rows: their prompts differ) with per-request token
+budgets, and :func:`scatter_vllm_outputs` puts the answers back in row order.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
+
+INSTRUCTION_SEPARATOR = "\n\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Prompts
+# ---------------------------------------------------------------------------------------------------------
+
+
+def add_routing_instruction(prompt: Any, instruction: str) -> Any:
+    """The prompt with ``instruction`` appended to its last user turn (or to the text of a plain prompt).
+
+    The input is not modified. An empty instruction returns the prompt unchanged.
+    """
+    if not instruction:
+        return prompt
+    if isinstance(prompt, str):
+        return prompt + INSTRUCTION_SEPARATOR + instruction
+    if isinstance(prompt, list):
+        messages = copy.deepcopy(prompt)
+        for message in reversed(messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                content = message.get("content")
+                if isinstance(content, str):
+                    message["content"] = content + INSTRUCTION_SEPARATOR + instruction
+                elif isinstance(content, list):
+                    message["content"] = [
+                        *content,
+                        {"type": "text", "text": INSTRUCTION_SEPARATOR + instruction},
+                    ]
+                else:
+                    raise ValueError(f"prompt: user message content must be text or a list, got {content!r}")
+                return messages
+        raise ValueError(
+            "prompt: a conversational prompt needs a user message to carry the routing instruction"
+        )
+    raise ValueError(f"prompt: expected a string or a list of messages, got {type(prompt).__name__}")
+
+
+def forcing_text(word: str, question: str) -> str:
+    """The text that forces a mode after Q: the word, with a leading space when Q ends in a non-space.
+
+    One form only ("Mode: Short"), so forcing and the promoted token are always the same ids; detection
+    accepts both forms.
+    """
+    if question and not question[-1].isspace():
+        return " " + word
+    return word
+
+
+def plan_forced_modes(
+    num_rows: int,
+    row_offset: int,
+    *,
+    group_size: int,
+    num_modes: int,
+    forced_per_mode: int,
+    warmup: bool,
+) -> list[int | None]:
+    """Forced mode of each local row (None = free), for rows ``row_offset..row_offset+num_rows-1`` of the
+    global batch (laid out group after group, so rows of one group may sit on several processes).
+
+    During warmup the first ``forced_per_mode`` rollouts of every group are forced into mode 0, the next
+    ``forced_per_mode`` into mode 1, and so on; the rest are free. After warmup every rollout is free.
+    """
+    if not warmup or forced_per_mode <= 0:
+        return [None] * num_rows
+    if num_modes * forced_per_mode > group_size:
+        raise ValueError(
+            f"forced_per_mode: {num_modes} x {forced_per_mode} forced rollouts exceed the group size {group_size}"
+        )
+    plan: list[int | None] = []
+    for row in range(row_offset, row_offset + num_rows):
+        position = row % group_size
+        plan.append(position // forced_per_mode if position < num_modes * forced_per_mode else None)
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------------------
+# After generation
+# ---------------------------------------------------------------------------------------------------------
+
+
+def apply_caps(completion_ids: Sequence[int], word_tokens: int, cap: int | None) -> tuple[list[int], bool]:
+    """Cuts a completion at its mode's cap: at most ``word_tokens + cap`` tokens.
+
+    Returns the (possibly shortened) ids and whether the rollout ran past the cap (it is then scored
+    wrong; its first C_m tokens after the word stay in the loss).
+    """
+    ids = list(completion_ids)
+    if cap is None or len(ids) - word_tokens <= cap:
+        return ids, False
+    return ids[: word_tokens + cap], True
+
+
+def promote_forced_word(
+    prompt_ids: Sequence[int], completion_ids: Sequence[int], word_ids: Sequence[int]
+) -> tuple[list[int], list[int]]:
+    """[P | Q | t] || gen  ->  [P | Q] || [t | gen]: the forced word moves to the completion head."""
+    k = len(word_ids)
+    if k == 0 or list(prompt_ids[len(prompt_ids) - k :]) != list(word_ids):
+        raise ValueError(
+            f"promote_forced_word: the prompt does not end with the forced word ids {list(word_ids)} "
+            f"(tail {list(prompt_ids[-max(k, 1) :])})"
+        )
+    return list(prompt_ids[:-k]), list(word_ids) + list(completion_ids)
+
+
+@dataclass(frozen=True)
+class RolloutFacts:
+    """What the trainer knows about one rollout after generation.
+
+    Attributes:
+        mode: mode index (forced label, detected mode, or the single mode), or INVALID.
+        forced: the mode was forced (its label is trusted; no balance term). Single-mode rollouts count as
+            forced.
+        word_tokens: tokens of the routing word at the completion head (0 for single-mode rollouts).
+        length: L, tokens after the routing word (all tokens for invalid and single-mode rollouts).
+        capped: the rollout ran past its mode's cap and was cut there.
+    """
+
+    mode: int
+    forced: bool
+    word_tokens: int
+    length: int
+    capped: bool
+
+
+def finalize_rollouts(
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    forced_modes: Sequence[int | None],
+    *,
+    modes: Sequence[ModeSpec],
+    detector: ModeDetector | None,
+    forced_word_ids: Sequence[Sequence[int]],
+    single_mode: int | None = None,
+    enforce_caps: bool = True,
+    logprobs: Sequence[Sequence[float | None]] | None = None,
+) -> tuple[list[list[int]], list[list[int]], list[list[float | None]] | None, list[RolloutFacts]]:
+    """Promotion, detection, caps and L for a batch of generated rows.
+
+    Args:
+        prompt_ids / completion_ids: the generated rows; forced rows' prompts end with their forced word.
+        forced_modes: forced mode per row (None = free).
+        modes: the mode specs.
+        detector: reads free rows (unused for single-mode runs).
+        forced_word_ids: token ids appended to force each mode (:func:`forcing_text`, tokenized).
+        single_mode: index of a single-mode baseline's mode: every row is in it, there is no word.
+        enforce_caps: False for validation, which is uncapped.
+        logprobs: sampling logprobs per completion token (vLLM), kept aligned: the promoted word gets None
+            (no sampling logprob: TRL then leaves its importance-sampling ratio at exactly 1).
+
+    Returns:
+        New prompt ids, completion ids, logprobs (or None) and the facts of every row.
+    """
+    out_prompts, out_completions, out_logprobs, facts = [], [], [] if logprobs is not None else None, []
+    for i, (p_ids, c_ids) in enumerate(zip(prompt_ids, completion_ids, strict=True)):
+        p_ids, c_ids = list(p_ids), list(c_ids)
+        lps = list(logprobs[i]) if logprobs is not None else None
+        forced_mode = forced_modes[i]
+        if single_mode is not None:
+            mode, forced, word_tokens = single_mode, True, 0
+        elif forced_mode is not None:
+            word = forced_word_ids[forced_mode]
+            p_ids, c_ids = promote_forced_word(p_ids, c_ids, word)
+            if lps is not None:
+                lps = [None] * len(word) + lps
+            mode, forced, word_tokens = forced_mode, True, len(word)
+        else:
+            if detector is None:
+                raise ValueError("finalize_rollouts: free rollouts need a detector")
+            detection = detector.detect(c_ids)
+            mode, forced, word_tokens = detection.mode, False, detection.word_tokens
+        capped = False
+        if mode != INVALID and enforce_caps:
+            c_ids, capped = apply_caps(c_ids, word_tokens, modes[mode].cap)
+            if lps is not None:
+                lps = lps[: len(c_ids)]
+        length = len(c_ids) - word_tokens if mode != INVALID else len(c_ids)
+        out_prompts.append(p_ids)
+        out_completions.append(c_ids)
+        if out_logprobs is not None:
+            out_logprobs.append(lps)
+        facts.append(
+            RolloutFacts(mode=mode, forced=forced, word_tokens=word_tokens, length=length, capped=capped)
+        )
+    return out_prompts, out_completions, out_logprobs, facts
+
+
+# ---------------------------------------------------------------------------------------------------------
+# vLLM requests
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One vLLM request: ``n`` samples of ``prompt_ids`` with at most ``max_tokens`` new tokens, answering
+    the batch rows ``rows`` (in order)."""
+
+    rows: tuple[int, ...]
+    prompt_ids: tuple[int, ...]
+    n: int
+    max_tokens: int
+
+
+def generation_budget(
+    forced_mode: int | None,
+    modes: Sequence[ModeSpec],
+    max_completion_length: int,
+    single_mode: int | None = None,
+) -> int:
+    """max_tokens for a row: cap + 1 for a row whose mode is known before generation (forced or single mode),
+    so that a rollout that would run past the cap is seen to and cut by :func:`apply_caps`; the completion
+    limit for a free row (its mode is only known once the word is written)."""
+    mode = single_mode if single_mode is not None else forced_mode
+    if mode is None or modes[mode].cap is None:
+        return max_completion_length
+    return min(modes[mode].cap + 1, max_completion_length)
+
+
+def plan_vllm_requests(
+    prompt_ids: Sequence[Sequence[int]],
+    forced_modes: Sequence[int | None],
+    *,
+    modes: Sequence[ModeSpec],
+    max_completion_length: int,
+    single_mode: int | None = None,
+) -> list[GenerationRequest]:
+    """Requests for a batch, in row order: consecutive rows with the same prompt and budget share one request.
+
+    TRL's server path sends ``prompts[::G]`` with ``n=G``, which assumes every row of a group has the same
+    prompt; forced rows end with their mode word, so each run of identical rows becomes its own request.
+    """
+    requests: list[GenerationRequest] = []
+    start = 0
+    n_rows = len(prompt_ids)
+    if len(forced_modes) != n_rows:
+        raise ValueError("plan_vllm_requests: prompt_ids and forced_modes must have the same length")
+    while start < n_rows:
+        key = (
+            tuple(prompt_ids[start]),
+            generation_budget(forced_modes[start], modes, max_completion_length, single_mode),
+        )
+        end = start + 1
+        while (
+            end < n_rows
+            and (
+                tuple(prompt_ids[end]),
+                generation_budget(forced_modes[end], modes, max_completion_length, single_mode),
+            )
+            == key
+        ):
+            end += 1
+        requests.append(GenerationRequest(tuple(range(start, end)), key[0], end - start, key[1]))
+        start = end
+    return requests
+
+
+def scatter_vllm_outputs(
+    requests: Sequence[GenerationRequest], outputs: Sequence[Sequence[Any]], num_rows: int
+) -> list[Any]:
+    """Per-row results from per-request outputs (``outputs[j]`` holds ``requests[j].n`` samples)."""
+    rows: list[Any] = [None] * num_rows
+    for request, samples in zip(requests, outputs, strict=True):
+        if len(samples) != request.n:
+            raise ValueError(f"vLLM returned {len(samples)} samples for a request of n={request.n}")
+        for row, sample in zip(request.rows, samples, strict=True):
+            rows[row] = sample
+    if any(r is None for r in rows):
+        raise ValueError("scatter_vllm_outputs: some rows received no sample")
+    return rows
+
+
+def batch_requests_by_sampling(requests: Sequence[GenerationRequest]) -> dict[tuple[int, int], list[int]]:
+    """Indices of requests sharing (n, max_tokens): one vLLM server call each (its API takes one of each)."""
+    batches: dict[tuple[int, int], list[int]] = {}
+    for j, request in enumerate(requests):
+        batches.setdefault((request.n, request.max_tokens), []).append(j)
+    return batches
+
+
+def decode_completions(
+    completion_ids: Sequence[Sequence[int]], decode: Callable[[Sequence[int]], str], conversational: bool
+) -> list[Any]:
+    """Completions in TRL's format: text, or one assistant message for conversational prompts."""
+    texts = [decode(ids) for ids in completion_ids]
+    if conversational:
+        return [[{"role": "assistant", "content": t}] for t in texts]
+    return texts
+
+
+def run_server_requests(
+    client: Any, requests: Sequence[GenerationRequest], sampling: dict[str, Any]
+) -> list[list[tuple[list[int], list[float | None] | None]]]:
+    """Sends ``requests`` to a vLLM server client (``trl``'s ``VLLMClient``), one call per (n, max_tokens).
+
+    Returns, per request, its ``n`` samples as (completion ids, sampled-token logprobs or None).
+    """
+    results: list[list[tuple[list[int], list[float | None] | None]]] = [[] for _ in requests]
+    for (n, max_tokens), indices in batch_requests_by_sampling(requests).items():
+        output = client.generate(
+            prompts=[list(requests[j].prompt_ids) for j in indices], n=n, max_tokens=max_tokens, **sampling
+        )
+        completions = output["completion_ids"]
+        logprobs = output.get("logprobs")
+        if len(completions) != n * len(indices):
+            raise ValueError(
+                f"vLLM server returned {len(completions)} completions for {len(indices)} x n={n}"
+            )
+        for k, j in enumerate(indices):
+            for s in range(n):
+                flat = k * n + s
+                lps = (
+                    None
+                    if logprobs is None
+                    else [lp[0] if isinstance(lp, list) else lp for lp in logprobs[flat]]
+                )
+                results[j].append((list(completions[flat]), lps))
+    return results
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Caps during transformers generation
+# ---------------------------------------------------------------------------------------------------------
+
+
+class CapLogitsProcessor:
+    """A transformers ``LogitsProcessor`` that ends each row once it has run one token past its mode's cap.
+
+    A row whose mode is known before generation (forced, or a single-mode run) may generate ``cap + 1``
+    tokens; a free row's mode is read from its first tokens with the same detector as after generation, and
+    it may generate ``word_tokens + cap + 1``. After that the row's only allowed token is EOS. The extra
+    token lets :func:`apply_caps` see that the rollout ran past the cap, and it then cuts it to exactly the
+    cap (the exact rule stays post hoc). Rows without a valid word, and uncapped modes, are never stopped.
+
+    Args:
+        forced_modes: forced mode per row (None = free), in the order of the generation batch.
+        modes: the mode specs.
+        detector: reads free rows' modes from their generated ids.
+        eos_token_id: the token forced at the cap.
+        single_mode: index of a single-mode run's mode (every row is in it, there is no word).
+    """
+
+    def __init__(
+        self,
+        forced_modes: Sequence[int | None],
+        modes: Sequence[ModeSpec],
+        detector: ModeDetector | None,
+        eos_token_id: int,
+        single_mode: int | None = None,
+    ) -> None:
+        self.modes = tuple(modes)
+        self.detector = detector
+        self.eos_token_id = int(eos_token_id)
+        self.prompt_length: int | None = None
+        # Per row: the number of generated tokens after which only EOS is allowed (None = no limit yet).
+        self.limits: list[int | None] = []
+        self.free_rows: list[int] = []
+        for row, forced in enumerate(forced_modes):
+            mode = single_mode if single_mode is not None else forced
+            if mode is None:
+                self.limits.append(None)
+                self.free_rows.append(row)
+            else:
+                cap = self.modes[mode].cap
+                self.limits.append(None if cap is None else cap + 1)
+        caps = [m.cap for m in self.modes if m.cap is not None]
+        # A free row's limit is at least (1 word token) + smallest cap + 1: no detection is needed before.
+        self._first_check = min(caps) + 2 if caps else None
+        self._settled: set[int] = set()
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        if self.prompt_length is None:
+            self.prompt_length = int(input_ids.shape[1])
+        generated = int(input_ids.shape[1]) - self.prompt_length
+        if self.free_rows and self._first_check is not None and generated >= self._first_check:
+            self._detect_free_rows(input_ids, generated)
+        for row, limit in enumerate(self.limits):
+            if limit is not None and generated >= limit:
+                scores[row, :] = float("-inf")
+                scores[row, self.eos_token_id] = 0.0
+        return scores
+
+    def _detect_free_rows(self, input_ids: Any, generated: int) -> None:
+        from routing_grpo.modes import _MAX_WORD_TOKENS
+
+        for row in self.free_rows:
+            if row in self._settled:
+                continue
+            head = input_ids[row, self.prompt_length : self.prompt_length + min(generated, _MAX_WORD_TOKENS)]
+            detection = self.detector.detect(head.tolist()) if self.detector is not None else None
+            if detection is not None and detection.mode != INVALID:
+                cap = self.modes[detection.mode].cap
+                self.limits[row] = None if cap is None else detection.word_tokens + cap + 1
+            else:
+                self.limits[row] = None
+            if generated >= _MAX_WORD_TOKENS:
+                self._settled.add(row)

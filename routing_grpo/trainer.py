@@ -1,0 +1,569 @@
+"""``RoutingGRPOTrainer``: self-routing GRPO as thin glue around TRL 1.16's ``GRPOTrainer``.
+
+One generation batch (the paper's step s) goes:
+
+1. ``_generate_and_score_completions``: routing instruction appended to each prompt; forced modes planned
+   per row from the row's place in the global batch (warmup only).
+2. ``_tokenize_prompts``: routing question Q after the generation prompt, and a forced row's mode word.
+3. ``_generate_single_turn``: TRL generates (transformers) or the vLLM requests of
+   :mod:`routing_grpo.generation` run; then promotion, detection, caps and L (``finalize_rollouts``).
+4. ``_calculate_rewards``: the rollout facts go to :class:`~routing_grpo.rewards.RoutingReward` as columns.
+5. back in ``_generate_and_score_completions``: TRL's advantages are replaced by
+   :func:`~routing_grpo.advantages.compute_advantages` over the gathered global batch, sliced back to this
+   process; routing metrics are logged.
+
+Steps: ``s = (global_step * grad_accum + micro-step in the accumulation) // (steps_per_generation *
+num_iterations)`` counts generation batches, survives checkpoint resumption (``global_step`` is restored)
+and drives every schedule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from accelerate.utils import broadcast_object_list, gather, gather_object
+from trl import GRPOTrainer
+
+from routing_grpo.advantages import compute_advantages
+from routing_grpo.config import RoutingGRPOConfig
+from routing_grpo.generation import (
+    CapLogitsProcessor,
+    RolloutFacts,
+    add_routing_instruction,
+    finalize_rollouts,
+    forcing_text,
+    plan_forced_modes,
+    plan_vllm_requests,
+    run_server_requests,
+    scatter_vllm_outputs,
+)
+from routing_grpo.modes import INVALID, ModeDetector, word_token_id_forms
+from routing_grpo.rewards import RoutingReward, Verifier, resolve_verifier
+from routing_grpo.schedules import balance_coef_at, in_warmup, reward_phase
+
+__all__ = ["RoutingGRPOTrainer", "GenerationRecord"]
+
+
+@dataclass
+class _BatchState:
+    """What one call of ``_generate_and_score_completions`` learns as it goes (local rows)."""
+
+    mode: str
+    step: int
+    phase: int
+    forced_modes: list[int | None]
+    facts: list[RolloutFacts] | None = None
+    rewards_per_func: torch.Tensor | None = None  # gathered (N, F)
+    correct: list[bool] | None = None
+
+
+@dataclass
+class GenerationRecord:
+    """Summary of one generation batch of the global batch (kept in ``trainer.routing_history``)."""
+
+    mode: str
+    batch_step: int
+    global_step: int
+    balance_coef: float
+    phase: int
+    modes: list[int] = field(default_factory=list)
+    forced: list[bool] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    capped: list[bool] = field(default_factory=list)
+    correct: list[bool] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    advantages: list[float] = field(default_factory=list)
+
+
+class RoutingGRPOTrainer(GRPOTrainer):
+    """GRPO in which the policy writes a routing word (NoThink / Short / Long) first (SPEC.md).
+
+    Args are those of ``GRPOTrainer``; ``args`` must be a :class:`RoutingGRPOConfig`. ``reward_funcs``
+    defaults to one :class:`RoutingReward` built from the config; if given, it must contain exactly one.
+    ``verifier`` (``(completion_text, reference) -> bool``) overrides ``args.verifier`` (e.g.
+    :func:`~routing_grpo.rewards.countdown_verifier` for Countdown).
+    Tools, environments and custom ``rollout_func`` are not supported (the routing word must be the first
+    thing the model writes).
+    """
+
+    _tag_names = ["trl", "grpo", "routing-grpo"]
+    _name = "RoutingGRPO"
+
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: RoutingGRPOConfig | None = None,
+        verifier: Verifier | None = None,
+        **kwargs: Any,
+    ):
+        if not isinstance(args, RoutingGRPOConfig):
+            raise TypeError(f"args: RoutingGRPOTrainer needs a RoutingGRPOConfig, got {type(args).__name__}")
+        for unsupported in ("tools", "rollout_func", "environment_factory"):
+            if kwargs.get(unsupported):
+                raise ValueError(f"{unsupported}: not supported by RoutingGRPOTrainer")
+        self.modes = args.mode_specs
+        self.single_mode = args.single_mode_index
+        if reward_funcs is None:
+            reward_funcs = [
+                RoutingReward(
+                    self.modes,
+                    answer_column=args.answer_column,
+                    invalid_reward=args.invalid_routing_reward,
+                    single_mode=self.single_mode,
+                    verifier=verifier if verifier is not None else args.verifier,
+                )
+            ]
+        elif not isinstance(reward_funcs, list):
+            reward_funcs = [reward_funcs]
+        routing_rewards = [f for f in reward_funcs if isinstance(f, RoutingReward)]
+        if len(routing_rewards) != 1:
+            raise ValueError(
+                f"reward_funcs: exactly one RoutingReward is needed (it grades and scores the routing), "
+                f"got {len(routing_rewards)}"
+            )
+        self.routing_reward = routing_rewards[0]
+        if verifier is not None:
+            self.routing_reward.verifier = resolve_verifier(verifier)
+        for split in ("train_dataset", "eval_dataset"):
+            self._check_dataset(kwargs.get(split), split, args.answer_column)
+
+        super().__init__(model, reward_funcs, args, **kwargs)
+        # The process count of this launch is known now; schedules stated in generation batches follow it.
+        args.check_generation_batch_units(self.accelerator.num_processes)
+
+        tokenizer = self._tokenizer
+        self.detector = ModeDetector.from_tokenizer(self.modes, tokenizer)
+        self.routing_reward.detector = self.detector
+        question = args.effective_routing_question
+        self.question_ids: list[int] = (
+            tokenizer.encode(question, add_special_tokens=False) if question else []
+        )
+        self.forced_word_ids: list[list[int]] = []
+        for m in self.modes:
+            ids = tokenizer.encode(forcing_text(m.word, question), add_special_tokens=False)
+            if not ids or ids not in word_token_id_forms(tokenizer, m.word):
+                raise ValueError(
+                    f"modes: the routing word {m.word!r} does not tokenize to a usable forcing form"
+                )
+            self.forced_word_ids.append(ids)
+        self.routing_history: list[GenerationRecord] = []
+        self._batch: _BatchState | None = None
+
+    @staticmethod
+    def _check_dataset(dataset: Any, split: str, answer_column: str) -> None:
+        datasets = dataset.values() if isinstance(dataset, dict) else [dataset]
+        for ds in datasets:
+            columns = getattr(ds, "column_names", None)
+            if columns is None:
+                continue
+            if "prompt" not in columns:
+                raise ValueError(f"{split}: needs a 'prompt' column, has {columns}")
+            if answer_column not in columns:
+                raise ValueError(
+                    f"answer_column: {split} has no column {answer_column!r} with reference answers "
+                    f"(columns: {columns})"
+                )
+
+    # ------------------------------------------------------------------------------------------------------
+    # Steps and schedules
+    # ------------------------------------------------------------------------------------------------------
+
+    @property
+    def generation_step(self) -> int:
+        """s: the generation batch being trained (the paper's step; every schedule counts these)."""
+        ga = self.args.gradient_accumulation_steps
+        micro_step = self.state.global_step * ga + self._step % ga
+        return micro_step // (self.args.steps_per_generation * self.num_iterations)
+
+    def balance_coef_at(self, step: int) -> float:
+        if self.single_mode is not None:
+            return 0.0
+        args = self.args
+        return balance_coef_at(
+            step,
+            coef=args.balance_coef,
+            anneal_start=args.balance_anneal_start,
+            anneal_end=args.balance_anneal_end,
+        )
+
+    # ------------------------------------------------------------------------------------------------------
+    # 1. Plan the batch, run TRL, replace the advantages
+    # ------------------------------------------------------------------------------------------------------
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        mode = "train" if self.model.training else "eval"
+        step = self.generation_step
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        n_local = len(inputs)
+        warmup = mode == "train" and self.single_mode is None and in_warmup(step, self.args.warmup_steps)
+        forced_modes = plan_forced_modes(
+            n_local,
+            self.accelerator.process_index * n_local,
+            group_size=group_size,
+            num_modes=len(self.modes),
+            forced_per_mode=self.args.forced_per_mode,
+            warmup=warmup,
+        )
+        instruction = self.args.effective_routing_instruction
+        inputs = [{**x, "prompt": add_routing_instruction(x["prompt"], instruction)} for x in inputs]
+        self._batch = _BatchState(
+            mode=mode,
+            step=step,
+            phase=reward_phase(step, self.args.flatten_reward_step),
+            forced_modes=forced_modes,
+        )
+        try:
+            with self._eval_sampling(mode == "eval"):
+                output = super()._generate_and_score_completions(inputs)
+            self._replace_advantages(output, inputs, group_size)
+        finally:
+            self._batch = None
+        return output
+
+    def _replace_advantages(
+        self, output: dict[str, Any], inputs: list[dict[str, Any]], group_size: int
+    ) -> None:
+        batch = self._batch
+        device = self.accelerator.device
+        local = torch.tensor(
+            [
+                [f.mode, int(f.forced), int(f.capped), f.length, int(c)]
+                for f, c in zip(batch.facts, batch.correct)
+            ],
+            dtype=torch.long,
+            device=device,
+        )
+        facts = gather(local)
+        modes, forced, capped, lengths, correct = facts.unbind(dim=1)
+        weights = self.reward_weights.to(batch.rewards_per_func.device).unsqueeze(0)
+        rewards = (batch.rewards_per_func * weights).nansum(dim=1).to(device)
+        coef = self.balance_coef_at(batch.step) if batch.mode == "train" else 0.0
+        advantages = compute_advantages(
+            rewards,
+            modes,
+            forced.bool(),
+            correct.bool(),
+            group_size=group_size,
+            num_modes=len(self.modes),
+            balance_coef=coef,
+            target=self.args.balance_target,
+        )
+        start = self.accelerator.process_index * len(inputs)
+        output["advantages"] = advantages[start : start + len(inputs)].to(output["advantages"].dtype)
+
+        # TRL logged its own advantages for the completions table; show the routing ones instead.
+        logged = self._logs["advantages"]
+        k = min(len(advantages), len(logged))
+        for _ in range(k):
+            logged.pop()
+        logged.extend(advantages[len(advantages) - k :].tolist())
+
+        levels = None
+        if batch.mode == "eval" and "level" in inputs[0]:
+            levels = gather_object([str(x["level"]) for x in inputs])
+        record = GenerationRecord(
+            mode=batch.mode,
+            batch_step=batch.step,
+            global_step=self.state.global_step,
+            balance_coef=coef,
+            phase=batch.phase,
+            modes=modes.tolist(),
+            forced=forced.bool().tolist(),
+            lengths=lengths.tolist(),
+            capped=capped.bool().tolist(),
+            correct=correct.bool().tolist(),
+            rewards=rewards.tolist(),
+            advantages=advantages.tolist(),
+        )
+        self.routing_history.append(record)
+        self._log_routing_metrics(record, levels)
+
+    # ------------------------------------------------------------------------------------------------------
+    # 2. Prompt tail: routing question and forced word
+    # ------------------------------------------------------------------------------------------------------
+
+    def _tokenize_prompts(self, prompts: list) -> Any:
+        prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
+        batch = self._batch
+        if batch is None:
+            return prompt_ids, images, multimodal_fields
+        extended = []
+        for ids, forced_mode in zip(prompt_ids, batch.forced_modes, strict=True):
+            tail = self.forced_word_ids[forced_mode] if forced_mode is not None else []
+            extended.append([int(t) for t in ids] + self.question_ids + tail)
+        return extended, images, multimodal_fields
+
+    # ------------------------------------------------------------------------------------------------------
+    # 3. Generation, promotion, detection, caps
+    # ------------------------------------------------------------------------------------------------------
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
+        batch = self._batch
+        if batch is None:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
+            )
+        if self.use_vllm:
+            completion_ids, logprobs = self._generate_vllm(prompt_ids, images, batch)
+        else:
+            with self._caps_in_generation(batch):
+                completion_ids, logprobs = super()._generate_single_turn(
+                    prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
+                )
+        new_prompts, new_completions, new_logprobs, facts = finalize_rollouts(
+            prompt_ids,
+            completion_ids,
+            batch.forced_modes,
+            modes=self.modes,
+            detector=self.detector,
+            forced_word_ids=self.forced_word_ids,
+            single_mode=self.single_mode,
+            enforce_caps=batch.mode == "train",
+            logprobs=logprobs,
+        )
+        # TRL's `_generate` keeps and returns this same list as the prompts: the promoted word leaves it here.
+        prompt_ids[:] = new_prompts
+        batch.facts = facts
+        return new_completions, new_logprobs
+
+    def _generate_vllm(self, prompt_ids: list[list[int]], images: Any, batch: _BatchState):
+        """vLLM generation with one request per run of identical rows, and per-request token budgets."""
+        if images is not None:
+            raise ValueError("RoutingGRPOTrainer: images are not supported with vLLM routing")
+        vllm = self.vllm_generation
+        if self.state.global_step != self._last_loaded_step:
+            vllm.sync_weights()
+            self._last_loaded_step = self.state.global_step
+        max_tokens = self.max_completion_length
+        sampling = {
+            "repetition_penalty": vllm.repetition_penalty,
+            "temperature": vllm.temperature,
+            "top_p": vllm.top_p,
+            "top_k": vllm.top_k,
+            "min_p": 0.0 if vllm.min_p is None else vllm.min_p,
+            "logprobs": vllm.logprobs,
+        }
+        if vllm.mode == "server":
+            all_prompts = gather_object(prompt_ids)
+            all_forced = gather_object(batch.forced_modes)
+            payload = None
+            if self.accelerator.is_main_process:
+                requests = plan_vllm_requests(
+                    all_prompts,
+                    all_forced,
+                    modes=self.modes,
+                    max_completion_length=max_tokens,
+                    single_mode=self.single_mode,
+                )
+                outputs = run_server_requests(
+                    vllm.vllm_client,
+                    requests,
+                    {
+                        **sampling,
+                        "structured_outputs_regex": vllm.structured_outputs_regex,
+                        "generation_kwargs": vllm.generation_kwargs,
+                    },
+                )
+                payload = scatter_vllm_outputs(requests, outputs, len(all_prompts))
+            holder = [payload]
+            broadcast_object_list(holder, from_process=0)
+            start = self.accelerator.process_index * len(prompt_ids)
+            rows = holder[0][start : start + len(prompt_ids)]
+        else:
+            if vllm.tensor_parallel_size > 1:
+                raise NotImplementedError(
+                    "RoutingGRPOTrainer: vLLM colocate with tensor parallelism is not supported"
+                )
+            from trl.generation.vllm_generation import extract_logprobs
+            from vllm import SamplingParams
+
+            requests = plan_vllm_requests(
+                prompt_ids,
+                batch.forced_modes,
+                modes=self.modes,
+                max_completion_length=max_tokens,
+                single_mode=self.single_mode,
+            )
+            params = [
+                SamplingParams(n=r.n, max_tokens=r.max_tokens, **sampling, **(vllm.generation_kwargs or {}))
+                for r in requests
+            ]
+            if vllm.enable_sleep_mode:
+                vllm.llm.wake_up(tags=["kv_cache"])
+            results = vllm.llm.generate(
+                [{"prompt_token_ids": list(r.prompt_ids)} for r in requests],
+                sampling_params=params,
+                use_tqdm=False,
+            )
+            if vllm.enable_sleep_mode:
+                vllm.llm.sleep(level=2)
+                vllm._llm_weights_sleeping = True
+            outputs = []
+            for result in results:
+                lps, _ = extract_logprobs([result])
+                samples = []
+                for k, sample in enumerate(result.outputs):
+                    samples.append(
+                        (list(sample.token_ids), None if lps is None else [lp[0] for lp in lps[k]])
+                    )
+                outputs.append(samples)
+            rows = scatter_vllm_outputs(requests, outputs, len(prompt_ids))
+        completion_ids = [ids for ids, _ in rows]
+        logprobs = None if any(lp is None for _, lp in rows) else [lp for _, lp in rows]
+        return completion_ids, logprobs
+
+    @contextlib.contextmanager
+    def _caps_in_generation(self, batch: _BatchState) -> Iterator[None]:
+        """Stops training rows at their caps inside ``model.generate`` (transformers backend).
+
+        TRL's generation call takes no logits processor, so the unwrapped model's ``generate`` is wrapped for
+        the duration of the call. Validation is uncapped; continuous batching has no per-row processor.
+        """
+        caps = [m.cap for m in self.modes if m.cap is not None]
+        if (
+            batch.mode != "train"
+            or not self.args.enforce_caps_in_generation
+            or not caps
+            or self.use_transformers_continuous_batching
+        ):
+            yield
+            return
+        from transformers import LogitsProcessorList
+
+        processor = CapLogitsProcessor(
+            batch.forced_modes, self.modes, self.detector, self.eos_token_ids[0], single_mode=self.single_mode
+        )
+        model = self.accelerator.unwrap_model(self.model_wrapped)
+        original = model.generate
+        shadowed = model.__dict__.get("generate")
+
+        def generate(*args: Any, **kwargs: Any) -> Any:
+            processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
+            processors.append(processor)
+            return original(*args, logits_processor=processors, **kwargs)
+
+        model.generate = generate
+        try:
+            yield
+        finally:
+            if shadowed is None:
+                del model.generate
+            else:
+                model.generate = shadowed
+
+    @contextlib.contextmanager
+    def _eval_sampling(self, active: bool) -> Iterator[None]:
+        """Validation samples at ``eval_temperature`` (SPEC.md: free, uncapped, T 0.6)."""
+        if not active:
+            yield
+            return
+        saved = self.temperature
+        targets = [self]
+        if getattr(self, "generation_config", None) is not None and not self.use_vllm:
+            targets.append(self.generation_config)
+        if self.use_vllm:
+            targets.append(self.vllm_generation)
+        kwargs = getattr(self, "generation_kwargs", None) if not self.use_vllm else None
+        for t in targets:
+            t.temperature = self.args.eval_temperature
+        if isinstance(kwargs, dict):
+            kwargs["temperature"] = self.args.eval_temperature
+        try:
+            yield
+        finally:
+            for t in targets:
+                t.temperature = saved
+            if isinstance(kwargs, dict):
+                kwargs["temperature"] = saved
+
+    # ------------------------------------------------------------------------------------------------------
+    # 4. Rewards
+    # ------------------------------------------------------------------------------------------------------
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        batch = self._batch
+        if batch is None or batch.facts is None:
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        facts = batch.facts
+        inputs = [
+            {
+                **x,
+                "routing_mode": f.mode,
+                "routing_length": f.length,
+                "routing_capped": f.capped,
+                "routing_phase": batch.phase,
+            }
+            for x, f in zip(inputs, facts, strict=True)
+        ]
+        names = [self.modes[f.mode].name if f.mode != INVALID else "invalid" for f in facts]
+        self._log_completion_extra("mode", names)
+        self._log_completion_extra("forced", [f.forced for f in facts])
+        self._log_completion_extra("L", [f.length for f in facts])
+        self._log_completion_extra("capped", [f.capped for f in facts])
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        batch.rewards_per_func = rewards_per_func
+        batch.correct = [bool(c) for c in self.routing_reward.last["correct"]]
+        return rewards_per_func
+
+    # ------------------------------------------------------------------------------------------------------
+    # 5. Metrics
+    # ------------------------------------------------------------------------------------------------------
+
+    def _log_routing_metrics(self, record: GenerationRecord, levels: list[str] | None) -> None:
+        metrics = self._metrics[record.mode]
+        n = len(record.modes)
+        free = [i for i in range(n) if not record.forced[i]]
+        free_valid = [i for i in free if record.modes[i] != INVALID]
+        metrics["routing/batch_step"].append(float(record.batch_step))
+        metrics["routing/optimizer_step"].append(float(record.global_step))
+        metrics["routing/balance_coef"].append(record.balance_coef)
+        metrics["routing/phase"].append(float(record.phase))
+        metrics["routing/forced_share"].append(sum(record.forced) / n)
+        metrics["routing/invalid_share"].append(sum(m == INVALID for m in record.modes) / n)
+        metrics["routing/free_invalid_share"].append(
+            sum(record.modes[i] == INVALID for i in free) / len(free) if free else float("nan")
+        )
+        metrics["routing/accuracy"].append(sum(record.correct) / n)
+        entropy = 0.0
+        for m, spec in enumerate(self.modes):
+            share = sum(record.modes[i] == m for i in free_valid) / len(free_valid) if free_valid else 0.0
+            metrics[f"routing/share/{spec.name}"].append(share if free else float("nan"))
+            if share > 0:
+                entropy -= share * math.log(share)
+            for kind, rows in (("forced", [i for i in range(n) if record.forced[i]]), ("free", free_valid)):
+                in_mode = [i for i in rows if record.modes[i] == m]
+                suffix = "" if kind == "free" else "_forced"
+                metrics[f"routing/accuracy{suffix}/{spec.name}"].append(
+                    _mean([record.correct[i] for i in in_mode])
+                )
+                metrics[f"routing/length{suffix}/{spec.name}"].append(
+                    _mean([record.lengths[i] for i in in_mode])
+                )
+                metrics[f"routing/capped_share{suffix}/{spec.name}"].append(
+                    _mean([record.capped[i] for i in in_mode])
+                )
+        metrics["routing/entropy"].append(entropy if free_valid else float("nan"))
+        if levels is not None:
+            by_level: dict[str, list[int]] = defaultdict(list)
+            for i, level in enumerate(levels):
+                by_level[level].append(i)
+            for level, rows in sorted(by_level.items()):
+                metrics[f"routing/level/{level}/accuracy"].append(_mean([record.correct[i] for i in rows]))
+                metrics[f"routing/level/{level}/length"].append(_mean([record.lengths[i] for i in rows]))
+                valid = [i for i in rows if record.modes[i] != INVALID]
+                for m, spec in enumerate(self.modes):
+                    metrics[f"routing/level/{level}/share/{spec.name}"].append(
+                        _mean([record.modes[i] == m for i in valid]) if valid else 0.0
+                    )
+
+
+def _mean(values: list) -> float:
+    """Mean, NaN for an empty list (TRL's ``log`` drops NaNs before averaging over a logging window)."""
+    return sum(float(v) for v in values) / len(values) if values else float("nan")

@@ -1,0 +1,53 @@
+"""Shared test setup: offline environment, the tiny offline model and the local data copies.
+
+Fixtures other test modules rely on:
+
+* ``tiny_model_path``: a folder with a tiny random Qwen2 and its tokenizer, built once per session;
+* ``shared_data_dir``: ``../shared/data`` relative to the repository root (skips when absent).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Before anything imports transformers / datasets / wandb: no network, no run tracking.
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["WANDB_MODE"] = "disabled"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# The tests run tiny models: one intra-op thread is far faster than several competing for a few shared cores.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen2 (plus tokenizer with a ChatML template), built once for the whole session."""
+    from routing_grpo.offline_models import build_tiny_qwen2
+
+    return build_tiny_qwen2(tmp_path_factory.mktemp("models") / "tiny-qwen2")
+
+
+@pytest.fixture(scope="session")
+def shared_data_dir() -> Path:
+    """The local data copies (``../shared/data`` next to the repository); skips the test when absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip("local data copies not found at ../shared/data (relative to the repository root)")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def shared_data(shared_data_dir: Path) -> Path:
+    """Alias of ``shared_data_dir``."""
+    return shared_data_dir
