@@ -21,7 +21,9 @@ INVALID = -1
 
 # Only the first few tokens of a completion can hold the routing word; looking further is wasted work
 # and would let a word in the middle of an answer count as a routing decision.
-_MAX_WORD_TOKENS = 8
+DETECTION_HEAD_TOKENS = 8
+"""The detector reads at most this many tokens of a completion (so a head this long decides the mode)."""
+_MAX_WORD_TOKENS = DETECTION_HEAD_TOKENS
 _MAX_HEAD_CHARS = 64
 
 

@@ -1,0 +1,196 @@
+"""Caps during generation (routing_grpo.capped_generation): budgets, the two phases, and equality with
+post-hoc truncation on the same sampled sequences."""
+
+from __future__ import annotations
+
+import pytest
+
+from routing_grpo.capped_generation import (
+    CappedGenerationStats,
+    TransformersBudgetGenerator,
+    cut_at_eos,
+    free_budget,
+    generate_with_caps,
+    group_rows_by_budget,
+    known_budget,
+)
+from routing_grpo.generation import apply_caps
+from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, ModeDetector, ModeSpec
+
+MODES = (
+    ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=10),
+    ModeSpec("Short", "Short", 1.2, 0.995, cap=30),
+    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
+)
+WORDS = {0: [[901], [801, 802]], 1: [[902]], 2: [[903]]}
+DETECTOR = ModeDetector(MODES, WORDS)
+EOS = 0
+MAX_LEN = 60
+
+
+def test_known_budget():
+    assert known_budget(None, MODES, MAX_LEN) is None
+    assert known_budget(0, MODES, MAX_LEN) == 10
+    assert known_budget(2, MODES, MAX_LEN) == MAX_LEN
+    assert known_budget(1, MODES, 20) == 20  # the completion limit is lower than the cap
+    assert known_budget(None, MODES, MAX_LEN, single_mode=1) == 30
+
+
+def test_free_budget_from_head():
+    assert free_budget([901, 5, 6], DETECTOR, MODES, MAX_LEN) == 1 + 10
+    assert free_budget([801, 802, 5], DETECTOR, MODES, MAX_LEN) == 2 + 10
+    assert free_budget([903, 5], DETECTOR, MODES, MAX_LEN) == MAX_LEN
+    assert free_budget([5, 901], DETECTOR, MODES, MAX_LEN) == MAX_LEN  # invalid: no cap
+    assert DETECTOR.detect([5, 901]).mode == INVALID
+
+
+class MarkovStream:
+    """A deterministic 'sampler': the next token depends only on the last one, so continuing from
+    prompt + head gives exactly the tokens a single pass would have given (what a fixed seed gives a real
+    sampler). Counts generated tokens."""
+
+    def __init__(self, first_token: dict[int, int], eos_after: dict[int, int] | None = None):
+        self.first_token = first_token  # prompt's last token -> first completion token
+        self.eos_after = eos_after or {}  # prompt's last token -> length at which EOS is written
+        self.generated = 0
+
+    def stream(self, prompt):
+        origin = next(t for t in prompt if t >= 1000)  # the row's id token
+        ids = [self.first_token[origin]] if origin in self.first_token else []
+        while True:
+            if len(ids) + 1 == self.eos_after.get(origin, -1):
+                ids.append(EOS)
+                return ids
+            ids.append(11 + (ids[-1] * 7 + origin) % 50 if ids else 11)
+            if len(ids) >= 500:
+                return ids
+
+    def __call__(self, prompts, budgets):
+        out = []
+        for prompt, budget in zip(prompts, budgets):
+            origin_len = next(i for i, t in enumerate(prompt) if t == 999)  # end of the original prompt
+            done = list(prompt[origin_len + 1 :])  # tokens already generated (the head)
+            full = self.stream(prompt)
+            assert full[: len(done)] == done
+            ids = full[len(done) : len(done) + budget]
+            self.generated += len(ids)
+            out.append((ids, None))
+        return out
+
+
+def rows():
+    """Six rows: forced NoThink / Short / Long, free NoThink / Short / invalid, and a free row ending early."""
+    prompts = [[1000 + r, 7, 999] for r in range(7)]
+    forced = [0, 1, 2, None, None, None, None]
+    first = {1003: 901, 1004: 902, 1005: 5, 1006: 903}
+    return prompts, forced, MarkovStream(first, eos_after={1006: 4})
+
+
+def test_two_phase_generation_equals_posthoc_truncation():
+    prompts, forced, sampler = rows()
+    stats = CappedGenerationStats()
+    capped = generate_with_caps(
+        prompts, forced, modes=MODES, detector=DETECTOR, max_completion_length=MAX_LEN,
+        eos_token_ids=[EOS], generate=sampler, stats=stats,
+    )  # fmt: skip
+    # Post hoc: every row generated to the completion limit, then cut.
+    full = MarkovStream(sampler.first_token, sampler.eos_after)
+    uncapped = full(prompts, [MAX_LEN] * len(prompts))
+    for row, ((ids, _), (all_ids, _)) in enumerate(zip(capped, uncapped)):
+        mode = forced[row] if forced[row] is not None else DETECTOR.detect(all_ids).mode
+        word = 0 if forced[row] is not None else DETECTOR.detect(all_ids).word_tokens
+        cap = MODES[mode].cap if mode != INVALID else None
+        cut, was_capped = apply_caps(all_ids, word, cap)
+        assert ids == cut, row
+        assert len(ids) - word <= (cap if cap is not None else MAX_LEN)
+        if was_capped:
+            assert len(ids) == word + cap and ids[-1] != EOS
+    # Nothing past a cap was generated: forced 10 + 30 + 60, free NoThink 1 + 10, Short 1 + 30, invalid 60,
+    # and the row that ended after 4 tokens.
+    assert sampler.generated == 10 + 30 + 60 + 11 + 31 + 60 + 4
+    assert stats.generated_tokens == sampler.generated
+    assert stats.continued_rows == 3  # the three free rows still going after their head
+
+
+def test_single_mode_rows_get_the_mode_budget():
+    prompts, _, sampler = rows()
+    out = generate_with_caps(
+        prompts, [None] * 7, modes=MODES, detector=None, max_completion_length=MAX_LEN,
+        eos_token_ids=[EOS], generate=sampler, single_mode=1,
+    )  # fmt: skip
+    assert all(len(ids) <= 30 for ids, _ in out)
+
+
+def test_free_rows_need_a_detector():
+    prompts, _, sampler = rows()
+    with pytest.raises(ValueError, match="detector"):
+        generate_with_caps(
+            prompts, [None] * 7, modes=MODES, detector=None, max_completion_length=MAX_LEN,
+            eos_token_ids=[EOS], generate=sampler,
+        )  # fmt: skip
+
+
+def test_logprobs_of_both_phases_are_joined():
+    def gen(prompts, budgets):
+        return [([3] * b, [-0.5] * b) for b in budgets]
+
+    out = generate_with_caps(
+        [[1, 2]], [None], modes=MODES, detector=DETECTOR, max_completion_length=MAX_LEN,
+        eos_token_ids=[EOS], generate=gen,
+    )  # fmt: skip
+    ids, lps = out[0]
+    assert len(ids) == MAX_LEN and lps == [-0.5] * MAX_LEN  # invalid head: continued to the limit
+
+
+def test_helpers():
+    assert group_rows_by_budget([5, 8, 5]) == {5: [0, 2], 8: [1]}
+    assert cut_at_eos([4, 5, 0, 0, 0], [0]) == [4, 5, 0]
+    assert cut_at_eos([4, 5], [0]) == [4, 5]
+    assert DETECTION_HEAD_TOKENS == 8
+
+
+def test_transformers_backend_matches_one_pass_greedy(tiny_qwen2):
+    """Greedy decoding on the tiny model: budget groups and phase-2 continuation give the tokens one
+    uncapped pass gives, cut at the caps."""
+    import torch
+    from transformers import GenerationConfig
+
+    model, tok = tiny_qwen2
+    modes = tuple(ModeSpec(m.name, m.word, m.base, m.gamma, cap) for m, cap in zip(MODES, (9, 12, None)))
+    detector = ModeDetector.from_tokenizer(modes, tok)
+    config = GenerationConfig(do_sample=False, max_new_tokens=24, pad_token_id=tok.pad_token_id)
+    eos = [tok.eos_token_id] if tok.eos_token_id is not None else []
+    backend = TransformersBudgetGenerator(model, config, pad_token_id=tok.pad_token_id, eos_token_ids=eos)
+    prompts = [
+        tok.encode(f"<|im_start|>user\nWhat is {i} + {i}?<|im_end|>\n<|im_start|>assistant\n")
+        for i in range(4)
+    ]
+    forced = [0, None, 1, None]
+    word = tok.encode(" NoThink", add_special_tokens=False)
+    prompts[0] = prompts[0] + word
+    torch.manual_seed(0)
+    capped = generate_with_caps(
+        prompts, forced, modes=modes, detector=detector, max_completion_length=24,
+        eos_token_ids=eos, generate=backend,
+    )  # fmt: skip
+    one_pass = [backend([p], [24])[0][0] for p in prompts]
+    for row, ((ids, _), full) in enumerate(zip(capped, one_pass)):
+        if forced[row] is not None:
+            expect, _ = apply_caps(full, 0, modes[forced[row]].cap)
+        else:
+            det = detector.detect(full)
+            cap = modes[det.mode].cap if det.mode != INVALID else None
+            expect, _ = apply_caps(full, det.word_tokens, cap)
+        assert ids == expect, row
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2(tmp_path_factory):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from routing_grpo.offline_models import build_tiny_qwen2
+
+    path = build_tiny_qwen2(tmp_path_factory.mktemp("tiny") / "model")
+    model = AutoModelForCausalLM.from_pretrained(path)
+    model.eval()
+    return model, AutoTokenizer.from_pretrained(path)
