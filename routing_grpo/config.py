@@ -183,6 +183,9 @@ class RoutingGRPOConfig(GRPOConfig):
             self.eval_strategy = "steps"
         if self.save_every_batch_steps is not None:
             self.save_strategy = "steps"
+        self._generation_batch_size_given = (
+            self.generation_batch_size is not None and self.steps_per_generation is None
+        )
         super().__post_init__()
         self._mode_specs = self._parse_modes()
         self._validate()
@@ -298,20 +301,25 @@ class RoutingGRPOConfig(GRPOConfig):
             self.save_steps = self.save_every_batch_steps * per_batch
 
     def check_generation_batch_units(self, num_processes: int) -> None:
-        """Re-derives the conversion for the process count of the actual launch.
+        """Re-derives the generation batch for the process count of the actual launch.
 
-        When ``generation_batch_size`` fixed the generation batch, ``steps_per_generation`` depends on how many
-        processes share it; the config may have been built where that count was not known yet.
+        ``GRPOConfig`` fixes ``steps_per_generation`` (when ``generation_batch_size`` was given) or
+        ``generation_batch_size`` (when ``steps_per_generation`` was given) from the ``world_size`` it sees when
+        the config is built. Under ``accelerate launch`` that is already the launched count; a config built
+        elsewhere is brought in line here, and the ``*_batch_steps`` conversion is redone.
         """
-        if self.generation_batch_size is None or num_processes == self.world_size:
+        if num_processes == self.world_size:
             return
         global_batch = self.per_device_train_batch_size * num_processes
-        if self.generation_batch_size % global_batch:
-            raise ValueError(
-                f"generation_batch_size ({self.generation_batch_size}) must be divisible by "
-                f"per_device_train_batch_size x processes ({global_batch})"
-            )
-        self.steps_per_generation = self.generation_batch_size // global_batch
+        if self._generation_batch_size_given:
+            if self.generation_batch_size % global_batch:
+                raise ValueError(
+                    f"generation_batch_size ({self.generation_batch_size}) must be divisible by "
+                    f"per_device_train_batch_size x processes ({global_batch})"
+                )
+            self.steps_per_generation = self.generation_batch_size // global_batch
+        else:
+            self.generation_batch_size = global_batch * self.steps_per_generation
         self.apply_generation_batch_units()
 
     @property

@@ -1,0 +1,175 @@
+"""RoutingGRPOConfig: defaults, validation (every error names its field) and generation-batch units."""
+
+from __future__ import annotations
+
+import pytest
+
+from routing_grpo.config import RoutingGRPOConfig, optimizer_steps_per_generation_batch
+from routing_grpo.modes import DEFAULT_MODES
+
+
+def make(tmp_path, **kwargs):
+    base = {
+        "output_dir": str(tmp_path),
+        "report_to": [],
+        "use_cpu": True,
+        "per_device_train_batch_size": 8,
+        "num_generations": 8,
+        "max_completion_length": 4096,
+    }
+    base.update(kwargs)
+    return RoutingGRPOConfig(**base)
+
+
+def test_defaults_follow_the_paper(tmp_path):
+    args = make(tmp_path)
+    assert args.mode_specs == DEFAULT_MODES
+    assert args.loss_type == "dapo" and args.beta == 0.0 and args.scale_rewards == "none"
+    assert args.forced_per_mode == 2  # floor(G / 4)
+    assert args.warmup_steps == 45 and args.flatten_reward_step == 60
+    assert (args.balance_anneal_start, args.balance_anneal_end) == (60, 85)
+    assert args.eval_temperature == 0.6
+    assert args.verifier == "math" and args.enforce_caps_in_generation is True
+    assert args.effective_routing_instruction == (
+        "Output NoThink to answer directly, Short for brief reasoning, or Long for extended reasoning."
+    )
+    assert args.effective_routing_question == "Mode:"
+    # Modes stay plain data (serialisable) and re-parse to the same specs.
+    assert make(tmp_path, modes=args.modes).mode_specs == args.mode_specs
+
+
+def test_single_mode_has_no_instruction_or_question(tmp_path):
+    args = make(tmp_path, single_mode="short")
+    assert args.single_mode_index == 1
+    assert args.effective_routing_instruction == "" and args.effective_routing_question == ""
+
+
+def test_modes_accept_json_text(tmp_path):
+    args = make(
+        tmp_path,
+        modes='[{"name": "Short", "base": 1.2, "gamma": 0.9, "cap": 10}, {"name": "Long", '
+        '"base": 1.0, "gamma": 1.0}]',
+    )
+    assert [m.name for m in args.mode_specs] == ["Short", "Long"]
+    assert args.mode_specs[0].word == "Short"
+
+
+TWO = [{"name": "Short", "base": 1.2, "gamma": 0.9, "cap": 10}, {"name": "Long", "base": 1.0, "gamma": 1.0}]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "fields"),
+    [
+        ({"forced_per_mode": 3}, ["forced_per_mode", "num_generations"]),  # 3 modes x 3 > G = 8
+        ({"forced_per_mode": -1}, ["forced_per_mode"]),
+        ({"max_completion_length": 512}, ["modes", "cap", "max_completion_length"]),  # NoThink cap 1024
+        ({"modes": [{**TWO[0], "gamma": 0.0}, TWO[1]]}, ["modes", "gamma"]),
+        ({"modes": [{**TWO[0], "gamma": 1.5}, TWO[1]]}, ["modes", "gamma"]),
+        ({"modes": [{**TWO[0], "name": "Long"}, TWO[1]]}, ["modes", "names"]),
+        ({"modes": [{**TWO[0], "word": "Lo"}, TWO[1]]}, ["modes", "prefix"]),
+        ({"modes": [{**TWO[0], "colour": "red"}, TWO[1]]}, ["modes[0]", "colour"]),
+        ({"modes": [{"name": "Short", "base": 1.0}]}, ["modes[0]", "gamma"]),
+        ({"modes": []}, ["modes"]),
+        ({"modes": "not json"}, ["modes"]),
+        ({"modes": [{**TWO[0], "cap": 0}, TWO[1]]}, ["modes", "cap"]),
+        (
+            {"balance_anneal_start": 90, "balance_anneal_end": 85},
+            ["balance_anneal_start", "balance_anneal_end"],
+        ),
+        ({"scale_rewards": "group"}, ["scale_rewards", "none"]),
+        ({"single_mode": "Medium"}, ["single_mode", "Medium"]),
+        ({"warmup_steps": -1}, ["warmup_steps"]),
+        ({"balance_coef": -0.1}, ["balance_coef"]),
+        ({"balance_target": 1.5}, ["balance_target"]),
+        ({"flatten_reward_step": -2}, ["flatten_reward_step"]),
+        ({"eval_temperature": 0.0}, ["eval_temperature"]),
+        ({"answer_column": ""}, ["answer_column"]),
+        ({"mask_truncated_completions": True}, ["mask_truncated_completions"]),
+        ({"verifier": "no-such-grader"}, ["verifier"]),
+        ({"total_batch_steps": 0}, ["total_batch_steps"]),
+        ({"eval_every_batch_steps": -3}, ["eval_every_batch_steps"]),
+        (
+            {"total_batch_steps": 10, "gradient_accumulation_steps": 3, "steps_per_generation": 4},
+            ["steps_per_generation", "num_iterations", "gradient_accumulation_steps", "total_batch_steps"],
+        ),
+    ],
+)
+def test_validation_errors_name_the_field(tmp_path, kwargs, fields):
+    with pytest.raises(ValueError) as info:
+        make(tmp_path, **kwargs)
+    message = str(info.value)
+    for name in fields:
+        assert name in message, f"{name!r} missing from: {message}"
+
+
+def test_forced_per_mode_may_fill_the_group(tmp_path):
+    args = make(tmp_path, num_generations=6, per_device_train_batch_size=6, forced_per_mode=2)
+    assert args.forced_per_mode * len(args.mode_specs) == args.num_generations
+    # A single-mode baseline has no forced layout, so the K x forced bound does not apply.
+    assert make(tmp_path, single_mode="Long", forced_per_mode=3).single_mode == "Long"
+
+
+def test_optimizer_steps_per_generation_batch_paper_layout():
+    # The paper on 4 processes: per-device 8, GA 8, steps_per_generation 32 -> 4 optimizer steps per batch.
+    assert optimizer_steps_per_generation_batch(32, 1, 8) == 4
+    assert optimizer_steps_per_generation_batch(4, 2, 4) == 2  # num_iterations trains each batch twice
+    with pytest.raises(ValueError, match="gradient_accumulation_steps"):
+        optimizer_steps_per_generation_batch(6, 1, 4)
+
+
+def test_generation_batch_units_convert_to_optimizer_steps(tmp_path):
+    args = make(
+        tmp_path,
+        gradient_accumulation_steps=8,
+        steps_per_generation=32,
+        total_batch_steps=90,
+        eval_every_batch_steps=10,
+        save_every_batch_steps=15,
+    )
+    assert args.optimizer_steps_per_generation_batch == 4
+    assert args.max_steps == 360
+    assert args.eval_steps == 40 and args.eval_strategy == "steps"
+    assert args.save_steps == 60 and args.save_strategy == "steps"
+
+
+def test_generation_batch_units_follow_the_launched_process_count(tmp_path):
+    # A 1,024-rollout generation batch given as generation_batch_size: steps_per_generation depends on the
+    # number of processes. The config is built in one process; the trainer re-derives it for the launch.
+    args = make(
+        tmp_path,
+        gradient_accumulation_steps=8,
+        generation_batch_size=1024,
+        total_batch_steps=90,
+        eval_every_batch_steps=10,
+    )
+    assert args.world_size == 1
+    assert args.steps_per_generation == 128 and args.max_steps == 90 * 16
+    args.check_generation_batch_units(4)
+    assert args.steps_per_generation == 32
+    assert args.optimizer_steps_per_generation_batch == 4
+    assert args.max_steps == 360 and args.eval_steps == 40
+    fixed = make(tmp_path, gradient_accumulation_steps=8, steps_per_generation=32, total_batch_steps=90)
+    fixed.check_generation_batch_units(4)
+    assert fixed.generation_batch_size == 8 * 4 * 32 and fixed.max_steps == 360
+    with pytest.raises(ValueError, match="generation_batch_size"):
+        args.check_generation_batch_units(3)
+
+
+def test_units_are_left_alone_when_unset(tmp_path):
+    args = make(tmp_path, max_steps=7, gradient_accumulation_steps=3, steps_per_generation=4)
+    assert args.max_steps == 7  # no whole-number requirement without the *_batch_steps fields
+    assert args.optimizer_steps_per_generation_batch == pytest.approx(4 / 3)
+
+
+def test_every_method_field_has_help():
+    import dataclasses
+
+    from trl import GRPOConfig
+
+    own = {f.name for f in dataclasses.fields(RoutingGRPOConfig)} - {
+        f.name for f in dataclasses.fields(GRPOConfig)
+    }
+    assert {"total_batch_steps", "eval_every_batch_steps", "save_every_batch_steps", "verifier"} <= own
+    for f in dataclasses.fields(RoutingGRPOConfig):
+        if f.name in own:
+            assert f.metadata.get("help"), f.name

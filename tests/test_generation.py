@@ -1,0 +1,327 @@
+"""Pure rollout construction: forcing text, forced layout across processes, promotion, caps, finalize, vLLM
+request planning (including the server path, where TRL would collapse a group's rows to one prompt)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from routing_grpo.generation import (
+    CapLogitsProcessor,
+    GenerationRequest,
+    add_routing_instruction,
+    apply_caps,
+    batch_requests_by_sampling,
+    decode_completions,
+    finalize_rollouts,
+    forcing_text,
+    generation_budget,
+    plan_forced_modes,
+    plan_vllm_requests,
+    promote_forced_word,
+    run_server_requests,
+    scatter_vllm_outputs,
+)
+from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
+
+MODES = (
+    ModeSpec("NoThink", "NoThink", 1.3, 0.9, cap=3),
+    ModeSpec("Short", "Short", 1.2, 0.95, cap=6),
+    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
+)
+# Toy token ids: each word is a 1- or 2-token sequence.
+WORD_IDS = {0: [[90, 91]], 1: [[80]], 2: [[70]]}
+FORCED = [[90, 91], [80], [70]]
+
+
+def detector() -> ModeDetector:
+    return ModeDetector(MODES, WORD_IDS)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Prompts and forcing
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_add_routing_instruction_to_last_user_turn():
+    prompt = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "3+3?"},
+    ]
+    out = add_routing_instruction(prompt, "Output Short.")
+    assert out[3]["content"] == "3+3?\n\nOutput Short."
+    assert out[1]["content"] == "2+2?" and prompt[3]["content"] == "3+3?"  # input untouched
+    assert add_routing_instruction("2+2?", "Say Long.") == "2+2?\n\nSay Long."
+    assert add_routing_instruction(prompt, "") is prompt
+    parts = add_routing_instruction([{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "X")
+    assert parts[0]["content"][-1] == {"type": "text", "text": "\n\nX"}
+    with pytest.raises(ValueError, match="user message"):
+        add_routing_instruction([{"role": "system", "content": "x"}], "X")
+
+
+def test_forcing_text_has_one_form():
+    assert forcing_text("Short", "Mode:") == " Short"
+    assert forcing_text("Short", "Mode: ") == "Short"
+    assert forcing_text("Short", "") == "Short"
+    assert forcing_text("Long", "Mode:\n") == "Long"
+
+
+def test_plan_forced_modes_layout_within_a_group():
+    plan = plan_forced_modes(8, 0, group_size=8, num_modes=3, forced_per_mode=2, warmup=True)
+    assert plan == [0, 0, 1, 1, 2, 2, None, None]
+    assert plan_forced_modes(8, 0, group_size=8, num_modes=3, forced_per_mode=2, warmup=False) == [None] * 8
+    assert plan_forced_modes(4, 0, group_size=4, num_modes=3, forced_per_mode=0, warmup=True) == [None] * 4
+    with pytest.raises(ValueError, match="forced_per_mode"):
+        plan_forced_modes(4, 0, group_size=4, num_modes=3, forced_per_mode=2, warmup=True)
+
+
+def test_plan_forced_modes_across_processes_matches_the_global_layout():
+    # 3 groups of G = 4 split over 4 processes of 3 rows: groups straddle processes.
+    g, k, per_mode, n_local, procs = 4, 3, 1, 3, 4
+    whole = plan_forced_modes(
+        n_local * procs, 0, group_size=g, num_modes=k, forced_per_mode=per_mode, warmup=True
+    )
+    pieces = []
+    for rank in range(procs):
+        pieces += plan_forced_modes(
+            n_local, rank * n_local, group_size=g, num_modes=k, forced_per_mode=per_mode, warmup=True
+        )
+    assert pieces == whole == [0, 1, 2, None] * 3
+    for group in range(3):
+        rows = whole[group * g : (group + 1) * g]
+        for m in range(k):
+            assert rows.count(m) == per_mode
+
+
+# ----------------------------------------------------------------------------------------------------------
+# After generation
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_apply_caps_counts_after_the_word():
+    assert apply_caps([80, 1, 2, 3, 4, 5, 6], 1, 6) == ([80, 1, 2, 3, 4, 5, 6], False)
+    assert apply_caps([80, 1, 2, 3, 4, 5, 6, 7], 1, 6) == ([80, 1, 2, 3, 4, 5, 6], True)
+    assert apply_caps([90, 91, 1, 2, 3, 4], 2, 3) == ([90, 91, 1, 2, 3], True)
+    assert apply_caps(list(range(100)), 1, None) == (list(range(100)), False)
+    assert apply_caps([1, 2, 3, 4], 0, 2) == ([1, 2], True)
+
+
+def test_promote_forced_word_moves_the_word_into_the_completion():
+    assert promote_forced_word([1, 2, 3, 80], [5, 6], [80]) == ([1, 2, 3], [80, 5, 6])
+    assert promote_forced_word([1, 90, 91], [], [90, 91]) == ([1], [90, 91])
+    with pytest.raises(ValueError, match="does not end with"):
+        promote_forced_word([1, 2, 3], [5], [80])
+
+
+def test_finalize_rollouts_forced_free_invalid_and_caps():
+    prompts = [[1, 2, 90, 91], [1, 2, 80], [1, 2], [1, 2], [1, 2], [1, 2]]
+    completions = [
+        [5, 6, 7, 8, 9],  # forced NoThink: cap 3 -> cut, capped
+        [5, 6],  # forced Short, within the cap
+        [80, 5, 6, 7, 8, 9, 10, 11],  # free Short: 7 after the word > 6 -> capped
+        [70] + [5] * 50,  # free Long: no cap
+        [5, 6, 7],  # free, no word: invalid, never capped
+        [90, 91, 5, 6, 7],  # free NoThink (two-token word), exactly at the cap
+    ]
+    logprobs = [[-0.5] * len(c) for c in completions]
+    new_p, new_c, new_lp, facts = finalize_rollouts(
+        prompts,
+        completions,
+        [0, 1, None, None, None, None],
+        modes=MODES,
+        detector=detector(),
+        forced_word_ids=FORCED,
+        logprobs=logprobs,
+    )
+    assert new_p == [[1, 2], [1, 2], [1, 2], [1, 2], [1, 2], [1, 2]]
+    assert new_c[0] == [90, 91, 5, 6, 7] and new_c[1] == [80, 5, 6]
+    assert new_c[2] == [80, 5, 6, 7, 8, 9, 10] and len(new_c[3]) == 51 and new_c[4] == [5, 6, 7]
+    assert [f.mode for f in facts] == [0, 1, 1, 2, INVALID, 0]
+    assert [f.forced for f in facts] == [True, True, False, False, False, False]
+    assert [f.word_tokens for f in facts] == [2, 1, 1, 1, 0, 2]
+    assert [f.length for f in facts] == [3, 2, 6, 50, 3, 3]
+    assert [f.capped for f in facts] == [True, False, True, False, False, False]
+    # The promoted word has no sampling logprob; the rest stay aligned with the (cut) completion.
+    assert new_lp[0] == [None, None, -0.5, -0.5, -0.5]
+    assert new_lp[1] == [None, -0.5, -0.5]
+    assert all(len(lp) == len(c) for lp, c in zip(new_lp, new_c))
+
+
+def test_finalize_rollouts_uncapped_for_validation_and_single_mode():
+    _, new_c, _, facts = finalize_rollouts(
+        [[1], [1]],
+        [[80, 5, 6, 7, 8, 9, 10, 11], [5, 6]],
+        [None, None],
+        modes=MODES,
+        detector=detector(),
+        forced_word_ids=FORCED,
+        enforce_caps=False,
+    )
+    assert len(new_c[0]) == 8 and facts[0].length == 7 and not facts[0].capped
+    # Single mode (Short, cap 6): no word, every token counts, rows are "forced" into the mode.
+    _, new_c, _, facts = finalize_rollouts(
+        [[1], [1]],
+        [[80, 5, 6, 7, 8, 9, 10, 11], [5, 6]],
+        [None, None],
+        modes=MODES,
+        detector=None,
+        forced_word_ids=FORCED,
+        single_mode=1,
+    )
+    assert new_c[0] == [80, 5, 6, 7, 8, 9] and facts[0].capped and facts[0].length == 6
+    assert facts[1].mode == 1 and facts[1].forced and facts[1].word_tokens == 0 and facts[1].length == 2
+
+
+# ----------------------------------------------------------------------------------------------------------
+# vLLM requests
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_generation_budget():
+    assert generation_budget(0, MODES, 100) == 4  # cap 3 + 1
+    assert generation_budget(2, MODES, 100) == 100  # Long: uncapped
+    assert generation_budget(None, MODES, 100) == 100  # free: mode unknown before generation
+    assert generation_budget(None, MODES, 5, single_mode=1) == 5  # min(cap + 1, limit)
+
+
+def _warmup_batch(groups: int = 2, g: int = 4):
+    """Prompt ids of a warmup batch: forced rows end with their word, so they differ from the free rows."""
+    forced = plan_forced_modes(groups * g, 0, group_size=g, num_modes=3, forced_per_mode=1, warmup=True)
+    prompts = []
+    for row, mode in enumerate(forced):
+        base = [100 + row // g, 7]
+        prompts.append(base + (FORCED[mode] if mode is not None else []))
+    return prompts, forced
+
+
+def test_plan_vllm_requests_keeps_forced_rows_apart():
+    prompts, forced = _warmup_batch()
+    requests = plan_vllm_requests(prompts, forced, modes=MODES, max_completion_length=50)
+    # Per group: NoThink, Short, Long forced rows and one free row -> 4 requests each.
+    assert [r.rows for r in requests] == [(0,), (1,), (2,), (3,), (4,), (5,), (6,), (7,)]
+    assert [r.max_tokens for r in requests[:4]] == [4, 7, 50, 50]
+    assert requests[0].prompt_ids == (100, 7, 90, 91) and requests[3].prompt_ids == (100, 7)
+    # After warmup every row of a group shares one request with n = G.
+    free = [[100 + row // 4, 7] for row in range(8)]
+    requests = plan_vllm_requests(free, [None] * 8, modes=MODES, max_completion_length=50)
+    assert [(r.rows, r.n) for r in requests] == [((0, 1, 2, 3), 4), ((4, 5, 6, 7), 4)]
+    with pytest.raises(ValueError, match="same length"):
+        plan_vllm_requests(free, [None], modes=MODES, max_completion_length=50)
+
+
+class FakeServer:
+    """Answers like TRL's VLLMClient.generate: n samples per prompt, in prompt order."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompts, n, max_tokens, **sampling):
+        self.calls.append({"prompts": prompts, "n": n, "max_tokens": max_tokens, **sampling})
+        out, lps = [], []
+        for p in prompts:
+            for s in range(n):
+                ids = [p[0], p[-1], s, max_tokens]
+                out.append(ids)
+                lps.append([[-0.1]] * len(ids))
+        return {"completion_ids": out, "logprobs": lps}
+
+
+def test_server_path_sends_per_row_requests_not_one_prompt_per_group():
+    prompts, forced = _warmup_batch()
+    # What TRL's server path would send: prompts[::G] with n=G. Forced rows would be collapsed into the
+    # first row's prompt (the forced NoThink one), so the group's other forced and free rows would be lost.
+    trl_prompts = prompts[::4]
+    assert trl_prompts == [prompts[0], prompts[4]] and all(p[-1] == 91 for p in trl_prompts)
+
+    requests = plan_vllm_requests(prompts, forced, modes=MODES, max_completion_length=50)
+    server = FakeServer()
+    results = run_server_requests(server, requests, {"temperature": 1.0})
+    rows = scatter_vllm_outputs(requests, results, len(prompts))
+    # Every row got a sample generated from its own prompt (its last id) with its own budget.
+    for row, (ids, lps) in enumerate(rows):
+        assert ids[0] == prompts[row][0] and ids[1] == prompts[row][-1]
+        assert ids[3] == generation_budget(forced[row], MODES, 50)
+        assert lps == [-0.1] * 4
+    sent = [tuple(p) for call in server.calls for p in call["prompts"]]
+    assert sorted(sent) == sorted(tuple(p) for p in prompts)
+    # One server call per (n, max_tokens) pair.
+    assert len(server.calls) == len(batch_requests_by_sampling(requests)) == 3
+    assert all(call["temperature"] == 1.0 for call in server.calls)
+
+
+def test_server_path_groups_free_rows_with_n_equal_g():
+    free = [[100 + row // 4, 7] for row in range(8)]
+    requests = plan_vllm_requests(free, [None] * 8, modes=MODES, max_completion_length=50)
+    server = FakeServer()
+    rows = scatter_vllm_outputs(requests, run_server_requests(server, requests, {}), 8)
+    assert server.calls[0]["n"] == 4 and server.calls[0]["prompts"] == [[100, 7], [101, 7]]
+    assert [ids[2] for ids, _ in rows] == [0, 1, 2, 3, 0, 1, 2, 3]
+
+
+def test_scatter_vllm_outputs_checks_counts():
+    requests = [GenerationRequest((0, 1), (1,), 2, 5)]
+    with pytest.raises(ValueError, match="n=2"):
+        scatter_vllm_outputs(requests, [["a"]], 2)
+    with pytest.raises(ValueError, match="no sample"):
+        scatter_vllm_outputs(requests, [["a", "b"]], 3)
+
+
+def test_decode_completions():
+    assert decode_completions([[1, 2]], lambda ids: "x" * len(ids), False) == ["xx"]
+    assert decode_completions([[1]], lambda ids: "y", True) == [[{"role": "assistant", "content": "y"}]]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Caps during generation
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _run_processor(processor, continuations, prompt_len=2, steps=14, eos=0, vocab=128):
+    """Greedy 'generation' that follows each row's continuation unless the processor forces EOS."""
+    rows = len(continuations)
+    ids = torch.ones(rows, prompt_len, dtype=torch.long)
+    done = [False] * rows
+    out = [[] for _ in range(rows)]
+    for t in range(steps):
+        scores = torch.zeros(rows, vocab)
+        for r in range(rows):
+            token = continuations[r][t] if t < len(continuations[r]) else eos
+            scores[r, token] = 10.0
+        scores = processor(ids, scores)
+        nxt = scores.argmax(dim=1)
+        for r in range(rows):
+            if not done[r]:
+                out[r].append(int(nxt[r]))
+                done[r] = int(nxt[r]) == eos
+        ids = torch.cat([ids, nxt.unsqueeze(1)], dim=1)
+    return out
+
+
+def test_cap_processor_stops_rows_one_past_their_cap():
+    eos = 0
+    filler = list(range(1, 20))
+    continuations = [filler, filler, [80, *filler], [70, *filler], [5, 6, *filler], [90, 91, *filler]]
+    processor = CapLogitsProcessor([0, 1, None, None, None, None], MODES, detector(), eos)
+    out = _run_processor(processor, continuations, steps=20)
+    # Forced rows (word in the prompt): cap + 1 tokens, then EOS.
+    assert out[0] == [1, 2, 3, 4, eos] and len(out[1]) == 6 + 1 + 1
+    # Free Short: word + cap + 1, then EOS; free Long and invalid rows run on.
+    assert out[2][:8] == [80, 1, 2, 3, 4, 5, 6, 7] and out[2][8] == eos
+    assert eos not in out[3] and eos not in out[4]
+    assert out[5] == [90, 91, 1, 2, 3, 4, eos]
+    # The post-hoc rule then cuts each to its exact cap and marks it capped.
+    for row, forced, word in ((0, 0, 0), (2, None, 1), (5, None, 2)):
+        mode = forced if forced is not None else detector().detect(out[row]).mode
+        cut, capped = apply_caps(out[row], word, MODES[mode].cap)
+        assert capped and len(cut) - word == MODES[mode].cap
+
+
+def test_cap_processor_single_mode_and_no_caps():
+    processor = CapLogitsProcessor([None, None], MODES, None, 0, single_mode=0)
+    out = _run_processor(processor, [list(range(1, 20))] * 2)
+    assert out == [[1, 2, 3, 4, 0]] * 2
+    uncapped = (ModeSpec("Long", "Long", 1.0, 1.0),)
+    processor = CapLogitsProcessor([None], uncapped, ModeDetector(uncapped, {0: [[70]]}), 0)
+    assert _run_processor(processor, [[70, *range(1, 20)]], steps=10)[0] == [70, *range(1, 10)]
