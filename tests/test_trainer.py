@@ -1,0 +1,480 @@
+"""End-to-end RoutingGRPOTrainer runs on the tiny offline model (CPU, seconds each).
+
+Some runs use real sampling from the tiny model; others use scripted completions (``ScriptedGeneration``)
+so that free, invalid, capped, right and wrong rollouts all occur. Everything after generation is the real
+trainer and TRL code.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOTrainer
+
+from routing_grpo.advantages import compute_advantages
+from routing_grpo.countdown import countdown_rows
+from routing_grpo.grading import grade
+from routing_grpo.modes import INVALID
+from routing_grpo.rewards import RoutingReward, countdown_verifier, routing_reward
+from routing_grpo.schedules import balance_coef_at
+from routing_grpo.trainer import RoutingGRPOTrainer
+from tests.scripts.trainer_support import (
+    WORDS,
+    OutputSpy,
+    ScriptedGeneration,
+    arithmetic_dataset,
+    make_args,
+    unpad,
+)
+
+
+def build(tiny_model_path, args, train_dataset=None, **kwargs):
+    torch.manual_seed(0)
+    return RoutingGRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(tiny_model_path),
+        args=args,
+        train_dataset=train_dataset if train_dataset is not None else arithmetic_dataset(),
+        processing_class=AutoTokenizer.from_pretrained(tiny_model_path),
+        **kwargs,
+    )
+
+
+def train_records(trainer):
+    return [r for r in trainer.routing_history if r.mode == "train"]
+
+
+def check_pure_functions(trainer, record):
+    """The record's rewards and advantages are those of the pure functions on the same facts."""
+    modes = trainer.modes
+    expected = [
+        routing_reward(m, length, c, modes, capped=k, flatten=record.phase == 2, invalid_reward=-0.5)
+        for m, length, c, k in zip(record.modes, record.lengths, record.correct, record.capped)
+    ]
+    assert record.rewards == pytest.approx(expected)
+    group = trainer.num_generations if record.mode == "train" else trainer.num_generations_eval
+    advantages = compute_advantages(
+        torch.tensor(record.rewards),
+        torch.tensor(record.modes),
+        torch.tensor(record.forced),
+        torch.tensor(record.correct),
+        group_size=group,
+        num_modes=len(modes),
+        balance_coef=record.balance_coef,
+    )
+    assert record.advantages == pytest.approx(advantages.tolist())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 1. Forced rollouts, promotion, importance sampling with a forced word
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_warmup_forces_each_mode_and_promotes_the_word(tiny_model_path, tmp_path, monkeypatch):
+    # steps_per_generation 2: each generation batch (2 groups) is trained in 2 optimizer steps, so TRL scores
+    # old logprobs (importance sampling is live) and the promoted word must get a finite one.
+    args = make_args(tmp_path, steps_per_generation=2, max_steps=6, warmup_steps=2)
+    spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
+    raw = []
+    original = GRPOTrainer._generate_single_turn
+
+    def recording(self, *a, **k):
+        ids, lps = original(self, *a, **k)
+        raw.append([list(x) for x in ids])
+        return ids, lps
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", recording)
+    losses = []
+    original_loss = RoutingGRPOTrainer._compute_loss
+
+    def loss_spy(self, model, inputs):
+        loss = original_loss(self, model, inputs)
+        losses.append(float(loss.detach()))
+        return loss
+
+    monkeypatch.setattr(RoutingGRPOTrainer, "_compute_loss", loss_spy)
+    trainer = build(tiny_model_path, args)
+    trainer.train()
+
+    tokenizer = trainer.processing_class
+    records = train_records(trainer)
+    assert [r.batch_step for r in records] == [0, 1, 2]
+    assert len(spy.outputs) == 3
+    assert losses and all(math.isfinite(x) for x in losses)
+    question = trainer.question_ids
+    for record, output, generated in zip(records, spy.outputs, raw):
+        prompts = unpad(output["prompt_ids"], output["prompt_mask"])
+        completions = unpad(output["completion_ids"], output["completion_mask"])
+        g = trainer.num_generations
+        for start in range(0, len(record.modes), g):
+            forced = [record.modes[i] for i in range(start, start + g) if record.forced[i]]
+            if record.batch_step < args.warmup_steps:
+                assert sorted(forced) == [m for m in range(3) for _ in range(args.forced_per_mode)]
+            else:
+                assert forced == []
+        for i, (p, c) in enumerate(zip(prompts, completions)):
+            # Every prompt ends with the routing question, never with a word.
+            assert p[-len(question) :] == question
+            if record.forced[i]:
+                word = trainer.forced_word_ids[record.modes[i]]
+                assert c[: len(word)] == word
+                assert tokenizer.decode(c).lstrip().startswith(WORDS[record.modes[i]])
+                # The raw generation started after the word; the word is the completion's head now.
+                assert generated[i] == c[len(word) :] or len(generated[i]) > len(c) - len(word)
+        assert "old_per_token_logps" in output
+        old = output["old_per_token_logps"]
+        mask = output["completion_mask"].bool()
+        assert torch.isfinite(old[mask]).all()
+        forced_rows = torch.tensor(record.forced)
+        if forced_rows.any():
+            # The promoted word is trained: it is in the loss mask and has a finite old logprob.
+            assert mask[forced_rows, 0].all() and torch.isfinite(old[forced_rows, 0]).all()
+    # Forced share: K x forced_per_mode / G during warmup, 0 after.
+    shares = [sum(r.forced) / len(r.forced) for r in records]
+    assert shares == [0.75, 0.75, 0.0]
+    # Routing metrics are logged at the optimizer step that generated the batch.
+    logged = [h for h in trainer.state.log_history if "routing/forced_share" in h]
+    assert [h["routing/forced_share"] for h in logged] == [0.75, 0.75, 0.0]
+    assert [h["step"] for h in logged] == [1, 3, 5]
+
+
+def test_num_iterations_two_keeps_importance_sampling_finite(tiny_model_path, tmp_path, monkeypatch):
+    args = make_args(tmp_path, num_iterations=2, max_steps=2, warmup_steps=1)
+    spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
+    ratios = []
+    original = RoutingGRPOTrainer._compute_loss
+
+    def loss_spy(self, model, inputs):
+        with torch.no_grad():
+            ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+            attn = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+            logps, _, _ = self._get_per_token_logps_and_entropies(
+                model, ids, attn, inputs["completion_ids"].size(1)
+            )
+            ratios.append((logps - inputs["old_per_token_logps"]).exp()[inputs["completion_mask"].bool()])
+        loss = original(self, model, inputs)
+        assert torch.isfinite(loss)
+        return loss
+
+    monkeypatch.setattr(RoutingGRPOTrainer, "_compute_loss", loss_spy)
+    trainer = build(tiny_model_path, args)
+    trainer.train()
+    assert len(spy.outputs) == 1 and len(ratios) == 2  # one generation batch, trained twice
+    assert all(torch.isfinite(r).all() for r in ratios)
+    assert torch.allclose(ratios[0], torch.ones_like(ratios[0]), atol=1e-4)  # first pass is on-policy
+    assert train_records(trainer)[0].forced == [True, True, True, False]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 2-3. Caps and L; rewards and advantages equal the pure functions
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("enforce", [True, False])
+def test_caps_rewards_and_advantages(tiny_model_path, tmp_path, monkeypatch, enforce):
+    args = make_args(tmp_path, max_steps=4, warmup_steps=2, enforce_caps_in_generation=enforce)
+    script = ScriptedGeneration().install(monkeypatch)
+    spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
+    reward_calls = []
+    original_call = RoutingReward.__call__
+
+    def reward_spy(self, *a, **k):
+        out = original_call(self, *a, **k)
+        reward_calls.append((k, out))
+        return out
+
+    monkeypatch.setattr(RoutingReward, "__call__", reward_spy)
+    trainer = build(tiny_model_path, args)
+    trainer.train()
+
+    tokenizer = trainer.processing_class
+    records = train_records(trainer)
+    assert len(records) == 4 and len(reward_calls) == 4
+    seen = {"capped": 0, "invalid": 0, "correct": 0, "free_valid": 0}
+    for record, output, (columns, rewards) in zip(records, spy.outputs, reward_calls):
+        check_pure_functions(trainer, record)
+        assert rewards == pytest.approx(record.rewards)
+        assert output["advantages"].tolist() == pytest.approx(record.advantages)
+        completions = unpad(output["completion_ids"], output["completion_mask"])
+        for i, c in enumerate(completions):
+            mode = record.modes[i]
+            word = 0
+            if mode != INVALID:
+                detected = trainer.detector.detect(c)
+                assert detected.mode == mode  # the (promoted or free) word heads the completion
+                word = detected.word_tokens
+                cap = trainer.modes[mode].cap
+                if cap is not None:
+                    assert len(c) - word <= cap
+            assert record.lengths[i] == len(c) - word  # L is counted after the word
+            assert columns["routing_length"][i] == record.lengths[i]
+            if record.capped[i]:
+                seen["capped"] += 1
+                assert not record.correct[i] and record.rewards[i] == 0.0
+            if mode == INVALID:
+                seen["invalid"] += 1
+                assert record.rewards[i] == -0.5
+            elif not record.forced[i]:
+                seen["free_valid"] += 1
+            # Correctness is the grader's verdict on the text the model wrote.
+            text = tokenizer.decode(c, skip_special_tokens=True)
+            answer = columns["answer"][i]
+            if not record.capped[i] and mode != INVALID:
+                assert record.correct[i] == grade(text, answer).correct
+            seen["correct"] += record.correct[i]
+    assert all(v > 0 for v in seen.values()), seen
+    if enforce:
+        # The scripted backend ignores logits processors; the post-hoc rule still cut every row exactly.
+        assert len(script.calls) == 4
+
+
+def test_caps_are_enforced_during_real_generation(tiny_model_path, tmp_path, monkeypatch):
+    # Tiny caps, so the random model always runs past them: generation itself must stop one token after.
+    modes = [
+        {"name": "NoThink", "base": 1.3, "gamma": 0.9, "cap": 2},
+        {"name": "Short", "base": 1.2, "gamma": 0.95, "cap": 3},
+        {"name": "Long", "base": 1.0, "gamma": 1.0, "cap": 5},
+    ]
+    raw = []
+    original = GRPOTrainer._generate_single_turn
+
+    def recording(self, *a, **k):
+        ids, lps = original(self, *a, **k)
+        raw.append([list(x) for x in ids])
+        return ids, lps
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", recording)
+    trainer = build(tiny_model_path, make_args(tmp_path, modes=modes, max_steps=2, warmup_steps=2))
+    trainer.train()
+    eos = trainer.eos_token_ids[0]
+    for record, generated in zip(train_records(trainer), raw):
+        for i, ids in enumerate(generated):
+            mode = record.modes[i]
+            if record.forced[i]:
+                cap = modes[mode]["cap"]
+                assert len(ids) <= cap + 2 and (len(ids) <= cap or ids[cap + 1] == eos)
+                assert record.lengths[i] <= cap
+                assert record.capped[i] == (len(ids) > cap)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 4. Schedules in generation batches
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_balance_coef_and_phase_follow_generation_batches(tiny_model_path, tmp_path, monkeypatch):
+    # 2 optimizer steps per generation batch; schedules stated in batches.
+    args = make_args(
+        tmp_path,
+        steps_per_generation=2,
+        total_batch_steps=5,
+        warmup_steps=1,
+        balance_coef=0.8,
+        balance_anneal_start=1,
+        balance_anneal_end=4,
+        flatten_reward_step=3,
+    )
+    assert args.max_steps == 10
+    ScriptedGeneration().install(monkeypatch)
+    trainer = build(tiny_model_path, args)
+    trainer.train()
+    records = train_records(trainer)
+    assert [r.batch_step for r in records] == [0, 1, 2, 3, 4]
+    assert [r.global_step for r in records] == [0, 2, 4, 6, 8]
+    assert [r.balance_coef for r in records] == pytest.approx(
+        [balance_coef_at(s, coef=0.8, anneal_start=1, anneal_end=4) for s in range(5)]
+    )
+    assert [r.balance_coef for r in records] == pytest.approx([0.8, 0.8, 0.8 * 2 / 3, 0.8 / 3, 0.0])
+    assert [r.phase for r in records] == [1, 1, 1, 2, 2]
+    assert [any(r.forced) for r in records] == [True, False, False, False, False]
+    for r in records:
+        check_pure_functions(trainer, r)
+        if r.phase == 2:  # flattened: every correct in-cap answer scores exactly 1
+            assert all(x == 1.0 for x, c in zip(r.rewards, r.correct) if c)
+    # Balance terms are live before the anneal ends (some free valid rollout got a nudge).
+    nudged = 0
+    for r in records[:4]:
+        plain = compute_advantages(
+            torch.tensor(r.rewards),
+            torch.tensor(r.modes),
+            torch.tensor(r.forced),
+            torch.tensor(r.correct),
+            group_size=4,
+            num_modes=3,
+            balance_coef=0.0,
+        )
+        nudged += sum(abs(a - b) > 1e-9 for a, b in zip(r.advantages, plain.tolist()))
+    assert nudged > 0
+    logged = [h for h in trainer.state.log_history if "routing/batch_step" in h]
+    # One log line per generation batch (logged at the optimizer step that generated it), with both counters.
+    assert [h["routing/batch_step"] for h in logged] == [0, 1, 2, 3, 4]
+    assert [h["routing/optimizer_step"] for h in logged] == [0, 2, 4, 6, 8]
+    assert [h["step"] for h in logged] == [1, 3, 5, 7, 9]
+    assert [h["routing/phase"] for h in logged] == [1, 1, 1, 2, 2]
+    assert [h["routing/balance_coef"] for h in logged] == pytest.approx([r.balance_coef for r in records])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 5. Single-mode baseline
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_single_mode_baseline_has_no_routing(tiny_model_path, tmp_path, monkeypatch):
+    args = make_args(tmp_path, single_mode="Short", max_steps=3, warmup_steps=5)
+    plain = ScriptedGeneration(
+        lambda prompt, forced, position: " 1 2 3 4 5 6 7 8 9 \\boxed{3}" * (1 + position % 2)
+    )
+    plain.install(monkeypatch)
+    spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
+    trainer = build(tiny_model_path, args)
+    assert trainer.question_ids == []
+    trainer.train()
+    tokenizer = trainer.processing_class
+    for record, output, call in zip(train_records(trainer), spy.outputs, plain.calls):
+        assert record.modes == [1] * 4 and all(record.forced) and record.balance_coef == 0.0
+        assert all(length <= 12 for length in record.lengths)
+        assert record.capped == [c > 12 for c in map(len, call["completion_ids"])]
+        assert all(w is None for w in call["forced_words"])
+        check_pure_functions(trainer, record)
+        for p, c, generated in zip(
+            unpad(output["prompt_ids"], output["prompt_mask"]),
+            unpad(output["completion_ids"], output["completion_mask"]),
+            call["completion_ids"],
+        ):
+            text = tokenizer.decode(p)
+            assert not any(word in text for word in WORDS) and "Mode:" not in text
+            assert text.endswith("<|im_start|>assistant\n")
+            assert c == generated[:12]  # nothing inserted, cut at the Short cap
+            assert not any(word in tokenizer.decode(c) for word in WORDS)
+    log = [h for h in trainer.state.log_history if "routing/forced_share" in h]
+    assert all(h["routing/balance_coef"] == 0.0 for h in log)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 6. Evaluation during training
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_evaluation_is_free_uncapped_and_logged(tiny_model_path, tmp_path, monkeypatch):
+    args = make_args(
+        tmp_path,
+        max_steps=2,
+        warmup_steps=5,
+        eval_strategy="steps",
+        eval_steps=2,
+        per_device_eval_batch_size=4,
+        eval_temperature=0.6,
+        temperature=1.0,
+    )
+    script = ScriptedGeneration().install(monkeypatch)
+    trainer = build(tiny_model_path, args, eval_dataset=arithmetic_dataset(6))
+    trainer.train()
+    evals = [r for r in trainer.routing_history if r.mode == "eval"]
+    assert len(evals) == 6 // 1  # 6 prompts x 4 generations, 4 per batch
+    for r in evals:
+        assert not any(r.forced) and r.balance_coef == 0.0 and not any(r.capped)
+        check_pure_functions(trainer, r)
+    lengths = {(m, length) for r in evals for m, length in zip(r.modes, r.lengths)}
+    assert any(m == 0 and length > 8 for m, length in lengths)  # a NoThink answer past its cap is kept whole
+    assert any(m == INVALID for m, _ in lengths)
+    train_calls = [c for c in script.calls if c["training"]]
+    eval_calls = [c for c in script.calls if not c["training"]]
+    assert {c["temperature"] for c in eval_calls} == {0.6} and {
+        c["trainer_temperature"] for c in eval_calls
+    } == {0.6}
+    assert {c["temperature"] for c in train_calls} == {1.0}
+    assert trainer.temperature == 1.0 and trainer.generation_config.temperature == 1.0
+    logs = [h for h in trainer.state.log_history if "eval_loss" in h]
+    assert len(logs) == 1
+    log = logs[0]
+    free = [m for r in evals for m in r.modes if m != INVALID]
+    assert log["eval_routing/share/NoThink"] == pytest.approx(
+        sum(m == 0 for m in free) / len(free), abs=0.2
+    )  # averaged per eval batch
+    assert log["eval_routing/forced_share"] == 0.0
+    for level in (1, 2, 3):
+        assert f"eval_routing/level/{level}/accuracy" in log
+        assert f"eval_routing/level/{level}/share/Short" in log
+    assert "eval_routing/entropy" in log and "eval_routing/invalid_share" in log
+
+
+def test_evaluation_samples_at_eval_temperature_with_real_generation(tiny_model_path, tmp_path, monkeypatch):
+    args = make_args(tmp_path, max_steps=1, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=4)
+    trainer = build(tiny_model_path, args, eval_dataset=arithmetic_dataset(1))
+    model = trainer.model
+    seen = []
+    original = type(model).generate
+
+    def generate(self, *a, **k):
+        seen.append((self.training, k["generation_config"].temperature, "logits_processor" in k))
+        return original(self, *a, **k)
+
+    monkeypatch.setattr(type(model), "generate", generate)
+    trainer.train()
+    assert (True, 1.0, True) in seen  # training: default temperature, cap processor installed
+    assert (False, 0.6, False) in seen  # evaluation: eval temperature, uncapped
+    evals = [r for r in trainer.routing_history if r.mode == "eval"]
+    assert evals and not any(f for r in evals for f in r.forced)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 10. Pluggable verifier
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_countdown_verifier_trains(tiny_model_path, tmp_path, monkeypatch):
+    rows = countdown_rows(8, seed=1)
+    data = [{"prompt": [{"role": "user", "content": r["problem"]}], "answer": r["answer"]} for r in rows]
+    by_problem = {r["problem"]: r for r in rows}
+
+    def text(prompt, forced, position):
+        row = next(r for p, r in by_problem.items() if p in prompt)
+        expression = row["answer"] if position % 2 == 0 else row["answer"] + " + 1"
+        return ("" if forced else " Short") + f" \\boxed{{{expression}}}"
+
+    ScriptedGeneration(text).install(monkeypatch)
+    from datasets import Dataset
+
+    modes = [
+        {"name": "Short", "base": 1.2, "gamma": 0.95, "cap": 30},
+        {"name": "Long", "base": 1.0, "gamma": 1.0},
+    ]
+    args = make_args(
+        tmp_path, modes=modes, verifier="countdown", max_steps=2, warmup_steps=1, max_completion_length=40
+    )
+    trainer = build(tiny_model_path, args, train_dataset=Dataset.from_list(data))
+    assert trainer.routing_reward.verifier is countdown_verifier
+    trainer.train()
+    for r in train_records(trainer):
+        assert not any(r.capped) and INVALID not in r.modes
+        assert r.correct == [i % 2 == 0 for i in range(4)]
+        check_pure_functions(trainer, r)
+
+
+def test_verifier_constructor_argument(tiny_model_path, tmp_path, monkeypatch):
+    calls = []
+
+    def verifier(completion, reference):
+        calls.append((completion, reference))
+        return "Short" in completion
+
+    ScriptedGeneration().install(monkeypatch)
+    trainer = build(tiny_model_path, make_args(tmp_path, max_steps=1, warmup_steps=0), verifier=verifier)
+    trainer.train()
+    (record,) = train_records(trainer)
+    assert calls and all(isinstance(c, str) and isinstance(r, str) for c, r in calls)
+    assert record.correct == [m == 1 and not k for m, k in zip(record.modes, record.capped)]
+
+
+def test_trainer_rejects_bad_setups(tiny_model_path, tmp_path):
+    with pytest.raises(TypeError, match="RoutingGRPOConfig"):
+        RoutingGRPOTrainer(model=str(tiny_model_path), args=object())
+    args = make_args(tmp_path)
+    with pytest.raises(ValueError, match="answer_column"):
+        build(tiny_model_path, args, train_dataset=arithmetic_dataset().remove_columns("answer"))
+    with pytest.raises(ValueError, match="exactly one RoutingReward"):
+        build(tiny_model_path, args, reward_funcs=[lambda completions, **k: [0.0] * len(completions)])
+    with pytest.raises(ValueError, match="tools"):
+        build(tiny_model_path, args, tools=[len])
