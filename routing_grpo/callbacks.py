@@ -1,0 +1,435 @@
+"""Training fault tolerance: checkpoint-and-stop on preemption, stop on non-finite metrics.
+
+Two ``transformers`` callbacks for :class:`~routing_grpo.trainer.RoutingGRPOTrainer` (they work with any
+``Trainer``), and :func:`default_callbacks` that returns both, in the order they must run:
+
+* :class:`PreemptionCallback`: a SIGTERM (or SIGINT) sets a flag; at the end of the optimizer step in
+  progress every process learns whether any process was signalled (a tiny ``all_reduce``), and then all of
+  them write a checkpoint at the current ``global_step`` and leave the training loop. After
+  ``trainer.train()`` returns, :func:`exit_if_preempted` ends the process with exit code ``128 + signal``
+  (143 for SIGTERM, 130 for SIGINT), so a scheduler or wrapper sees a run that did not finish and requeues
+  it; rerunning the same command resumes from the checkpoint (``train.py`` resumes from the last
+  checkpoint in ``output_dir``). A second signal of the same kind goes to the handler that was there before
+  (by default: the process ends at once, without a checkpoint).
+* :class:`NonFiniteGuard`: if the logged loss, grad norm or reward (or a reward function's mean) is NaN or
+  infinite, it raises :class:`NonFiniteTrainingError` naming the metric and the step. It turns off
+  ``logging_nan_inf_filter`` (which would otherwise hide a NaN loss behind the window's average) and makes
+  the trainer log before every checkpoint it writes, so the error comes before a checkpoint of a bad step
+  and the last checkpoint on disk is a good one.
+
+Where the hooks fire (``transformers.Trainer._inner_training_loop``): after each optimizer step,
+``global_step`` is incremented, ``on_step_end`` runs, then ``_maybe_log_save_evaluate`` logs (``on_log``),
+evaluates, and saves when ``control.should_save`` is set; the loop stops when
+``control.should_training_stop`` is set. Both callbacks act only at those points, so checkpoints are always
+whole optimizer steps (in the self-routing trainer: whole generation batches, the paper's steps, when
+``steps_per_generation == gradient_accumulation_steps`` as by default).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from transformers import TrainerCallback
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "NonFiniteGuard",
+    "NonFiniteTrainingError",
+    "PreemptionCallback",
+    "default_callbacks",
+    "exit_if_preempted",
+    "preemption_exit_code",
+]
+
+_Handler = Callable[[int, Any], Any] | int | None
+
+
+def _signal_number(sig: int | str | signal.Signals) -> int:
+    if isinstance(sig, str):
+        name = sig.upper()
+        if not name.startswith("SIG"):
+            name = "SIG" + name
+        try:
+            return int(getattr(signal, name))
+        except AttributeError:
+            raise ValueError(f"signals: unknown signal {sig!r}") from None
+    return int(sig)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+def _max_across_processes(value: int) -> int:
+    """The maximum of ``value`` over all processes (itself when there is no process group).
+
+    Every process must call this at the same point of training (it is a collective operation).
+    """
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    device = torch.device("cpu")
+    if "nccl" in str(dist.get_backend()).lower():
+        device = torch.device("cuda", torch.cuda.current_device())
+    else:
+        try:
+            from accelerate import PartialState
+
+            state_device = PartialState().device
+            if state_device is not None and state_device.type not in ("cpu",):
+                device = state_device
+        except Exception:  # noqa: BLE001 - no accelerate state: gloo on CPU tensors
+            pass
+    tensor = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return int(tensor.item())
+
+
+def _is_main_process(args: Any) -> bool:
+    return bool(getattr(args, "process_index", 0) == 0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Preemption
+# ----------------------------------------------------------------------------------------------------------
+
+
+class PreemptionCallback(TrainerCallback):
+    """On SIGTERM / SIGINT: finish the optimizer step, write a checkpoint there, stop training cleanly.
+
+    The signal handler (installed at ``on_train_begin`` from the main thread only, removed again at
+    ``on_train_end``) only records the signal. At every ``on_step_end`` the processes take the maximum of
+    their recorded signal numbers (one ``int64`` ``all_reduce``; a scheduler may signal only some ranks),
+    so they all agree; if any process was signalled, ``control.should_save``, ``should_log`` and
+    ``should_training_stop`` are set: the trainer writes ``checkpoint-<global_step>`` and leaves the loop.
+
+    Chaining: the first delivery of a signal also calls the previous handler when that is a Python
+    function other than ``signal.default_int_handler`` (defaults that would end the process are not called
+    then). A second delivery of the same signal restores the previous handler and hands the signal to it:
+    a second Ctrl-C (or a scheduler's second SIGTERM) stops at once, without a checkpoint. A signal that
+    arrives outside training (between ``on_train_end`` and a later ``on_train_begin``) is handed on as well.
+
+    After ``trainer.train()`` returns, :attr:`preempted` tells whether the run stopped for a signal and
+    :attr:`exit_code` is ``128 + signal number`` (143 for SIGTERM), the code to exit with
+    (:func:`exit_if_preempted`). A signal that arrives before training starts (model loading) or after its
+    last step is not turned into a checkpoint.
+
+    Args:
+        signals: signal names or numbers to handle. SIGUSR1 is useful where the scheduler can send an early
+            warning signal (Slurm ``--signal=B:USR1@300``) ahead of its SIGTERM.
+    """
+
+    def __init__(self, signals: Sequence[int | str] = ("SIGTERM", "SIGINT")) -> None:
+        self.signals: tuple[int, ...] = tuple(_signal_number(s) for s in signals)
+        if not self.signals:
+            raise ValueError("signals: give at least one signal to handle")
+        self.received: int | None = None  # first signal this process received during training
+        self.preempted: bool = False  # set on every process when any process was signalled
+        self.preempted_signal: int | None = None
+        self.preempted_step: int | None = None
+        self._counts: dict[int, int] = {}
+        self._previous: dict[int, _Handler] = {}
+        self._active = False
+
+    # -- signal handling ---------------------------------------------------------------------------------
+
+    @property
+    def exit_code(self) -> int | None:
+        """``128 + signal number`` after a preemption stop (143 for SIGTERM), else None."""
+        return None if self.preempted_signal is None else 128 + self.preempted_signal
+
+    @property
+    def installed(self) -> bool:
+        return bool(self._previous)
+
+    def install_signal_handlers(self) -> bool:
+        """Installs the handlers (main thread only); returns whether they are installed."""
+        if self._previous:
+            return True
+        if threading.current_thread() is not threading.main_thread():
+            logger.warning(
+                "Preemption: training runs outside the main thread, so signal handlers cannot be installed; "
+                "a SIGTERM will end the process without a checkpoint"
+            )
+            return False
+        for signum in self.signals:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return True
+
+    def restore_signal_handlers(self) -> None:
+        """Puts the previous handlers back (only where the current handler is still this callback's)."""
+        for signum, previous in self._previous.items():
+            try:
+                current = signal.getsignal(signum)
+                if getattr(current, "__self__", None) is self:
+                    signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+            except (ValueError, OSError):  # not the main thread: leave them
+                pass
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        count = self._counts.get(signum, 0) + 1
+        self._counts[signum] = count
+        previous = self._previous.get(signum, signal.SIG_DFL)
+        if not self._active or count > 1:
+            self._hand_on(signum, frame, previous)
+            return
+        if self.received is None:
+            self.received = signum
+        # Only an async-signal-safe write here; the step end logs properly.
+        message = (
+            f"[routing-grpo] {_signal_name(signum)} received (pid {os.getpid()}): a checkpoint will be written "
+            "at the end of the current optimizer step, then training stops; send it again to stop at once\n"
+        )
+        with contextlib.suppress(OSError):
+            os.write(2, message.encode())
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(signum, frame)
+
+    def _hand_on(self, signum: int, frame: Any, previous: _Handler) -> None:
+        """Restores the previous handler for ``signum`` and lets it handle this delivery."""
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+        self._previous.pop(signum, None)
+        if callable(previous):
+            previous(signum, frame)
+        elif previous == signal.SIG_DFL or previous is None:
+            os.kill(os.getpid(), signum)
+        # SIG_IGN: ignored, as before.
+
+    # -- trainer hooks -----------------------------------------------------------------------------------
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.received = None
+        self.preempted = False
+        self.preempted_signal = None
+        self.preempted_step = None
+        self._counts.clear()
+        self._active = self.install_signal_handlers()
+        if self._active and getattr(args, "save_only_model", False):
+            logger.warning(
+                "Preemption: save_only_model is set, so a preemption checkpoint holds no optimizer, scheduler "
+                "or RNG state and a resumed run will not continue exactly"
+            )
+
+    def on_step_end(self, args, state, control, **kwargs):
+        local = self.received or 0
+        signum = _max_across_processes(local)
+        if signum == 0:
+            return control
+        self.preempted = True
+        self.preempted_signal = signum
+        self.preempted_step = state.global_step
+        control.should_save = True
+        control.should_log = True
+        control.should_training_stop = True
+        where = "this process" if local else "another process"
+        message = (
+            f"Preemption: {_signal_name(signum)} received by {where}; writing checkpoint-{state.global_step} "
+            f"to {args.output_dir} and stopping training (exit code {128 + signum}). Run the same command "
+            "again to resume from it."
+        )
+        if _is_main_process(args) or local:
+            logger.warning(message)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self._active = False
+        self.restore_signal_handlers()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Non-finite metrics
+# ----------------------------------------------------------------------------------------------------------
+
+
+class NonFiniteTrainingError(RuntimeError):
+    """A watched training metric was NaN or infinite; training stopped before checkpointing that step."""
+
+    def __init__(self, message: str, *, step: int, metrics: dict[str, float | None]) -> None:
+        super().__init__(message)
+        self.step = step
+        self.metrics = metrics
+
+
+class NonFiniteGuard(TrainerCallback):
+    """Stops training with :class:`NonFiniteTrainingError` when a watched logged metric is NaN or inf.
+
+    Watched by default: ``loss``, ``grad_norm``, ``reward`` and every ``rewards/<function>/mean`` (and their
+    ``eval_`` forms). TRL averages its reward metrics over the logging window dropping NaNs (a window with
+    none finite logs None, which counts as non-finite here unless ``none_is_finite``); a NaN reward still
+    shows up, as a NaN loss or grad norm, because the advantages it produces are NaN.
+
+    So that no checkpoint of a bad step is written:
+
+    * ``logging_nan_inf_filter`` is switched off at ``on_train_begin`` (with it on, transformers replaces a
+      NaN / inf loss by the window's mean and the guard would never see it);
+    * at ``on_step_end``, when the step is going to be saved, ``control.should_log`` is set, so the trainer
+      logs (and this guard checks) before it saves. This can add a log entry at save steps that are not
+      logging steps.
+
+    The logged values are already averaged over all processes (transformers gathers the loss, TRL its
+    reward metrics; the grad norm is that of the synchronised gradients), so every rank raises together; no
+    collective runs in ``on_log``, which some code calls on the main process only. The error is raised from ``on_log``, after the logging integrations (W&B, TensorBoard) have recorded
+    the bad values, and ends ``trainer.train()``.
+    """
+
+    DEFAULT_METRICS: tuple[str, ...] = ("loss", "grad_norm", "reward")
+
+    def __init__(
+        self,
+        metrics: Iterable[str] = DEFAULT_METRICS,
+        *,
+        reward_means: bool = True,
+        check_eval: bool = True,
+        none_is_finite: bool = False,
+        disable_nan_inf_filter: bool = True,
+    ) -> None:
+        self.metrics = tuple(metrics)
+        self.reward_means = reward_means
+        self.check_eval = check_eval
+        self.none_is_finite = none_is_finite
+        self.disable_nan_inf_filter = disable_nan_inf_filter
+
+    def watches(self, key: str) -> bool:
+        """Whether a logged key is checked."""
+        if key.startswith("eval_"):
+            if not self.check_eval:
+                return False
+            key = key[len("eval_") :]
+        if key in self.metrics:
+            return True
+        return self.reward_means and key.startswith("rewards/") and key.endswith("/mean")
+
+    def bad_metrics(self, logs: dict[str, Any]) -> dict[str, float | None]:
+        """The watched entries of ``logs`` that are NaN, infinite (or None, unless allowed)."""
+        bad: dict[str, float | None] = {}
+        for key, value in logs.items():
+            if not self.watches(key):
+                continue
+            if value is None:
+                if not self.none_is_finite:
+                    bad[key] = None
+                continue
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                continue
+            if not math.isfinite(number):
+                bad[key] = number
+        return bad
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.disable_nan_inf_filter and getattr(args, "logging_nan_inf_filter", False):
+            args.logging_nan_inf_filter = False
+            logger.info(
+                "NonFiniteGuard: logging_nan_inf_filter turned off so that a NaN / inf loss is logged"
+            )
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if control.should_save:
+            control.should_log = True
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        bad = self.bad_metrics(logs or {})
+        if not bad:
+            return control
+        raise NonFiniteTrainingError(self._message(args, state, bad), step=state.global_step, metrics=bad)
+
+    @staticmethod
+    def _message(args: Any, state: Any, bad: dict[str, float | None]) -> str:
+        shown = ", ".join(
+            f"{key}={'None (no finite value in the logging window)' if v is None else v}"
+            for key, v in bad.items()
+        )
+        last = None
+        output_dir = getattr(args, "output_dir", None)
+        if output_dir and os.path.isdir(output_dir):
+            from transformers.trainer_utils import get_last_checkpoint
+
+            last = get_last_checkpoint(output_dir)
+        kept = (
+            f"the last checkpoint, {last}, predates it and is kept"
+            if last
+            else "no checkpoint was written before it"
+        )
+        return (
+            f"Non-finite training metric at global step {state.global_step}: {shown}. Training stopped before "
+            f"any checkpoint of this step was written; {kept}. Resume from the last checkpoint with a lower "
+            "learning rate or max_grad_norm, or check the reward function and data of this step."
+        )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Wiring
+# ----------------------------------------------------------------------------------------------------------
+
+
+def default_callbacks(args: Any = None) -> list[TrainerCallback]:
+    """``[PreemptionCallback(), NonFiniteGuard()]``, in this order.
+
+    The order matters: the guard, running after the preemption callback at ``on_step_end``, sees the
+    preemption's ``should_save`` and makes the trainer log (and check) before that checkpoint too. ``args``
+    is accepted for symmetry with the trainer's constructor and not used.
+    """
+    del args
+    return [PreemptionCallback(), NonFiniteGuard()]
+
+
+def _callbacks_of(source: Any) -> list[Any]:
+    handler = getattr(source, "callback_handler", None)
+    if handler is not None:
+        return list(handler.callbacks)
+    if isinstance(source, TrainerCallback):
+        return [source]
+    return list(source)
+
+
+def preemption_exit_code(source: Any) -> int | None:
+    """The exit code of a preempted run (``128 + signal``), or None if it was not preempted.
+
+    ``source`` is a trainer, a callback or a list of callbacks.
+    """
+    for callback in _callbacks_of(source):
+        if isinstance(callback, PreemptionCallback) and callback.preempted:
+            return callback.exit_code
+    return None
+
+
+def exit_if_preempted(trainer: Any) -> None:
+    """After ``trainer.train()``: if it stopped for a preemption signal, wait for all processes, then exit.
+
+    The exit code is ``128 + signal`` (143 for SIGTERM): not zero, so that a scheduler or wrapper requeues
+    the run, which then resumes from the checkpoint just written. Does nothing when the run finished.
+    Call it before saving the final model or pushing (a preempted run is not finished).
+    """
+    code = preemption_exit_code(trainer)
+    if code is None:
+        return
+    accelerator = getattr(trainer, "accelerator", None)
+    if accelerator is not None:
+        accelerator.wait_for_everyone()
+    if accelerator is None or accelerator.is_main_process:
+        logger.warning(
+            "Preemption: checkpoint written at global step %s; exiting with code %s so the run is requeued",
+            trainer.state.global_step,
+            code,
+        )
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)
