@@ -1,0 +1,97 @@
+"""A short routing run for the multi-process test; launch with ``accelerate launch --cpu --num_processes N``.
+
+Generation is scripted (``trainer_support.ScriptedGeneration``: a pure function of the prompt and the row's
+place in the global batch), so 1 and N processes see the same rollouts and must compute the same rewards and
+advantages. G = 4 and 12 rollouts per generation batch: on 2 processes each holds 6 rows, so the middle
+group straddles the two ranks.
+
+Writes (main process) a JSON file with the gathered routing records and every rank's local advantages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+GLOBAL_ROWS = 12  # rollouts per generation batch
+STEPS_PER_GENERATION = 3
+
+
+def run(model_path: str, out_path: str, output_dir: str) -> None:
+    import torch
+    from accelerate.utils import gather_object
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    from routing_grpo.trainer import RoutingGRPOTrainer
+    from tests.scripts.trainer_support import ScriptedGeneration, arithmetic_dataset, make_args
+
+    torch.set_num_threads(1)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    per_device = GLOBAL_ROWS // (world * STEPS_PER_GENERATION)
+    args = make_args(
+        output_dir,
+        per_device_train_batch_size=per_device,
+        steps_per_generation=STEPS_PER_GENERATION,
+        total_batch_steps=2,
+        warmup_steps=1,
+        balance_coef=0.7,
+    )
+    script = ScriptedGeneration()
+    original_generate = GRPOTrainer._generate_single_turn
+    original_score = RoutingGRPOTrainer._generate_and_score_completions
+    local_advantages: list[list[float]] = []
+
+    def fake(trainer, prompt_ids, images, multimodal_fields, num_generations, *a, **k):
+        return script(trainer, prompt_ids, num_generations)
+
+    def score(trainer, inputs):
+        output = original_score(trainer, inputs)
+        local_advantages.append(output["advantages"].tolist())
+        return output
+
+    GRPOTrainer._generate_single_turn = fake
+    RoutingGRPOTrainer._generate_and_score_completions = score
+    try:
+        torch.manual_seed(0)
+        trainer = RoutingGRPOTrainer(
+            model=AutoModelForCausalLM.from_pretrained(model_path),
+            args=args,
+            train_dataset=arithmetic_dataset(),
+            processing_class=AutoTokenizer.from_pretrained(model_path),
+        )
+        trainer.train()
+    finally:
+        GRPOTrainer._generate_single_turn = original_generate
+        RoutingGRPOTrainer._generate_and_score_completions = original_score
+
+    per_rank = gather_object([local_advantages])  # one entry per rank: [batch][row]
+    if trainer.accelerator.is_main_process:
+        result = {
+            "world_size": trainer.accelerator.num_processes,
+            "per_device_train_batch_size": per_device,
+            "records": [vars(r) for r in trainer.routing_history],
+            "local_advantages": per_rank,
+        }
+        Path(out_path).write_text(json.dumps(result))
+    trainer.accelerator.wait_for_everyone()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--output-dir", required=True)
+    ns = parser.parse_args()
+    run(ns.model, ns.out, ns.output_dir)
+
+
+if __name__ == "__main__":
+    main()
