@@ -315,8 +315,15 @@ class _Worker:
         child_conn.close()
 
     def wait_ready(self) -> None:
-        if not self.conn.poll(WORKER_START_TIMEOUT_S) or self.conn.recv() != "ready":
-            raise RuntimeError("a grading worker process did not start")
+        try:
+            ready = self.conn.poll(WORKER_START_TIMEOUT_S) and self.conn.recv() == "ready"
+        except (EOFError, OSError):  # the worker died while starting
+            ready = False
+        if not ready:
+            raise RuntimeError(
+                "a grading worker process did not start (a script that grades with a pool must run its "
+                "work under `if __name__ == '__main__':`, as the workers re-import the main module)"
+            )
 
     def kill(self) -> None:
         self.process.kill()
