@@ -178,7 +178,7 @@ def test_grade_defined_on_any_text(text, reference):
 @SYMPY
 @given(hostile_text, st.integers(-(10**6), 10**6))
 def test_grade_finds_the_boxed_answer_after_hostile_text(prefix, number):
-    assert grade(f"{prefix}\n\\boxed{{{number}}}", str(number), timeout_s=GRADE_TIMEOUT_S).correct
+    assert grade(f"{prefix}\n\\boxed{{{number}}}", str(number)).correct  # default limit: must not time out
     assert not grade(f"{prefix}\n\\boxed{{{number}}}", str(number + 1), timeout_s=GRADE_TIMEOUT_S).correct
 
 
