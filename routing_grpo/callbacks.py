@@ -99,6 +99,21 @@ def _max_across_processes(value: int) -> int:
     return int(tensor.item())
 
 
+def _micro_steps_per_generation(args: Any) -> int:
+    """Micro-steps per generation batch: ``steps_per_generation * num_iterations`` (1 for a plain Trainer)."""
+    spg = getattr(args, "steps_per_generation", None)
+    if not isinstance(spg, int) or spg < 1:
+        return 1
+    iterations = getattr(args, "num_iterations", 1)
+    return spg * (iterations if isinstance(iterations, int) and iterations > 0 else 1)
+
+
+def _at_generation_boundary(args: Any, state: Any) -> bool:
+    """Whether the optimizer steps done so far end a generation batch (always true for a plain Trainer)."""
+    ga = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
+    return (state.global_step * ga) % _micro_steps_per_generation(args) == 0
+
+
 def _is_main_process(args: Any) -> bool:
     return bool(getattr(args, "process_index", 0) == 0)
 
@@ -128,15 +143,30 @@ class PreemptionCallback(TrainerCallback):
     (:func:`exit_if_preempted`). A signal that arrives before training starts (model loading) or after its
     last step is not turned into a checkpoint.
 
+    Generation batches: with GRPO's ``steps_per_generation * num_iterations`` larger than
+    ``gradient_accumulation_steps``, one generation batch spans several optimizer steps, and TRL does not
+    checkpoint its buffer of generated rollouts (nor its micro-step counter): a run resumed from inside a
+    generation batch regenerates there and its later generation batches are shifted. So by default the
+    checkpoint is deferred to the end of the generation batch in progress (at most
+    ``steps_per_generation * num_iterations / gradient_accumulation_steps - 1`` more optimizer steps; pick the
+    scheduler's warning time accordingly); ``align_to_generation_batch=False`` stops at the next optimizer
+    step instead. At ``on_train_begin`` a warning is logged when ``save_steps`` would place regular
+    checkpoints inside generation batches, for the same reason.
+
     Args:
         signals: signal names or numbers to handle. SIGUSR1 is useful where the scheduler can send an early
             warning signal (Slurm ``--signal=B:USR1@300``) ahead of its SIGTERM.
+        align_to_generation_batch: write the checkpoint only at the end of a generation batch (see above).
     """
 
-    def __init__(self, signals: Sequence[int | str] = ("SIGTERM", "SIGINT")) -> None:
+    def __init__(
+        self, signals: Sequence[int | str] = ("SIGTERM", "SIGINT"), *, align_to_generation_batch: bool = True
+    ) -> None:
         self.signals: tuple[int, ...] = tuple(_signal_number(s) for s in signals)
         if not self.signals:
             raise ValueError("signals: give at least one signal to handle")
+        self.align_to_generation_batch = align_to_generation_batch
+        self._deferred_logged = False
         self.received: int | None = None  # first signal this process received during training
         self.preempted: bool = False  # set on every process when any process was signalled
         self.preempted_signal: int | None = None
@@ -219,7 +249,26 @@ class PreemptionCallback(TrainerCallback):
         self.preempted_signal = None
         self.preempted_step = None
         self._counts.clear()
+        self._deferred_logged = False
         self._active = self.install_signal_handlers()
+        per_generation = _micro_steps_per_generation(args)
+        ga = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
+        save_steps = getattr(args, "save_steps", 0)
+        if (
+            per_generation > ga
+            and str(getattr(args, "save_strategy", "")).endswith("steps")
+            and isinstance(save_steps, int)
+            and save_steps > 0
+            and (save_steps * ga) % per_generation != 0
+        ):
+            logger.warning(
+                "save_steps=%s puts checkpoints inside generation batches (one generation batch is %s optimizer "
+                "steps); TRL regenerates rollouts when resuming from such a checkpoint, so a resumed run does "
+                "not continue exactly. Use a multiple of %s.",
+                save_steps,
+                per_generation // ga if per_generation % ga == 0 else per_generation / ga,
+                per_generation // math.gcd(per_generation, ga),
+            )
         if self._active and getattr(args, "save_only_model", False):
             logger.warning(
                 "Preemption: save_only_model is set, so a preemption checkpoint holds no optimizer, scheduler "
@@ -230,6 +279,16 @@ class PreemptionCallback(TrainerCallback):
         local = self.received or 0
         signum = _max_across_processes(local)
         if signum == 0:
+            return control
+        if self.align_to_generation_batch and not _at_generation_boundary(args, state):
+            if not self._deferred_logged and _is_main_process(args):
+                logger.warning(
+                    "Preemption: %s received; the checkpoint waits for the end of the generation batch in "
+                    "progress (global step %s is inside one)",
+                    _signal_name(signum),
+                    state.global_step,
+                )
+            self._deferred_logged = True
             return control
         self.preempted = True
         self.preempted_signal = signum

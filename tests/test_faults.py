@@ -181,6 +181,52 @@ def test_sigterm_sets_flag_chains_then_saves_and_stops_at_step_end(tmp_path, sig
     assert signal.getsignal(signal.SIGTERM) is previous  # restored
 
 
+def test_checkpoint_waits_for_the_end_of_the_generation_batch(tmp_path, sigterm_guard):
+    # 4 micro-steps per generation batch, 2 per optimizer step: generation batches end at even global steps.
+    args = _args(tmp_path, gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2)
+    cb = PreemptionCallback()
+    cb.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
+    try:
+        _deliver(signal.SIGTERM)
+        control = TrainerControl()
+        cb.on_step_end(args, SimpleNamespace(global_step=3), control)
+        assert not control.should_save and not control.should_training_stop and not cb.preempted
+        cb.on_step_end(args, SimpleNamespace(global_step=4), control)
+        assert control.should_save and control.should_training_stop and cb.preempted_step == 4
+    finally:
+        cb.on_train_end(args, SimpleNamespace(global_step=4), TrainerControl())
+
+    eager = PreemptionCallback(align_to_generation_batch=False)
+    eager.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
+    try:
+        _deliver(signal.SIGTERM)
+        control = TrainerControl()
+        eager.on_step_end(args, SimpleNamespace(global_step=3), control)
+        assert control.should_save and eager.preempted_step == 3
+    finally:
+        eager.on_train_end(args, SimpleNamespace(global_step=3), TrainerControl())
+
+
+def test_warns_when_save_steps_fall_inside_generation_batches(tmp_path, sigterm_guard, caplog):
+    args = _args(
+        tmp_path,
+        gradient_accumulation_steps=2,
+        steps_per_generation=8,
+        num_iterations=1,
+        save_strategy="steps",
+    )
+    for save_steps, warned in ((3, True), (8, False)):
+        args.save_steps = save_steps
+        cb = PreemptionCallback()
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            cb.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
+        cb.on_train_end(args, SimpleNamespace(global_step=0), TrainerControl())
+        assert ("inside generation batches" in caplog.text) is warned, save_steps
+        if warned:
+            assert "Use a multiple of 4" in caplog.text
+
+
 def test_second_signal_goes_to_previous_handler(tmp_path, sigterm_guard):
     previous, calls = sigterm_guard
     cb = PreemptionCallback(signals=["TERM"])
@@ -353,24 +399,40 @@ def test_inf_reward_stops_before_the_bad_step_is_checkpointed(tiny_model_path, t
     assert _checkpoints(out) == [1]
 
 
-def test_sigterm_in_process_checkpoints_current_step_and_stops(tiny_model_path, tmp_path, sigterm_guard):
+@pytest.mark.parametrize(
+    ("steps_per_generation", "signal_after", "stop_step"),
+    [
+        (1, 1, 2),  # one generation batch per optimizer step: checkpoint at the end of the step in progress
+        (2, 2, 4),  # two optimizer steps per generation batch: step 3 is inside one, so checkpoint at 4
+    ],
+)
+def test_sigterm_in_process_checkpoints_and_stops(
+    tiny_model_path, tmp_path, sigterm_guard, steps_per_generation, signal_after, stop_step
+):
     previous, calls = sigterm_guard
 
-    class SignalAtStep1(TrainerCallback):
+    class SignalMidStep(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
-            if state.global_step == 1:
-                os.kill(os.getpid(), signal.SIGTERM)  # arrives during step 2's generation
+            if state.global_step == signal_after:
+                os.kill(os.getpid(), signal.SIGTERM)  # arrives before the next step's forward pass
 
     out = tmp_path / "run"
-    trainer = _tiny_trainer(tiny_model_path, out, callbacks=[SignalAtStep1()], save_steps=100, max_steps=6)
+    trainer = _tiny_trainer(
+        tiny_model_path,
+        out,
+        callbacks=[SignalMidStep()],
+        save_steps=100,
+        max_steps=6,
+        steps_per_generation=steps_per_generation,
+    )
     try:
         trainer.train()
     finally:
         _restore_handlers(trainer)
-    assert trainer.state.global_step == 2
-    assert _checkpoints(out) == [2]
-    state = json.loads((out / "checkpoint-2" / "trainer_state.json").read_text())
-    assert state["global_step"] == 2
+    assert trainer.state.global_step == stop_step
+    assert _checkpoints(out) == [stop_step]
+    state = json.loads((out / f"checkpoint-{stop_step}" / "trainer_state.json").read_text())
+    assert state["global_step"] == stop_step
     assert preemption_exit_code(trainer) == 143
     assert calls == [signal.SIGTERM]
     assert signal.getsignal(signal.SIGTERM) is previous  # handed back at the end of training
