@@ -219,7 +219,7 @@ class ModeDetector:
         self._id_candidates = sorted(set(candidates), key=lambda c: -len(c[0]))
         self._decode = decode
         alternatives = "|".join(f"(?P<m{i}>{word_pattern(m.word)})" for i, m in enumerate(self.modes))
-        self._regex = re.compile(rf"\s*(?:{alternatives})", re.IGNORECASE)
+        self._regex = re.compile(rf"\s*(?a:{alternatives})", re.IGNORECASE)
 
     @classmethod
     def from_tokenizer(cls, modes: Sequence[ModeSpec], tokenizer: Any) -> ModeDetector:
