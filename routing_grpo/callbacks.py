@@ -5,11 +5,13 @@ Two ``transformers`` callbacks for :class:`~routing_grpo.trainer.RoutingGRPOTrai
 
 * :class:`PreemptionCallback`: a SIGTERM (or SIGINT) sets a flag; at the end of the optimizer step in
   progress every process learns whether any process was signalled (a tiny ``all_reduce``), and then all of
-  them write a checkpoint at the current ``global_step`` and leave the training loop. After
+  them write a checkpoint at the current ``global_step`` and leave the training loop (when a generation
+  batch spans several optimizer steps, at the end of the generation batch in progress). Under
+  ``torchrun`` / ``accelerate launch`` a SIGTERM to the launcher is forwarded to every worker. After
   ``trainer.train()`` returns, :func:`exit_if_preempted` ends the process with exit code ``128 + signal``
   (143 for SIGTERM, 130 for SIGINT), so a scheduler or wrapper sees a run that did not finish and requeues
-  it; rerunning the same command resumes from the checkpoint (``train.py`` resumes from the last
-  checkpoint in ``output_dir``). A second signal of the same kind goes to the handler that was there before
+  it (the launcher itself then exits 1); rerunning the same command resumes from the checkpoint
+  (``train.py`` resumes from the last checkpoint in ``output_dir``). A second signal of the same kind goes to the handler that was there before
   (by default: the process ends at once, without a checkpoint).
 * :class:`NonFiniteGuard`: if the logged loss, grad norm or reward (or a reward function's mean) is NaN or
   infinite, it raises :class:`NonFiniteTrainingError` naming the metric and the step. It turns off
