@@ -194,3 +194,84 @@ def tiny_qwen2(tmp_path_factory):
     model = AutoModelForCausalLM.from_pretrained(path)
     model.eval()
     return model, AutoTokenizer.from_pretrained(path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The shrinking decode loop
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _chat_prompts(tok, k):
+    return [
+        tok.encode(f"<|im_start|>user\nWhat is {i} + {3 * i}?<|im_end|>\n<|im_start|>assistant\n")
+        for i in range(k)
+    ]
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_shrinking_loop_samples_like_generate(tiny_qwen2, do_sample):
+    """Without budgets the loop reproduces model.generate token for token (same seed, same processors).
+
+    Sampled rows are compared on equal-length prompts: with left padding the two paths' logits can differ in
+    the last bits, which may flip a sample at a top-k boundary (greedy is compared with padding)."""
+    import torch
+    from transformers import GenerationConfig
+
+    from routing_grpo.capped_generation import sample_with_budgets
+
+    model, tok = tiny_qwen2
+    prompts = _chat_prompts(tok, 3)
+    if not do_sample:
+        prompts[1] = prompts[1][3:]  # ragged: left padding in play
+    config = GenerationConfig(
+        do_sample=do_sample, temperature=0.7, top_p=0.9, top_k=50, repetition_penalty=1.1,
+        max_new_tokens=20, min_new_tokens=5, pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    eos = [tok.eos_token_id]
+    backend = TransformersBudgetGenerator(model, config, pad_token_id=tok.pad_token_id, eos_token_ids=eos)
+    torch.manual_seed(3)
+    reference = [ids for ids, _ in backend(prompts, [20] * 3)]
+    torch.manual_seed(3)
+    ours = sample_with_budgets(
+        model, prompts, [20] * 3, generation_config=config, eos_token_ids=eos,
+        pad_token_id=tok.pad_token_id, max_completion_length=20,
+    )  # fmt: skip
+    assert ours == reference
+
+
+def test_shrinking_loop_stops_rows_at_their_budgets(tiny_qwen2):
+    """Greedy: each row's tokens are the one-pass tokens cut at its budget; free rows get theirs from
+    the head; nothing past a budget is generated."""
+    from transformers import GenerationConfig
+
+    from routing_grpo.capped_generation import sample_with_budgets
+
+    model, tok = tiny_qwen2
+    prompts = _chat_prompts(tok, 4)
+    config = GenerationConfig(do_sample=False, max_new_tokens=30, pad_token_id=tok.pad_token_id)
+    eos = [tok.eos_token_id]
+    seen_heads = {}
+
+    def head_budget(row, head):
+        seen_heads[row] = list(head)
+        return 12 if row == 1 else 30
+
+    ours = sample_with_budgets(
+        model, prompts, [5, None, 17, None], generation_config=config, eos_token_ids=eos,
+        pad_token_id=tok.pad_token_id, max_completion_length=30, head_budget=head_budget,
+    )  # fmt: skip
+    backend = TransformersBudgetGenerator(model, config, pad_token_id=tok.pad_token_id, eos_token_ids=eos)
+    for row, budget in enumerate([5, 12, 17, 30]):
+        full = backend([prompts[row]], [30])[0][0]
+        assert ours[row] == full[:budget], row
+    assert set(seen_heads) == {1, 3} and all(len(h) == DETECTION_HEAD_TOKENS for h in seen_heads.values())
+
+
+def test_shrinking_loop_declines_settings_it_cannot_reproduce():
+    from transformers import GenerationConfig
+
+    from routing_grpo.capped_generation import shrinking_loop_supported
+
+    assert shrinking_loop_supported(GenerationConfig(do_sample=True, temperature=0.6, top_p=0.95))
+    assert not shrinking_loop_supported(GenerationConfig(no_repeat_ngram_size=3))
+    assert not shrinking_loop_supported(GenerationConfig(num_beams=4))
