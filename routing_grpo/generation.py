@@ -105,15 +105,23 @@ def plan_forced_modes(
 # ---------------------------------------------------------------------------------------------------------
 
 
-def apply_caps(completion_ids: Sequence[int], word_tokens: int, cap: int | None) -> tuple[list[int], bool]:
+def apply_caps(
+    completion_ids: Sequence[int], word_tokens: int, cap: int | None, eos_token_ids: Sequence[int] = ()
+) -> tuple[list[int], bool]:
     """Cuts a completion at its mode's cap: at most ``word_tokens + cap`` tokens.
 
     Returns the (possibly shortened) ids and whether the rollout ran past the cap (it is then scored
-    wrong; its first C_m tokens after the word stay in the loss).
+    wrong; its first C_m tokens after the word stay in the loss). A rollout with exactly ``cap`` tokens
+    after the word that does not end in EOS was stopped there (by a budget in generation, or by the
+    completion limit): its length would exceed the cap, so it is capped too. This makes the rule give the
+    same answer whether generation stopped at the cap or ran on and was cut here.
     """
     ids = list(completion_ids)
-    if cap is None or len(ids) - word_tokens <= cap:
+    after_word = len(ids) - word_tokens
+    if cap is None or after_word < cap:
         return ids, False
+    if after_word == cap:
+        return ids, not (ids and ids[-1] in set(eos_token_ids))
     return ids[: word_tokens + cap], True
 
 
@@ -161,6 +169,7 @@ def finalize_rollouts(
     single_mode: int | None = None,
     enforce_caps: bool = True,
     logprobs: Sequence[Sequence[float | None]] | None = None,
+    eos_token_ids: Sequence[int] = (),
 ) -> tuple[list[list[int]], list[list[int]], list[list[float | None]] | None, list[RolloutFacts]]:
     """Promotion, detection, caps and L for a batch of generated rows.
 
@@ -172,6 +181,7 @@ def finalize_rollouts(
         forced_word_ids: token ids appended to force each mode (:func:`forcing_text`, tokenized).
         single_mode: index of a single-mode baseline's mode: every row is in it, there is no word.
         enforce_caps: False for validation, which is uncapped.
+        eos_token_ids: tokens that end a completion (see :func:`apply_caps`).
         logprobs: sampling logprobs per completion token (vLLM), kept aligned: the promoted word gets None
             (no sampling logprob: TRL then leaves its importance-sampling ratio at exactly 1).
 
@@ -198,7 +208,7 @@ def finalize_rollouts(
             mode, forced, word_tokens = detection.mode, False, detection.word_tokens
         capped = False
         if mode != INVALID and enforce_caps:
-            c_ids, capped = apply_caps(c_ids, word_tokens, modes[mode].cap)
+            c_ids, capped = apply_caps(c_ids, word_tokens, modes[mode].cap, eos_token_ids)
             if lps is not None:
                 lps = lps[: len(c_ids)]
         length = len(c_ids) - word_tokens if mode != INVALID else len(c_ids)
@@ -234,13 +244,37 @@ def generation_budget(
     max_completion_length: int,
     single_mode: int | None = None,
 ) -> int:
-    """max_tokens for a row: cap + 1 for a row whose mode is known before generation (forced or single mode),
-    so that a rollout that would run past the cap is seen to and cut by :func:`apply_caps`; the completion
-    limit for a free row (its mode is only known once the word is written)."""
+    """max_tokens for a row: its mode's cap for a row whose mode is known before generation (forced or single
+    mode; no token past the cap is generated, :func:`apply_caps` reads a row that used it all as capped);
+    the completion limit for a free row (its mode is only known once the word is written)."""
     mode = single_mode if single_mode is not None else forced_mode
     if mode is None or modes[mode].cap is None:
         return max_completion_length
-    return min(modes[mode].cap + 1, max_completion_length)
+    return min(modes[mode].cap, max_completion_length)
+
+
+def plan_budget_requests(
+    prompt_ids: Sequence[Sequence[int]], budgets: Sequence[int]
+) -> list[GenerationRequest]:
+    """Requests for rows with given token budgets, in row order: consecutive rows with the same prompt and
+    budget share one request of ``n`` samples.
+
+    TRL's server path sends ``prompts[::G]`` with ``n=G``, which assumes every row of a group has the same
+    prompt; forced rows end with their mode word and rows have their own budgets, so each run of identical
+    rows becomes its own request.
+    """
+    if len(budgets) != len(prompt_ids):
+        raise ValueError("plan_budget_requests: prompt_ids and budgets must have the same length")
+    requests: list[GenerationRequest] = []
+    start = 0
+    while start < len(prompt_ids):
+        key = (tuple(int(t) for t in prompt_ids[start]), int(budgets[start]))
+        end = start + 1
+        while end < len(prompt_ids) and (tuple(int(t) for t in prompt_ids[end]), int(budgets[end])) == key:
+            end += 1
+        requests.append(GenerationRequest(tuple(range(start, end)), key[0], end - start, key[1]))
+        start = end
+    return requests
 
 
 def plan_vllm_requests(
@@ -251,34 +285,11 @@ def plan_vllm_requests(
     max_completion_length: int,
     single_mode: int | None = None,
 ) -> list[GenerationRequest]:
-    """Requests for a batch, in row order: consecutive rows with the same prompt and budget share one request.
-
-    TRL's server path sends ``prompts[::G]`` with ``n=G``, which assumes every row of a group has the same
-    prompt; forced rows end with their mode word, so each run of identical rows becomes its own request.
-    """
-    requests: list[GenerationRequest] = []
-    start = 0
-    n_rows = len(prompt_ids)
-    if len(forced_modes) != n_rows:
+    """One-phase requests (each row's :func:`generation_budget`) for a batch, in row order."""
+    if len(forced_modes) != len(prompt_ids):
         raise ValueError("plan_vllm_requests: prompt_ids and forced_modes must have the same length")
-    while start < n_rows:
-        key = (
-            tuple(prompt_ids[start]),
-            generation_budget(forced_modes[start], modes, max_completion_length, single_mode),
-        )
-        end = start + 1
-        while (
-            end < n_rows
-            and (
-                tuple(prompt_ids[end]),
-                generation_budget(forced_modes[end], modes, max_completion_length, single_mode),
-            )
-            == key
-        ):
-            end += 1
-        requests.append(GenerationRequest(tuple(range(start, end)), key[0], end - start, key[1]))
-        start = end
-    return requests
+    budgets = [generation_budget(f, modes, max_completion_length, single_mode) for f in forced_modes]
+    return plan_budget_requests(prompt_ids, budgets)
 
 
 def scatter_vllm_outputs(
@@ -342,82 +353,3 @@ def run_server_requests(
                 )
                 results[j].append((list(completions[flat]), lps))
     return results
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Caps during transformers generation
-# ---------------------------------------------------------------------------------------------------------
-
-
-class CapLogitsProcessor:
-    """A transformers ``LogitsProcessor`` that ends each row once it has run one token past its mode's cap.
-
-    A row whose mode is known before generation (forced, or a single-mode run) may generate ``cap + 1``
-    tokens; a free row's mode is read from its first tokens with the same detector as after generation, and
-    it may generate ``word_tokens + cap + 1``. After that the row's only allowed token is EOS. The extra
-    token lets :func:`apply_caps` see that the rollout ran past the cap, and it then cuts it to exactly the
-    cap (the exact rule stays post hoc). Rows without a valid word, and uncapped modes, are never stopped.
-
-    Args:
-        forced_modes: forced mode per row (None = free), in the order of the generation batch.
-        modes: the mode specs.
-        detector: reads free rows' modes from their generated ids.
-        eos_token_id: the token forced at the cap.
-        single_mode: index of a single-mode run's mode (every row is in it, there is no word).
-    """
-
-    def __init__(
-        self,
-        forced_modes: Sequence[int | None],
-        modes: Sequence[ModeSpec],
-        detector: ModeDetector | None,
-        eos_token_id: int,
-        single_mode: int | None = None,
-    ) -> None:
-        self.modes = tuple(modes)
-        self.detector = detector
-        self.eos_token_id = int(eos_token_id)
-        self.prompt_length: int | None = None
-        # Per row: the number of generated tokens after which only EOS is allowed (None = no limit yet).
-        self.limits: list[int | None] = []
-        self.free_rows: list[int] = []
-        for row, forced in enumerate(forced_modes):
-            mode = single_mode if single_mode is not None else forced
-            if mode is None:
-                self.limits.append(None)
-                self.free_rows.append(row)
-            else:
-                cap = self.modes[mode].cap
-                self.limits.append(None if cap is None else cap + 1)
-        caps = [m.cap for m in self.modes if m.cap is not None]
-        # A free row's limit is at least (1 word token) + smallest cap + 1: no detection is needed before.
-        self._first_check = min(caps) + 2 if caps else None
-        self._settled: set[int] = set()
-
-    def __call__(self, input_ids: Any, scores: Any) -> Any:
-        if self.prompt_length is None:
-            self.prompt_length = int(input_ids.shape[1])
-        generated = int(input_ids.shape[1]) - self.prompt_length
-        if self.free_rows and self._first_check is not None and generated >= self._first_check:
-            self._detect_free_rows(input_ids, generated)
-        for row, limit in enumerate(self.limits):
-            if limit is not None and generated >= limit:
-                scores[row, :] = float("-inf")
-                scores[row, self.eos_token_id] = 0.0
-        return scores
-
-    def _detect_free_rows(self, input_ids: Any, generated: int) -> None:
-        from routing_grpo.modes import _MAX_WORD_TOKENS
-
-        for row in self.free_rows:
-            if row in self._settled:
-                continue
-            head = input_ids[row, self.prompt_length : self.prompt_length + min(generated, _MAX_WORD_TOKENS)]
-            detection = self.detector.detect(head.tolist()) if self.detector is not None else None
-            if detection is not None and detection.mode != INVALID:
-                cap = self.modes[detection.mode].cap
-                self.limits[row] = None if cap is None else detection.word_tokens + cap + 1
-            else:
-                self.limits[row] = None
-            if generated >= _MAX_WORD_TOKENS:
-                self._settled.add(row)

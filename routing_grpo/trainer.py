@@ -31,15 +31,22 @@ from accelerate.utils import broadcast_object_list, gather, gather_object
 from trl import GRPOTrainer
 
 from routing_grpo.advantages import compute_advantages
+from routing_grpo.capped_generation import (
+    TransformersBudgetGenerator,
+    free_budget,
+    generate_with_caps,
+    known_budget,
+    sample_with_budgets,
+    shrinking_loop_supported,
+)
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.generation import (
-    CapLogitsProcessor,
     RolloutFacts,
     add_routing_instruction,
     finalize_rollouts,
     forcing_text,
+    plan_budget_requests,
     plan_forced_modes,
-    plan_vllm_requests,
     run_server_requests,
     scatter_vllm_outputs,
 )
@@ -61,6 +68,7 @@ class _BatchState:
     facts: list[RolloutFacts] | None = None
     rewards_per_func: torch.Tensor | None = None  # gathered (N, F)
     correct: list[bool] | None = None
+    past_caps: list[int] | None = None  # tokens generated past each row's cap
 
 
 @dataclass
@@ -79,6 +87,7 @@ class GenerationRecord:
     correct: list[bool] = field(default_factory=list)
     rewards: list[float] = field(default_factory=list)
     advantages: list[float] = field(default_factory=list)
+    tokens_past_caps: list[int] = field(default_factory=list)
 
 
 class RoutingGRPOTrainer(GRPOTrainer):
@@ -234,14 +243,14 @@ class RoutingGRPOTrainer(GRPOTrainer):
         device = self.accelerator.device
         local = torch.tensor(
             [
-                [f.mode, int(f.forced), int(f.capped), f.length, int(c)]
-                for f, c in zip(batch.facts, batch.correct)
+                [f.mode, int(f.forced), int(f.capped), f.length, int(c), past]
+                for f, c, past in zip(batch.facts, batch.correct, batch.past_caps or [0] * len(batch.facts))
             ],
             dtype=torch.long,
             device=device,
         )
         facts = gather(local)
-        modes, forced, capped, lengths, correct = facts.unbind(dim=1)
+        modes, forced, capped, lengths, correct, past_caps = facts.unbind(dim=1)
         weights = self.reward_weights.to(batch.rewards_per_func.device).unsqueeze(0)
         rewards = (batch.rewards_per_func * weights).nansum(dim=1).to(device)
         coef = self.balance_coef_at(batch.step) if batch.mode == "train" else 0.0
@@ -281,6 +290,7 @@ class RoutingGRPOTrainer(GRPOTrainer):
             correct=correct.bool().tolist(),
             rewards=rewards.tolist(),
             advantages=advantages.tolist(),
+            tokens_past_caps=past_caps.tolist(),
         )
         self.routing_history.append(record)
         self._log_routing_metrics(record, levels)
@@ -310,13 +320,16 @@ class RoutingGRPOTrainer(GRPOTrainer):
             return super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
             )
+        caps_in_generation = self._caps_in_generation(batch)
         if self.use_vllm:
-            completion_ids, logprobs = self._generate_vllm(prompt_ids, images, batch)
+            completion_ids, logprobs = self._generate_vllm(prompt_ids, images, batch, caps_in_generation)
+        elif caps_in_generation and images is None and not self.use_transformers_continuous_batching:
+            completion_ids, logprobs = self._generate_transformers_capped(prompt_ids, batch), None
         else:
-            with self._caps_in_generation(batch):
-                completion_ids, logprobs = super()._generate_single_turn(
-                    prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
-                )
+            completion_ids, logprobs = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
+            )
+        raw_lengths = [len(ids) for ids in completion_ids]
         new_prompts, new_completions, new_logprobs, facts = finalize_rollouts(
             prompt_ids,
             completion_ids,
@@ -327,21 +340,96 @@ class RoutingGRPOTrainer(GRPOTrainer):
             single_mode=self.single_mode,
             enforce_caps=batch.mode == "train",
             logprobs=logprobs,
+            eos_token_ids=self.eos_token_ids,
         )
         # TRL's `_generate` keeps and returns this same list as the prompts: the promoted word leaves it here.
         prompt_ids[:] = new_prompts
         batch.facts = facts
+        # Tokens generated past a cap (0 when caps are enforced in generation): what post-hoc cutting dropped.
+        forced_word = [len(self.forced_word_ids[f]) if f is not None else 0 for f in batch.forced_modes]
+        batch.past_caps = [
+            raw - (len(ids) - word)
+            for raw, ids, word in zip(raw_lengths, new_completions, forced_word, strict=True)
+        ]
         return new_completions, new_logprobs
 
-    def _generate_vllm(self, prompt_ids: list[list[int]], images: Any, batch: _BatchState):
-        """vLLM generation with one request per run of identical rows, and per-request token budgets."""
+    def _caps_in_generation(self, batch: _BatchState) -> bool:
+        """Training rollouts stop at their caps inside generation (validation is uncapped)."""
+        return (
+            batch.mode == "train"
+            and self.args.enforce_caps_in_generation
+            and any(m.cap is not None for m in self.modes)
+        )
+
+    def _row_budgets(self) -> dict[str, Any]:
+        return dict(
+            modes=self.modes,
+            max_completion_length=self.max_completion_length,
+            single_mode=self.single_mode,
+        )
+
+    def _generate_transformers_capped(
+        self, prompt_ids: list[list[int]], batch: _BatchState
+    ) -> list[list[int]]:
+        """transformers generation in which no row generates past its cap (SPEC.md "Caps").
+
+        The shrinking decode loop of :mod:`routing_grpo.capped_generation` drops rows from the batch as they
+        finish, so compute follows the tokens kept; with sampling settings it does not reproduce, rows are
+        generated in budget groups with ``model.generate`` instead.
+        """
+        from trl.models import unwrap_model_for_generation
+
+        budgets = [known_budget(f, **self._row_budgets()) for f in batch.forced_modes]
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            if shrinking_loop_supported(self.generation_config):
+                return sample_with_budgets(
+                    model,
+                    prompt_ids,
+                    budgets,
+                    generation_config=self.generation_config,
+                    eos_token_ids=self.eos_token_ids,
+                    pad_token_id=self._tokenizer.pad_token_id,
+                    max_completion_length=self.max_completion_length,
+                    head_budget=lambda _row, head: free_budget(
+                        head, self.detector, self.modes, self.max_completion_length
+                    ),
+                )
+            backend = TransformersBudgetGenerator(
+                model,
+                self.generation_config,
+                pad_token_id=self._tokenizer.pad_token_id,
+                eos_token_ids=self.eos_token_ids,
+                prepare=lambda inputs: GRPOTrainer._prepare_inputs(self, inputs),
+            )
+            rows = generate_with_caps(
+                prompt_ids,
+                batch.forced_modes,
+                detector=self.detector,
+                eos_token_ids=self.eos_token_ids,
+                generate=backend,
+                **self._row_budgets(),
+            )
+        return [ids for ids, _ in rows]
+
+    def _generate_vllm(self, prompt_ids: list[list[int]], images: Any, batch: _BatchState, caps: bool):
+        """vLLM generation: per-row token budgets, forced rows never merged with free ones, and (with caps)
+        the two phases of :func:`~routing_grpo.capped_generation.generate_with_caps`."""
         if images is not None:
             raise ValueError("RoutingGRPOTrainer: images are not supported with vLLM routing")
         vllm = self.vllm_generation
         if self.state.global_step != self._last_loaded_step:
             vllm.sync_weights()
             self._last_loaded_step = self.state.global_step
-        max_tokens = self.max_completion_length
         sampling = {
             "repetition_penalty": vllm.repetition_penalty,
             "temperature": vllm.temperature,
@@ -351,27 +439,21 @@ class RoutingGRPOTrainer(GRPOTrainer):
             "logprobs": vllm.logprobs,
         }
         if vllm.mode == "server":
+            # The main process generates the whole global batch and hands each process its rows.
             all_prompts = gather_object(prompt_ids)
             all_forced = gather_object(batch.forced_modes)
             payload = None
             if self.accelerator.is_main_process:
-                requests = plan_vllm_requests(
-                    all_prompts,
-                    all_forced,
-                    modes=self.modes,
-                    max_completion_length=max_tokens,
-                    single_mode=self.single_mode,
-                )
-                outputs = run_server_requests(
-                    vllm.vllm_client,
-                    requests,
-                    {
-                        **sampling,
-                        "structured_outputs_regex": vllm.structured_outputs_regex,
-                        "generation_kwargs": vllm.generation_kwargs,
-                    },
-                )
-                payload = scatter_vllm_outputs(requests, outputs, len(all_prompts))
+                server_sampling = {
+                    **sampling,
+                    "structured_outputs_regex": vllm.structured_outputs_regex,
+                    "generation_kwargs": vllm.generation_kwargs,
+                }
+
+                def run(requests):
+                    return run_server_requests(vllm.vllm_client, requests, server_sampling)
+
+                payload = self._vllm_rows(all_prompts, all_forced, run, caps)
             holder = [payload]
             broadcast_object_list(holder, from_process=0)
             start = self.accelerator.process_index * len(prompt_ids)
@@ -384,79 +466,56 @@ class RoutingGRPOTrainer(GRPOTrainer):
             from trl.generation.vllm_generation import extract_logprobs
             from vllm import SamplingParams
 
-            requests = plan_vllm_requests(
-                prompt_ids,
-                batch.forced_modes,
-                modes=self.modes,
-                max_completion_length=max_tokens,
-                single_mode=self.single_mode,
-            )
-            params = [
-                SamplingParams(n=r.n, max_tokens=r.max_tokens, **sampling, **(vllm.generation_kwargs or {}))
-                for r in requests
-            ]
+            def run(requests):
+                params = [
+                    SamplingParams(
+                        n=r.n, max_tokens=r.max_tokens, **sampling, **(vllm.generation_kwargs or {})
+                    )
+                    for r in requests
+                ]
+                results = vllm.llm.generate(
+                    [{"prompt_token_ids": list(r.prompt_ids)} for r in requests],
+                    sampling_params=params,
+                    use_tqdm=False,
+                )
+                outputs = []
+                for result in results:
+                    lps, _ = extract_logprobs([result])
+                    outputs.append(
+                        [
+                            (list(sample.token_ids), None if lps is None else [lp[0] for lp in lps[k]])
+                            for k, sample in enumerate(result.outputs)
+                        ]
+                    )
+                return outputs
+
             if vllm.enable_sleep_mode:
                 vllm.llm.wake_up(tags=["kv_cache"])
-            results = vllm.llm.generate(
-                [{"prompt_token_ids": list(r.prompt_ids)} for r in requests],
-                sampling_params=params,
-                use_tqdm=False,
-            )
+            rows = self._vllm_rows(prompt_ids, batch.forced_modes, run, caps)
             if vllm.enable_sleep_mode:
                 vllm.llm.sleep(level=2)
                 vllm._llm_weights_sleeping = True
-            outputs = []
-            for result in results:
-                lps, _ = extract_logprobs([result])
-                samples = []
-                for k, sample in enumerate(result.outputs):
-                    samples.append(
-                        (list(sample.token_ids), None if lps is None else [lp[0] for lp in lps[k]])
-                    )
-                outputs.append(samples)
-            rows = scatter_vllm_outputs(requests, outputs, len(prompt_ids))
-        completion_ids = [ids for ids, _ in rows]
-        logprobs = None if any(lp is None for _, lp in rows) else [lp for _, lp in rows]
+        completion_ids = [list(ids) for ids, _ in rows]
+        logprobs = None if any(lp is None for _, lp in rows) else [list(lp) for _, lp in rows]
         return completion_ids, logprobs
 
-    @contextlib.contextmanager
-    def _caps_in_generation(self, batch: _BatchState) -> Iterator[None]:
-        """Stops training rows at their caps inside ``model.generate`` (transformers backend).
+    def _vllm_rows(self, prompts: list[list[int]], forced: list[int | None], run: Any, caps: bool) -> list:
+        """(ids, logprobs) per row through ``run(requests) -> per-request samples`` (server or colocate)."""
 
-        TRL's generation call takes no logits processor, so the unwrapped model's ``generate`` is wrapped for
-        the duration of the call. Validation is uncapped; continuous batching has no per-row processor.
-        """
-        caps = [m.cap for m in self.modes if m.cap is not None]
-        if (
-            batch.mode != "train"
-            or not self.args.enforce_caps_in_generation
-            or not caps
-            or self.use_transformers_continuous_batching
-        ):
-            yield
-            return
-        from transformers import LogitsProcessorList
+        def generate(row_prompts, budgets):
+            requests = plan_budget_requests(row_prompts, budgets)
+            return scatter_vllm_outputs(requests, run(requests), len(row_prompts))
 
-        processor = CapLogitsProcessor(
-            batch.forced_modes, self.modes, self.detector, self.eos_token_ids[0], single_mode=self.single_mode
+        if not caps:
+            return generate(prompts, [self.max_completion_length] * len(prompts))
+        return generate_with_caps(
+            prompts,
+            forced,
+            detector=self.detector,
+            eos_token_ids=self.eos_token_ids,
+            generate=generate,
+            **self._row_budgets(),
         )
-        model = self.accelerator.unwrap_model(self.model_wrapped)
-        original = model.generate
-        shadowed = model.__dict__.get("generate")
-
-        def generate(*args: Any, **kwargs: Any) -> Any:
-            processors = LogitsProcessorList(kwargs.pop("logits_processor", None) or [])
-            processors.append(processor)
-            return original(*args, logits_processor=processors, **kwargs)
-
-        model.generate = generate
-        try:
-            yield
-        finally:
-            if shadowed is None:
-                del model.generate
-            else:
-                model.generate = shadowed
 
     @contextlib.contextmanager
     def _eval_sampling(self, active: bool) -> Iterator[None]:
@@ -526,6 +585,7 @@ class RoutingGRPOTrainer(GRPOTrainer):
         metrics["routing/balance_coef"].append(record.balance_coef)
         metrics["routing/phase"].append(float(record.phase))
         metrics["routing/forced_share"].append(sum(record.forced) / n)
+        metrics["routing/tokens_past_caps"].append(float(sum(record.tokens_past_caps)))
         metrics["routing/invalid_share"].append(sum(m == INVALID for m in record.modes) / n)
         metrics["routing/free_invalid_share"].append(
             sum(record.modes[i] == INVALID for i in free) / len(free) if free else float("nan")

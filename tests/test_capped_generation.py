@@ -275,3 +275,46 @@ def test_shrinking_loop_declines_settings_it_cannot_reproduce():
     assert shrinking_loop_supported(GenerationConfig(do_sample=True, temperature=0.6, top_p=0.95))
     assert not shrinking_loop_supported(GenerationConfig(no_repeat_ngram_size=3))
     assert not shrinking_loop_supported(GenerationConfig(num_beams=4))
+
+
+def test_trainer_vllm_rows_two_phases_through_requests(tiny_model_path, tmp_path):
+    """The vLLM path (server or colocate) plans per-row budget requests for both phases; a fake engine that
+    answers requests like vLLM (n samples, max_tokens) gets no request past a cap, and rows stay in order."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from routing_grpo.config import RoutingGRPOConfig
+    from routing_grpo.trainer import RoutingGRPOTrainer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_path)
+    modes = [dict(name="NoThink", word="NoThink", base=1.3, gamma=0.99, cap=10),
+             dict(name="Short", word="Short", base=1.2, gamma=0.995, cap=30),
+             dict(name="Long", word="Long", base=1.0, gamma=1.0, cap=None)]  # fmt: skip
+    args = RoutingGRPOConfig(
+        output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=4,
+        per_device_train_batch_size=4, max_completion_length=MAX_LEN, modes=modes, forced_per_mode=1,
+    )  # fmt: skip
+    from datasets import Dataset
+
+    data = Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"}] * 4)
+    trainer = RoutingGRPOTrainer(
+        AutoModelForCausalLM.from_pretrained(tiny_model_path),
+        args=args,
+        train_dataset=data,
+        processing_class=tok,
+    )
+    nothink, short = trainer.forced_word_ids[0], trainer.forced_word_ids[1]
+    stream = MarkovStream({1002: nothink[0], 1003: short[0]})
+    requests_seen = []
+
+    def run(requests):
+        requests_seen.extend(requests)
+        return [[ids for ids in stream([list(r.prompt_ids)] * r.n, [r.max_tokens] * r.n)] for r in requests]
+
+    prompts = [[1000 + r, 7, 999] for r in range(4)]
+    rows = trainer._vllm_rows(prompts, [0, 1, None, None], run, caps=True)
+    assert [len(ids) for ids, _ in rows][:2] == [10, 30]
+    # Free rows: head, then the rest of the detected mode's budget (NoThink word + 10) or the limit.
+    assert all(r.max_tokens <= MAX_LEN for r in requests_seen)
+    assert len(rows[2][0]) == len(nothink) + 10 and len(rows[3][0]) == len(short) + 30
+    uncapped = trainer._vllm_rows(prompts, [None] * 4, run, caps=False)
+    assert [len(ids) for ids, _ in uncapped] == [MAX_LEN] * 4

@@ -4,10 +4,8 @@ request planning (including the server path, where TRL would collapse a group's 
 from __future__ import annotations
 
 import pytest
-import torch
 
 from routing_grpo.generation import (
-    CapLogitsProcessor,
     GenerationRequest,
     add_routing_instruction,
     apply_caps,
@@ -101,7 +99,10 @@ def test_plan_forced_modes_across_processes_matches_the_global_layout():
 
 
 def test_apply_caps_counts_after_the_word():
-    assert apply_caps([80, 1, 2, 3, 4, 5, 6], 1, 6) == ([80, 1, 2, 3, 4, 5, 6], False)
+    assert apply_caps([80, 1, 2, 3, 4, 0], 1, 6, eos_token_ids=[0]) == ([80, 1, 2, 3, 4, 0], False)
+    # Exactly the cap: ended by EOS is within it; without EOS it was stopped there and would run past it.
+    assert apply_caps([80, 1, 2, 3, 4, 5, 0], 1, 6, eos_token_ids=[0]) == ([80, 1, 2, 3, 4, 5, 0], False)
+    assert apply_caps([80, 1, 2, 3, 4, 5, 6], 1, 6, eos_token_ids=[0]) == ([80, 1, 2, 3, 4, 5, 6], True)
     assert apply_caps([80, 1, 2, 3, 4, 5, 6, 7], 1, 6) == ([80, 1, 2, 3, 4, 5, 6], True)
     assert apply_caps([90, 91, 1, 2, 3, 4], 2, 3) == ([90, 91, 1, 2, 3], True)
     assert apply_caps(list(range(100)), 1, None) == (list(range(100)), False)
@@ -123,7 +124,7 @@ def test_finalize_rollouts_forced_free_invalid_and_caps():
         [80, 5, 6, 7, 8, 9, 10, 11],  # free Short: 7 after the word > 6 -> capped
         [70] + [5] * 50,  # free Long: no cap
         [5, 6, 7],  # free, no word: invalid, never capped
-        [90, 91, 5, 6, 7],  # free NoThink (two-token word), exactly at the cap
+        [90, 91, 5, 6, 0],  # free NoThink (two-token word), ends with EOS exactly at the cap
     ]
     logprobs = [[-0.5] * len(c) for c in completions]
     new_p, new_c, new_lp, facts = finalize_rollouts(
@@ -134,6 +135,7 @@ def test_finalize_rollouts_forced_free_invalid_and_caps():
         detector=detector(),
         forced_word_ids=FORCED,
         logprobs=logprobs,
+        eos_token_ids=[0],
     )
     assert new_p == [[1, 2], [1, 2], [1, 2], [1, 2], [1, 2], [1, 2]]
     assert new_c[0] == [90, 91, 5, 6, 7] and new_c[1] == [80, 5, 6]
@@ -180,10 +182,10 @@ def test_finalize_rollouts_uncapped_for_validation_and_single_mode():
 
 
 def test_generation_budget():
-    assert generation_budget(0, MODES, 100) == 4  # cap 3 + 1
+    assert generation_budget(0, MODES, 100) == 3  # the cap: nothing past it is generated
     assert generation_budget(2, MODES, 100) == 100  # Long: uncapped
     assert generation_budget(None, MODES, 100) == 100  # free: mode unknown before generation
-    assert generation_budget(None, MODES, 5, single_mode=1) == 5  # min(cap + 1, limit)
+    assert generation_budget(None, MODES, 5, single_mode=1) == 5  # min(cap, limit)
 
 
 def _warmup_batch(groups: int = 2, g: int = 4):
@@ -201,7 +203,7 @@ def test_plan_vllm_requests_keeps_forced_rows_apart():
     requests = plan_vllm_requests(prompts, forced, modes=MODES, max_completion_length=50)
     # Per group: NoThink, Short, Long forced rows and one free row -> 4 requests each.
     assert [r.rows for r in requests] == [(0,), (1,), (2,), (3,), (4,), (5,), (6,), (7,)]
-    assert [r.max_tokens for r in requests[:4]] == [4, 7, 50, 50]
+    assert [r.max_tokens for r in requests[:4]] == [3, 6, 50, 50]
     assert requests[0].prompt_ids == (100, 7, 90, 91) and requests[3].prompt_ids == (100, 7)
     # After warmup every row of a group shares one request with n = G.
     free = [[100 + row // 4, 7] for row in range(8)]
@@ -271,57 +273,3 @@ def test_scatter_vllm_outputs_checks_counts():
 def test_decode_completions():
     assert decode_completions([[1, 2]], lambda ids: "x" * len(ids), False) == ["xx"]
     assert decode_completions([[1]], lambda ids: "y", True) == [[{"role": "assistant", "content": "y"}]]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Caps during generation
-# ----------------------------------------------------------------------------------------------------------
-
-
-def _run_processor(processor, continuations, prompt_len=2, steps=14, eos=0, vocab=128):
-    """Greedy 'generation' that follows each row's continuation unless the processor forces EOS."""
-    rows = len(continuations)
-    ids = torch.ones(rows, prompt_len, dtype=torch.long)
-    done = [False] * rows
-    out = [[] for _ in range(rows)]
-    for t in range(steps):
-        scores = torch.zeros(rows, vocab)
-        for r in range(rows):
-            token = continuations[r][t] if t < len(continuations[r]) else eos
-            scores[r, token] = 10.0
-        scores = processor(ids, scores)
-        nxt = scores.argmax(dim=1)
-        for r in range(rows):
-            if not done[r]:
-                out[r].append(int(nxt[r]))
-                done[r] = int(nxt[r]) == eos
-        ids = torch.cat([ids, nxt.unsqueeze(1)], dim=1)
-    return out
-
-
-def test_cap_processor_stops_rows_one_past_their_cap():
-    eos = 0
-    filler = list(range(1, 20))
-    continuations = [filler, filler, [80, *filler], [70, *filler], [5, 6, *filler], [90, 91, *filler]]
-    processor = CapLogitsProcessor([0, 1, None, None, None, None], MODES, detector(), eos)
-    out = _run_processor(processor, continuations, steps=20)
-    # Forced rows (word in the prompt): cap + 1 tokens, then EOS.
-    assert out[0] == [1, 2, 3, 4, eos] and len(out[1]) == 6 + 1 + 1
-    # Free Short: word + cap + 1, then EOS; free Long and invalid rows run on.
-    assert out[2][:8] == [80, 1, 2, 3, 4, 5, 6, 7] and out[2][8] == eos
-    assert eos not in out[3] and eos not in out[4]
-    assert out[5] == [90, 91, 1, 2, 3, 4, eos]
-    # The post-hoc rule then cuts each to its exact cap and marks it capped.
-    for row, forced, word in ((0, 0, 0), (2, None, 1), (5, None, 2)):
-        mode = forced if forced is not None else detector().detect(out[row]).mode
-        cut, capped = apply_caps(out[row], word, MODES[mode].cap)
-        assert capped and len(cut) - word == MODES[mode].cap
-
-
-def test_cap_processor_single_mode_and_no_caps():
-    processor = CapLogitsProcessor([None, None], MODES, None, 0, single_mode=0)
-    out = _run_processor(processor, [list(range(1, 20))] * 2)
-    assert out == [[1, 2, 3, 4, 0]] * 2
-    uncapped = (ModeSpec("Long", "Long", 1.0, 1.0),)
-    processor = CapLogitsProcessor([None], uncapped, ModeDetector(uncapped, {0: [[70]]}), 0)
-    assert _run_processor(processor, [[70, *range(1, 20)]], steps=10)[0] == [70, *range(1, 10)]

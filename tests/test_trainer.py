@@ -230,33 +230,36 @@ def test_caps_rewards_and_advantages(tiny_model_path, tmp_path, monkeypatch, enf
         assert len(script.calls) == 4
 
 
-def test_caps_are_enforced_during_real_generation(tiny_model_path, tmp_path, monkeypatch):
-    # Tiny caps, so the random model always runs past them: generation itself must stop one token after.
+@pytest.mark.parametrize("enforce", [True, False])
+def test_caps_are_enforced_during_real_generation(tiny_model_path, tmp_path, enforce):
+    # Tiny caps, so the random model always runs past them. In generation no token past a cap is generated;
+    # post hoc the rows run on and are cut. Both give the same capped flags and lengths within the caps.
     modes = [
         {"name": "NoThink", "base": 1.3, "gamma": 0.9, "cap": 2},
         {"name": "Short", "base": 1.2, "gamma": 0.95, "cap": 3},
         {"name": "Long", "base": 1.0, "gamma": 1.0, "cap": 5},
     ]
-    raw = []
-    original = GRPOTrainer._generate_single_turn
-
-    def recording(self, *a, **k):
-        ids, lps = original(self, *a, **k)
-        raw.append([list(x) for x in ids])
-        return ids, lps
-
-    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", recording)
-    trainer = build(tiny_model_path, make_args(tmp_path, modes=modes, max_steps=2, warmup_steps=2))
+    args = make_args(tmp_path, modes=modes, max_steps=2, warmup_steps=2, enforce_caps_in_generation=enforce)
+    trainer = build(tiny_model_path, args)
     trainer.train()
-    eos = trainer.eos_token_ids[0]
-    for record, generated in zip(train_records(trainer), raw):
-        for i, ids in enumerate(generated):
-            mode = record.modes[i]
+    records = train_records(trainer)
+    assert records
+    for record in records:
+        for i, mode in enumerate(record.modes):
             if record.forced[i]:
                 cap = modes[mode]["cap"]
-                assert len(ids) <= cap + 2 and (len(ids) <= cap or ids[cap + 1] == eos)
                 assert record.lengths[i] <= cap
-                assert record.capped[i] == (len(ids) > cap)
+                assert record.capped[i] == (
+                    record.lengths[i] == cap
+                )  # the random model never stops by itself
+        if enforce:
+            assert record.tokens_past_caps == [0] * len(record.modes)
+    if not enforce:
+        assert sum(sum(r.tokens_past_caps) for r in records) > 0
+    logged = [
+        h["routing/tokens_past_caps"] for h in trainer.state.log_history if "routing/tokens_past_caps" in h
+    ]
+    assert logged and (all(v == 0 for v in logged) if enforce else any(v > 0 for v in logged))
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -408,13 +411,23 @@ def test_evaluation_samples_at_eval_temperature_with_real_generation(tiny_model_
     original = type(model).generate
 
     def generate(self, *a, **k):
-        seen.append((self.training, k["generation_config"].temperature, "logits_processor" in k))
+        seen.append(("generate", self.training, k["generation_config"].temperature))
         return original(self, *a, **k)
 
+    import routing_grpo.trainer as trainer_module
+
+    capped_loop = trainer_module.sample_with_budgets
+
+    def sample(model, *a, **k):
+        seen.append(("capped", model.training, k["generation_config"].temperature))
+        return capped_loop(model, *a, **k)
+
     monkeypatch.setattr(type(model), "generate", generate)
+    monkeypatch.setattr(trainer_module, "sample_with_budgets", sample)
     trainer.train()
-    assert (True, 1.0, True) in seen  # training: default temperature, cap processor installed
-    assert (False, 0.6, False) in seen  # evaluation: eval temperature, uncapped
+    assert ("capped", True, 1.0) in seen  # training: default temperature, caps in generation
+    assert ("generate", False, 0.6) in seen  # evaluation: eval temperature, plain (uncapped) generate
+    assert not any(kind == "capped" and not training for kind, training, _ in seen)
     evals = [r for r in trainer.routing_history if r.mode == "eval"]
     assert evals and not any(f for r in evals for f in r.forced)
 
