@@ -31,6 +31,7 @@ from accelerate.utils import broadcast_object_list, gather, gather_object
 from trl import GRPOTrainer
 
 from routing_grpo.advantages import compute_advantages
+from routing_grpo.callbacks import default_callbacks
 from routing_grpo.capped_generation import (
     TransformersBudgetGenerator,
     free_budget,
@@ -142,6 +143,11 @@ class RoutingGRPOTrainer(GRPOTrainer):
             self.routing_reward.verifier = resolve_verifier(verifier)
         for split in ("train_dataset", "eval_dataset"):
             self._check_dataset(kwargs.get(split), split, args.answer_column)
+
+        # Preemption checkpoints and the non-finite stop come with every run (once, if also passed in).
+        callbacks = list(kwargs.pop("callbacks", None) or [])
+        missing = [c for c in default_callbacks(args) if not any(isinstance(x, type(c)) for x in callbacks)]
+        kwargs["callbacks"] = missing + callbacks
 
         super().__init__(model, reward_funcs, args, **kwargs)
         # The process count of this launch is known now; schedules stated in generation batches follow it.
