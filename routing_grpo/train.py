@@ -123,7 +123,12 @@ def value_matches(value: Any, tp: Any) -> bool:
         return value is None
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
-        return any(value_matches(value, arg) for arg in typing.get_args(tp))
+        args = typing.get_args(tp)
+        enums = [a for a in args if isinstance(a, type) and issubclass(a, enum.Enum)]
+        if enums and isinstance(value, str):
+            # `SchedulerType | str` and the like: the str is the enum's value as text, not any text.
+            return any(value_matches(value, e) for e in enums)
+        return any(value_matches(value, arg) for arg in args)
     if origin is typing.Literal:
         return value in typing.get_args(tp)
     if origin in (list, tuple) or tp in (list, tuple):
@@ -157,6 +162,11 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", None) if typing.get_origin(tp) is None else str(tp).replace("typing.", "")
 
 
+def _choices(tp: Any) -> str:
+    enums = [a for a in (typing.get_args(tp) or (tp,)) if isinstance(a, type) and issubclass(a, enum.Enum)]
+    return f" (one of {[e.value for e in enums[0]]})" if enums else ""
+
+
 def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
     """Raises :class:`RecipeError` for an unknown key, a mistyped value or a Hub token in the recipe."""
     known = recipe_fields()
@@ -185,7 +195,9 @@ def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
             continue
         _, tp = known[key]
         if not value_matches(value, tp):
-            problems.append(f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}")
+            problems.append(
+                f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}{_choices(tp)}"
+            )
     if problems:
         raise RecipeError(f"{source}: " + "; ".join(problems))
 
@@ -438,7 +450,7 @@ def model_card_section(args: RoutingGRPOConfig, script_args: RoutingScriptArgume
         "",
         "### Optimisation",
         "",
-        f"Task: {script_args.task}; G = {args.num_generations}; per-device batch "
+        f"Task: {script_args.task}; {args.world_size} process(es); G = {args.num_generations}; per-device batch "
         f"{args.per_device_train_batch_size}, gradient accumulation {args.gradient_accumulation_steps}, "
         f"steps per generation {args.steps_per_generation}; lr {args.learning_rate} ({_plain(args.lr_scheduler_type)}); "
         f"loss {args.loss_type}; beta {args.beta}; scale_rewards {args.scale_rewards}; "

@@ -1,0 +1,416 @@
+"""The training entry point (``python -m routing_grpo.train`` / ``routing-grpo train``).
+
+Recipe problems (unknown keys, wrong types, tokens, missing columns) fail before any model loads, with a
+message naming the key; a real tiny-model run through ``main()`` trains, saves a checkpoint and writes a
+model card holding the modes table; LoRA, the Hub push path (against a stand-in Hub API), resumption and a
+2-process CPU launch under ``accelerate launch`` work end to end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from routing_grpo import train
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+TINY_MODES = [
+    {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 0.99984, "cap": 4},
+    {"name": "Short", "word": "Short", "base": 1.2, "gamma": 0.99994, "cap": 8},
+    {"name": "Long", "word": "Long", "base": 1.0, "gamma": 1.0, "cap": None},
+]
+
+
+def tiny_recipe(model_path: Path, output_dir: Path, **overrides) -> dict:
+    """A recipe that trains the tiny random Qwen2 on the synthetic task in a few seconds on CPU."""
+    recipe = {
+        "model_name_or_path": str(model_path),
+        "task": "synthetic",
+        "train_limit": 32,
+        "output_dir": str(output_dir),
+        "modes": TINY_MODES,
+        "max_completion_length": 16,
+        "num_generations": 4,
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "steps_per_generation": 2,
+        "warmup_steps": 1,
+        "total_batch_steps": 2,
+        "save_every_batch_steps": 1,
+        "learning_rate": 1.0e-4,
+        "lr_scheduler_type": "constant",
+        "logging_steps": 1,
+        "report_to": "none",
+        "gradient_checkpointing": False,
+        "use_cpu": True,
+        "bf16": False,
+        "seed": 0,
+    }
+    recipe.update(overrides)
+    return recipe
+
+
+def write_recipe(path: Path, recipe: dict) -> Path:
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def no_model_loading(monkeypatch):
+    """Fails the test if the entry point gets as far as loading a model or tokenizer."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded although the recipe is invalid")
+
+    monkeypatch.setattr(train, "load_model", refuse)
+    monkeypatch.setattr(train, "load_tokenizer", refuse)
+    monkeypatch.setattr(train, "resolve_model_path", refuse)
+
+
+def run_cli_expecting_error(argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        train.cli(argv)
+    message = str(exit_info.value.code)
+    assert message.startswith("routing-grpo train: error:"), message
+    return message
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Recipe checks before anything loads
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_unknown_recipe_key_fails_before_the_model_loads(tmp_path, no_model_loading):
+    recipe = write_recipe(
+        tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", num_generation=4)
+    )
+    message = run_cli_expecting_error(["--config", str(recipe)])
+    assert "num_generation: unknown recipe key" in message
+    assert "did you mean 'num_generations'" in message
+
+
+def test_the_routing_grpo_train_command_reports_the_same_error(tmp_path, no_model_loading):
+    from routing_grpo.cli import main as cli_main
+
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", warmup_stpes=3))
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["train", "--config", str(recipe)])
+    assert "warmup_stpes: unknown recipe key" in str(exit_info.value.code)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("num_generations", "eight", "num_generations: expected int"),
+        ("learning_rate", [1e-6], "learning_rate: expected float"),
+        ("bf16", "maybe", "bf16: expected"),
+        ("modes", "NoThink", "modes: expected list"),
+        ("task", 3, "task: expected str"),
+        ("warmup_steps", 2.5, "warmup_steps: expected int"),
+        ("lr_scheduler_type", "sometimes", "lr_scheduler_type: expected"),
+    ],
+)
+def test_wrong_types_fail_before_the_model_loads(tmp_path, no_model_loading, key, value, expected):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", **{key: value}))
+    assert expected in run_cli_expecting_error(["--config", str(recipe)])
+
+
+def test_numbers_written_as_yaml_strings_are_accepted(tmp_path):
+    # PyYAML reads `1e-6` (no dot) as a string; argparse converts it like a command-line value.
+    recipe = write_recipe(
+        tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", learning_rate="1e-6")
+    )
+    _, args, _ = train.parse_args(["--config", str(recipe)])
+    assert args.learning_rate == pytest.approx(1e-6)
+
+
+def test_command_line_overrides_the_recipe_and_is_type_checked(tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out"))
+    _, args, _ = train.parse_args(["--config", str(recipe), "--num_generations", "8", "--warmup_steps", "0"])
+    assert args.num_generations == 8 and args.warmup_steps == 0
+    with pytest.raises(SystemExit):
+        train.parse_args(["--config", str(recipe), "--num_generations", "eight"])
+    with pytest.raises(train.RecipeError, match="not_a_flag"):
+        train.parse_args(["--config", str(recipe), "--not_a_flag", "1"])
+
+
+def test_invalid_method_values_name_their_key(tmp_path, no_model_loading):
+    recipe = write_recipe(
+        tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", single_mode="Medium")
+    )
+    assert "single_mode" in run_cli_expecting_error(["--config", str(recipe)])
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"hub_token": "hf_abc"}, {"env": {"HF_TOKEN": "hf_abc"}}, {"env": {"WANDB_API_KEY": "x"}}],
+    ids=["hub_token", "env-HF_TOKEN", "env-WANDB_API_KEY"],
+)
+def test_tokens_are_refused_in_recipes(tmp_path, no_model_loading, overrides):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", **overrides))
+    message = run_cli_expecting_error(["--config", str(recipe)])
+    assert "environment only" in message
+    assert "hf_abc" not in message
+
+
+def test_tokens_are_refused_on_the_command_line(tmp_path, no_model_loading):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out"))
+    message = run_cli_expecting_error(["--config", str(recipe), "--hub_token", "hf_abc"])
+    assert "environment only" in message
+
+
+def test_missing_answer_column_lists_the_columns(tmp_path, no_model_loading):
+    recipe = write_recipe(
+        tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", answer_column="solution")
+    )
+    script_args, training_args, model_args = train.parse_args(["--config", str(recipe)])
+    with pytest.raises(ValueError) as err:
+        train.main(script_args, training_args, model_args)
+    message = str(err.value)
+    assert "'solution'" in message
+    for column in ("prompt", "problem", "answer", "level", "subject", "id"):
+        assert f"'{column}'" in message
+
+
+def test_local_dataset_without_a_problem_column_lists_its_columns(tmp_path, no_model_loading):
+    data = tmp_path / "train.jsonl"
+    data.write_text(json.dumps({"query": "1+1?", "answer": "2"}) + "\n")
+    recipe = write_recipe(
+        tmp_path / "r.yaml",
+        tiny_recipe(tmp_path / "m", tmp_path / "out", task="math_train", dataset_path=str(data)),
+    )
+    script_args, training_args, model_args = train.parse_args(["--config", str(recipe)])
+    with pytest.raises(ValueError, match=r"columns present: \['query', 'answer'\]"):
+        train.main(script_args, training_args, model_args)
+
+
+def test_trust_remote_code_is_off_unless_the_recipe_sets_it(tmp_path):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out"))
+    _, args, model_args = train.parse_args(["--config", str(recipe)])
+    assert args.trust_remote_code is False
+    assert train.model_init_kwargs(model_args, args)["trust_remote_code"] is False
+    recipe = write_recipe(
+        tmp_path / "r2.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", trust_remote_code=True)
+    )
+    _, args, model_args = train.parse_args(["--config", str(recipe)])
+    assert train.model_init_kwargs(model_args, args)["trust_remote_code"] is True
+
+
+def test_wandb_without_credentials_logs_offline(tmp_path):
+    recipe = write_recipe(
+        tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", report_to="wandb")
+    )
+    _, args, _ = train.parse_args(["--config", str(recipe)])
+    no_netrc = {"NETRC": str(tmp_path / "missing-netrc")}
+    env = dict(no_netrc)
+    assert train.configure_tracking(args, env) == "offline" and env["WANDB_MODE"] == "offline"
+    env = {**no_netrc, "WANDB_API_KEY": "k"}
+    assert train.configure_tracking(args, env) == "online" and "WANDB_MODE" not in env
+    netrc_file = tmp_path / "netrc"
+    netrc_file.write_text("machine api.wandb.ai\n  login user\n  password secret\n")
+    netrc_file.chmod(0o600)
+    env = {"NETRC": str(netrc_file)}
+    assert train.configure_tracking(args, env) == "online"
+    env = {**no_netrc, "WANDB_MODE": "disabled"}
+    assert train.configure_tracking(args, env) == "disabled"
+    _, args, _ = train.parse_args(["--config", str(recipe), "--report_to", "none"])
+    assert train.configure_tracking(args, dict(no_netrc)) is None
+
+
+def test_chat_template_must_have_a_generation_prompt(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    train.check_chat_template(tokenizer)
+    tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    with pytest.raises(ValueError, match="generation prompt"):
+        train.check_chat_template(tokenizer)
+
+
+def test_chat_template_override_from_a_file(tmp_path, tiny_model_path):
+    template = tmp_path / "template.jinja"
+    template.write_text(
+        "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}[assistant] {% endif %}"
+    )
+    recipe = write_recipe(
+        tmp_path / "r.yaml", tiny_recipe(tiny_model_path, tmp_path / "out", chat_template=str(template))
+    )
+    script_args, args, model_args = train.parse_args(["--config", str(recipe)])
+    tokenizer = train.load_tokenizer(str(tiny_model_path), script_args, model_args)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
+    assert text == "[user] hi\n[assistant] "
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Real runs with the tiny model
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_tiny_training_run_saves_a_checkpoint_and_a_model_card(tmp_path, tiny_model_path):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out))
+    script_args, args, model_args = train.parse_args(["--config", str(recipe)])
+    trainer = train.main(script_args, args, model_args)
+
+    # 2 generation batches of 2 optimizer steps each; a checkpoint after every batch.
+    assert trainer.state.global_step == 4
+    assert (out / "checkpoint-2").is_dir() and (out / "checkpoint-4").is_dir()
+    assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
+    assert (out / "tokenizer_config.json").is_file()
+    train_records = [r for r in trainer.routing_history if r.mode == "train"]
+    assert [r.batch_step for r in train_records] == [0, 1]
+    assert any(train_records[0].forced) and not any(train_records[1].forced)  # warmup 1, then free
+
+    card = (out / "README.md").read_text()
+    assert "## Self-routing GRPO settings" in card
+    assert "| mode | word | base | gamma | cap |" in card
+    assert "| NoThink | `NoThink` | 1.3 | 0.99984 | 4 |" in card
+    assert "| Short | `Short` | 1.2 | 0.99994 | 8 |" in card
+    assert "| Long | `Long` | 1.0 | 1.0 | none |" in card
+    assert "warmup: 1 (forced 1 per mode per group)" in card
+    assert "total: 2 generation batches (4 optimizer steps)" in card
+    assert "no valid routing word: -0.5" in card
+    assert card.count("## Self-routing GRPO settings") == 1
+    assert json.loads((out / "config.json").read_text())["use_cache"] is True
+
+
+def test_tiny_run_resumes_from_its_last_checkpoint(tmp_path, tiny_model_path):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    assert (out / "checkpoint-2").is_dir()
+    trainer = train.main(*train.parse_args(["--config", str(recipe), "--total_batch_steps", "2"]))
+    assert trainer.state.global_step == 4
+    # Only the second generation batch was generated in the resumed run: it is free (after warmup 1).
+    train_records = [r for r in trainer.routing_history if r.mode == "train"]
+    assert [r.batch_step for r in train_records] == [1]
+    assert not any(train_records[0].forced)
+
+
+def test_tiny_lora_run_saves_an_adapter(tmp_path, tiny_model_path):
+    out = tmp_path / "out"
+    recipe = write_recipe(
+        tmp_path / "r.yaml",
+        tiny_recipe(
+            tiny_model_path,
+            out,
+            total_batch_steps=1,
+            save_strategy="no",
+            use_peft=True,
+            lora_r=4,
+            lora_alpha=8,
+            lora_target_modules=["q_proj", "v_proj"],
+        ),
+    )
+    trainer = train.main(*train.parse_args(["--config", str(recipe)]))
+    assert trainer.state.global_step == 2
+    adapter = json.loads((out / "adapter_config.json").read_text())
+    assert adapter["r"] == 4 and set(adapter["target_modules"]) == {"q_proj", "v_proj"}
+    assert (out / "adapter_model.safetensors").is_file()
+
+
+def test_push_to_hub_uploads_the_output_with_the_model_card(tmp_path, tiny_model_path, monkeypatch):
+    """The push path runs against a stand-in for the Hub API; the token is never passed from the recipe."""
+    import transformers.trainer
+
+    calls: list[tuple[str, dict]] = []
+
+    class FakeRepo:
+        repo_id = "someone/tiny-router"
+
+    class FakeHubApi:
+        def create_repo(self, repo_id, **kwargs):
+            calls.append(("create_repo", {"repo_id": repo_id, **kwargs}))
+            return FakeRepo()
+
+        def upload_folder(self, **kwargs):
+            folder = Path(kwargs["folder_path"])
+            card = folder / "README.md"
+            kwargs["card"] = card.read_text() if card.exists() else ""
+            calls.append(("upload_folder", kwargs))
+
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: FakeHubApi())
+    out = tmp_path / "out"
+    recipe = write_recipe(
+        tmp_path / "r.yaml",
+        tiny_recipe(
+            tiny_model_path,
+            out,
+            total_batch_steps=1,
+            save_strategy="no",
+            push_to_hub=True,
+            hub_model_id="someone/tiny-router",
+            hub_strategy="end",
+        ),
+    )
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    creates = [kw for name, kw in calls if name == "create_repo"]
+    uploads = [kw for name, kw in calls if name == "upload_folder"]
+    assert creates and creates[0]["repo_id"] == "someone/tiny-router" and creates[0]["token"] is None
+    assert uploads and all(kw["token"] is None for kw in uploads)
+    final = uploads[-1]
+    assert final["repo_id"] == "someone/tiny-router" and Path(final["folder_path"]) == out
+    assert "| NoThink | `NoThink` | 1.3 | 0.99984 | 4 |" in final["card"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.multiprocess
+def test_two_process_cpu_launch_finishes_and_saves(tmp_path, tiny_model_path):
+    out = tmp_path / "out"
+    # Per process 4 rollouts x 2 processes x steps_per_generation 2 = 16 rollouts = 4 prompts per batch.
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, save_every_batch_steps=2))
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "WANDB_MODE": "disabled",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        "2",
+        "--config_file",
+        str(REPO_ROOT / "accelerate_configs" / "cpu.yaml"),
+        # accelerate starts several CPU processes itself only through mpirun; --multi_gpu makes it use
+        # torch's elastic launcher, and use_cpu in the recipe gives gloo.
+        "--multi_gpu",
+        "--main_process_port",
+        str(_free_port()),
+        "-m",
+        "routing_grpo.train",
+        "--config",
+        str(recipe),
+    ]
+    started = time.time()
+    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=170)
+    elapsed = time.time() - started
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (out / "checkpoint-4").is_dir() and (out / "model.safetensors").is_file()
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    card = (out / "README.md").read_text()
+    assert "| NoThink | `NoThink` | 1.3 | 0.99984 | 4 |" in card
+    assert "2 process(es)" in card
+    assert elapsed < 170
