@@ -37,9 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--cache-dir", default=str(ROOT / ".cache" / "models"), help="Converted model cache.")
     p.add_argument("--batches", type=int, default=10, help="Generation batches in total.")
     p.add_argument("--warmup", type=int, default=4, help="Generation batches with forced rollouts.")
-    p.add_argument("--prompts", type=int, default=2, help="Prompts per generation batch.")
+    p.add_argument("--prompts", type=int, default=1, help="Prompts per generation batch.")
     p.add_argument("--generations", type=int, default=4, help="G, rollouts per prompt.")
-    p.add_argument("--max-completion-length", type=int, default=48)
+    p.add_argument("--max-completion-length", type=int, default=32)
     p.add_argument("--lr", type=float, default=2e-5)
     p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's).")
@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = RoutingGRPOConfig(
         output_dir=ns.output_dir,
         modes=[
-            {"name": "NoThink", "base": 1.3, "gamma": 0.99, "cap": 16},
-            {"name": "Short", "base": 1.2, "gamma": 0.995, "cap": 32},
+            {"name": "NoThink", "base": 1.3, "gamma": 0.99, "cap": 12},
+            {"name": "Short", "base": 1.2, "gamma": 0.995, "cap": 24},
             {"name": "Long", "base": 1.0, "gamma": 1.0, "cap": None},
         ],
         num_generations=ns.generations,
@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         max_completion_length=ns.max_completion_length,
         temperature=ns.temperature,
         learning_rate=ns.lr,
+        gradient_checkpointing=False,  # a 135M model needs no recomputation; it only costs CPU time
         lr_scheduler_type="constant",
         logging_steps=1,
         save_strategy="no",

@@ -335,6 +335,7 @@ def test_single_mode_baseline_has_no_routing(tiny_model_path, tmp_path, monkeypa
     assert trainer.question_ids == []
     trainer.train()
     tokenizer = trainer.processing_class
+    assert len(plain.calls) == len(spy.outputs) == len(train_records(trainer)) == 3
     for record, output, call in zip(train_records(trainer), spy.outputs, plain.calls):
         assert record.modes == [1] * 4 and all(record.forced) and record.balance_coef == 0.0
         assert all(length <= 12 for length in record.lengths)

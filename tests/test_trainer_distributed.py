@@ -74,6 +74,7 @@ def test_two_processes_match_one(tiny_model_path, tmp_path):
     assert (one["world_size"], one["per_device_train_batch_size"]) == (1, 4)
     assert (two["world_size"], two["per_device_train_batch_size"]) == (2, 2)
     assert len(one["records"]) == len(two["records"]) == 2
+    assert one["scripted_calls"] == [2] and two["scripted_calls"] == [2, 2]  # every batch was scripted
     keys = [
         "batch_step",
         "global_step",

@@ -25,10 +25,10 @@ STEPS_PER_GENERATION = 3
 
 
 def run(model_path: str, out_path: str, output_dir: str) -> None:
+    import pytest
     import torch
     from accelerate.utils import gather_object
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOTrainer
 
     from routing_grpo.trainer import RoutingGRPOTrainer
     from tests.scripts.trainer_support import ScriptedGeneration, arithmetic_dataset, make_args
@@ -45,21 +45,18 @@ def run(model_path: str, out_path: str, output_dir: str) -> None:
         balance_coef=0.7,
     )
     script = ScriptedGeneration()
-    original_generate = GRPOTrainer._generate_single_turn
     original_score = RoutingGRPOTrainer._generate_and_score_completions
     local_advantages: list[list[float]] = []
-
-    def fake(trainer, prompt_ids, images, multimodal_fields, num_generations, *a, **k):
-        return script(trainer, prompt_ids, num_generations)
 
     def score(trainer, inputs):
         output = original_score(trainer, inputs)
         local_advantages.append(output["advantages"].tolist())
         return output
 
-    GRPOTrainer._generate_single_turn = fake
-    RoutingGRPOTrainer._generate_and_score_completions = score
-    try:
+    # The same patches as the in-process tests (every generation path the trainer may take is scripted).
+    with pytest.MonkeyPatch.context() as patch:
+        script.install(patch)
+        patch.setattr(RoutingGRPOTrainer, "_generate_and_score_completions", score)
         torch.manual_seed(0)
         trainer = RoutingGRPOTrainer(
             model=AutoModelForCausalLM.from_pretrained(model_path),
@@ -68,17 +65,16 @@ def run(model_path: str, out_path: str, output_dir: str) -> None:
             processing_class=AutoTokenizer.from_pretrained(model_path),
         )
         trainer.train()
-    finally:
-        GRPOTrainer._generate_single_turn = original_generate
-        RoutingGRPOTrainer._generate_and_score_completions = original_score
 
     per_rank = gather_object([local_advantages])  # one entry per rank: [batch][row]
+    scripted_calls = gather_object([len(script.calls)])
     if trainer.accelerator.is_main_process:
         result = {
             "world_size": trainer.accelerator.num_processes,
             "per_device_train_batch_size": per_device,
             "records": [vars(r) for r in trainer.routing_history],
             "local_advantages": per_rank,
+            "scripted_calls": scripted_calls,
         }
         Path(out_path).write_text(json.dumps(result))
     trainer.accelerator.wait_for_everyone()
