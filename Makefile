@@ -62,7 +62,7 @@ $(VENV)/.installed-demo: $(VENV)/.installed
 demo-deps: $(VENV)/.installed-demo
 
 demo: install demo-deps
-	HF_HUB_OFFLINE=1 $(PY) -m routing_grpo.demo $(DEMO_ARGS)
+	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.demo $(DEMO_ARGS)
 
 # ------------------------------------------------------------------------------------------------------
 # The paper's runs (GPU). The recipes state the batch geometry for 8 training GPUs; for another count N
