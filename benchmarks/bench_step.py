@@ -30,6 +30,8 @@ from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
+# Idle OpenMP threads sleep instead of spinning: on a small shared CPU spinning threads slow the others down.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
