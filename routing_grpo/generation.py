@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from routing_grpo.capped_generation import known_budget
 from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
 
 INSTRUCTION_SEPARATOR = "\n\n"
@@ -239,18 +240,12 @@ class GenerationRequest:
 
 
 def generation_budget(
-    forced_mode: int | None,
-    modes: Sequence[ModeSpec],
-    max_completion_length: int,
-    single_mode: int | None = None,
+    forced_mode: int | None, modes: Sequence[ModeSpec], max_completion_length: int, single_mode: int | None = None
 ) -> int:
-    """max_tokens for a row: its mode's cap for a row whose mode is known before generation (forced or single
-    mode; no token past the cap is generated, :func:`apply_caps` reads a row that used it all as capped);
-    the completion limit for a free row (its mode is only known once the word is written)."""
-    mode = single_mode if single_mode is not None else forced_mode
-    if mode is None or modes[mode].cap is None:
-        return max_completion_length
-    return min(modes[mode].cap, max_completion_length)
+    """max_tokens for a row in one phase: its mode's cap when the mode is known before generation (forced or
+    single mode; :func:`apply_caps` reads a row that used it all as capped), else the completion limit."""
+    budget = known_budget(forced_mode, modes, max_completion_length, single_mode)
+    return max_completion_length if budget is None else budget
 
 
 def plan_budget_requests(
