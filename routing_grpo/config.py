@@ -8,6 +8,7 @@ The config stays parseable by ``trl.TrlParser`` from YAML: ``modes`` is a list o
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,13 @@ class RoutingGRPOConfig(GRPOConfig):
     forced_per_mode: int | None = field(
         default=None,
         metadata={"help": "Rollouts of every group forced into each mode during warmup. Default floor(G/4)."},
+    )
+    lr_warmup_steps: float = field(
+        default=0,
+        metadata={
+            "help": "Learning-rate warmup in optimizer steps (a fraction < 1 = share of the run). `warmup_steps` "
+            "here is the routing warmup, so TrainingArguments' LR warmup is set by this field instead."
+        },
     )
     invalid_routing_reward: float = field(
         default=-0.5,
@@ -276,6 +284,11 @@ class RoutingGRPOConfig(GRPOConfig):
             )
 
     # ------------------------------------------------------------------------------------------------------
+
+    def get_warmup_steps(self, num_training_steps: int) -> int:
+        """LR-scheduler warmup: `lr_warmup_steps`, not the routing warmup that shares TRL's field name."""
+        w = self.lr_warmup_steps
+        return int(w) if w >= 1 else math.ceil(num_training_steps * w)
 
     @property
     def uses_generation_batch_units(self) -> bool:

@@ -173,3 +173,19 @@ def test_every_method_field_has_help():
     for f in dataclasses.fields(RoutingGRPOConfig):
         if f.name in own:
             assert f.metadata.get("help"), f.name
+
+
+def test_routing_warmup_is_not_the_learning_rate_warmup(tmp_path):
+    args = RoutingGRPOConfig(
+        output_dir=str(tmp_path), warmup_steps=45, report_to="none", use_cpu=True, max_completion_length=16384
+    )
+    assert args.get_warmup_steps(360) == 0  # the routing warmup does not warm up the learning rate
+    args = RoutingGRPOConfig(
+        output_dir=str(tmp_path),
+        warmup_steps=45,
+        lr_warmup_steps=0.1,
+        report_to="none",
+        use_cpu=True,
+        max_completion_length=16384,
+    )
+    assert args.get_warmup_steps(360) == 36
