@@ -145,6 +145,15 @@ class RoutingGRPOConfig(GRPOConfig):
         },
     )
 
+    logprob_length_buckets: int = field(
+        default=4,
+        metadata={
+            "help": "Most forwards a micro-batch's log-prob pass (loss, old and reference log-probs) is split "
+            "into, rows of similar length together and each forward trimmed to its widest row, so capped "
+            "NoThink/Short rows are not padded to the Long rows' length. 1 keeps TRL's single padded forward."
+        },
+    )
+
     # Schedules in generation batches (the paper's steps), converted to optimizer steps.
     total_batch_steps: int | None = field(
         default=None,
@@ -237,6 +246,8 @@ class RoutingGRPOConfig(GRPOConfig):
                 raise ValueError(f"single_mode: {err}") from None
         if self.forced_per_mode is None:
             self.forced_per_mode = g // 4
+        if self.logprob_length_buckets < 1:
+            raise ValueError(f"logprob_length_buckets: must be >= 1, got {self.logprob_length_buckets}")
         if self.forced_per_mode < 0:
             raise ValueError(f"forced_per_mode: must be >= 0, got {self.forced_per_mode}")
         if self.single_mode is None and k * self.forced_per_mode > g:

@@ -240,7 +240,10 @@ class GenerationRequest:
 
 
 def generation_budget(
-    forced_mode: int | None, modes: Sequence[ModeSpec], max_completion_length: int, single_mode: int | None = None
+    forced_mode: int | None,
+    modes: Sequence[ModeSpec],
+    max_completion_length: int,
+    single_mode: int | None = None,
 ) -> int:
     """max_tokens for a row in one phase: its mode's cap when the mode is known before generation (forced or
     single mode; :func:`apply_caps` reads a row that used it all as capped), else the completion limit."""

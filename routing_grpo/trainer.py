@@ -31,6 +31,7 @@ from accelerate.utils import broadcast_object_list, gather, gather_object
 from trl import GRPOTrainer
 
 from routing_grpo.advantages import compute_advantages
+from routing_grpo.batching import plan_length_buckets
 from routing_grpo.callbacks import default_callbacks
 from routing_grpo.capped_generation import (
     TransformersBudgetGenerator,
@@ -578,7 +579,100 @@ class RoutingGRPOTrainer(GRPOTrainer):
         return rewards_per_func
 
     # ------------------------------------------------------------------------------------------------------
-    # 5. Metrics
+    # 5. Loss forwards in length buckets
+    # ------------------------------------------------------------------------------------------------------
+
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        compute_aux_loss=False,
+        **model_kwargs,
+    ):
+        """TRL's log-prob forward, run on length buckets of rows (:mod:`routing_grpo.batching`).
+
+        Each bucket's forward sees its rows' prompt columns from the first real token and completion columns up
+        to the last real one; the results are padded back to ``logits_to_keep`` (padded positions hold 0 and
+        are masked by every use TRL makes of them) and returned in the original row order, so the loss, its
+        gradient and TRL's metrics are those of the single padded forward up to floating-point rounding.
+        Image inputs and MoE auxiliary losses take TRL's path unchanged.
+        """
+        n = input_ids.size(0)
+        if (
+            self.args.logprob_length_buckets <= 1
+            or compute_aux_loss
+            or any(v is not None for v in model_kwargs.values())
+            or n <= 1
+        ):
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size=batch_size,
+                compute_entropy=compute_entropy,
+                compute_aux_loss=compute_aux_loss,
+                **model_kwargs,
+            )
+        prompt_width = input_ids.size(1) - logits_to_keep
+        columns = torch.arange(input_ids.size(1), device=attention_mask.device)
+        real = attention_mask.bool()
+        # A row needs its prompt from its first real token and its completion to its last (at least one column,
+        # so every row keeps a place in the graph).
+        first = torch.where(real, columns, input_ids.size(1)).min(dim=1).values.clamp(max=prompt_width)
+        last = torch.where(real, columns, -1).max(dim=1).values.clamp(min=prompt_width)
+        prompt_widths = (prompt_width - first).tolist()
+        completion_widths = (last + 1 - prompt_width).tolist()
+        buckets = plan_length_buckets(
+            prompt_widths,
+            completion_widths,
+            max_buckets=self.args.logprob_length_buckets,
+            max_rows=batch_size,
+        )
+        if (
+            len(buckets) == 1
+            and max(prompt_widths) == prompt_width
+            and max(completion_widths) == logits_to_keep
+        ):
+            buckets = None  # nothing to trim: one forward exactly as TRL runs it
+        if buckets is None:
+            return super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids,
+                attention_mask,
+                logits_to_keep,
+                batch_size=batch_size,
+                compute_entropy=compute_entropy,
+            )
+        logps_parts, entropy_parts, order = [], [], []
+        for rows in buckets:
+            p = max(prompt_widths[r] for r in rows)
+            c = max(completion_widths[r] for r in rows)
+            index = torch.tensor(rows, device=input_ids.device)
+            span = slice(prompt_width - p, prompt_width + c)
+            logps, entropies, _ = super()._get_per_token_logps_and_entropies(
+                model,
+                input_ids[index, span],
+                attention_mask[index, span],
+                c,
+                compute_entropy=compute_entropy,
+            )
+            logps_parts.append(torch.nn.functional.pad(logps, (0, logits_to_keep - c)))
+            if compute_entropy:
+                entropy_parts.append(torch.nn.functional.pad(entropies, (0, logits_to_keep - c)))
+            order.extend(rows)
+        inverse = torch.empty(n, dtype=torch.long, device=input_ids.device)
+        inverse[torch.tensor(order, device=input_ids.device)] = torch.arange(n, device=input_ids.device)
+        logps = torch.cat(logps_parts)[inverse]
+        entropies = torch.cat(entropy_parts)[inverse] if compute_entropy else None
+        return logps, entropies, None
+
+    # ------------------------------------------------------------------------------------------------------
+    # 6. Metrics
     # ------------------------------------------------------------------------------------------------------
 
     def _log_routing_metrics(self, record: GenerationRecord, levels: list[str] | None) -> None:

@@ -1,0 +1,98 @@
+"""Length buckets for the log-prob forwards of the loss (pure).
+
+TRL pads every completion of a micro-batch to the longest one, so once routing puts NoThink rows (cap 1,024)
+beside Long rows (16,384) most of the loss forward and backward runs on padding. Grouping rows of similar
+length into a few forwards, each trimmed to its own widest row, computes the same per-token log-probs on far
+fewer positions: the caps' savings reach training as well as generation.
+
+A row's width is what its forward must see: the prompt from its first real token (prompts are left-padded)
+and the completion up to its last real token (completions are right-padded).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["FORWARD_OVERHEAD_TOKENS", "plan_length_buckets", "padded_tokens"]
+
+# What one more forward costs, in padded token positions: a split that saves fewer positions than this is not
+# worth a second pass over the weights.
+FORWARD_OVERHEAD_TOKENS = 32
+
+
+def padded_tokens(
+    buckets: Sequence[Sequence[int]], prompt_widths: Sequence[int], completion_widths: Sequence[int]
+) -> int:
+    """Token positions the forwards of ``buckets`` run on (each bucket padded to its widest prompt and
+    completion)."""
+    total = 0
+    for rows in buckets:
+        if rows:
+            total += len(rows) * (
+                max(prompt_widths[r] for r in rows) + max(completion_widths[r] for r in rows)
+            )
+    return total
+
+
+def plan_length_buckets(
+    prompt_widths: Sequence[int],
+    completion_widths: Sequence[int],
+    *,
+    max_buckets: int,
+    max_rows: int | None = None,
+    overhead_tokens: int = FORWARD_OVERHEAD_TOKENS,
+) -> list[list[int]]:
+    """Row indices grouped into forwards that cover as few padded positions as possible.
+
+    Rows are ordered by completion width (longest first, then prompt width) and cut into at most
+    ``max_buckets`` runs of consecutive rows; the cut is the exact minimum of padded positions plus
+    ``overhead_tokens`` per forward (dynamic programming over the order). A run longer than ``max_rows`` is
+    then split into forwards of at most ``max_rows`` rows (TRL's memory chunking). Every row appears once.
+    """
+    n = len(prompt_widths)
+    if len(completion_widths) != n:
+        raise ValueError(f"{n} prompt widths but {len(completion_widths)} completion widths")
+    if max_buckets < 1:
+        raise ValueError(f"max_buckets: must be >= 1, got {max_buckets}")
+    if max_rows is not None and max_rows < 1:
+        raise ValueError(f"max_rows: must be >= 1, got {max_rows}")
+    if n == 0:
+        return []
+    order = sorted(range(n), key=lambda r: (-completion_widths[r], -prompt_widths[r], r))
+    chunk = max_rows or n
+
+    def forwards(rows: int) -> int:
+        return -(-rows // chunk)
+
+    inf = float("inf")
+    # best[k][j]: least cost of the first j ordered rows in k runs; cut[k][j]: where the last run starts.
+    best = [[inf] * (n + 1) for _ in range(max_buckets + 1)]
+    cut = [[0] * (n + 1) for _ in range(max_buckets + 1)]
+    best[0][0] = 0.0
+    for j in range(1, n + 1):
+        widest_prompt = 0
+        widest_completion = 0
+        segment_costs = []
+        for i in range(j - 1, -1, -1):  # the run is order[i:j]
+            r = order[i]
+            widest_prompt = max(widest_prompt, prompt_widths[r])
+            widest_completion = max(widest_completion, completion_widths[r])
+            rows = j - i
+            segment_costs.append(
+                (i, rows * (widest_prompt + widest_completion) + overhead_tokens * forwards(rows))
+            )
+        for k in range(1, max_buckets + 1):
+            for i, cost in segment_costs:
+                total = best[k - 1][i] + cost
+                if total < best[k][j]:
+                    best[k][j] = total
+                    cut[k][j] = i
+    k = min(range(1, max_buckets + 1), key=lambda b: (best[b][n], b))
+    runs = []
+    j = n
+    while k > 0:
+        i = cut[k][j]
+        runs.append(order[i:j])
+        j, k = i, k - 1
+    runs.reverse()
+    return [run[s : s + chunk] for run in runs for s in range(0, len(run), chunk)]
