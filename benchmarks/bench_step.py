@@ -1,20 +1,25 @@
 """Step benchmark: TRL's plain GRPO step vs the routing step, caps in generation vs post-hoc truncation.
 
-    python -m benchmarks.bench_step [--model PATH|offline:smollm2] [--steps 3] [--prompts 4] [--json]
+    python -m benchmarks.bench_step [--model PATH|offline:smollm2] [--steps 2] [--prompts 2] [--json]
 
 Runs, on the same prompts, seed and model (SmolLM2-135M-Instruct by default, converted offline):
 
-(a) ``trl.GRPOTrainer``: every row generates exactly ``M_a`` tokens, where ``M_a`` is (b)'s mean generated
-    tokens per row, so (a) and (b) generate the same number of tokens;
-(b) ``RoutingGRPOTrainer`` with caps enforced during generation;
-(c) ``RoutingGRPOTrainer`` with post-hoc truncation (every row generates up to the completion limit);
-(d) grading throughput on ``../shared/data/graded`` and its share of a step at the paper's scale.
+(a)  ``trl.GRPOTrainer`` on (b)'s rollouts: the same prompt tokens (routing instruction, question and forced
+     word included) and every row generating as many tokens as its (b) counterpart (EOS forced at that length),
+     so the step differs from (b) only by what routing adds: this is the routing-overhead baseline;
+(a') ``trl.GRPOTrainer`` with every row generating ``M`` tokens, ``M`` being (b)'s mean: equal total tokens but
+     uniform lengths, so fewer sequential decoding steps than any batch that mixes modes;
+(b)  ``RoutingGRPOTrainer`` with caps enforced during generation (defaults: loss forwards in length buckets);
+(b1) (b) with one padded loss forward (``logprob_length_buckets: 1``, TRL's way): the routing overhead alone;
+(c)  ``RoutingGRPOTrainer`` with post-hoc truncation (every row generates up to the completion limit);
+(d)  grading throughput on ``../shared/data/graded`` and its share of a step at the paper's scale.
 
 Generation lengths are made deterministic by suppressing EOS up to the completion limit (``min_new_tokens``),
 so a row runs until its budget: its cap in (b), the limit in (c). All steps are warmup steps, so every group
 has ``forced_per_mode`` rollouts forced into each mode and the rest free. Reported per configuration: median
 step time and generation time over the measured steps (the first step is discarded as warm-up), generated
-tokens per step (counted at the model: one per row per decoding forward), and tokens generated past caps.
+tokens per step (counted at the model: one per row per decoding forward, so rows TRL's ``generate`` keeps in
+the batch after their EOS count too), and tokens generated past caps.
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ class GenerationMeter:
         self.active = False
         self.tokens = 0
         self.seconds = 0.0
+        # Per generation call: the prompt token ids the model saw and each row's generated token count.
+        self.batches: list[tuple[list[list[int]], list[int]]] = []
         model.register_forward_pre_hook(self._hook, with_kwargs=True)
 
     def _hook(self, module: Any, args: Any, kwargs: Any) -> None:
@@ -57,13 +64,22 @@ class GenerationMeter:
         original = trainer._generate_single_turn
 
         def timed(*args: Any, **kwargs: Any) -> Any:
+            prompts = args[0] if args else kwargs["prompt_ids"]
+            seen = [[int(t) for t in ids] for ids in prompts]
             self.active = True
             start = time.perf_counter()
             try:
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
             finally:
                 self.seconds += time.perf_counter() - start
                 self.active = False
+            # The routing trainer moves a forced word from the prompt (where generation saw it) to the completion.
+            generated = [
+                len(c) - (len(before) - len(after))
+                for c, before, after in zip(result[0], seen, prompts, strict=True)
+            ]
+            self.batches.append((seen, generated))
+            return result
 
         trainer._generate_single_turn = timed
 
@@ -74,7 +90,9 @@ def _dataset(num_prompts: int, steps: int):
     return load_task("synthetic", split="train", limit=num_prompts * steps)
 
 
-def _common_args(out: Path, args: argparse.Namespace, max_len: int) -> dict[str, Any]:
+def _common_args(
+    out: Path, args: argparse.Namespace, max_len: int, suppress_eos: bool = True
+) -> dict[str, Any]:
     rows = args.prompts * args.group_size
     return dict(
         output_dir=str(out),
@@ -92,7 +110,7 @@ def _common_args(out: Path, args: argparse.Namespace, max_len: int) -> dict[str,
         max_steps=args.steps + 1,
         learning_rate=1e-7,
         temperature=1.0,
-        generation_kwargs={"min_new_tokens": max_len},
+        generation_kwargs={"min_new_tokens": max_len} if suppress_eos else {},
         shuffle_dataset=False,
         # Off: on CPU recomputation would double the backward pass and hide generation's share.
         gradient_checkpointing=False,
@@ -133,9 +151,10 @@ def _measure(trainer: Any, meter: GenerationMeter, steps: int) -> dict[str, Any]
     }
 
 
-def run_plain(args: argparse.Namespace, model_path: str, max_len: int) -> dict[str, Any]:
+def _plain_trainer(args: argparse.Namespace, model_path: str, max_len: int, name: str, replay=None):
+    """TRL's own ``GRPOTrainer`` with a grading reward; ``replay`` feeds it (b)'s prompts and row lengths."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, LogitsProcessorList
     from trl import GRPOConfig, GRPOTrainer
 
     from routing_grpo.grading import grade_batch
@@ -144,22 +163,86 @@ def run_plain(args: argparse.Namespace, model_path: str, max_len: int) -> dict[s
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
         return [float(r.correct) for r in grade_batch(texts, answer)]
 
+    class ReplayTrainer(GRPOTrainer):
+        """Plain TRL, except that each generation batch gets (b)'s prompt token ids (tokenising the same text
+        again could differ at token boundaries); generation, loss and optimizer are TRL's."""
+
+        def _tokenize_prompts(self, prompts: list):
+            _, images, fields = super()._tokenize_prompts(prompts)
+            seen, _ = replay[min(self._replay_index, len(replay) - 1)]
+            if len(seen) != len(prompts):
+                raise RuntimeError(f"replay batch has {len(seen)} rows, TRL asked for {len(prompts)}")
+            return [list(ids) for ids in seen], images, fields
+
+        def _generate_single_turn(self, *a: Any, **k: Any):
+            try:
+                return super()._generate_single_turn(*a, **k)
+            finally:
+                self._replay_index += 1
+
+    class RowLengths(LogitsProcessor):
+        """EOS is held back until a row has its planned length, then forced: row i generates exactly
+        ``lengths[i]`` tokens, its EOS being the last."""
+
+        def __init__(self, lengths: list[int], prompt_width: int, eos: int) -> None:
+            self.lengths = torch.tensor(lengths)
+            self.prompt_width = prompt_width
+            self.eos = eos
+
+        def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+            position = input_ids.size(1) - self.prompt_width
+            at_end = (self.lengths - 1 <= position).to(scores.device)
+            scores[~at_end, self.eos] = float("-inf")
+            forced = torch.full_like(scores[at_end], float("-inf"))
+            forced[:, self.eos] = 0.0
+            scores[at_end] = forced
+            return scores
+
     torch.manual_seed(args.seed)
     model = AutoModelForCausalLM.from_pretrained(model_path)
     tok = AutoTokenizer.from_pretrained(model_path)
     config = GRPOConfig(
-        **_common_args(args.output / "plain", args, max_len), loss_type="dapo", beta=0.0, scale_rewards="none"
-    )
-    trainer = GRPOTrainer(
+        **_common_args(args.output / name, args, max_len, suppress_eos=replay is None),
+        loss_type="dapo", beta=0.0, scale_rewards="none",
+    )  # fmt: skip
+    cls = ReplayTrainer if replay is not None else GRPOTrainer
+    trainer = cls(
         model=model, reward_funcs=[accuracy], args=config, train_dataset=_dataset(args.prompts, args.steps + 1),
         processing_class=tok,
     )  # fmt: skip
+    if replay is not None:
+        trainer._replay_index = 0
+        original_generate = model.generate
+
+        def generate(*a: Any, **k: Any):
+            _, lengths = replay[min(trainer._replay_index, len(replay) - 1)]
+            processor = RowLengths(lengths, k["input_ids"].size(1), trainer.eos_token_ids[0])
+            return original_generate(*a, logits_processor=LogitsProcessorList([processor]), **k)
+
+        model.generate = generate
+    return trainer, model
+
+
+def run_plain(args: argparse.Namespace, model_path: str, max_len: int, replay=None) -> dict[str, Any]:
+    name = "plain_replay" if replay is not None else "plain_uniform"
+    trainer, model = _plain_trainer(args, model_path, max_len, name, replay)
     meter = GenerationMeter(model)
     meter.wrap(trainer)
-    return {**_measure(trainer, meter, args.steps), "tokens_past_caps": 0}
+    result = {**_measure(trainer, meter, args.steps), "tokens_past_caps": 0}
+    if replay is not None:
+        for step, ((_, got), (_, planned)) in enumerate(zip(meter.batches, replay)):
+            if got != planned:
+                raise RuntimeError(
+                    f"step {step}: (a) generated {got} tokens per row, (b) generated {planned}"
+                )
+    kept = [sum(lengths) for _, lengths in meter.batches][1:]
+    result["completion_tokens"] = statistics.median(kept) if kept else 0
+    return result
 
 
-def run_routing(args: argparse.Namespace, model_path: str, in_generation: bool) -> dict[str, Any]:
+def run_routing(
+    args: argparse.Namespace, model_path: str, in_generation: bool, buckets: int | None = None
+) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -169,13 +252,15 @@ def run_routing(args: argparse.Namespace, model_path: str, in_generation: bool) 
     torch.manual_seed(args.seed)
     model = AutoModelForCausalLM.from_pretrained(model_path)
     tok = AutoTokenizer.from_pretrained(model_path)
-    name = "capped" if in_generation else "posthoc"
+    name = ("capped" if in_generation else "posthoc") + (f"_buckets{buckets}" if buckets else "")
+    extra = {} if buckets is None else {"logprob_length_buckets": buckets}
     config = RoutingGRPOConfig(
         **_common_args(args.output / name, args, args.max_completion_length),
         modes=_modes(args),
         warmup_steps=10_000,
         forced_per_mode=args.forced_per_mode,
         enforce_caps_in_generation=in_generation,
+        **extra,
     )
     trainer = RoutingGRPOTrainer(
         model=model, args=config, train_dataset=_dataset(args.prompts, args.steps + 1), processing_class=tok
@@ -189,6 +274,10 @@ def run_routing(args: argparse.Namespace, model_path: str, in_generation: bool) 
     result["capped_share"] = (
         statistics.mean(sum(r.capped) / len(r.capped) for r in records) if records else 0.0
     )
+    result["logprob_length_buckets"] = config.logprob_length_buckets
+    kept = [sum(lengths) for _, lengths in meter.batches][1:]
+    result["completion_tokens"] = statistics.median(kept) if kept else 0
+    result["_replay"] = meter.batches
     return result
 
 
@@ -217,22 +306,32 @@ def grading_share(args: argparse.Namespace) -> dict[str, Any] | None:
     }
 
 
+ROWS = (
+    ("a_plain", "(a)  TRL GRPO, (b)'s rollouts"),
+    ("a_uniform", "(a') TRL GRPO, uniform M={m}"),
+    ("b_capped", "(b)  routing, caps in gen"),
+    ("b1_capped_one_forward", "(b1) (b), one padded forward"),
+    ("c_posthoc", "(c)  routing, post-hoc cut"),
+)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="offline:smollm2")
     parser.add_argument(
-        "--steps", type=int, default=3, help="measured steps (one more runs first as warm-up)"
+        "--steps", type=int, default=2, help="measured steps (one more runs first as warm-up)"
     )
-    parser.add_argument("--prompts", type=int, default=4, help="prompts per step")
+    parser.add_argument("--prompts", type=int, default=2, help="prompts per step")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--forced-per-mode", type=int, default=2)
-    parser.add_argument("--max-completion-length", type=int, default=160)
-    parser.add_argument("--caps", type=lambda s: [int(x) for x in s.split(",")], default=[10, 30],
-                        help="NoThink,Short caps (Long is uncapped); default keeps the paper's 1024:3000:16384 shape")  # fmt: skip
+    parser.add_argument("--max-completion-length", type=int, default=128)
+    parser.add_argument("--caps", type=lambda s: [int(x) for x in s.split(",")], default=[8, 24],
+                        help="NoThink,Short caps (Long is uncapped); the default keeps the paper's 1:3:16 shape")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--graded-dir", default=None)
     parser.add_argument("--output", type=Path, default=REPO_ROOT / ".cache" / "bench")
-    parser.add_argument("--skip-plain", action="store_true")
+    parser.add_argument("--skip-plain", action="store_true", help="skip (a) and (a')")
+    parser.add_argument("--skip-one-forward", action="store_true", help="skip (b1)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
@@ -246,12 +345,18 @@ def main(argv: list[str] | None = None) -> int:
     model_path = resolve_model_path(args.model, str(REPO_ROOT / ".cache" / "models"))
     results: dict[str, Any] = {"model": args.model, "device": "cpu", "threads": torch.get_num_threads()}
     results["b_capped"] = run_routing(args, model_path, in_generation=True)
+    replay = results["b_capped"].pop("_replay")
+    if not args.skip_one_forward:
+        results["b1_capped_one_forward"] = run_routing(args, model_path, in_generation=True, buckets=1)
+        results["b1_capped_one_forward"].pop("_replay")
     results["c_posthoc"] = run_routing(args, model_path, in_generation=False)
+    results["c_posthoc"].pop("_replay")
     rows = args.prompts * args.group_size
-    m_a = max(1, round(results["b_capped"]["generated_tokens"] / rows))
-    results["a_plain_max_len"] = m_a
+    m_a = max(1, round(results["b_capped"]["completion_tokens"] / rows))
+    results["a_uniform_length"] = m_a
     if not args.skip_plain:
-        results["a_plain"] = run_plain(args, model_path, m_a)
+        results["a_plain"] = run_plain(args, model_path, args.max_completion_length, replay=replay)
+        results["a_uniform"] = run_plain(args, model_path, m_a)
     results["d_grading"] = grading_share(args)
 
     b, c = results["b_capped"], results["c_posthoc"]
@@ -263,26 +368,38 @@ def main(argv: list[str] | None = None) -> int:
     results["saving_vs_past_share_generation"] = (
         (1 - results["b_over_c_generation"]) / past_share if past_share else None
     )
-    if "a_plain" in results:
-        a = results["a_plain"]
-        per_token = (b["step_s"] / b["generated_tokens"]) / (a["step_s"] / a["generated_tokens"])
-        results["b_over_a_step"] = b["step_s"] / a["step_s"]
-        results["b_over_a_step_per_token"] = per_token
+    results["c_generation_share_of_step"] = c["generation_s"] / c["step_s"]
+    for key, ratio in (("a_plain", "b_over_a_step"), ("a_uniform", "b_over_a_uniform_step")):
+        if key in results:
+            results[ratio] = b["step_s"] / results[key]["step_s"]
+    if "a_plain" in results and "b1_capped_one_forward" in results:
+        results["b1_over_a_step"] = results["b1_capped_one_forward"]["step_s"] / results["a_plain"]["step_s"]
 
     if not args.json:
-        print(f"{'config':<28}{'step s':>9}{'gen s':>9}{'gen tokens':>12}{'past caps':>11}")
-        for key, label in (("a_plain", f"(a) TRL GRPO, M={m_a}"), ("b_capped", "(b) routing, caps in gen"),
-                           ("c_posthoc", "(c) routing, post-hoc")):  # fmt: skip
+        header = (
+            f"{'config':<34}{'step s':>9}{'gen s':>9}{'kept tokens':>13}{'at model':>10}{'past caps':>11}"
+        )
+        print(header)
+        for key, label in ROWS:
             if key in results:
                 r = results[key]
-                print(f"{label:<28}{r['step_s']:>9.2f}{r['generation_s']:>9.2f}{r['generated_tokens']:>12.0f}"
-                      f"{r['tokens_past_caps']:>11.0f}")  # fmt: skip
-        print(f"share of (c)'s tokens past caps: {past_share:.3f}")
+                print(f"{label.format(m=m_a):<34}{r['step_s']:>9.2f}{r['generation_s']:>9.2f}"
+                      f"{r['completion_tokens']:>13.0f}{r['generated_tokens']:>10.0f}{r['tokens_past_caps']:>11.0f}")  # fmt: skip
+        print(f"share of (c)'s generated tokens past caps: {past_share:.3f}; generation is "
+              f"{100 * results['c_generation_share_of_step']:.0f}% of (c)'s step")  # fmt: skip
         print(
-            f"b/c step time {results['b_over_c_step']:.3f}, generation {results['b_over_c_generation']:.3f}"
+            f"b/c step time {results['b_over_c_step']:.3f}, generation {results['b_over_c_generation']:.3f}; "
+            f"saved / past-cap share: step {results['saving_vs_past_share_step']:.2f}, "
+            f"generation {results['saving_vs_past_share_generation']:.2f} (target >= 0.80)"
         )
         if "b_over_a_step" in results:
-            print(f"b/a step time at equal generated tokens: {results['b_over_a_step']:.3f}")
+            print(f"b/a step time, same rollouts: {results['b_over_a_step']:.3f} (target <= 1.03)")
+        if "b1_over_a_step" in results:
+            print(f"b1/a step time, same rollouts, one padded forward: {results['b1_over_a_step']:.3f}")
+        if "b_over_a_uniform_step" in results:
+            print(
+                f"b/a' step time, equal total tokens, uniform lengths: {results['b_over_a_uniform_step']:.3f}"
+            )
         if results["d_grading"]:
             d = results["d_grading"]
             print(f"(d) grading {d['rows_per_s']:.0f} rows/s: {d['grading_s_per_step']:.1f} s per "
