@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["FORWARD_OVERHEAD_TOKENS", "plan_length_buckets", "padded_tokens"]
+__all__ = ["FORWARD_OVERHEAD_TOKENS", "plan_length_buckets", "padded_tokens", "split_to_count"]
 
 # What one more forward costs, in padded token positions: a split that saves fewer positions than this is not
 # worth a second pass over the weights.
@@ -96,3 +96,22 @@ def plan_length_buckets(
         j, k = i, k - 1
     runs.reverse()
     return [run[s : s + chunk] for run in runs for s in range(0, len(run), chunk)]
+
+
+def split_to_count(buckets: Sequence[Sequence[int]], count: int) -> list[list[int]]:
+    """``buckets`` split until there are ``count`` of them (the bucket with most rows is halved first).
+
+    In a multi-process run every process must run the same number of forwards: a forward of a DDP model
+    broadcasts its buffers, and one under ZeRO-3 gathers the weights, both collective.
+    """
+    result = [list(b) for b in buckets if b]
+    if count < len(result):
+        raise ValueError(f"count: {count} is fewer than the {len(result)} buckets there are")
+    if count > sum(len(b) for b in result):
+        raise ValueError(f"count: {count} forwards need at least {count} rows")
+    while len(result) < count:
+        i = max(range(len(result)), key=lambda j: len(result[j]))
+        rows = result[i]
+        half = len(rows) // 2
+        result[i : i + 1] = [rows[:half], rows[half:]]
+    return result

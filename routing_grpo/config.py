@@ -150,7 +150,8 @@ class RoutingGRPOConfig(GRPOConfig):
         metadata={
             "help": "Most forwards a micro-batch's log-prob pass (loss, old and reference log-probs) is split "
             "into, rows of similar length together and each forward trimmed to its widest row, so capped "
-            "NoThink/Short rows are not padded to the Long rows' length. 1 keeps TRL's single padded forward."
+            "NoThink/Short rows are not padded to the Long rows' length. 1 keeps TRL's single padded forward. With ZeRO-3 "
+            "or FSDP (each forward gathers the weights) only the no-grad passes are split."
         },
     )
 

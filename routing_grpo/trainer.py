@@ -11,6 +11,8 @@ One generation batch (the paper's step s) goes:
 5. back in ``_generate_and_score_completions``: TRL's advantages are replaced by
    :func:`~routing_grpo.advantages.compute_advantages` over the gathered global batch, sliced back to this
    process; routing metrics are logged.
+6. TRL's loss, with its log-prob forwards run on length buckets of rows (``logprob_length_buckets``), so rows
+   cut at a short cap are not padded to the longest row of the micro-batch.
 
 Steps: ``s = (global_step * grad_accum + micro-step in the accumulation) // (steps_per_generation *
 num_iterations)`` counts generation batches, survives checkpoint resumption (``global_step`` is restored)
@@ -31,7 +33,7 @@ from accelerate.utils import broadcast_object_list, gather, gather_object
 from trl import GRPOTrainer
 
 from routing_grpo.advantages import compute_advantages
-from routing_grpo.batching import plan_length_buckets
+from routing_grpo.batching import plan_length_buckets, split_to_count
 from routing_grpo.callbacks import default_callbacks
 from routing_grpo.capped_generation import (
     TransformersBudgetGenerator,
@@ -607,6 +609,9 @@ class RoutingGRPOTrainer(GRPOTrainer):
             or compute_aux_loss
             or any(v is not None for v in model_kwargs.values())
             or n <= 1
+            # With sharded parameters (ZeRO-3, FSDP) every forward gathers the weights again: a forward that
+            # needs a backward stays whole; no-grad passes (old and reference log-probs) are already chunked.
+            or (torch.is_grad_enabled() and self._parameters_sharded())
         ):
             return super()._get_per_token_logps_and_entropies(
                 model,
@@ -633,6 +638,10 @@ class RoutingGRPOTrainer(GRPOTrainer):
             max_buckets=self.args.logprob_length_buckets,
             max_rows=batch_size,
         )
+        if self.accelerator.num_processes > 1:
+            # Every process runs as many forwards as the one that needs most (forwards are collective).
+            most = gather(torch.tensor([len(buckets)], device=self.accelerator.device)).max().item()
+            buckets = split_to_count(buckets, int(most))
         if (
             len(buckets) == 1
             and max(prompt_widths) == prompt_width
@@ -670,6 +679,14 @@ class RoutingGRPOTrainer(GRPOTrainer):
         logps = torch.cat(logps_parts)[inverse]
         entropies = torch.cat(entropy_parts)[inverse] if compute_entropy else None
         return logps, entropies, None
+
+    def _parameters_sharded(self) -> bool:
+        if getattr(self, "is_fsdp_enabled", False):
+            return True
+        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
+        return bool(
+            getattr(self, "is_deepspeed_enabled", False) and plugin is not None and plugin.zero_stage == 3
+        )
 
     # ------------------------------------------------------------------------------------------------------
     # 6. Metrics

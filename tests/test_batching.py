@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from routing_grpo.batching import padded_tokens, plan_length_buckets
+from routing_grpo.batching import padded_tokens, plan_length_buckets, split_to_count
 from routing_grpo.trainer import RoutingGRPOTrainer
 from tests.scripts.trainer_support import arithmetic_dataset, make_args
 
@@ -53,6 +53,16 @@ def test_bad_arguments_are_named(bad):
         plan_length_buckets([1], [1], **bad)
     with pytest.raises(ValueError, match="widths"):
         plan_length_buckets([1, 2], [1], max_buckets=2)
+
+
+def test_split_to_count_halves_the_largest_bucket():
+    assert split_to_count([[0, 1, 2, 3], [4]], 3) == [[0, 1], [2, 3], [4]]
+    assert split_to_count([[0, 1, 2], [3, 4]], 4) == [[0], [1], [2], [3, 4]]
+    assert split_to_count([[5, 6]], 1) == [[5, 6]]
+    with pytest.raises(ValueError, match="fewer"):
+        split_to_count([[0], [1]], 1)
+    with pytest.raises(ValueError, match="rows"):
+        split_to_count([[0, 1]], 3)
 
 
 def _set_partitions(items):
@@ -225,3 +235,26 @@ def test_training_steps_match_with_and_without_buckets(tiny_model_path, tmp_path
     apart = max((a - b).abs().max().item() for a, b in zip(weights_1, weights_4, strict=True))
     assert moved > 1e-2
     assert apart < 1e-5 * moved, (apart, moved)
+
+
+def test_sharded_parameters_keep_the_gradient_forward_whole(bucketed_trainer, monkeypatch):
+    """ZeRO-3 / FSDP gather the weights on every forward: only no-grad passes are split there."""
+    trainer = bucketed_trainer
+    model = trainer.model
+    calls = []
+    parent = type(trainer).__mro__[1]
+    original = parent._get_per_token_logps_and_entropies
+
+    def counting(self, model, input_ids, *a, **k):
+        calls.append(input_ids.size(0))
+        return original(self, model, input_ids, *a, **k)
+
+    monkeypatch.setattr(parent, "_get_per_token_logps_and_entropies", counting)
+    monkeypatch.setattr(type(trainer), "_parameters_sharded", lambda self: True)
+    ids, mask, keep = _ragged_batch(model.config.vocab_size, [4, 9, 6, 9], [2, 16, 1, 15], pad_id=0)
+    trainer._get_per_token_logps_and_entropies(model, ids, mask, keep)
+    assert calls == [4]
+    calls.clear()
+    with torch.no_grad():
+        trainer._get_per_token_logps_and_entropies(model, ids, mask, keep)
+    assert len(calls) == 2 and sum(calls) == 4

@@ -1,0 +1,41 @@
+"""`make bench`'s step benchmark runs end to end on the tiny model and measures what it claims to."""
+
+from __future__ import annotations
+
+import json
+
+from benchmarks import bench_step
+
+
+def test_bench_step_on_tiny_model(tiny_model_path, tmp_path, capsys):
+    code = bench_step.main(
+        [
+            "--model", str(tiny_model_path), "--steps", "1", "--prompts", "2", "--max-completion-length", "24",
+            "--caps", "4,8", "--output", str(tmp_path), "--graded-dir", str(tmp_path / "none"), "--json",
+        ]
+    )  # fmt: skip
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    a, a_uniform, b, b1, c = (
+        result[k] for k in ("a_plain", "a_uniform", "b_capped", "b1_capped_one_forward", "c_posthoc")
+    )
+    rows = 2 * 8
+    # (b) stops every row at its budget: nothing past a cap, and the model produced only the kept tokens.
+    assert b["tokens_past_caps"] == 0 and b["generated_tokens"] == b["completion_tokens"]
+    assert b["logprob_length_buckets"] == 4 and b1["logprob_length_buckets"] == 1
+    assert b1["completion_tokens"] == b["completion_tokens"]
+    # (c) runs every row to the limit and cuts afterwards: the cut tokens were generated.
+    assert c["generated_tokens"] == rows * 24
+    assert c["tokens_past_caps"] == c["generated_tokens"] - c["completion_tokens"] > 0
+    assert c["completion_tokens"] == b["completion_tokens"]
+    # (a) keeps (b)'s rollouts (row lengths are checked inside the bench); TRL's generate holds every row to
+    # the longest, so its model produces more tokens than it keeps.
+    assert a["completion_tokens"] == b["completion_tokens"]
+    assert a["generated_tokens"] == rows * 24
+    assert (
+        a_uniform["completion_tokens"] == a_uniform["generated_tokens"] == rows * result["a_uniform_length"]
+    )
+    assert result["c_share_of_tokens_past_caps"] == c["tokens_past_caps"] / c["generated_tokens"]
+    assert result["d_grading"] is None  # no labelled outputs in the folder given
+    for ratio in ("b_over_a_step", "b1_over_a_step", "b_over_a_uniform_step", "b_over_c_step"):
+        assert result[ratio] > 0
