@@ -13,11 +13,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["FORWARD_OVERHEAD_TOKENS", "plan_length_buckets", "padded_tokens", "split_to_count"]
+import torch
+
+__all__ = ["FORWARD_OVERHEAD_TOKENS", "padded_tokens", "plan_length_buckets", "row_widths", "split_to_count"]
 
 # What one more forward costs, in padded token positions: a split that saves fewer positions than this is not
 # worth a second pass over the weights.
 FORWARD_OVERHEAD_TOKENS = 32
+
+
+def row_widths(attention_mask: torch.Tensor, completion_width: int) -> tuple[list[int], list[int]]:
+    """Per row of a ``[prompt | completion]`` attention mask whose last ``completion_width`` columns are the
+    completion: the prompt columns from its first real token, and the completion columns up to its last real
+    token (at least 1, so every row keeps a place in the forward and the graph)."""
+    width = attention_mask.size(1)
+    prompt_width = width - completion_width
+    columns = torch.arange(width, device=attention_mask.device)
+    real = attention_mask.bool()
+    first = torch.where(real, columns, width).min(dim=1).values.clamp(max=prompt_width)
+    last = torch.where(real, columns, -1).max(dim=1).values.clamp(min=prompt_width)
+    return (prompt_width - first).tolist(), (last + 1 - prompt_width).tolist()
 
 
 def padded_tokens(

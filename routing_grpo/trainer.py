@@ -33,7 +33,7 @@ from accelerate.utils import broadcast_object_list, gather, gather_object
 from trl import GRPOTrainer
 
 from routing_grpo.advantages import compute_advantages
-from routing_grpo.batching import plan_length_buckets, split_to_count
+from routing_grpo.batching import plan_length_buckets, row_widths, split_to_count
 from routing_grpo.callbacks import default_callbacks
 from routing_grpo.capped_generation import (
     TransformersBudgetGenerator,
@@ -603,16 +603,10 @@ class RoutingGRPOTrainer(GRPOTrainer):
         gradient and TRL's metrics are those of the single padded forward up to floating-point rounding.
         Image inputs and MoE auxiliary losses take TRL's path unchanged.
         """
-        n = input_ids.size(0)
-        if (
-            self.args.logprob_length_buckets <= 1
-            or compute_aux_loss
-            or any(v is not None for v in model_kwargs.values())
-            or n <= 1
-            # With sharded parameters (ZeRO-3, FSDP) every forward gathers the weights again: a forward that
-            # needs a backward stays whole; no-grad passes (old and reference log-probs) are already chunked.
-            or (torch.is_grad_enabled() and self._parameters_sharded())
-        ):
+        plan = None
+        if not compute_aux_loss and all(v is None for v in model_kwargs.values()):
+            plan = self._logprob_buckets(attention_mask, logits_to_keep, batch_size)
+        if plan is None:
             return super()._get_per_token_logps_and_entropies(
                 model,
                 input_ids,
@@ -623,15 +617,37 @@ class RoutingGRPOTrainer(GRPOTrainer):
                 compute_aux_loss=compute_aux_loss,
                 **model_kwargs,
             )
+        buckets, prompt_widths, completion_widths = plan
         prompt_width = input_ids.size(1) - logits_to_keep
-        columns = torch.arange(input_ids.size(1), device=attention_mask.device)
-        real = attention_mask.bool()
-        # A row needs its prompt from its first real token and its completion to its last (at least one column,
-        # so every row keeps a place in the graph).
-        first = torch.where(real, columns, input_ids.size(1)).min(dim=1).values.clamp(max=prompt_width)
-        last = torch.where(real, columns, -1).max(dim=1).values.clamp(min=prompt_width)
-        prompt_widths = (prompt_width - first).tolist()
-        completion_widths = (last + 1 - prompt_width).tolist()
+        logps_parts, entropy_parts, order = [], [], []
+        for rows in buckets:
+            p = max(prompt_widths[r] for r in rows)
+            c = max(completion_widths[r] for r in rows)
+            index = torch.tensor(rows, device=input_ids.device)
+            span = slice(prompt_width - p, prompt_width + c)
+            logps, entropies, _ = super()._get_per_token_logps_and_entropies(
+                model, input_ids[index, span], attention_mask[index, span], c, compute_entropy=compute_entropy
+            )
+            logps_parts.append(torch.nn.functional.pad(logps, (0, logits_to_keep - c)))
+            if compute_entropy:
+                entropy_parts.append(torch.nn.functional.pad(entropies, (0, logits_to_keep - c)))
+            order.extend(rows)
+        n = input_ids.size(0)
+        inverse = torch.empty(n, dtype=torch.long, device=input_ids.device)
+        inverse[torch.tensor(order, device=input_ids.device)] = torch.arange(n, device=input_ids.device)
+        logps = torch.cat(logps_parts)[inverse]
+        entropies = torch.cat(entropy_parts)[inverse] if compute_entropy else None
+        return logps, entropies, None
+
+    def _logprob_buckets(self, attention_mask, logits_to_keep, batch_size):
+        """(buckets, prompt widths, completion widths), or None where one forward as TRL runs it is right."""
+        if self.args.logprob_length_buckets <= 1 or attention_mask.size(0) <= 1:
+            return None
+        # With sharded parameters (ZeRO-3, FSDP) every forward gathers the weights again: a forward that needs a
+        # backward stays whole; no-grad passes (old and reference log-probs) are chunked by TRL anyway.
+        if torch.is_grad_enabled() and self._parameters_sharded():
+            return None
+        prompt_widths, completion_widths = row_widths(attention_mask, logits_to_keep)
         buckets = plan_length_buckets(
             prompt_widths,
             completion_widths,
@@ -642,43 +658,11 @@ class RoutingGRPOTrainer(GRPOTrainer):
             # Every process runs as many forwards as the one that needs most (forwards are collective).
             most = gather(torch.tensor([len(buckets)], device=self.accelerator.device)).max().item()
             buckets = split_to_count(buckets, int(most))
-        if (
-            len(buckets) == 1
-            and max(prompt_widths) == prompt_width
-            and max(completion_widths) == logits_to_keep
-        ):
-            buckets = None  # nothing to trim: one forward exactly as TRL runs it
-        if buckets is None:
-            return super()._get_per_token_logps_and_entropies(
-                model,
-                input_ids,
-                attention_mask,
-                logits_to_keep,
-                batch_size=batch_size,
-                compute_entropy=compute_entropy,
-            )
-        logps_parts, entropy_parts, order = [], [], []
-        for rows in buckets:
-            p = max(prompt_widths[r] for r in rows)
-            c = max(completion_widths[r] for r in rows)
-            index = torch.tensor(rows, device=input_ids.device)
-            span = slice(prompt_width - p, prompt_width + c)
-            logps, entropies, _ = super()._get_per_token_logps_and_entropies(
-                model,
-                input_ids[index, span],
-                attention_mask[index, span],
-                c,
-                compute_entropy=compute_entropy,
-            )
-            logps_parts.append(torch.nn.functional.pad(logps, (0, logits_to_keep - c)))
-            if compute_entropy:
-                entropy_parts.append(torch.nn.functional.pad(entropies, (0, logits_to_keep - c)))
-            order.extend(rows)
-        inverse = torch.empty(n, dtype=torch.long, device=input_ids.device)
-        inverse[torch.tensor(order, device=input_ids.device)] = torch.arange(n, device=input_ids.device)
-        logps = torch.cat(logps_parts)[inverse]
-        entropies = torch.cat(entropy_parts)[inverse] if compute_entropy else None
-        return logps, entropies, None
+        prompt_width = attention_mask.size(1) - logits_to_keep
+        untrimmed = max(prompt_widths) == prompt_width and max(completion_widths) == logits_to_keep
+        if len(buckets) == 1 and untrimmed:
+            return None
+        return buckets, prompt_widths, completion_widths
 
     def _parameters_sharded(self) -> bool:
         if getattr(self, "is_fsdp_enabled", False):

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from routing_grpo.batching import padded_tokens, plan_length_buckets, split_to_count
+from routing_grpo.batching import padded_tokens, plan_length_buckets, row_widths, split_to_count
 from routing_grpo.trainer import RoutingGRPOTrainer
 from tests.scripts.trainer_support import arithmetic_dataset, make_args
 
@@ -63,6 +63,18 @@ def test_split_to_count_halves_the_largest_bucket():
         split_to_count([[0], [1]], 1)
     with pytest.raises(ValueError, match="rows"):
         split_to_count([[0, 1]], 3)
+
+
+def test_row_widths_read_left_padded_prompts_and_right_padded_completions():
+    mask = torch.tensor(
+        [
+            [0, 0, 1, 1, 1, 1, 0, 0],  # prompt 2, completion 2
+            [1, 1, 1, 1, 1, 1, 1, 1],  # prompt 4, completion 4
+            [0, 0, 0, 1, 0, 0, 0, 0],  # prompt 1, no completion token: keeps 1 column
+            [0, 1, 1, 1, 1, 0, 1, 0],  # a hole inside the completion: up to the last real token
+        ]
+    )
+    assert row_widths(mask, 4) == ([2, 4, 1, 3], [2, 4, 1, 3])
 
 
 def _set_partitions(items):
