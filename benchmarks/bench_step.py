@@ -167,9 +167,14 @@ def _plain_trainer(args: argparse.Namespace, model_path: str, max_len: int, name
         """Plain TRL, except that each generation batch gets (b)'s prompt token ids (tokenising the same text
         again could differ at token boundaries); generation, loss and optimizer are TRL's."""
 
+        def replayed(self) -> tuple[list[list[int]], list[int]]:
+            if self._replay_index >= len(replay):
+                raise RuntimeError(f"(a) ran more generation batches than the {len(replay)} recorded in (b)")
+            return replay[self._replay_index]
+
         def _tokenize_prompts(self, prompts: list):
             _, images, fields = super()._tokenize_prompts(prompts)
-            seen, _ = replay[min(self._replay_index, len(replay) - 1)]
+            seen, _ = self.replayed()
             if len(seen) != len(prompts):
                 raise RuntimeError(f"replay batch has {len(seen)} rows, TRL asked for {len(prompts)}")
             return [list(ids) for ids in seen], images, fields
@@ -215,7 +220,7 @@ def _plain_trainer(args: argparse.Namespace, model_path: str, max_len: int, name
         original_generate = model.generate
 
         def generate(*a: Any, **k: Any):
-            _, lengths = replay[min(trainer._replay_index, len(replay) - 1)]
+            _, lengths = trainer.replayed()
             processor = RowLengths(lengths, k["input_ids"].size(1), trainer.eos_token_ids[0])
             return original_generate(*a, logits_processor=LogitsProcessorList([processor]), **k)
 
