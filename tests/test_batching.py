@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOTrainer
 
 from routing_grpo.batching import padded_tokens, plan_length_buckets, row_widths, split_to_count
 from routing_grpo.trainer import RoutingGRPOTrainer
@@ -164,19 +165,26 @@ def bucketed_trainer(tiny_model_path, tmp_path):
     )
 
 
-def test_bucketed_forward_matches_one_padded_forward(bucketed_trainer, monkeypatch):
-    trainer = bucketed_trainer
-    # float64: TRL's fused log-prob head on CPU rounds differently for different sequence widths (~5e-4 in
-    # float32); in float64 the bucketed forward must agree with the padded one to rounding.
-    model = trainer.model.double()
-    calls = []
-    original = type(trainer).__mro__[1]._get_per_token_logps_and_entropies
+@pytest.fixture()
+def trl_forwards(monkeypatch):
+    """Shapes of the input ids of every call of TRL's own log-prob forward."""
+    calls: list[tuple[int, int]] = []
+    original = GRPOTrainer._get_per_token_logps_and_entropies
 
     def counting(self, model, input_ids, *a, **k):
         calls.append(tuple(input_ids.shape))
         return original(self, model, input_ids, *a, **k)
 
-    monkeypatch.setattr(type(trainer).__mro__[1], "_get_per_token_logps_and_entropies", counting)
+    monkeypatch.setattr(GRPOTrainer, "_get_per_token_logps_and_entropies", counting)
+    return calls
+
+
+def test_bucketed_forward_matches_one_padded_forward(bucketed_trainer, trl_forwards):
+    trainer = bucketed_trainer
+    # float64: TRL's fused log-prob head on CPU rounds differently for different sequence widths (~5e-4 in
+    # float32); in float64 the bucketed forward must agree with the padded one to rounding.
+    model = trainer.model.double()
+    calls = trl_forwards
     prompts, completions = [7, 12, 9, 12, 5, 8], [3, 20, 2, 19, 8, 1]
     ids, mask, keep = _ragged_batch(model.config.vocab_size, prompts, completions, pad_id=0)
     completion_mask = mask[:, -keep:].float()
@@ -249,24 +257,16 @@ def test_training_steps_match_with_and_without_buckets(tiny_model_path, tmp_path
     assert apart < 1e-5 * moved, (apart, moved)
 
 
-def test_sharded_parameters_keep_the_gradient_forward_whole(bucketed_trainer, monkeypatch):
+def test_sharded_parameters_keep_the_gradient_forward_whole(bucketed_trainer, trl_forwards, monkeypatch):
     """ZeRO-3 / FSDP gather the weights on every forward: only no-grad passes are split there."""
     trainer = bucketed_trainer
     model = trainer.model
-    calls = []
-    parent = type(trainer).__mro__[1]
-    original = parent._get_per_token_logps_and_entropies
-
-    def counting(self, model, input_ids, *a, **k):
-        calls.append(input_ids.size(0))
-        return original(self, model, input_ids, *a, **k)
-
-    monkeypatch.setattr(parent, "_get_per_token_logps_and_entropies", counting)
+    calls = trl_forwards
     monkeypatch.setattr(type(trainer), "_parameters_sharded", lambda self: True)
     ids, mask, keep = _ragged_batch(model.config.vocab_size, [4, 9, 6, 9], [2, 16, 1, 15], pad_id=0)
     trainer._get_per_token_logps_and_entropies(model, ids, mask, keep)
-    assert calls == [4]
+    assert [rows for rows, _ in calls] == [4]
     calls.clear()
     with torch.no_grad():
         trainer._get_per_token_logps_and_entropies(model, ids, mask, keep)
-    assert len(calls) == 2 and sum(calls) == 4
+    assert len(calls) == 2 and sum(rows for rows, _ in calls) == 4
