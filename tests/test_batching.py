@@ -8,12 +8,11 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM
 from trl import GRPOTrainer
 
 from routing_grpo.batching import padded_tokens, plan_length_buckets, row_widths, split_to_count
-from routing_grpo.trainer import RoutingGRPOTrainer
-from tests.scripts.trainer_support import arithmetic_dataset, make_args
+from tests.scripts.trainer_support import build_trainer, make_args
 
 # ----------------------------------------------------------------------------------------------------------
 # Planner
@@ -155,14 +154,7 @@ def _ragged_batch(vocab_size: int, prompt_lengths, completion_lengths, pad_id: i
 
 @pytest.fixture()
 def bucketed_trainer(tiny_model_path, tmp_path):
-    torch.manual_seed(0)
-    args = make_args(tmp_path, logprob_length_buckets=3)
-    return RoutingGRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_path),
-        args=args,
-        train_dataset=arithmetic_dataset(),
-        processing_class=AutoTokenizer.from_pretrained(tiny_model_path),
-    )
+    return build_trainer(tiny_model_path, make_args(tmp_path, logprob_length_buckets=3))
 
 
 @pytest.fixture()
@@ -230,12 +222,7 @@ def test_training_steps_match_with_and_without_buckets(tiny_model_path, tmp_path
             optim="sgd",
             learning_rate=0.5,
         )
-        trainer = RoutingGRPOTrainer(
-            model=AutoModelForCausalLM.from_pretrained(tiny_model_path, dtype=torch.float64),
-            args=args,
-            train_dataset=arithmetic_dataset(),
-            processing_class=AutoTokenizer.from_pretrained(tiny_model_path),
-        )
+        trainer = build_trainer(tiny_model_path, args, dtype=torch.float64)
         trainer.train()
         losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
         lengths = [r.lengths for r in trainer.routing_history]

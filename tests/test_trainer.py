@@ -11,7 +11,6 @@ import math
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOTrainer
 
 from routing_grpo.advantages import compute_advantages
@@ -26,20 +25,10 @@ from tests.scripts.trainer_support import (
     OutputSpy,
     ScriptedGeneration,
     arithmetic_dataset,
+    build_trainer,
     make_args,
     unpad,
 )
-
-
-def build(tiny_model_path, args, train_dataset=None, **kwargs):
-    torch.manual_seed(0)
-    return RoutingGRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_path),
-        args=args,
-        train_dataset=train_dataset if train_dataset is not None else arithmetic_dataset(),
-        processing_class=AutoTokenizer.from_pretrained(tiny_model_path),
-        **kwargs,
-    )
 
 
 def train_records(trainer):
@@ -95,7 +84,7 @@ def test_warmup_forces_each_mode_and_promotes_the_word(tiny_model_path, tmp_path
         return loss
 
     monkeypatch.setattr(RoutingGRPOTrainer, "_compute_loss", loss_spy)
-    trainer = build(tiny_model_path, args)
+    trainer = build_trainer(tiny_model_path, args)
     trainer.train()
 
     tokenizer = trainer.processing_class
@@ -159,7 +148,7 @@ def test_num_iterations_two_keeps_importance_sampling_finite(tiny_model_path, tm
         return loss
 
     monkeypatch.setattr(RoutingGRPOTrainer, "_compute_loss", loss_spy)
-    trainer = build(tiny_model_path, args)
+    trainer = build_trainer(tiny_model_path, args)
     trainer.train()
     assert len(spy.outputs) == 1 and len(ratios) == 2  # one generation batch, trained twice
     assert all(torch.isfinite(r).all() for r in ratios)
@@ -186,7 +175,7 @@ def test_caps_rewards_and_advantages(tiny_model_path, tmp_path, monkeypatch, enf
         return out
 
     monkeypatch.setattr(RoutingReward, "__call__", reward_spy)
-    trainer = build(tiny_model_path, args)
+    trainer = build_trainer(tiny_model_path, args)
     trainer.train()
 
     tokenizer = trainer.processing_class
@@ -240,7 +229,7 @@ def test_caps_are_enforced_during_real_generation(tiny_model_path, tmp_path, enf
         {"name": "Long", "base": 1.0, "gamma": 1.0, "cap": 5},
     ]
     args = make_args(tmp_path, modes=modes, max_steps=2, warmup_steps=2, enforce_caps_in_generation=enforce)
-    trainer = build(tiny_model_path, args)
+    trainer = build_trainer(tiny_model_path, args)
     trainer.train()
     records = train_records(trainer)
     assert records
@@ -281,7 +270,7 @@ def test_balance_coef_and_phase_follow_generation_batches(tiny_model_path, tmp_p
     )
     assert args.max_steps == 10
     ScriptedGeneration().install(monkeypatch)
-    trainer = build(tiny_model_path, args)
+    trainer = build_trainer(tiny_model_path, args)
     trainer.train()
     records = train_records(trainer)
     assert [r.batch_step for r in records] == [0, 1, 2, 3, 4]
@@ -331,7 +320,7 @@ def test_single_mode_baseline_has_no_routing(tiny_model_path, tmp_path, monkeypa
     )
     plain.install(monkeypatch)
     spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
-    trainer = build(tiny_model_path, args)
+    trainer = build_trainer(tiny_model_path, args)
     assert trainer.question_ids == []
     trainer.train()
     tokenizer = trainer.processing_class
@@ -373,7 +362,7 @@ def test_evaluation_is_free_uncapped_and_logged(tiny_model_path, tmp_path, monke
         temperature=1.0,
     )
     script = ScriptedGeneration().install(monkeypatch)
-    trainer = build(tiny_model_path, args, eval_dataset=arithmetic_dataset(6))
+    trainer = build_trainer(tiny_model_path, args, eval_dataset=arithmetic_dataset(6))
     trainer.train()
     evals = [r for r in trainer.routing_history if r.mode == "eval"]
     assert len(evals) == 6 // 1  # 6 prompts x 4 generations, 4 per batch
@@ -406,7 +395,7 @@ def test_evaluation_is_free_uncapped_and_logged(tiny_model_path, tmp_path, monke
 
 def test_evaluation_samples_at_eval_temperature_with_real_generation(tiny_model_path, tmp_path, monkeypatch):
     args = make_args(tmp_path, max_steps=1, eval_strategy="steps", eval_steps=1, per_device_eval_batch_size=4)
-    trainer = build(tiny_model_path, args, eval_dataset=arithmetic_dataset(1))
+    trainer = build_trainer(tiny_model_path, args, eval_dataset=arithmetic_dataset(1))
     model = trainer.model
     seen = []
     original = type(model).generate
@@ -458,7 +447,7 @@ def test_countdown_verifier_trains(tiny_model_path, tmp_path, monkeypatch):
     args = make_args(
         tmp_path, modes=modes, verifier="countdown", max_steps=2, warmup_steps=1, max_completion_length=40
     )
-    trainer = build(tiny_model_path, args, train_dataset=Dataset.from_list(data))
+    trainer = build_trainer(tiny_model_path, args, train_dataset=Dataset.from_list(data))
     assert trainer.routing_reward.verifier is countdown_verifier
     trainer.train()
     for r in train_records(trainer):
@@ -475,7 +464,9 @@ def test_verifier_constructor_argument(tiny_model_path, tmp_path, monkeypatch):
         return "Short" in completion
 
     ScriptedGeneration().install(monkeypatch)
-    trainer = build(tiny_model_path, make_args(tmp_path, max_steps=1, warmup_steps=0), verifier=verifier)
+    trainer = build_trainer(
+        tiny_model_path, make_args(tmp_path, max_steps=1, warmup_steps=0), verifier=verifier
+    )
     trainer.train()
     (record,) = train_records(trainer)
     assert calls and all(isinstance(c, str) and isinstance(r, str) for c, r in calls)
@@ -487,8 +478,8 @@ def test_trainer_rejects_bad_setups(tiny_model_path, tmp_path):
         RoutingGRPOTrainer(model=str(tiny_model_path), args=object())
     args = make_args(tmp_path)
     with pytest.raises(ValueError, match="answer_column"):
-        build(tiny_model_path, args, train_dataset=arithmetic_dataset().remove_columns("answer"))
+        build_trainer(tiny_model_path, args, train_dataset=arithmetic_dataset().remove_columns("answer"))
     with pytest.raises(ValueError, match="exactly one RoutingReward"):
-        build(tiny_model_path, args, reward_funcs=[lambda completions, **k: [0.0] * len(completions)])
+        build_trainer(tiny_model_path, args, reward_funcs=[lambda completions, **k: [0.0] * len(completions)])
     with pytest.raises(ValueError, match="tools"):
-        build(tiny_model_path, args, tools=[len])
+        build_trainer(tiny_model_path, args, tools=[len])

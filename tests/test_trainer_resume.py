@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from routing_grpo.trainer import RoutingGRPOTrainer
-from tests.scripts.trainer_support import ScriptedGeneration, arithmetic_dataset, make_args
+from tests.scripts.trainer_support import ScriptedGeneration, build_trainer, make_args
 
 
 def run(tiny_model_path, output_dir, resume=None):
@@ -23,13 +20,7 @@ def run(tiny_model_path, output_dir, resume=None):
         flatten_reward_step=3,
     )
     assert (args.max_steps, args.save_steps) == (10, 4)
-    torch.manual_seed(0)
-    trainer = RoutingGRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model_path),
-        args=args,
-        train_dataset=arithmetic_dataset(),
-        processing_class=AutoTokenizer.from_pretrained(tiny_model_path),
-    )
+    trainer = build_trainer(tiny_model_path, args)
     trainer.train(resume_from_checkpoint=resume)
     return trainer
 

@@ -28,10 +28,9 @@ def run(model_path: str, out_path: str, output_dir: str) -> None:
     import pytest
     import torch
     from accelerate.utils import gather_object
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from routing_grpo.trainer import RoutingGRPOTrainer
-    from tests.scripts.trainer_support import ScriptedGeneration, arithmetic_dataset, make_args
+    from tests.scripts.trainer_support import ScriptedGeneration, build_trainer, make_args
 
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -57,13 +56,7 @@ def run(model_path: str, out_path: str, output_dir: str) -> None:
     with pytest.MonkeyPatch.context() as patch:
         script.install(patch)
         patch.setattr(RoutingGRPOTrainer, "_generate_and_score_completions", score)
-        torch.manual_seed(0)
-        trainer = RoutingGRPOTrainer(
-            model=AutoModelForCausalLM.from_pretrained(model_path),
-            args=args,
-            train_dataset=arithmetic_dataset(),
-            processing_class=AutoTokenizer.from_pretrained(model_path),
-        )
+        trainer = build_trainer(model_path, args)
         trainer.train()
 
     per_rank = gather_object([local_advantages])  # one entry per rank: [batch][row]

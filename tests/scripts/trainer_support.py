@@ -44,6 +44,27 @@ def arithmetic_dataset(n: int = 24) -> Dataset:
     return Dataset.from_list(arithmetic_rows(n))
 
 
+def build_trainer(
+    model_path: Any, args: RoutingGRPOConfig, train_dataset: Any = None, dtype: Any = None, **kwargs: Any
+):
+    """A ``RoutingGRPOTrainer`` on the offline model at ``model_path`` (seed 0; arithmetic data by default)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from routing_grpo.trainer import RoutingGRPOTrainer
+
+    torch.manual_seed(0)
+    return RoutingGRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(
+            model_path, **({"dtype": dtype} if dtype is not None else {})
+        ),
+        args=args,
+        train_dataset=train_dataset if train_dataset is not None else arithmetic_dataset(),
+        processing_class=AutoTokenizer.from_pretrained(model_path),
+        **kwargs,
+    )
+
+
 def make_args(output_dir: str, **overrides: Any) -> RoutingGRPOConfig:
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir),
