@@ -155,6 +155,29 @@ class RoutingGRPOConfig(GRPOConfig):
         },
     )
 
+    # Routing-collapse alarm (routing_grpo.collapse): warns and logs routing/collapse_alarm.
+    collapse_alarm_entropy: float = field(
+        default=0.2,
+        metadata={
+            "help": "Collapse alarm: a training generation batch after the warmup is collapsed when the free "
+            "routing entropy H = -sum f_m ln f_m (natural log) is below this. 0 turns this test off."
+        },
+    )
+    collapse_alarm_share: float = field(
+        default=0.95,
+        metadata={
+            "help": "Collapse alarm: a training generation batch after the warmup is collapsed when one mode's "
+            "share of the free rollouts with a valid mode is above this. 1.0 turns this test off."
+        },
+    )
+    collapse_alarm_patience: int = field(
+        default=3,
+        metadata={
+            "help": "Collapse alarm: consecutive collapsed generation batches after which the alarm fires (a "
+            "warning, and routing/collapse_alarm = 1.0 until a batch is not collapsed)."
+        },
+    )
+
     # Schedules in generation batches (the paper's steps), converted to optimizer steps.
     total_batch_steps: int | None = field(
         default=None,
@@ -276,6 +299,22 @@ class RoutingGRPOConfig(GRPOConfig):
             raise ValueError(f"balance_target: must be in (0, 1], got {self.balance_target}")
         if self.flatten_reward_step is not None and self.flatten_reward_step < 0:
             raise ValueError(f"flatten_reward_step: must be >= 0 or null, got {self.flatten_reward_step}")
+        entropy = self.collapse_alarm_entropy
+        if isinstance(entropy, bool) or not isinstance(entropy, int | float) or not 0 <= entropy < math.inf:
+            raise ValueError(
+                f"collapse_alarm_entropy: must be a finite number >= 0 (nats; 0 turns the entropy test off), "
+                f"got {entropy!r}"
+            )
+        share = self.collapse_alarm_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+            raise ValueError(
+                f"collapse_alarm_share: must be in (0, 1] (1.0 turns the share test off), got {share!r}"
+            )
+        patience = self.collapse_alarm_patience
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+            raise ValueError(
+                f"collapse_alarm_patience: must be a positive number of generation batches, got {patience!r}"
+            )
         if not self.eval_temperature > 0:
             raise ValueError(f"eval_temperature: must be > 0, got {self.eval_temperature}")
         if not isinstance(self.verifier, str) or not (self.verifier in VERIFIERS or ":" in self.verifier):
