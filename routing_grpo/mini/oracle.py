@@ -1,0 +1,436 @@
+"""The miniature's oracle table, the router's per-level figures, routing regret and the targets (pure).
+
+Input: per-sample rows as ``routing-grpo eval`` writes them (``level``, ``mode``, ``L``, ``tokens``,
+``correct``, ``routing``, ``prompt_id``) and the recipe's modes. The reward of one sample is the training
+reward (:func:`routing_grpo.rewards.routing_reward`)::
+
+    r = b_m * gamma_m ** L     correct and L <= C_m
+    r = 0                      wrong, or past the cap C_m (a capped sample is wrong)
+    r = -0.5                   no valid routing word (free samples only)
+
+Oracle (forced samples of the taught model, one evaluation per mode), per level l and mode m::
+
+    R(l, m)   = mean of r over the forced samples of mode m at level l     (expected reward)
+    best(l)   = argmax_m R(l, m), ties to the briefer mode                 (what a perfect router picks)
+
+Router (its free samples), per level l: the split of valid free samples over modes, accuracy, mean tokens
+and R_router(l) = mean of r over all its free samples at level l. With w_l the level's share of the
+router's prompts::
+
+    regret          = sum_l w_l * (R(l, best(l)) - R_router(l))
+    regret_relative = regret / sum_l w_l * R(l, best(l))               (target <= 10%)
+
+Token counts: an oracle cell's mean tokens is the mean L (a forced sample's word is in the prompt, so L is
+all it generated); the router's mean tokens is the mean of ``tokens`` (the routing word included), as the
+evaluation summary's ``mean_length``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from routing_grpo.modes import INVALID, ModeSpec, mode_index
+from routing_grpo.report import Point, frontier_accuracy_at, pareto_frontier
+from routing_grpo.rewards import DEFAULT_INVALID_REWARD, exceeds_cap, routing_reward
+
+# The miniature's targets (README "Miniature").
+ACCURACY_MARGIN = 0.02
+"""Router accuracy >= Long-only accuracy - this."""
+TOKEN_RATIO = 0.6
+"""Router mean tokens <= this x Long-only's (at least 40% fewer)."""
+EDGE_SHARE = 0.6
+"""Share of the briefest mode at the lowest level, and of the longest mode at the highest level."""
+REGRET_LIMIT = 0.10
+"""Routing regret <= this share of the oracle's expected reward."""
+LONG_ONLY = "long"
+"""Method name of the Long-only single-mode baseline."""
+
+_TIE = 1e-12
+
+
+# ---------------------------------------------------------------------------------------------------------
+# One sample
+# ---------------------------------------------------------------------------------------------------------
+
+
+def sample_mode(row: Mapping[str, Any], modes: Sequence[ModeSpec]) -> int:
+    """Mode index of a sample row, ``INVALID`` when it has no mode."""
+    return INVALID if row.get("mode") is None else mode_index(modes, str(row["mode"]))
+
+
+def sample_reward(
+    row: Mapping[str, Any], modes: Sequence[ModeSpec], *, invalid_reward: float = DEFAULT_INVALID_REWARD
+) -> float:
+    """r of one sample: b * gamma**L if correct within the cap, 0 if wrong or past it, -0.5 if invalid."""
+    return routing_reward(
+        sample_mode(row, modes), int(row["L"]), bool(row["correct"]), modes, invalid_reward=invalid_reward
+    )
+
+
+def correct_within_cap(row: Mapping[str, Any], modes: Sequence[ModeSpec]) -> bool:
+    """Correct and L <= the mode's cap (a capped sample is wrong; an invalid one is wrong)."""
+    m = sample_mode(row, modes)
+    return m != INVALID and bool(row["correct"]) and not exceeds_cap(modes[m], int(row["L"]))
+
+
+def _level(row: Mapping[str, Any]) -> int | None:
+    level = row.get("level")
+    return None if level is None else int(level)
+
+
+def _mean(values: Sequence[float]) -> float:
+    return math.fsum(values) / len(values) if values else math.nan
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The oracle table: forced samples, per level and mode
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModeCell:
+    """One mode at one level, from its forced samples."""
+
+    level: int
+    mode: str
+    count: int
+    accuracy: float
+    """Uncapped: ``correct`` as graded."""
+    accuracy_capped: float
+    """Correct and L <= cap."""
+    mean_tokens: float
+    """Mean L."""
+    expected_reward: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mode_cell(
+    level: int, mode: ModeSpec, rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]
+) -> ModeCell:
+    """The figures of ``rows`` (all forced in ``mode``, all at ``level``)."""
+    return ModeCell(
+        level=level,
+        mode=mode.name,
+        count=len(rows),
+        accuracy=_mean([float(bool(r["correct"])) for r in rows]),
+        accuracy_capped=_mean([float(correct_within_cap(r, modes)) for r in rows]),
+        mean_tokens=_mean([float(r["L"]) for r in rows]),
+        expected_reward=_mean([sample_reward(r, modes) for r in rows]),
+    )
+
+
+def oracle_table(
+    forced_rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]
+) -> dict[int, dict[str, ModeCell]]:
+    """level -> mode name -> :class:`ModeCell`, from forced rows (rows without a mode or level are skipped)."""
+    groups: dict[tuple[int, int], list[Mapping[str, Any]]] = defaultdict(list)
+    for row in forced_rows:
+        level, m = _level(row), sample_mode(row, modes)
+        if level is not None and m != INVALID:
+            groups[(level, m)].append(row)
+    table: dict[int, dict[str, ModeCell]] = {}
+    for (level, m), rows in sorted(groups.items()):
+        table.setdefault(level, {})[modes[m].name] = mode_cell(level, modes[m], rows, modes)
+    # Cells in mode order, briefest first.
+    return {lv: {m.name: cells[m.name] for m in modes if m.name in cells} for lv, cells in table.items()}
+
+
+def best_mode(cells: Mapping[str, ModeCell], modes: Sequence[ModeSpec]) -> str:
+    """The mode with the highest expected reward at one level; a tie goes to the briefer mode."""
+    best: ModeCell | None = None
+    for m in modes:  # briefest first: a later mode must beat the best so far strictly
+        cell = cells.get(m.name)
+        if (
+            cell is not None
+            and cell.count
+            and (best is None or cell.expected_reward > best.expected_reward + _TIE)
+        ):
+            best = cell
+    if best is None:
+        raise ValueError("best_mode: no mode has samples at this level")
+    return best.mode
+
+
+def oracle_choice(table: Mapping[int, Mapping[str, ModeCell]], modes: Sequence[ModeSpec]) -> dict[int, str]:
+    """level -> best mode."""
+    return {level: best_mode(cells, modes) for level, cells in sorted(table.items())}
+
+
+@dataclass(frozen=True)
+class OracleOverall:
+    """The oracle router's figures: each level answered in its best mode, levels weighted."""
+
+    accuracy: float
+    accuracy_capped: float
+    mean_tokens: float
+    expected_reward: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def oracle_overall(
+    table: Mapping[int, Mapping[str, ModeCell]],
+    choice: Mapping[int, str],
+    weights: Mapping[int, float] | None = None,
+) -> OracleOverall:
+    """sum_l w_l * figure(l, best(l)) / sum_l w_l over the levels of ``weights`` (e.g. the router's level
+    shares); without ``weights``, over every level, each weighted by its best cell's sample count."""
+    cells = {lv: table[lv][m] for lv, m in choice.items()}
+    if weights is None:
+        w = {lv: float(c.count) for lv, c in cells.items()}
+    else:
+        missing = sorted(set(weights) - set(cells))
+        if missing:
+            raise ValueError(f"oracle_overall: no oracle figures at level(s) {missing}")
+        w = {lv: float(x) for lv, x in weights.items()}
+        cells = {lv: cells[lv] for lv in w}
+    total = math.fsum(w.values())
+    if total <= 0:
+        raise ValueError("oracle_overall: the level weights sum to zero")
+
+    def avg(key: str) -> float:
+        return math.fsum(w[lv] * getattr(c, key) for lv, c in cells.items()) / total
+
+    return OracleOverall(avg("accuracy"), avg("accuracy_capped"), avg("mean_tokens"), avg("expected_reward"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The router: free samples, per level
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RouterLevel:
+    """The router's free samples at one level."""
+
+    level: int
+    samples: int
+    prompts: int
+    shares: dict[str, float]
+    """Share of each mode among the valid free samples (all 0 when none is valid)."""
+    invalid_share: float
+    """Share of free samples with no valid routing word."""
+    accuracy: float
+    accuracy_capped: float
+    mean_tokens: float
+    """Mean ``tokens`` (routing word included)."""
+    expected_reward: float
+    """Mean r: invalid -0.5, past the cap 0."""
+    mean_mode_index: float | None
+    """sum_m m * share_m with modes 0..K-1 briefest first; None when no sample is valid."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mode_split(rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]) -> dict[str, float]:
+    """Share of each mode among the rows with a valid mode (zeros when there are none)."""
+    idx = [m for m in (sample_mode(r, modes) for r in rows) if m != INVALID]
+    return {spec.name: (idx.count(i) / len(idx) if idx else 0.0) for i, spec in enumerate(modes)}
+
+
+def mean_mode_index(shares: Mapping[str, float], modes: Sequence[ModeSpec]) -> float | None:
+    """sum_m m * share_m (0 = briefest); None when the shares are all zero (no valid sample)."""
+    if not any(shares.get(m.name, 0.0) for m in modes):
+        return None
+    return math.fsum(i * shares.get(m.name, 0.0) for i, m in enumerate(modes))
+
+
+def free_rows(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The free-routing samples (``routing == "free"``, not forced)."""
+    return [r for r in rows if r.get("routing") == "free" and not r.get("forced")]
+
+
+def router_levels(rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]) -> dict[int, RouterLevel]:
+    """level -> :class:`RouterLevel`, from the free samples among ``rows``."""
+    by_level: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    for row in free_rows(rows):
+        level = _level(row)
+        if level is not None:
+            by_level[level].append(row)
+    out = {}
+    for level, group in sorted(by_level.items()):
+        shares = mode_split(group, modes)
+        out[level] = RouterLevel(
+            level=level,
+            samples=len(group),
+            prompts=len({str(r["prompt_id"]) for r in group}),
+            shares=shares,
+            invalid_share=sum(sample_mode(r, modes) == INVALID for r in group) / len(group),
+            accuracy=_mean([float(bool(r["correct"])) for r in group]),
+            accuracy_capped=_mean([float(correct_within_cap(r, modes)) for r in group]),
+            mean_tokens=_mean([float(r["tokens"]) for r in group]),
+            expected_reward=_mean([sample_reward(r, modes) for r in group]),
+            mean_mode_index=mean_mode_index(shares, modes),
+        )
+    return out
+
+
+def level_shares(levels: Mapping[int, RouterLevel]) -> dict[int, float]:
+    """w_l: each level's share of the router's prompts."""
+    total = sum(lv.prompts for lv in levels.values())
+    if total == 0:
+        raise ValueError("level_shares: no prompts")
+    return {level: lv.prompts / total for level, lv in levels.items()}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Regret
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Regret:
+    absolute: float
+    """sum_l w_l * (R(l, best(l)) - R_router(l))."""
+    oracle_reward: float
+    """sum_l w_l * R(l, best(l))."""
+    relative: float | None
+    """absolute / oracle_reward (None when the oracle's reward is not positive)."""
+    per_level: dict[int, float]
+    """w_l * (R(l, best(l)) - R_router(l)): each level's part of the regret."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["per_level"] = {str(k): v for k, v in self.per_level.items()}
+        return d
+
+
+def routing_regret(
+    shares: Mapping[int, float], oracle_best: Mapping[int, float], router_reward: Mapping[int, float]
+) -> Regret:
+    """Regret of the router against the oracle over the levels of ``shares`` (w_l).
+
+    ``oracle_best``: R(l, best(l)); ``router_reward``: R_router(l). A level of ``shares`` missing from
+    either is an error (the regret would silently leave it out).
+    """
+    missing = sorted(lv for lv in shares if lv not in oracle_best or lv not in router_reward)
+    if missing:
+        raise ValueError(f"routing_regret: no oracle or router figures at level(s) {missing}")
+    per_level = {lv: w * (oracle_best[lv] - router_reward[lv]) for lv, w in sorted(shares.items())}
+    absolute = math.fsum(per_level.values())
+    oracle = math.fsum(w * oracle_best[lv] for lv, w in shares.items())
+    return Regret(absolute, oracle, absolute / oracle if oracle > 0 else None, per_level)
+
+
+def regret_of(
+    router: Mapping[int, RouterLevel],
+    table: Mapping[int, Mapping[str, ModeCell]],
+    choice: Mapping[int, str],
+) -> Regret:
+    """:func:`routing_regret` from the router's levels and the oracle table."""
+    best = {lv: table[lv][m].expected_reward for lv, m in choice.items()}
+    return routing_regret(level_shares(router), best, {lv: r.expected_reward for lv, r in router.items()})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The miniature's targets
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Target:
+    """One line of the checklist: ``met`` is None when the value cannot be measured."""
+
+    key: str
+    rule: str
+    value: float | None
+    threshold: float
+    met: bool | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _target(key: str, rule: str, value: float | None, threshold: float, at_least: bool) -> Target:
+    if value is None or math.isnan(value):
+        return Target(key, rule, None, threshold, None)
+    met = value >= threshold - _TIE if at_least else value <= threshold + _TIE
+    return Target(key, rule, value, threshold, met)
+
+
+def miniature_targets(
+    router: Point,
+    baselines: Sequence[Point],
+    level_splits: Mapping[int, Mapping[str, float]],
+    modes: Sequence[ModeSpec],
+    regret_relative: float | None,
+) -> list[Target]:
+    """The checklist, each target with its measured value, threshold and whether it is met.
+
+    Args:
+        router: the router's (mean) accuracy and mean length.
+        baselines: the single-mode baselines' points (``method`` "long" is Long-only); the Pareto frontier
+            is built from them with :func:`routing_grpo.report.pareto_frontier`.
+        level_splits: level -> the router's share of each mode among valid free samples.
+        modes: the recipe's modes, briefest first.
+        regret_relative: routing regret relative to the oracle's expected reward.
+
+    Targets (value, rule):
+        above_frontier: router accuracy - frontier accuracy at the router's length > 0;
+        accuracy_vs_long: router accuracy - Long-only accuracy >= -0.02;
+        tokens_vs_long: router tokens / Long-only tokens <= 0.6;
+        brief_at_lowest: share of the briefest mode at the lowest level >= 0.6;
+        longest_at_highest: share of the longest mode at the highest level >= 0.6;
+        monotone_mode_index: smallest step of the mean mode index from one level to the next >= 0;
+        regret: regret / oracle reward <= 0.10.
+    """
+    frontier = pareto_frontier(list(baselines))
+    at = frontier_accuracy_at(frontier, router.length)
+    gap = None if at is None else router.accuracy - at
+    above = Target(
+        "above_frontier",
+        "accuracy above the single-mode frontier at the router's length",
+        gap,
+        0.0,
+        None if gap is None else gap > 0,
+    )
+
+    long_only = next((p for p in baselines if p.method == LONG_ONLY), None)
+    acc_gap = None if long_only is None else router.accuracy - long_only.accuracy
+    ratio = None if long_only is None or long_only.length <= 0 else router.length / long_only.length
+
+    levels = sorted(level_splits)
+    brief, longest = modes[0].name, modes[-1].name
+    low = level_splits[levels[0]].get(brief) if levels else None
+    high = level_splits[levels[-1]].get(longest) if levels else None
+    index = [mean_mode_index(level_splits[lv], modes) for lv in levels]
+    index = [i for i in index if i is not None]  # a level with no valid sample has no index
+    smallest_step = min((b - a for a, b in zip(index, index[1:])), default=None)
+
+    return [
+        above,
+        _target(
+            "accuracy_vs_long",
+            f"accuracy >= Long-only accuracy - {ACCURACY_MARGIN:g}",
+            acc_gap,
+            -ACCURACY_MARGIN,
+            True,
+        ),
+        _target("tokens_vs_long", f"mean tokens <= {TOKEN_RATIO:g} x Long-only's", ratio, TOKEN_RATIO, False),
+        _target(
+            "brief_at_lowest", f"{brief} share at the lowest level >= {EDGE_SHARE:g}", low, EDGE_SHARE, True
+        ),
+        _target(
+            "longest_at_highest",
+            f"{longest} share at the highest level >= {EDGE_SHARE:g}",
+            high,
+            EDGE_SHARE,
+            True,
+        ),
+        _target("monotone_mode_index", "mean mode index non-decreasing in level", smallest_step, 0.0, True),
+        _target(
+            "regret",
+            f"routing regret <= {REGRET_LIMIT:.0%} of the oracle's reward",
+            regret_relative,
+            REGRET_LIMIT,
+            False,
+        ),
+    ]
