@@ -37,8 +37,9 @@ AIME 2025: the registry uses ``yentinglin/aime_2025`` (split ``train``, both con
 ``problem`` / ``answer`` columns), the copy open-r1 / lighteval evaluate on; ``opencompass/AIME2025``
 splits the contests into two configs.
 
-Generated tasks (no download): ``synthetic``, seeded arithmetic in 5 levels (:func:`synthetic_rows`), and
-``countdown`` (:mod:`routing_grpo.countdown`). Their train and test splits never share a problem.
+Generated tasks (no download): ``synthetic``, seeded arithmetic in 5 levels (:func:`synthetic_rows`),
+``mini``, the miniature's state tracking in 6 levels (:mod:`routing_grpo.mini.task`), and ``countdown``
+(:mod:`routing_grpo.countdown`). Their train and test splits never share a problem.
 """
 
 from __future__ import annotations
@@ -60,6 +61,7 @@ from datasets import Dataset, Features, List, Value
 
 from routing_grpo import countdown
 from routing_grpo.grading import grade
+from routing_grpo.mini import task as mini_task
 from routing_grpo.rewards import completion_text
 
 logger = logging.getLogger(__name__)
@@ -238,6 +240,15 @@ TASKS: dict[str, TaskSpec] = {
         TaskSpec("aime24", "math", "train", "HuggingFaceH4/aime_2024"),
         TaskSpec("aime25", "math", "train", "yentinglin/aime_2025"),
         TaskSpec("synthetic", "math", "train", generate=synthetic_rows, generated_sizes=_GENERATED_SIZES),
+        # The miniature's task: the problem text alone (its model was taught that prompt).
+        TaskSpec(
+            "mini",
+            "math",
+            "train",
+            generate=mini_task.mini_rows,
+            generated_sizes={"train": mini_task.TRAIN_SIZE, "test": mini_task.TEST_SIZE},
+            instruction="",
+        ),
         TaskSpec(
             "countdown",
             "countdown",
@@ -609,7 +620,7 @@ def load_task(
 
     Args:
         name: a registry name (:data:`TASKS`): math_train, math500, gsm8k, aime24, aime25, synthetic,
-            countdown.
+            mini, countdown.
         path: a Hub dataset name, or a local .jsonl/.json/.parquet file or directory of them. Default:
             the registry's Hub name. Generated tasks take none.
         split: the Hub split (default: the registry's); for local directories, picks the files named

@@ -1,0 +1,183 @@
+"""The miniature's task: state tracking mod 10, levels 1..6, with a written solution in every mode (pure).
+
+A problem of level ``k`` is a start digit and ``k`` operations, each behind a distinct random letter::
+
+    L3: 4 q+3 f*7 x+1
+
+Apply them left to right modulo 10: 4 -> 7 -> 9 -> 0, so the answer is 0. The level is printed, so the
+router can read the difficulty from the prompt. The letters are random so no problem is learnt by heart:
+the working has to look each operation up in the prompt at every level.
+
+The three modes write (the routing word comes first; tokens counted with the miniature's tokenizer)::
+
+    NoThink   \\boxed{0}                                              answer alone:        3 tokens + EOS
+    Short     q7 f9 x0 \\boxed{0}                                     one state per op:  2k + 3 + EOS
+    Long      Let us work through it step by step. q:4+3=7 f:7*7=9 x:9+1=0 check q7 f9 x0 \\boxed{0}
+                                                                      7k + 2k + 13 + EOS
+
+NoThink has to compose every operation in one forward pass, which a tiny model does reliably only for one
+operation. Short looks each operation up and applies it without writing it: cheap and reliable, but its
+cap (``recipes/mini``) cuts it off above the middle levels. Long copies each operation, writes the state
+it applies it to and checks the chain once more: reliable at every level, at the most tokens. So the best
+mode per level differs by level (the oracle table, :mod:`routing_grpo.mini.oracle`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+LEVELS = (1, 2, 3, 4, 5, 6)
+MODULUS = 10
+# A small operation table (40 single-step facts) is learnt in a few hundred teaching steps; a large one is
+# not (about 0.16 of `+d` steps right after 1,700 steps with d in 1..9).
+OPERATIONS = ("+1", "+3", "*3", "*7")
+LABELS = string.ascii_lowercase
+LONG_PREAMBLE = " Let us work through it step by step."
+MODE_NAMES = ("NoThink", "Short", "Long")
+# Share of the problem space, by hash of the problem text, kept for the test split.
+TEST_PERCENT = 10
+TRAIN_SIZE = 5400  # 900 per level: level 1 has about 936 train problems in all
+TEST_SIZE = 300
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: start digit, the operations (e.g. ``"+3"``) and their letters, in order."""
+
+    start: int
+    operations: tuple[str, ...]
+    labels: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < MODULUS:
+            raise ValueError(f"start must be a digit, got {self.start}")
+        if not self.operations or len(self.operations) != len(self.labels):
+            raise ValueError("a problem needs one label per operation and at least one operation")
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"labels must be distinct, got {self.labels}")
+        for op in self.operations:
+            if op not in OPERATIONS:
+                raise ValueError(f"unknown operation {op!r}; known: {OPERATIONS}")
+
+    @property
+    def level(self) -> int:
+        return len(self.operations)
+
+    @property
+    def states(self) -> list[int]:
+        """The state after each operation; the last one is the answer."""
+        out, state = [], self.start
+        for op in self.operations:
+            state = apply(state, op)
+            out.append(state)
+        return out
+
+    @property
+    def answer(self) -> int:
+        return self.states[-1]
+
+    @property
+    def text(self) -> str:
+        ops = " ".join(f"{label}{op}" for label, op in zip(self.labels, self.operations, strict=True))
+        return f"L{self.level}: {self.start} {ops}"
+
+
+def apply(state: int, operation: str) -> int:
+    """One step: ``+d`` or ``*d`` modulo 10."""
+    sign, digit = operation[0], int(operation[1:])
+    return (state + digit if sign == "+" else state * digit) % MODULUS
+
+
+def parse_problem(text: str) -> Problem:
+    """The :class:`Problem` written as ``text`` (inverse of :attr:`Problem.text`)."""
+    head, _, body = text.partition(": ")
+    parts = body.split()
+    if not head.startswith("L") or len(parts) < 2:
+        raise ValueError(f"not a miniature problem: {text!r}")
+    ops = parts[1:]
+    problem = Problem(int(parts[0]), tuple(p[1:] for p in ops), tuple(p[0] for p in ops))
+    if int(head[1:]) != problem.level:
+        raise ValueError(f"level {head[1:]} does not match {problem.level} operations in {text!r}")
+    return problem
+
+
+def solution(problem: Problem, mode: str) -> str:
+    """The completion text of ``problem`` in ``mode`` after its routing word (no EOS)."""
+    answer = f" \\boxed{{{problem.answer}}}"
+    states = problem.states
+    compact = "".join(f" {label}{s}" for label, s in zip(problem.labels, states, strict=True))
+    if mode == "NoThink":
+        return answer
+    if mode == "Short":
+        return compact + answer
+    if mode == "Long":
+        before = [problem.start, *states[:-1]]
+        steps = "".join(
+            f" {label}:{b}{op}={s}"
+            for label, b, op, s in zip(problem.labels, before, problem.operations, states, strict=True)
+        )
+        return LONG_PREAMBLE + steps + " check" + compact + answer
+    raise ValueError(f"unknown mode {mode!r}; the miniature's modes are {MODE_NAMES}")
+
+
+def random_problem(rng: random.Random, level: int) -> Problem:
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, got {level}")
+    return Problem(
+        rng.randrange(MODULUS),
+        tuple(rng.choice(OPERATIONS) for _ in range(level)),
+        tuple(rng.sample(LABELS, level)),
+    )
+
+
+def split_of(text: str) -> str:
+    """'test' or 'train', fixed by a hash of the problem text, so no seed's train meets any seed's test."""
+    bucket = int.from_bytes(hashlib.sha256(f"mini:{text}".encode()).digest()[:8], "big") % 100
+    return "test" if bucket < TEST_PERCENT else "train"
+
+
+def problems(
+    n: int, *, seed: int = 0, split: str = "train", levels: Sequence[int] = LEVELS, distinct: bool = True
+) -> list[Problem]:
+    """``n`` problems of ``split``, levels cycling through ``levels``; deterministic in the arguments.
+
+    ``distinct`` problems never repeat; level 1 has only 1,040 problems in all (about 100 of them in the
+    test split), so teaching data, which needs more, passes ``distinct=False``. A smaller ``n`` gives a
+    prefix of a larger one with the same other arguments.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', not {split!r}")
+    rng = random.Random(f"mini:{seed}:{split}")
+    out: list[Problem] = []
+    seen: set[str] = set()
+    attempts_left = 1000 * max(n, 1)
+    while len(out) < n:
+        if attempts_left == 0:
+            raise ValueError(f"could not draw {n} distinct problems of split {split!r} at levels {list(levels)}")
+        attempts_left -= 1
+        level = levels[len(out) % len(levels)]
+        p = random_problem(rng, level)
+        if (distinct and p.text in seen) or split_of(p.text) != split:
+            continue
+        seen.add(p.text)
+        out.append(p)
+    return out
+
+
+def mini_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+    """Task rows (``problem``, ``answer``, ``level``, ``subject``, ``id``) for :mod:`routing_grpo.data`."""
+    return [
+        {
+            "problem": p.text,
+            "answer": str(p.answer),
+            "level": p.level,
+            "subject": "state-tracking",
+            "id": f"mini-s{seed}-{split}-{i}",
+        }
+        for i, p in enumerate(problems(n, seed=seed, split=split))
+    ]

@@ -1,0 +1,272 @@
+"""Teaching the miniature's model: ``python -m routing_grpo.mini.teach --output DIR``.
+
+The paper's cold start, at miniature scale: a tiny Qwen2 (built from a config, with a byte-level BPE trained
+here on the task's text) is taught with TRL's ``SFTTrainer`` to write every training problem in all three
+modes, each after its routing word, so its first word starts near uniform. It also learns the plain prompt
+(no routing instruction, no routing question) as a base model that mostly reasons at length
+(:data:`PLAIN_MIX`), which is where the single-mode baselines start. Loss on the completion only.
+
+Everything is seeded; the same command gives the same checkpoint on the same software. The folder holds the
+model, the tokenizer (with a ChatML template) and ``teaching.json`` (settings, steps, time, final loss).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from routing_grpo.generation import add_routing_instruction, forcing_text
+from routing_grpo.mini import task
+from routing_grpo.modes import routing_instruction
+
+logger = logging.getLogger(__name__)
+
+CHATML_TEMPLATE = (
+    "{% for message in messages %}"
+    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+EOS = "<|im_end|>"
+# One token for the answer's opening, so every mode pays the same short suffix.
+BOXED = " \\boxed{"
+ROUTING_QUESTION = "Mode:"
+# The plain prompt (single-mode baselines, the "base model"): mostly Long, sometimes brief, as a reasoning
+# model that can answer briefly but usually thinks at length.
+PLAIN_MIX = {"NoThink": 0.1, "Short": 0.1, "Long": 0.8}
+# Share of problems that also get a plain row (the baselines need less teaching than the router).
+PLAIN_SHARE = 0.5
+# Qwen2's pre-tokenizer split: digits are single tokens.
+_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
+    r"\s+(?!\S)|\s+"
+)
+
+
+@dataclass
+class TeachConfig:
+    """The teaching run: model shape, data and schedule (defaults: the committed checkpoint's)."""
+
+    output: str = "outputs/mini/taught"
+    seed: int = 0
+    problems_per_level: int = 1500
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 512
+    steps: int = 2000
+    batch_size: int = 64
+    learning_rate: float = 2e-3
+    warmup_steps: int = 50
+    logging_steps: int = 50
+
+
+def routed_prompt(tokenizer: Any, problem_text: str) -> str:
+    """The prompt a routing run sees: routing instruction in the user turn, generation prompt, question."""
+    messages = add_routing_instruction(
+        [{"role": "user", "content": problem_text}], routing_instruction_text()
+    )
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + ROUTING_QUESTION
+
+
+def plain_prompt(tokenizer: Any, problem_text: str) -> str:
+    """The prompt a single-mode baseline sees: the problem alone, then the generation prompt."""
+    messages = [{"role": "user", "content": problem_text}]
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+
+def routing_instruction_text() -> str:
+    from routing_grpo.modes import parse_modes
+
+    return routing_instruction(parse_modes([{"name": n, "word": n, "base": 1.0, "gamma": 1.0} for n in task.MODE_NAMES]))
+
+
+def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
+    """Prompt-completion rows: every problem in all three modes after its word; half also get a plain row."""
+    rng = random.Random(f"mini-teach:{config.seed}")
+    problems = task.problems(
+        config.problems_per_level * len(task.LEVELS), seed=config.seed, split="train", distinct=False
+    )
+    names, weights = zip(*PLAIN_MIX.items(), strict=True)
+    rows = []
+    for p in problems:
+        routed = routed_prompt(tokenizer, p.text)
+        for mode in task.MODE_NAMES:
+            rows.append(
+                {"prompt": routed, "completion": forcing_text(mode, ROUTING_QUESTION) + task.solution(p, mode) + EOS}
+            )
+        if rng.random() >= PLAIN_SHARE:
+            continue
+        mode = rng.choices(names, weights)[0]
+        rows.append({"prompt": plain_prompt(tokenizer, p.text), "completion": task.solution(p, mode) + EOS})
+    rng.shuffle(rows)
+    return rows
+
+
+def _corpus(seed: int) -> list[str]:
+    """Text the tokenizer is trained on: chat roles, the instruction, the question and every mode's text."""
+    lines = ["user assistant", routing_instruction_text(), ROUTING_QUESTION, *task.MODE_NAMES]
+    for p in task.problems(600, seed=seed + 10_000, split="train", distinct=False):
+        lines.append(p.text)
+        for mode in task.MODE_NAMES:
+            lines.append(forcing_text(mode, ROUTING_QUESTION) + task.solution(p, mode))
+    return lines
+
+
+def build_tokenizer(seed: int = 0) -> Any:
+    """A byte-level BPE trained on the task's text, digits as single tokens, ``' \\boxed{'`` one token."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.normalizer = normalizers.NFC()
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(_corpus(seed), trainer=trainer)
+    bpe.add_tokens([AddedToken(BOXED, normalized=False, single_word=False)])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token=EOS,
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        chat_template=CHATML_TEMPLATE,
+    )
+
+
+def build_model(tokenizer: Any, config: TeachConfig) -> Any:
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(config.seed)
+    model_config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_heads,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=None,
+    )
+    model = Qwen2ForCausalLM(model_config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
+def teach(config: TeachConfig) -> Path:
+    """Builds, teaches and saves the miniature's model; returns the folder."""
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import SFTConfig, SFTTrainer
+
+    out = Path(config.output)
+    started = time.time()
+    tokenizer = build_tokenizer(config.seed)
+    model = build_model(tokenizer, config)
+    rows = teaching_rows(tokenizer, config)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(
+        f"[teach] {n_params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}, {len(rows)} rows, "
+        f"{config.steps} steps of {config.batch_size}",
+        flush=True,
+    )
+    torch.manual_seed(config.seed)
+
+    class Progress(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                print(
+                    f"[teach] step {state.global_step}/{state.max_steps} loss {logs['loss']:.4f} "
+                    f"({time.time() - started:.0f}s)",
+                    flush=True,
+                )
+
+    args = SFTConfig(
+        output_dir=str(out / "_trainer"),
+        max_steps=config.steps,
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        lr_scheduler_type="cosine",
+        warmup_steps=config.warmup_steps,
+        weight_decay=0.0,
+        logging_steps=config.logging_steps,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        seed=config.seed,
+        data_seed=config.seed,
+        max_length=192,
+        completion_only_loss=True,
+        dataloader_drop_last=True,
+        disable_tqdm=True,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=tokenizer,
+        callbacks=[Progress()],
+    )
+    result = trainer.train()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    record: dict[str, Any] = {
+        "config": asdict(config),
+        "parameters": n_params,
+        "rows": len(rows),
+        "final_loss": float(result.training_loss),
+        "seconds": round(time.time() - started, 1),
+        "plain_mix": PLAIN_MIX,
+    }
+    (out / "teaching.json").write_text(json.dumps(record, indent=2) + "\n")
+    import shutil
+
+    shutil.rmtree(out / "_trainer", ignore_errors=True)
+    print(f"[teach] saved {out} ({record['seconds']:.0f}s)", flush=True)
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m routing_grpo.mini.teach", description=__doc__.split("\n\n")[0])
+    defaults = TeachConfig()
+    for name, value in asdict(defaults).items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value, help=f"default {value}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    args = build_parser().parse_args(argv)
+    teach(TeachConfig(**{k: v for k, v in vars(args).items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
