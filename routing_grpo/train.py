@@ -243,7 +243,7 @@ def parse_args(
         raise RecipeError(str(err)) from None
     if not model_args.model_name_or_path:
         raise RecipeError(
-            "model_name_or_path: required (a Hub name, a folder, or offline:smollm2 / offline:tiny)"
+            "model_name_or_path: required (a Hub name, a folder, or offline:smollm2 / offline:tiny / offline:mini)"
         )
     return script_args, training_args, model_args
 
@@ -254,7 +254,8 @@ def parse_args(
 
 
 def resolve_model_path(name: str, cache_dir: str) -> str:
-    """A Hub name or folder as is; ``offline:smollm2`` / ``offline:tiny`` built once into the cache."""
+    """A Hub name or folder as is; ``offline:smollm2`` / ``offline:tiny`` built once into the cache;
+    ``offline:mini`` the miniature's taught checkpoint shipped in the package."""
     if not name.startswith(OFFLINE_PREFIX):
         return name
     from routing_grpo import offline_models
@@ -265,8 +266,10 @@ def resolve_model_path(name: str, cache_dir: str) -> str:
         return str(offline_models.smollm2_path(cache))
     if which == "tiny":
         return str(offline_models.build_tiny_qwen2(cache / "tiny-qwen2"))
+    if which == "mini":
+        return str(offline_models.mini_checkpoint_path())
     raise ValueError(
-        f"model_name_or_path: unknown offline model {name!r}; use offline:smollm2 or offline:tiny"
+        f"model_name_or_path: unknown offline model {name!r}; use offline:smollm2, offline:tiny or offline:mini"
     )
 
 
