@@ -1,7 +1,9 @@
-"""Training fault tolerance: checkpoint-and-stop on preemption, stop on non-finite metrics.
+"""Training fault tolerance (checkpoint-and-stop on preemption, stop on non-finite metrics) and the
+routing-collapse alarm.
 
 Two ``transformers`` callbacks for :class:`~routing_grpo.trainer.RoutingGRPOTrainer` (they work with any
-``Trainer``), and :func:`default_callbacks` that returns both, in the order they must run:
+``Trainer``), and :func:`default_callbacks` that returns both, in the order they must run (plus
+:class:`CollapseAlarmCallback` when given a :class:`~routing_grpo.config.RoutingGRPOConfig`):
 
 * :class:`PreemptionCallback`: a SIGTERM (or SIGINT) sets a flag; at the end of the optimizer step in
   progress every process learns whether any process was signalled (a tiny ``all_reduce``), and then all of
@@ -18,6 +20,9 @@ Two ``transformers`` callbacks for :class:`~routing_grpo.trainer.RoutingGRPOTrai
   ``logging_nan_inf_filter`` (which would otherwise hide a NaN loss behind the window's average) and makes
   the trainer log before every checkpoint it writes, so the error comes before a checkpoint of a bad step
   and the last checkpoint on disk is a good one.
+* :class:`CollapseAlarmCallback`: warns when free routing has collapsed onto one mode for a few generation
+  batches after the warmup (rule: :mod:`routing_grpo.collapse`); the trainer feeds it and logs
+  ``routing/collapse_alarm``.
 
 Where the hooks fire (``transformers.Trainer._inner_training_loop``): after each optimizer step,
 ``global_step`` is incremented, ``on_step_end`` runs, then ``_maybe_log_save_evaluate`` logs (``on_log``),
@@ -41,9 +46,12 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from routing_grpo.collapse import CollapseState, routing_entropy, update_collapse_alarm
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "CollapseAlarmCallback",
     "NonFiniteGuard",
     "NonFiniteTrainingError",
     "PreemptionCallback",
@@ -437,19 +445,118 @@ class NonFiniteGuard(TrainerCallback):
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Routing collapse
+# ----------------------------------------------------------------------------------------------------------
+
+
+class CollapseAlarmCallback(TrainerCallback):
+    """Warns when free routing collapses onto one mode (rule and defaults: :mod:`routing_grpo.collapse`).
+
+    :class:`~routing_grpo.trainer.RoutingGRPOTrainer` calls :meth:`observe` once per *training* generation
+    batch (the paper's step s; one generation batch spanning several optimizer steps is observed once, and
+    validation batches are never observed) with the free shares of that batch, and logs the returned flag
+    as ``routing/collapse_alarm`` (1.0 while the alarm holds, 0.0 otherwise) with the batch's other routing
+    metrics. A callback cannot add to what ``Trainer.log`` records (``state.log_history`` gets a copy of
+    the logs before ``on_log`` runs), so the metric comes from the trainer and the warning from here: one
+    ``logger.warning`` on the main process when the alarm fires, naming the steps, what collapsed and the
+    shares; one ``logger.info`` when it clears.
+
+    Resuming: the count is not checkpointed. ``on_train_begin`` starts it afresh, so after a resume the
+    alarm needs ``patience`` collapsed generation batches again before it fires (at most ``patience - 1``
+    batches later than in an uninterrupted run).
+
+    Args:
+        entropy_threshold, share_threshold, patience, warmup_steps: the rule's settings (see
+            :func:`~routing_grpo.collapse.update_collapse_alarm`); :meth:`from_args` reads them from a
+            :class:`~routing_grpo.config.RoutingGRPOConfig` (``collapse_alarm_entropy``,
+            ``collapse_alarm_share``, ``collapse_alarm_patience``, ``warmup_steps``).
+    """
+
+    def __init__(
+        self,
+        *,
+        entropy_threshold: float = 0.2,
+        share_threshold: float = 0.95,
+        patience: int = 3,
+        warmup_steps: int = 0,
+    ) -> None:
+        if patience < 1:
+            raise ValueError(f"patience: must be >= 1, got {patience}")
+        self.entropy_threshold = float(entropy_threshold)
+        self.share_threshold = float(share_threshold)
+        self.patience = int(patience)
+        self.warmup_steps = int(warmup_steps)
+        self.state = CollapseState()
+        self.is_main_process = True
+
+    @classmethod
+    def from_args(cls, args: Any) -> CollapseAlarmCallback:
+        return cls(
+            entropy_threshold=args.collapse_alarm_entropy,
+            share_threshold=args.collapse_alarm_share,
+            patience=args.collapse_alarm_patience,
+            warmup_steps=args.warmup_steps,
+        )
+
+    @property
+    def firing(self) -> bool:
+        return self.state.firing
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.state = CollapseState()
+        self.is_main_process = _is_main_process(args)
+
+    def observe(self, step: int, shares: dict[str, float], *, global_step: int | None = None) -> bool:
+        """Takes generation batch ``step``'s free shares (mode name -> f_m; empty when the batch has no free
+        valid rollout) and returns whether the alarm holds after it."""
+        before = self.state
+        self.state = update_collapse_alarm(
+            before,
+            step,
+            shares,
+            warmup_steps=self.warmup_steps,
+            entropy_threshold=self.entropy_threshold,
+            share_threshold=self.share_threshold,
+            patience=self.patience,
+        )
+        after = self.state
+        if self.is_main_process and after is not before:
+            where = f"generation batch {step}" + (
+                f" (global step {global_step})" if global_step is not None else ""
+            )
+            if after.firing and not before.firing:
+                shown = ", ".join(f"{name} {f:.3f}" for name, f in shares.items())
+                logger.warning(
+                    "Routing collapse alarm at %s: %s for %d consecutive generation batches (free shares: %s; "
+                    "entropy %.3f)",
+                    where,
+                    " and ".join(after.reasons),
+                    after.streak,
+                    shown,
+                    routing_entropy(shares),
+                )
+            elif before.firing and not after.firing:
+                logger.info("Routing collapse alarm cleared at %s", where)
+        return after.firing
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Wiring
 # ----------------------------------------------------------------------------------------------------------
 
 
 def default_callbacks(args: Any = None) -> list[TrainerCallback]:
-    """``[PreemptionCallback(), NonFiniteGuard()]``, in this order.
+    """``[PreemptionCallback(), NonFiniteGuard()]``, in this order, then a :class:`CollapseAlarmCallback`
+    when ``args`` carries the collapse-alarm settings (a :class:`~routing_grpo.config.RoutingGRPOConfig`).
 
     The order matters: the guard, running after the preemption callback at ``on_step_end``, sees the
-    preemption's ``should_save`` and makes the trainer log (and check) before that checkpoint too. ``args``
-    is accepted for symmetry with the trainer's constructor and not used.
+    preemption's ``should_save`` and makes the trainer log (and check) before that checkpoint too. The
+    collapse alarm acts only when the trainer feeds it, so its place does not matter.
     """
-    del args
-    return [PreemptionCallback(), NonFiniteGuard()]
+    callbacks: list[TrainerCallback] = [PreemptionCallback(), NonFiniteGuard()]
+    if args is not None and hasattr(args, "collapse_alarm_patience"):
+        callbacks.append(CollapseAlarmCallback.from_args(args))
+    return callbacks
 
 
 def _callbacks_of(source: Any) -> list[Any]:

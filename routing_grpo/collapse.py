@@ -28,7 +28,7 @@ __all__ = ["CollapseState", "collapse_reasons", "routing_entropy", "update_colla
 
 def routing_entropy(shares: Mapping[str, float]) -> float:
     """H = -sum f_m ln f_m over the modes' shares (natural log; modes with share 0 add nothing)."""
-    return -sum(f * math.log(f) for f in shares.values() if f > 0)
+    return 0.0 - sum(f * math.log(f) for f in shares.values() if f > 0)  # 0.0, not -0.0, for one mode
 
 
 def collapse_reasons(

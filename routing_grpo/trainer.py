@@ -10,7 +10,8 @@ One generation batch (the paper's step s) goes:
 4. ``_calculate_rewards``: the rollout facts go to :class:`~routing_grpo.rewards.RoutingReward` as columns.
 5. back in ``_generate_and_score_completions``: TRL's advantages are replaced by
    :func:`~routing_grpo.advantages.compute_advantages` over the gathered global batch, sliced back to this
-   process; routing metrics are logged.
+   process; routing metrics are logged (per dataset ``level`` too, when the data has one) and the collapse
+   alarm (:class:`~routing_grpo.callbacks.CollapseAlarmCallback`) is fed the batch's free shares.
 6. TRL's loss, with its log-prob forwards run on length buckets of rows (``logprob_length_buckets``), so rows
    cut at a short cap are not padded to the longest row of the micro-batch.
 
@@ -34,7 +35,7 @@ from trl import GRPOTrainer
 
 from routing_grpo.advantages import compute_advantages
 from routing_grpo.batching import plan_length_buckets, row_widths, split_to_count
-from routing_grpo.callbacks import default_callbacks
+from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks
 from routing_grpo.capped_generation import (
     TransformersBudgetGenerator,
     free_budget,
@@ -77,7 +78,12 @@ class _BatchState:
 
 @dataclass
 class GenerationRecord:
-    """Summary of one generation batch of the global batch (kept in ``trainer.routing_history``)."""
+    """Summary of one generation batch of the global batch (kept in ``trainer.routing_history``).
+
+    The lists hold one entry per rollout of the global batch, in the order of the gathered batch. ``levels``
+    is the dataset's ``level`` of each rollout's prompt as text (None for a row without one), or None when
+    the data has no ``level`` column.
+    """
 
     mode: str
     batch_step: int
@@ -92,6 +98,7 @@ class GenerationRecord:
     rewards: list[float] = field(default_factory=list)
     advantages: list[float] = field(default_factory=list)
     tokens_past_caps: list[int] = field(default_factory=list)
+    levels: list[str | None] | None = None
 
 
 class RoutingGRPOTrainer(GRPOTrainer):
@@ -284,8 +291,8 @@ class RoutingGRPOTrainer(GRPOTrainer):
         logged.extend(advantages[len(advantages) - k :].tolist())
 
         levels = None
-        if batch.mode == "eval" and "level" in inputs[0]:
-            levels = gather_object([str(x["level"]) for x in inputs])
+        if "level" in inputs[0]:
+            levels = gather_object([None if x.get("level") is None else str(x["level"]) for x in inputs])
         record = GenerationRecord(
             mode=batch.mode,
             batch_step=batch.step,
@@ -300,9 +307,10 @@ class RoutingGRPOTrainer(GRPOTrainer):
             rewards=rewards.tolist(),
             advantages=advantages.tolist(),
             tokens_past_caps=past_caps.tolist(),
+            levels=levels,
         )
         self.routing_history.append(record)
-        self._log_routing_metrics(record, levels)
+        self._log_routing_metrics(record)
 
     # ------------------------------------------------------------------------------------------------------
     # 2. Prompt tail: routing question and forced word
@@ -676,7 +684,7 @@ class RoutingGRPOTrainer(GRPOTrainer):
     # 6. Metrics
     # ------------------------------------------------------------------------------------------------------
 
-    def _log_routing_metrics(self, record: GenerationRecord, levels: list[str] | None) -> None:
+    def _log_routing_metrics(self, record: GenerationRecord) -> None:
         metrics = self._metrics[record.mode]
         n = len(record.modes)
         free = [i for i in range(n) if not record.forced[i]]
@@ -693,8 +701,11 @@ class RoutingGRPOTrainer(GRPOTrainer):
         )
         metrics["routing/accuracy"].append(sum(record.correct) / n)
         entropy = 0.0
+        free_shares: dict[str, float] = {}
         for m, spec in enumerate(self.modes):
             share = sum(record.modes[i] == m for i in free_valid) / len(free_valid) if free_valid else 0.0
+            if free_valid:
+                free_shares[spec.name] = share
             metrics[f"routing/share/{spec.name}"].append(share if free else float("nan"))
             if share > 0:
                 entropy -= share * math.log(share)
@@ -711,18 +722,46 @@ class RoutingGRPOTrainer(GRPOTrainer):
                     _mean([record.capped[i] for i in in_mode])
                 )
         metrics["routing/entropy"].append(entropy if free_valid else float("nan"))
-        if levels is not None:
-            by_level: dict[str, list[int]] = defaultdict(list)
-            for i, level in enumerate(levels):
+        if record.levels is not None:
+            self._log_level_metrics(record, metrics)
+        if record.mode == "train":
+            alarm = self.collapse_alarm
+            if alarm is not None:
+                firing = alarm.observe(record.batch_step, free_shares, global_step=record.global_step)
+                metrics["routing/collapse_alarm"].append(float(firing))
+
+    def _log_level_metrics(self, record: GenerationRecord, metrics: dict[str, list[float]]) -> None:
+        """``routing/level/<L>/...``: accuracy and length over all rollouts of level L, the share of each mode
+        among its free rollouts with a valid mode (NaN when it has none). Rows without a level are skipped."""
+        by_level: dict[str, list[int]] = defaultdict(list)
+        for i, level in enumerate(record.levels):
+            if level is not None:
                 by_level[level].append(i)
-            for level, rows in sorted(by_level.items()):
-                metrics[f"routing/level/{level}/accuracy"].append(_mean([record.correct[i] for i in rows]))
-                metrics[f"routing/level/{level}/length"].append(_mean([record.lengths[i] for i in rows]))
-                valid = [i for i in rows if record.modes[i] != INVALID]
-                for m, spec in enumerate(self.modes):
-                    metrics[f"routing/level/{level}/share/{spec.name}"].append(
-                        _mean([record.modes[i] == m for i in valid]) if valid else 0.0
-                    )
+        for level, rows in sorted(by_level.items()):
+            metrics[f"routing/level/{level}/accuracy"].append(_mean([record.correct[i] for i in rows]))
+            metrics[f"routing/level/{level}/length"].append(_mean([record.lengths[i] for i in rows]))
+            free_valid = [i for i in rows if not record.forced[i] and record.modes[i] != INVALID]
+            for m, spec in enumerate(self.modes):
+                metrics[f"routing/level/{level}/share/{spec.name}"].append(
+                    _mean([record.modes[i] == m for i in free_valid])
+                )
+
+    @property
+    def collapse_alarm(self) -> CollapseAlarmCallback | None:
+        """The installed :class:`~routing_grpo.callbacks.CollapseAlarmCallback` (None if it was removed)."""
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, CollapseAlarmCallback):
+                return callback
+        return None
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's ``log``; ``routing/collapse_alarm`` is 1.0 if the alarm held at any generation batch of the
+        logging window (not the window's mean, which would dilute it), 0.0 otherwise."""
+        if self.model.training:
+            alarm = self._metrics["train"].pop("routing/collapse_alarm", None)
+            if alarm:
+                logs["routing/collapse_alarm"] = max(alarm)
+        super().log(logs, start_time)
 
 
 def _mean(values: list) -> float:
