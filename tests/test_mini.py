@@ -1,0 +1,181 @@
+"""The miniature's task, tokenizer, teaching data and recipes (fast; no teaching, no training).
+
+The end-to-end miniature (training from the shipped taught model, evaluation, the qualitative result) is
+in tests/test_mini_end_to_end.py.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from routing_grpo.mini import task, teach
+from routing_grpo.modes import gammas_from_caps
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes" / "mini"
+ROUTER = RECIPES / "router.yaml"
+VARIANTS = {
+    "baseline_nothink.yaml": {"single_mode": "NoThink"},
+    "baseline_short.yaml": {"single_mode": "Short"},
+    "baseline_long.yaml": {"single_mode": "Long"},
+    "ablation_no_balance.yaml": {"balance_coef": 0.0},
+    "ablation_no_warmup.yaml": {"warmup_steps": 0},
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return teach.build_tokenizer(seed=0)
+
+
+def test_problem_text_states_and_answer_by_hand():
+    p = task.Problem(4, ("+3", "*7", "+1"), ("q", "f", "x"))
+    assert p.text == "L3: 4 q+3 f*7 x+1"
+    assert p.states == [7, 9, 0]  # 4+3=7, 7*7=49 -> 9, 9+1=10 -> 0
+    assert p.answer == 0 and p.level == 3
+    assert task.parse_problem(p.text) == p
+
+
+def test_solutions_by_hand():
+    p = task.Problem(4, ("+3", "*7"), ("q", "f"))
+    assert task.solution(p, "NoThink") == " \\boxed{9}"
+    assert task.solution(p, "Short") == " q7 f9 \\boxed{9}"
+    assert task.solution(p, "Long") == (
+        " Let us work through it step by step. q:4+3=7 f:7*7=9 check q7 f9 \\boxed{9}"
+    )
+    with pytest.raises(ValueError, match="unknown mode"):
+        task.solution(p, "Medium")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(start=10, operations=("+1",), labels=("a",)),
+        dict(start=1, operations=(), labels=()),
+        dict(start=1, operations=("+2",), labels=("a",)),
+        dict(start=1, operations=("+1", "+3"), labels=("a", "a")),
+    ],
+)
+def test_malformed_problems_are_refused(bad):
+    with pytest.raises(ValueError):
+        task.Problem(**bad)
+
+
+def test_parse_refuses_a_wrong_level():
+    with pytest.raises(ValueError, match="level"):
+        task.parse_problem("L2: 4 q+3")
+
+
+def test_splits_never_share_a_problem_and_levels_cycle():
+    train = task.problems(600, split="train")
+    test = task.problems(task.TEST_SIZE, split="test")
+    assert not {p.text for p in train} & {p.text for p in test}
+    assert [p.level for p in test[:12]] == [1, 2, 3, 4, 5, 6] * 2
+    assert len({p.text for p in test}) == len(test)
+    assert task.problems(30, split="test") == test[:30]  # prefix-stable
+
+
+def test_level_one_space_is_finite_and_distinct_draws_say_so():
+    with pytest.raises(ValueError, match="distinct"):
+        task.problems(200, split="test", levels=(1,))
+    assert len(task.problems(2000, split="train", levels=(1,), distinct=False)) == 2000
+
+
+def test_mini_rows_schema():
+    rows = task.mini_rows(12, split="test")
+    assert rows[0]["level"] == 1 and rows[5]["level"] == 6
+    for row in rows:
+        p = task.parse_problem(row["problem"])
+        assert row["answer"] == str(p.answer)
+        assert row["level"] == p.level
+
+
+@pytest.mark.parametrize("level", task.LEVELS)
+def test_token_lengths_match_the_recipe(tokenizer, level):
+    """L (tokens after the routing word, EOS counted) is 4 / 2k+4 / 9k+14, as recipes/mini/router.yaml says."""
+    p = task.random_problem(random.Random(level), level)
+    lengths = {
+        m: len(tokenizer(task.solution(p, m) + teach.EOS, add_special_tokens=False)["input_ids"])
+        for m in task.MODE_NAMES
+    }
+    assert lengths == {"NoThink": 4, "Short": 2 * level + 4, "Long": 9 * level + 14}
+
+
+def test_caps_separate_the_levels():
+    """NoThink fits its cap; Short fits up to level 4 and not from level 5; Long fits the context."""
+    recipe = yaml.safe_load(ROUTER.read_text())
+    caps = {m["name"]: m["cap"] for m in recipe["modes"]}
+    assert 4 <= caps["NoThink"]
+    assert 2 * 4 + 4 <= caps["Short"] < 2 * 5 + 4
+    assert caps["Long"] is None and 1 + 9 * max(task.LEVELS) + 14 <= recipe["max_completion_length"]
+
+
+def test_recipe_gammas_follow_the_caps_rule():
+    recipe = yaml.safe_load(ROUTER.read_text())
+    modes = recipe["modes"]
+    expected = gammas_from_caps([m["base"] for m in modes], [m["cap"] for m in modes])
+    assert [m["gamma"] for m in modes] == pytest.approx(expected, abs=1e-6)
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variants_differ_from_the_router_only_where_they_say(name):
+    router = yaml.safe_load(ROUTER.read_text())
+    variant = yaml.safe_load((RECIPES / name).read_text())
+    changed = {k for k in router.keys() | variant.keys() if router.get(k) != variant.get(k)}
+    assert changed == {"output_dir", *VARIANTS[name]}
+    for key, value in VARIANTS[name].items():
+        assert variant[key] == value
+    assert variant["output_dir"] == f"outputs/mini/runs/{name.removesuffix('.yaml')}/seed0"
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.stem)
+def test_mini_recipes_parse(path):
+    from routing_grpo.train import check_recipe, parse_args
+
+    check_recipe(yaml.safe_load(path.read_text()), str(path))
+    script_args, args, model_args = parse_args(["--config", str(path)])
+    assert script_args.task == "mini" and model_args.model_name_or_path == "offline:mini"
+    assert args.total_batch_steps == 60 and args.max_steps == 60  # one optimizer step per generation batch
+
+
+def test_teaching_prompts_are_the_prompts_training_and_eval_render(tokenizer):
+    """The taught prompt text is what the trainer and `routing-grpo eval` build from the task's rows."""
+    from routing_grpo.config import RoutingGRPOConfig
+    from routing_grpo.data import load_task
+    from routing_grpo.evaluate import EvalConfig, PromptPlan
+    from routing_grpo.generation import add_routing_instruction, forcing_text
+
+    recipe = yaml.safe_load(ROUTER.read_text())
+    args = RoutingGRPOConfig(output_dir="unused", modes=recipe["modes"], use_cpu=True, num_generations=8,
+                             per_device_train_batch_size=8, report_to="none")  # fmt: skip
+    rows = load_task("mini", split="test", limit=6)
+    for row in rows:
+        messages = add_routing_instruction(row["prompt"], args.effective_routing_instruction)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert text + args.effective_routing_question == teach.routed_prompt(tokenizer, row["problem"])
+        plain = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        assert plain == teach.plain_prompt(tokenizer, row["problem"])
+        # The trainer tokenizes the templated prompt and the question apart, then appends the forced word.
+        joined = tokenizer(text + "Mode: Short", add_special_tokens=False)["input_ids"]
+        parts = tokenizer(text, add_special_tokens=False)["input_ids"] + tokenizer(
+            "Mode:", add_special_tokens=False
+        )["input_ids"] + tokenizer(forcing_text("Short", "Mode:"), add_special_tokens=False)["input_ids"]
+        assert joined == parts
+        plan = PromptPlan.from_config(EvalConfig(model="m", benchmarks=["mini"], output="o", modes=recipe["modes"]))
+        assert plan.render(tokenizer, row["prompt"]) == teach.routed_prompt(tokenizer, row["problem"])
+
+
+def test_teaching_rows_hold_every_mode_after_its_word(tokenizer):
+    config = teach.TeachConfig(problems_per_level=20)
+    rows = teach.teaching_rows(tokenizer, config)
+    routed = [r for r in rows if r["prompt"].endswith(teach.ROUTING_QUESTION)]
+    plain = [r for r in rows if not r["prompt"].endswith(teach.ROUTING_QUESTION)]
+    words = [r["completion"].split()[0] for r in routed]
+    assert len(routed) == 3 * 20 * len(task.LEVELS)
+    assert {w: words.count(w) for w in task.MODE_NAMES} == {w: 20 * len(task.LEVELS) for w in task.MODE_NAMES}
+    assert 0 < len(plain) < len(routed) / 3
+    assert all(r["completion"].endswith(teach.EOS) for r in rows)
+    assert not any(r["completion"].split()[0] in task.MODE_NAMES for r in plain)
