@@ -3,14 +3,15 @@
 - ``reward_surface.png``: correct-answer reward per mode over L, crossovers dashed, caps dotted.
 - ``pareto_<benchmark>.png``: accuracy vs mean length, std error bars, single-mode frontier dashed and
   the region on or below it shaded.
-- ``levels_<benchmark>.png``: free routing split by difficulty level, accuracy above each bar.
+- ``levels_<benchmark>.png``: free routing split by difficulty level, accuracy above each bar; with the
+  oracle's forced evaluations, the oracle's choice per level as a hatched bar beside the router's.
 - ``training_dynamics.png``: free mode shares, routing entropy, per-mode accuracy and length over
-  generation batches, mean with std bands across seeds (from ``trainer_state.json`` logs).
+  generation batches, mean with std bands across seeds (from ``trainer_state.json`` logs); the ablations'
+  training folders get ``training_dynamics_<ablation>.png``.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections import defaultdict
@@ -25,10 +26,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, crossovers, parse_modes  # noqa: E402
 from routing_grpo.report import (  # noqa: E402
+    ABLATION_METHODS,
     BASELINE_METHODS,
     METHOD_LABELS,
     METHOD_ORDER,
+    Point,
+    TrainingRun,
     compare_to_frontier,
+    find_training_runs,
     method_points,
     pareto_frontier,
     stats,
@@ -40,6 +45,8 @@ METHOD_COLORS = {
     "short": "#ff7f0e",
     "long": "#1f77b4",
     "router": "#d62728",
+    "no_balance": "#9467bd",
+    "no_warmup": "#8c564b",
 }
 MODE_COLORS = ["#2ca02c", "#ff7f0e", "#1f77b4", "#9467bd", "#8c564b"]
 
@@ -67,7 +74,13 @@ def plot_reward_surface(modes: Sequence[ModeSpec], path: Path, max_length: int |
     return _save(fig, path)
 
 
-def plot_pareto(benchmark: str, grouped_benchmark: dict[str, dict[Any, dict[str, Any]]], path: Path) -> Path:
+def plot_pareto(
+    benchmark: str,
+    grouped_benchmark: dict[str, dict[Any, dict[str, Any]]],
+    path: Path,
+    oracle: Point | None = None,
+) -> Path:
+    """Accuracy vs mean length of every method; ``oracle``: the oracle router's point (a star)."""
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for method in [m for m in METHOD_ORDER if m in grouped_benchmark] + sorted(
         m for m in grouped_benchmark if m not in METHOD_ORDER
@@ -94,6 +107,17 @@ def plot_pareto(benchmark: str, grouped_benchmark: dict[str, dict[Any, dict[str,
         xs_ext, ys_ext = xs + [right], ys + [ys[-1]]
         ax.plot(xs_ext, ys_ext, linestyle="--", color="black", linewidth=1, label="single-mode frontier")
         ax.fill_between(xs_ext, [0] * len(xs_ext), ys_ext, color="grey", alpha=0.12, step=None)
+    if oracle is not None:
+        ax.plot(
+            oracle.length,
+            oracle.accuracy,
+            marker="*",
+            markersize=13,
+            linestyle="none",
+            color="gold",
+            markeredgecolor="black",
+            label="oracle router (best mode per level)",
+        )
     ax.set_xlabel("mean response length (tokens)")
     ax.set_ylabel("accuracy")
     title = f"{benchmark}: accuracy vs length"
@@ -102,62 +126,79 @@ def plot_pareto(benchmark: str, grouped_benchmark: dict[str, dict[Any, dict[str,
         title += " (router above frontier)" if cmp.above else " (router on/below frontier)"
     ax.set_title(title)
     accs = [stats(s, "accuracy").mean for s in grouped_benchmark.values()]
-    ax.set_ylim(max(0.0, min(accs) - 0.1), min(1.0, max(accs) + 0.08))
+    accs += [oracle.accuracy] if oracle is not None else []
+    ax.set_ylim(max(0.0, min(accs) - 0.1), min(1.02, max(accs) + 0.08))  # room for points at 1.0
     ax.legend(fontsize=8, loc="lower right")
     return _save(fig, path)
 
 
-def plot_levels(benchmark: str, summaries: Sequence[dict[str, Any]], path: Path) -> Path | None:
-    """Routing split per difficulty level, averaged over the router's seeds."""
+def plot_levels(
+    benchmark: str,
+    summaries: Sequence[dict[str, Any]],
+    path: Path,
+    oracle_choice: dict[str, str] | None = None,
+) -> Path | None:
+    """Routing split per difficulty level, averaged over the router's seeds.
+
+    ``oracle_choice`` (level -> mode): the oracle's best mode per level, drawn as a hatched bar beside the
+    router's bar in that mode's colour.
+    """
     per_level = [s["per_level"] for s in summaries if s.get("per_level")]
     if not per_level:
         return None
-    levels = sorted({lv for pl in per_level for lv in pl}, key=_level_key)
+    levels = sorted({lv for pl in per_level for lv in pl} | set(oracle_choice or {}), key=_level_key)
     modes = _ordered_modes(summaries)
     shares = {
         m: [_mean(pl.get(lv, {}).get("mode_shares", {}).get(m) for pl in per_level) for lv in levels]
         for m in modes
     }
     accuracy = [_mean(pl.get(lv, {}).get("accuracy") for pl in per_level) for lv in levels]
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, ax = plt.subplots(figsize=(6.5 if oracle_choice is None else 7.5, 4))
+    xs = list(range(len(levels)))
+    width, shift = (0.8, 0.0) if oracle_choice is None else (0.4, -0.21)
     bottom = [0.0] * len(levels)
     for i, m in enumerate(modes):
         heights = [0.0 if math.isnan(v) else v for v in shares[m]]
-        ax.bar([str(lv) for lv in levels], heights, bottom=bottom, color=_mode_color(i, m), label=m)
+        ax.bar([x + shift for x in xs], heights, width=width, bottom=bottom, color=_mode_color(i, m), label=m)
         bottom = [b + h for b, h in zip(bottom, heights)]
     for x, (b, acc) in enumerate(zip(bottom, accuracy)):
         if not math.isnan(acc):
-            ax.text(x, b + 0.01, f"acc {acc:.2f}", ha="center", va="bottom", fontsize=8)
+            ax.text(x + shift, b + 0.01, f"acc {acc:.2f}", ha="center", va="bottom", fontsize=8)
+    if oracle_choice is not None:
+        for x, lv in zip(xs, levels):
+            mode = oracle_choice.get(lv)
+            if mode is None:
+                continue
+            i = modes.index(mode) if mode in modes else 0
+            ax.bar(
+                x + 0.21,
+                1.0,
+                width=0.4,
+                color="white",
+                edgecolor=_mode_color(i, mode),
+                hatch="//",
+                linewidth=1.5,
+                label="oracle's choice" if x == 0 else None,
+            )
+            ax.text(x + 0.21, 0.5, mode, ha="center", va="center", rotation=90, fontsize=8)
+    ax.set_xticks(xs, [str(lv) for lv in levels])
     ax.set_ylim(0, 1.1)
     ax.set_xlabel("difficulty level")
     ax.set_ylabel("share of free rollouts")
-    ax.set_title(f"{benchmark}: routing split by level (n={len(per_level)} runs)")
+    title = f"{benchmark}: routing split by level (n={len(per_level)} runs)"
+    ax.set_title(title if oracle_choice is None else title + ", router (left) vs oracle (right)", fontsize=10)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
 
 def load_training_logs(run_dirs: Sequence[str | Path]) -> list[list[dict[str, Any]]]:
     """``log_history`` of every trainer_state.json under the runs (one list per run, newest checkpoint)."""
-    histories = []
-    for run in run_dirs:
-        run = Path(run)
-        states = (
-            sorted(run.rglob("trainer_state.json"), key=lambda p: p.stat().st_mtime) if run.is_dir() else []
-        )
-        by_dir: dict[Path, Path] = {}
-        for state in states:
-            # A run's top-level trainer_state.json supersedes its checkpoints' copies.
-            root = state.parent.parent if state.parent.name.startswith("checkpoint-") else state.parent
-            if root not in by_dir or state.parent == root:
-                by_dir[root] = state
-        for state in by_dir.values():
-            history = json.loads(state.read_text()).get("log_history", [])
-            if any(k.startswith("routing/") for row in history for k in row):
-                histories.append(history)
-    return histories
+    return [run.history for run in find_training_runs(Path(d) for d in run_dirs if Path(d).is_dir())]
 
 
-def plot_training_dynamics(histories: Sequence[list[dict[str, Any]]], path: Path) -> Path | None:
+def plot_training_dynamics(
+    histories: Sequence[list[dict[str, Any]]], path: Path, heading: str = "Training dynamics"
+) -> Path | None:
     series: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for history in histories:
         for row in history:
@@ -197,23 +238,57 @@ def plot_training_dynamics(histories: Sequence[list[dict[str, Any]]], path: Path
         ax.set_xlabel("step (generation batches)")
         if keys:
             ax.legend(fontsize=8)
-    fig.suptitle(f"Training dynamics (mean, std bands over {len(histories)} run(s))")
+    fig.suptitle(f"{heading} (mean, std bands over {len(histories)} run(s))")
     return _save(fig, path)
 
 
 def draw_all(
-    grouped, summaries: Sequence[dict[str, Any]], run_dirs: Sequence[str | Path], output: Path
+    grouped,
+    summaries: Sequence[dict[str, Any]],
+    run_dirs: Sequence[str | Path],
+    output: Path,
+    *,
+    training_runs: Sequence[TrainingRun] = (),
+    minis: dict[str, dict[str, Any]] | None = None,
 ) -> list[Path]:
+    """Every figure. ``training_runs``: the router's runs join the logs found under ``run_dirs`` in
+    training_dynamics.png, each ablation gets its own figure (single-mode baselines are left out);
+    ``minis``: the miniature per benchmark (:func:`routing_grpo.report.miniature`), for the oracle's choice
+    per level and the oracle router's point."""
+    minis = minis or {}
     written = [plot_reward_surface(_run_modes(summaries), output / "reward_surface.png")]
     for bench, methods in grouped.items():
-        written.append(plot_pareto(bench, methods, output / f"pareto_{bench}.png"))
+        mini = minis.get(bench)
+        oracle = None
+        if mini is not None:
+            o = mini["oracle"]["overall"]
+            oracle = Point("oracle", o["mean_tokens"], o["accuracy"])
+        written.append(plot_pareto(bench, methods, output / f"pareto_{bench}.png", oracle=oracle))
         router = list(methods.get("router", {}).values())
-        levels = plot_levels(bench, router, output / f"levels_{bench}.png")
+        choice = {lv: e["best"] for lv, e in mini["oracle"]["levels"].items()} if mini is not None else None
+        levels = plot_levels(bench, router, output / f"levels_{bench}.png", oracle_choice=choice)
         if levels:
             written.append(levels)
-    dynamics = plot_training_dynamics(load_training_logs(run_dirs), output / "training_dynamics.png")
+    seen = set()
+    histories = []
+    for run in find_training_runs(Path(d) for d in run_dirs if Path(d).is_dir()):
+        seen.add(run.path.resolve())
+        histories.append(run.history)
+    for run in training_runs:
+        if run.group == "router" and run.path.resolve() not in seen:
+            histories.append(run.history)
+    dynamics = plot_training_dynamics(histories, output / "training_dynamics.png")
     if dynamics:
         written.append(dynamics)
+    for ablation in ABLATION_METHODS:
+        runs = [r.history for r in training_runs if r.group == ablation]
+        figure = plot_training_dynamics(
+            runs,
+            output / f"training_dynamics_{ablation}.png",
+            f"Training dynamics, {METHOD_LABELS[ablation]}",
+        )
+        if figure:
+            written.append(figure)
     return written
 
 
