@@ -112,7 +112,13 @@ def cmd_report(args: argparse.Namespace) -> int:
     from routing_grpo.report import write_report
 
     try:
-        tables = write_report(args.runs, args.output, plots=not args.no_plots)
+        tables = write_report(
+            args.runs,
+            args.output,
+            plots=not args.no_plots,
+            oracle_dirs=args.oracle or (),
+            training_dirs=args.training or (),
+        )
     except (FileNotFoundError, ValueError) as err:
         raise CliError(str(err)) from None
     print((Path(args.output) / "results.md").read_text(), end="")
@@ -235,6 +241,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="tables and figures across eval runs (router vs single-mode baselines)")
     p.add_argument("--runs", nargs="+", required=True, help="run directories holding summary.json files")
     p.add_argument("--output", required=True, help="directory for results.md, CSV tables and PNG figures")
+    p.add_argument(
+        "--oracle",
+        nargs="+",
+        help="forced-mode evaluations of the taught model (one per mode, samples.jsonl + summary.json): "
+        "adds the miniature's oracle table, routing regret, targets and ablations, and mini.json; they are "
+        "left out of the results even when they lie under --runs",
+    )
+    p.add_argument(
+        "--training",
+        nargs="+",
+        help="training output folders (trainer_state.json): training-dynamics figures and the ablations' "
+        "logs (folders named after no_balance / no_warmup)",
+    )
     p.add_argument("--no-plots", action="store_true", help="tables only")
     p.set_defaults(func=cmd_report)
     return parser
