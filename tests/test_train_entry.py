@@ -418,7 +418,7 @@ def test_two_process_cpu_launch_finishes_and_saves(tmp_path, tiny_model_path):
 
 def test_demo_runs_end_to_end_on_the_tiny_model(tmp_path, tiny_model_path, capsys):
     """``python -m routing_grpo.demo`` with the tiny model: progress lines, checkpoint, evaluation, summary."""
-    from routing_grpo import demo
+    from routing_grpo import demo_smollm2 as demo
 
     out = tmp_path / "demo"
     summary = demo.run(

@@ -249,7 +249,42 @@ def teach(config: TeachConfig) -> Path:
     import shutil
 
     shutil.rmtree(out / "_trainer", ignore_errors=True)
-    print(f"[teach] saved {out} ({record['seconds']:.0f}s)", flush=True)
+    record["greedy_check"] = greedy_check(out)
+    (out / "teaching.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(f"[teach] saved {out} ({record['seconds']:.0f}s); greedy forced accuracy per level:", flush=True)
+    for mode, levels in record["greedy_check"].items():
+        print(f"[teach]   {mode:8s} " + " ".join(f"L{lv} {v['accuracy']:.2f}" for lv, v in levels.items()), flush=True)
+    return out
+
+
+GREEDY_CHECK_PROBLEMS = 120  # held-out problems (20 per level) of the greedy check
+
+
+def greedy_check(model_dir: str | Path, problems: int = GREEDY_CHECK_PROBLEMS) -> dict[str, Any]:
+    """Greedy forced-mode accuracy and mean L per level on the first held-out problems: a deterministic
+    fingerprint of a taught model, stored in ``teaching.json`` and checked against the shipped checkpoint
+    by the tests. (The oracle table itself is sampled at temperature 0.6 by ``make mini``.)"""
+    import tempfile
+
+    from routing_grpo.evaluate import EvalConfig, run_eval
+
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / "mini" / "router.yaml"
+    import yaml
+
+    modes = yaml.safe_load(recipe.read_text())["modes"]
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in task.MODE_NAMES:
+            config = EvalConfig(
+                model=str(model_dir), benchmarks=["mini"], output=f"{tmp}/{mode}", samples={"mini": 1},
+                temperature=0.0, max_tokens=80, backend="transformers", limit=problems, force_mode=mode,
+                modes=modes, batch_size=64,
+            )  # fmt: skip
+            summary = run_eval(config)["mini"]
+            out[mode] = {
+                level: {"accuracy": stats["accuracy"], "mean_length": stats["mean_length"]}
+                for level, stats in summary["per_level"].items()
+            }
     return out
 
 
