@@ -1,18 +1,20 @@
 """The miniature's task: state tracking mod 10, levels 1..6, with a written solution in every mode (pure).
 
-A problem of level ``k`` is a start digit and ``k`` operations, each behind a distinct random letter::
+A problem of level ``k`` is a start digit and ``k`` operations, each behind its letter; the letters are
+consecutive from a random first one::
 
-    L3: 4 q+3 f*7 x+1
+    L3: 4 p+3 q*7 r+1
 
 Apply them left to right modulo 10: 4 -> 7 -> 9 -> 0, so the answer is 0. The level is printed, so the
-router can read the difficulty from the prompt. The letters are random so no problem is learnt by heart:
-the working has to look each operation up in the prompt at every level.
+router can read the difficulty from the prompt. The random first letter multiplies the problems (level 3
+has over 15,000), so the working has to look each operation up in the prompt by its letter rather than
+recall the problem; the next letter is always the next in the alphabet.
 
 The three modes write (the routing word comes first; tokens counted with the miniature's tokenizer)::
 
     NoThink   \\boxed{0}                                              answer alone:        3 tokens + EOS
-    Short     q7 f9 x0 \\boxed{0}                                     one state per op:  2k + 3 + EOS
-    Long      Let us work through it step by step. q:4+3=7 f:7*7=9 x:9+1=0 check q7 f9 x0 \\boxed{0}
+    Short     p7 q9 r0 \\boxed{0}                                     one state per op:  2k + 3 + EOS
+    Long      Let us work through it step by step. p:4+3=7 q:7*7=9 r:9+1=0 check p7 q9 r0 \\boxed{0}
                                                                       7k + 2k + 13 + EOS
 
 NoThink has to compose every operation in one forward pass, which a tiny model does reliably only for one
@@ -128,10 +130,11 @@ def solution(problem: Problem, mode: str) -> str:
 def random_problem(rng: random.Random, level: int) -> Problem:
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level}")
+    first = rng.randrange(len(LABELS) - level + 1)
     return Problem(
         rng.randrange(MODULUS),
         tuple(rng.choice(OPERATIONS) for _ in range(level)),
-        tuple(rng.sample(LABELS, level)),
+        tuple(LABELS[first : first + level]),
     )
 
 
