@@ -553,6 +553,10 @@ def main(
         trainer.create_model_card()
         trainer.model.config.use_cache = True
         trainer.model.config.save_pretrained(training_args.output_dir)
+        # routing_config.json: modes, caps, instruction and question, so eval and generate need no recipe.
+        from routing_grpo.inference import save_routing_settings
+
+        save_routing_settings(training_args, training_args.output_dir)
     if training_args.push_to_hub:
         # The Hub token comes from the environment (HF_TOKEN) or `hf auth login`, never from a recipe.
         trainer.push_to_hub()

@@ -1,0 +1,612 @@
+"""Running a trained router (routing_grpo.inference): the settings file, routing resolution, the routing
+word phase and budgets as pure functions, the vLLM backend against a stand-in engine, and the transformers
+backend on the tiny model (allowed words only, caps held during generation), and the settings saved by a
+real tiny training run and loaded back."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from routing_grpo.inference import (
+    SETTINGS_FILE,
+    Request,
+    Router,
+    Routing,
+    RoutingSettings,
+    Row,
+    SettingsNotFoundError,
+    TransformersBackend,
+    VLLMBackend,
+    allowed_next_tokens,
+    choose_words,
+    read_answered_ids,
+    read_questions,
+    resolve_routing,
+    row_budget,
+    word_decision,
+)
+from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, Detection, ModeDetector, ModeSpec
+
+MODES = (
+    ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
+    ModeSpec("Short", "Short", 1.2, 0.995, cap=6),
+    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
+)
+SETTINGS = RoutingSettings(
+    modes=MODES,
+    routing_instruction="Output NoThink to answer directly, Short for brief reasoning, or Long for extended reasoning.",
+    routing_question="Mode:",
+    max_completion_length=40,
+)
+QUESTION = "What is 2 + 2?"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Settings
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_settings_round_trip_through_the_file(tmp_path):
+    path = SETTINGS.save(tmp_path)
+    assert path == tmp_path / SETTINGS_FILE
+    data = json.loads(path.read_text())
+    assert data == {
+        "version": 1,
+        "modes": [
+            {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 0.99, "cap": 3},
+            {"name": "Short", "word": "Short", "base": 1.2, "gamma": 0.995, "cap": 6},
+            {"name": "Long", "word": "Long", "base": 1.0, "gamma": 1.0, "cap": None},
+        ],
+        "routing_instruction": SETTINGS.routing_instruction,
+        "routing_question": "Mode:",
+        "max_completion_length": 40,
+        "single_mode": None,
+    }
+    assert RoutingSettings.load(tmp_path) == SETTINGS
+    assert RoutingSettings.from_file(path) == SETTINGS
+    assert RoutingSettings.resolve("anything", config=path) == SETTINGS
+
+
+def test_settings_from_a_recipe_use_the_trainers_effective_values(tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "modes:\n"
+        "  - {name: Short, base: 1.2, gamma: 0.99, cap: 8}\n"
+        "  - {name: Long, base: 1.0, gamma: 1.0, cap: null}\n"
+        "max_completion_length: 64\n"
+    )
+    settings = RoutingSettings.from_file(recipe)
+    assert [m.name for m in settings.modes] == ["Short", "Long"]
+    assert settings.routing_instruction == "Output Short for brief reasoning or Long for extended reasoning."
+    assert settings.routing_question == "Mode:" and settings.max_completion_length == 64
+    recipe.write_text("single_mode: Short\nrouting_question: 'Pick:'\n")
+    single = RoutingSettings.from_file(recipe)
+    assert (
+        single.single_mode == "Short" and single.routing_instruction == "" and single.routing_question == ""
+    )
+    assert single.max_completion_length == 512  # the trainer's default
+
+
+def test_settings_errors(tmp_path):
+    with pytest.raises(SettingsNotFoundError, match="no routing_config.json in this folder"):
+        RoutingSettings.load(tmp_path)
+    with pytest.raises(SettingsNotFoundError, match="model folder not found"):
+        RoutingSettings.load(str(tmp_path / "missing" / "model"))
+    with pytest.raises(SettingsNotFoundError, match="Hub"):  # offline in the tests
+        RoutingSettings.load("someone/not-a-cached-model")
+    bad = tmp_path / SETTINGS_FILE
+    bad.write_text(json.dumps({**SETTINGS.to_dict(), "version": 99}))
+    with pytest.raises(ValueError, match="newer"):
+        RoutingSettings.load(tmp_path)
+    bad.write_text(json.dumps({"modes": []}))
+    with pytest.raises(ValueError, match="routing_instruction"):
+        RoutingSettings.load(tmp_path)
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not valid JSON"):
+        RoutingSettings.load(tmp_path)
+
+
+def test_resolve_routing():
+    assert resolve_routing(SETTINGS) == Routing("free")
+    assert resolve_routing(SETTINGS, mode="short") == Routing("forced", forced=1)
+    assert resolve_routing(SETTINGS, allow="Long, NoThink") == Routing("allowed", allowed=(0, 2))
+    assert resolve_routing(SETTINGS, allow=["Short"]) == Routing("allowed", allowed=(1,))
+    with pytest.raises(ValueError, match="unknown mode 'Medium'"):
+        resolve_routing(SETTINGS, mode="Medium")
+    with pytest.raises(ValueError, match="unknown mode 'Medium'"):
+        resolve_routing(SETTINGS, allow="Short,Medium")
+    with pytest.raises(ValueError, match="empty"):
+        resolve_routing(SETTINGS, allow=" , ")
+    with pytest.raises(ValueError, match="exclude each other"):
+        resolve_routing(SETTINGS, mode="Short", allow="Long")
+    single = RoutingSettings(MODES, "", "", 40, single_mode="Short")
+    assert resolve_routing(single) == Routing("single")
+    assert resolve_routing(single, mode="Short") == Routing("single")
+    with pytest.raises(ValueError, match="single-mode baseline"):
+        resolve_routing(single, allow="Long")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The routing word phase (pure, with a scripted sampler)
+# ---------------------------------------------------------------------------------------------------------
+
+# Token forms: NoThink = [7, 8] or [9, 8] (two tokens), Short = [10] or [9, 10], Long = [11] or [9, 11].
+FORMS = {0: [[7, 8], [9, 8]], 1: [[10], [9, 10]], 2: [[11], [9, 11]]}
+DETECTOR = ModeDetector(MODES, FORMS)
+EOS = [0]
+
+
+def test_allowed_next_tokens_follow_the_allowed_forms():
+    assert allowed_next_tokens(FORMS, [0, 2], []) == [7, 9, 11]
+    assert allowed_next_tokens(FORMS, [0, 2], [9]) == [8, 11]
+    assert allowed_next_tokens(FORMS, [0], [7]) == [8]
+    assert allowed_next_tokens(FORMS, [1], [7]) == []
+
+
+def test_word_decision_allowed_and_free():
+    decide = lambda prefix, allowed: word_decision(  # noqa: E731
+        prefix, allowed=allowed, forms=FORMS, detector=DETECTOR, eos_token_ids=EOS
+    )
+    assert decide([7], (0,)) is None  # a word of two tokens is completed
+    assert decide([7, 8], (0,)) == Detection(0, 2)
+    assert decide([9, 11], (0, 2)) == Detection(2, 2)
+    # Free: decided as soon as an exact form is complete and nothing longer continues it.
+    assert decide([10], None) == Detection(1, 1)
+    assert decide([9], None) is None
+    assert decide([9, 10], None) == Detection(1, 2)
+    # Off every form: no word yet, keep reading up to the detection head; EOS ends it.
+    assert decide([5], None) is None
+    assert decide([5] * DETECTION_HEAD_TOKENS, None) == Detection(INVALID, 0)
+    assert decide([5, 0], None) == Detection(INVALID, 0)
+
+
+class Scripted:
+    """A sampler that writes fixed tokens per row and records what it was asked."""
+
+    def __init__(self, scripts):
+        self.scripts = scripts
+        self.calls = []
+
+    def __call__(self, prompts, allowed):
+        self.calls.append((list(map(list, prompts)), [None if a is None else list(a) for a in allowed]))
+        out = []
+        for prompt, mask in zip(prompts, allowed):
+            row, done = prompt[0], len(prompt) - 1  # prompt = [row id] + tokens so far
+            token = self.scripts[row][done]
+            assert mask is None or token in mask, (row, token, mask)
+            out.append(token)
+        return out
+
+
+def test_choose_words_completes_words_and_drops_finished_rows():
+    sampler = Scripted({0: [7, 8, 5], 1: [10, 5], 2: [5, 5, 5, 5, 5, 5, 5, 5, 5], 3: [9, 11, 5], 4: [0]})
+    result = choose_words(
+        sampler,
+        [[0], [1], [2], [3], [4]],
+        [(0,), None, None, (0, 2), None],
+        forms=FORMS,
+        detector=DETECTOR,
+        eos_token_ids=EOS,
+        max_tokens=20,
+    )
+    assert result == [
+        ([7, 8], Detection(0, 2)),
+        ([10], Detection(1, 1)),
+        ([5] * DETECTION_HEAD_TOKENS, Detection(INVALID, 0)),
+        ([9, 11], Detection(2, 2)),
+        ([0], Detection(INVALID, 0)),
+    ]
+    # The allowed rows were masked at every step, free rows never; finished rows left the batch.
+    first_prompts, first_masks = sampler.calls[0]
+    assert first_masks == [[7, 9], None, None, [7, 9, 11], None]
+    second_prompts, second_masks = sampler.calls[1]
+    assert [p[0] for p in second_prompts] == [0, 2, 3] and second_masks == [[8], None, [8, 11]]
+    assert len(sampler.calls) == DETECTION_HEAD_TOKENS
+
+
+def test_choose_words_stops_at_the_generation_limit():
+    sampler = Scripted({0: [9, 10]})
+    result = choose_words(
+        sampler, [[0]], [None], forms=FORMS, detector=DETECTOR, eos_token_ids=EOS, max_tokens=1
+    )
+    assert result == [([9], Detection(INVALID, 0))]
+
+
+def test_row_budgets():
+    def budget(routing, prefix=(), caps=True, decision=None, limit=40):
+        row = Row("q", routing, caps, [1, 2], prefix=list(prefix), decision=decision)
+        return row_budget(row, SETTINGS, DETECTOR, limit, EOS)
+
+    assert budget(Routing("forced", forced=0)) == 3  # the word is in the prompt
+    assert budget(Routing("forced", forced=2)) == 40
+    assert budget(Routing("forced", forced=1), limit=4) == 4
+    assert budget(Routing("allowed", allowed=(0,)), prefix=[7, 8]) == 3  # the cap counts after the word
+    assert budget(Routing("free"), prefix=[9, 10]) == 6
+    assert budget(Routing("free"), prefix=[9, 11]) == 38  # Long: the rest of the limit
+    assert budget(Routing("free"), prefix=[5] * 8) == 32  # no word: no cap
+    assert budget(Routing("free"), prefix=[5, 0]) == 0  # ended in the word phase
+    assert budget(Routing("free"), caps=False) == 40
+    assert budget(Routing("forced", forced=0), caps=False) == 40
+    single = RoutingSettings(MODES, "", "", 40, single_mode="Short")
+    row = Row("q", Routing("single"), True, [1])
+    assert row_budget(row, single, DETECTOR, 40, EOS) == 6
+
+
+# ---------------------------------------------------------------------------------------------------------
+# vLLM backend against a stand-in engine
+# ---------------------------------------------------------------------------------------------------------
+
+
+class FakeSample:
+    def __init__(self, token_ids):
+        self.token_ids = token_ids
+
+
+class FakeOutput:
+    def __init__(self, samples):
+        self.outputs = samples
+
+
+class FakeLLM:
+    """Stands in for ``vllm.LLM``: records requests; a word step writes the first allowed token (or
+    ``free_token``), a budgeted request writes ``filler`` up to its max_tokens."""
+
+    def __init__(self, free_token, filler=5):
+        self.free_token, self.filler = free_token, filler
+        self.requests = []
+
+    def generate(self, prompts, sampling_params, use_tqdm=False):
+        outputs = []
+        for prompt, params in zip(prompts, sampling_params, strict=True):
+            self.requests.append((list(prompt["prompt_token_ids"]), dict(params)))
+            if params["max_tokens"] == 1:
+                allowed = params.get("allowed_token_ids")
+                ids = [allowed[0] if allowed else self.free_token]
+            else:
+                ids = [self.filler] * params["max_tokens"]
+            outputs.append(FakeOutput([FakeSample(ids) for _ in range(params["n"])]))
+        return outputs
+
+
+@pytest.fixture(scope="module")
+def tiny_tokenizer(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+def test_vllm_backend_requests(tiny_tokenizer):
+    from routing_grpo.modes import word_token_id_forms
+
+    short = word_token_id_forms(tiny_tokenizer, "Short")
+    llm = FakeLLM(free_token=short[1][0])  # free rows write " Short"
+    backend = VLLMBackend(
+        llm, eos_token_ids=[tiny_tokenizer.eos_token_id], temperature=0.6, sampling_params=dict
+    )
+    router = Router(backend, tiny_tokenizer, SETTINGS)
+    answers = router.generate(
+        [
+            Request(QUESTION, mode="NoThink"),
+            Request(QUESTION, allow=["Long", "NoThink"]),
+            Request(QUESTION),
+            Request(QUESTION, caps=False),
+        ]
+    )
+    word_steps = [(p, r) for p, r in llm.requests if r["max_tokens"] == 1]
+    budgeted = [(p, r) for p, r in llm.requests if r["max_tokens"] != 1]
+    # Word phase: the allowed row is restricted to the first tokens of NoThink's and Long's forms; the
+    # capped free row is free; the forced and the uncapped free row have no word phase.
+    nothink = word_token_id_forms(tiny_tokenizer, "NoThink")
+    long = word_token_id_forms(tiny_tokenizer, "Long")
+    assert len(word_steps) == 2
+    assert word_steps[0][1]["allowed_token_ids"] == sorted({f[0] for f in nothink + long})
+    assert "allowed_token_ids" not in word_steps[1][1]
+    assert all(r["temperature"] == 0.6 and r["top_k"] == -1 for _, r in llm.requests)
+    # Budgets: forced NoThink -> its cap; allowed (NoThink or Long, whichever token came first) -> that
+    # mode's budget after the word; free " Short" -> Short's cap; uncapped -> the whole limit.
+    prompt = router.plan(Request(QUESTION)).prompt_ids
+    forced_prompt = router.plan(Request(QUESTION, mode="NoThink")).prompt_ids
+    assert tiny_tokenizer.decode(forced_prompt).endswith("Mode: NoThink")
+    chosen = word_steps[0][1]["allowed_token_ids"][0]
+    chosen_mode = 0 if any(f[0] == chosen for f in nothink) else 2
+    expected = {
+        (tuple(forced_prompt), 3),
+        (tuple(prompt + [chosen]), 3 if chosen_mode == 0 else 39),
+        (tuple(prompt + [short[1][0]]), 6),
+        (tuple(prompt), 40),
+    }
+    assert {(tuple(p), r["max_tokens"]) for p, r in budgeted} == expected
+    assert [a.routing for a in answers] == ["forced", "allowed", "free", "free"]
+    assert [a.mode for a in answers] == ["NoThink", MODES[chosen_mode].name, "Short", None]
+    assert [a.stopped_by for a in answers] == [
+        "cap",
+        "cap" if chosen_mode == 0 else "length",
+        "cap",
+        "length",
+    ]
+    assert answers[0].length == 3 and answers[2].length == 6 and answers[2].tokens == 7
+    assert answers[0].text.startswith("NoThink") and answers[2].text.startswith("Short")
+
+
+def test_vllm_backend_merges_identical_rows_and_cuts_at_eos():
+    class EosLLM(FakeLLM):
+        def generate(self, prompts, sampling_params, use_tqdm=False):
+            outs = super().generate(prompts, sampling_params, use_tqdm)
+            return [FakeOutput([FakeSample([5, 0, 5]) for _ in o.outputs]) for o in outs]
+
+    llm = EosLLM(free_token=5)
+    backend = VLLMBackend(llm, eos_token_ids=[0], sampling_params=dict)
+    rows = backend.generate([[1, 2], [1, 2], [3]], [4, 4, 4])
+    assert rows == [[5, 0], [5, 0], [5, 0]]
+    assert [(p, r["n"]) for p, r in llm.requests] == [([1, 2], 2), ([3], 1)]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Files
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_read_questions(tmp_path):
+    path = tmp_path / "q.jsonl"
+    path.write_text(
+        '{"question": "a"}\n\n{"id": 7, "prompt": [{"role": "user", "content": "b"}], "allow": "Short"}\n'
+        '{"question": "c", "mode": "Long", "caps": false}\n'
+    )
+    rows = read_questions(path)
+    assert [r["id"] for r in rows] == ["1", "7", "4"]
+    assert rows[1]["question"] == [{"role": "user", "content": "b"}] and rows[1]["allow"] == "Short"
+    assert rows[2]["mode"] == "Long" and rows[2]["caps"] is False
+    for text, match in [
+        ('{"question": "a"}\n{"question": ', ":2: not valid JSON"),
+        ('{"question": ""}\n', ":1: needs a non-empty"),
+        ("[1, 2]\n", ":1: expected a JSON object"),
+        ('{"id": 1, "question": "a"}\n{"id": 1, "question": "b"}\n', "id '1' appears twice"),
+        ('{"question": "a", "caps": "no"}\n', "caps"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(ValueError, match=match):
+            read_questions(path)
+    with pytest.raises(FileNotFoundError):
+        read_questions(tmp_path / "missing.jsonl")
+
+
+def test_read_answered_ids_drops_a_torn_last_line(tmp_path):
+    path = tmp_path / "a.jsonl"
+    assert read_answered_ids(path) == set()
+    path.write_text('{"id": "1"}\n{"id": "2"}\n{"id": "3", "te')
+    assert read_answered_ids(path) == {"1", "2"}
+    assert path.read_text() == '{"id": "1"}\n{"id": "2"}\n'
+    path.write_text('{"id": "1"}\nnot json\n{"id": "3"}\n')
+    with pytest.raises(ValueError, match=":2: not an answer row"):
+        read_answered_ids(path)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The transformers backend on the tiny model
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny_router_path(tiny_model_path, tmp_path_factory):
+    """A copy of the tiny model with routing settings saved beside it."""
+    path = tmp_path_factory.mktemp("router") / "model"
+    shutil.copytree(tiny_model_path, path)
+    SETTINGS.save(path)
+    return path
+
+
+class LogitsSpy:
+    """Adds a bias to the model's logits and counts the tokens sampled from them: every forward yields one
+    token per batch row, so the count is what generation computed, whatever was kept afterwards."""
+
+    def __init__(self, model, bias):
+        self.rows = 0
+        self.bias = bias
+        self.handle = model.lm_head.register_forward_hook(self.hook)
+
+    def hook(self, module, inputs, output):
+        self.rows += output.shape[0]
+        return output + self.bias.to(output.dtype)
+
+    def remove(self):
+        self.handle.remove()
+
+
+def biased(router, boosts):
+    import torch
+
+    vocab = router.backend.model.lm_head.out_features
+    bias = torch.zeros(vocab)
+    for token, value in boosts.items():
+        bias[token] = value
+    return LogitsSpy(router.backend.model, bias)
+
+
+@pytest.fixture(scope="module")
+def router(tiny_router_path):
+    return Router.from_pretrained(tiny_router_path, temperature=1.0, seed=0)
+
+
+def test_loads_with_the_saved_settings_on_the_available_device(router):
+    import torch
+
+    assert router.settings == SETTINGS and router.max_new_tokens == 40
+    assert isinstance(router.backend, TransformersBackend)
+    expected = "cuda" if torch.cuda.is_available() else "cpu"
+    assert next(router.backend.model.parameters()).device.type == expected
+
+
+def test_words_come_only_from_the_allowed_set(router):
+    from routing_grpo.modes import word_token_id_forms
+
+    tok = router.tokenizer
+    short = word_token_id_forms(tok, "Short")
+    # Free routing picks whatever the model writes: with Short favoured it is Short.
+    spy = biased(router, {short[0][0]: 30.0, short[1][0]: 30.0})
+    try:
+        free = router.generate([QUESTION] * 4, seed=1)
+        # Forced: the forced mode, whatever the model prefers.
+        forced = router.generate([QUESTION] * 4, mode="Long", seed=2)
+        # Allowed: Short is masked out even though the model strongly prefers it.
+        allowed = router.generate([QUESTION] * 8, allow="NoThink,Long", seed=3)
+    finally:
+        spy.remove()
+    assert {a.mode for a in free} == {"Short"} and all(a.routing == "free" and not a.forced for a in free)
+    assert {a.mode for a in forced} == {"Long"} and all(a.forced for a in forced)
+    assert {a.mode for a in allowed} <= {"NoThink", "Long"} and all(a.routing == "allowed" for a in allowed)
+    for a in allowed:
+        assert a.text.startswith(a.mode)
+    # Unbiased: an allowed set always yields one of its words; free routing of the random model yields a
+    # mode word or none.
+    unbiased = router.generate([QUESTION] * 12, allow=["Short"], seed=4)
+    assert {a.mode for a in unbiased} == {"Short"}
+    assert all(a.text.startswith("Short") for a in unbiased)
+    assert {a.mode for a in router.generate([QUESTION] * 4, seed=5)} <= {None, "NoThink", "Short", "Long"}
+
+
+def test_a_word_of_several_tokens_is_completed(tiny_router_path):
+    from routing_grpo.modes import word_token_id_forms
+
+    modes = (
+        ModeSpec("Brief", "Brief", 1.2, 0.99, cap=5),
+        ModeSpec("Pondering", "Pondering", 1.0, 1.0, cap=None),
+    )
+    settings = RoutingSettings(modes, "Output Brief or Pondering.", "Mode:", 30)
+    router = Router.from_pretrained(tiny_router_path, settings=settings, temperature=1.0, seed=0)
+    forms = word_token_id_forms(router.tokenizer, "Pondering")
+    assert min(len(f) for f in forms) >= 5
+    answers = router.generate([QUESTION] * 6, allow=["Pondering"], seed=0)
+    assert all(a.mode == "Pondering" and a.text.startswith("Pondering") for a in answers)
+    both = router.generate([QUESTION] * 8, allow="Brief,Pondering", seed=1)
+    assert all(a.mode in ("Brief", "Pondering") and a.text.startswith(a.mode) for a in both)
+    assert all(a.length <= 5 for a in both if a.mode == "Brief")
+
+
+@pytest.mark.parametrize(
+    "kwargs, mode, cap",
+    [
+        ({"mode": "NoThink"}, "NoThink", 3),
+        ({"mode": "Short"}, "Short", 6),
+        ({"allow": "Short"}, "Short", 6),
+        ({"allow": "NoThink"}, "NoThink", 3),
+        ({}, "Short", 6),  # free, with the model made to write Short
+    ],
+)
+def test_caps_hold_during_generation(router, kwargs, mode, cap):
+    """The model never writes EOS, the limit is 40 tokens: each answer stops at its cap, and generation
+    computed exactly the tokens kept (nothing generated past the cap and cut afterwards)."""
+    from routing_grpo.modes import word_token_id_forms
+
+    eos = router.backend.eos_token_ids
+    boosts = {t: -1e4 for t in eos}
+    if not kwargs:
+        boosts.update({f[0]: 30.0 for f in word_token_id_forms(router.tokenizer, "Short")})
+    spy = biased(router, boosts)
+    try:
+        answers = router.generate([QUESTION] * 4, seed=7, **kwargs)
+    finally:
+        spy.remove()
+    for a in answers:
+        assert a.mode == mode
+        assert a.length == cap and a.stopped_by == "cap" and a.capped
+        word_tokens = a.tokens - a.length
+        assert word_tokens == (0 if a.forced else 1)
+    assert spy.rows == sum(a.tokens for a in answers)
+
+
+def test_without_caps_the_answer_runs_to_the_limit(router):
+    spy = biased(router, {t: -1e4 for t in router.backend.eos_token_ids})
+    try:
+        answers = router.generate([QUESTION] * 2, mode="NoThink", caps=False, max_new_tokens=12, seed=0)
+        limited = router.generate([QUESTION], mode="Long", seed=0)
+    finally:
+        spy.remove()
+    assert all(a.length == 12 and a.stopped_by == "length" and not a.caps for a in answers)
+    assert limited[0].length == 40 and limited[0].stopped_by == "length"  # Long: no cap, the limit ends it
+
+
+def test_answers_are_graded_and_complete(router):
+    a = router(QUESTION, mode="Short", seed=0)
+    assert a.question == QUESTION and a.routing == "forced" and a.forced
+    assert a.stopped_by in ("eos", "cap", "length") and a.tokens == a.length
+    assert isinstance(a.text, str) and a.text.startswith("Short")
+    assert set(a.to_dict()) == {
+        "question", "mode", "forced", "routing", "answer", "text", "tokens", "length", "stopped_by", "caps",
+    }  # fmt: skip
+    from routing_grpo.grading import extract_answer
+
+    assert a.answer == extract_answer(a.text)
+
+
+def test_a_single_mode_checkpoint_answers_in_its_mode(tiny_router_path):
+    settings = RoutingSettings(MODES, "", "", 40, single_mode="NoThink")
+    router = Router.from_pretrained(tiny_router_path, settings=settings, seed=0)
+    plan = router.plan(Request(QUESTION))
+    assert router.tokenizer.decode(plan.prompt_ids).endswith("<|im_start|>assistant\n")
+    spy = biased(router, {t: -1e4 for t in router.backend.eos_token_ids})
+    try:
+        answer = router(QUESTION)
+    finally:
+        spy.remove()
+    assert answer.mode == "NoThink" and answer.routing == "single" and answer.length == 3
+    with pytest.raises(ValueError, match="single-mode baseline"):
+        router(QUESTION, mode="Long")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The trainer saves the settings with the model (and so in the Hub push)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def test_settings_round_trip_through_a_trained_checkpoint(tmp_path, tiny_model_path, monkeypatch):
+    import transformers.trainer
+
+    from routing_grpo import train
+    from tests.test_train_entry import TINY_MODES, tiny_recipe, write_recipe
+
+    uploaded: list[dict] = []
+
+    class FakeRepo:
+        repo_id = "someone/tiny-router"
+
+    class FakeHubApi:
+        def create_repo(self, repo_id, **kwargs):
+            return FakeRepo()
+
+        def upload_folder(self, **kwargs):
+            settings = Path(kwargs["folder_path"]) / SETTINGS_FILE
+            uploaded.append(json.loads(settings.read_text()) if settings.is_file() else None)
+
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: FakeHubApi())
+    out = tmp_path / "out"
+    recipe = write_recipe(
+        tmp_path / "r.yaml",
+        tiny_recipe(
+            tiny_model_path,
+            out,
+            total_batch_steps=1,
+            save_strategy="no",
+            routing_question="Pick:",
+            push_to_hub=True,
+            hub_model_id="someone/tiny-router",
+            hub_strategy="end",
+        ),
+    )
+    trainer = train.main(*train.parse_args(["--config", str(recipe)]))
+    saved = RoutingSettings.load(out)
+    assert saved == RoutingSettings.from_training_args(trainer.args)
+    assert [m.to_dict() for m in saved.modes] == TINY_MODES
+    assert saved.routing_instruction == trainer.args.effective_routing_instruction
+    assert saved.routing_question == "Pick:" and saved.max_completion_length == 16
+    assert saved.single_mode is None
+    assert uploaded and uploaded[-1] == saved.to_dict()  # the push carries the file
+
+    router = Router.from_pretrained(out, seed=0)
+    assert router.settings == saved
+    assert router.tokenizer.decode(router.plan(Request(QUESTION)).prompt_ids).endswith("assistant\nPick:")
+    answers = router.generate([QUESTION] * 2, allow="NoThink")
+    assert all(a.mode == "NoThink" and a.length <= 4 for a in answers)
