@@ -143,6 +143,20 @@ def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
     return out
 
 
+def _saved_routing_settings(model: str) -> dict[str, Any]:
+    """The modes, instruction and question saved with a trained checkpoint ({} when it has none)."""
+    from routing_grpo.inference import RoutingSettings, SettingsNotFoundError
+
+    try:
+        settings = RoutingSettings.load(model)
+    except SettingsNotFoundError:
+        return {}
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    data = settings.to_dict()
+    return {k: data[k] for k in ("modes", "routing_instruction", "routing_question")}
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from routing_grpo.evaluate import EvalConfig, run_eval
 
@@ -152,6 +166,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         recipe = yaml.safe_load(Path(args.config).read_text()) or {}
         load_recipe_modes(args.config)  # validates the recipe's modes with a clear message
+    else:
+        recipe = _saved_routing_settings(args.model)
     try:
         config = EvalConfig(
             model=args.model,
@@ -189,6 +205,107 @@ def cmd_eval(args: argparse.Namespace) -> int:
             f"{bench}: accuracy {summary['accuracy']:.3f}, mean length {summary['mean_length']:.0f} tokens, "
             f"routing {split}, samples {summary['num_samples']}"
         )
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Answers questions with a trained router; with --output, resumable (answered ids are skipped)."""
+    from routing_grpo.evaluate import append_samples
+    from routing_grpo.inference import (
+        Request,
+        Router,
+        RoutingSettings,
+        answer_line,
+        read_answered_ids,
+        read_questions,
+        resolve_routing,
+    )
+
+    if args.mode is not None and args.allow is not None:
+        raise CliError("--mode and --allow exclude each other")
+    if bool(args.questions) == bool(args.input):
+        raise CliError("give the questions as arguments or with --input FILE.jsonl (one of the two)")
+    for flag, value in (("--batch-size", args.batch_size), ("--max-new-tokens", args.max_new_tokens)):
+        if value is not None and value < 1:
+            raise CliError(f"{flag} must be >= 1, got {value}")
+    try:
+        settings = RoutingSettings.resolve(args.model, args.config, revision=args.revision)
+    except (FileNotFoundError, ValueError) as err:
+        raise CliError(str(err)) from None
+    try:
+        resolve_routing(settings, args.mode, args.allow)
+    except ValueError as err:
+        raise CliError(f"--mode/--allow: {err}") from None
+    try:
+        rows = (
+            read_questions(args.input)
+            if args.input
+            else [
+                {"id": str(i), "question": q, "mode": None, "allow": None, "caps": True}
+                for i, q in enumerate(args.questions, start=1)
+            ]
+        )
+    except FileNotFoundError as err:
+        raise CliError(f"--input: {err}") from None
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    requests = {}
+    for row in rows:
+        own = row["mode"] is not None or row["allow"] is not None
+        mode, allow = (row["mode"], row["allow"]) if own else (args.mode, args.allow)
+        try:
+            resolve_routing(settings, mode, allow)
+        except ValueError as err:
+            raise CliError(f"question {row['id']}: {err}") from None
+        requests[row["id"]] = Request(
+            row["question"], mode=mode, allow=allow, caps=row["caps"] and not args.no_caps
+        )
+
+    output = Path(args.output) if args.output else None
+    try:
+        done = read_answered_ids(output) if output else set()
+    except ValueError as err:
+        raise CliError(f"--output: {err}") from None
+    todo = [row_id for row_id in requests if row_id not in done]
+    if done:
+        print(
+            f"{len(requests) - len(todo)} of {len(requests)} questions already answered in {output}",
+            flush=True,
+        )
+    if not todo:
+        return 0
+    try:
+        router = Router.from_pretrained(
+            args.model,
+            settings=settings,
+            backend=args.backend,
+            device=args.device,
+            revision=args.revision,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            max_new_tokens=args.max_new_tokens,
+            seed=args.seed,
+        )
+    except (OSError, ValueError) as err:
+        raise CliError(f"{args.model}: the model could not be loaded ({err})") from None
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    for start in range(0, len(todo), args.batch_size):
+        ids = todo[start : start + args.batch_size]
+        try:
+            answers = router.generate([requests[i] for i in ids])
+        except ValueError as err:  # e.g. a tokenizer without a chat template
+            raise CliError(str(err)) from None
+        if output:
+            append_samples(output, [{"id": i, **a.to_dict()} for i, a in zip(ids, answers)])
+        for i, answer in zip(ids, answers):
+            print(
+                json.dumps({"id": i, **answer.to_dict()}, ensure_ascii=False)
+                if args.json
+                else answer_line(i, answer),
+                flush=True,
+            )
     return 0
 
 
@@ -237,6 +354,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-seed", type=int, help="training seed of the checkpoint, for reports")
     p.add_argument("--output", required=True, help="directory: <benchmark>/samples.jsonl and summary.json")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser(
+        "generate",
+        help="answer questions with a trained router: free routing, a forced mode or an allowed set, capped",
+    )
+    p.add_argument("questions", nargs="*", help="questions (or --input FILE.jsonl)")
+    p.add_argument(
+        "--model", required=True, help="checkpoint folder or Hub id (its routing_config.json is read)"
+    )
+    p.add_argument(
+        "--config", help="routing settings (routing_config.json) or training recipe, if the model has none"
+    )
+    p.add_argument("--mode", help="force this mode (its word is placed after the routing question)")
+    p.add_argument(
+        "--allow", help="comma-separated modes the routing word may choose from, e.g. NoThink,Short"
+    )
+    p.add_argument("--no-caps", action="store_true", help="do not enforce the per-mode caps")
+    p.add_argument("--input", help="JSONL of questions: question (or prompt), optional id, mode, allow, caps")
+    p.add_argument("--output", help="append one JSON line per answer; answered ids are skipped when rerun")
+    p.add_argument("--max-new-tokens", type=int, help="tokens per answer (default: the training run's limit)")
+    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0, help="0 = off")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument("--batch-size", type=int, default=8, help="questions per generation batch")
+    p.add_argument("--backend", choices=["auto", "vllm", "transformers"], default="auto")
+    p.add_argument("--device", help="transformers device (default: cuda when there is a GPU, else cpu)")
+    p.add_argument("--revision", help="Hub revision of the model")
+    p.add_argument(
+        "--json", action="store_true", help="print each answer as a JSON line (full text included)"
+    )
+    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser("report", help="tables and figures across eval runs (router vs single-mode baselines)")
     p.add_argument("--runs", nargs="+", required=True, help="run directories holding summary.json files")

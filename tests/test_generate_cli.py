@@ -1,0 +1,210 @@
+"""``routing-grpo generate``: answers on the tiny model, one-line errors with exit status 2, a resumable
+``--input``/``--output`` run, the real command in a subprocess, and ``eval`` reading the saved settings."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from routing_grpo import inference
+from routing_grpo.cli import main
+from routing_grpo.inference import RoutingSettings
+from routing_grpo.modes import ModeSpec
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SETTINGS = RoutingSettings(
+    modes=(
+        ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
+        ModeSpec("Short", "Short", 1.2, 0.995, cap=6),
+        ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
+    ),
+    routing_instruction="Output NoThink, Short or Long.",
+    routing_question="Pick:",
+    max_completion_length=12,
+)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_path, tmp_path_factory) -> Path:
+    """The tiny model with routing settings saved beside it (as a trained checkpoint has)."""
+    path = tmp_path_factory.mktemp("cli") / "router"
+    shutil.copytree(tiny_model_path, path)
+    SETTINGS.save(path)
+    return path
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def write_questions(path: Path, n: int) -> Path:
+    path.write_text(
+        "".join(json.dumps({"id": f"q{i}", "question": f"What is {i} + {i}?"}) + "\n" for i in range(n))
+    )
+    return path
+
+
+def test_one_question_prints_a_one_line_summary(model, capsys):
+    code, out, err = run(capsys, "generate", "--model", model, "--mode", "Short", "What is 2 + 2?")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("[1] Short (forced): ")
+    assert "stopped by " in lines[0] and "answer: " in lines[0]
+
+
+def test_json_output_and_an_allowed_set(model, capsys):
+    code, out, _ = run(
+        capsys, "generate", "--model", model, "--allow", "NoThink,Long", "--json", "a?", "b?", "c?"
+    )
+    assert code == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert [r["id"] for r in rows] == ["1", "2", "3"]
+    assert all(r["mode"] in ("NoThink", "Long") and r["routing"] == "allowed" for r in rows)
+    assert all(r["length"] <= 3 for r in rows if r["mode"] == "NoThink")
+    assert all(r["tokens"] <= 12 for r in rows)  # the saved max_completion_length is the default limit
+
+
+@pytest.fixture
+def no_model_loading(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded although the input is bad")
+
+    monkeypatch.setattr(inference.Router, "from_pretrained", refuse)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--mode", "Medium", "q"], "unknown mode 'Medium'"),
+        (["--allow", "", "q"], "the allowed set is empty"),
+        (["--allow", " , ", "q"], "the allowed set is empty"),
+        (["--allow", "Short,Medium", "q"], "unknown mode 'Medium'"),
+        (["--mode", "Short", "--allow", "Long", "q"], "exclude each other"),
+        (["--input", "MISSING"], "--input: file not found"),
+        (["--input", "BAD"], "bad.jsonl:2: not valid JSON"),
+        (["--input", "BADMODE"], "question 1: unknown mode 'Medium'"),
+        ([], "give the questions as arguments or with --input"),
+        (["--batch-size", "0", "q"], "--batch-size must be >= 1"),
+    ],
+)
+def test_bad_input_is_one_line_with_status_2(model, tmp_path, capsys, no_model_loading, args, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "a"}\n{"question": \n')
+    bad_mode = tmp_path / "bad_mode.jsonl"
+    bad_mode.write_text('{"question": "a", "mode": "Medium"}\n')
+    paths = {"MISSING": tmp_path / "missing.jsonl", "BAD": bad, "BADMODE": bad_mode}
+    code, out, err = run(capsys, "generate", "--model", model, *[paths.get(a, a) for a in args])
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("routing-grpo generate: error: ") and message in err
+    assert "Traceback" not in err
+
+
+def test_a_model_without_settings_needs_a_config(tiny_model_path, tmp_path, capsys):
+    code, _, err = run(capsys, "generate", "--model", tiny_model_path, "q")
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "no routing_config.json" in err and "--config" in err
+    code, _, err = run(capsys, "generate", "--model", tmp_path / "nowhere" / "model", "q")
+    assert code == 2 and "model folder not found" in err
+    # --config supplies the settings (a settings file, or the training recipe).
+    settings = SETTINGS.save(tmp_path / "settings")
+    code, out, err = run(
+        capsys, "generate", "--model", tiny_model_path, "--config", settings, "--mode", "Long", "q"
+    )
+    assert code == 0, err
+    assert out.startswith("[1] Long (forced): ")
+
+
+def test_an_interrupted_input_run_resumes_without_duplicates(model, tmp_path, capsys, monkeypatch):
+    questions = write_questions(tmp_path / "q.jsonl", 5)
+    answers = tmp_path / "out" / "answers.jsonl"
+    argv = ["generate", "--model", model, "--input", questions, "--output", answers, "--batch-size", "2"]
+
+    calls = {"n": 0}
+    real_generate = inference.Router.generate
+
+    def interrupted(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt  # killed during the second batch
+        return real_generate(self, *args, **kwargs)
+
+    monkeypatch.setattr(inference.Router, "generate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        main([str(a) for a in argv])
+    first = answers.read_text().splitlines()
+    assert [json.loads(line)["id"] for line in first] == ["q0", "q1"]  # each batch appended when done
+    with answers.open("a") as f:
+        f.write('{"id": "q2", "mode": "Sh')  # and a write cut short
+    capsys.readouterr()
+
+    monkeypatch.setattr(inference.Router, "generate", real_generate)
+    code, out, err = run(capsys, *argv)
+    assert code == 0, err
+    assert out.splitlines()[0] == f"2 of 5 questions already answered in {answers}"
+    assert [line.split("]")[0] for line in out.splitlines()[1:]] == ["[q2", "[q3", "[q4"]
+    lines = answers.read_text().splitlines()
+    assert lines[:2] == first
+    rows = [json.loads(line) for line in lines]
+    assert [r["id"] for r in rows] == ["q0", "q1", "q2", "q3", "q4"]
+    for r in rows:
+        assert r["question"].startswith("What is") and r["routing"] == "free"
+        assert {"mode", "forced", "answer", "text", "tokens", "length", "stopped_by"} <= set(r)
+
+    # Everything answered: nothing to do, and the model is not even loaded.
+    monkeypatch.setattr(inference.Router, "from_pretrained", lambda *a, **k: pytest.fail("model loaded"))
+    code, out, _ = run(capsys, *argv)
+    assert code == 0 and out.strip() == f"5 of 5 questions already answered in {answers}"
+    assert len(answers.read_text().splitlines()) == 5
+
+
+def test_the_real_command(model, tmp_path):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        '{"id": "a", "question": "What is 1 + 1?", "mode": "NoThink"}\n'
+        '{"id": "b", "question": "What is 2 + 2?", "allow": ["Short"]}\n'
+        '{"id": "c", "question": "What is 3 + 3?"}\n'
+    )
+    answers = tmp_path / "answers.jsonl"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "routing_grpo", "generate", "--model", str(model), "--input", str(questions)]
+    cmd += ["--output", str(answers), "--allow", "Long"]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = {r["id"]: r for r in map(json.loads, answers.read_text().splitlines())}
+    assert rows["a"]["mode"] == "NoThink" and rows["a"]["forced"] and rows["a"]["length"] <= 3
+    assert rows["b"]["mode"] == "Short" and rows["b"]["routing"] == "allowed" and rows["b"]["length"] <= 6
+    assert rows["c"]["mode"] == "Long" and rows["c"]["routing"] == "allowed"  # the command line's --allow
+    assert [line[:3] for line in done.stdout.splitlines()] == ["[a]", "[b]", "[c]"]
+
+    bad = subprocess.run(
+        [sys.executable, "-m", "routing_grpo", "generate", "--model", str(model), "--mode", "Medium", "q"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert bad.stderr.strip().splitlines() == [
+        "routing-grpo generate: error: --mode/--allow: unknown mode 'Medium'; modes are ['NoThink', 'Short', 'Long']"
+    ]
+
+
+def test_eval_reads_the_saved_settings_without_a_config(model, tmp_path, capsys):
+    out = tmp_path / "eval"
+    argv = ["eval", "--model", model, "--benchmarks", "synthetic", "--limit", "2", "--samples", "synthetic=1"]
+    argv += ["--max-tokens", "4", "--backend", "transformers", "--output", out]
+    code, _, err = run(capsys, *argv)
+    assert code == 0, err
+    config = json.loads((out / "synthetic" / "summary.json").read_text())["config"]
+    assert config["modes"] == [m.to_dict() for m in SETTINGS.modes]
+    assert config["routing_question"] == "Pick:"
+    assert config["routing_instruction"] == "Output NoThink, Short or Long."
