@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from routing_grpo.capped_generation import cut_at_eos, free_budget, known_budget
+from routing_grpo.evaluate import DEFAULT_ROUTING_QUESTION
 from routing_grpo.modes import (
     DETECTION_HEAD_TOKENS,
     INVALID,
@@ -66,7 +67,6 @@ logger = logging.getLogger(__name__)
 SETTINGS_FILE = "routing_config.json"
 """The routing settings the trainer saves beside the model (see :class:`RoutingSettings`)."""
 SETTINGS_VERSION = 1
-DEFAULT_ROUTING_QUESTION = "Mode:"
 DEFAULT_TEMPERATURE = 0.6
 
 
