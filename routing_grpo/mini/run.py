@@ -147,6 +147,22 @@ def train_command(recipe: Path, model: str | Path, seed: int, output: Path, extr
     ]  # fmt: skip
 
 
+SCHEDULE_KEYS = ("warmup_steps", "balance_anneal_start", "balance_anneal_end", "flatten_reward_step")
+
+
+def scaled_schedule(recipe: Path, batch_steps: int) -> list[str]:
+    """Overrides that shorten a recipe to ``batch_steps`` generation batches, every schedule in proportion."""
+    import yaml
+
+    values = yaml.safe_load(recipe.read_text())
+    total = values["total_batch_steps"]
+    out = ["--total_batch_steps", str(batch_steps)]
+    for key in SCHEDULE_KEYS:
+        if values.get(key) is not None:
+            out += [f"--{key}", str(round(values[key] * batch_steps / total))]
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m routing_grpo.mini.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--output", default="outputs/mini", help="output folder (default outputs/mini)")
@@ -158,7 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--teach-steps", type=int, default=None, help="teaching steps (default: the teach command's)")
     p.add_argument("--samples", type=int, default=4, help="evaluation samples per held-out problem (default 4)")
     p.add_argument("--limit", type=int, default=None, help="held-out problems (default all 300: 50 per level)")
-    p.add_argument("--batch-steps", type=int, default=None, help="generation batches per run (default: recipes')")
+    p.add_argument(
+        "--batch-steps",
+        type=int,
+        default=None,
+        help="generation batches per run, schedules scaled in proportion (default: the recipes' 60)",
+    )
     p.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default 2)")
     return p
 
@@ -214,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         def train_and_eval(run: Run, seed: int) -> None:
             recipe = RECIPES / f"{run.recipe}.yaml"
             model_dir = out / "runs" / run.recipe / f"seed{seed}"
-            extra = ["--total_batch_steps", str(args.batch_steps)] if args.batch_steps else []
+            extra = scaled_schedule(recipe, args.batch_steps) if args.batch_steps else []
             stages.run(
                 f"train_{run.recipe}_seed{seed}",
                 train_command(recipe, taught, seed, model_dir, extra),
