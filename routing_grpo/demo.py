@@ -30,9 +30,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m routing_grpo.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--output-dir", default=str(DEFAULT_OUTPUT), help="runs, evaluations, report, summary.md")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
-    p.add_argument("--batch-steps", type=int, default=None, help="generation batches (default: the recipe's 60)")
-    p.add_argument("--samples", type=int, default=4, help="evaluation samples per held-out problem (default 4)")
-    p.add_argument("--limit", type=int, default=None, help="held-out problems (default all 300: 50 per level)")
+    p.add_argument(
+        "--batch-steps", type=int, default=None, help="generation batches (default: the recipe's 60)"
+    )
+    p.add_argument(
+        "--samples", type=int, default=4, help="evaluation samples per held-out problem (default 4)"
+    )
+    p.add_argument(
+        "--limit", type=int, default=None, help="held-out problems (default all 300: 50 per level)"
+    )
     p.add_argument("--taught", default=None, help="a taught model folder instead of the shipped one")
     return p
 
@@ -86,7 +92,16 @@ def run(argv: Sequence[str] | None = None) -> str:
 
     args = build_parser().parse_args(argv)
     out = Path(args.output_dir)
-    cmd = ["--output", str(out), "--seeds", str(args.seed), "--runs", "router", "--samples", str(args.samples)]
+    cmd = [
+        "--output",
+        str(out),
+        "--seeds",
+        str(args.seed),
+        "--runs",
+        "router",
+        "--samples",
+        str(args.samples),
+    ]
     cmd += ["--taught", args.taught] if args.taught else ["--shipped"]
     if args.batch_steps is not None:
         cmd += ["--batch-steps", str(args.batch_steps)]
@@ -95,7 +110,9 @@ def run(argv: Sequence[str] | None = None) -> str:
     if mini_run.main(cmd) != 0:
         raise SystemExit(1)
     mini = json.loads((out / "report" / "mini.json").read_text())["benchmarks"][mini_run.BENCHMARK]
-    long_forced = json.loads((out / "eval" / "oracle" / "Long" / mini_run.BENCHMARK / "summary.json").read_text())
+    long_forced = json.loads(
+        (out / "eval" / "oracle" / "Long" / mini_run.BENCHMARK / "summary.json").read_text()
+    )
     router = json.loads(
         (out / "eval" / "router" / f"seed{args.seed}" / mini_run.BENCHMARK / "summary.json").read_text()
     )

@@ -108,7 +108,9 @@ class PromptPlan:
         if config.no_routing:
             return cls("", "", "", None)
         # None: built from the mode words; "" means no instruction, as in training.
-        instruction = routing_instruction(modes) if config.routing_instruction is None else config.routing_instruction
+        instruction = (
+            routing_instruction(modes) if config.routing_instruction is None else config.routing_instruction
+        )
         if config.force_mode:
             idx = mode_index(modes, config.force_mode)
             return cls(

@@ -108,7 +108,7 @@ def test_caps_separate_the_levels():
     """NoThink fits its cap; Short fits up to level 4 and not from level 5; Long fits the context."""
     recipe = yaml.safe_load(ROUTER.read_text())
     caps = {m["name"]: m["cap"] for m in recipe["modes"]}
-    assert 4 <= caps["NoThink"]
+    assert caps["NoThink"] >= 4
     assert 2 * 4 + 4 <= caps["Short"] < 2 * 5 + 4
     assert caps["Long"] is None and 1 + 9 * max(task.LEVELS) + 14 <= recipe["max_completion_length"]
 
@@ -160,11 +160,15 @@ def test_teaching_prompts_are_the_prompts_training_and_eval_render(tokenizer):
         assert plain == teach.plain_prompt(tokenizer, row["problem"])
         # The trainer tokenizes the templated prompt and the question apart, then appends the forced word.
         joined = tokenizer(text + "Mode: Short", add_special_tokens=False)["input_ids"]
-        parts = tokenizer(text, add_special_tokens=False)["input_ids"] + tokenizer(
-            "Mode:", add_special_tokens=False
-        )["input_ids"] + tokenizer(forcing_text("Short", "Mode:"), add_special_tokens=False)["input_ids"]
+        parts = (
+            tokenizer(text, add_special_tokens=False)["input_ids"]
+            + tokenizer("Mode:", add_special_tokens=False)["input_ids"]
+            + tokenizer(forcing_text("Short", "Mode:"), add_special_tokens=False)["input_ids"]
+        )
         assert joined == parts
-        plan = PromptPlan.from_config(EvalConfig(model="m", benchmarks=["mini"], output="o", modes=recipe["modes"]))
+        plan = PromptPlan.from_config(
+            EvalConfig(model="m", benchmarks=["mini"], output="o", modes=recipe["modes"])
+        )
         assert plan.render(tokenizer, row["prompt"]) == teach.routed_prompt(tokenizer, row["problem"])
 
 

@@ -89,7 +89,9 @@ class Stages:
         log = self.out / "logs" / f"{name}.log"
         t0 = time.time()
         with log.open("w") as fh:
-            proc = subprocess.run(list(command), stdout=fh, stderr=subprocess.STDOUT, env=self.env, cwd=REPO_ROOT)
+            proc = subprocess.run(
+                list(command), stdout=fh, stderr=subprocess.STDOUT, env=self.env, cwd=REPO_ROOT
+            )
         seconds = time.time() - t0
         self.timings[name] = round(seconds, 1)
         if proc.returncode != 0:
@@ -140,7 +142,9 @@ def eval_command(
     return cmd
 
 
-def train_command(recipe: Path, model: str | Path, seed: int, output: Path, extra: Sequence[str] = ()) -> list[str]:
+def train_command(
+    recipe: Path, model: str | Path, seed: int, output: Path, extra: Sequence[str] = ()
+) -> list[str]:
     return [
         sys.executable, "-m", "routing_grpo.train", "--config", str(recipe),
         "--model_name_or_path", str(model), "--seed", str(seed), "--output_dir", str(output), *extra,
@@ -170,10 +174,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runs", default=",".join(r.recipe for r in RUNS), help="recipes of recipes/mini to run")
     taught = p.add_mutually_exclusive_group()
     taught.add_argument("--taught", help="a taught model folder to start from (skips teaching)")
-    taught.add_argument("--shipped", action="store_true", help="start from the taught model shipped in the package")
-    p.add_argument("--teach-steps", type=int, default=None, help="teaching steps (default: the teach command's)")
-    p.add_argument("--samples", type=int, default=4, help="evaluation samples per held-out problem (default 4)")
-    p.add_argument("--limit", type=int, default=None, help="held-out problems (default all 300: 50 per level)")
+    taught.add_argument(
+        "--shipped", action="store_true", help="start from the taught model shipped in the package"
+    )
+    p.add_argument(
+        "--teach-steps", type=int, default=None, help="teaching steps (default: the teach command's)"
+    )
+    p.add_argument(
+        "--samples", type=int, default=4, help="evaluation samples per held-out problem (default 4)"
+    )
+    p.add_argument(
+        "--limit", type=int, default=None, help="held-out problems (default all 300: 50 per level)"
+    )
     p.add_argument(
         "--batch-steps",
         type=int,
@@ -257,9 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 future.result()
 
         # 4. Report.
-        method_dirs = [out / "eval" / "base"] + sorted(
-            {out / "eval" / r.method for r in runs}
-        )
+        method_dirs = [out / "eval" / "base"] + sorted({out / "eval" / r.method for r in runs})
         stages.run(
             "report",
             [

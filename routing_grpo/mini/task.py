@@ -161,7 +161,9 @@ def problems(
     attempts_left = 1000 * max(n, 1)
     while len(out) < n:
         if attempts_left == 0:
-            raise ValueError(f"could not draw {n} distinct problems of split {split!r} at levels {list(levels)}")
+            raise ValueError(
+                f"could not draw {n} distinct problems of split {split!r} at levels {list(levels)}"
+            )
         attempts_left -= 1
         level = levels[len(out) % len(levels)]
         p = random_problem(rng, level)

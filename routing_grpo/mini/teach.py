@@ -74,7 +74,9 @@ def routed_prompt(tokenizer: Any, problem_text: str) -> str:
     messages = add_routing_instruction(
         [{"role": "user", "content": problem_text}], routing_instruction_text()
     )
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + ROUTING_QUESTION
+    return (
+        tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + ROUTING_QUESTION
+    )
 
 
 def plain_prompt(tokenizer: Any, problem_text: str) -> str:
@@ -86,7 +88,9 @@ def plain_prompt(tokenizer: Any, problem_text: str) -> str:
 def routing_instruction_text() -> str:
     from routing_grpo.modes import parse_modes
 
-    return routing_instruction(parse_modes([{"name": n, "word": n, "base": 1.0, "gamma": 1.0} for n in task.MODE_NAMES]))
+    return routing_instruction(
+        parse_modes([{"name": n, "word": n, "base": 1.0, "gamma": 1.0} for n in task.MODE_NAMES])
+    )
 
 
 def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
@@ -101,7 +105,10 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
         routed = routed_prompt(tokenizer, p.text)
         for mode in task.MODE_NAMES:
             rows.append(
-                {"prompt": routed, "completion": forcing_text(mode, ROUTING_QUESTION) + task.solution(p, mode) + EOS}
+                {
+                    "prompt": routed,
+                    "completion": forcing_text(mode, ROUTING_QUESTION) + task.solution(p, mode) + EOS,
+                }
             )
         if rng.random() >= PLAIN_SHARE:
             continue
@@ -123,7 +130,16 @@ def _corpus(seed: int) -> list[str]:
 
 def build_tokenizer(seed: int = 0) -> Any:
     """A byte-level BPE trained on the task's text, digits as single tokens, ``' \\boxed{'`` one token."""
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     bpe = Tokenizer(models.BPE())
@@ -253,7 +269,10 @@ def teach(config: TeachConfig) -> Path:
     (out / "teaching.json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"[teach] saved {out} ({record['seconds']:.0f}s); greedy forced accuracy per level:", flush=True)
     for mode, levels in record["greedy_check"].items():
-        print(f"[teach]   {mode:8s} " + " ".join(f"L{lv} {v['accuracy']:.2f}" for lv, v in levels.items()), flush=True)
+        print(
+            f"[teach]   {mode:8s} " + " ".join(f"L{lv} {v['accuracy']:.2f}" for lv, v in levels.items()),
+            flush=True,
+        )
     return out
 
 
@@ -289,10 +308,14 @@ def greedy_check(model_dir: str | Path, problems: int = GREEDY_CHECK_PROBLEMS) -
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m routing_grpo.mini.teach", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m routing_grpo.mini.teach", description=__doc__.split("\n\n")[0]
+    )
     defaults = TeachConfig()
     for name, value in asdict(defaults).items():
-        p.add_argument(f"--{name.replace('_', '-')}", type=type(value), default=value, help=f"default {value}")
+        p.add_argument(
+            f"--{name.replace('_', '-')}", type=type(value), default=value, help=f"default {value}"
+        )
     return p
 
 
