@@ -1,0 +1,96 @@
+"""The miniature end to end, reduced to a few minutes: the shipped taught model, the router trained through
+``python -m routing_grpo.train`` and evaluated through ``routing-grpo eval`` (both driven by
+``python -m routing_grpo.mini.run``, which ``make mini`` and ``make demo`` run), and the report.
+
+What is asserted is what the miniature shows today: the oracle's separation of the levels and a router
+that routes validly. Difficulty routing by the trained router is not asserted: the full miniature does
+not show it yet (README, "Miniature").
+
+Also: the shipped checkpoint is the one its teaching command described (its greedy forced-mode
+fingerprint, stored by ``python -m routing_grpo.mini.teach`` in ``teaching.json``, is reproduced).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from routing_grpo.offline_models import MINI_CHECKPOINT
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+# The reduced miniature: 30 generation batches (schedules scaled from the recipe's 60), 20 held-out
+# problems per level, 2 samples each.
+REDUCED = ["--batch-steps", "30", "--limit", "120", "--samples", "2", "--seeds", "0", "--runs", "router"]
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not (MINI_CHECKPOINT / "config.json").is_file(), reason="no shipped taught model"),
+]
+
+
+def test_shipped_checkpoint_reproduces_its_greedy_fingerprint():
+    from routing_grpo.mini.teach import greedy_check
+
+    stored = json.loads((MINI_CHECKPOINT / "teaching.json").read_text())["greedy_check"]
+    measured = greedy_check(MINI_CHECKPOINT)
+    assert measured.keys() == stored.keys()
+    for mode, levels in stored.items():
+        for level, cell in levels.items():
+            # Greedy decoding is deterministic; allow one problem in 20 to flip on other CPU kernels.
+            assert measured[mode][level]["accuracy"] == pytest.approx(cell["accuracy"], abs=0.051), (
+                mode,
+                level,
+            )
+            assert measured[mode][level]["mean_length"] == pytest.approx(cell["mean_length"], abs=1.0), (
+                mode,
+                level,
+            )
+
+
+@pytest.fixture(scope="module")
+def reduced_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("mini")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "routing_grpo.mini.run", "--shipped", "--output", str(out), "--jobs", "2", *REDUCED],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1500,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return out
+
+
+def _summary(out: Path, *parts: str) -> dict:
+    return json.loads(out.joinpath("eval", *parts, "mini", "summary.json").read_text())
+
+
+def test_reduced_miniature_oracle_separates_the_levels(reduced_run: Path):
+    """The taught model, forced into each mode: NoThink is reliable only at level 1, Long at every level,
+    Short's working fits its cap up to level 4 only (held-out problems, temperature 0.6)."""
+    mini = json.loads((reduced_run / "report" / "mini.json").read_text())["benchmarks"]["mini"]
+    cells = {int(lv): row["cells"] for lv, row in mini["oracle"]["levels"].items()}
+    assert cells[1]["NoThink"]["accuracy_capped"] >= 0.9
+    assert max(cells[lv]["NoThink"]["accuracy_capped"] for lv in (4, 5, 6)) <= 0.4
+    assert min(cells[lv]["Long"]["accuracy_capped"] for lv in cells) >= 0.9
+    assert cells[5]["Short"]["accuracy_capped"] == cells[6]["Short"]["accuracy_capped"] == 0.0  # past the cap
+    assert (
+        mini["oracle"]["levels"]["1"]["best"] == "NoThink" and mini["oracle"]["levels"]["6"]["best"] == "Long"
+    )
+
+
+def test_reduced_miniature_router_routes_and_reports(reduced_run: Path):
+    """The router trained through the real entry point writes a routing word in (almost) every answer, keeps
+    Long's accuracy where it routes to Long, and the report holds its per-level split, regret and targets."""
+    router = _summary(reduced_run, "router", "seed0")
+    assert router["invalid_share"] <= 0.05
+    assert router["per_mode"]["Long"]["accuracy"] >= 0.9
+    mini = json.loads((reduced_run / "report" / "mini.json").read_text())["benchmarks"]["mini"]
+    assert set(mini["router"]["levels"]) == {"1", "2", "3", "4", "5", "6"}
+    assert mini["router"]["regret"]["relative"]["mean"] is not None
+    assert {t["key"] for t in mini["targets"]["mean"]} >= {"tokens_vs_long", "brief_at_lowest", "regret"}
+    text = (reduced_run / "report" / "results.md").read_text()
+    assert "Oracle" in text and "Targets" in text
