@@ -54,6 +54,55 @@ def _tiny_corpus() -> list[str]:
     return lines * 3
 
 
+def train_bpe_tokenizer(
+    corpus: list[str],
+    *,
+    vocab_size: int,
+    added_tokens: tuple[str, ...] = (),
+    chat_template: str = CHATML_TEMPLATE,
+):
+    """A byte-level BPE trained on ``corpus`` with Qwen2's split (every digit a token), ChatML special tokens
+    (EOS ``<|im_end|>``, pad ``<|endoftext|>``) and a chat template; ``added_tokens`` are kept whole."""
+    from tokenizers import (
+        AddedToken,
+        Regex,
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        trainers,
+    )
+    from transformers import PreTrainedTokenizerFast
+
+    bpe = Tokenizer(models.BPE())
+    bpe.normalizer = normalizers.NFC()
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(_QWEN2_SPLIT), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=_SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(corpus, trainer=trainer)
+    if added_tokens:
+        bpe.add_tokens([AddedToken(t, normalized=False, single_word=False) for t in added_tokens])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        bos_token=None,
+        unk_token=None,
+        chat_template=chat_template,
+    )
+
+
 def build_tiny_qwen2(
     path: str | Path,
     *,
@@ -86,34 +135,10 @@ def build_tiny_qwen2(
         return path
 
     import torch
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     path.mkdir(parents=True, exist_ok=True)
-    bpe = Tokenizer(models.BPE())
-    bpe.normalizer = normalizers.NFC()
-    bpe.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(_QWEN2_SPLIT), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=_SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    bpe.train_from_iterator(_tiny_corpus(), trainer=trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        unk_token=None,
-        chat_template=CHATML_TEMPLATE,
-    )
+    tokenizer = train_bpe_tokenizer(_tiny_corpus(), vocab_size=vocab_size)
     tokenizer.save_pretrained(path)
 
     torch.manual_seed(seed)

@@ -28,13 +28,6 @@ from routing_grpo.modes import routing_instruction
 
 logger = logging.getLogger(__name__)
 
-CHATML_TEMPLATE = (
-    "{% for message in messages %}"
-    "{{ '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
-)
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 EOS = "<|im_end|>"
 # One token for the answer's opening, so every mode pays the same short suffix.
 BOXED = " \\boxed{"
@@ -44,11 +37,6 @@ ROUTING_QUESTION = "Mode:"
 PLAIN_MIX = {"NoThink": 0.1, "Short": 0.1, "Long": 0.8}
 # Share of problems that also get a plain row (the baselines need less teaching than the router).
 PLAIN_SHARE = 0.5
-# Qwen2's pre-tokenizer split: digits are single tokens.
-_SPLIT = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|"
-    r"\s+(?!\S)|\s+"
-)
 
 
 @dataclass
@@ -130,43 +118,9 @@ def _corpus(seed: int) -> list[str]:
 
 def build_tokenizer(seed: int = 0) -> Any:
     """A byte-level BPE trained on the task's text, digits as single tokens, ``' \\boxed{'`` one token."""
-    from tokenizers import (
-        AddedToken,
-        Regex,
-        Tokenizer,
-        decoders,
-        models,
-        normalizers,
-        pre_tokenizers,
-        trainers,
-    )
-    from transformers import PreTrainedTokenizerFast
+    from routing_grpo.offline_models import train_bpe_tokenizer
 
-    bpe = Tokenizer(models.BPE())
-    bpe.normalizer = normalizers.NFC()
-    bpe.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(_SPLIT), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=400,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    bpe.train_from_iterator(_corpus(seed), trainer=trainer)
-    bpe.add_tokens([AddedToken(BOXED, normalized=False, single_word=False)])
-    return PreTrainedTokenizerFast(
-        tokenizer_object=bpe,
-        eos_token=EOS,
-        pad_token="<|endoftext|>",
-        bos_token=None,
-        unk_token=None,
-        chat_template=CHATML_TEMPLATE,
-    )
+    return train_bpe_tokenizer(_corpus(seed), vocab_size=400, added_tokens=(BOXED,))
 
 
 def build_model(tokenizer: Any, config: TeachConfig) -> Any:
