@@ -4,9 +4,10 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-# On a machine without an NVIDIA GPU, pin the CPU build of torch (see constraints-cpu.txt).
+# On a machine without an NVIDIA GPU, pin the CPU build of torch (constraints-cpu.txt); with one, the
+# pinned GPU stack (constraints-gpu.txt: torch, vLLM, transformers, DeepSpeed as TRL 1.16 supports them).
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
-CONSTRAINTS ?= $(if $(HAS_CUDA),,-c constraints-cpu.txt)
+CONSTRAINTS ?= $(if $(HAS_CUDA),-c constraints-gpu.txt,-c constraints-cpu.txt)
 PYTEST_ARGS ?=
 OUTPUT_DIR ?= outputs
 SEEDS ?= 0 1 2
@@ -15,7 +16,7 @@ SEEDS ?= 0 1 2
 	train-baselines \
 	train-countdown eval report
 
-$(VENV)/.installed: pyproject.toml constraints-cpu.txt
+$(VENV)/.installed: pyproject.toml constraints-cpu.txt constraints-gpu.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(CONSTRAINTS) -e ".[dev]"
@@ -23,9 +24,9 @@ $(VENV)/.installed: pyproject.toml constraints-cpu.txt
 
 install: $(VENV)/.installed
 
-# GPU runs: vLLM rollouts (TRL 1.16's vLLM range) and DeepSpeed for the ZeRO configs.
-$(VENV)/.installed-gpu: $(VENV)/.installed
-	$(PY) -m pip install --quiet -e ".[dev,vllm]" deepspeed
+# GPU runs: vLLM rollouts and DeepSpeed for the ZeRO configs, at the versions constraints-gpu.txt pins.
+$(VENV)/.installed-gpu: $(VENV)/.installed constraints-gpu.txt
+	$(PY) -m pip install --quiet -c constraints-gpu.txt -e ".[dev,vllm]" deepspeed
 	touch $@
 
 install-gpu: $(VENV)/.installed-gpu
@@ -83,11 +84,12 @@ demo-smollm2: install demo-deps
 	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.demo_smollm2 $(DEMO_ARGS)
 
 # ------------------------------------------------------------------------------------------------------
-# The paper's runs (GPU). The recipes state the batch geometry for 8 training GPUs; for another count N
-# pass TRAIN_ARGS="--gradient_accumulation_steps $$((32/N)) --steps_per_generation $$((128/N))".
+# The paper's runs (GPU). The recipes state the batch geometry in the paper's units (128 prompts x G 8 per
+# generation batch, 4 optimizer steps); the trainer derives the per-device settings for NUM_PROCESSES.
+# Each run writes to $(OUTPUT_DIR)/<recipe name>/seed<N> (run_dir below, the entry point's own default).
 #   make train-router                         # 3 seeds of the router
 #   make train-baselines SEEDS=0              # NoThink / Short / Long baselines, one seed
-#   make train-router NUM_PROCESSES=4 TRAIN_ARGS="--gradient_accumulation_steps 8 --steps_per_generation 32"
+#   make train-router NUM_PROCESSES=4         # the paper's 4 GPUs
 # ------------------------------------------------------------------------------------------------------
 NUM_PROCESSES ?= 8
 ACCELERATE_CONFIG ?= accelerate_configs/zero2.yaml
@@ -97,43 +99,60 @@ EVAL_ARGS ?=
 BASE_MODEL ?= deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B
 EVAL_BENCHMARKS ?= math500,gsm8k,aime24,aime25
 ROUTER_RECIPE := recipes/router_r1_distill_qwen_1.5b.yaml
+# The folder of one run: $(call run_dir,RECIPE,SEED) = $(OUTPUT_DIR)/<recipe file name>/seed<SEED>.
+run_dir = $(OUTPUT_DIR)/$(basename $(notdir $(1)))/seed$(2)
+# Hub: each run pushes (with TRAIN_ARGS="--push_to_hub true") to <HUB_ORG>/<recipe name>-seed<N>, a repo of
+# its own per recipe and seed (HUB_ORG empty: your own namespace), once training has ended.
+HUB_ORG ?=
 LAUNCH = $(VENV)/bin/accelerate launch --config_file $(ACCELERATE_CONFIG) --num_processes $(NUM_PROCESSES) \
-	-m routing_grpo.train
+	-m routing_grpo.train $(if $(strip $(HUB_ORG)),--hub_org $(strip $(HUB_ORG)))
 
 train-router: install-gpu
 	set -e; for seed in $(SEEDS); do \
 		$(LAUNCH) --config $(ROUTER_RECIPE) --seed $$seed \
-			--output_dir $(OUTPUT_DIR)/router_r1_distill_qwen_1.5b/seed$$seed $(TRAIN_ARGS); \
+			--output_dir $(call run_dir,$(ROUTER_RECIPE),$$seed) $(TRAIN_ARGS); \
 	done
 
 train-baselines: install-gpu
 	set -e; for mode in $(BASELINES); do for seed in $(SEEDS); do \
 		$(LAUNCH) --config recipes/baseline_$${mode}_r1_distill_qwen_1.5b.yaml --seed $$seed \
-			--output_dir $(OUTPUT_DIR)/baseline_$${mode}_r1_distill_qwen_1.5b/seed$$seed $(TRAIN_ARGS); \
+			--output_dir $(call run_dir,recipes/baseline_$${mode}_r1_distill_qwen_1.5b.yaml,$$seed) $(TRAIN_ARGS); \
 	done; done
 
 train-countdown: install-gpu
 	set -e; for seed in $(SEEDS); do \
 		$(LAUNCH) --config recipes/countdown_router.yaml --seed $$seed \
-			--output_dir $(OUTPUT_DIR)/countdown_router/seed$$seed $(TRAIN_ARGS); \
+			--output_dir $(call run_dir,recipes/countdown_router.yaml,$$seed) $(TRAIN_ARGS); \
 	done
 
-# Evaluation (vLLM when available): the base model, the routers (free routing) and the baselines (plain
-# prompt), one summary.json per benchmark under $(OUTPUT_DIR)/eval/<method>/seed<N>/.
+# Evaluation with vLLM: the base model, the routers (free routing) and the baselines (plain prompt), one
+# summary.json per benchmark under $(OUTPUT_DIR)/eval/<method>/seed<N>/. An evaluation is one process, not
+# an accelerate launch, so NUM_PROCESSES (the node's GPUs, as for training) becomes vLLM's parallel size:
+# NUM_PROCESSES / EVAL_TENSOR_PARALLEL data-parallel engines of EVAL_TENSOR_PARALLEL GPUs each (the 1.5B
+# model fits on one GPU: 8 engines on 8 GPUs). Each benchmark's prompts go to the engines in one call.
+#   make eval NUM_PROCESSES=4 EVAL_ARGS="--max-model-len 20480"
+EVAL_TENSOR_PARALLEL ?= 1
+EVAL = $(VENV)/bin/routing-grpo eval --backend vllm --tensor-parallel-size $(EVAL_TENSOR_PARALLEL) \
+	--data-parallel-size $(shell expr $(NUM_PROCESSES) / $(EVAL_TENSOR_PARALLEL))
+ROUTER_RUNS = $(OUTPUT_DIR)/$(basename $(notdir $(ROUTER_RECIPE)))
+
 eval: install-gpu
-	$(VENV)/bin/routing-grpo eval --model $(BASE_MODEL) --no-routing --method base \
+	$(EVAL) --model $(BASE_MODEL) --no-routing --method base \
 		--benchmarks $(EVAL_BENCHMARKS) --output $(OUTPUT_DIR)/eval/base $(EVAL_ARGS)
 	set -e; for seed in $(SEEDS); do \
-		$(VENV)/bin/routing-grpo eval --model $(OUTPUT_DIR)/router_r1_distill_qwen_1.5b/seed$$seed \
+		$(EVAL) --model $(call run_dir,$(ROUTER_RECIPE),$$seed) \
 			--config $(ROUTER_RECIPE) --method router --run-seed $$seed --benchmarks $(EVAL_BENCHMARKS) \
 			--output $(OUTPUT_DIR)/eval/router/seed$$seed $(EVAL_ARGS); \
 		for mode in $(BASELINES); do \
-			$(VENV)/bin/routing-grpo eval --model $(OUTPUT_DIR)/baseline_$${mode}_r1_distill_qwen_1.5b/seed$$seed \
+			$(EVAL) --model $(call run_dir,recipes/baseline_$${mode}_r1_distill_qwen_1.5b.yaml,$$seed) \
 				--no-routing --method $$mode --run-seed $$seed --benchmarks $(EVAL_BENCHMARKS) \
 				--output $(OUTPUT_DIR)/eval/$$mode/seed$$seed $(EVAL_ARGS); \
 		done; \
 	done
 
-# Paper tables and figures from the evaluations (results.md, CSVs, PNGs).
+# Paper tables and figures from the evaluations (results.md, CSVs, PNGs); the routers' training folders
+# (trainer_state.json) give the training-dynamics figure (left out while there are none).
+REPORT_TRAINING ?= $(wildcard $(ROUTER_RUNS))
 report: install
-	$(VENV)/bin/routing-grpo report --runs $(OUTPUT_DIR)/eval --output $(OUTPUT_DIR)/report
+	$(VENV)/bin/routing-grpo report --runs $(OUTPUT_DIR)/eval --output $(OUTPUT_DIR)/report \
+		$(if $(strip $(REPORT_TRAINING)),--training $(REPORT_TRAINING))

@@ -28,7 +28,7 @@ def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
     try:
         recipe = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise CliError(f"{path}: not valid YAML ({err})") from None
+        raise CliError(f"{path}: not valid YAML ({_yaml_problem(err)})") from None
     if not isinstance(recipe, dict):
         raise CliError(f"{path}: a recipe must be a mapping of keys to values")
     if "modes" not in recipe:
@@ -37,6 +37,13 @@ def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
         return parse_modes(recipe["modes"])
     except (TypeError, ValueError) as err:
         raise CliError(f"{path}: {err}") from None
+
+
+def _yaml_problem(err: Exception) -> str:
+    """A YAML error on one line: what is wrong and where (PyYAML's own text spans several lines)."""
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or " ".join(str(err).split())
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
 
 
 def reward_table(modes: Sequence[ModeSpec], lengths: Sequence[int]) -> dict[str, Any]:
@@ -111,11 +118,15 @@ def cmd_grade(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from routing_grpo.report import write_report
 
+    if args.no_plots:
+        figures = None
+    else:
+        from routing_grpo.plots import draw_all as figures
     try:
         tables = write_report(
             args.runs,
             args.output,
-            plots=not args.no_plots,
+            plots=figures,
             oracle_dirs=args.oracle or (),
             training_dirs=args.training or (),
         )
@@ -143,12 +154,12 @@ def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
     return out
 
 
-def _saved_routing_settings(model: str) -> dict[str, Any]:
+def _saved_routing_settings(model: str, revision: str | None = None) -> dict[str, Any]:
     """The modes, instruction and question saved with a trained checkpoint ({} when it has none)."""
     from routing_grpo.inference import RoutingSettings, SettingsNotFoundError
 
     try:
-        settings = RoutingSettings.load(model)
+        settings = RoutingSettings.load(model, revision=revision)
     except SettingsNotFoundError:
         return {}
     except ValueError as err:
@@ -158,20 +169,23 @@ def _saved_routing_settings(model: str) -> dict[str, Any]:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from routing_grpo.evaluate import EvalConfig, run_eval
+    from routing_grpo.data import DatasetUnavailableError
+    from routing_grpo.evaluate import EvalConfig, check_benchmarks, check_engine, resolve_backend, run_eval
 
+    # Everything the command line names is checked before the model loads: the recipe, the options, the
+    # benchmark names and data files (run_eval then loads the benchmarks before the model).
     recipe: dict[str, Any] = {}
     if args.config:
         import yaml
 
+        load_recipe_modes(args.config)  # a missing file, bad YAML or bad modes: one clear line
         recipe = yaml.safe_load(Path(args.config).read_text()) or {}
-        load_recipe_modes(args.config)  # validates the recipe's modes with a clear message
     else:
-        recipe = _saved_routing_settings(args.model)
+        recipe = _saved_routing_settings(args.model, args.revision)
     try:
         config = EvalConfig(
             model=args.model,
-            benchmarks=[b for b in args.benchmarks.split(",") if b],
+            benchmarks=[b.strip() for b in args.benchmarks.split(",") if b.strip()],
             output=args.output,
             samples=_parse_mapping(args.samples, "--samples", int),
             temperature=args.temperature,
@@ -186,18 +200,30 @@ def cmd_eval(args: argparse.Namespace) -> int:
             seed=args.seed,
             method=args.method,
             run_seed=args.run_seed,
+            revision=args.revision,
+            dtype=args.dtype,
+            device=args.device,
+            tensor_parallel_size=args.tensor_parallel_size,
+            data_parallel_size=args.data_parallel_size,
+            max_model_len=args.max_model_len,
+            gpu_memory_utilization=args.gpu_memory_utilization,
             **{
                 k: recipe[k]
                 for k in ("modes", "routing_instruction", "routing_question")
                 if recipe.get(k) is not None
             },
         )
-    except ValueError as err:
+        check_benchmarks(config)
+        check_engine(config, resolve_backend(config.backend))
+    except (FileNotFoundError, ValueError) as err:
         raise CliError(str(err)) from None
     try:
         summaries = run_eval(config)
-    except (FileNotFoundError, ValueError) as err:
+    except (FileNotFoundError, ValueError, DatasetUnavailableError) as err:
         raise CliError(str(err)) from None
+    except OSError as err:  # the model or tokenizer could not be loaded
+        reason = " ".join(str(err).split())
+        raise CliError(f"{args.model}: the model could not be loaded ({reason})") from None
     for bench, summary in summaries.items():
         shares = summary.get("mode_shares")
         split = " ".join(f"{m}={v:.2f}" for m, v in shares.items()) if shares else "-"
@@ -310,12 +336,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from routing_grpo import version_text
+
     parser = argparse.ArgumentParser(
-        prog="routing-grpo", description="Self-routing GRPO: learn when to think (NoThink / Short / Long)."
+        prog="routing-grpo",
+        description="Self-routing GRPO: learn when to think (NoThink / Short / Long). The method: "
+        "docs/method.md; `routing-grpo COMMAND --help` for each command.",
+    )
+    parser.add_argument(
+        "--version", action="version", version=version_text(), help="show the versions and exit"
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser(
-        "train", help="train the router or a baseline: routing-grpo train --config RECIPE.yaml ..."
+        "train",
+        help="train the router or a baseline: routing-grpo train --config RECIPE.yaml ... "
+        "(`routing-grpo train --help`: its options)",
+        add_help=False,
     )
 
     p = sub.add_parser("reward-table", help="reward of a correct answer per mode and length, and crossovers")
@@ -332,14 +368,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=cmd_grade)
 
-    p = sub.add_parser("eval", help="evaluate a model on math500 / gsm8k / aime24 / aime25")
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a model on math500 / gsm8k / aime24 / aime25",
+        description="Evaluate a router (free routing), one forced mode, or a plain model. Benchmarks, "
+        "--samples, --data and --config are checked before the model loads. With vLLM each benchmark's "
+        "prompts go to the engine in one call; --tensor-parallel-size x --data-parallel-size GPUs are used.",
+    )
     p.add_argument("--model", required=True, help="checkpoint directory or Hub name")
     p.add_argument("--benchmarks", default="math500,gsm8k,aime24,aime25", help="comma-separated benchmarks")
     p.add_argument("--samples", help="samples per prompt, e.g. gsm8k=5,aime24=16 (paper defaults otherwise)")
-    p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: keep this probability mass")
     p.add_argument("--max-tokens", type=int, default=16384, help="uncapped generation up to this many tokens")
-    p.add_argument("--backend", choices=["auto", "vllm", "transformers"], default="auto")
+    p.add_argument(
+        "--backend",
+        choices=["auto", "vllm", "transformers"],
+        default="auto",
+        help="auto: vLLM when it is installed and there is a GPU, else transformers",
+    )
     p.add_argument("--limit", type=int, help="first N problems of each benchmark")
     group = p.add_mutually_exclusive_group()
     group.add_argument(
@@ -348,11 +395,51 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--no-routing", action="store_true", help="plain prompt (base model or a baseline)")
     p.add_argument("--config", help="training recipe: its modes, routing instruction and question are used")
     p.add_argument("--data", help="local files per benchmark, e.g. math500=data/math500.jsonl (default: Hub)")
-    p.add_argument("--batch-size", type=int, default=16, help="prompts per generation batch")
-    p.add_argument("--seed", type=int, default=0, help="sampling seed")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        help="prompts per generation call (default: vLLM gets each benchmark's prompts in one call, "
+        "transformers 16); each call's samples are saved when graded, so a rerun resumes after the last one",
+    )
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (seeds the vLLM engines)")
     p.add_argument("--method", help="label for reports (default: router / base / the forced mode)")
     p.add_argument("--run-seed", type=int, help="training seed of the checkpoint, for reports")
     p.add_argument("--output", required=True, help="directory: <benchmark>/samples.jsonl and summary.json")
+    engine = p.add_argument_group("model and engine")
+    engine.add_argument("--revision", help="Hub revision (branch, tag or commit) of the model and tokenizer")
+    engine.add_argument(
+        "--dtype",
+        choices=["auto", "bfloat16", "float16", "float32"],
+        default="auto",
+        help="weights and activations (auto: the checkpoint's)",
+    )
+    engine.add_argument(
+        "--device", help="transformers backend: device (default: cuda when there is a GPU, else cpu)"
+    )
+    engine.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="vLLM: GPUs each engine splits the model over",
+    )
+    engine.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=1,
+        help="vLLM: engines, each on its own --tensor-parallel-size GPUs and process, sharing each call's "
+        "prompts (needs tensor x data parallel size GPUs)",
+    )
+    engine.add_argument(
+        "--max-model-len",
+        type=int,
+        help="vLLM: context length of the engine, prompt + completion (default: the model's)",
+    )
+    engine.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="vLLM: share of each GPU's memory the engine may take (weights, activations, KV cache)",
+    )
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser(
@@ -375,11 +462,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="append one JSON line per answer; answered ids are skipped when rerun")
     p.add_argument("--max-new-tokens", type=int, help="tokens per answer (default: the training run's limit)")
     p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")
-    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: keep this probability mass")
     p.add_argument("--top-k", type=int, default=0, help="0 = off")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--batch-size", type=int, default=8, help="questions per generation batch")
-    p.add_argument("--backend", choices=["auto", "vllm", "transformers"], default="auto")
+    p.add_argument(
+        "--backend",
+        choices=["auto", "vllm", "transformers"],
+        default="auto",
+        help="auto: vLLM when it is installed and there is a GPU, else transformers",
+    )
     p.add_argument("--device", help="transformers device (default: cuda when there is a GPU, else cpu)")
     p.add_argument("--revision", help="Hub revision of the model")
     p.add_argument(
@@ -414,7 +506,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Training has its own TrlParser (recipe YAML + every GRPOConfig flag); hand it the rest.
         from routing_grpo.train import cli as train_cli
 
-        train_cli(argv[1:])
+        train_cli(argv[1:], prog="routing-grpo train")
         return 0
     args = build_parser().parse_args(argv)
     try:

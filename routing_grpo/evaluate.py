@@ -1,21 +1,29 @@
 """Evaluation of a routing model (or a baseline) on MATH-500, GSM8K and AIME: ``routing-grpo eval``.
 
-Free routing with the routing prompt by default, uncapped (SPEC.md: validation and evaluation are free
-and uncapped, temperature 0.6). ``force_mode`` appends one mode's word after the routing question;
+Free routing with the routing prompt by default, uncapped (docs/method.md "Validation and evaluation":
+validation and evaluation are free and uncapped, temperature 0.6). ``force_mode`` appends one mode's word after the routing question;
 ``no_routing`` uses the plain prompt (a base model or a single-mode baseline).
 
 Per benchmark, ``OUTPUT/<benchmark>/samples.jsonl`` gets one line per (prompt, sample) as soon as its batch
 is graded, so an interrupted run resumes without redoing finished samples, and ``summary.json`` (written
 atomically) holds accuracy (avg@k), mean length, the routing split and per-mode / per-level figures.
+
+At GPU scale (:func:`run_eval`): the benchmark names, ``--samples`` / ``--data`` entries and data files are
+checked, and the benchmarks loaded, before the model is; with vLLM each benchmark's prompts go to the
+engine in one generation call (vLLM schedules them), on ``tensor_parallel_size`` GPUs per engine and
+``data_parallel_size`` engines (:class:`VLLMGenerator`); the transformers backend runs on the GPU when
+there is one, ``batch_size`` prompts per call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 import os
 import time
+import traceback
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -30,6 +38,9 @@ logger = logging.getLogger(__name__)
 # The paper's protocol: MATH-500 once, GSM8K avg@5, AIME avg@16.
 DEFAULT_SAMPLES = {"math500": 1, "gsm8k": 5, "aime24": 16, "aime25": 16}
 DEFAULT_ROUTING_QUESTION = "Mode:"
+# Prompts per generation call with the transformers backend when --batch-size is not given (vLLM: all).
+TRANSFORMERS_BATCH_SIZE = 16
+DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
 @dataclass
@@ -49,20 +60,51 @@ class EvalConfig:
     routing_instruction: str | None = None
     routing_question: str = DEFAULT_ROUTING_QUESTION
     data: dict[str, str] = field(default_factory=dict)
-    batch_size: int = 16
+    # Prompts per generation call; None: vLLM gets all of a benchmark's prompts in one call, transformers
+    # TRANSFORMERS_BATCH_SIZE. Each call's samples are appended when graded (what a resumed run keeps).
+    batch_size: int | None = None
     seed: int = 0
     method: str | None = None
     run_seed: int | None = None
+    # The model and the engine: both backends take revision and dtype; device is transformers', the rest
+    # vLLM's (tensor_parallel_size GPUs per engine, data_parallel_size engines, each its own process).
+    revision: str | None = None
+    dtype: str = "auto"
+    device: str | None = None
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
 
     def __post_init__(self) -> None:
         if self.force_mode and self.no_routing:
             raise ValueError("--force-mode and --no-routing exclude each other")
+        if not self.benchmarks:
+            raise ValueError("--benchmarks: name at least one benchmark")
         if self.temperature < 0:
             raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.max_tokens < 1:
             raise ValueError(f"--max-tokens must be >= 1, got {self.max_tokens}")
         if self.backend not in ("auto", "vllm", "transformers"):
             raise ValueError(f"--backend must be vllm, transformers or auto, got {self.backend!r}")
+        if self.limit is not None and self.limit < 0:
+            raise ValueError(f"--limit must be >= 0, got {self.limit}")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        for flag, value in (
+            ("--tensor-parallel-size", self.tensor_parallel_size),
+            ("--data-parallel-size", self.data_parallel_size),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{flag} must be a positive integer, got {value!r}")
+        if self.max_model_len is not None and self.max_model_len < 1:
+            raise ValueError(f"--max-model-len must be >= 1, got {self.max_model_len}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.force_mode:
             mode_index(self.mode_specs, self.force_mode)  # names the modes if unknown
         for bench, k in self.samples.items():
@@ -139,14 +181,41 @@ class PromptPlan:
 # ---------------------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class SampleRequest:
+    """One prompt (token ids) and how many samples of it to draw."""
+
+    prompt_ids: tuple[int, ...]
+    n: int
+
+
 class Generator(Protocol):
-    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, seed: int) -> list[list[list[int]]]:
-        """``n`` completions (token ids up to and including EOS, as vLLM returns them) for each prompt."""
+    def generate(self, requests: Sequence[SampleRequest], seed: int) -> list[list[list[int]]]:
+        """``request.n`` completions (token ids up to and including EOS, as vLLM returns them) per request,
+        in request order."""
         ...
 
 
+def sample_requests(
+    items: Sequence[tuple[dict[str, Any], list[int]]], plan: PromptPlan, tokenizer: Any
+) -> list[SampleRequest]:
+    """The requests of one generation call: per (row, missing sample indices), the rendered prompt's token
+    ids and one sample per missing index. Prompts with different numbers of missing samples (a resumed
+    run) go in the same call."""
+    return [
+        SampleRequest(
+            tuple(tokenizer(plan.render(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"]),
+            len(missing),
+        )
+        for row, missing in items
+    ]
+
+
 class TransformersGenerator:
-    """Batched sampling with ``model.generate`` (CPU fallback and small GPUs)."""
+    """Sampling with ``model.generate`` (CPU, or a GPU without vLLM): requests with the same ``n`` are
+    generated together (``num_return_sequences=n``), each group seeded with ``seed``."""
+
+    default_batch_size = TRANSFORMERS_BATCH_SIZE
 
     def __init__(
         self, model: Any, tokenizer: Any, *, max_tokens: int, temperature: float, top_p: float
@@ -158,7 +227,18 @@ class TransformersGenerator:
         eos = eos if eos is not None else tokenizer.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos])
 
-    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, seed: int) -> list[list[list[int]]]:
+    def generate(self, requests: Sequence[SampleRequest], seed: int) -> list[list[list[int]]]:
+        by_n: dict[int, list[int]] = defaultdict(list)
+        for i, request in enumerate(requests):
+            by_n[request.n].append(i)
+        out: list[list[list[int]]] = [[] for _ in requests]
+        for n, indices in by_n.items():
+            samples = self._generate([requests[i].prompt_ids for i in indices], n, seed)
+            for i, completions in zip(indices, samples):
+                out[i] = completions
+        return out
+
+    def _generate(self, prompt_ids: Sequence[Sequence[int]], n: int, seed: int) -> list[list[list[int]]]:
         import torch
 
         torch.manual_seed(seed)
@@ -189,27 +269,316 @@ class TransformersGenerator:
         return ids
 
 
-class VLLMGenerator:
-    """vLLM offline engine (GPU). Kept small: the prompts and budgets it gets are built by tested code."""
+def transformers_device(device: str | None) -> str:
+    """The transformers backend's device: the one given, else ``cuda`` when there is a GPU, else ``cpu``."""
+    if device:
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# vLLM: engine options, one request list per call, data-parallel engines (pure parts tested on CPU)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def vllm_engine_kwargs(config: EvalConfig) -> dict[str, Any]:
+    """``vllm.LLM(**kwargs)`` of one engine. ``data_parallel_size`` is not among them: vLLM's offline
+    ``LLM`` does not take it in one process, so each data-parallel replica is an engine of its own
+    (:class:`DataParallelEngines`); the engine is seeded with ``--seed``."""
+    kwargs: dict[str, Any] = {
+        "model": config.model,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "dtype": config.dtype,
+        "seed": config.seed,
+    }
+    if config.revision is not None:
+        kwargs["revision"] = config.revision
+    if config.max_model_len is not None:
+        kwargs["max_model_len"] = config.max_model_len
+    return kwargs
+
+
+def vllm_sampling_kwargs(
+    requests: Sequence[SampleRequest], *, temperature: float, top_p: float, max_tokens: int
+) -> list[dict[str, Any]]:
+    """``SamplingParams(**kwargs)`` per request: its ``n``; temperature, top-p and the token limit shared.
+    No per-request seed (the engine is seeded): one seed shared by every request would correlate their
+    samples, and per-request generators slow vLLM's sampler."""
+    return [
+        {
+            "n": int(r.n),
+            "temperature": float(temperature),
+            "top_p": float(top_p),
+            "max_tokens": int(max_tokens),
+        }
+        for r in requests
+    ]
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every GPU torch counts."""
+    env = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if env is not None:
+        return [d.strip() for d in env.split(",") if d.strip()]
+    import torch
+
+    return [str(i) for i in range(torch.cuda.device_count())]
+
+
+def replica_devices(data_parallel_size: int, tensor_parallel_size: int, visible: Sequence[str]) -> list[str]:
+    """``CUDA_VISIBLE_DEVICES`` of each data-parallel engine: consecutive blocks of ``tensor_parallel_size``
+    of the visible GPUs. Raises ValueError when there are too few."""
+    need = data_parallel_size * tensor_parallel_size
+    if len(visible) < need:
+        raise ValueError(
+            f"--data-parallel-size {data_parallel_size} x --tensor-parallel-size {tensor_parallel_size} "
+            f"needs {need} GPUs; {len(visible)} visible ({','.join(visible) or 'none'})"
+        )
+    return [
+        ",".join(visible[r * tensor_parallel_size : (r + 1) * tensor_parallel_size])
+        for r in range(data_parallel_size)
+    ]
+
+
+def shard(count: int, parts: int) -> list[list[int]]:
+    """Request indices per data-parallel engine, dealt round-robin (neighbouring prompts, often of similar
+    difficulty and length, go to different engines)."""
+    return [list(range(r, count, parts)) for r in range(parts)]
+
+
+class LocalVLLM:
+    """One vLLM engine in this process: a call's prompts and sampling arguments in, token ids out."""
 
     def __init__(
-        self, model: str, *, max_tokens: int, temperature: float, top_p: float, **engine_kwargs: Any
-    ):
-        from vllm import LLM
+        self,
+        engine_kwargs: dict[str, Any],
+        *,
+        llm_factory: Any = None,
+        sampling_params: Any = None,
+        use_tqdm: bool = True,
+    ) -> None:
+        if llm_factory is None:
+            from vllm import LLM as llm_factory  # noqa: N811
+        if sampling_params is None:
+            from vllm import SamplingParams as sampling_params  # noqa: N811
+        self.llm = llm_factory(**engine_kwargs)
+        self.sampling_params, self.use_tqdm = sampling_params, use_tqdm
 
-        self.llm = LLM(model=model, **engine_kwargs)
-        self.max_tokens, self.temperature, self.top_p = max_tokens, temperature, top_p
-
-    def generate(self, prompt_ids: Sequence[Sequence[int]], n: int, seed: int) -> list[list[list[int]]]:
-        from vllm import SamplingParams
-
-        params = SamplingParams(
-            n=n, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens, seed=seed
-        )
+    def run(
+        self, prompts: Sequence[Sequence[int]], params: Sequence[dict[str, Any]]
+    ) -> list[list[list[int]]]:
         outputs = self.llm.generate(
-            [{"prompt_token_ids": list(p)} for p in prompt_ids], params, use_tqdm=False
+            [{"prompt_token_ids": list(p)} for p in prompts],
+            sampling_params=[self.sampling_params(**p) for p in params],
+            use_tqdm=self.use_tqdm,
         )
         return [[list(o.token_ids) for o in out.outputs] for out in outputs]
+
+    def close(self) -> None:
+        pass
+
+
+def _replica_main(
+    conn: Any,
+    devices: str,
+    engine_kwargs: dict[str, Any],
+    llm_factory: Any,
+    sampling_params: Any,
+    use_tqdm: bool,
+) -> None:
+    """A data-parallel engine's process: its GPUs set before anything touches CUDA, then one call per
+    message until ``None``. Errors go back to the parent as text."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = devices
+    try:
+        engine = LocalVLLM(
+            engine_kwargs, llm_factory=llm_factory, sampling_params=sampling_params, use_tqdm=use_tqdm
+        )
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            message = conn.recv()
+        except EOFError:  # the parent has gone
+            return
+        if message is None:
+            return
+        try:
+            conn.send(("ok", engine.run(*message)))
+        except BaseException:
+            conn.send(("error", traceback.format_exc()))
+
+
+class DataParallelEngines:
+    """``data_parallel_size`` independent vLLM engines, each in its own process on its own GPUs (see
+    :func:`replica_devices`); engine r is seeded with ``seed + r``. A call's requests are dealt round-robin
+    (:func:`shard`), every engine gets its share at once, and the outputs come back in request order.
+    An engine that fails stops them all (the error, with the engine's traceback, is raised here)."""
+
+    def __init__(
+        self,
+        engine_kwargs: dict[str, Any],
+        devices: Sequence[str],
+        *,
+        llm_factory: Any = None,
+        sampling_params: Any = None,
+        use_tqdm: bool = True,
+    ) -> None:
+        import multiprocessing
+        from multiprocessing import connection
+
+        context = multiprocessing.get_context("spawn")  # vLLM and CUDA need fresh processes
+        self.devices = list(devices)
+        self.conns, self.procs = [], []
+        try:
+            for rank, gpus in enumerate(self.devices):
+                kwargs = {**engine_kwargs, "seed": engine_kwargs.get("seed", 0) + rank}
+                parent, child = context.Pipe()
+                proc = context.Process(
+                    target=_replica_main,
+                    args=(child, gpus, kwargs, llm_factory, sampling_params, use_tqdm and rank == 0),
+                    name=f"vllm-dp{rank}",
+                    daemon=False,  # vLLM starts processes of its own
+                )
+                proc.start()
+                child.close()
+                self.conns.append(parent)
+                self.procs.append(proc)
+            # "ready" from each once its engine is loaded; the first failure, whichever engine, stops all.
+            waiting = dict(enumerate(self.conns))
+            while waiting:
+                for conn in connection.wait(list(waiting.values())):
+                    rank = self.conns.index(conn)
+                    self._receive(rank)
+                    del waiting[rank]
+        except BaseException:
+            self.close()
+            raise
+
+    def _receive(self, rank: int) -> Any:
+        try:
+            status, payload = self.conns[rank].recv()
+        except EOFError:
+            raise RuntimeError(
+                f"vLLM data-parallel engine {rank} (GPUs {self.devices[rank]}) exited without a reply"
+            ) from None
+        if status == "error":
+            raise RuntimeError(
+                f"vLLM data-parallel engine {rank} (GPUs {self.devices[rank]}) failed:\n{payload}"
+            )
+        return payload
+
+    def run(
+        self, prompts: Sequence[Sequence[int]], params: Sequence[dict[str, Any]]
+    ) -> list[list[list[int]]]:
+        if not self.conns:
+            raise RuntimeError("the vLLM data-parallel engines have been stopped")
+        shards = shard(len(prompts), len(self.conns))
+        out: list[list[list[int]]] = [[] for _ in prompts]
+        try:
+            for rank, indices in enumerate(shards):
+                if indices:
+                    self.conns[rank].send(([list(prompts[i]) for i in indices], [params[i] for i in indices]))
+            for rank, indices in enumerate(shards):
+                if indices:
+                    for i, completions in zip(indices, self._receive(rank), strict=True):
+                        out[i] = completions
+        except BaseException:
+            self.close()  # replies still in flight would pair with the wrong call
+            raise
+        return out
+
+    def close(self) -> None:
+        for conn in self.conns:
+            with contextlib.suppress(OSError):  # the engine has gone already
+                conn.send(None)
+        deadline = time.monotonic() + 60  # for all of them to shut their engines down
+        for proc in self.procs:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=10)
+        for conn in self.conns:
+            conn.close()
+        self.conns, self.procs = [], []
+
+
+class VLLMGenerator:
+    """vLLM offline engine(s) (GPU): a call's requests go to the engine in one ``generate`` call, which
+    schedules them (continuous batching), so no request waits for another's longest sample.
+
+    ``data_parallel_size`` > 1: that many engines, each on ``tensor_parallel_size`` GPUs in its own
+    process (:class:`DataParallelEngines`). ``llm_factory`` / ``sampling_params`` stand in for
+    ``vllm.LLM`` / ``vllm.SamplingParams`` (tests; module-level callables when data parallel).
+    """
+
+    default_batch_size = None  # all of a benchmark's prompts in one call
+
+    def __init__(
+        self,
+        config: EvalConfig,
+        *,
+        llm_factory: Any = None,
+        sampling_params: Any = None,
+        use_tqdm: bool = True,
+        visible: Sequence[str] | None = None,
+    ) -> None:
+        self.max_tokens, self.temperature, self.top_p = config.max_tokens, config.temperature, config.top_p
+        # vLLM stops at the model's generation-config EOS tokens: a sample that ends with one finished.
+        self.eos_ids = model_eos_ids(config.model, config.revision)
+        kwargs = vllm_engine_kwargs(config)
+        if config.data_parallel_size > 1:
+            devices = replica_devices(
+                config.data_parallel_size,
+                config.tensor_parallel_size,
+                visible_gpus() if visible is None else visible,
+            )
+            self.engine: Any = DataParallelEngines(
+                kwargs, devices, llm_factory=llm_factory, sampling_params=sampling_params, use_tqdm=use_tqdm
+            )
+        else:
+            self.engine = LocalVLLM(
+                kwargs, llm_factory=llm_factory, sampling_params=sampling_params, use_tqdm=use_tqdm
+            )
+
+    def generate(self, requests: Sequence[SampleRequest], seed: int) -> list[list[list[int]]]:
+        """``seed`` is unused: the engine was seeded when it was built (``--seed``)."""
+        if not requests:
+            return []
+        params = vllm_sampling_kwargs(
+            requests, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens
+        )
+        return self.engine.run([r.prompt_ids for r in requests], params)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+def model_eos_ids(model: str, revision: str | None = None) -> set[int]:
+    """The EOS token ids of a model's generation config (empty when it cannot be read)."""
+    try:
+        from transformers import GenerationConfig
+
+        eos = GenerationConfig.from_pretrained(model, revision=revision).eos_token_id
+    except Exception:  # no generation config (or offline): the tokenizer's EOS still counts
+        return set()
+    if eos is None:
+        return set()
+    return {int(t) for t in (eos if isinstance(eos, list) else [eos])}
+
+
+def completion_eos_ids(generator: Any, tokenizer: Any) -> set[int]:
+    """Tokens that end a sample: the generator's (``eos_ids``, the model's generation config) and the
+    tokenizer's EOS."""
+    eos = {int(t) for t in (getattr(generator, "eos_ids", None) or ())}
+    if getattr(tokenizer, "eos_token_id", None) is not None:
+        eos.add(int(tokenizer.eos_token_id))
+    return eos
 
 
 def resolve_backend(backend: str) -> str:
@@ -222,6 +591,22 @@ def resolve_backend(backend: str) -> str:
         return "vllm" if torch.cuda.is_available() else "transformers"
     except ImportError:
         return "transformers"
+
+
+def check_engine(config: EvalConfig, backend: str) -> None:
+    """The engine options against the backend: tensor / data parallel need vLLM (a silent single-GPU run
+    would not be what was asked); vLLM's memory options are only noted as unused under transformers."""
+    if backend != "vllm":
+        if config.tensor_parallel_size > 1 or config.data_parallel_size > 1:
+            raise ValueError(
+                "--tensor-parallel-size / --data-parallel-size need the vLLM backend (--backend vllm); "
+                f"this run uses {backend}"
+                + (" (auto: vLLM is not installed or there is no GPU)" if config.backend == "auto" else "")
+            )
+        if config.max_model_len is not None:
+            logger.warning("--max-model-len is a vLLM option; the transformers backend ignores it")
+    elif config.device is not None:
+        logger.warning("--device is a transformers option; vLLM places its engines itself")
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -287,6 +672,8 @@ def summarize(rows: Sequence[dict[str, Any]], mode_names: Sequence[str]) -> dict
         "mean_length": sum(r["tokens"] for r in rows) / n,
         "num_samples": n,
         "num_prompts": len({r["prompt_id"] for r in rows}),
+        # Samples that hit --max-tokens without EOS: unfinished, graded wrong.
+        "truncated_share": sum(not r.get("finished", True) for r in rows) / n,
     }
     if routed:
         summary["mode_shares"] = shares
@@ -349,32 +736,34 @@ def evaluate_benchmark(
     rows = [dataset[i] for i in range(len(dataset))]
     rows_by_id = {str(row["id"]): row for row in rows}
     verifier = _task_verifier(benchmark)
+    # Finished or wrong: a sample must end with EOS, and close its reasoning when the prompt opened it.
+    from routing_grpo.grading import generation_prompt_opens_reasoning
+
+    eos_ids = completion_eos_ids(generator, tokenizer)
+    reasoning_open = generation_prompt_opens_reasoning(tokenizer)
 
     todo = [(row, [s for s in range(k) if (str(row["id"]), s) not in done]) for row in rows]
     todo = [(row, missing) for row, missing in todo if missing]
     if done:
         logger.info("%s: %d samples already done, %d prompts to go", benchmark, len(done), len(todo))
     started = time.time()
-    for start in range(0, len(todo), config.batch_size):
-        chunk = todo[start : start + config.batch_size]
-        # Prompts with the same number of missing samples share one generate call.
-        by_missing: dict[int, list[tuple[dict[str, Any], list[int]]]] = defaultdict(list)
-        for row, missing in chunk:
-            by_missing[len(missing)].append((row, missing))
+    per_call = prompts_per_call(config, generator, len(todo))
+    for start in range(0, len(todo), per_call):
+        chunk = todo[start : start + per_call]
+        requests = sample_requests(chunk, plan, tokenizer)
+        completions = generator.generate(requests, seed=config.seed + start)
+        if len(completions) != len(chunk):
+            raise RuntimeError(f"the generator returned {len(completions)} outputs for {len(chunk)} prompts")
         new_rows = []
-        for n, items in by_missing.items():
-            prompt_ids = [
-                tokenizer(plan.render(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"]
-                for row, _ in items
-            ]
-            completions = generator.generate(prompt_ids, n, seed=config.seed + start)
-            for (row, missing), outs in zip(items, completions):
-                for sample_index, ids in zip(missing, outs):
-                    new_rows.append(_sample_row(row, sample_index, ids, tokenizer, plan, detector, modes))
-        _grade_rows(new_rows, verifier, rows_by_id)
+        for (row, missing), outs in zip(chunk, completions):
+            for sample_index, ids in zip(missing, outs):
+                new_rows.append(
+                    _sample_row(row, sample_index, ids, tokenizer, plan, detector, modes, eos_ids)
+                )
+        _grade_rows(new_rows, verifier, rows_by_id, reasoning_open)
         append_samples(samples_path, new_rows)
         if progress:
-            finished = min(start + config.batch_size, len(todo))
+            finished = min(start + per_call, len(todo))
             print(f"[{benchmark}] {finished}/{len(todo)} prompts ({time.time() - started:.0f}s)", flush=True)
 
     wanted = {(str(row["id"]), s) for row in rows for s in range(k)}
@@ -392,6 +781,13 @@ def evaluate_benchmark(
     return summary
 
 
+def prompts_per_call(config: EvalConfig, generator: Any, todo: int) -> int:
+    """Prompts per generation call: ``--batch-size`` when given, else the generator's default (vLLM: none,
+    so all ``todo`` prompts in one call; transformers: :data:`TRANSFORMERS_BATCH_SIZE`)."""
+    size = config.batch_size or getattr(generator, "default_batch_size", None)
+    return max(1, size or todo)
+
+
 def _task_verifier(benchmark: str):
     """None for math tasks (batched math-verify grading); the task's own check otherwise (Countdown)."""
     from routing_grpo.data import TASKS, task_grader
@@ -400,17 +796,27 @@ def _task_verifier(benchmark: str):
     return None if spec is None or spec.grader == "math" else task_grader(spec.grader)
 
 
-def _grade_rows(new_rows: list[dict[str, Any]], verifier: Any, rows_by_id: dict[str, Any]) -> None:
-    from routing_grpo.grading import extract_answer, grade_batch
+def _grade_rows(
+    new_rows: list[dict[str, Any]], verifier: Any, rows_by_id: dict[str, Any], reasoning_open: bool = False
+) -> None:
+    """Grades new samples in place; one that did not finish, or left its reasoning open, is wrong."""
+    from routing_grpo.grading import answer_text, extract_answer, grade_batch
 
+    finished = [bool(r.get("finished", True)) for r in new_rows]
     if verifier is None:
-        graded = grade_batch([r["completion"] for r in new_rows], [r["reference_answer"] for r in new_rows])
+        graded = grade_batch(
+            [r["completion"] for r in new_rows],
+            [r["reference_answer"] for r in new_rows],
+            finished=finished,
+            reasoning_open=reasoning_open,
+        )
         for r, g in zip(new_rows, graded):
             r["correct"], r["extracted_answer"] = bool(g.correct), g.extracted_answer
         return
-    for r in new_rows:
-        r["correct"] = bool(verifier(r["completion"], rows_by_id[r["prompt_id"]]))
-        r["extracted_answer"] = extract_answer(r["completion"])
+    for r, done in zip(new_rows, finished):
+        answer = answer_text(r["completion"], finished=done, reasoning_open=reasoning_open)
+        r["correct"] = answer is not None and bool(verifier(answer, rows_by_id[r["prompt_id"]]))
+        r["extracted_answer"] = extract_answer(r["completion"], finished=done, reasoning_open=reasoning_open)
 
 
 def _sample_row(
@@ -421,8 +827,11 @@ def _sample_row(
     plan: PromptPlan,
     detector: ModeDetector | None,
     modes: Sequence[ModeSpec],
+    eos_ids: set[int] | None = None,
 ) -> dict[str, Any]:
     text = tokenizer.decode(ids, skip_special_tokens=True)
+    # Finished: ended with EOS, not at --max-tokens (without known EOS tokens every sample counts as finished).
+    finished = not eos_ids or (bool(ids) and int(ids[-1]) in eos_ids)
     if plan.forced_mode is not None:
         mode, forced, length, routing = modes[plan.forced_mode].name, True, len(ids), "forced"
         text = plan.forced_text.lstrip() + text
@@ -443,31 +852,79 @@ def _sample_row(
         "tokens": len(ids),
         "reference_answer": str(row["answer"]),
         "completion": text,
+        "finished": finished,
     }
 
 
-def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
-    """Loads the model once and evaluates every benchmark; returns the summaries."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def check_benchmarks(config: EvalConfig) -> None:
+    """The benchmark names, the ``--samples`` and ``--data`` entries and the local data files, checked
+    before anything is loaded; raises ValueError naming the option (FileNotFoundError for a missing file)."""
+    from routing_grpo.data import TASKS, _is_local
 
+    known = ", ".join(sorted(TASKS))
+    for bench in config.benchmarks:
+        if bench not in TASKS:
+            raise ValueError(f"--benchmarks: unknown benchmark {bench!r}; known: {known}")
+    if len(set(config.benchmarks)) != len(config.benchmarks):
+        raise ValueError(f"--benchmarks: a benchmark is named twice ({','.join(config.benchmarks)})")
+    for flag, entries in (("--samples", config.samples), ("--data", config.data)):
+        for bench in entries:
+            if bench not in TASKS:
+                raise ValueError(f"{flag}: unknown benchmark {bench!r}; known: {known}")
+    for bench, path in config.data.items():
+        if bench not in config.benchmarks:
+            continue
+        if TASKS[bench].generate is not None:
+            raise ValueError(f"--data: {bench} is generated (seeded, no download); it takes no file")
+        if _is_local(path) and not Path(path).expanduser().exists():
+            raise FileNotFoundError(f"--data: {bench}={path}: no such file or directory")
+
+
+def load_benchmarks(config: EvalConfig) -> dict[str, Any]:
+    """Every benchmark's dataset (checked by :func:`check_benchmarks` first): local files are read and
+    Hub datasets downloaded before the model loads, so a bad name, path or row fails in seconds."""
     from routing_grpo.data import TASKS, load_task
 
-    backend = resolve_backend(config.backend)
-    tokenizer = AutoTokenizer.from_pretrained(config.model)
-    if backend == "vllm":
-        generator: Generator = VLLMGenerator(
-            config.model, max_tokens=config.max_tokens, temperature=config.temperature, top_p=config.top_p
-        )
-    else:
-        model = AutoModelForCausalLM.from_pretrained(config.model, dtype="auto")
-        model.eval()
-        generator = TransformersGenerator(
-            model, tokenizer, max_tokens=config.max_tokens, temperature=config.temperature, top_p=config.top_p
-        )
-    summaries = {}
+    check_benchmarks(config)
+    datasets = {}
     for bench in config.benchmarks:
         # Generated tasks (synthetic, countdown) are evaluated on their held-out split.
-        split = "test" if bench in TASKS and TASKS[bench].generate is not None else None
-        dataset = load_task(bench, path=config.data.get(bench), split=split, limit=config.limit)
-        summaries[bench] = evaluate_benchmark(config, bench, dataset, tokenizer, generator)
-    return summaries
+        split = "test" if TASKS[bench].generate is not None else None
+        datasets[bench] = load_task(bench, path=config.data.get(bench), split=split, limit=config.limit)
+    return datasets
+
+
+def make_generator(config: EvalConfig, backend: str, tokenizer: Any) -> Generator:
+    """The backend's generator: vLLM engine(s) with the engine options, or the transformers model moved to
+    ``--device`` (default: the GPU when there is one)."""
+    if backend == "vllm":
+        return VLLMGenerator(config)
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(config.model, revision=config.revision, dtype=config.dtype)
+    model.to(transformers_device(config.device))
+    model.eval()
+    return TransformersGenerator(
+        model, tokenizer, max_tokens=config.max_tokens, temperature=config.temperature, top_p=config.top_p
+    )
+
+
+def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
+    """Checks and loads the benchmarks, then loads the model once and evaluates every benchmark; returns
+    the summaries."""
+    from transformers import AutoTokenizer
+
+    backend = resolve_backend(config.backend)
+    check_engine(config, backend)
+    datasets = load_benchmarks(config)
+    tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
+    generator = make_generator(config, backend, tokenizer)
+    try:
+        return {
+            bench: evaluate_benchmark(config, bench, dataset, tokenizer, generator)
+            for bench, dataset in datasets.items()
+        }
+    finally:
+        close = getattr(generator, "close", None)
+        if close is not None:
+            close()

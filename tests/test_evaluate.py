@@ -90,9 +90,9 @@ class CountingGenerator:
     def __init__(self, inner):
         self.inner, self.prompts = inner, 0
 
-    def generate(self, prompt_ids, n, seed):
-        self.prompts += len(prompt_ids) * n
-        return self.inner.generate(prompt_ids, n, seed)
+    def generate(self, requests, seed):
+        self.prompts += sum(r.n for r in requests)
+        return self.inner.generate(requests, seed)
 
 
 def toy_dataset(n):
@@ -222,3 +222,324 @@ def test_eval_killed_and_restarted_keeps_one_result_per_sample(tmp_path):
     assert len(keys) == len(set(keys)) == prompts * samples
     summary = json.loads((out / "synthetic" / "summary.json").read_text())
     assert summary["num_samples"] == prompts * samples
+
+
+# ---------------------------------------------------------------------------------------------------------
+# GPU scale: engine options, one call per benchmark, data-parallel engines, checks before the model loads
+# (vLLM stand-ins from tests/fake_vllm.py; no vllm import)
+# ---------------------------------------------------------------------------------------------------------
+
+
+from tests import fake_vllm  # noqa: E402
+
+
+@pytest.fixture
+def fake_llm():
+    fake_vllm.FakeLLM.instances.clear()
+    yield fake_vllm.FakeLLM
+    fake_vllm.FakeLLM.instances.clear()
+
+
+def vllm_generator(cfg, **kw):
+    from routing_grpo.evaluate import VLLMGenerator
+
+    return VLLMGenerator(
+        cfg, llm_factory=fake_vllm.FakeLLM, sampling_params=fake_vllm.SamplingParams, use_tqdm=False, **kw
+    )
+
+
+def test_vllm_engine_gets_the_options(tmp_path, fake_llm):
+    cfg = config(
+        tmp_path, tensor_parallel_size=2, max_model_len=20480, gpu_memory_utilization=0.8, dtype="bfloat16",
+        revision="v1", seed=3,
+    )  # fmt: skip
+    vllm_generator(cfg)
+    (llm,) = fake_llm.instances
+    assert llm.kwargs == {
+        "model": "tiny", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.8, "dtype": "bfloat16",
+        "seed": 3, "revision": "v1", "max_model_len": 20480,
+    }  # fmt: skip
+    # Defaults: vLLM's own for what is not given.
+    vllm_generator(config(tmp_path))
+    assert fake_llm.instances[1].kwargs == {
+        "model": "tiny", "tensor_parallel_size": 1, "gpu_memory_utilization": 0.9, "dtype": "auto", "seed": 0,
+    }  # fmt: skip
+
+
+def test_vllm_gets_each_benchmarks_prompts_in_one_call(tmp_path, tiny, fake_llm):
+    _, tok = tiny
+    cfg = config(tmp_path, samples={"toy": 3}, max_tokens=64, temperature=0.7, top_p=0.95)
+    gen = vllm_generator(cfg)
+    summary = evaluate_benchmark(cfg, "toy", toy_dataset(5), tok, gen, progress=False)
+    (llm,) = fake_llm.instances
+    assert len(llm.calls) == 1  # 5 prompts, not 16 at a time nor one group per sample count
+    prompts, params, _ = llm.calls[0]
+    assert len(prompts) == 5 and all(isinstance(p["prompt_token_ids"], list) for p in prompts)
+    assert params == [{"n": 3, "temperature": 0.7, "top_p": 0.95, "max_tokens": 64}] * 5
+    assert summary["num_samples"] == 15
+    rows = [json.loads(x) for x in (tmp_path / "out" / "toy" / "samples.jsonl").read_text().splitlines()]
+    assert sorted((r["prompt_id"], r["sample_index"]) for r in rows) == [
+        (f"q{i}", s) for i in range(5) for s in range(3)
+    ]
+    # The sample index each completion was drawn as lands in its row (token 1 of the stand-in's reply).
+    assert all(r["tokens"] == 4 for r in rows)
+
+    # Resumed after an interruption: prompts missing 1 and 3 samples still go in one call, each its n.
+    lines = (tmp_path / "out" / "toy" / "samples.jsonl").read_text().splitlines(keepends=True)
+    kept = [x for x in lines if json.loads(x)["prompt_id"] != "q4" and json.loads(x)["sample_index"] != 2]
+    (tmp_path / "out" / "toy" / "samples.jsonl").write_text("".join(kept))
+    summary = evaluate_benchmark(cfg, "toy", toy_dataset(5), tok, gen, progress=False)
+    assert len(llm.calls) == 2
+    assert [p["n"] for p in llm.calls[1][1]] == [1, 1, 1, 1, 3]
+    assert summary["num_samples"] == 15
+
+    # --batch-size splits the calls (smaller calls: less lost when a run is interrupted).
+    again = vllm_generator(config(tmp_path / "b", samples={"toy": 1}, batch_size=2))
+    evaluate_benchmark(
+        config(tmp_path / "b", samples={"toy": 1}, batch_size=2), "toy", toy_dataset(5), tok, again,
+        progress=False,
+    )  # fmt: skip
+    assert [len(c[0]) for c in fake_llm.instances[-1].calls] == [2, 2, 1]
+
+
+def test_prompts_per_call():
+    from routing_grpo.evaluate import TRANSFORMERS_BATCH_SIZE, prompts_per_call
+
+    class Plain:
+        pass
+
+    class Batched:
+        default_batch_size = TRANSFORMERS_BATCH_SIZE
+
+    cfg = EvalConfig(model="m", benchmarks=["toy"], output="o")
+    assert prompts_per_call(cfg, Plain(), 500) == 500
+    assert prompts_per_call(cfg, Batched(), 500) == 16
+    assert prompts_per_call(cfg, Plain(), 0) == 1
+    cfg = EvalConfig(model="m", benchmarks=["toy"], output="o", batch_size=64)
+    assert prompts_per_call(cfg, Batched(), 500) == prompts_per_call(cfg, Plain(), 500) == 64
+
+
+def test_replica_devices_and_shards():
+    from routing_grpo.evaluate import replica_devices, shard
+
+    assert replica_devices(4, 2, [str(i) for i in range(8)]) == ["0,1", "2,3", "4,5", "6,7"]
+    assert replica_devices(2, 1, ["3", "5", "7"]) == ["3", "5"]
+    with pytest.raises(ValueError, match="needs 8 GPUs; 4 visible"):
+        replica_devices(4, 2, ["0", "1", "2", "3"])
+    assert shard(5, 2) == [[0, 2, 4], [1, 3]]
+    assert shard(1, 3) == [[0], [], []]
+
+
+@pytest.mark.multiprocess
+def test_data_parallel_engines_each_on_their_gpus(tmp_path, monkeypatch):
+    from routing_grpo.evaluate import SampleRequest
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    gen = vllm_generator(config(tmp_path, data_parallel_size=2, tensor_parallel_size=2))
+    try:
+        requests = [SampleRequest(tuple(range(10 + i)), n=1 + i % 3) for i in range(5)]
+        out = gen.generate(requests, seed=0)
+        # Request i went to engine i % 2 (GPUs 4,5 or 6,7, tensor parallel 2), answers in request order.
+        assert out == [[[4 if i % 2 == 0 else 6, s, 10 + i, 2] for s in range(1 + i % 3)] for i in range(5)]
+        assert gen.generate([], seed=0) == []
+        assert gen.generate(requests[:1], seed=0) == [[[4, 0, 10, 2]]]  # one engine idle
+        procs = list(gen.engine.procs)
+    finally:
+        gen.close()
+    assert not any(p.is_alive() for p in procs) and not gen.engine.procs
+
+    # An engine that fails during a call: its traceback comes back and every engine is stopped.
+    gen = vllm_generator(config(tmp_path, data_parallel_size=2))
+    procs = list(gen.engine.procs)
+    with pytest.raises(RuntimeError, match="(?s)engine 1 .*empty prompt"):
+        gen.generate([SampleRequest((1, 2), 1), SampleRequest((), 1)], seed=0)
+    assert not any(p.is_alive() for p in procs)
+    with pytest.raises(RuntimeError, match="stopped"):
+        gen.generate(requests, seed=0)
+
+    # An engine that fails to start: the error comes back, the other engines are stopped.
+    from routing_grpo.evaluate import VLLMGenerator
+
+    with pytest.raises(RuntimeError, match="CUDA out of memory"):
+        VLLMGenerator(
+            config(tmp_path, data_parallel_size=2),
+            llm_factory=fake_vllm.FailingLLM,
+            sampling_params=fake_vllm.SamplingParams,
+            visible=["0", "1"],
+        )
+    with pytest.raises(ValueError, match="needs 4 GPUs; 2 visible"):
+        vllm_generator(config(tmp_path, data_parallel_size=4), visible=["0", "1"])
+
+
+def test_engine_options_need_vllm_and_are_checked(tmp_path):
+    from routing_grpo.evaluate import check_engine
+
+    with pytest.raises(ValueError, match="need the vLLM backend"):
+        check_engine(config(tmp_path, data_parallel_size=2), "transformers")
+    check_engine(config(tmp_path, data_parallel_size=2), "vllm")
+    for kw, flag in (
+        ({"tensor_parallel_size": 0}, "--tensor-parallel-size"),
+        ({"gpu_memory_utilization": 1.5}, "--gpu-memory-utilization"),
+        ({"max_model_len": 0}, "--max-model-len"),
+        ({"dtype": "fp8"}, "--dtype"),
+        ({"batch_size": 0}, "--batch-size"),
+        ({"top_p": 0.0}, "--top-p"),
+    ):
+        with pytest.raises(ValueError, match=flag):
+            config(tmp_path, **kw)
+
+
+def test_transformers_backend_goes_to_the_gpu_when_there_is_one(tmp_path, monkeypatch, tiny_model_path):
+    import torch
+
+    from routing_grpo.evaluate import make_generator, transformers_device
+
+    assert transformers_device("cuda:1") == "cuda:1"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert transformers_device(None) == "cuda"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert transformers_device(None) == "cpu"
+    # The model is moved where the device says ("meta": no memory, and no GPU needed to see the move).
+    cfg = EvalConfig(model=str(tiny_model_path), benchmarks=["toy"], output=str(tmp_path), device="meta")
+    gen = make_generator(cfg, "transformers", _tokenizer(tiny_model_path))
+    assert gen.model.device.type == "meta"
+
+
+def _tokenizer(path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path)
+
+
+def _eval_cli(capsys, *argv):
+    from routing_grpo.cli import main
+
+    code = main(["eval", *argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_cli_passes_the_engine_options_to_vllm(tmp_path, capsys, monkeypatch, fake_llm, tiny_model_path):
+    import sys
+    import types
+
+    import transformers  # noqa: F401
+    import trl  # noqa: F401  (both probe for vllm when first imported: not with the stand-in in place)
+
+    vllm = types.ModuleType("vllm")
+    vllm.LLM, vllm.SamplingParams = fake_vllm.FakeLLM, fake_vllm.SamplingParams
+    monkeypatch.setitem(sys.modules, "vllm", vllm)
+    code, out, err = _eval_cli(
+        capsys, "--model", str(tiny_model_path), "--benchmarks", "synthetic", "--limit", "4",
+        "--samples", "synthetic=2", "--backend", "vllm", "--tensor-parallel-size", "2",
+        "--max-model-len", "4096", "--gpu-memory-utilization", "0.5", "--dtype", "bfloat16", "--seed", "7",
+        "--max-tokens", "32", "--temperature", "0.5", "--top-p", "0.9", "--output", str(tmp_path / "out"),
+    )  # fmt: skip
+    assert code == 0, err
+    (llm,) = fake_llm.instances
+    assert llm.kwargs == {
+        "model": str(tiny_model_path), "tensor_parallel_size": 2, "gpu_memory_utilization": 0.5,
+        "dtype": "bfloat16", "seed": 7, "max_model_len": 4096,
+    }  # fmt: skip
+    (call,) = llm.calls
+    assert len(call[0]) == 4
+    assert call[1] == [{"n": 2, "temperature": 0.5, "top_p": 0.9, "max_tokens": 32}] * 4
+    summary = json.loads((tmp_path / "out" / "synthetic" / "summary.json").read_text())
+    assert summary["num_samples"] == 8 and summary["config"]["tensor_parallel_size"] == 2
+    assert "synthetic: accuracy" in out
+
+
+@pytest.mark.multiprocess
+def test_cli_data_parallel_run_in_a_process_of_its_own(tmp_path, tiny_model_path):
+    """``python -m routing_grpo eval --data-parallel-size 2`` with a stand-in ``vllm`` package on the path:
+    the engines are spawned (the package's ``__main__`` is not run again in them), the run completes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    package = tmp_path / "fake" / "vllm"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("from tests.fake_vllm import FakeLLM as LLM, SamplingParams\n")
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(root)]),
+        "CUDA_VISIBLE_DEVICES": "0,1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "routing_grpo", "eval", "--model", str(tiny_model_path), "--benchmarks",
+         "synthetic", "--limit", "5", "--samples", "synthetic=2", "--backend", "vllm",
+         "--data-parallel-size", "2", "--output", str(out)],
+        env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "synthetic" / "summary.json").read_text())
+    assert summary["num_samples"] == 10 and summary["config"]["data_parallel_size"] == 2
+
+
+def test_cli_checks_names_files_and_config_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    import transformers
+
+    import routing_grpo.evaluate as evaluate
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded before the check")
+
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_model)
+    monkeypatch.setattr(evaluate, "make_generator", no_model)
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("modes: [\n")
+    malformed = tmp_path / "math500.jsonl"
+    malformed.write_text(json.dumps({"problem": "1 + 1?"}) + "\n")  # no answer, no solution
+    base = [
+        "--model",
+        str(tmp_path / "model"),
+        "--output",
+        str(tmp_path / "out"),
+        "--backend",
+        "transformers",
+    ]
+    cases = [
+        (["--benchmarks", "math5000"], "--benchmarks: unknown benchmark 'math5000'; known: aime24"),
+        (["--benchmarks", "math500,math500"], "named twice"),
+        (["--benchmarks", ","], "--benchmarks: name at least one"),
+        (["--benchmarks", "gsm8k", "--samples", "gsm=5"], "--samples: unknown benchmark 'gsm'"),
+        (["--benchmarks", "math500", "--data", "math500=nope/math500.jsonl"], "no such file or directory"),
+        (["--benchmarks", "synthetic", "--data", "synthetic=x.jsonl"], "synthetic is generated"),
+        (["--benchmarks", "math500", "--data", f"math500={malformed}"], str(malformed)),
+        (["--benchmarks", "synthetic", "--config", str(tmp_path / "none.yaml")], "recipe not found"),
+        (["--benchmarks", "synthetic", "--config", str(bad_yaml)], "not valid YAML"),
+        (["--benchmarks", "synthetic", "--data-parallel-size", "2"], "need the vLLM backend"),
+        (["--benchmarks", "synthetic", "--tensor-parallel-size", "0"], "--tensor-parallel-size must be"),
+        (["--benchmarks", "synthetic", "--gpu-memory-utilization", "2"], "--gpu-memory-utilization"),
+    ]
+    for argv, message in cases:
+        code, _, err = _eval_cli(capsys, *base, *argv)
+        assert code == 2, (argv, err)
+        assert message in err, (argv, err)
+        assert err.startswith("routing-grpo eval: error: ") and err.count("\n") == 1, err
+
+
+@pytest.mark.skipif(__import__("shutil").which("make") is None, reason="make is not installed")
+def test_make_eval_uses_the_nodes_gpus_and_report_the_training_folders(tmp_path):
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+
+    def dry_run(*args):
+        return subprocess.run(
+            ["make", "-n", "-s", *args], cwd=root, capture_output=True, text=True, check=True
+        ).stdout
+
+    evals = [line for line in dry_run("eval", "NUM_PROCESSES=4").splitlines() if "routing-grpo eval" in line]
+    assert evals and all("--backend vllm --tensor-parallel-size 1 --data-parallel-size 4" in x for x in evals)
+    two = dry_run("eval", "NUM_PROCESSES=8", "EVAL_TENSOR_PARALLEL=2")
+    assert "--tensor-parallel-size 2 --data-parallel-size 4" in two
+    (tmp_path / "router_r1_distill_qwen_1.5b" / "seed0").mkdir(parents=True)
+    report = dry_run("report", f"OUTPUT_DIR={tmp_path}")
+    assert f"--training {tmp_path}/router_r1_distill_qwen_1.5b" in report
+    assert "--training" not in dry_run("report", f"OUTPUT_DIR={tmp_path / 'fresh'}")

@@ -4,12 +4,15 @@ import json
 
 import pytest
 
+from routing_grpo.plots import draw_all
 from routing_grpo.report import (
     Point,
     frontier_accuracy_at,
     frontier_length_for,
     group_by_method,
     pareto_frontier,
+    polyline_length_for,
+    token_saving,
     write_report,
 )
 
@@ -104,6 +107,67 @@ def test_router_lies_above_the_frontier_on_math500_and_gsm8k(report):
     assert frontier["gsm8k"]["frontier"] == "nothink -> long"
 
 
+def test_papers_polyline_gives_its_27_and_44_percent():
+    """The paper's measure, from tab:full's means alone: the line through NoThink-, Short- and Long-only in
+    length order (Short-only kept on GSM8K though NoThink-only dominates it), tokens it needs for the
+    router's accuracy, saving = 1 - router / needed: MATH-500 27% and GSM8K 44%, as the paper's text says.
+    The pruned frontier gives 27% and 38%."""
+    singles = {
+        # benchmark: [(method, length, accuracy)] from tab:full; the router last
+        "math500": [("nothink", 1096, 0.668), ("short", 2030, 0.727), ("long", 4507, 0.802)],
+        "gsm8k": [("nothink", 336, 0.757), ("short", 440, 0.756), ("long", 1665, 0.837)],
+    }
+    router = {"math500": (2810, 0.782), "gsm8k": (459, 0.781)}
+    expected = {"math500": (27, 27), "gsm8k": (44, 38)}  # (polyline, pruned frontier), percent
+    for bench, rows in singles.items():
+        points = [Point(m, length, acc) for m, length, acc in rows]
+        length, acc = router[bench]
+        line_need = polyline_length_for(points, acc)
+        front_need = frontier_length_for(pareto_frontier(points), acc)
+        assert round(100 * token_saving(length, line_need)) == expected[bench][0]
+        assert round(100 * token_saving(length, front_need)) == expected[bench][1]
+    # By hand: MATH-500 crosses 0.782 between Short and Long: 2030 + (0.782 - 0.727) / 0.075 * 2477.
+    assert polyline_length_for([Point(m, n, a) for m, n, a in singles["math500"]], 0.782) == pytest.approx(
+        2030 + 0.055 / 0.075 * 2477
+    )
+    # GSM8K: the line dips from NoThink to Short, then crosses 0.781 between Short and Long, ...
+    gsm = [Point(m, n, a) for m, n, a in singles["gsm8k"]]
+    assert polyline_length_for(gsm, 0.781) == pytest.approx(440 + 0.025 / 0.081 * 1225)
+    # ... where the pruned frontier goes straight from NoThink to Long.
+    assert frontier_length_for(pareto_frontier(gsm), 0.781) == pytest.approx(336 + 0.024 / 0.080 * 1329)
+
+
+def test_polyline_helper_edges():
+    pts = [Point("c", 300, 0.7), Point("a", 100, 0.5), Point("b", 200, 0.4)]  # any order in
+    assert polyline_length_for(pts, 0.3) == 100  # below the shortest point: its length
+    assert polyline_length_for(pts, 0.5) == 100
+    assert polyline_length_for(pts, 0.45) == 100  # the first crossing, not the one on the dip
+    assert polyline_length_for(pts, 0.55) == pytest.approx(200 + 0.15 / 0.3 * 100)
+    assert polyline_length_for(pts, 0.7) == 300
+    assert polyline_length_for(pts, 0.71) is None
+    assert polyline_length_for([], 0.5) is None
+    # A line that only rises: the same as the frontier helper.
+    rising = pareto_frontier(pts)
+    for acc in (0.3, 0.5, 0.6, 0.7, 0.9):
+        assert polyline_length_for(rising, acc) == frontier_length_for(rising, acc)
+    assert token_saving(50, 100) == 0.5 and token_saving(150, 100) == pytest.approx(-0.5)
+    assert token_saving(50, None) is None
+
+
+def test_report_gives_both_savings_labelled(report):
+    tables, out = report
+    frontier = {r["benchmark"]: r for r in tables["frontier"]}
+    assert frontier["gsm8k"]["polyline"] == "nothink -> short -> long"
+    assert round(100 * frontier["gsm8k"]["token_saving_vs_polyline"]) == 44
+    assert round(100 * frontier["gsm8k"]["token_saving_vs_frontier"]) == 38
+    assert round(100 * frontier["math500"]["token_saving_vs_polyline"]) == 27
+    md = (out / "results.md").read_text()
+    assert "router saves (pruned frontier)" in md and "router saves (paper's polyline)" in md
+    gsm_row = next(line for line in md.splitlines() if line.startswith("| gsm8k | 0.781"))
+    assert gsm_row.endswith("| 38% | 818 | 44% |")
+    assert "token_saving_vs_polyline" in (out / "frontier.csv").read_text().splitlines()[0]
+
+
 def test_results_table_mean_and_std_over_seeds(report):
     tables, out = report
     rows = {(r["benchmark"], r["method"]): r for r in tables["results"]}
@@ -172,7 +236,7 @@ def test_figures_are_written(tmp_path):
             for s in range(10)
         ]
         (runs / f"router-seed{seed}" / "trainer_state.json").write_text(json.dumps({"log_history": history}))
-    tables = write_report([runs], tmp_path / "out")
+    tables = write_report([runs], tmp_path / "out", plots=draw_all)
     names = sorted(p.split("/")[-1] for p in tables["figures"])
     assert names == [
         "levels_math500.png",
