@@ -16,7 +16,7 @@ SEEDS ?= 0 1 2
 	train-baselines \
 	train-countdown eval report
 
-$(VENV)/.installed: pyproject.toml constraints-cpu.txt constraints-gpu.txt
+$(VENV)/.installed: pyproject.toml $(if $(HAS_CUDA),constraints-gpu.txt,constraints-cpu.txt)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet $(CONSTRAINTS) -e ".[dev]"

@@ -262,7 +262,7 @@ def run_routing(
     config = RoutingGRPOConfig(
         **_common_args(args.output / name, args, args.max_completion_length),
         modes=_modes(args),
-        warmup_steps=10_000,
+        routing_warmup_steps=10_000,
         forced_per_mode=args.forced_per_mode,
         enforce_caps_in_generation=in_generation,
         **extra,

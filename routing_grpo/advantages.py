@@ -1,7 +1,7 @@
 """Advantages: group mean-centring (no std) plus the gated balance term.
 
 Paper: "Advantage Estimation and the Balance Term", Eq. (balance); App. "Advantage estimation" and
-"Balance term". SPEC.md "Advantage".
+"Balance term". docs/method.md "Advantage".
 
     A_i = r_i - mean_{j in group(i)} r_j                            (forced, free and invalid rollouts)
     d_i = beta_bal(s) * (p* - f_mode(i))                            (free rollouts with a valid mode)

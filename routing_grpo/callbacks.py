@@ -5,16 +5,23 @@ Two ``transformers`` callbacks for :class:`~routing_grpo.trainer.RoutingGRPOTrai
 ``Trainer``), and :func:`default_callbacks` that returns both, in the order they must run (plus
 :class:`CollapseAlarmCallback` when given a :class:`~routing_grpo.config.RoutingGRPOConfig`):
 
-* :class:`PreemptionCallback`: a SIGTERM (or SIGINT) sets a flag; at the end of the optimizer step in
-  progress every process learns whether any process was signalled (a tiny ``all_reduce``), and then all of
-  them write a checkpoint at the current ``global_step`` and leave the training loop (when a generation
-  batch spans several optimizer steps, at the end of the generation batch in progress). Under
-  ``torchrun`` / ``accelerate launch`` a SIGTERM to the launcher is forwarded to every worker. After
-  ``trainer.train()`` returns, :func:`exit_if_preempted` ends the process with exit code ``128 + signal``
-  (143 for SIGTERM, 130 for SIGINT), so a scheduler or wrapper sees a run that did not finish and requeues
-  it (the launcher itself then exits 1); rerunning the same command resumes from the checkpoint
-  (``train.py`` resumes from the last checkpoint in ``output_dir``). A second signal of the same kind goes to the handler that was there before
-  (by default: the process ends at once, without a checkpoint).
+* :class:`PreemptionCallback`: a SIGTERM or SIGINT (and SIGUSR1 when the recipe's ``preemption_signals``
+  names it) sets a flag; at the end of the optimizer step in progress every process learns whether any
+  process was signalled (a tiny ``all_reduce``), and then all of them write a checkpoint at the current
+  ``global_step`` and leave the training loop (when a generation batch spans several optimizer steps, at the
+  end of the generation batch in progress). Under ``torchrun`` / ``accelerate launch`` a SIGTERM or SIGINT
+  to the launcher is forwarded to every worker (SIGUSR1 only when the launcher is told to handle it:
+  ``PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1``), and the launcher kills workers that
+  have not exited after ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (30 by default; raise it above the
+  length of a generation batch plus a checkpoint). After ``trainer.train()`` returns,
+  :func:`exit_if_preempted` ends every process with exit code ``128 + signal`` (143 for SIGTERM, 130 for
+  SIGINT, 138 for SIGUSR1), so a scheduler or wrapper sees a run that did not finish and requeues it (the
+  launcher reports the failed workers and exits non-zero itself); rerunning the same command resumes from
+  the checkpoint (``train.py`` resumes from the last checkpoint in ``output_dir``). A second signal of the
+  same kind, a few seconds after the first, goes to the handler that was there before (by default: the
+  process ends at once, without a checkpoint); a repeat within ``duplicate_window`` seconds (the launcher's
+  forward of a signal the scheduler also sent to the worker, or a terminal's Ctrl-C reaching launcher and
+  workers) counts as the same request.
 * :class:`NonFiniteGuard`: if the logged loss, grad norm or reward (or a reward function's mean) is NaN or
   infinite, it raises :class:`NonFiniteTrainingError` naming the metric and the step. It turns off
   ``logging_nan_inf_filter`` (which would otherwise hide a NaN loss behind the window's average) and makes
@@ -41,6 +48,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -165,17 +173,25 @@ class PreemptionCallback(TrainerCallback):
 
     Args:
         signals: signal names or numbers to handle. SIGUSR1 is useful where the scheduler can send an early
-            warning signal (Slurm ``--signal=B:USR1@300``) ahead of its SIGTERM.
+            warning signal (Slurm ``--signal=USR1@300``, which reaches every task) ahead of its SIGTERM.
         align_to_generation_batch: write the checkpoint only at the end of a generation batch (see above).
+        duplicate_window: seconds after the first delivery of a signal in which a repeat of it counts as the
+            same request rather than as "stop at once" (0: every repeat stops at once).
     """
 
     def __init__(
-        self, signals: Sequence[int | str] = ("SIGTERM", "SIGINT"), *, align_to_generation_batch: bool = True
+        self,
+        signals: Sequence[int | str] = ("SIGTERM", "SIGINT"),
+        *,
+        align_to_generation_batch: bool = True,
+        duplicate_window: float = 3.0,
     ) -> None:
         self.signals: tuple[int, ...] = tuple(_signal_number(s) for s in signals)
         if not self.signals:
             raise ValueError("signals: give at least one signal to handle")
         self.align_to_generation_batch = align_to_generation_batch
+        self.duplicate_window = float(duplicate_window)
+        self._first_at: dict[int, float] = {}
         self._deferred_logged = False
         self.received: int | None = None  # first signal this process received during training
         self.preempted: bool = False  # set on every process when any process was signalled
@@ -222,18 +238,28 @@ class PreemptionCallback(TrainerCallback):
         self._previous.clear()
 
     def _handle(self, signum: int, frame: Any) -> None:
+        now = time.monotonic()
         count = self._counts.get(signum, 0) + 1
         self._counts[signum] = count
         previous = self._previous.get(signum, signal.SIG_DFL)
+        if self._active and count > 1 and now - self._first_at.get(signum, now) < self.duplicate_window:
+            with contextlib.suppress(OSError):
+                os.write(
+                    2,
+                    f"[routing-grpo] {_signal_name(signum)} again (pid {os.getpid()}) within "
+                    f"{self.duplicate_window:g} s: the same request, the checkpoint is still coming\n".encode(),
+                )
+            return
         if not self._active or count > 1:
             self._hand_on(signum, frame, previous)
             return
+        self._first_at[signum] = now
         if self.received is None:
             self.received = signum
         # Only an async-signal-safe write here; the step end logs properly.
         message = (
             f"[routing-grpo] {_signal_name(signum)} received (pid {os.getpid()}): a checkpoint will be written "
-            "at the end of the current optimizer step, then training stops; send it again to stop at once\n"
+            "at the end of the generation batch in progress, then training stops; send it again to stop at once\n"
         )
         with contextlib.suppress(OSError):
             os.write(2, message.encode())
@@ -259,8 +285,18 @@ class PreemptionCallback(TrainerCallback):
         self.preempted_signal = None
         self.preempted_step = None
         self._counts.clear()
+        self._first_at.clear()
         self._deferred_logged = False
         self._active = self.install_signal_handlers()
+        if self._active:
+            # Also the marker that a signal from now on is turned into a checkpoint (tests wait for it).
+            logger.info(
+                "Preemption: training started on process %s (pid %s); %s write a checkpoint at the end of the "
+                "generation batch in progress and stop with exit code 128 + signal",
+                getattr(args, "process_index", 0),
+                os.getpid(),
+                ", ".join(_signal_name(s) for s in self.signals),
+            )
         per_generation = _micro_steps_per_generation(args)
         ga = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
         save_steps = getattr(args, "save_steps", 0)
@@ -466,10 +502,10 @@ class CollapseAlarmCallback(TrainerCallback):
     batches later than in an uninterrupted run).
 
     Args:
-        entropy_threshold, share_threshold, patience, warmup_steps: the rule's settings (see
+        entropy_threshold, share_threshold, patience, routing_warmup_steps: the rule's settings (see
             :func:`~routing_grpo.collapse.update_collapse_alarm`); :meth:`from_args` reads them from a
             :class:`~routing_grpo.config.RoutingGRPOConfig` (``collapse_alarm_entropy``,
-            ``collapse_alarm_share``, ``collapse_alarm_patience``, ``warmup_steps``).
+            ``collapse_alarm_share``, ``collapse_alarm_patience``, ``routing_warmup_steps``).
     """
 
     def __init__(
@@ -478,14 +514,14 @@ class CollapseAlarmCallback(TrainerCallback):
         entropy_threshold: float = 0.2,
         share_threshold: float = 0.95,
         patience: int = 3,
-        warmup_steps: int = 0,
+        routing_warmup_steps: int = 0,
     ) -> None:
         if patience < 1:
             raise ValueError(f"patience: must be >= 1, got {patience}")
         self.entropy_threshold = float(entropy_threshold)
         self.share_threshold = float(share_threshold)
         self.patience = int(patience)
-        self.warmup_steps = int(warmup_steps)
+        self.routing_warmup_steps = int(routing_warmup_steps)
         self.state = CollapseState()
         self.is_main_process = True
 
@@ -495,7 +531,7 @@ class CollapseAlarmCallback(TrainerCallback):
             entropy_threshold=args.collapse_alarm_entropy,
             share_threshold=args.collapse_alarm_share,
             patience=args.collapse_alarm_patience,
-            warmup_steps=args.warmup_steps,
+            routing_warmup_steps=args.routing_warmup_steps,
         )
 
     @property
@@ -514,7 +550,7 @@ class CollapseAlarmCallback(TrainerCallback):
             before,
             step,
             shares,
-            warmup_steps=self.warmup_steps,
+            warmup_steps=self.routing_warmup_steps,
             entropy_threshold=self.entropy_threshold,
             share_threshold=self.share_threshold,
             patience=self.patience,
@@ -549,11 +585,17 @@ def default_callbacks(args: Any = None) -> list[TrainerCallback]:
     """``[PreemptionCallback(), NonFiniteGuard()]``, in this order, then a :class:`CollapseAlarmCallback`
     when ``args`` carries the collapse-alarm settings (a :class:`~routing_grpo.config.RoutingGRPOConfig`).
 
-    The order matters: the guard, running after the preemption callback at ``on_step_end``, sees the
-    preemption's ``should_save`` and makes the trainer log (and check) before that checkpoint too. The
-    collapse alarm acts only when the trainer feeds it, so its place does not matter.
+    The preemption callback handles ``args.preemption_signals`` when ``args`` has them (an empty list: no
+    preemption callback). The order matters: the guard, running after the preemption callback at
+    ``on_step_end``, sees the preemption's ``should_save`` and makes the trainer log (and check) before that
+    checkpoint too. The collapse alarm acts only when the trainer feeds it, so its place does not matter.
     """
-    callbacks: list[TrainerCallback] = [PreemptionCallback(), NonFiniteGuard()]
+    signals = getattr(args, "preemption_signals", None)
+    callbacks: list[TrainerCallback] = [NonFiniteGuard()]
+    if signals is None:
+        callbacks.insert(0, PreemptionCallback())
+    elif signals:
+        callbacks.insert(0, PreemptionCallback(signals))
     if args is not None and hasattr(args, "collapse_alarm_patience"):
         callbacks.append(CollapseAlarmCallback.from_args(args))
     return callbacks
@@ -580,11 +622,12 @@ def preemption_exit_code(source: Any) -> int | None:
 
 
 def exit_if_preempted(trainer: Any) -> None:
-    """After ``trainer.train()``: if it stopped for a preemption signal, wait for all processes, then exit.
+    """After ``trainer.train()``: if it stopped for a preemption signal, wait for all processes, end the
+    trainer (``trainer.end()``: trackers finished, process group destroyed), then exit.
 
-    The exit code is ``128 + signal`` (143 for SIGTERM): not zero, so that a scheduler or wrapper requeues
-    the run, which then resumes from the checkpoint just written. Does nothing when the run finished.
-    Call it before saving the final model or pushing (a preempted run is not finished).
+    The exit code is ``128 + signal`` (143 for SIGTERM), on every process: not zero, so that a scheduler or
+    wrapper requeues the run, which then resumes from the checkpoint just written. Does nothing when the run
+    finished. Call it before saving the final model or pushing (a preempted run is not finished).
     """
     code = preemption_exit_code(trainer)
     if code is None:
@@ -592,12 +635,18 @@ def exit_if_preempted(trainer: Any) -> None:
     accelerator = getattr(trainer, "accelerator", None)
     if accelerator is not None:
         accelerator.wait_for_everyone()
-    if accelerator is None or accelerator.is_main_process:
-        logger.warning(
-            "Preemption: checkpoint written at global step %s; exiting with code %s so the run is requeued",
-            trainer.state.global_step,
-            code,
-        )
+    index = getattr(getattr(trainer, "args", None), "process_index", 0)
+    logger.warning(
+        "Preemption: checkpoint-%s written; process %s exits with code %s (no final model, model card or push); "
+        "run the same command again to resume",
+        trainer.state.global_step,
+        index,
+        code,
+    )
+    end = getattr(trainer, "end", None)
+    if callable(end):
+        with contextlib.suppress(Exception):  # finishing trackers must not turn the exit code into another
+            end()
     sys.stdout.flush()
     sys.stderr.flush()
     sys.exit(code)

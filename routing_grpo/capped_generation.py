@@ -1,4 +1,4 @@
-"""Caps enforced during generation: no token past a mode's cap is ever generated (SPEC.md "Caps").
+"""Caps enforced during generation: no token past a mode's cap is ever generated (docs/method.md "Caps").
 
 A rollout's budget depends on its mode, and a free rollout's mode is only known once it has written its
 routing word. Generation therefore runs in two phases, the same way for every backend:

@@ -1,7 +1,8 @@
-"""``RoutingGRPOConfig``: TRL's ``GRPOConfig`` plus the self-routing method's settings (SPEC.md).
+"""``RoutingGRPOConfig``: TRL's ``GRPOConfig`` plus the self-routing method's settings (docs/method.md).
 
-Every schedule here (``warmup_steps``, ``flatten_reward_step``, ``balance_anneal_*``) counts *generation
-batches*, the paper's steps (SPEC.md "Loss and steps"); the trainer converts TRL's ``global_step``.
+Every schedule here (``routing_warmup_steps``, ``flatten_reward_step``, ``balance_anneal_*``) counts
+*generation batches*, the paper's steps (docs/method.md "Loss and steps"); the trainer converts TRL's
+``global_step``.
 The config stays parseable by ``trl.TrlParser`` from YAML: ``modes`` is a list of plain dicts there and
 :attr:`RoutingGRPOConfig.mode_specs` holds the parsed :class:`~routing_grpo.modes.ModeSpec` tuple.
 """
@@ -9,6 +10,7 @@ The config stays parseable by ``trl.TrlParser`` from YAML: ``modes`` is a list o
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +21,9 @@ from routing_grpo.modes import routing_instruction as build_routing_instruction
 
 BATCH_STEP_FIELDS = ("total_batch_steps", "eval_every_batch_steps", "save_every_batch_steps")
 VERIFIERS = ("math", "countdown")
+# Signals a run may turn into a preemption checkpoint (`preemption_signals`); the first two by default.
+PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP")
+DEFAULT_PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT")
 
 
 def optimizer_steps_per_generation_batch(
@@ -38,6 +43,58 @@ def optimizer_steps_per_generation_batch(
             f"({gradient_accumulation_steps})"
         )
     return micro // gradient_accumulation_steps
+
+
+def derive_batch_geometry(
+    *,
+    generation_batch_prompts: int,
+    minibatches_per_generation: int,
+    num_generations: int,
+    per_device_train_batch_size: int,
+    num_processes: int,
+) -> tuple[int, int]:
+    """``(steps_per_generation, gradient_accumulation_steps)`` for a generation batch stated in the paper's
+    units, on ``num_processes`` processes with ``per_device_train_batch_size`` rollouts per micro-batch.
+
+    A generation batch is ``generation_batch_prompts x num_generations`` rollouts, trained in
+    ``minibatches_per_generation`` optimizer steps (per pass); each process sees ``steps_per_generation``
+    micro-batches of it and accumulates ``gradient_accumulation_steps`` of them per optimizer step. Raises
+    ValueError naming the numbers when they do not divide.
+
+    Example (the paper): 128 prompts x G 8 = 1,024 rollouts in 4 optimizer steps of 256; per-device batch 8 on
+    4 processes -> (32, 8); on 8 processes -> (16, 4); on 3 processes 256 does not split into micro-batches of
+    8 x 3 = 24 rollouts, so it raises.
+    """
+    prompts, k, g = generation_batch_prompts, minibatches_per_generation, num_generations
+    rollouts = prompts * g
+    what = (
+        f"generation_batch_prompts {prompts} x num_generations {g} = {rollouts} rollouts per generation batch"
+    )
+    if rollouts % k:
+        raise ValueError(
+            f"minibatches_per_generation: {what} do not split into {k} mini-batches (optimizer steps) of "
+            "equal size"
+        )
+    per_step = rollouts // k
+    micro = per_device_train_batch_size * num_processes
+    if per_step % micro:
+        raise ValueError(
+            f"batch geometry: {what} in minibatches_per_generation {k} optimizer steps of {per_step} "
+            f"rollouts each, but per_device_train_batch_size {per_device_train_batch_size} x {num_processes} "
+            f"process(es) = {micro} rollouts per micro-batch does not divide {per_step}; choose a "
+            f"per_device_train_batch_size and a process count whose product divides {per_step}"
+        )
+    return rollouts // micro, per_step // micro
+
+
+def launch_process_count(environ: Any = None) -> int:
+    """Processes of this launch as ``accelerate launch`` / ``torchrun`` announce them (``WORLD_SIZE``; 1 when
+    unset), read before ``TrainingArguments`` sets up its distributed state."""
+    env = os.environ if environ is None else environ
+    try:
+        return max(1, int(env.get("WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
 
 
 def _default_modes() -> list[dict[str, Any]]:
@@ -74,20 +131,16 @@ class RoutingGRPOConfig(GRPOConfig):
             "A short question that invites the routing word makes free routing words appear sooner."
         },
     )
-    warmup_steps: int = field(
+    routing_warmup_steps: int = field(
         default=45,
-        metadata={"help": "Generation batches with forced rollouts (steps s < warmup_steps)."},
+        metadata={
+            "help": "Routing warmup: generation batches with forced rollouts (steps s < routing_warmup_steps; "
+            "the paper: 45). Not the learning-rate warmup, which is TRL's `warmup_steps`."
+        },
     )
     forced_per_mode: int | None = field(
         default=None,
         metadata={"help": "Rollouts of every group forced into each mode during warmup. Default floor(G/4)."},
-    )
-    lr_warmup_steps: float = field(
-        default=0,
-        metadata={
-            "help": "Learning-rate warmup in optimizer steps (a fraction < 1 = share of the run). `warmup_steps` "
-            "here is the routing warmup, so TrainingArguments' LR warmup is set by this field instead."
-        },
     )
     invalid_routing_reward: float = field(
         default=-0.5,
@@ -155,6 +208,16 @@ class RoutingGRPOConfig(GRPOConfig):
         },
     )
 
+    preemption_signals: list[str] = field(
+        default_factory=lambda: list(DEFAULT_PREEMPTION_SIGNALS),
+        metadata={
+            "help": "Signals that make a run write a checkpoint at the end of the generation batch in progress, "
+            "stop, and exit with 128 + signal (143 for SIGTERM) without saving a final model or pushing; the "
+            f"same command resumes from it. Any of {list(PREEMPTION_SIGNALS)}; add SIGUSR1 for Slurm's warning "
+            "signal (sbatch --signal=USR1@300). [] turns preemption checkpoints off."
+        },
+    )
+
     # Routing-collapse alarm (routing_grpo.collapse): warns and logs routing/collapse_alarm.
     collapse_alarm_entropy: float = field(
         default=0.2,
@@ -202,6 +265,26 @@ class RoutingGRPOConfig(GRPOConfig):
         },
     )
 
+    # Batch geometry in the paper's units, derived for each launch.
+    generation_batch_prompts: int | None = field(
+        default=None,
+        metadata={
+            "help": "Prompts per generation batch (one paper step; the paper: 128, i.e. 128 x G 8 = 1,024 "
+            "rollouts). Set with minibatches_per_generation: at launch, steps_per_generation and "
+            "gradient_accumulation_steps are derived from the number of processes and "
+            "per_device_train_batch_size (leave those two unset), and the run stops, naming the numbers, when "
+            "they do not divide. Unset: steps_per_generation / gradient_accumulation_steps as given (per device)."
+        },
+    )
+    minibatches_per_generation: int | None = field(
+        default=None,
+        metadata={
+            "help": "Mini-batches (optimizer steps) each generation batch is trained in, per pass over it (the "
+            "paper: 4 mini-batches of 256 rollouts); with num_iterations > 1 every pass repeats them. Set "
+            "together with generation_batch_prompts."
+        },
+    )
+
     # Method defaults that differ from TRL's.
     loss_type: str = field(
         default="dapo",
@@ -214,6 +297,7 @@ class RoutingGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        self._check_numbers()
         for name in BATCH_STEP_FIELDS:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
@@ -227,12 +311,77 @@ class RoutingGRPOConfig(GRPOConfig):
         self._generation_batch_size_given = (
             self.generation_batch_size is not None and self.steps_per_generation is None
         )
+        # Geometry in the paper's units: derived before GRPOConfig works out the generation batch from it.
+        self._geometry_processes: int | None = None
+        if self.uses_batch_geometry:
+            self._derive_geometry(launch_process_count(), check_given=True)
         super().__post_init__()
+        if self.uses_batch_geometry and self.world_size != self._geometry_processes:
+            self._derive_geometry(self.world_size)
         self._mode_specs = self._parse_modes()
         self._validate()
         self.apply_generation_batch_units()
 
     # ------------------------------------------------------------------------------------------------------
+
+    def _check_numbers(self) -> None:
+        """Ranges of the counts and rates GRPOConfig divides by or hands to torch, checked before it does."""
+        counts = (
+            ("num_generations", self.num_generations, 2),
+            ("per_device_train_batch_size", self.per_device_train_batch_size, 1),
+            ("gradient_accumulation_steps", self.gradient_accumulation_steps, 1),
+            ("steps_per_generation", self.steps_per_generation, 1),
+            ("generation_batch_size", self.generation_batch_size, 1),
+            ("num_iterations", self.num_iterations, 1),
+            ("max_completion_length", self.max_completion_length, 1),
+        )
+        for name, value, least in counts:
+            if value is None and name in (
+                "steps_per_generation",
+                "generation_batch_size",
+                "max_completion_length",
+            ):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                what = "GRPO compares at least 2 rollouts per prompt" if name == "num_generations" else ""
+                raise ValueError(
+                    f"{name}: must be an integer >= {least}, got {value!r}" + (f" ({what})" if what else "")
+                )
+        for name, value, lowest, strict in (
+            ("learning_rate", self.learning_rate, 0.0, False),
+            ("temperature", self.temperature, 0.0, True),
+        ):
+            number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            if not number or value < lowest or (strict and value == lowest):
+                raise ValueError(
+                    f"{name}: must be a finite number {'>' if strict else '>='} {lowest}, got {value!r}"
+                )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
+        if getattr(self, "enable_jit_checkpoint", False):
+            raise ValueError(
+                "enable_jit_checkpoint: not with routing-grpo, which checkpoints on its own preemption_signals "
+                "(SIGTERM, SIGINT) at the end of a generation batch, agreed by every process, and exits with 128 + "
+                "signal; transformers' JIT checkpoint saves inside an optimizer step and lets the run end as if it "
+                "had finished. Remove enable_jit_checkpoint (preemption_signals: [] turns routing-grpo's off)"
+            )
+        self.preemption_signals = self._parse_signals(self.preemption_signals)
+
+    @staticmethod
+    def _parse_signals(value: Any) -> list[str]:
+        if isinstance(value, str):
+            value = [v for v in value.replace(",", " ").split()]
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"preemption_signals: expected a list of signal names, got {value!r}")
+        names = []
+        for item in value:
+            name = str(item).strip().upper()
+            name = name if name.startswith("SIG") else "SIG" + name
+            if name not in PREEMPTION_SIGNALS:
+                raise ValueError(f"preemption_signals: {item!r} is not one of {list(PREEMPTION_SIGNALS)}")
+            if name not in names:
+                names.append(name)
+        return names
 
     def _parse_modes(self) -> tuple[ModeSpec, ...]:
         if isinstance(self.modes, str):
@@ -261,13 +410,25 @@ class RoutingGRPOConfig(GRPOConfig):
         if self.scale_rewards != "none":
             raise ValueError(
                 f"scale_rewards: must be 'none' for self-routing (rewards are group-centred without std "
-                f"division, SPEC.md 'Advantage'), got {self.scale_rewards!r}"
+                f"division, docs/method.md 'Advantage'), got {self.scale_rewards!r}"
             )
         if self.single_mode is not None:
             try:
                 mode_index(specs, self.single_mode)
             except ValueError as err:
                 raise ValueError(f"single_mode: {err}") from None
+        if self.single_mode is None and k < 2:
+            raise ValueError(
+                f"modes: a router needs at least two modes to choose from, got {k} ({[m.name for m in specs]}); "
+                f"for a single-mode baseline set single_mode: {specs[0].name}"
+            )
+        if self.single_mode is None:
+            warmup = self.routing_warmup_steps
+            if self.flatten_reward_step is not None and self.flatten_reward_step < warmup:
+                raise ValueError(
+                    f"flatten_reward_step ({self.flatten_reward_step}) comes before the end of the routing warmup "
+                    f"(routing_warmup_steps {warmup}): the schedule is warmup, then phase 2 (the paper: 45, then 60)"
+                )
         if self.forced_per_mode is None:
             self.forced_per_mode = g // 4
         if self.logprob_length_buckets < 1:
@@ -279,8 +440,8 @@ class RoutingGRPOConfig(GRPOConfig):
                 f"forced_per_mode: {k} modes x forced_per_mode {self.forced_per_mode} = "
                 f"{k * self.forced_per_mode} forced rollouts exceed num_generations ({g})"
             )
-        if self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps: must be >= 0, got {self.warmup_steps}")
+        if self.routing_warmup_steps < 0:
+            raise ValueError(f"routing_warmup_steps: must be >= 0, got {self.routing_warmup_steps}")
         if self.max_completion_length is not None:
             for m in specs:
                 if m.cap is not None and m.cap > self.max_completion_length:
@@ -326,7 +487,7 @@ class RoutingGRPOConfig(GRPOConfig):
         if self.mask_truncated_completions:
             raise ValueError(
                 "mask_truncated_completions: must be False; a rollout cut at its mode's cap keeps its first "
-                "C_m tokens in the loss (SPEC.md 'Caps')"
+                "C_m tokens in the loss (docs/method.md 'Caps')"
             )
         if self.multi_objective_aggregation != "sum_then_normalize":
             raise ValueError(
@@ -336,10 +497,83 @@ class RoutingGRPOConfig(GRPOConfig):
 
     # ------------------------------------------------------------------------------------------------------
 
-    def get_warmup_steps(self, num_training_steps: int) -> int:
-        """LR-scheduler warmup: `lr_warmup_steps`, not the routing warmup that shares TRL's field name."""
-        w = self.lr_warmup_steps
-        return int(w) if w >= 1 else math.ceil(num_training_steps * w)
+    @property
+    def uses_batch_geometry(self) -> bool:
+        """The generation batch is stated in the paper's units (``generation_batch_prompts``)."""
+        return self.generation_batch_prompts is not None or self.minibatches_per_generation is not None
+
+    def _derive_geometry(self, num_processes: int, check_given: bool = False) -> None:
+        """Sets steps_per_generation, gradient_accumulation_steps (and the generation batch size, once
+        GRPOConfig has one) from ``generation_batch_prompts`` / ``minibatches_per_generation``."""
+        prompts, k = self.generation_batch_prompts, self.minibatches_per_generation
+        for name, value in (("generation_batch_prompts", prompts), ("minibatches_per_generation", k)):
+            if value is None:
+                raise ValueError(
+                    f"{name}: set generation_batch_prompts and minibatches_per_generation together (or "
+                    "neither, to give steps_per_generation and gradient_accumulation_steps per device)"
+                )
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+        spg, ga = derive_batch_geometry(
+            generation_batch_prompts=prompts,
+            minibatches_per_generation=k,
+            num_generations=self.num_generations,
+            per_device_train_batch_size=self.per_device_train_batch_size,
+            num_processes=num_processes,
+        )
+        if check_given:
+            # Per-device settings are derived here; one given as well must agree (1 is the GA default).
+            if self.generation_batch_size is not None:
+                raise ValueError(
+                    "generation_batch_size: not with generation_batch_prompts, which states the generation batch"
+                )
+            given = (
+                ("steps_per_generation", self.steps_per_generation, spg, None),
+                ("gradient_accumulation_steps", self.gradient_accumulation_steps, ga, 1),
+            )
+            for name, value, derived, default in given:
+                if value not in (default, derived):
+                    raise ValueError(
+                        f"{name}: {value} conflicts with generation_batch_prompts {prompts} / "
+                        f"minibatches_per_generation {k}, from which it is derived ({derived} on "
+                        f"{num_processes} process(es)); remove it, or unset those two to give the per-device "
+                        "geometry yourself"
+                    )
+        self.steps_per_generation, self.gradient_accumulation_steps = spg, ga
+        if self.generation_batch_size is not None or not check_given:
+            self.generation_batch_size = self.per_device_train_batch_size * num_processes * spg
+        self._geometry_processes = num_processes
+
+    def batch_geometry(self, num_processes: int) -> dict[str, Any]:
+        """The batch geometry of a launch on ``num_processes`` processes, in rollouts and steps."""
+        micro = self.per_device_train_batch_size * num_processes
+        rollouts = micro * self.steps_per_generation
+        return {
+            "processes": num_processes,
+            "per_device_train_batch_size": self.per_device_train_batch_size,
+            "num_generations": self.num_generations,
+            "prompts_per_generation_batch": rollouts / self.num_generations,
+            "rollouts_per_generation_batch": rollouts,
+            "rollouts_per_optimizer_step": micro * self.gradient_accumulation_steps,
+            "steps_per_generation": self.steps_per_generation,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "optimizer_steps_per_generation_batch": self.optimizer_steps_per_generation_batch,
+        }
+
+    def geometry_summary(self, num_processes: int) -> str:
+        """One line for the start of a run: processes, rollouts per generation batch and per optimizer step."""
+        g = self.batch_geometry(num_processes)
+        prompts = g["prompts_per_generation_batch"]
+        prompts = int(prompts) if float(prompts).is_integer() else prompts
+        return (
+            f"batch geometry: {g['processes']} process(es) x per-device batch {g['per_device_train_batch_size']}; "
+            f"generation batch {g['rollouts_per_generation_batch']} rollouts ({prompts} prompts x G "
+            f"{g['num_generations']}, steps_per_generation {g['steps_per_generation']}); optimizer step "
+            f"{g['rollouts_per_optimizer_step']} rollouts (gradient_accumulation_steps "
+            f"{g['gradient_accumulation_steps']}); {g['optimizer_steps_per_generation_batch']} optimizer steps per "
+            f"generation batch"
+            + (f" x num_iterations {self.num_iterations}" if self.num_iterations > 1 else "")
+        )
 
     @property
     def uses_generation_batch_units(self) -> bool:
@@ -372,6 +606,25 @@ class RoutingGRPOConfig(GRPOConfig):
         the config is built. Under ``accelerate launch`` that is already the launched count; a config built
         elsewhere is brought in line here, and the ``*_batch_steps`` conversion is redone.
         """
+        if self.uses_batch_geometry:
+            if num_processes != self._geometry_processes:
+                built_ga = self.gradient_accumulation_steps
+                _, ga = derive_batch_geometry(
+                    generation_batch_prompts=self.generation_batch_prompts,
+                    minibatches_per_generation=self.minibatches_per_generation,
+                    num_generations=self.num_generations,
+                    per_device_train_batch_size=self.per_device_train_batch_size,
+                    num_processes=num_processes,
+                )
+                if ga != built_ga:
+                    raise ValueError(
+                        f"batch geometry: the config was built for {self._geometry_processes} process(es) "
+                        f"(gradient_accumulation_steps {built_ga}) but this launch has {num_processes}, which needs "
+                        f"{ga}; build the config inside the launch (accelerate launch ... -m routing_grpo.train)"
+                    )
+                self._derive_geometry(num_processes)
+            self.apply_generation_batch_units()
+            return
         if num_processes == self.world_size:
             return
         global_batch = self.per_device_train_batch_size * num_processes

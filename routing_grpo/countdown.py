@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from routing_grpo.rewards import completion_text
+from routing_grpo.completions import completion_text
 
 MAX_EXPRESSION_CHARS = 256
 MAX_TOKENS = 64

@@ -60,9 +60,9 @@ import datasets
 from datasets import Dataset, Features, List, Value
 
 from routing_grpo import countdown
+from routing_grpo.completions import completion_text
 from routing_grpo.grading import grade
 from routing_grpo.mini import task as mini_task
-from routing_grpo.rewards import completion_text
 
 logger = logging.getLogger(__name__)
 

@@ -37,7 +37,9 @@ DEFAULT_EVAL_PROBLEMS = 20  # 4 per level
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m routing_grpo.demo_smollm2", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m routing_grpo.demo_smollm2", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--output-dir", default=str(DEFAULT_OUTPUT), help="checkpoint, evaluation and summary.md")
     p.add_argument("--steps", type=int, default=None, help="generation batches (default: the recipe's)")
     p.add_argument(
@@ -47,7 +49,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="forced warmup batches (default: the recipe's, at most half of --steps)",
     )
     p.add_argument(
-        "--recipe", default=str(DEFAULT_RECIPE), help="training recipe (default: recipes/demo_smollm2_cpu.yaml)"
+        "--recipe",
+        default=str(DEFAULT_RECIPE),
+        help="training recipe (default: recipes/demo_smollm2_cpu.yaml)",
     )
     p.add_argument(
         "--eval-problems",
@@ -274,9 +278,11 @@ def run(argv: Sequence[str] | None = None) -> str:
     if steps < 1:
         raise SystemExit("--steps: at least one generation batch")
     warmup = (
-        args.warmup if args.warmup is not None else min(recipe.get("warmup_steps", 2), max(1, steps // 2))
+        args.warmup
+        if args.warmup is not None
+        else min(recipe.get("routing_warmup_steps", 2), max(1, steps // 2))
     )
-    overrides += ["--total_batch_steps", str(steps), "--warmup_steps", str(warmup)]
+    overrides += ["--total_batch_steps", str(steps), "--routing_warmup_steps", str(warmup)]
     if args.model:
         overrides += ["--model_name_or_path", args.model]
     if args.seed is not None:

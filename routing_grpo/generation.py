@@ -1,6 +1,6 @@
 """Rollout construction for self-routing, as pure functions the trainer calls around TRL's generation.
 
-SPEC.md "Prompt layout" and "Rollouts":
+docs/method.md "Prompt layout", "Rollouts and the routing warmup" and "Caps":
 
 * the routing instruction goes at the end of the last user turn (:func:`add_routing_instruction`);
 * after the chat template's generation prompt comes the routing question Q; a forced rollout also has its

@@ -1,10 +1,20 @@
 """Answer grading for math RL rewards and evaluation: extract a completion's final answer, check it.
 
-Extraction (:func:`extract_answer`), in order:
+Finished or wrong (:func:`answer_text`): a response has a final answer only if it finished, that is
 
-1. Reasoning: with a ``</think>``, only the text after the last one counts. With an unclosed ``<think>`` the
-   model never finished reasoning; we still accept the last ``\\boxed`` of the whole text (a box is a deliberate
-   commitment) but none of the loose fallbacks below, which would pick up arbitrary intermediate numbers.
+* it ended with EOS, not at the completion limit or a mode's cap (``finished``; the caller knows the
+  token ids, the text does not say), and
+* when the reasoning was opened, in the completion or by the prompt's generation prefix (DeepSeek-R1-Distill's
+  chat template ends the generation prompt with ``<think>\\n``: ``reasoning_open``, see
+  :func:`generation_prompt_opens_reasoning`), it was closed: the answer is the text after the last
+  ``</think>``, and a ``<think>`` after that one (or no ``</think>`` at all) leaves no answer.
+
+Anything else has no answer and grades wrong, however many "the answer is" lines its reasoning wrote. Text
+that never opened any reasoning is answer text as a whole.
+
+Extraction (:func:`extract_answer`), on the answer text, in order:
+
+1. The reasoning is gone (above); everything below reads only the text after it.
 2. The last ``\\boxed{...}`` / ``\\fbox{...}`` (braces matched, ``\\{`` ignored), or ``\\boxed 5``. If the last
    box is empty or never closed (degenerate or truncated output) there is no answer: earlier boxes are not
    used, in such outputs they belong to hallucinated follow-up questions.
@@ -95,22 +105,71 @@ _WORD_RE = re.compile(r"[A-Za-z'-]+")
 _INLINE_NOISE = ("$", "\\(", "\\)", "\\[", "\\]", "**")
 
 
-def extract_answer(text: str) -> str | None:
-    """Return the final answer of a completion, or None when it has none. Never raises."""
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+
+def opens_reasoning(text: str) -> bool:
+    """Whether ``text`` leaves a reasoning block open: a ``<think>`` after its last ``</think>``."""
+    return text.rfind(THINK_OPEN) > text.rfind(THINK_CLOSE)
+
+
+def generation_prompt_opens_reasoning(tokenizer: Any, **template_kwargs: Any) -> bool:
+    """Whether the tokenizer's chat template opens the reasoning in its generation prompt.
+
+    DeepSeek-R1-Distill's template ends the generation prompt with ``<think>\\n``, so its completions start
+    inside the reasoning and must close it (``</think>``) before their answer. The generation prompt is what
+    ``add_generation_prompt=True`` adds to a one-message conversation; ``template_kwargs`` go to
+    ``apply_chat_template`` as the trainer passes them (``chat_template``, ``enable_thinking``, ...). A
+    tokenizer without a chat template opens nothing.
+    """
+    if getattr(tokenizer, "chat_template", None) is None and template_kwargs.get("chat_template") is None:
+        return False
+    probe = [{"role": "user", "content": "What is 1 + 1?"}]
+    with_prompt = tokenizer.apply_chat_template(
+        probe, tokenize=False, add_generation_prompt=True, **template_kwargs
+    )
+    without = tokenizer.apply_chat_template(
+        probe, tokenize=False, add_generation_prompt=False, **template_kwargs
+    )
+    suffix = with_prompt[len(without) :] if with_prompt.startswith(without) else with_prompt
+    return opens_reasoning(suffix)
+
+
+def answer_text(text: str, *, finished: bool = True, reasoning_open: bool = False) -> str | None:
+    """The part of a response that holds its final answer, or None when it has none (finished or wrong).
+
+    Args:
+        text: the completion as decoded.
+        finished: the response ended with EOS (False when it stopped at the completion limit or a cap).
+        reasoning_open: the prompt opened the reasoning (its generation prompt ends inside ``<think>``).
+
+    Returns the text after the last ``</think>``; the whole text when no reasoning was opened; None when the
+    response did not finish or left its reasoning open.
+    """
+    if not finished or not isinstance(text, str):
+        return None
+    close_at = text.rfind(THINK_CLOSE)
+    if text.rfind(THINK_OPEN) > close_at:
+        return None  # opened (again) in the completion and never closed
+    if close_at >= 0:
+        return text[close_at + len(THINK_CLOSE) :]
+    return None if reasoning_open else text
+
+
+def extract_answer(text: str, *, finished: bool = True, reasoning_open: bool = False) -> str | None:
+    """Return the final answer of a completion, or None when it has none (see :func:`answer_text` for
+    ``finished`` and ``reasoning_open``). Never raises."""
     try:
-        return _extract(text)
+        return _extract(text, finished=finished, reasoning_open=reasoning_open)
     except Exception:  # a reward function must not crash a training step
         return None
 
 
-def _extract(text: str) -> str | None:
-    if not isinstance(text, str):
+def _extract(text: str, *, finished: bool = True, reasoning_open: bool = False) -> str | None:
+    text = answer_text(text, finished=finished, reasoning_open=reasoning_open)
+    if text is None:
         return None
-    end_think = text.rfind("</think>")
-    if end_think >= 0:
-        text = text[end_think + len("</think>") :]
-    elif "<think>" in text:
-        return _last_boxed(text)
     if _BOX_RE.search(text):
         return _last_boxed(text)
     for marker in _FALLBACK_MARKERS:
@@ -252,15 +311,27 @@ def _parse_latex(answer: str) -> list[Any]:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def grade(completion: str, reference: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> GradeResult:
-    """Extract the final answer of `completion` and check it against `reference`. Never raises."""
-    extracted = extract_answer(completion)
+def grade(
+    completion: str,
+    reference: str,
+    *,
+    finished: bool = True,
+    reasoning_open: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> GradeResult:
+    """Extract the final answer of `completion` and check it against `reference`. Never raises.
+
+    A response that did not finish (``finished=False``) or left its reasoning open has no answer and is
+    wrong (:func:`answer_text`)."""
+    extracted = extract_answer(completion, finished=finished, reasoning_open=reasoning_open)
     return GradeResult(verify_answer(extracted, reference, timeout_s=timeout_s), extracted)
 
 
-def _grade_limited(completion: str, reference: str, timeout_s: float) -> GradeResult:
+def _grade_limited(
+    completion: str, reference: str, timeout_s: float, finished: bool = True, reasoning_open: bool = False
+) -> GradeResult:
     """grade for the main thread of this process (in-process batches and pool workers)."""
-    extracted = extract_answer(completion)
+    extracted = extract_answer(completion, finished=finished, reasoning_open=reasoning_open)
     return GradeResult(_verify_limited(extracted, reference, timeout_s), extracted)
 
 
@@ -268,24 +339,37 @@ def grade_batch(
     completions: Sequence[str],
     references: Sequence[str],
     *,
+    finished: Sequence[bool] | None = None,
+    reasoning_open: bool | Sequence[bool] = False,
     num_workers: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[GradeResult]:
     """Grade completions against references, results in input order.
 
+    ``finished`` (one flag per completion; default all True) and ``reasoning_open`` (one flag for all, or one
+    per completion) are those of :func:`answer_text`: an unfinished response is wrong.
     Uses the shared pool of `num_workers` processes (default: the CPUs this process may use). Batches under
     MIN_POOL_BATCH items, or `num_workers=0`, are graded in this process when called from the main thread.
     An item past its deadline, or whose worker died, is scored False and the worker replaced.
     """
-    if len(completions) != len(references):
-        raise ValueError(f"{len(completions)} completions but {len(references)} references")
-    if _signal_timer_usable() and (len(completions) < MIN_POOL_BATCH or num_workers == 0):
-        return [_grade_limited(c, r, timeout_s) for c, r in zip(completions, references)]
-    items = [(c, r, timeout_s) for c, r in zip(completions, references)]
+    n = len(completions)
+    if n != len(references):
+        raise ValueError(f"{n} completions but {len(references)} references")
+    done = [True] * n if finished is None else [bool(f) for f in finished]
+    opened = (
+        [bool(reasoning_open)] * n if isinstance(reasoning_open, bool) else [bool(o) for o in reasoning_open]
+    )
+    if len(done) != n or len(opened) != n:
+        raise ValueError(
+            f"{n} completions but {len(done)} finished flags and {len(opened)} reasoning_open flags"
+        )
+    items = [(c, r, timeout_s, f, o) for c, r, f, o in zip(completions, references, done, opened)]
+    if _signal_timer_usable() and (n < MIN_POOL_BATCH or num_workers == 0):
+        return [_grade_limited(*item) for item in items]
     results = _run_in_pool(num_workers, _grade_limited, items, timeout_s)
     return [
-        result if result is not None else GradeResult(False, extract_answer(completion))
-        for result, completion in zip(results, completions)
+        result if result is not None else GradeResult(False, extract_answer(c, finished=f, reasoning_open=o))
+        for result, (c, _, _, f, o) in zip(results, items)
     ]
 
 

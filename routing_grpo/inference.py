@@ -292,9 +292,9 @@ def _local_model_path(model: str) -> str:
     """``offline:NAME`` models resolve to their folders; anything else is returned as is."""
     if not model.startswith("offline:"):
         return model
-    from routing_grpo.train import RoutingScriptArguments, resolve_model_path
+    from routing_grpo.offline_models import resolve_model_path
 
-    return resolve_model_path(model, RoutingScriptArguments().offline_cache_dir)
+    return resolve_model_path(model)
 
 
 # ---------------------------------------------------------------------------------------------------------

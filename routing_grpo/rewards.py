@@ -1,8 +1,12 @@
-"""The reward surface (paper Eq. reward, SPEC.md "Reward").
+"""The reward surface (paper Eq. reward, docs/method.md "Reward").
 
     r_i = b_m * gamma_m ** L    correct, mode m, L tokens after the routing word, within the cap
-    r_i = 0                     wrong with a valid mode (a capped rollout is wrong)
+    r_i = 0                     wrong with a valid mode (a capped or unfinished rollout is wrong)
     r_i = invalid_reward        no valid routing word (-0.5)
+
+A rollout is right only if it finished (ended with EOS, not at the completion limit or its cap) and, when its
+reasoning was opened (by the prompt, as DeepSeek-R1-Distill's ``<think>\\n`` generation prompt does, or in the
+completion), closed it before a correct answer (:func:`routing_grpo.grading.answer_text`).
 
 Phase 2 (from ``flatten_reward_step``) sets every base and gamma to 1.0; caps stay.
 
@@ -18,6 +22,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from routing_grpo.completions import completion_text  # also re-exported from here
 from routing_grpo.modes import INVALID, Detection, ModeDetector, ModeSpec
 
 DEFAULT_INVALID_REWARD = -0.5
@@ -87,19 +92,6 @@ def routing_rewards(
     ]
 
 
-def completion_text(completion: Any) -> str:
-    """Text of a TRL completion: a string, or a conversational list of messages."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, list):
-        return "".join(
-            m.get("content", "") if isinstance(m.get("content", ""), str) else ""
-            for m in completion
-            if isinstance(m, dict) and m.get("role", "assistant") == "assistant"
-        )
-    return ""
-
-
 def countdown_verifier(completion: str, reference: Any) -> bool:
     """Countdown grading from the reference solution alone: the completion's final expression must use the
     numbers of ``reference`` (a canonical solution such as ``"67 + 92 - 23"``) each exactly once and reach its
@@ -144,15 +136,25 @@ class RoutingReward:
 
     It reads the reference from the dataset column ``answer_column``. The routing trainer passes the
     rollout's routing facts as extra per-row columns (``routing_mode``: forced label or detected mode;
-    ``routing_length``: L; ``routing_capped``; ``routing_phase``); without them (e.g. under a plain
-    ``GRPOTrainer``) the mode is detected from the completion tokens and L counted here.
+    ``routing_length``: L; ``routing_capped``; ``routing_finished``: ended with EOS; ``routing_phase``);
+    without them (e.g. under a plain ``GRPOTrainer``) the mode is detected from the completion tokens, L
+    counted here and a rollout is finished when its last token is one of ``eos_token_ids`` (all are, when
+    neither ids nor EOS tokens are known).
 
-    After each call, :attr:`last` holds the per-rollout facts (mode, length, capped, correct), so the
-    trainer and its metrics reuse them instead of grading twice.
+    ``prompt_opens_reasoning``: the chat template's generation prompt opens the reasoning
+    (:func:`routing_grpo.grading.generation_prompt_opens_reasoning`; the trainer sets it from its tokenizer),
+    so a conversational prompt's completion must close it with ``</think>`` before its answer; a plain-text
+    prompt opens it when the text itself leaves a ``<think>`` open.
+
+    Every uncapped rollout is graded, those without a routing word too: their reward stays
+    ``invalid_reward``, but ``correct`` (and the validation accuracy built on it) says whether the answer was
+    right. After each call, :attr:`last` holds the per-rollout facts (mode, length, capped, finished,
+    correct), so the trainer and its metrics reuse them instead of grading twice.
 
     ``verifier`` (``(completion_text, reference) -> bool``) decides correctness; the default grades math
     answers (last ``\\boxed{}``, math-verify) in a batched pool with timeouts. :func:`countdown_verifier`
-    grades Countdown; ``resolve_verifier`` maps the config names.
+    grades Countdown; ``resolve_verifier`` maps the config names. A custom verifier sees only the answer text
+    (after the reasoning) of a finished rollout; an unfinished one is wrong without asking it.
     """
 
     def __init__(
@@ -164,8 +166,18 @@ class RoutingReward:
         invalid_reward: float = DEFAULT_INVALID_REWARD,
         single_mode: int | None = None,
         verifier: str | Verifier | None = None,
+        prompt_opens_reasoning: bool = False,
+        eos_token_ids: Sequence[int] | None = None,
     ) -> None:
         self.modes = tuple(modes)
+        self.prompt_opens_reasoning = prompt_opens_reasoning
+        if (
+            eos_token_ids is None
+            and tokenizer is not None
+            and getattr(tokenizer, "eos_token_id", None) is not None
+        ):
+            eos_token_ids = [tokenizer.eos_token_id]
+        self.eos_token_ids = [int(t) for t in eos_token_ids or ()]
         self.verifier = resolve_verifier(verifier)
         self.answer_column = answer_column
         self.invalid_reward = invalid_reward
@@ -184,7 +196,7 @@ class RoutingReward:
         completion_ids: list[list[int]] | None = None,
         **columns: Any,
     ) -> list[float]:
-        from routing_grpo.grading import grade_batch
+        from routing_grpo.grading import answer_text, grade_batch, opens_reasoning
 
         n = len(completions)
         if self.answer_column not in columns:
@@ -201,18 +213,29 @@ class RoutingReward:
             if m != INVALID and exceeds_cap(self.modes[m], length):
                 capped[i] = True
         phases = columns.get("routing_phase") or [1] * n
+        finished = self._finished(ids, columns, n)
+        reasoning_open = [
+            opens_reasoning(p) if isinstance(p, str) else self.prompt_opens_reasoning
+            for p in (prompts if len(prompts) == n else [None] * n)
+        ]
 
-        # Capped and invalid rollouts are not graded: their reward does not depend on the answer.
-        to_grade = [i for i in range(n) if modes_idx[i] != INVALID and not capped[i]]
+        # Capped and unfinished rollouts are wrong without grading; invalid ones are graded (for accuracy),
+        # though their reward does not depend on the answer.
+        to_grade = [i for i in range(n) if not capped[i] and finished[i]]
         correct = [False] * n
         if self.verifier is None:
-            results = grade_batch([texts[i] for i in to_grade], [references[i] for i in to_grade])
+            results = grade_batch(
+                [texts[i] for i in to_grade],
+                [references[i] for i in to_grade],
+                reasoning_open=[reasoning_open[i] for i in to_grade],
+            )
             for i, res in zip(to_grade, results):
                 correct[i] = bool(res.correct)
         else:
             raw_references = columns[self.answer_column]
             for i in to_grade:
-                correct[i] = bool(self.verifier(texts[i], raw_references[i]))
+                answer = answer_text(texts[i], reasoning_open=reasoning_open[i])
+                correct[i] = answer is not None and bool(self.verifier(answer, raw_references[i]))
 
         rewards = [
             routing_reward(
@@ -220,8 +243,21 @@ class RoutingReward:
             )
             for m, length, c, k, p in zip(modes_idx, lengths, correct, capped, phases)
         ]
-        self.last = {"mode": modes_idx, "length": lengths, "capped": capped, "correct": correct}
+        self.last = {
+            "mode": modes_idx,
+            "length": lengths,
+            "capped": capped,
+            "finished": finished,
+            "correct": correct,
+        }
         return rewards
+
+    def _finished(self, ids: list[list[int]], columns: dict[str, Any], n: int) -> list[bool]:
+        """Whether each rollout ended with EOS: the trainer's column, else the last token id, else True."""
+        if columns.get("routing_finished") is not None:
+            return [bool(f) for f in columns["routing_finished"]]
+        eos = set(self.eos_token_ids)
+        return [not (eos and row) or int(row[-1]) in eos for row in ids[:n]] + [True] * (n - len(ids))
 
     def _modes_and_lengths(
         self, texts: list[str], ids: list[list[int]], columns: dict[str, Any]

@@ -1,7 +1,7 @@
 """Step schedules of the method: warmup, reward phase and the balance coefficient.
 
 Every schedule counts *generation batches* (the paper's "steps": 128 prompts x G rollouts), not the
-optimizer updates TRL calls ``global_step`` (SPEC.md "Loss and steps"). The trainer converts.
+optimizer updates TRL calls ``global_step`` (docs/method.md "Loss and steps"). The trainer converts.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 def balance_coef_at(step: int, *, coef: float, anneal_start: int, anneal_end: int) -> float:
     """beta_bal(s): ``coef`` for s < anneal_start, linear down to 0 at anneal_end, 0 after.
 
-    Paper defaults: coef 1.0, anneal 60 -> 85 (SPEC.md "Advantage", item 3).
+    Paper defaults: coef 1.0, anneal 60 -> 85 (docs/method.md "Advantage", item 3).
     """
     if anneal_end < anneal_start:
         raise ValueError(f"balance anneal: start ({anneal_start}) must be <= end ({anneal_end})")
@@ -21,9 +21,9 @@ def balance_coef_at(step: int, *, coef: float, anneal_start: int, anneal_end: in
     return float(coef) * (anneal_end - step) / (anneal_end - anneal_start)
 
 
-def in_warmup(step: int, warmup_steps: int) -> bool:
-    """Forced rollouts are drawn for steps s < warmup_steps (45 in the paper)."""
-    return step < warmup_steps
+def in_warmup(step: int, routing_warmup_steps: int) -> bool:
+    """Forced rollouts are drawn for steps s < routing_warmup_steps (45 in the paper)."""
+    return step < routing_warmup_steps
 
 
 def reward_phase(step: int, flatten_reward_step: int | None) -> int:

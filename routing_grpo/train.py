@@ -19,7 +19,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import enum
+import json
 import logging
+import math
 import netrc
 import os
 import sys
@@ -31,11 +33,12 @@ from typing import Any
 
 from trl import ModelConfig, TrlParser, get_peft_config, get_quantization_config
 
+from routing_grpo import version_text
 from routing_grpo.config import RoutingGRPOConfig
+from routing_grpo.offline_models import OFFLINE_CACHE_DIR, resolve_model_path
 
 logger = logging.getLogger(__name__)
 
-OFFLINE_PREFIX = "offline:"
 # Keys of the recipe's `env:` mapping that look like credentials: those come from the real environment only.
 SECRET_ENV_WORDS = ("TOKEN", "API_KEY", "SECRET", "PASSWORD")
 
@@ -81,9 +84,16 @@ class RoutingScriptArguments:
         metadata={"help": "Jinja chat template (inline, or a path to a file) replacing the tokenizer's own."},
     )
     offline_cache_dir: str = field(
-        default=os.path.join("~", ".cache", "routing-grpo"),
+        default=OFFLINE_CACHE_DIR,
         metadata={
             "help": "Where offline models (model_name_or_path: offline:smollm2 / offline:tiny) are cached."
+        },
+    )
+    hub_org: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub user or organisation of the run's repo when hub_model_id is not set: the run pushes to "
+            "<hub_org>/<recipe name>-seed<seed> (default: your own namespace). `make ... HUB_ORG=...` sets it."
         },
     )
 
@@ -94,6 +104,14 @@ DATACLASS_TYPES = (RoutingScriptArguments, RoutingGRPOConfig, ModelConfig)
 # ----------------------------------------------------------------------------------------------------------
 # Recipe checks (no model, no data)
 # ----------------------------------------------------------------------------------------------------------
+
+# Keys that once meant something else here, or that transformers dropped: the message says what to write.
+RENAMED_KEYS = {
+    "lr_warmup_steps": "the learning-rate warmup is TRL's `warmup_steps` (optimizer steps, or a fraction < 1 "
+    "of the run); the routing warmup is `routing_warmup_steps`",
+    "warmup_ratio": "transformers 5 folded it into `warmup_steps`: write `warmup_steps: 0.1` for a 10% "
+    "learning-rate warmup (a value below 1 is a share of the run)",
+}
 
 
 def recipe_fields() -> dict[str, tuple[type, Any]]:
@@ -188,6 +206,9 @@ def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
                 "remove it from the recipe"
             )
             continue
+        if key not in known and key in RENAMED_KEYS:
+            problems.append(f"{key}: not a recipe key here; {RENAMED_KEYS[key]}")
+            continue
         if key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -200,6 +221,73 @@ def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
             )
     if problems:
         raise RecipeError(f"{source}: " + "; ".join(problems))
+
+
+def _looks_like_batch_count(value: Any) -> bool:
+    """Whether a ``warmup_steps`` value reads like the old routing warmup (a whole number of batches)."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return True
+    if isinstance(value, float):
+        return value.is_integer()
+    if isinstance(value, str):
+        try:
+            return float(value).is_integer()
+        except ValueError:
+            return False
+    return False
+
+
+def check_warmup_keys(recipe: dict[str, Any], cli_values: dict[str, str], source: str = "recipe") -> None:
+    """Refuses a ``warmup_steps`` that reads like the routing warmup of older routing-grpo recipes.
+
+    ``warmup_steps`` is TRL's learning-rate warmup (optimizer steps, or a share of the run when below 1); the
+    routing warmup (generation batches with forced rollouts) is ``routing_warmup_steps``. Older recipes used
+    ``warmup_steps: 45`` for the routing warmup, which would now silently become 45 optimizer steps of
+    learning-rate warmup and the paper's default routing warmup. So a whole-number ``warmup_steps`` (recipe or
+    command line) is accepted only when ``routing_warmup_steps`` is stated too; a fraction is unambiguous.
+    """
+    if "routing_warmup_steps" in recipe or "routing_warmup_steps" in cli_values:
+        return
+    if "warmup_steps" in cli_values:
+        where, value = "--warmup_steps", cli_values["warmup_steps"]
+    elif "warmup_steps" in recipe:
+        where, value = f"{source}: warmup_steps", recipe["warmup_steps"]
+    else:
+        return
+    if _looks_like_batch_count(value):
+        raise RecipeError(
+            f"{where}: {value!r} is TRL's learning-rate warmup in optimizer steps, not the routing warmup; "
+            "the routing warmup (generation batches with forced rollouts, the paper's 45) is "
+            "`routing_warmup_steps`. Rename the key if you meant the routing warmup; if you meant "
+            "learning-rate warmup, state `routing_warmup_steps` as well"
+        )
+
+
+def _cli_values(argv: list[str]) -> dict[str, str]:
+    """``--key value`` / ``--key=value`` pairs of a command line (dashes in keys read as underscores)."""
+    out: dict[str, str] = {}
+    for i, arg in enumerate(argv):
+        if not arg.startswith("--"):
+            continue
+        key, eq, value = arg[2:].partition("=")
+        if not eq:
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("--") else ""
+        out[key.replace("-", "_")] = value
+    return out
+
+
+def hub_repo_name(recipe: str | Path, seed: int, org: str | None = None) -> str:
+    """The Hub repo of one run of a recipe: ``[<org>/]<recipe file name>-seed<seed>``.
+
+    Every recipe and seed gets its own repo (transformers would otherwise name it after the output folder,
+    ``seed0``, so the router and every baseline would push into the same repos).
+    Example: ``hub_repo_name("recipes/router_r1_distill_qwen_1.5b.yaml", 1, "my-lab")`` is
+    ``"my-lab/router_r1_distill_qwen_1.5b-seed1"``.
+    """
+    name = f"{Path(recipe).stem}-seed{seed}"
+    return f"{org.strip('/')}/{name}" if org else name
 
 
 def read_recipe(path: str | Path) -> dict[str, Any]:
@@ -226,12 +314,17 @@ def parse_args(
 ) -> tuple[RoutingScriptArguments, RoutingGRPOConfig, ModelConfig]:
     """Checks the recipe (and command line), then parses both into the three argument dataclasses."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    path = None
+    recipe: dict[str, Any] = {}
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
             raise RecipeError("--config: expected the path of a recipe YAML")
         path = argv[i + 1]
-        check_recipe(read_recipe(path), source=str(path))
+        recipe = read_recipe(path)
+        check_recipe(recipe, source=str(path))
+    cli_values = _cli_values(argv)
+    check_warmup_keys(recipe, cli_values, source=str(path or "recipe"))
     if any(a == "--hub_token" or a.startswith(("--hub_token=", "--hub-token")) for a in argv):
         raise RecipeError(
             "--hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`)"
@@ -245,32 +338,109 @@ def parse_args(
         raise RecipeError(
             "model_name_or_path: required (a Hub name, a folder, or offline:smollm2 / offline:tiny / offline:mini)"
         )
+    if training_args.hub_model_id is None and path is not None:
+        training_args.hub_model_id = hub_repo_name(path, training_args.seed, script_args.hub_org)
+    if path is not None:
+        # One run, one folder: the recipe (and, unless given, the output folder) follow the run.
+        script_args.recipe_path = str(path)
+        if "output_dir" not in recipe and "output_dir" not in cli_values:
+            training_args.output_dir = run_output_dir(path, training_args.seed)
     return script_args, training_args, model_args
+
+
+# ----------------------------------------------------------------------------------------------------------
+# One run, one folder
+# ----------------------------------------------------------------------------------------------------------
+
+DEFAULT_OUTPUT_ROOT = "outputs"
+RUN_FILE = "routing_run.json"
+
+
+def run_output_dir(recipe: str | Path, seed: int, root: str | Path = DEFAULT_OUTPUT_ROOT) -> str:
+    """The folder of one run of a recipe when the recipe and command line give no ``output_dir``:
+    ``<root>/<recipe file name>/seed<seed>``, e.g. ``outputs/router_r1_distill_qwen_1.5b/seed1``."""
+    return str(Path(root) / Path(recipe).stem / f"seed{seed}")
+
+
+def run_identity(script_args: Any, training_args: RoutingGRPOConfig) -> dict[str, Any]:
+    """What makes a run the same run: its recipe (file name; None without one) and its seed."""
+    path = getattr(script_args, "recipe_path", None)
+    return {
+        "recipe": Path(path).stem if path else None,
+        "recipe_path": str(path) if path else None,
+        "seed": int(training_args.seed),
+    }
+
+
+def read_run_identity(checkpoint: str | Path) -> dict[str, Any] | None:
+    """The identity stored in a checkpoint, else in the run folder holding it; None when neither has one."""
+    folder = Path(checkpoint)
+    for candidate in (folder / RUN_FILE, folder.parent / RUN_FILE):
+        if candidate.is_file():
+            try:
+                return json.loads(candidate.read_text())
+            except (OSError, ValueError):
+                return None
+    return None
+
+
+def write_run_identity(folder: str | Path, identity: dict[str, Any]) -> None:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RUN_FILE).write_text(json.dumps(identity, indent=2) + "\n")
+
+
+def check_resume(checkpoint: str | Path | None, identity: dict[str, Any]) -> None:
+    """Refuses (:class:`RecipeError`, naming both) to resume from a checkpoint of another recipe or seed.
+
+    A checkpoint written before run identities were stored, or a run without a recipe, is not compared on
+    the recipe; the seed always is when the checkpoint has one.
+    """
+    if not checkpoint or not isinstance(checkpoint, str | Path) or not Path(checkpoint).is_dir():
+        return
+    stored = read_run_identity(checkpoint)
+    if not stored:
+        return
+    seed_differs = stored.get("seed") is not None and stored.get("seed") != identity["seed"]
+    recipe_differs = bool(
+        stored.get("recipe") and identity["recipe"] and stored["recipe"] != identity["recipe"]
+    )
+    if seed_differs or recipe_differs:
+        raise RecipeError(
+            f"resume: {checkpoint} is a checkpoint of recipe {stored.get('recipe')!r} with seed "
+            f"{stored.get('seed')}, but this run is recipe {identity['recipe']!r} with seed {identity['seed']}. "
+            "One run, one folder: give this run its own --output_dir (without one, a recipe's run writes to "
+            f"{DEFAULT_OUTPUT_ROOT}/<recipe name>/seed<seed>), or resume_from_checkpoint a checkpoint of this run"
+        )
+
+
+def resume_checkpoint(training_args: RoutingGRPOConfig) -> str | None:
+    """The checkpoint this run resumes from: the one asked for, else the last one in the output folder."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if training_args.resume_from_checkpoint is not None:
+        return training_args.resume_from_checkpoint
+    if os.path.isdir(training_args.output_dir):
+        return get_last_checkpoint(training_args.output_dir)
+    return None
+
+
+def run_identity_callback(identity: dict[str, Any]) -> Any:
+    """A callback that stores the run identity in every checkpoint the trainer saves."""
+    from transformers import TrainerCallback
+
+    class RunIdentityCallback(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and folder.is_dir():
+                write_run_identity(folder, identity)
+
+    return RunIdentityCallback()
 
 
 # ----------------------------------------------------------------------------------------------------------
 # Loading
 # ----------------------------------------------------------------------------------------------------------
-
-
-def resolve_model_path(name: str, cache_dir: str) -> str:
-    """A Hub name or folder as is; ``offline:smollm2`` / ``offline:tiny`` built once into the cache;
-    ``offline:mini`` the miniature's taught checkpoint shipped in the package."""
-    if not name.startswith(OFFLINE_PREFIX):
-        return name
-    from routing_grpo import offline_models
-
-    which = name[len(OFFLINE_PREFIX) :]
-    cache = Path(cache_dir).expanduser()
-    if which == "smollm2":
-        return str(offline_models.smollm2_path(cache))
-    if which == "tiny":
-        return str(offline_models.build_tiny_qwen2(cache / "tiny-qwen2"))
-    if which == "mini":
-        return str(offline_models.mini_checkpoint_path())
-    raise ValueError(
-        f"model_name_or_path: unknown offline model {name!r}; use offline:smollm2, offline:tiny or offline:mini"
-    )
 
 
 def load_tokenizer(
@@ -411,11 +581,56 @@ def _wandb_has_credentials(env: typing.Mapping[str, str]) -> bool:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def model_card_section(args: RoutingGRPOConfig, script_args: RoutingScriptArguments) -> str:
-    """Markdown recording the method's settings (modes, caps, rewards, schedule), appended to the model card."""
+def final_routing_split(
+    log_history: list[dict[str, Any]], mode_names: list[str], prefix: str = ""
+) -> dict[str, Any]:
+    """The last logged free routing split: ``{"batch": step, "shares": {mode: f_m}, "entropy": H}`` ({} if none).
+
+    ``prefix`` "" reads the training logs, "eval_" the validation logs (TRL's names for both).
+    """
+    for row in reversed(log_history or []):
+        shares = {m: row.get(f"{prefix}routing/share/{m}") for m in mode_names}
+        numbers = all(isinstance(v, int | float) and math.isfinite(v) for v in shares.values())
+        # A batch whose free rollouts all lack a routing word logs zero shares: not a split.
+        if numbers and sum(shares.values()) > 0:
+            return {
+                "batch": row.get(f"{prefix}routing/batch_step"),
+                "shares": shares,
+                "entropy": row.get(f"{prefix}routing/entropy"),
+            }
+    return {}
+
+
+def _split_line(what: str, split: dict[str, Any]) -> str:
+    batch = split.get("batch")
+    where = f" (generation batch {batch:.0f})" if isinstance(batch, int | float) else ""
+    shares = " / ".join(f"{m} {100 * v:.1f}%" for m, v in split["shares"].items())
+    entropy = split.get("entropy")
+    h = f", entropy {entropy:.3f} nats" if isinstance(entropy, int | float) and entropy == entropy else ""
+    return f"- {what}{where}: {shares}{h}"
+
+
+def model_card_section(
+    args: RoutingGRPOConfig,
+    script_args: RoutingScriptArguments,
+    log_history: list[dict[str, Any]] | None = None,
+) -> str:
+    """Markdown appended to the model card: the method and its paper, the modes, caps, rewards and schedule,
+    and (from ``log_history``, the trainer's logs) the final free routing split."""
+    from routing_grpo import paper
     from routing_grpo.modes import crossovers
 
-    lines = ["", "## Self-routing GRPO settings", ""]
+    lines = [
+        "",
+        "## Self-routing GRPO settings",
+        "",
+        f"Trained with **{paper.METHOD}** (routing-grpo, a subclass of TRL's `GRPOTrainer`), the "
+        f"method of *{paper.TITLE}* ({paper.authors_text()}): the model writes a routing "
+        f"word ({' / '.join(m.word for m in args.mode_specs)}) as the first word of its answer, each mode has "
+        "a hard token cap and its own length-discounted reward, and the choice is learned inside GRPO with no "
+        f"separate router. {paper.GRPO_REFERENCE}.",
+        "",
+    ]
     if args.single_mode:
         lines.append(f"Single-mode baseline: every rollout in **{args.single_mode}** (no routing word).")
     else:
@@ -444,20 +659,39 @@ def model_card_section(args: RoutingGRPOConfig, script_args: RoutingScriptArgume
     lines += [f"Reward phase 2: {flatten}.", "", "### Schedule (generation batches)", ""]
     total = args.total_batch_steps if args.total_batch_steps is not None else "-"
     lines += [
-        f"- warmup: {args.warmup_steps} (forced {args.forced_per_mode} per mode per group)",
+        f"- routing warmup: {args.routing_warmup_steps} (forced {args.forced_per_mode} per mode per group)",
         f"- balance coefficient {args.balance_coef}, annealed {args.balance_anneal_start} -> "
         f"{args.balance_anneal_end}, target {args.balance_target if args.balance_target is not None else '1/K'}",
         f"- total: {total} generation batches ({args.max_steps} optimizer steps)",
         f"- validation every {args.eval_every_batch_steps or '-'} generation batches at temperature "
         f"{args.eval_temperature}",
+    ]
+    if not args.single_mode:
+        names = [m.name for m in args.mode_specs]
+        train_split = final_routing_split(log_history or [], names)
+        eval_split = final_routing_split(log_history or [], names, prefix="eval_")
+        lines += ["", "### Final routing split (free rollouts with a valid routing word)", ""]
+        if train_split:
+            lines.append(_split_line("last training batch", train_split))
+        if eval_split:
+            lines.append(_split_line("last validation", eval_split))
+        if not (train_split or eval_split):
+            lines.append("- none: no logged batch had a free rollout with a valid routing word")
+    lines += [
         "",
         "### Optimisation",
         "",
         f"Task: {script_args.task}; {args.world_size} process(es); G = {args.num_generations}; per-device batch "
         f"{args.per_device_train_batch_size}, gradient accumulation {args.gradient_accumulation_steps}, "
-        f"steps per generation {args.steps_per_generation}; lr {args.learning_rate} ({_plain(args.lr_scheduler_type)}); "
-        f"loss {args.loss_type}; beta {args.beta}; scale_rewards {args.scale_rewards}; "
-        f"max completion length {args.max_completion_length}; seed {args.seed}.",
+        f"steps per generation {args.steps_per_generation}; lr {args.learning_rate} ({_plain(args.lr_scheduler_type)}, "
+        f"learning-rate warmup {args.warmup_steps}); loss {args.loss_type}; beta {args.beta}; scale_rewards "
+        f"{args.scale_rewards}; max completion length {args.max_completion_length}; seed {args.seed}.",
+        "",
+        "### Citation",
+        "",
+        "```bibtex",
+        paper.CITATION,
+        "```",
         "",
     ]
     return "\n".join(lines)
@@ -513,6 +747,13 @@ def main(
     train_dataset, eval_dataset = load_datasets(script_args, training_args)
     check_columns(train_dataset, "train", training_args)
     check_columns(eval_dataset, "validation", training_args)
+
+    # One run, one folder: a checkpoint of another recipe or seed is never resumed (checked before loading).
+    identity = run_identity(script_args, training_args)
+    check_resume(resume_checkpoint(training_args), identity)
+    if training_args.process_index == 0:
+        write_run_identity(training_args.output_dir, identity)
+    callbacks = [*(callbacks or []), run_identity_callback(identity)]
 
     model_path = resolve_model_path(model_args.model_name_or_path, script_args.offline_cache_dir)
     tokenizer = load_tokenizer(model_path, script_args, model_args, training_args.trust_remote_code)
@@ -588,17 +829,183 @@ def install_model_card(
             card.parent.mkdir(parents=True, exist_ok=True)
             card.write_text(f"# {model_name or default_name}\n\nTrained with routing-grpo.\n")
         with card.open("a") as f:
-            f.write(model_card_section(training_args, script_args))
+            f.write(model_card_section(training_args, script_args, trainer.state.log_history))
 
     trainer.create_model_card = create_model_card
 
 
-def cli(argv: list[str] | None = None) -> None:
+# ----------------------------------------------------------------------------------------------------------
+# Help and version
+# ----------------------------------------------------------------------------------------------------------
+
+# The TRL / transformers settings a recipe usually touches, shown by `--help` (every option: `--help-all`).
+COMMON_TRL_FIELDS: dict[str, tuple[str, ...]] = {
+    "Model (TRL ModelConfig)": (
+        "model_name_or_path",
+        "model_revision",
+        "dtype",
+        "attn_implementation",
+        "use_peft",
+        "lora_r",
+        "lora_alpha",
+        "lora_target_modules",
+        "load_in_4bit",
+    ),
+    "Optimisation and batch (TRL GRPOConfig / transformers TrainingArguments)": (
+        "output_dir",
+        "seed",
+        "learning_rate",
+        "lr_scheduler_type",
+        "warmup_steps",
+        "num_generations",
+        "per_device_train_batch_size",
+        "gradient_accumulation_steps",
+        "steps_per_generation",
+        "generation_batch_size",
+        "num_iterations",
+        "max_completion_length",
+        "temperature",
+        "bf16",
+        "gradient_checkpointing",
+        "use_cpu",
+    ),
+    "Rollouts with vLLM (TRL GRPOConfig)": (
+        "use_vllm",
+        "vllm_mode",
+        "vllm_gpu_memory_utilization",
+        "vllm_max_model_length",
+        "vllm_server_host",
+        "vllm_server_base_url",
+    ),
+    "Validation, logging, checkpoints and the Hub (TRL / transformers)": (
+        "per_device_eval_batch_size",
+        "num_generations_eval",
+        "logging_steps",
+        "report_to",
+        "run_name",
+        "log_completions",
+        "save_total_limit",
+        "resume_from_checkpoint",
+        "push_to_hub",
+        "hub_model_id",
+        "hub_strategy",
+        "hub_private_repo",
+    ),
+}
+# What a TRL setting means here, added to its own first sentence in `--help`.
+HELP_NOTES = {
+    "warmup_steps": "Optimizer steps, or a share of the run when below 1; the routing warmup is "
+    "routing_warmup_steps.",
+    "push_to_hub": "When: hub_strategy (the GPU recipes: end, once training has ended).",
+    "hub_model_id": "Default here: <hub_org>/<recipe name>-seed<seed>.",
+    "hub_strategy": "The GPU recipes set end.",
+    "report_to": "E.g. wandb (offline without credentials), trackio, tensorboard, none.",
+}
+HELP_WIDTH = 110
+HELP_COLUMN = 32
+
+
+def method_fields() -> list[str]:
+    """The method's own settings: the fields :class:`RoutingGRPOConfig` declares (its own, and the TRL fields
+    whose defaults it changes), in declaration order."""
+    return list(RoutingGRPOConfig.__dict__.get("__annotations__", {}))
+
+
+def _field_help(dc: type, name: str) -> tuple[str, Any]:
+    f = next(f for f in dataclasses.fields(dc) if f.name == name)
+    default = f.default if f.default is not dataclasses.MISSING else None
+    return " ".join(str(f.metadata.get("help", "")).split()), _plain(default)
+
+
+def _first_sentence(text: str) -> str:
+    for end in (". ", ".\n"):
+        if end in text:
+            return text[: text.index(end) + 1]
+    return text
+
+
+def _help_entry(name: str, text: str, default: Any) -> list[str]:
+    import textwrap
+
+    if default not in (None, "") and not isinstance(default, list | dict):
+        text = f"{text} (default: {default})"
+    head = f"  --{name}"
+    body = textwrap.wrap(text, HELP_WIDTH - HELP_COLUMN) or [""]
+    lines = [head] if len(head) + 2 > HELP_COLUMN else [head.ljust(HELP_COLUMN) + body.pop(0)]
+    return lines + [" " * HELP_COLUMN + line for line in body]
+
+
+def short_help(prog: str = "routing-grpo train") -> str:
+    """`--help`: the method's settings in full, the common TRL settings in one sentence each, grouped."""
+    known = recipe_fields()
+    total = len(known)
+    lines = [
+        f"usage: {prog} --config RECIPE.yaml [--KEY VALUE ...]",
+        "       accelerate launch --config_file accelerate_configs/zero2.yaml -m routing_grpo.train --config ...",
+        "",
+        "Train the self-routing GRPO router (or a single-mode baseline) from a recipe. Every recipe key can be",
+        "given or overridden on the command line as --KEY VALUE (e.g. --seed 1 --learning_rate 2e-6). Below: the",
+        "method's settings and the TRL settings a recipe usually sets; `--help-all` lists all "
+        f"{total} options.",
+        "",
+        "The method (RoutingGRPOConfig; schedules count generation batches, the paper's steps):",
+    ]
+    for name in method_fields():
+        lines += _help_entry(name, *_field_help(RoutingGRPOConfig, name))
+    lines += ["", "Task and data (RoutingScriptArguments):"]
+    for f in dataclasses.fields(RoutingScriptArguments):
+        lines += _help_entry(f.name, *_field_help(RoutingScriptArguments, f.name))
+    for heading, names in COMMON_TRL_FIELDS.items():
+        lines += ["", f"{heading}:"]
+        for name in names:
+            if name in known:
+                dc, _ = known[name]
+                text, default = _field_help(dc, name)
+                note = HELP_NOTES.get(name)
+                lines += _help_entry(name, _first_sentence(text) + (f" {note}" if note else ""), default)
+    lines += [
+        "",
+        "Options of the command itself:",
+        *_help_entry("config RECIPE.yaml", "Recipe YAML; its keys are checked before anything loads.", None),
+        *_help_entry("help, -h", "Show this summary and exit.", None),
+        *_help_entry(
+            "help-all", f"Show every option ({total}, with TRL's and transformers' full help) and exit.", None
+        ),
+        *_help_entry(
+            "version", "Show the versions of routing-grpo, TRL, transformers and torch and exit.", None
+        ),
+        "",
+        'Recipes: recipes/*.yaml (README "Recipes"). The method: docs/method.md.',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def full_help(prog: str = "routing-grpo train") -> str:
+    """`--help-all`: TrlParser's own help, every option of the three argument classes."""
+    parser = make_parser()
+    parser.prog = prog
+    return parser.format_help()
+
+
+def cli(argv: list[str] | None = None, prog: str = "python -m routing_grpo.train") -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--help-all" in argv:
+        print(full_help(prog), end="")
+        sys.exit(0)
+    if "-h" in argv or "--help" in argv:
+        print(short_help(prog), end="")
+        sys.exit(0)
+    if "--version" in argv:
+        print(version_text())
+        sys.exit(0)
     try:
         script_args, training_args, model_args = parse_args(argv)
     except RecipeError as err:
         sys.exit(f"routing-grpo train: error: {err}")
-    main(script_args, training_args, model_args)
+    try:
+        main(script_args, training_args, model_args)
+    except RecipeError as err:  # found at start, before training (e.g. a checkpoint of another run)
+        sys.exit(f"routing-grpo train: error: {err}")
 
 
 if __name__ == "__main__":

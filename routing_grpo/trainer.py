@@ -23,6 +23,7 @@ and drives every schedule.
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 from collections import defaultdict
 from collections.abc import Iterator
@@ -31,11 +32,13 @@ from typing import Any
 
 import torch
 from accelerate.utils import broadcast_object_list, gather, gather_object
+from transformers import Trainer
 from trl import GRPOTrainer
 
+from routing_grpo import paper
 from routing_grpo.advantages import compute_advantages
 from routing_grpo.batching import plan_length_buckets, row_widths, split_to_count
-from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks
+from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks, preemption_exit_code
 from routing_grpo.capped_generation import (
     TransformersBudgetGenerator,
     free_budget,
@@ -55,11 +58,14 @@ from routing_grpo.generation import (
     run_server_requests,
     scatter_vllm_outputs,
 )
+from routing_grpo.grading import generation_prompt_opens_reasoning
 from routing_grpo.modes import INVALID, ModeDetector, word_token_id_forms
 from routing_grpo.rewards import RoutingReward, Verifier, resolve_verifier
 from routing_grpo.schedules import balance_coef_at, in_warmup, reward_phase
 
 __all__ = ["RoutingGRPOTrainer", "GenerationRecord"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -74,6 +80,7 @@ class _BatchState:
     rewards_per_func: torch.Tensor | None = None  # gathered (N, F)
     correct: list[bool] | None = None
     past_caps: list[int] | None = None  # tokens generated past each row's cap
+    finished: list[bool] | None = None  # ended with EOS (not at the completion limit or a cap)
 
 
 @dataclass
@@ -82,7 +89,8 @@ class GenerationRecord:
 
     The lists hold one entry per rollout of the global batch, in the order of the gathered batch. ``levels``
     is the dataset's ``level`` of each rollout's prompt as text (None for a row without one), or None when
-    the data has no ``level`` column.
+    the data has no ``level`` column. ``truncated``: the rollout stopped at ``max_completion_length`` without
+    EOS and was not capped (an unfinished answer, scored wrong).
     """
 
     mode: str
@@ -99,10 +107,11 @@ class GenerationRecord:
     advantages: list[float] = field(default_factory=list)
     tokens_past_caps: list[int] = field(default_factory=list)
     levels: list[str | None] | None = None
+    truncated: list[bool] = field(default_factory=list)
 
 
 class RoutingGRPOTrainer(GRPOTrainer):
-    """GRPO in which the policy writes a routing word (NoThink / Short / Long) first (SPEC.md).
+    """GRPO in which the policy writes a routing word (NoThink / Short / Long) first (docs/method.md).
 
     Args are those of ``GRPOTrainer``; ``args`` must be a :class:`RoutingGRPOConfig`. ``reward_funcs``
     defaults to one :class:`RoutingReward` built from the config; if given, it must contain exactly one.
@@ -113,7 +122,9 @@ class RoutingGRPOTrainer(GRPOTrainer):
     """
 
     _tag_names = ["trl", "grpo", "routing-grpo"]
-    _name = "RoutingGRPO"
+    # TRL's model card names the trainer and cites its paper from these (no arXiv id yet: no paper link).
+    _name = paper.METHOD
+    _paper = {"title": paper.TITLE, "id": None, "citation": paper.CITATION}
 
     def __init__(
         self,
@@ -162,22 +173,26 @@ class RoutingGRPOTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args, **kwargs)
         # The process count of this launch is known now; schedules stated in generation batches follow it.
         args.check_generation_batch_units(self.accelerator.num_processes)
+        if self.accelerator.is_main_process:
+            logger.info(args.geometry_summary(self.accelerator.num_processes))
 
         tokenizer = self._tokenizer
         self.detector = ModeDetector.from_tokenizer(self.modes, tokenizer)
         self.routing_reward.detector = self.detector
+        # Finished or wrong: a completion must end with EOS, and close the reasoning when the generation
+        # prompt opened it (DeepSeek-R1-Distill's ends with "<think>\n").
+        self.prompt_opens_reasoning = generation_prompt_opens_reasoning(
+            tokenizer,
+            **({"chat_template": self.chat_template} if self.chat_template else {}),
+            **self.chat_template_kwargs,
+        )
+        self.routing_reward.prompt_opens_reasoning = self.prompt_opens_reasoning
+        self.routing_reward.eos_token_ids = [int(t) for t in self.eos_token_ids]
         question = args.effective_routing_question
         self.question_ids: list[int] = (
             tokenizer.encode(question, add_special_tokens=False) if question else []
         )
-        self.forced_word_ids: list[list[int]] = []
-        for m in self.modes:
-            ids = tokenizer.encode(forcing_text(m.word, question), add_special_tokens=False)
-            if not ids or ids not in word_token_id_forms(tokenizer, m.word):
-                raise ValueError(
-                    f"modes: the routing word {m.word!r} does not tokenize to a usable forcing form"
-                )
-            self.forced_word_ids.append(ids)
+        self.forced_word_ids: list[list[int]] = forced_word_ids(self.modes, tokenizer, question)
         self.routing_history: list[GenerationRecord] = []
         self._batch: _BatchState | None = None
 
@@ -195,6 +210,14 @@ class RoutingGRPOTrainer(GRPOTrainer):
                     f"answer_column: {split} has no column {answer_column!r} with reference answers "
                     f"(columns: {columns})"
                 )
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        """transformers pushes each checkpoint under hub_strategy every_save / checkpoint / all_checkpoints; not
+        the one a preemption writes: a preempted run pushes nothing (it is pushed once it has finished)."""
+        if preemption_exit_code(self) is not None:
+            logger.info("Preemption: %s is not pushed to the Hub", checkpoint_folder)
+            return
+        super()._push_from_checkpoint(checkpoint_folder)
 
     # ------------------------------------------------------------------------------------------------------
     # Steps and schedules
@@ -227,7 +250,9 @@ class RoutingGRPOTrainer(GRPOTrainer):
         step = self.generation_step
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         n_local = len(inputs)
-        warmup = mode == "train" and self.single_mode is None and in_warmup(step, self.args.warmup_steps)
+        warmup = (
+            mode == "train" and self.single_mode is None and in_warmup(step, self.args.routing_warmup_steps)
+        )
         forced_modes = plan_forced_modes(
             n_local,
             self.accelerator.process_index * n_local,
@@ -259,14 +284,19 @@ class RoutingGRPOTrainer(GRPOTrainer):
         device = self.accelerator.device
         local = torch.tensor(
             [
-                [f.mode, int(f.forced), int(f.capped), f.length, int(c), past]
-                for f, c, past in zip(batch.facts, batch.correct, batch.past_caps or [0] * len(batch.facts))
+                [f.mode, int(f.forced), int(f.capped), f.length, int(c), past, int(not done and not f.capped)]
+                for f, c, past, done in zip(
+                    batch.facts,
+                    batch.correct,
+                    batch.past_caps or [0] * len(batch.facts),
+                    batch.finished or [True] * len(batch.facts),
+                )
             ],
             dtype=torch.long,
             device=device,
         )
         facts = gather(local)
-        modes, forced, capped, lengths, correct, past_caps = facts.unbind(dim=1)
+        modes, forced, capped, lengths, correct, past_caps, truncated = facts.unbind(dim=1)
         weights = self.reward_weights.to(batch.rewards_per_func.device).unsqueeze(0)
         rewards = (batch.rewards_per_func * weights).nansum(dim=1).to(device)
         coef = self.balance_coef_at(batch.step) if batch.mode == "train" else 0.0
@@ -308,6 +338,7 @@ class RoutingGRPOTrainer(GRPOTrainer):
             advantages=advantages.tolist(),
             tokens_past_caps=past_caps.tolist(),
             levels=levels,
+            truncated=truncated.bool().tolist(),
         )
         self.routing_history.append(record)
         self._log_routing_metrics(record)
@@ -362,6 +393,8 @@ class RoutingGRPOTrainer(GRPOTrainer):
         # TRL's `_generate` keeps and returns this same list as the prompts: the promoted word leaves it here.
         prompt_ids[:] = new_prompts
         batch.facts = facts
+        eos = {int(t) for t in self.eos_token_ids}
+        batch.finished = [bool(ids) and int(ids[-1]) in eos for ids in new_completions]
         # Tokens generated past a cap (0 when caps are enforced in generation): what post-hoc cutting dropped.
         forced_word = [len(self.forced_word_ids[f]) if f is not None else 0 for f in batch.forced_modes]
         batch.past_caps = [
@@ -388,7 +421,7 @@ class RoutingGRPOTrainer(GRPOTrainer):
     def _generate_transformers_capped(
         self, prompt_ids: list[list[int]], batch: _BatchState
     ) -> list[list[int]]:
-        """transformers generation in which no row generates past its cap (SPEC.md "Caps").
+        """transformers generation in which no row generates past its cap (docs/method.md "Caps").
 
         The shrinking decode loop of :mod:`routing_grpo.capped_generation` drops rows from the batch as they
         finish, so compute follows the tokens kept; with sampling settings it does not reproduce, rows are
@@ -426,7 +459,8 @@ class RoutingGRPOTrainer(GRPOTrainer):
                 self.generation_config,
                 pad_token_id=self._tokenizer.pad_token_id,
                 eos_token_ids=self.eos_token_ids,
-                prepare=lambda inputs: GRPOTrainer._prepare_inputs(self, inputs),
+                # The base Trainer's: moves tensors to the device. GRPOTrainer's would generate rollouts again.
+                prepare=lambda inputs: Trainer._prepare_inputs(self, inputs),
             )
             rows = generate_with_caps(
                 prompt_ids,
@@ -536,7 +570,10 @@ class RoutingGRPOTrainer(GRPOTrainer):
 
     @contextlib.contextmanager
     def _eval_sampling(self, active: bool) -> Iterator[None]:
-        """Validation samples at ``eval_temperature`` (SPEC.md: free, uncapped, T 0.6)."""
+        """Validation samples at ``eval_temperature``: free, uncapped, T 0.6.
+
+        See docs/method.md "Validation and evaluation".
+        """
         if not active:
             yield
             return
@@ -574,15 +611,20 @@ class RoutingGRPOTrainer(GRPOTrainer):
                 "routing_mode": f.mode,
                 "routing_length": f.length,
                 "routing_capped": f.capped,
+                "routing_finished": done,
                 "routing_phase": batch.phase,
             }
-            for x, f in zip(inputs, facts, strict=True)
+            for x, f, done in zip(inputs, facts, batch.finished or [True] * len(facts), strict=True)
         ]
         names = [self.modes[f.mode].name if f.mode != INVALID else "invalid" for f in facts]
         self._log_completion_extra("mode", names)
         self._log_completion_extra("forced", [f.forced for f in facts])
         self._log_completion_extra("L", [f.length for f in facts])
         self._log_completion_extra("capped", [f.capped for f in facts])
+        self._log_completion_extra(
+            "truncated",
+            [not done and not f.capped for f, done in zip(facts, batch.finished or [True] * len(facts))],
+        )
         rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         batch.rewards_per_func = rewards_per_func
         batch.correct = [bool(c) for c in self.routing_reward.last["correct"]]
@@ -699,7 +741,11 @@ class RoutingGRPOTrainer(GRPOTrainer):
         metrics["routing/free_invalid_share"].append(
             sum(record.modes[i] == INVALID for i in free) / len(free) if free else float("nan")
         )
+        # Every answer counts, those without a routing word too (the paper's validation curve grades answers
+        # whatever the routing); their reward stays invalid_routing_reward.
         metrics["routing/accuracy"].append(sum(record.correct) / n)
+        truncated = record.truncated or [False] * n
+        metrics["routing/truncated_share"].append(sum(truncated) / n)
         entropy = 0.0
         free_shares: dict[str, float] = {}
         for m, spec in enumerate(self.modes):
@@ -720,6 +766,10 @@ class RoutingGRPOTrainer(GRPOTrainer):
                 )
                 metrics[f"routing/capped_share{suffix}/{spec.name}"].append(
                     _mean([record.capped[i] for i in in_mode])
+                )
+                # Unfinished at max_completion_length (no EOS, not capped): scored wrong.
+                metrics[f"routing/truncated_share{suffix}/{spec.name}"].append(
+                    _mean([truncated[i] for i in in_mode])
                 )
         metrics["routing/entropy"].append(entropy if free_valid else float("nan"))
         if record.levels is not None:
@@ -762,6 +812,28 @@ class RoutingGRPOTrainer(GRPOTrainer):
             if alarm:
                 logs["routing/collapse_alarm"] = max(alarm)
         super().log(logs, start_time)
+
+
+def forced_word_ids(modes: Any, tokenizer: Any, question: str) -> list[list[int]]:
+    """The token ids that force each mode after the routing question ``question``.
+
+    Raises ValueError naming the mode when its word tokenizes to nothing, or to ids that differ from the
+    word's own (with or without a leading space) after the question, so detection would not read it back.
+    ``train.py`` calls this once the tokenizer is loaded, before the model.
+    """
+    out = []
+    for m in modes:
+        ids = tokenizer.encode(forcing_text(m.word, question), add_special_tokens=False)
+        if not ids:
+            raise ValueError(f"modes: the routing word {m.word!r} of {m.name!r} tokenizes to nothing")
+        if ids not in word_token_id_forms(tokenizer, m.word):
+            raise ValueError(
+                f"modes: the routing word {m.word!r} of {m.name!r} does not tokenize after the routing question "
+                f"{question!r} as it does on its own, so forcing and detection would disagree; choose another "
+                "word or routing_question"
+            )
+        out.append(list(ids))
+    return out
 
 
 def _mean(values: list) -> float:

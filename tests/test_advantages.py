@@ -1,4 +1,4 @@
-"""compute_advantages against cases computed by hand from SPEC.md "Advantage"."""
+"""compute_advantages against cases computed by hand from docs/method.md "Advantage"."""
 
 import pytest
 import torch

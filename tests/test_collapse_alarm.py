@@ -132,7 +132,7 @@ def test_rule_rejects_bad_patience():
 
 
 def test_callback_warns_once_when_it_fires_and_informs_when_it_clears(caplog):
-    alarm = CollapseAlarmCallback(patience=2, warmup_steps=1)
+    alarm = CollapseAlarmCallback(patience=2, routing_warmup_steps=1)
     alarm.on_train_begin(SimpleNamespace(process_index=0), SimpleNamespace(global_step=0), TrainerControl())
     caplog.set_level(logging.INFO, logger="routing_grpo.callbacks")
     flags = [alarm.observe(s, BOTH, global_step=2 * s) for s in range(5)]
@@ -164,11 +164,11 @@ def test_default_callbacks_add_the_alarm_from_the_config(tmp_path):
     )
     callbacks = default_callbacks(args)
     (alarm,) = [c for c in callbacks if isinstance(c, CollapseAlarmCallback)]
-    assert (alarm.entropy_threshold, alarm.share_threshold, alarm.patience, alarm.warmup_steps) == (
+    assert (alarm.entropy_threshold, alarm.share_threshold, alarm.patience, alarm.routing_warmup_steps) == (
         0.1,
         0.9,
         5,
-        args.warmup_steps,
+        args.routing_warmup_steps,
     )
     assert not any(isinstance(c, CollapseAlarmCallback) for c in default_callbacks())
 
@@ -231,7 +231,7 @@ def test_collapsed_routing_raises_the_alarm(tiny_model_path, tmp_path, monkeypat
         tmp_path,
         steps_per_generation=2,
         total_batch_steps=4,
-        warmup_steps=1,
+        routing_warmup_steps=1,
         collapse_alarm_patience=2,
         eval_strategy="steps",
         eval_steps=2,
@@ -267,7 +267,7 @@ def test_collapsed_routing_raises_the_alarm(tiny_model_path, tmp_path, monkeypat
 
 def test_spread_routing_keeps_the_alarm_off(tiny_model_path, tmp_path, monkeypatch, caplog):
     # The default script spreads free rollouts evenly over the three words (and one invalid per group).
-    args = make_args(tmp_path, max_steps=4, warmup_steps=1, collapse_alarm_patience=1)
+    args = make_args(tmp_path, max_steps=4, routing_warmup_steps=1, collapse_alarm_patience=1)
     ScriptedGeneration().install(monkeypatch)
     trainer = build_trainer(tiny_model_path, args)
     caplog.set_level(logging.INFO, logger="routing_grpo.callbacks")
@@ -280,7 +280,9 @@ def test_spread_routing_keeps_the_alarm_off(tiny_model_path, tmp_path, monkeypat
 
 
 def test_single_mode_baseline_never_alarms(tiny_model_path, tmp_path, monkeypatch):
-    args = make_args(tmp_path, single_mode="Long", max_steps=3, warmup_steps=0, collapse_alarm_patience=1)
+    args = make_args(
+        tmp_path, single_mode="Long", max_steps=3, routing_warmup_steps=0, collapse_alarm_patience=1
+    )
     ScriptedGeneration(lambda prompt, forced, position: " 1 2 \\boxed{3}").install(monkeypatch)
     trainer = build_trainer(tiny_model_path, args)
     trainer.train()

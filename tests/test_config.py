@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from routing_grpo.config import RoutingGRPOConfig, optimizer_steps_per_generation_batch
+from routing_grpo.config import (
+    RoutingGRPOConfig,
+    derive_batch_geometry,
+    launch_process_count,
+    optimizer_steps_per_generation_batch,
+)
 from routing_grpo.modes import DEFAULT_MODES
 
 
@@ -26,7 +31,7 @@ def test_defaults_follow_the_paper(tmp_path):
     assert args.mode_specs == DEFAULT_MODES
     assert args.loss_type == "dapo" and args.beta == 0.0 and args.scale_rewards == "none"
     assert args.forced_per_mode == 2  # floor(G / 4)
-    assert args.warmup_steps == 45 and args.flatten_reward_step == 60
+    assert args.routing_warmup_steps == 45 and args.flatten_reward_step == 60
     assert (args.balance_anneal_start, args.balance_anneal_end) == (60, 85)
     assert args.eval_temperature == 0.6
     assert args.verifier == "math" and args.enforce_caps_in_generation is True
@@ -78,7 +83,7 @@ TWO = [{"name": "Short", "base": 1.2, "gamma": 0.9, "cap": 10}, {"name": "Long",
         ),
         ({"scale_rewards": "group"}, ["scale_rewards", "none"]),
         ({"single_mode": "Medium"}, ["single_mode", "Medium"]),
-        ({"warmup_steps": -1}, ["warmup_steps"]),
+        ({"routing_warmup_steps": -1}, ["routing_warmup_steps"]),
         ({"balance_coef": -0.1}, ["balance_coef"]),
         ({"balance_target": 1.5}, ["balance_target"]),
         ({"flatten_reward_step": -2}, ["flatten_reward_step"]),
@@ -176,16 +181,144 @@ def test_every_method_field_has_help():
 
 
 def test_routing_warmup_is_not_the_learning_rate_warmup(tmp_path):
-    args = RoutingGRPOConfig(
-        output_dir=str(tmp_path), warmup_steps=45, report_to="none", use_cpu=True, max_completion_length=16384
-    )
+    """``warmup_steps`` is TRL's learning-rate warmup (optimizer steps); the routing warmup has its own name."""
+    common = {
+        "output_dir": str(tmp_path),
+        "report_to": "none",
+        "use_cpu": True,
+        "max_completion_length": 16384,
+    }
+    args = RoutingGRPOConfig(**common, routing_warmup_steps=45)
+    assert args.routing_warmup_steps == 45
     assert args.get_warmup_steps(360) == 0  # the routing warmup does not warm up the learning rate
-    args = RoutingGRPOConfig(
-        output_dir=str(tmp_path),
-        warmup_steps=45,
-        lr_warmup_steps=0.1,
-        report_to="none",
-        use_cpu=True,
-        max_completion_length=16384,
+    args = RoutingGRPOConfig(**common, routing_warmup_steps=45, warmup_steps=0.1)
+    assert args.get_warmup_steps(360) == 36 and args.routing_warmup_steps == 45
+    args = RoutingGRPOConfig(**common, warmup_steps=10)
+    assert args.get_warmup_steps(360) == 10 and args.routing_warmup_steps == 45  # the paper's default
+    assert not hasattr(args, "lr_warmup_steps")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Batch geometry in the paper's units
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("processes", "expected"), [(1, (128, 32)), (4, (32, 8)), (8, (16, 4)), (32, (4, 1))]
+)
+def test_the_paper_geometry_on_any_process_count(processes, expected):
+    spg, ga = derive_batch_geometry(
+        generation_batch_prompts=128,
+        minibatches_per_generation=4,
+        num_generations=8,
+        per_device_train_batch_size=8,
+        num_processes=processes,
     )
-    assert args.get_warmup_steps(360) == 36
+    assert (spg, ga) == expected
+    assert 8 * processes * spg == 1024 and 8 * processes * ga == 256  # rollouts per batch and per step
+
+
+def test_a_geometry_that_does_not_divide_names_the_numbers():
+    with pytest.raises(ValueError) as info:
+        derive_batch_geometry(
+            generation_batch_prompts=128,
+            minibatches_per_generation=4,
+            num_generations=8,
+            per_device_train_batch_size=8,
+            num_processes=3,
+        )
+    message = str(info.value)
+    for number in ("generation_batch_prompts 128", "num_generations 8", "1024", "256", "8 x 3", "24"):
+        assert number in message, number
+    with pytest.raises(ValueError, match="minibatches_per_generation: .* 24 rollouts .* 5 mini-batches"):
+        derive_batch_geometry(
+            generation_batch_prompts=3,
+            minibatches_per_generation=5,
+            num_generations=8,
+            per_device_train_batch_size=8,
+            num_processes=1,
+        )
+
+
+def test_the_config_derives_the_per_device_settings(tmp_path):
+    args = make(tmp_path, generation_batch_prompts=128, minibatches_per_generation=4, total_batch_steps=90)
+    assert args.world_size == 1
+    assert (args.steps_per_generation, args.gradient_accumulation_steps) == (128, 32)
+    assert args.generation_batch_size == 1024 and args.optimizer_steps_per_generation_batch == 4
+    assert args.max_steps == 360
+    geometry = args.batch_geometry(1)
+    assert (
+        geometry["rollouts_per_generation_batch"] == 1024 and geometry["rollouts_per_optimizer_step"] == 256
+    )
+    line = args.geometry_summary(1)
+    assert "1 process(es)" in line and "1024 rollouts (128 prompts x G 8" in line
+    assert "optimizer step 256 rollouts" in line and "4 optimizer steps per generation batch" in line
+    # The same config at launch on the process count it was built for: unchanged.
+    args.check_generation_batch_units(1)
+    assert (args.steps_per_generation, args.gradient_accumulation_steps) == (128, 32)
+    # A launch with another count cannot change gradient accumulation after the accelerator exists: refused.
+    with pytest.raises(ValueError, match="built for 1 process.*32.*4, which needs 8"):
+        args.check_generation_batch_units(4)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"generation_batch_prompts": 128}, "together"),
+        ({"minibatches_per_generation": 4}, "together"),
+        ({"generation_batch_prompts": 0, "minibatches_per_generation": 4}, "positive integer"),
+        (
+            {
+                "generation_batch_prompts": 128,
+                "minibatches_per_generation": 4,
+                "steps_per_generation": 16,
+            },
+            "steps_per_generation: 16 conflicts .* derived \\(128 on 1",
+        ),
+        (
+            {
+                "generation_batch_prompts": 128,
+                "minibatches_per_generation": 4,
+                "gradient_accumulation_steps": 4,
+            },
+            "gradient_accumulation_steps: 4 conflicts",
+        ),
+        (
+            {
+                "generation_batch_prompts": 128,
+                "minibatches_per_generation": 4,
+                "generation_batch_size": 1024,
+            },
+            "generation_batch_size",
+        ),
+        (
+            {"generation_batch_prompts": 128, "minibatches_per_generation": 3},
+            "minibatches_per_generation",
+        ),
+    ],
+)
+def test_geometry_settings_are_checked(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make(tmp_path, **kwargs)
+
+
+def test_per_device_settings_still_work_without_the_geometry_fields(tmp_path):
+    args = make(tmp_path, gradient_accumulation_steps=8, steps_per_generation=32, total_batch_steps=90)
+    assert not args.uses_batch_geometry
+    assert (args.steps_per_generation, args.gradient_accumulation_steps) == (32, 8)
+    assert args.max_steps == 360
+    # Given values that agree with the derivation are accepted (a config rebuilt from its own values).
+    agreeing = make(
+        tmp_path,
+        generation_batch_prompts=128,
+        minibatches_per_generation=4,
+        steps_per_generation=128,
+        gradient_accumulation_steps=32,
+    )
+    assert agreeing.generation_batch_size == 1024
+
+
+def test_launch_process_count_reads_world_size():
+    assert launch_process_count({}) == 1
+    assert launch_process_count({"WORLD_SIZE": "4"}) == 4
+    assert launch_process_count({"WORLD_SIZE": "x"}) == 1

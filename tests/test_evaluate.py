@@ -543,3 +543,53 @@ def test_make_eval_uses_the_nodes_gpus_and_report_the_training_folders(tmp_path)
     report = dry_run("report", f"OUTPUT_DIR={tmp_path}")
     assert f"--training {tmp_path}/router_r1_distill_qwen_1.5b" in report
     assert "--training" not in dry_run("report", f"OUTPUT_DIR={tmp_path / 'fresh'}")
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Finished or wrong
+# ---------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("template", "accuracy"), [("r1_distill", 1 / 3), ("own", 2 / 3)])
+def test_unfinished_samples_are_graded_wrong(tmp_path, tiny, template, accuracy):
+    """A sample cut at --max-tokens (no EOS) is wrong whatever its "the answer is" line says; with the
+    R1-Distill template (generation prompt "<think>\\n") so is one that never closes its reasoning."""
+    import copy
+
+    from tests.test_grading import R1_DISTILL_TEMPLATE
+
+    _, tok = tiny
+    tok = copy.deepcopy(tok)
+    if template == "r1_distill":
+        tok.chat_template = R1_DISTILL_TEMPLATE
+    eos = tok.eos_token_id
+    scripted = [
+        (" Long\nSo the answer is 1. Wait, let me recheck", False),  # hit --max-tokens
+        (" Long\nSo the answer is 1.\n</think>\n\nThe answer is \\boxed{1}.", True),
+        (" Long\nSo the answer is 1.", True),  # finished, but its reasoning (if opened) never closed
+    ]
+
+    class Scripted:
+        default_batch_size = None
+        eos_ids = {eos}
+
+        def generate(self, requests, seed):
+            return [
+                [
+                    tok.encode(text, add_special_tokens=False) + ([eos] if done else [])
+                    for text, done in scripted
+                ]
+                for _ in requests
+            ]
+
+    summary = evaluate_benchmark(
+        config(tmp_path, samples={"toy": 3}), "toy", toy_dataset(1), tok, Scripted(), progress=False
+    )
+    rows = sorted(
+        read_samples(tmp_path / "out" / "toy" / "samples.jsonl").values(), key=lambda r: r["sample_index"]
+    )
+    assert [r["finished"] for r in rows] == [False, True, True]
+    assert [r["correct"] for r in rows] == [False, True, template == "own"]
+    assert rows[0]["extracted_answer"] is None
+    assert summary["accuracy"] == pytest.approx(accuracy)
+    assert summary["truncated_share"] == pytest.approx(1 / 3)

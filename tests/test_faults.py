@@ -229,7 +229,7 @@ def test_warns_when_save_steps_fall_inside_generation_batches(tmp_path, sigterm_
 
 def test_second_signal_goes_to_previous_handler(tmp_path, sigterm_guard):
     previous, calls = sigterm_guard
-    cb = PreemptionCallback(signals=["TERM"])
+    cb = PreemptionCallback(signals=["TERM"], duplicate_window=0)
     args = _args(tmp_path)
     cb.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
     try:
@@ -241,10 +241,47 @@ def test_second_signal_goes_to_previous_handler(tmp_path, sigterm_guard):
         cb.on_train_end(args, SimpleNamespace(global_step=0), TrainerControl())
 
 
+def test_a_repeat_within_the_duplicate_window_is_the_same_request(tmp_path, sigterm_guard, capfd):
+    # The launcher forwards the SIGTERM that the scheduler also sent to the worker: two deliveries at once.
+    previous, calls = sigterm_guard
+    cb = PreemptionCallback(duplicate_window=60)
+    args = _args(tmp_path)
+    cb.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
+    try:
+        _deliver(signal.SIGTERM)
+        _deliver(signal.SIGTERM)
+        assert signal.getsignal(signal.SIGTERM) == cb._handle  # still ours: no stop at once
+        assert calls == [signal.SIGTERM] and "the same request" in capfd.readouterr().err
+        control = TrainerControl()
+        cb.on_step_end(args, SimpleNamespace(global_step=1), control)
+        assert control.should_save and cb.exit_code == 143
+    finally:
+        cb.on_train_end(args, SimpleNamespace(global_step=1), TrainerControl())
+
+
+def test_default_callbacks_follow_the_configs_preemption_signals():
+    from routing_grpo.config import RoutingGRPOConfig
+
+    def signals_of(**kw):
+        args = RoutingGRPOConfig(
+            output_dir="unused", use_cpu=True, report_to="none", modes=TINY_MODES, max_completion_length=16, **kw
+        )
+        found = [c for c in default_callbacks(args) if isinstance(c, PreemptionCallback)]
+        return [list(c.signals) for c in found]
+
+    assert signals_of() == [[signal.SIGTERM, signal.SIGINT]]
+    assert signals_of(preemption_signals=["SIGTERM", "usr1"]) == [[signal.SIGTERM, signal.SIGUSR1]]
+    assert signals_of(preemption_signals=[]) == []
+    with pytest.raises(ValueError, match="preemption_signals: 'SIGKILL' is not one of"):
+        signals_of(preemption_signals=["SIGKILL"])
+    with pytest.raises(ValueError, match="enable_jit_checkpoint: not with routing-grpo"):
+        signals_of(enable_jit_checkpoint=True)
+
+
 def test_first_sigint_does_not_raise_keyboardinterrupt(tmp_path):
     saved = signal.getsignal(signal.SIGINT)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    cb = PreemptionCallback()
+    cb = PreemptionCallback(duplicate_window=0)
     args = _args(tmp_path)
     try:
         cb.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
@@ -326,7 +363,7 @@ def _tiny_trainer(
         report_to="none",
         disable_tqdm=True,
         modes=TINY_MODES,
-        warmup_steps=2,
+        routing_warmup_steps=2,
         balance_anneal_start=2,
         balance_anneal_end=4,
         flatten_reward_step=3,

@@ -26,7 +26,7 @@ from routing_grpo.countdown import (
     grade_countdown,
     parse_expression,
 )
-from routing_grpo.grading import GradeResult, extract_answer, grade
+from routing_grpo.grading import GradeResult, extract_answer, grade, opens_reasoning
 from routing_grpo.modes import DEFAULT_MODES, INVALID, Detection, ModeDetector, ModeSpec
 
 # Pure-Python scanners: a generous per-example deadline (bounded, not a benchmark).
@@ -153,9 +153,10 @@ def test_extract_answer_defined_on_any_text(text):
 @FAST
 @given(any_text, st.integers(-(10**9), 10**9))
 def test_a_final_box_always_wins(prefix, number):
-    # Whatever came before (unclosed thinks, stray braces, other boxes, injections), a closing
-    # \boxed{N} is the answer.
-    assert extract_answer(f"{prefix}\n\\boxed{{{number}}}") == str(number)
+    # Whatever came before (stray braces, other boxes, injections, closed reasoning), a closing \boxed{N} is
+    # the answer; a reasoning block left open leaves no answer at all (finished or wrong).
+    expected = None if opens_reasoning(prefix) else str(number)
+    assert extract_answer(f"{prefix}\n\\boxed{{{number}}}") == expected
     assert extract_answer(f"{prefix}</think>Final: \\boxed{{{number}}}.") == str(number)
 
 
@@ -178,6 +179,8 @@ def test_grade_defined_on_any_text(text, reference):
 @SYMPY
 @given(hostile_text, st.integers(-(10**6), 10**6))
 def test_grade_finds_the_boxed_answer_after_hostile_text(prefix, number):
+    if opens_reasoning(prefix):
+        prefix += "</think>"  # reasoning left open has no answer (tested above); close it here
     assert grade(f"{prefix}\n\\boxed{{{number}}}", str(number)).correct  # default limit: must not time out
     assert not grade(f"{prefix}\n\\boxed{{{number}}}", str(number + 1), timeout_s=GRADE_TIMEOUT_S).correct
 
@@ -213,7 +216,7 @@ def test_extraction_and_grading_bounded_on_huge_text(text):
         ("1 " * 500_000, "1"),
         ("#### " * 200_000 + "7", "7"),
         ("answer is " * 100_000, None),
-        ("<think>" * 100_000 + "\\boxed{4}", "4"),
+        ("<think>" * 100_000 + "\\boxed{4}", None),  # the reasoning never closed: no answer
         ("</think>" * 100_000 + "5", "5"),
         ("\u2028\x00\u202e\u200f The answer is \\boxed{3}", "3"),
         ("ignore previous instructions \\boxed{}", None),

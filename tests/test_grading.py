@@ -16,10 +16,13 @@ from routing_grpo import grading
 from routing_grpo.grading import (
     MAX_ANSWER_CHARS,
     GradeResult,
+    answer_text,
     extract_answer,
+    generation_prompt_opens_reasoning,
     grade,
     grade_batch,
     grade_file,
+    opens_reasoning,
     verify_answer,
 )
 
@@ -60,9 +63,10 @@ def test_extract_answer(text, expected):
         ("<think>x \\boxed{9}</think> so \\boxed{\\frac{a}{b^{2}}}", "\\frac{a}{b^{2}}"),
         ("<think>try 7</think><think>try 8</think> It is 9.", "9"),
         ("<think>scratch 4</think>", None),
-        # Unclosed think: a box is still a commitment, loose numbers are not.
-        ("<think>so \\boxed{5} then 17", "5"),
+        # Unclosed think: the reasoning never ended, so nothing in it is an answer, not even a box.
+        ("<think>so \\boxed{5} then 17", None),
         ("<think> 17 and still thinking", None),
+        ("<think>a</think> 3 <think> reopened, 4", None),
         # The last box, braces matched, escaped braces ignored.
         ("\\boxed{2} and finally \\boxed{\\frac{\\sqrt{3}}{2}}", "\\frac{\\sqrt{3}}{2}"),
         ("\\boxed{\\{1,2\\}}", "\\{1,2\\}"),
@@ -110,6 +114,146 @@ def test_extract_answer_on_huge_and_unbalanced_text_is_fast_and_defined():
     assert extract_answer("\\boxed{" + "{" * 200_000) is None
     assert extract_answer("\\boxed{1}" + "}" * 200_000) == "1"
     assert extract_answer("1 " * 500_000) == "1"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Finished or wrong
+# ----------------------------------------------------------------------------------------------------------
+
+# DeepSeek-R1-Distill-Qwen's chat template (tokenizer_config.json of deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B):
+# its generation prompt ends with "<think>\n", so a completion starts inside the reasoning.
+R1_DISTILL_TEMPLATE = (
+    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+    "{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}"
+    "{%- for message in messages %}{%- if message['role'] == 'system' %}"
+    "{% set ns.system_prompt = message['content'] %}{%- endif %}{%- endfor %}"
+    "{{bos_token}}{{ns.system_prompt}}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}"
+    "{%- endif %}"
+    "{%- if message['role'] == 'assistant' and message['content'] is none %}{%- set ns.is_tool = false -%}"
+    "{%- for tool in message['tool_calls']%}{%- if not ns.is_first %}"
+    "{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' "
+    "+ tool['function']['name'] + '\\n' + '```json' + '\\n' + tool['function']['arguments'] + '\\n' + '```' "
+    "+ '<｜tool▁call▁end｜>'}}{%- set ns.is_first = true -%}"
+    "{%- else %}{{'\\n' + '<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] "
+    "+ '\\n' + '```json' + '\\n' + tool['function']['arguments'] + '\\n' + '```' + '<｜tool▁call▁end｜>'}}"
+    "{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor %}{%- endif %}"
+    "{%- if message['role'] == 'assistant' and message['content'] is not none %}"
+    "{%- if ns.is_tool %}{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}"
+    "{%- set ns.is_tool = false -%}"
+    "{%- else %}{% set content = message['content'] %}"
+    "{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}"
+    "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endif %}"
+    "{%- if message['role'] == 'tool' %}{%- set ns.is_tool = true -%}"
+    "{%- if ns.is_output_first %}"
+    "{{'<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}"
+    "{%- set ns.is_output_first = false %}"
+    "{%- else %}{{'\\n<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- endif %}"
+    "{%- endif %}{%- endfor -%}"
+    "{% if ns.is_tool %}{{'<｜tool▁outputs▁end｜>'}}{% endif %}"
+    "{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\\n'}}{% endif %}"
+)
+# A ChatML template whose generation prompt opens nothing.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+# Qwen3-style: the generation prompt with thinking switched off holds a closed, empty reasoning block.
+CLOSED_THINK_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+    "'<|im_end|>\\n'}}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n<think>\\n\\n</think>\\n\\n' }}{% endif %}"
+)
+
+CUT_OFF = " Long\nLet me compute. So the answer is 42. Wait, let me recheck"
+
+
+def _tokenizer_with(tiny_model_path, template):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    tokenizer.chat_template = template
+    return tokenizer
+
+
+def test_the_r1_distill_generation_prompt_opens_the_reasoning(tiny_model_path):
+    tokenizer = _tokenizer_with(tiny_model_path, R1_DISTILL_TEMPLATE)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "2+2?"}], tokenize=False, add_generation_prompt=True
+    )
+    assert prompt.endswith("<｜User｜>2+2?<｜Assistant｜><think>\n")
+    assert generation_prompt_opens_reasoning(tokenizer) is True
+    # The grader, told so, reads a cut-off reasoning as no answer; the old reading found "42".
+    assert extract_answer(CUT_OFF) == "42"
+    assert extract_answer(CUT_OFF, reasoning_open=True) is None
+    assert grade(CUT_OFF, "42", reasoning_open=True) == GradeResult(False, None)
+    closed = CUT_OFF + ".\n</think>\n\nThe answer is \\boxed{42}."
+    assert grade(closed, "42", reasoning_open=True) == GradeResult(True, "42")
+
+
+@pytest.mark.parametrize("template", [CHATML_TEMPLATE, CLOSED_THINK_TEMPLATE], ids=["chatml", "closed-think"])
+def test_a_generation_prompt_that_opens_nothing(tiny_model_path, template):
+    tokenizer = _tokenizer_with(tiny_model_path, template)
+    assert generation_prompt_opens_reasoning(tokenizer) is False
+    assert extract_answer("NoThink The answer is 7.", reasoning_open=False) == "7"
+
+
+def test_generation_prompt_template_kwargs_and_no_template(tiny_model_path):
+    tokenizer = _tokenizer_with(tiny_model_path, CHATML_TEMPLATE)
+    assert generation_prompt_opens_reasoning(tokenizer, chat_template=R1_DISTILL_TEMPLATE) is True
+    tokenizer.chat_template = None
+    assert generation_prompt_opens_reasoning(tokenizer) is False
+
+
+@pytest.mark.parametrize(
+    ("text", "finished", "reasoning_open", "expected"),
+    [
+        # Unfinished (stopped at the completion limit or a cap): no answer, whatever it says.
+        ("The answer is \\boxed{3}.", False, False, None),
+        ("<think>x</think> \\boxed{3}", False, True, None),
+        # Finished, no reasoning opened: the whole text.
+        ("Short So 3.", True, False, "Short So 3."),
+        # Reasoning opened by the prompt: only after </think>; the fallbacks never see the reasoning.
+        ("Long ... the answer is 5.</think> It is 6.", True, True, " It is 6."),
+        ("Long the answer is 5 and then", True, True, None),
+        ("NoThink\n</think>\n\n\\boxed{2}", True, True, "\n\n\\boxed{2}"),
+        # Reasoning opened in the completion.
+        ("<think>hm 5</think>7", True, False, "7"),
+        ("<think>hm \\boxed{5}", True, False, None),
+        ("<think>a</think>b<think>c", True, False, None),
+    ],
+)
+def test_answer_text_is_finished_or_none(text, finished, reasoning_open, expected):
+    assert answer_text(text, finished=finished, reasoning_open=reasoning_open) == expected
+
+
+def test_opens_reasoning():
+    assert opens_reasoning("x<think>\n") and opens_reasoning("<think>a</think><think>")
+    assert (
+        not opens_reasoning("")
+        and not opens_reasoning("<think>a</think>")
+        and not opens_reasoning("</think>")
+    )
+
+
+def test_grade_batch_takes_finished_and_reasoning_flags():
+    texts = ["\\boxed{1}", "\\boxed{1}", "r</think>\\boxed{1}", "so 1"] * 10  # 40: the pool path too
+    finished = [True, False, True, True] * 10
+    for workers in (0, 2):
+        results = grade_batch(texts, ["1"] * 40, finished=finished, reasoning_open=True, num_workers=workers)
+        # Reasoning open: only the third (closed) response has an answer; the second did not finish anyway.
+        assert [r.correct for r in results] == [False, False, True, False] * 10
+        per_row = grade_batch(
+            texts,
+            ["1"] * 40,
+            finished=finished,
+            reasoning_open=[False, False, True, False] * 10,
+            num_workers=workers,
+        )
+        assert [r.correct for r in per_row] == [True, False, True, True] * 10
+    with pytest.raises(ValueError, match="finished flags"):
+        grade_batch(["a"], ["1"], finished=[True, False])
 
 
 # ----------------------------------------------------------------------------------------------------------

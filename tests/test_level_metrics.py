@@ -45,7 +45,7 @@ def expected_level_metrics(record, level: str, mode_names: list[str]) -> dict[st
 def test_training_logs_per_level_shares(tiny_model_path, tmp_path, monkeypatch):
     # Per-device batch 8 = two groups per generation batch; warmup batch 0 has forced rollouts, which
     # count for accuracy and length but not for the shares.
-    args = make_args(tmp_path, max_steps=4, warmup_steps=1, per_device_train_batch_size=8)
+    args = make_args(tmp_path, max_steps=4, routing_warmup_steps=1, per_device_train_batch_size=8)
     script = ScriptedGeneration().install(monkeypatch)
     data = level_dataset()
     trainer = build_trainer(tiny_model_path, args, train_dataset=data)
@@ -82,7 +82,7 @@ def test_training_logs_per_level_shares(tiny_model_path, tmp_path, monkeypatch):
 
 
 def test_no_level_column_no_level_metrics(tiny_model_path, tmp_path, monkeypatch):
-    args = make_args(tmp_path, max_steps=1, warmup_steps=0)
+    args = make_args(tmp_path, max_steps=1, routing_warmup_steps=0)
     ScriptedGeneration().install(monkeypatch)
     trainer = build_trainer(
         tiny_model_path, args, train_dataset=Dataset.from_list(arithmetic_rows(8)).remove_columns("level")

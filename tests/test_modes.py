@@ -1,4 +1,5 @@
-"""Mode specs, detection (SPEC.md "Rollouts"), gammas from caps and crossovers (paper Table 1)."""
+"""Mode specs, detection (docs/method.md "Mode detection"), gammas from caps and crossovers (paper
+Table 1)."""
 
 import math
 
@@ -174,7 +175,7 @@ def test_parse_modes_errors_name_the_key():
         parse_modes([{"name": "A", "base": 1.0, "gamma": 1.0}, {"name": "B", "base": 1.0}])
     with pytest.raises(ValueError, match="prefix"):
         parse_modes([{"name": "Long", "base": 1, "gamma": 1}, {"name": "Longer", "base": 1, "gamma": 1}])
-    with pytest.raises(ValueError, match="prefix"):
+    with pytest.raises(ValueError, match="same routing word"):
         # Separators and case do not make words distinct for detection.
         parse_modes(
             [
@@ -208,7 +209,7 @@ def test_gammas_from_caps_put_crossovers_at_the_caps():
     modes = [
         ModeSpec(n, n, b, g, c) for n, b, g, c in zip("ABC", [1.3, 1.2, 1.0], gammas, [1024, 3000, None])
     ]
-    # Derived gammas: NoThink/Short crossover exactly at 1024 (SPEC.md note), Short/Long at 3000.
+    # Derived gammas: NoThink/Short crossover exactly at 1024 (docs/method.md "Modes"), Short/Long at 3000.
     assert [round(c.length, 6) for c in crossovers(modes)] == [1024.0, 3000.0]
     with pytest.raises(ValueError, match="needs a cap"):
         gammas_from_caps([1.3, 1.0], [None, None])

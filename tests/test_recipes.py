@@ -19,7 +19,7 @@ BASELINES = {
 }
 ALL = sorted(RECIPES.glob("*.yaml"))
 
-# The paper's Table "Hyperparameters for three-mode self-routing GRPO" (and SPEC.md), written out here.
+# The paper's Table "Hyperparameters for three-mode self-routing GRPO" (and docs/method.md), written out here.
 PAPER_MODES = [
     ("NoThink", 1.3, 0.99984, 1024),
     ("Short", 1.2, 0.99994, 3000),
@@ -108,7 +108,7 @@ def test_router_recipe_matches_the_paper_table():
     assert args.verifier == "math"
 
     assert args.num_generations == PAPER["G"]
-    assert args.warmup_steps == PAPER["warmup"]
+    assert args.routing_warmup_steps == PAPER["warmup"]
     assert args.forced_per_mode == PAPER["G"] // 4
     assert args.balance_coef == PAPER["balance_coef"]
     assert args.balance_target is None and len(args.mode_specs) == 3  # p* = 1/K = 1/3
@@ -125,35 +125,72 @@ def test_router_recipe_matches_the_paper_table():
     assert args.num_generations_eval == 1
     assert args.lr_scheduler_type.value == "constant"  # no LR warmup or decay over the short run
 
-    # Batch geometry on 8 GPUs: 128 prompts x G = 1,024 rollouts per generation batch, 4 optimizer steps of
-    # 32 prompts, micro-batch 8.
+    # Batch geometry in the paper's units: 128 prompts x G = 1,024 rollouts per generation batch, 4 optimizer
+    # steps of 32 prompts, micro-batch 8; the per-device settings are derived (here for this one process).
+    assert raw["generation_batch_prompts"] == PAPER["prompts_per_generation_batch"]
+    assert raw["minibatches_per_generation"] == 4
+    assert "steps_per_generation" not in raw and "gradient_accumulation_steps" not in raw
     per_device = raw["per_device_train_batch_size"]
     assert per_device == PAPER["micro_batch"]
-    rollouts_per_generation_batch = per_device * GPUS * args.steps_per_generation
-    rollouts_per_optimizer_step = per_device * GPUS * args.gradient_accumulation_steps
-    assert rollouts_per_generation_batch == PAPER["prompts_per_generation_batch"] * PAPER["G"]
-    assert rollouts_per_optimizer_step == PAPER["prompts_per_mini_batch"] * PAPER["G"]
-    steps_per_batch = args.steps_per_generation * args.num_iterations // args.gradient_accumulation_steps
-    assert steps_per_batch == 4
+    geometry = args.batch_geometry(args.world_size)
+    assert geometry["rollouts_per_generation_batch"] == PAPER["prompts_per_generation_batch"] * PAPER["G"]
+    assert geometry["rollouts_per_optimizer_step"] == PAPER["prompts_per_mini_batch"] * PAPER["G"]
+    assert args.optimizer_steps_per_generation_batch == 4
     assert args.max_steps == PAPER["total_steps"] * 4
     assert args.eval_steps == PAPER["validate_every"] * 4
     assert args.per_device_eval_batch_size * GPUS == PAPER["val_batch"]
 
 
-@pytest.mark.parametrize("gpus", [4, 16, 32])
-def test_the_documented_rescaling_keeps_the_generation_batch(gpus: int):
-    """The recipe comment's rule (GA = 32 / N, steps_per_generation = 128 / N) keeps 1,024 and 4."""
-    ga, spg = 32 // gpus, 128 // gpus
-    _, args, _ = build(ROUTER, "--gradient_accumulation_steps", str(ga), "--steps_per_generation", str(spg))
-    assert args.per_device_train_batch_size * gpus * args.steps_per_generation == 1024
-    assert args.per_device_train_batch_size * gpus * args.gradient_accumulation_steps == 256
-    assert args.max_steps == 90 * 4
-    text = ROUTER.read_text()
-    assert "gradient_accumulation_steps = 32 / N" in text and "steps_per_generation = 128 / N" in text
+GPU_RECIPES = [p for p in ALL if p.name != "demo_smollm2_cpu.yaml"]
 
 
-# Keys in which a single-mode baseline may differ from the router recipe.
-BASELINE_KEYS = {"single_mode", "output_dir"}
+@pytest.mark.parametrize("processes", [1, 2, 4, 8, 16, 32])
+@pytest.mark.parametrize("path", GPU_RECIPES, ids=lambda p: p.stem)
+def test_the_gpu_recipes_keep_the_paper_geometry_on_any_process_count(path: Path, processes: int):
+    """1,024 rollouts per generation batch in 4 optimizer steps of 256, whatever the launch; no recipe asks
+    for per-GPU arithmetic any more."""
+    from routing_grpo.config import derive_batch_geometry
+
+    raw = load(path)
+    spg, ga = derive_batch_geometry(
+        generation_batch_prompts=raw["generation_batch_prompts"],
+        minibatches_per_generation=raw["minibatches_per_generation"],
+        num_generations=raw["num_generations"],
+        per_device_train_batch_size=raw["per_device_train_batch_size"],
+        num_processes=processes,
+    )
+    assert raw["per_device_train_batch_size"] * processes * spg == 1024
+    assert raw["per_device_train_batch_size"] * processes * ga == 256
+    assert spg * raw.get("num_iterations", 1) // ga == 4
+    text = path.read_text()
+    assert "/ N" not in text and "for N GPUs" not in text and "GPUs: 8 x 8" not in text
+
+
+def test_a_process_count_that_does_not_divide_is_refused_by_name():
+    from routing_grpo.config import derive_batch_geometry
+
+    with pytest.raises(ValueError, match="8 x 3 process"):
+        derive_batch_geometry(
+            generation_batch_prompts=128,
+            minibatches_per_generation=4,
+            num_generations=8,
+            per_device_train_batch_size=8,
+            num_processes=3,
+        )
+
+
+@pytest.mark.parametrize("path", GPU_RECIPES, ids=lambda p: p.stem)
+def test_each_seed_of_a_recipe_has_its_own_folder(path: Path):
+    assert "output_dir" not in load(path)
+    folders = {build(path, "--seed", str(seed))[1].output_dir for seed in (0, 1, 2)}
+    assert folders == {f"outputs/{path.stem}/seed{seed}" for seed in (0, 1, 2)}
+    # An explicit output_dir still wins.
+    assert build(path, "--seed", "1", "--output_dir", "elsewhere/run")[1].output_dir == "elsewhere/run"
+
+
+# Keys in which a single-mode baseline may differ from the router recipe (its folder is derived from its
+# recipe name).
+BASELINE_KEYS = {"single_mode"}
 
 
 @pytest.mark.parametrize("mode", list(BASELINES))
@@ -162,7 +199,7 @@ def test_baselines_differ_from_the_router_only_where_they_should(mode: str):
     differing = {k for k in router.keys() | baseline.keys() if router.get(k) != baseline.get(k)}
     assert differing == BASELINE_KEYS
     assert baseline["single_mode"] == mode
-    assert baseline["output_dir"] != router["output_dir"]
+    assert build(BASELINES[mode])[1].output_dir != build(ROUTER)[1].output_dir
 
     _, args, _ = build(BASELINES[mode])
     _, router_args, _ = build(ROUTER)
@@ -171,6 +208,52 @@ def test_baselines_differ_from_the_router_only_where_they_should(mode: str):
     assert router_args.effective_routing_instruction.startswith("Output NoThink")
     assert args.mode_specs == router_args.mode_specs  # same cap and reward for the mode
     assert args.max_steps == router_args.max_steps and args.learning_rate == router_args.learning_rate
+
+
+def parsed_settings(path: Path) -> dict:
+    """Every setting a recipe ends up with once parsed (recipe, defaults and derived values together)."""
+    import dataclasses
+
+    out: dict = {}
+    for obj in build(path):
+        out.update(obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj))
+    return out
+
+
+def differing(a: dict, b: dict) -> set[str]:
+    return {k for k in a.keys() | b.keys() if a.get(k) != b.get(k)}
+
+
+@pytest.mark.parametrize("mode", list(BASELINES))
+def test_baselines_stay_in_step_with_the_router_in_every_parsed_setting(mode: str):
+    """Drift in any setting, written in the recipe or not (a default the router overrides, a derived value),
+    fails here: the baselines are the router recipe plus `single_mode`, and their own output folder and
+    Hub repo."""
+    router, baseline = parsed_settings(ROUTER), parsed_settings(BASELINES[mode])
+    assert differing(router, baseline) <= {
+        "single_mode",
+        "output_dir",
+        "hub_model_id",
+        "logging_dir",
+        "run_name",
+    }
+    assert baseline["hub_model_id"] == f"{BASELINES[mode].stem}-seed0" != router["hub_model_id"]
+
+
+# What the Countdown study changes from the MATH router: its task, grader, two modes and shorter context.
+COUNTDOWN_KEYS = {"task", "eval_task", "eval_limit", "verifier", "modes", "max_completion_length"}
+COUNTDOWN_DERIVED = {"vllm_max_model_length", "output_dir", "hub_model_id", "logging_dir", "run_name"}
+
+
+def test_countdown_recipe_stays_in_step_with_the_router():
+    """The Countdown recipe says it follows the MATH recipe (schedule, G, lr, batch geometry): it may differ
+    only in the task, the grader, the modes and the context length."""
+    router, countdown = parsed_settings(ROUTER), parsed_settings(RECIPES / "countdown_router.yaml")
+    assert differing(router, countdown) <= COUNTDOWN_KEYS | COUNTDOWN_DERIVED
+    raw_router, raw_countdown = load(ROUTER), load(RECIPES / "countdown_router.yaml")
+    assert differing(raw_router, raw_countdown) - COUNTDOWN_KEYS - COUNTDOWN_DERIVED <= set(raw_router) - set(
+        raw_countdown
+    )  # keys the Countdown recipe leaves out are at the router's value (checked above, parsed)
 
 
 def test_countdown_recipe_is_the_two_mode_router():
@@ -191,5 +274,5 @@ def test_demo_recipe_is_offline_and_small():
     assert script_args.task == "synthetic"
     assert args.use_cpu and not args.use_vllm and not args.bf16
     assert args.report_to == [] or args.report_to == ["none"] or args.report_to == "none"
-    assert 0 < args.warmup_steps < args.total_batch_steps <= 10
+    assert 0 < args.routing_warmup_steps < args.total_batch_steps <= 10
     assert all(m.cap is None or m.cap <= args.max_completion_length for m in args.mode_specs)

@@ -86,8 +86,63 @@ def test_trl_reward_function_detects_caps_and_grades():
     ]
     assert reward_fn.last["mode"] == [S, NT, INVALID, LONG, S]
     assert reward_fn.last["capped"] == [False, False, False, False, True]
-    assert reward_fn.last["correct"] == [True, True, False, False, False]
+    # The invalid row's answer is graded (validation accuracy counts it); its reward stays -0.5.
+    assert reward_fn.last["correct"] == [True, True, True, False, False]
     assert reward_fn.__name__ == "routing_reward"
+
+
+def test_an_unfinished_rollout_is_wrong():
+    """Finished or wrong: no EOS (the completion limit stopped it) or reasoning left open scores 0."""
+    eos = 99
+    reward_fn = RoutingReward(DEFAULT_MODES, eos_token_ids=[eos])
+    texts = ["Long So the answer is 4. Wait", "Long So the answer is 4.", "Long x</think> \\boxed{4}"]
+    columns = {"answer": ["4"] * 3, "routing_mode": [LONG] * 3, "routing_length": [9] * 3}
+    # Last token EOS or not (no trainer column): the first row stopped at the completion limit.
+    rewards = reward_fn(
+        prompts=[""] * 3, completions=texts, completion_ids=[[1, 2], [1, eos], [1, eos]], **columns
+    )
+    assert rewards == [0.0, 1.0, 1.0] and reward_fn.last["finished"] == [False, True, True]
+    # The trainer's column wins over the ids.
+    rewards = reward_fn(
+        prompts=[""] * 3,
+        completions=texts,
+        completion_ids=[[1, eos]] * 3,
+        routing_finished=[True, False, True],
+        **columns,
+    )
+    assert rewards == [1.0, 0.0, 1.0]
+    # The prompt opened the reasoning (R1-Distill): only the third row closed it before its answer.
+    reward_fn.prompt_opens_reasoning = True
+    conversational = [[{"role": "user", "content": "2+2?"}]] * 3
+    rewards = reward_fn(prompts=conversational, completions=texts, completion_ids=[[1, eos]] * 3, **columns)
+    assert rewards == [0.0, 0.0, 1.0]
+    # A plain-text prompt says itself whether it leaves <think> open.
+    reward_fn.prompt_opens_reasoning = False
+    rewards = reward_fn(
+        prompts=["Q<think>\n", "Q", "Q<think>\n"], completions=texts, completion_ids=[[1, eos]] * 3, **columns
+    )
+    assert rewards == [0.0, 1.0, 1.0]
+
+
+def test_a_custom_verifier_sees_only_finished_answer_text():
+    seen = []
+
+    def verifier(text, reference):
+        seen.append(text)
+        return "4" in text
+
+    reward_fn = RoutingReward(DEFAULT_MODES, verifier=verifier, prompt_opens_reasoning=True)
+    rewards = reward_fn(
+        prompts=[[{"role": "user", "content": "q"}]] * 3,
+        completions=["Long 4 so far", "Long 4 so far</think>5", "Long 3</think> 4"],
+        completion_ids=[[1]] * 3,
+        answer=["4"] * 3,
+        routing_mode=[LONG] * 3,
+        routing_length=[5] * 3,
+        routing_finished=[False, True, True],
+    )
+    assert rewards == [0.0, 0.0, 1.0]
+    assert seen == ["5", " 4"]  # the unfinished row never reached the verifier; no reasoning text did
 
 
 def test_trl_reward_function_trusts_trainer_columns():

@@ -43,7 +43,7 @@ def tiny_recipe(model_path: Path, output_dir: Path, **overrides) -> dict:
         "per_device_train_batch_size": 4,
         "gradient_accumulation_steps": 1,
         "steps_per_generation": 2,
-        "warmup_steps": 1,
+        "routing_warmup_steps": 1,
         "total_batch_steps": 2,
         "save_every_batch_steps": 1,
         "learning_rate": 1.0e-4,
@@ -115,7 +115,7 @@ def test_the_routing_grpo_train_command_reports_the_same_error(tmp_path, no_mode
         ("bf16", "maybe", "bf16: expected"),
         ("modes", "NoThink", "modes: expected list"),
         ("task", 3, "task: expected str"),
-        ("warmup_steps", 2.5, "warmup_steps: expected int"),
+        ("routing_warmup_steps", 2.5, "routing_warmup_steps: expected int"),
         ("lr_scheduler_type", "sometimes", "lr_scheduler_type: expected"),
     ],
 )
@@ -135,8 +135,10 @@ def test_numbers_written_as_yaml_strings_are_accepted(tmp_path):
 
 def test_command_line_overrides_the_recipe_and_is_type_checked(tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out"))
-    _, args, _ = train.parse_args(["--config", str(recipe), "--num_generations", "8", "--warmup_steps", "0"])
-    assert args.num_generations == 8 and args.warmup_steps == 0
+    _, args, _ = train.parse_args(
+        ["--config", str(recipe), "--num_generations", "8", "--routing_warmup_steps", "0"]
+    )
+    assert args.num_generations == 8 and args.routing_warmup_steps == 0
     with pytest.raises(SystemExit):
         train.parse_args(["--config", str(recipe), "--num_generations", "eight"])
     with pytest.raises(train.RecipeError, match="not_a_flag"):
@@ -443,3 +445,56 @@ def test_demo_runs_end_to_end_on_the_tiny_model(tmp_path, tiny_model_path, capsy
         assert any(line.startswith(f"| {level} | 1 |") for line in lines)
     eval_summary = json.loads((out / "eval" / "synthetic" / "summary.json").read_text())
     assert eval_summary["num_samples"] == 5 and eval_summary["model"] == str(out / "checkpoint")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# One run, one folder
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_the_output_folder_follows_recipe_and_seed(tmp_path, tiny_model_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    recipe = tiny_recipe(tiny_model_path, tmp_path / "unused")
+    del recipe["output_dir"]
+    path = write_recipe(tmp_path / "tiny_router.yaml", recipe)
+    _, args, _ = train.parse_args(["--config", str(path), "--seed", "3"])
+    assert args.output_dir == os.path.join("outputs", "tiny_router", "seed3")
+    assert train.run_output_dir("recipes/router_r1_distill_qwen_1.5b.yaml", 1) == os.path.join(
+        "outputs", "router_r1_distill_qwen_1.5b", "seed1"
+    )
+    # Given in the recipe or on the command line, output_dir is kept.
+    _, args, _ = train.parse_args(["--config", str(path), "--output_dir", "mine"])
+    assert args.output_dir == "mine"
+    kept = write_recipe(tmp_path / "kept.yaml", tiny_recipe(tiny_model_path, tmp_path / "kept-out"))
+    assert train.parse_args(["--config", str(kept), "--seed", "2"])[1].output_dir == str(
+        tmp_path / "kept-out"
+    )
+
+
+def test_resuming_a_checkpoint_of_another_seed_or_recipe_is_refused(tmp_path, tiny_model_path, monkeypatch):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    identity = json.loads((out / train.RUN_FILE).read_text())
+    assert identity["recipe"] == "r" and identity["seed"] == 0
+    assert json.loads((out / "checkpoint-2" / train.RUN_FILE).read_text()) == identity
+
+    # Nothing is loaded before the refusal.
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded for a run that must be refused")
+
+    monkeypatch.setattr(train, "resolve_model_path", refuse)
+    message = run_cli_expecting_error(["--config", str(recipe), "--seed", "1", "--total_batch_steps", "2"])
+    assert "checkpoint-2" in message and "seed 0" in message and "seed 1" in message and "'r'" in message
+    other = write_recipe(tmp_path / "other.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=2))
+    message = run_cli_expecting_error(["--config", str(other)])
+    assert "recipe 'r'" in message and "recipe 'other'" in message
+    # Naming the checkpoint explicitly from another folder is refused the same way.
+    fresh = write_recipe(tmp_path / "fresh.yaml", tiny_recipe(tiny_model_path, tmp_path / "fresh-out"))
+    message = run_cli_expecting_error(
+        ["--config", str(fresh), "--resume_from_checkpoint", str(out / "checkpoint-2")]
+    )
+    assert "recipe 'r' with seed 0" in message and "recipe 'fresh' with seed 0" in message
+    assert (
+        train.check_resume(str(out / "checkpoint-2"), {"recipe": "r", "seed": 0, "recipe_path": None}) is None
+    )

@@ -8,6 +8,7 @@ trainer and TRL code.
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -15,7 +16,7 @@ from trl import GRPOTrainer
 
 from routing_grpo.advantages import compute_advantages
 from routing_grpo.countdown import countdown_rows
-from routing_grpo.grading import grade
+from routing_grpo.grading import extract_answer, grade
 from routing_grpo.modes import INVALID
 from routing_grpo.rewards import RoutingReward, countdown_verifier, routing_reward
 from routing_grpo.schedules import balance_coef_at
@@ -64,7 +65,7 @@ def check_pure_functions(trainer, record):
 def test_warmup_forces_each_mode_and_promotes_the_word(tiny_model_path, tmp_path, monkeypatch):
     # steps_per_generation 2: each generation batch (2 groups) is trained in 2 optimizer steps, so TRL scores
     # old logprobs (importance sampling is live) and the promoted word must get a finite one.
-    args = make_args(tmp_path, steps_per_generation=2, max_steps=6, warmup_steps=2)
+    args = make_args(tmp_path, steps_per_generation=2, max_steps=6, routing_warmup_steps=2)
     spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
     raw = []
     original = GRPOTrainer._generate_single_turn
@@ -99,7 +100,7 @@ def test_warmup_forces_each_mode_and_promotes_the_word(tiny_model_path, tmp_path
         g = trainer.num_generations
         for start in range(0, len(record.modes), g):
             forced = [record.modes[i] for i in range(start, start + g) if record.forced[i]]
-            if record.batch_step < args.warmup_steps:
+            if record.batch_step < args.routing_warmup_steps:
                 assert sorted(forced) == [m for m in range(3) for _ in range(args.forced_per_mode)]
             else:
                 assert forced == []
@@ -130,7 +131,7 @@ def test_warmup_forces_each_mode_and_promotes_the_word(tiny_model_path, tmp_path
 
 
 def test_num_iterations_two_keeps_importance_sampling_finite(tiny_model_path, tmp_path, monkeypatch):
-    args = make_args(tmp_path, num_iterations=2, max_steps=2, warmup_steps=1)
+    args = make_args(tmp_path, num_iterations=2, max_steps=2, routing_warmup_steps=1)
     spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
     ratios = []
     original = RoutingGRPOTrainer._compute_loss
@@ -163,7 +164,7 @@ def test_num_iterations_two_keeps_importance_sampling_finite(tiny_model_path, tm
 
 @pytest.mark.parametrize("enforce", [True, False])
 def test_caps_rewards_and_advantages(tiny_model_path, tmp_path, monkeypatch, enforce):
-    args = make_args(tmp_path, max_steps=4, warmup_steps=2, enforce_caps_in_generation=enforce)
+    args = make_args(tmp_path, max_steps=4, routing_warmup_steps=2, enforce_caps_in_generation=enforce)
     script = ScriptedGeneration().install(monkeypatch)
     spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
     reward_calls = []
@@ -207,11 +208,13 @@ def test_caps_rewards_and_advantages(tiny_model_path, tmp_path, monkeypatch, enf
                 assert record.rewards[i] == -0.5
             elif not record.forced[i]:
                 seen["free_valid"] += 1
-            # Correctness is the grader's verdict on the text the model wrote.
+            # Correctness is the grader's verdict on the text the model wrote, if it finished (EOS); answers
+            # without a routing word are graded too.
             text = tokenizer.decode(c, skip_special_tokens=True)
             answer = columns["answer"][i]
-            if not record.capped[i] and mode != INVALID:
-                assert record.correct[i] == grade(text, answer).correct
+            if not record.capped[i]:
+                finished = c[-1] in trainer.eos_token_ids
+                assert record.correct[i] == grade(text, answer, finished=finished).correct
             seen["correct"] += record.correct[i]
     assert all(v > 0 for v in seen.values()), seen
     if enforce:
@@ -228,7 +231,9 @@ def test_caps_are_enforced_during_real_generation(tiny_model_path, tmp_path, enf
         {"name": "Short", "base": 1.2, "gamma": 0.95, "cap": 3},
         {"name": "Long", "base": 1.0, "gamma": 1.0, "cap": 5},
     ]
-    args = make_args(tmp_path, modes=modes, max_steps=2, warmup_steps=2, enforce_caps_in_generation=enforce)
+    args = make_args(
+        tmp_path, modes=modes, max_steps=2, routing_warmup_steps=2, enforce_caps_in_generation=enforce
+    )
     trainer = build_trainer(tiny_model_path, args)
     trainer.train()
     records = train_records(trainer)
@@ -262,7 +267,7 @@ def test_balance_coef_and_phase_follow_generation_batches(tiny_model_path, tmp_p
         tmp_path,
         steps_per_generation=2,
         total_batch_steps=5,
-        warmup_steps=1,
+        routing_warmup_steps=1,
         balance_coef=0.8,
         balance_anneal_start=1,
         balance_anneal_end=4,
@@ -314,7 +319,7 @@ def test_balance_coef_and_phase_follow_generation_batches(tiny_model_path, tmp_p
 
 
 def test_single_mode_baseline_has_no_routing(tiny_model_path, tmp_path, monkeypatch):
-    args = make_args(tmp_path, single_mode="Short", max_steps=3, warmup_steps=5)
+    args = make_args(tmp_path, single_mode="Short", max_steps=3, routing_warmup_steps=5)
     plain = ScriptedGeneration(
         lambda prompt, forced, position: " 1 2 3 4 5 6 7 8 9 \\boxed{3}" * (1 + position % 2)
     )
@@ -354,7 +359,7 @@ def test_evaluation_is_free_uncapped_and_logged(tiny_model_path, tmp_path, monke
     args = make_args(
         tmp_path,
         max_steps=2,
-        warmup_steps=5,
+        routing_warmup_steps=5,
         eval_strategy="steps",
         eval_steps=2,
         per_device_eval_batch_size=4,
@@ -445,7 +450,12 @@ def test_countdown_verifier_trains(tiny_model_path, tmp_path, monkeypatch):
         {"name": "Long", "base": 1.0, "gamma": 1.0},
     ]
     args = make_args(
-        tmp_path, modes=modes, verifier="countdown", max_steps=2, warmup_steps=1, max_completion_length=40
+        tmp_path,
+        modes=modes,
+        verifier="countdown",
+        max_steps=2,
+        routing_warmup_steps=1,
+        max_completion_length=40,
     )
     trainer = build_trainer(tiny_model_path, args, train_dataset=Dataset.from_list(data))
     assert trainer.routing_reward.verifier is countdown_verifier
@@ -465,7 +475,7 @@ def test_verifier_constructor_argument(tiny_model_path, tmp_path, monkeypatch):
 
     ScriptedGeneration().install(monkeypatch)
     trainer = build_trainer(
-        tiny_model_path, make_args(tmp_path, max_steps=1, warmup_steps=0), verifier=verifier
+        tiny_model_path, make_args(tmp_path, max_steps=1, routing_warmup_steps=0), verifier=verifier
     )
     trainer.train()
     (record,) = train_records(trainer)
@@ -483,3 +493,167 @@ def test_trainer_rejects_bad_setups(tiny_model_path, tmp_path):
         build_trainer(tiny_model_path, args, reward_funcs=[lambda completions, **k: [0.0] * len(completions)])
     with pytest.raises(ValueError, match="tools"):
         build_trainer(tiny_model_path, args, tools=[len])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 11. Finished or wrong; validation grades every answer; the fallback generator; the batch geometry
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _cut_off_script(prompt, forced, position):
+    """Forced Long: reasoning that says "the answer is N" and runs into max_completion_length (no EOS). Free
+    rows: a Long answer that closes its reasoning before a boxed answer, and one that never closes it."""
+    match = re.search(r"What is (\d+) \+ (\d+)\?", prompt)
+    answer = int(match.group(1)) + int(match.group(2))
+    if forced == "Long":
+        return f"\nLet me compute. So the answer is {answer}. Wait, let me recheck" * 3
+    if forced is not None:
+        return f"\n</think>\n\n\\boxed{{{answer}}}"
+    if position % 2:
+        return f" Long\nSo the answer is {answer}.\n</think>\n\nThe answer is \\boxed{{{answer}}}."
+    return f" Long\nSo the answer is {answer}."
+
+
+@pytest.mark.parametrize("template", ["r1_distill", "chatml"])
+def test_a_long_rollout_cut_at_the_completion_limit_scores_zero(
+    tiny_model_path, tmp_path, monkeypatch, template
+):
+    from transformers import AutoTokenizer
+
+    from tests.test_grading import R1_DISTILL_TEMPLATE
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    if template == "r1_distill":
+        tokenizer.chat_template = R1_DISTILL_TEMPLATE  # the generation prompt ends with "<think>\n"
+    modes = [
+        {"name": "NoThink", "base": 1.3, "gamma": 1.0, "cap": 40},
+        {"name": "Short", "base": 1.2, "gamma": 1.0, "cap": 50},
+        {"name": "Long", "base": 1.0, "gamma": 1.0, "cap": None},
+    ]
+    args = make_args(tmp_path, modes=modes, max_completion_length=64, max_steps=1, routing_warmup_steps=1)
+    script = ScriptedGeneration(_cut_off_script).install(monkeypatch)
+    trainer = build_trainer(tiny_model_path, args, processing_class=tokenizer)
+    assert trainer.prompt_opens_reasoning is (template == "r1_distill")
+    assert trainer.routing_reward.prompt_opens_reasoning is trainer.prompt_opens_reasoning
+    trainer.train()
+
+    (record,) = train_records(trainer)
+    (call,) = script.calls
+    assert tokenizer.decode(call["prompt_ids"][0]).endswith(
+        "<think>\nMode: NoThink" if template == "r1_distill" else "assistant\nMode: NoThink"
+    )
+    long_forced = [i for i in range(len(record.modes)) if record.forced[i] and record.modes[i] == 2]
+    assert long_forced  # one per group
+    for i in long_forced:
+        ids = call["completion_ids"][i]
+        assert len(ids) == args.max_completion_length and ids[-1] not in trainer.eos_token_ids
+        text = tokenizer.decode(ids, skip_special_tokens=True)
+        assert extract_answer(text) is not None  # read as finished, its "the answer is" line would be graded
+        assert record.truncated[i] and not record.capped[i]
+        assert not record.correct[i] and record.rewards[i] == 0.0  # finished or wrong; still in the loss
+    free = [i for i in range(len(record.modes)) if not record.forced[i]]
+    for i in free:
+        assert record.modes[i] == 2 and not record.truncated[i]
+        closed = i % args.num_generations % 2 == 1
+        # With the reasoning opened by the prompt, only a closed answer counts; without, both do.
+        expected = closed or template == "chatml"
+        assert record.correct[i] is expected and record.rewards[i] == (1.0 if expected else 0.0)
+    check_pure_functions(trainer, record)
+    log = next(h for h in trainer.state.log_history if "routing/truncated_share" in h)
+    assert log["routing/truncated_share_forced/Long"] == 1.0 and log["routing/truncated_share/Long"] == 0.0
+    assert log["routing/truncated_share"] == pytest.approx(len(long_forced) / len(record.modes))
+
+
+def _validation_script(prompt, forced, position):
+    match = re.search(r"What is (\d+) \+ (\d+)\?", prompt)
+    answer = int(match.group(1)) + int(match.group(2))
+    head = ["", " Short", "", " Long"][position % 4] if forced is None else ""
+    right = position % 4 != 2
+    return f"{head or ' I think'} \\boxed{{{answer if right else answer + 1}}}"
+
+
+def test_validation_accuracy_counts_answers_without_a_routing_word(tiny_model_path, tmp_path, monkeypatch):
+    args = make_args(
+        tmp_path,
+        max_steps=1,
+        routing_warmup_steps=0,
+        eval_strategy="steps",
+        eval_steps=1,
+        per_device_eval_batch_size=4,
+    )
+    ScriptedGeneration(_validation_script).install(monkeypatch)
+    trainer = build_trainer(tiny_model_path, args, eval_dataset=arithmetic_dataset(2))
+    trainer.train()
+    evals = [r for r in trainer.routing_history if r.mode == "eval"]
+    assert evals
+    for record in evals:
+        # Positions 0 and 2 write no routing word; 0 is right, 2 wrong; 1 (Short) and 3 (Long) are right.
+        assert [m == INVALID for m in record.modes] == [True, False, True, False]
+        assert record.correct == [True, True, False, True]
+        assert record.rewards[0] == record.rewards[2] == -0.5  # the reward of a missing word stays -0.5
+        check_pure_functions(trainer, record)
+    (log,) = [h for h in trainer.state.log_history if "eval_routing/accuracy" in h]
+    assert log["eval_routing/accuracy"] == pytest.approx(0.75)  # 0.5 if only routed answers counted
+    assert log["eval_routing/invalid_share"] == pytest.approx(0.5)
+    (train,) = train_records(trainer)
+    assert train.rewards[0] == -0.5 and train.correct[0]
+
+
+def test_the_fallback_generator_runs_inside_the_trainer(tiny_model_path, tmp_path, monkeypatch):
+    """Sampling settings the shrinking decode loop declines (no_repeat_ngram_size) take the budget-grouped
+    model.generate path, whose inputs the base Trainer moves to the device (GRPOTrainer's _prepare_inputs
+    would start generating rollouts again)."""
+    import routing_grpo.trainer as trainer_module
+    from routing_grpo.capped_generation import TransformersBudgetGenerator, shrinking_loop_supported
+
+    calls = []
+
+    class Recording(TransformersBudgetGenerator):
+        def __call__(self, prompts, budgets):
+            out = super().__call__(prompts, budgets)
+            calls.append((list(budgets), out))
+            return out
+
+    def refuse(*a, **k):
+        raise AssertionError("the shrinking decode loop must decline no_repeat_ngram_size")
+
+    monkeypatch.setattr(trainer_module, "TransformersBudgetGenerator", Recording)
+    monkeypatch.setattr(trainer_module, "sample_with_budgets", refuse)
+    args = make_args(
+        tmp_path, max_steps=1, routing_warmup_steps=1, generation_kwargs={"no_repeat_ngram_size": 3}
+    )
+    trainer = build_trainer(tiny_model_path, args)
+    assert not shrinking_loop_supported(trainer.generation_config)
+    trainer.train()
+    assert calls  # forced rows at their caps, free heads, then free rows' continuations
+    (record,) = train_records(trainer)
+    assert len(record.modes) == 4 and sum(record.forced) == 3
+    for i, mode in enumerate(record.modes):
+        cap = trainer.modes[mode].cap if mode != INVALID else None
+        if record.forced[i] and cap is not None:
+            assert record.lengths[i] <= cap
+    assert record.tokens_past_caps == [0] * 4  # caps held inside generation
+
+
+def test_the_batch_geometry_is_derived_and_logged(tiny_model_path, tmp_path, monkeypatch, caplog):
+    # 2 prompts x G 4 = 8 rollouts per generation batch, in 2 optimizer steps of 4; per-device batch 4.
+    args = make_args(
+        tmp_path,
+        generation_batch_prompts=2,
+        minibatches_per_generation=2,
+        total_batch_steps=2,
+        max_steps=-1,
+    )
+    assert (args.steps_per_generation, args.gradient_accumulation_steps) == (2, 1)
+    assert args.generation_batch_size == 8 and args.max_steps == 4
+    ScriptedGeneration().install(monkeypatch)
+    with caplog.at_level("INFO", logger="routing_grpo.trainer"):
+        trainer = build_trainer(tiny_model_path, args)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("batch geometry")]
+    assert "1 process(es) x per-device batch 4" in line
+    assert "generation batch 8 rollouts (2 prompts x G 4" in line and "optimizer step 4 rollouts" in line
+    assert "2 optimizer steps per generation batch" in line
+    trainer.train()
+    assert [r.batch_step for r in train_records(trainer)] == [0, 1]
+    assert [len(r.modes) for r in train_records(trainer)] == [8, 8]
+    assert trainer.state.global_step == 4

@@ -40,7 +40,7 @@ def run(model_path: str, out_path: str, output_dir: str) -> None:
         per_device_train_batch_size=per_device,
         steps_per_generation=STEPS_PER_GENERATION,
         total_batch_steps=2,
-        warmup_steps=1,
+        routing_warmup_steps=1,
         balance_coef=0.7,
     )
     script = ScriptedGeneration()

@@ -164,7 +164,7 @@ def train_once(
         report_to="none",
         disable_tqdm=True,
         modes=TINY_MODES,
-        warmup_steps=3,
+        routing_warmup_steps=3,
         balance_anneal_start=3,
         balance_anneal_end=6,
         flatten_reward_step=5,

@@ -60,7 +60,7 @@ def build_trainer(
         ),
         args=args,
         train_dataset=train_dataset if train_dataset is not None else arithmetic_dataset(),
-        processing_class=AutoTokenizer.from_pretrained(model_path),
+        processing_class=kwargs.pop("processing_class", None) or AutoTokenizer.from_pretrained(model_path),
         **kwargs,
     )
 
@@ -73,7 +73,7 @@ def make_args(output_dir: str, **overrides: Any) -> RoutingGRPOConfig:
         "per_device_train_batch_size": 4,
         "gradient_accumulation_steps": 1,
         "max_completion_length": 24,
-        "warmup_steps": 2,
+        "routing_warmup_steps": 2,
         "forced_per_mode": 1,
         "max_steps": 3,
         "learning_rate": 1e-3,

@@ -1,0 +1,32 @@
+"""The paper this package implements: title, authors and citation (for model cards, README and --version).
+
+Everything here is taken from the paper's source (``docs/paper/learning-when-to-think.tex``). The paper has
+no arXiv identifier yet, so the citation is a ``@misc`` entry with what the source gives (no year, no
+eprint); replace it once the paper is published.
+"""
+
+from __future__ import annotations
+
+TITLE = "Learning When to Think: Adaptive Reasoning for Test-Time Compute Allocation"
+AUTHORS = ("Gijs Kassenaar", "Zhao Yang", "Vincent François-Lavet")
+AFFILIATION = "Vrije Universiteit Amsterdam"
+METHOD = "Three-mode self-routing GRPO"
+# Where the paper's source lives in this repository (relative to the repository root).
+SOURCE = "docs/paper/learning-when-to-think.tex"
+
+CITATION = """\
+@misc{kassenaar_learning_when_to_think,
+  title  = {{Learning When to Think: Adaptive Reasoning for Test-Time Compute Allocation}},
+  author = {Gijs Kassenaar and Zhao Yang and Vincent Fran{\\c{c}}ois-Lavet},
+  note   = {Preprint, Vrije Universiteit Amsterdam}
+}"""
+
+GRPO_REFERENCE = (
+    "GRPO: Shao et al., DeepSeekMath: Pushing the Limits of Mathematical Reasoning in Open Language Models "
+    "(arXiv:2402.03300)"
+)
+
+
+def authors_text() -> str:
+    """``"A, B and C"``."""
+    return ", ".join(AUTHORS[:-1]) + " and " + AUTHORS[-1]

@@ -1,0 +1,103 @@
+"""Help and version: every option of every command has help text; `train --help` is short and grouped, with
+the full list one flag away; `--version` names the versions a bug report needs."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import subprocess
+import sys
+
+import pytest
+
+from routing_grpo import __version__
+from routing_grpo import train as train_module
+from routing_grpo.cli import build_parser, main
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+def test_every_option_of_every_subcommand_has_help():
+    commands = subcommands()
+    assert set(commands) == {"train", "reward-table", "grade", "eval", "generate", "report"}
+    missing = []
+    for name, parser in {"routing-grpo": build_parser(), **commands}.items():
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                assert all(a.help for a in action._choices_actions), "a subcommand without help"
+                continue
+            if not action.help or action.help == argparse.SUPPRESS:
+                missing.append(f"{name} {'/'.join(action.option_strings) or action.dest}")
+    assert not missing, f"options without help text: {missing}"
+
+
+def test_every_training_option_has_help():
+    for dc in train_module.DATACLASS_TYPES:
+        for f in dataclasses.fields(dc):
+            if f.init:
+                assert str(f.metadata.get("help", "")).strip(), f"{dc.__name__}.{f.name} has no help"
+
+
+def run_main(capsys, argv):
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    out = capsys.readouterr()
+    return info.value.code, out.out, out.err
+
+
+def test_train_help_is_short_grouped_and_names_the_method(capsys):
+    code, out, _ = run_main(capsys, ["train", "--help"])
+    assert code == 0 and out.startswith("usage: routing-grpo train --config RECIPE.yaml")
+    lines = out.splitlines()
+    full = train_module.full_help()
+    assert len(lines) < 200 and len(lines) * 5 < len(full.splitlines())
+    for heading in (
+        "The method (RoutingGRPOConfig",
+        "Task and data (RoutingScriptArguments):",
+        "Model (TRL ModelConfig):",
+        "Optimisation and batch (TRL GRPOConfig / transformers TrainingArguments):",
+        "Rollouts with vLLM (TRL GRPOConfig):",
+        "Validation, logging, checkpoints and the Hub (TRL / transformers):",
+    ):
+        assert heading in out
+    # Every method field and every task/data field is there, with its text.
+    own = train_module.method_fields()
+    assert {"modes", "routing_warmup_steps", "balance_coef", "single_mode", "verifier"} <= set(own)
+    for name in own + [f.name for f in dataclasses.fields(train_module.RoutingScriptArguments)]:
+        (i,) = [i for i, ln in enumerate(lines) if ln.split()[:1] == [f"--{name}"]]
+        text = lines[i].split(maxsplit=1)[1:] or lines[i + 1].split()  # a long name has its text below
+        assert text, f"--{name} has no text"
+    # Every listed option has text beside it or on the next line.
+    for i, line in enumerate(lines):
+        if line.startswith("  --"):
+            text = line.split(maxsplit=1)[1:] or lines[i + 1].split()
+            assert text, line
+    words = " ".join(out.split())
+    assert "--warmup_steps" in out and "the routing warmup is routing_warmup_steps" in words
+    assert "--help-all" in out and "--version" in out
+
+
+def test_help_all_lists_every_option(capsys):
+    code, out, _ = run_main(capsys, ["train", "--help-all"])
+    assert code == 0
+    for name in train_module.recipe_fields():
+        assert f"--{name}" in out, name
+
+
+def test_version(capsys):
+    code, out, _ = run_main(capsys, ["--version"])
+    assert code == 0 and out.startswith(f"routing-grpo {__version__} (TRL 1.16")
+    code, out, _ = run_main(capsys, ["train", "--version"])
+    assert code == 0 and out.startswith(f"routing-grpo {__version__} (TRL ")
+
+
+def test_the_module_entry_point_has_the_same_help():
+    result = subprocess.run(
+        [sys.executable, "-m", "routing_grpo.train", "--help"], capture_output=True, text=True, check=True
+    )
+    assert result.stdout.startswith("usage: python -m routing_grpo.train --config RECIPE.yaml")
+    assert "The method (RoutingGRPOConfig" in result.stdout

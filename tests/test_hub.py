@@ -1,0 +1,168 @@
+"""Hub runs: every recipe and seed pushes to a repo of its own, the push strategy is the recipe's, and the
+model card names the method and its paper. The Hub is a stand-in object (no network)."""
+
+from __future__ import annotations
+
+import itertools
+from concurrent.futures import Future
+from pathlib import Path
+
+import pytest
+import yaml
+
+from routing_grpo import paper, train
+from tests.test_train_entry import tiny_recipe, write_recipe
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+ALL_RECIPES = sorted(RECIPES.rglob("*.yaml"))
+# The paper's GPU recipes, which state their Hub settings.
+GPU_RECIPES = sorted(p for p in RECIPES.glob("*.yaml") if p.name != "demo_smollm2_cpu.yaml")
+
+
+def parse(path: Path, *extra: str):
+    import torch
+
+    cpu = [] if torch.cuda.is_available() else ["--use_cpu", "true"]
+    return train.parse_args(["--config", str(path), *cpu, *extra])
+
+
+def test_hub_repo_name():
+    assert (
+        train.hub_repo_name("recipes/router_r1_distill_qwen_1.5b.yaml", 2)
+        == "router_r1_distill_qwen_1.5b-seed2"
+    )
+    assert (
+        train.hub_repo_name(Path("a/b/countdown_router.yaml"), 0, "my-lab") == "my-lab/countdown_router-seed0"
+    )
+    assert train.hub_repo_name("x.yaml", 1, "my-lab/") == "my-lab/x-seed1"
+
+
+def test_every_recipe_and_seed_gets_its_own_repo():
+    ids = {}
+    for path, seed in itertools.product(ALL_RECIPES, (0, 1, 2)):
+        _, args, _ = parse(path, "--seed", str(seed))
+        assert args.hub_model_id == f"{path.stem}-seed{seed}", path
+        ids[(path, seed)] = args.hub_model_id
+    assert len(set(ids.values())) == len(ids)  # no two runs share a repo
+    # The router and the baselines in particular (transformers alone would name all of them seed<N>).
+    names = {ids[(p, 0)] for p in GPU_RECIPES}
+    assert (
+        "router_r1_distill_qwen_1.5b-seed0" in names and "baseline_long_r1_distill_qwen_1.5b-seed0" in names
+    )
+
+
+def test_hub_org_and_an_explicit_hub_model_id():
+    router = RECIPES / "router_r1_distill_qwen_1.5b.yaml"
+    script_args, args, _ = parse(router, "--seed", "1", "--hub_org", "my-lab")
+    assert script_args.hub_org == "my-lab" and args.hub_model_id == "my-lab/router_r1_distill_qwen_1.5b-seed1"
+    _, args, _ = parse(router, "--hub_model_id", "someone/chosen", "--hub_org", "my-lab")
+    assert args.hub_model_id == "someone/chosen"  # an explicit repo wins
+
+
+@pytest.mark.parametrize("path", GPU_RECIPES, ids=lambda p: p.stem)
+def test_gpu_recipes_state_the_push_strategy(path: Path):
+    raw = yaml.safe_load(path.read_text())
+    assert raw["hub_strategy"] == "end" and raw["push_to_hub"] is False
+    assert "hub_model_id" not in raw  # derived from the recipe name and the seed
+    _, args, _ = parse(path)
+    assert args.hub_strategy.value == "end"
+
+
+def test_the_makefile_passes_hub_org():
+    makefile = (RECIPES.parent / "Makefile").read_text()
+    assert "HUB_ORG ?=" in makefile and "--hub_org $(strip $(HUB_ORG))" in makefile
+
+
+class StandInHub:
+    """Records what transformers asks of the Hub API; the namespace of a bare repo name is the user's."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, dict]] = []
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", {"repo_id": repo_id, **kwargs}))
+
+        class Repo:
+            pass
+
+        Repo.repo_id = repo_id if "/" in repo_id else f"stand-in-user/{repo_id}"
+        return Repo()
+
+    def upload_folder(self, **kwargs):
+        card = Path(kwargs["folder_path"]) / "README.md"
+        kwargs["card"] = card.read_text() if card.exists() else ""
+        self.calls.append(("upload_folder", kwargs))
+        if kwargs.get("run_as_future"):  # pushes during training run in the background
+            done = Future()
+            done.set_result(None)
+            return done
+        return None
+
+    def named(self, name):
+        return [kw for n, kw in self.calls if n == name]
+
+
+@pytest.mark.parametrize(("seed", "strategy"), [(0, "end"), (1, "end"), (1, "every_save")])
+def test_runs_push_to_their_own_repo_with_the_recipes_strategy(
+    tmp_path, tiny_model_path, monkeypatch, seed, strategy
+):
+    import transformers.trainer
+
+    hub = StandInHub()
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
+    recipe = write_recipe(
+        tmp_path / "tiny_router.yaml",
+        tiny_recipe(
+            tiny_model_path, tmp_path / "out", total_batch_steps=2, push_to_hub=True, hub_strategy=strategy
+        ),
+    )
+    train.main(*train.parse_args(["--config", str(recipe), "--seed", str(seed)]))
+
+    repo = f"tiny_router-seed{seed}"
+    assert [kw["repo_id"] for kw in hub.named("create_repo")] == [repo]
+    uploads = hub.named("upload_folder")
+    assert uploads and {kw["repo_id"] for kw in uploads} == {f"stand-in-user/{repo}"}
+    during = [kw for kw in uploads if kw["commit_message"].startswith("Training in progress")]
+    if strategy == "end":
+        # Nothing is pushed while training (a checkpoint is saved after every generation batch here).
+        assert not during
+    else:
+        assert during  # transformers' default: a push at every save, which the recipes turn off
+    final = uploads[-1]
+    assert final["commit_message"] == "End of training"
+    card = final["card"]
+    assert f"model_name: {repo}" in card
+    assert paper.METHOD in card and paper.TITLE in card and paper.authors_text() in card
+    assert "@misc{kassenaar_learning_when_to_think" in card and "arXiv:2402.03300" in card
+    assert "| NoThink | `NoThink` | 1.3 | 0.99984 | 4 |" in card
+    assert "routing warmup: 1 (forced 1 per mode per group)" in card
+    # The tiny random model never writes a routing word of its own, so there is no free split to report.
+    assert "### Final routing split" in card and "- none: no logged batch had a free rollout" in card
+
+
+def test_the_model_card_reports_the_final_routing_split(tmp_path):
+    history = [
+        {"routing/batch_step": 88.0, "routing/share/NoThink": 0.1, "routing/share/Short": 0.3,
+         "routing/share/Long": 0.6, "routing/entropy": 0.9},
+        {"routing/batch_step": 89.0, "routing/share/NoThink": 0.2, "routing/share/Short": 0.32,
+         "routing/share/Long": 0.48, "routing/entropy": 1.04},
+        {"loss": 0.1},  # a log row without routing metrics
+        {"eval_routing/batch_step": 90.0, "eval_routing/share/NoThink": 0.25, "eval_routing/share/Short": 0.25,
+         "eval_routing/share/Long": 0.5, "eval_routing/entropy": 1.0397},
+        {"routing/batch_step": 90.0, "routing/share/NoThink": 0.0, "routing/share/Short": 0.0,
+         "routing/share/Long": 0.0, "routing/entropy": float("nan")},  # no valid free rollout: skipped
+    ]  # fmt: skip
+    script_args, args, _ = parse(RECIPES / "router_r1_distill_qwen_1.5b.yaml")
+    card = train.model_card_section(args, script_args, history)
+    assert (
+        "- last training batch (generation batch 89): NoThink 20.0% / Short 32.0% / Long 48.0%, entropy 1.040"
+        in card
+    )
+    assert "- last validation (generation batch 90): NoThink 25.0% / Short 25.0% / Long 50.0%" in card
+    assert "routing warmup: 45 (forced 2 per mode per group)" in card
+    assert "learning-rate warmup 0" in card and "Crossover NoThink -> Short at L = 800.3" in card
+    assert paper.CITATION in card
+    # A single-mode baseline has no routing split.
+    script_args, args, _ = parse(RECIPES / "baseline_long_r1_distill_qwen_1.5b.yaml")
+    card = train.model_card_section(args, script_args, history)
+    assert "Final routing split" not in card and "Single-mode baseline: every rollout in **Long**" in card
