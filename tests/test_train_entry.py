@@ -8,6 +8,8 @@ model card holding the modes table; LoRA, the Hub push path (against a stand-in 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import socket
@@ -77,10 +79,13 @@ def no_model_loading(monkeypatch):
 
 
 def run_cli_expecting_error(argv: list[str]) -> str:
-    with pytest.raises(SystemExit) as exit_info:
+    """The one line ``train.cli`` prints for a bad recipe or command line (exit code 2)."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
         train.cli(argv)
-    message = str(exit_info.value.code)
-    assert message.startswith("routing-grpo train: error:"), message
+    message = err.getvalue().strip()
+    assert exit_info.value.code == 2, (exit_info.value.code, message)
+    assert message.startswith("routing-grpo train: error:") and "\n" not in message, message
     return message
 
 
@@ -102,9 +107,10 @@ def test_the_routing_grpo_train_command_reports_the_same_error(tmp_path, no_mode
     from routing_grpo.cli import main as cli_main
 
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", warmup_stpes=3))
-    with pytest.raises(SystemExit) as exit_info:
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
         cli_main(["train", "--config", str(recipe)])
-    assert "warmup_stpes: unknown recipe key" in str(exit_info.value.code)
+    assert exit_info.value.code == 2 and "warmup_stpes: unknown recipe key" in err.getvalue()
 
 
 @pytest.mark.parametrize(
@@ -139,7 +145,7 @@ def test_command_line_overrides_the_recipe_and_is_type_checked(tmp_path):
         ["--config", str(recipe), "--num_generations", "8", "--routing_warmup_steps", "0"]
     )
     assert args.num_generations == 8 and args.routing_warmup_steps == 0
-    with pytest.raises(SystemExit):
+    with pytest.raises(train.RecipeError, match="--num_generations"):
         train.parse_args(["--config", str(recipe), "--num_generations", "eight"])
     with pytest.raises(train.RecipeError, match="not_a_flag"):
         train.parse_args(["--config", str(recipe), "--not_a_flag", "1"])
@@ -336,6 +342,11 @@ def test_push_to_hub_uploads_the_output_with_the_model_card(tmp_path, tiny_model
         def create_repo(self, repo_id, **kwargs):
             calls.append(("create_repo", {"repo_id": repo_id, **kwargs}))
             return FakeRepo()
+
+        def hf_hub_download(self, repo_id, filename, **kwargs):  # a new repo: no model card yet
+            from huggingface_hub.errors import EntryNotFoundError
+
+            raise EntryNotFoundError(f"{filename} not in {repo_id}")
 
         def upload_folder(self, **kwargs):
             folder = Path(kwargs["folder_path"])

@@ -1,0 +1,300 @@
+"""Preemption through the real entry point (``python -m routing_grpo.train``, alone and under ``accelerate
+launch`` with 2 CPU processes on gloo).
+
+SIGTERM, SIGINT and SIGUSR1 (a recipe's ``preemption_signals`` opts into it) sent once training has
+started: a checkpoint at the end of the generation batch in progress, no final model, no model card, no
+push, and exit code ``128 + signal`` from every process. Running the same command again resumes from the
+checkpoint and ends with the schedule metrics and bit-identical weights of an uninterrupted run.
+
+The signal tests wait for the entry point's own "training started" line (logged by every process once its
+signal handlers are in place), never for a fixed time. The push is checked in-process, where the Hub API can
+be a stand-in.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from transformers import TrainerCallback
+
+from routing_grpo import train
+from tests.test_train_entry import tiny_recipe, write_recipe
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STARTED = "Preemption: training started on process"
+SCHEDULE_KEYS = ("routing/batch_step", "routing/forced_share", "routing/balance_coef", "routing/phase")
+TOTAL_BATCHES = 6
+OPTIMIZER_STEPS_PER_BATCH = 2  # steps_per_generation 2, gradient_accumulation_steps 1
+SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT, "SIGUSR1": signal.SIGUSR1}
+ENV = {
+    **os.environ,
+    "PYTHONPATH": str(REPO_ROOT),
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "WANDB_MODE": "disabled",
+    "OMP_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    # accelerate launch (torch elastic) forwards SIGTERM and SIGINT to its workers; SIGUSR1 only when told.
+    "PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
+}
+
+
+def preemption_recipe(model: Path, output_dir: Path, **overrides) -> dict:
+    """6 generation batches of 2 optimizer steps, a schedule that changes after the first batches, no
+    regular checkpoints (the only checkpoint is the preemption's), SIGUSR1 opted in."""
+    settings = {
+        "total_batch_steps": TOTAL_BATCHES,
+        "routing_warmup_steps": 2,
+        "balance_anneal_start": 2,
+        "balance_anneal_end": 4,
+        "flatten_reward_step": 3,
+        "preemption_signals": list(SIGNALS),
+    }
+    recipe = tiny_recipe(model, output_dir, **{**settings, **overrides})
+    recipe.pop("save_every_batch_steps")
+    return recipe
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def entry_command(recipe: Path, processes: int) -> list[str]:
+    if processes == 1:
+        return [sys.executable, "-m", "routing_grpo.train", "--config", str(recipe)]
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        str(processes),
+        "--config_file",
+        str(REPO_ROOT / "accelerate_configs" / "cpu.yaml"),
+        "--multi_gpu",  # torch's elastic launcher for several CPU processes; use_cpu gives gloo
+        "--main_process_port",
+        str(_free_port()),
+        "-m",
+        "routing_grpo.train",
+        "--config",
+        str(recipe),
+    ]
+
+
+def run_to_end(recipe: Path, processes: int, log: Path, timeout: float = 300) -> str:
+    """Runs the entry point to its end; fails the test unless it exits 0. Returns its output."""
+    with log.open("w") as fh:
+        proc = subprocess.run(
+            entry_command(recipe, processes),
+            cwd=REPO_ROOT,
+            env=ENV,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            timeout=timeout,
+        )
+    text = log.read_text()
+    assert proc.returncode == 0, text[-4000:]
+    return text
+
+
+def run_and_signal(
+    recipe: Path, processes: int, signum: int, log: Path, timeout: float = 300
+) -> tuple[int, str]:
+    """Starts the entry point, waits until every process has logged that training started, sends ``signum``
+    to the process it started (the launcher under accelerate), and returns (exit code, output)."""
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            entry_command(recipe, processes), cwd=REPO_ROOT, env=ENV, stdout=fh, stderr=subprocess.STDOUT
+        )
+        deadline = time.monotonic() + timeout
+        try:
+            while log.read_text().count(STARTED) < processes:
+                if proc.poll() is not None:
+                    pytest.fail(
+                        f"the run ended (rc {proc.returncode}) before training started:\n{log.read_text()[-4000:]}"
+                    )
+                if time.monotonic() > deadline:
+                    pytest.fail(f"training did not start within {timeout} s:\n{log.read_text()[-4000:]}")
+                time.sleep(0.05)
+            proc.send_signal(signum)
+            code = proc.wait(timeout=max(10.0, deadline - time.monotonic()))
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return code, log.read_text()
+
+
+def checkpoints(output_dir: Path) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in output_dir.glob("checkpoint-*"))
+
+
+def assert_preempted(output_dir: Path, text: str, processes: int, signum: int) -> int:
+    """The preemption's checkpoint and nothing of a finished run; returns the checkpoint's step."""
+    code = 128 + signum
+    found = checkpoints(output_dir)
+    assert len(found) == 1, (found, text[-3000:])
+    step = found[0]
+    # At the end of a generation batch, before the end of the run.
+    assert step % OPTIMIZER_STEPS_PER_BATCH == 0 and 0 < step < TOTAL_BATCHES * OPTIMIZER_STEPS_PER_BATCH
+    state = json.loads((output_dir / f"checkpoint-{step}" / "trainer_state.json").read_text())
+    assert state["global_step"] == step
+    # No final model, no model card, no final metrics at the output root.
+    for name in (
+        "model.safetensors",
+        "README.md",
+        "config.json",
+        "train_results.json",
+        "routing_config.json",
+    ):
+        assert not (output_dir / name).exists(), name
+    for rank in range(processes):
+        assert f"process {rank} exits with code {code}" in text, text[-3000:]
+    return step
+
+
+def schedule(output_dir: Path) -> dict[int, dict]:
+    """Per optimizer step, the schedule metrics logged with its generation batch (trainer_state.json)."""
+    history = json.loads((output_dir / "trainer_state.json").read_text())["log_history"]
+    return {row["step"]: {k: row[k] for k in SCHEDULE_KEYS} for row in history if SCHEDULE_KEYS[0] in row}
+
+
+def weights(path: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(path / "model.safetensors")
+
+
+def assert_same_run(resumed: Path, reference: Path) -> None:
+    steps = TOTAL_BATCHES * OPTIMIZER_STEPS_PER_BATCH
+    assert json.loads((resumed / "trainer_state.json").read_text())["global_step"] == steps
+    ref_schedule = schedule(reference)
+    assert sorted(ref_schedule) == list(range(1, steps + 1, OPTIMIZER_STEPS_PER_BATCH))
+    assert schedule(resumed) == ref_schedule
+    # The schedule did change over the run: warmup, then free; phase 2; the anneal.
+    assert {v["routing/phase"] for v in ref_schedule.values()} == {1.0, 2.0}
+    assert {v["routing/forced_share"] > 0 for v in ref_schedule.values()} == {True, False}
+    a, b = weights(resumed), weights(reference)
+    assert a.keys() == b.keys() and all((a[k] == b[k]).all() for k in a)
+    assert (resumed / "README.md").is_file()  # the finished run writes its model card
+
+
+def _signal_then_resume(tmp_path: Path, model: Path, processes: int, name: str) -> None:
+    signum = SIGNALS[name]
+    run_dir, ref_dir = tmp_path / "run", tmp_path / "reference"
+    recipe = write_recipe(tmp_path / "preempt.yaml", preemption_recipe(model, run_dir))
+    code, text = run_and_signal(recipe, processes, signum, tmp_path / "signalled.log")
+    if processes == 1:
+        assert code == 128 + signum and "Traceback" not in text, text[-4000:]
+    else:
+        # The launcher forwards the signal to both workers, each exits 128 + signal (checked in the log), and
+        # the launcher itself ends with torch elastic's error for a signalled launch: not 0.
+        assert code != 0, text[-4000:]
+    assert_preempted(run_dir, text, processes, signum)
+    assert f"{name} received" in text
+
+    # The same command again: resumes from the checkpoint and finishes.
+    text = run_to_end(recipe, processes, tmp_path / "resumed.log")
+    assert f"Resuming from {run_dir / 'checkpoint-'}" in text
+    # An uninterrupted run of the same settings in another folder.
+    reference = write_recipe(tmp_path / "reference.yaml", preemption_recipe(model, ref_dir))
+    run_to_end(reference, processes, tmp_path / "reference.log")
+    assert_same_run(run_dir, ref_dir)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# One process: python -m routing_grpo.train
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_sigterm_checkpoints_exits_143_and_the_same_command_resumes_bit_identically(
+    tmp_path, tiny_model_path
+):
+    _signal_then_resume(tmp_path, tiny_model_path, 1, "SIGTERM")
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGUSR1"])
+def test_sigint_and_sigusr1_checkpoint_and_exit_128_plus_signal(tmp_path, tiny_model_path, name):
+    out = tmp_path / "run"
+    recipe = write_recipe(tmp_path / "preempt.yaml", preemption_recipe(tiny_model_path, out))
+    code, text = run_and_signal(recipe, 1, SIGNALS[name], tmp_path / "run.log")
+    assert code == 128 + SIGNALS[name], text[-4000:]
+    assert_preempted(out, text, 1, SIGNALS[name])
+    assert "Traceback" not in text
+
+
+def test_sigusr1_is_opt_in(tmp_path, tiny_model_path):
+    """Without SIGUSR1 in preemption_signals, SIGUSR1 keeps its default (the process ends, no checkpoint)."""
+    out = tmp_path / "run"
+    recipe = write_recipe(
+        tmp_path / "plain.yaml",
+        preemption_recipe(tiny_model_path, out, preemption_signals=["SIGTERM", "SIGINT"]),
+    )
+    code, _ = run_and_signal(recipe, 1, signal.SIGUSR1, tmp_path / "run.log")
+    assert code == -signal.SIGUSR1 and checkpoints(out) == []
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Two processes: accelerate launch --num_processes 2 (gloo), the signal sent to the launcher
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.multiprocess
+def test_two_process_sigterm_to_the_launcher_then_resume_bit_identically(tmp_path, tiny_model_path):
+    _signal_then_resume(tmp_path, tiny_model_path, 2, "SIGTERM")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("name", ["SIGINT", "SIGUSR1"])
+def test_two_process_sigint_and_sigusr1_checkpoint_on_every_process(tmp_path, tiny_model_path, name):
+    out = tmp_path / "run"
+    recipe = write_recipe(tmp_path / "preempt.yaml", preemption_recipe(tiny_model_path, out))
+    code, text = run_and_signal(recipe, 2, SIGNALS[name], tmp_path / "run.log")
+    assert code != 0, text[-4000:]
+    assert_preempted(out, text, 2, SIGNALS[name])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# In-process: a preempted run pushes nothing (stand-in Hub API)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_a_preempted_run_pushes_nothing_and_writes_no_card(tmp_path, tiny_model_path, monkeypatch):
+    import transformers.trainer
+
+    from tests.test_hub import StandInHub
+
+    hub = StandInHub(folder=tmp_path)
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
+    out = tmp_path / "run"
+    recipe = write_recipe(
+        tmp_path / "pushed.yaml",
+        preemption_recipe(tiny_model_path, out, push_to_hub=True, hub_strategy="every_save"),
+    )
+
+    class SignalAfterFirstStep(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == 1:
+                os.kill(os.getpid(), signal.SIGTERM)  # inside generation batch 0: checkpoint at its end
+
+    previous = signal.signal(signal.SIGTERM, lambda *a: None)  # the handler before training: not the default
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            train.main(*train.parse_args(["--config", str(recipe)]), callbacks=[SignalAfterFirstStep()])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert exit_info.value.code == 143
+    assert checkpoints(out) == [2]
+    assert not (out / "README.md").exists() and not (out / "model.safetensors").exists()
+    assert hub.named("create_repo")  # the repo is created when the trainer is (transformers)
+    assert hub.named("upload_folder") == []  # neither the checkpoint (every_save) nor a final model
