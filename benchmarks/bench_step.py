@@ -263,6 +263,7 @@ def run_routing(
         **_common_args(args.output / name, args, args.max_completion_length),
         modes=_modes(args),
         routing_warmup_steps=10_000,
+        flatten_reward_step=None,  # every measured step is a warmup step; phase 2 never comes
         forced_per_mode=args.forced_per_mode,
         enforce_caps_in_generation=in_generation,
         **extra,

@@ -33,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from routing_grpo.frontier import Point, frontier_accuracy_at, pareto_frontier
 from routing_grpo.modes import INVALID, ModeSpec, mode_index
-from routing_grpo.report import Point, frontier_accuracy_at, pareto_frontier
 from routing_grpo.rewards import DEFAULT_INVALID_REWARD, exceeds_cap, routing_reward
 
 # The miniature's targets (README "Miniature").

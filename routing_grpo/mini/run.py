@@ -151,7 +151,7 @@ def train_command(
     ]  # fmt: skip
 
 
-SCHEDULE_KEYS = ("warmup_steps", "balance_anneal_start", "balance_anneal_end", "flatten_reward_step")
+SCHEDULE_KEYS = ("routing_warmup_steps", "balance_anneal_start", "balance_anneal_end", "flatten_reward_step")
 
 
 def scaled_schedule(recipe: Path, batch_steps: int) -> list[str]:
