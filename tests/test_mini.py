@@ -22,7 +22,7 @@ VARIANTS = {
     "baseline_short.yaml": {"single_mode": "Short"},
     "baseline_long.yaml": {"single_mode": "Long"},
     "ablation_no_balance.yaml": {"balance_coef": 0.0},
-    "ablation_no_warmup.yaml": {"warmup_steps": 0},
+    "ablation_no_warmup.yaml": {"routing_warmup_steps": 0},
 }
 
 
@@ -42,7 +42,7 @@ def test_problem_text_states_and_answer_by_hand():
 def test_solutions_by_hand():
     p = task.Problem(4, ("+3", "*7"), ("q", "f"))
     assert task.solution(p, "NoThink") == " \\boxed{9}"
-    assert task.solution(p, "Short") == " q7 f9 \\boxed{9}"
+    assert task.solution(p, "Short") == " q+37 f*79 \\boxed{9}"
     assert task.solution(p, "Long") == (
         " Let us work through it step by step. q:4+3=7 f:7*7=9 check q7 f9 \\boxed{9}"
     )
@@ -95,21 +95,21 @@ def test_mini_rows_schema():
 
 @pytest.mark.parametrize("level", task.LEVELS)
 def test_token_lengths_match_the_recipe(tokenizer, level):
-    """L (tokens after the routing word, EOS counted) is 4 / 2k+4 / 9k+14, as recipes/mini/router.yaml says."""
+    """L (tokens after the routing word, EOS counted) is 4 / 4k+4 / 9k+14, as recipes/mini/router.yaml says."""
     p = task.random_problem(random.Random(level), level)
     lengths = {
         m: len(tokenizer(task.solution(p, m) + teach.EOS, add_special_tokens=False)["input_ids"])
         for m in task.MODE_NAMES
     }
-    assert lengths == {"NoThink": 4, "Short": 2 * level + 4, "Long": 9 * level + 14}
+    assert lengths == {"NoThink": 4, "Short": 4 * level + 4, "Long": 9 * level + 14}
 
 
 def test_caps_separate_the_levels():
-    """NoThink fits its cap; Short fits up to level 4 and not from level 5; Long fits the context."""
+    """NoThink fits its cap; Short fits up to level 5 and not at level 6; Long fits the context."""
     recipe = yaml.safe_load(ROUTER.read_text())
     caps = {m["name"]: m["cap"] for m in recipe["modes"]}
     assert caps["NoThink"] >= 4
-    assert 2 * 4 + 4 <= caps["Short"] < 2 * 5 + 4
+    assert 4 * 5 + 4 <= caps["Short"] < 4 * 6 + 4
     assert caps["Long"] is None and 1 + 9 * max(task.LEVELS) + 14 <= recipe["max_completion_length"]
 
 
@@ -138,7 +138,8 @@ def test_mini_recipes_parse(path):
     check_recipe(yaml.safe_load(path.read_text()), str(path))
     script_args, args, model_args = parse_args(["--config", str(path)])
     assert script_args.task == "mini" and model_args.model_name_or_path == "offline:mini"
-    assert args.total_batch_steps == 60 and args.max_steps == 60  # one optimizer step per generation batch
+    assert args.total_batch_steps == 60 and args.max_steps == 120  # 2 optimizer steps per generation batch
+    assert args.generation_batch_size == 128 and args.steps_per_generation == 4
 
 
 def test_teaching_prompts_are_the_prompts_training_and_eval_render(tokenizer):

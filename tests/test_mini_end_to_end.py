@@ -2,9 +2,9 @@
 ``python -m routing_grpo.train`` and evaluated through ``routing-grpo eval`` (both driven by
 ``python -m routing_grpo.mini.run``, which ``make mini`` and ``make demo`` run), and the report.
 
-What is asserted is what the miniature shows today: the oracle's separation of the levels and a router
-that routes validly. Difficulty routing by the trained router is not asserted: the full miniature does
-not show it yet (README, "Miniature").
+What is asserted is what the miniature shows today: the oracle's separation of the levels (NoThink best
+at level 1, Short in the middle, Long at level 6) and a router that routes validly. Difficulty routing by
+the trained router is not asserted: the full miniature does not show it yet (README, "Miniature").
 
 Also: the shipped checkpoint is the one its teaching command described (its greedy forced-mode
 fingerprint, stored by ``python -m routing_grpo.mini.teach`` in ``teaching.json``, is reproduced).
@@ -70,16 +70,19 @@ def _summary(out: Path, *parts: str) -> dict:
 
 def test_reduced_miniature_oracle_separates_the_levels(reduced_run: Path):
     """The taught model, forced into each mode: NoThink is reliable only at level 1, Long at every level,
-    Short's working fits its cap up to level 4 only (held-out problems, temperature 0.6)."""
+    Short's working fits its cap up to level 5 and not at level 6 (held-out problems, temperature 0.6); so
+    the best mode is NoThink at level 1, Short in the middle and Long at level 6."""
     mini = json.loads((reduced_run / "report" / "mini.json").read_text())["benchmarks"]["mini"]
-    cells = {int(lv): row["cells"] for lv, row in mini["oracle"]["levels"].items()}
+    levels = mini["oracle"]["levels"]
+    cells = {int(lv): row["cells"] for lv, row in levels.items()}
     assert cells[1]["NoThink"]["accuracy_capped"] >= 0.9
     assert max(cells[lv]["NoThink"]["accuracy_capped"] for lv in (4, 5, 6)) <= 0.4
     assert min(cells[lv]["Long"]["accuracy_capped"] for lv in cells) >= 0.9
-    assert cells[5]["Short"]["accuracy_capped"] == cells[6]["Short"]["accuracy_capped"] == 0.0  # past the cap
-    assert (
-        mini["oracle"]["levels"]["1"]["best"] == "NoThink" and mini["oracle"]["levels"]["6"]["best"] == "Long"
-    )
+    assert min(cells[lv]["Short"]["accuracy_capped"] for lv in (2, 3, 4, 5)) >= 0.9
+    assert cells[6]["Short"]["accuracy_capped"] == 0.0  # past the cap
+    assert levels["1"]["best"] == "NoThink" and levels["6"]["best"] == "Long"
+    # Level 5's Short and Long rewards are within a few hundredths: not asserted on 40 samples.
+    assert all(levels[lv]["best"] == "Short" for lv in ("2", "3", "4"))
 
 
 def test_reduced_miniature_router_routes_and_reports(reduced_run: Path):

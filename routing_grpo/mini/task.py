@@ -10,17 +10,19 @@ router can read the difficulty from the prompt. The random first letter multipli
 has over 15,000), so the working has to look each operation up in the prompt by its letter rather than
 recall the problem; the next letter is always the next in the alphabet.
 
-The three modes write (the routing word comes first; tokens counted with the miniature's tokenizer)::
+The three modes write (the routing word comes first; tokens counted with the miniature's tokenizer, in
+which every digit, sign and letter is one token)::
 
     NoThink   \\boxed{0}                                              answer alone:        3 tokens + EOS
-    Short     p7 q9 r0 \\boxed{0}                                     one state per op:  2k + 3 + EOS
+    Short     p+37 q*79 r+10 \\boxed{0}                              op and state:     4k + 3 + EOS
     Long      Let us work through it step by step. p:4+3=7 q:7*7=9 r:9+1=0 check p7 q9 r0 \\boxed{0}
                                                                       7k + 2k + 13 + EOS
 
 NoThink has to compose every operation in one forward pass, which a tiny model does reliably only for one
-operation. Short looks each operation up and applies it without writing it: cheap and reliable, but its
-cap (``recipes/mini``) cuts it off above the middle levels. Long copies each operation, writes the state
-it applies it to and checks the chain once more: reliable at every level, at the most tokens. So the best
+operation. Short copies each operation by its letter and writes the state it leads to (``p+37``: ``p+3``
+takes the state to 7): as reliable as Long's working, at less than half its tokens, but its cap
+(``recipes/mini``) cuts it off at the last level. Long also writes the state each operation applies to,
+after a preamble, and checks the chain once more: reliable at every level, at the most tokens. So the best
 mode per level differs by level (the oracle table, :mod:`routing_grpo.mini.oracle`).
 """
 
@@ -116,7 +118,11 @@ def solution(problem: Problem, mode: str) -> str:
     if mode == "NoThink":
         return answer
     if mode == "Short":
-        return compact + answer
+        steps = "".join(
+            f" {label}{op}{s}"
+            for label, op, s in zip(problem.labels, problem.operations, states, strict=True)
+        )
+        return steps + answer
     if mode == "Long":
         before = [problem.start, *states[:-1]]
         steps = "".join(
