@@ -264,7 +264,12 @@ def test_default_callbacks_follow_the_configs_preemption_signals():
 
     def signals_of(**kw):
         args = RoutingGRPOConfig(
-            output_dir="unused", use_cpu=True, report_to="none", modes=TINY_MODES, max_completion_length=16, **kw
+            output_dir="unused",
+            use_cpu=True,
+            report_to="none",
+            modes=TINY_MODES,
+            max_completion_length=16,
+            **kw,
         )
         found = [c for c in default_callbacks(args) if isinstance(c, PreemptionCallback)]
         return [list(c.signals) for c in found]
