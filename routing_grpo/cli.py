@@ -188,9 +188,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # Everything the command line names is checked before the model loads: the recipe, the options, the
     # benchmark names and data files (run_eval then loads the benchmarks before the model).
     recipe: dict[str, Any] = {}
-    model = Path(args.model).expanduser()
-    if args.model.startswith(("/", ".", "~")) and not model.exists():
-        raise CliError(f"--model: no such folder: {args.model} (a checkpoint folder or a Hub name)")
     if args.config:
         import yaml
 
@@ -233,6 +230,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_engine(config, resolve_backend(config.backend))
     except (FileNotFoundError, ValueError) as err:
         raise CliError(str(err)) from None
+    model = Path(args.model).expanduser()
+    if args.model.startswith(("/", ".", "~")) and not model.exists():
+        raise CliError(f"--model: no such folder: {args.model} (a checkpoint folder or a Hub name)")
     try:
         summaries = run_eval(config)
     except (FileNotFoundError, ValueError, DatasetUnavailableError) as err:

@@ -494,6 +494,7 @@ def test_cli_checks_names_files_and_config_before_the_model_loads(tmp_path, caps
     bad_yaml.write_text("modes: [\n")
     malformed = tmp_path / "math500.jsonl"
     malformed.write_text(json.dumps({"problem": "1 + 1?"}) + "\n")  # no answer, no solution
+    (tmp_path / "model").mkdir()  # a folder (never loaded here), so the other checks are reached
     base = [
         "--model",
         str(tmp_path / "model"),
@@ -521,6 +522,9 @@ def test_cli_checks_names_files_and_config_before_the_model_loads(tmp_path, caps
         assert code == 2, (argv, err)
         assert message in err, (argv, err)
         assert err.startswith("routing-grpo eval: error: ") and err.count("\n") == 1, err
+    missing = ["--model", str(tmp_path / "gone"), *base[2:], "--benchmarks", "synthetic"]
+    code, _, err = _eval_cli(capsys, *missing)
+    assert code == 2 and "--model: no such folder" in err and err.count("\n") == 1, err
 
 
 @pytest.mark.skipif(__import__("shutil").which("make") is None, reason="make is not installed")

@@ -577,6 +577,11 @@ def test_settings_round_trip_through_a_trained_checkpoint(tmp_path, tiny_model_p
         def create_repo(self, repo_id, **kwargs):
             return FakeRepo()
 
+        def hf_hub_download(self, repo_id, filename, **kwargs):  # a new repo: no model card yet
+            from huggingface_hub.errors import EntryNotFoundError
+
+            raise EntryNotFoundError(f"{filename} not in {repo_id}")
+
         def upload_folder(self, **kwargs):
             settings = Path(kwargs["folder_path"]) / SETTINGS_FILE
             uploaded.append(json.loads(settings.read_text()) if settings.is_file() else None)
