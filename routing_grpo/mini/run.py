@@ -25,6 +25,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -68,6 +69,7 @@ class Stages:
     def __init__(self, out: Path, threads: int) -> None:
         self.out = out
         self.started = time.time()
+        self.lock = threading.Lock()
         self.timings: dict[str, float] = {}
         self.env = {
             **os.environ,
@@ -80,7 +82,10 @@ class Stages:
         (out / "logs").mkdir(parents=True, exist_ok=True)
 
     def say(self, text: str) -> None:
-        print(f"[mini {time.time() - self.started:6.0f}s] {text}", flush=True)
+        # One write per line (runs report from two threads; print writes the text and its newline apart).
+        with self.lock:
+            sys.stdout.write(f"[mini {time.time() - self.started:6.0f}s] {text}\n")
+            sys.stdout.flush()
 
     def run(self, name: str, command: Sequence[str], done: Path | None = None) -> None:
         if done is not None and done.exists():
