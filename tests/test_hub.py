@@ -187,3 +187,65 @@ def test_the_model_card_reports_the_final_routing_split(tmp_path):
     script_args, args, _ = parse(RECIPES / "baseline_long_r1_distill_qwen_1.5b.yaml")
     card = train.model_card_section(args, script_args, history)
     assert "Final routing split" not in card and "Single-mode baseline: every rollout in **Long**" in card
+
+
+def _push_run(tmp_path, tiny_model_path, monkeypatch, cards, **recipe_changes):
+    """A 2-batch tiny run with push_to_hub against a stand-in Hub already holding ``cards``."""
+    import transformers.trainer
+
+    hub = StandInHub(cards, folder=tmp_path / "hub")
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
+    out = tmp_path / "out"
+    recipe = write_recipe(
+        tmp_path / "tiny_router.yaml",
+        tiny_recipe(
+            tiny_model_path, out, total_batch_steps=2, push_to_hub=True, hub_strategy="end", **recipe_changes
+        ),
+    )
+    return hub, out, lambda: train.main(*train.parse_args(["--config", str(recipe), "--seed", "0"]))
+
+
+def _card_of(recipe: str, seed: int) -> str:
+    return f"# a model\n\n{train.card_run_marker({'recipe': recipe, 'seed': seed})}\n"
+
+
+REPO = "stand-in-user/tiny_router-seed0"
+
+
+@pytest.mark.parametrize(
+    ("card", "named"),
+    [
+        (_card_of("baseline_long", 0), "recipe 'baseline_long' with seed 0"),
+        (_card_of("tiny_router", 1), "recipe 'tiny_router' with seed 1"),
+        ("# someone else's model\n", "a card routing-grpo did not write"),
+    ],
+    ids=["other-recipe", "other-seed", "foreign-card"],
+)
+def test_a_push_over_another_runs_model_card_is_refused_before_training(
+    tmp_path, tiny_model_path, monkeypatch, card, named
+):
+    hub, out, run = _push_run(tmp_path, tiny_model_path, monkeypatch, {REPO: card})
+    with pytest.raises(train.RecipeError) as err:
+        run()
+    message = str(err.value)
+    assert f"{REPO} already holds the model card of {named}" in message
+    assert "recipe 'tiny_router' with seed 0" in message and "hub_overwrite: true" in message
+    # Refused before any training: no checkpoint, no upload, the other run's card untouched.
+    assert not list(out.glob("checkpoint-*")) and not hub.named("upload_folder")
+    assert hub.cards[REPO] == card
+
+
+def test_hub_overwrite_replaces_another_runs_card(tmp_path, tiny_model_path, monkeypatch):
+    other = _card_of("baseline_long", 0)
+    hub, _, run = _push_run(tmp_path, tiny_model_path, monkeypatch, {REPO: other}, hub_overwrite=True)
+    run()
+    assert hub.named("upload_folder")[-1]["commit_message"] == "End of training"
+    assert train.card_run_identity(hub.cards[REPO]) == {"recipe": "tiny_router", "seed": 0}
+
+
+def test_the_same_run_pushes_over_its_own_card(tmp_path, tiny_model_path, monkeypatch):
+    """A re-run of the same recipe and seed (e.g. after a crash before the push) may replace its own card."""
+    hub, _, run = _push_run(tmp_path, tiny_model_path, monkeypatch, {REPO: _card_of("tiny_router", 0)})
+    run()
+    assert hub.named("upload_folder")[-1]["commit_message"] == "End of training"
+    assert train.card_run_identity(hub.cards[REPO]) == {"recipe": "tiny_router", "seed": 0}
