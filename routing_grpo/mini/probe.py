@@ -1,0 +1,168 @@
+"""How much of the level the model's state carries where it writes the routing word.
+
+``python -m routing_grpo.mini.probe [--model offline:mini]``
+
+The router can only learn a different first word per level as fast as the state it reads that word from
+(the final, normalised hidden state at the end of the routed prompt, after ``Mode:``) differs between
+levels. For prompts x with levels l(x), states h(x), level means m_l and overall mean m::
+
+    between-level variance   B = mean_l |m_l - m|^2
+    total variance           T = mean_x |h(x) - m|^2
+    common part              C = |m|^2
+    cosine(lowest, highest)  = m_1 . m_D / (|m_1| |m_D|)
+
+A step of the optimiser changes the mode words' logits at level l by roughly (change of the word's output
+vector) . m_l, so with B << C it moves every level alike. ``readout`` is whether the level can be read at
+all: the held-out accuracy of a softmax regression from the standardised state to the level, fitted on a
+fixed random half of the prompts and scored on the other half (chance: one over the number of levels). ``first_word`` is the probability of each mode
+word (both spellings, with and without a leading space) as the first token: the cold start's near-uniform
+prior.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+from routing_grpo.mini import task
+
+
+@dataclass(frozen=True)
+class StateSpread:
+    """Statistics of the states at the routing position, by level (see the module docstring)."""
+
+    levels: list[int]
+    between_level_variance: float
+    total_variance: float
+    common_part: float
+    cosine_lowest_highest: float
+    readout: float
+    first_word: dict[int, dict[str, float]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def spread_statistics(states: torch.Tensor, levels: Sequence[int]) -> dict[str, float]:
+    """B, T, C, the cosine of the lowest and highest level's means and the held-out level readout, for
+    ``states`` (N, d) with one level per row (every level at least twice)."""
+    if states.ndim != 2 or states.shape[0] != len(levels):
+        raise ValueError(
+            f"states must be (N, d) with N = len(levels) = {len(levels)}, got {tuple(states.shape)}"
+        )
+    h = states.to(torch.float64)
+    lv = torch.tensor(list(levels))
+    order = sorted(set(levels))
+    if len(order) < 2 or any(int((lv == level).sum()) < 2 for level in order):
+        raise ValueError("spread_statistics: needs at least two levels, each with at least two states")
+    mean = h.mean(0)
+    level_means = torch.stack([h[lv == level].mean(0) for level in order])
+    lo, hi = level_means[0], level_means[-1]
+    return {
+        "between_level_variance": float(((level_means - mean) ** 2).sum(1).mean()),
+        "total_variance": float(((h - mean) ** 2).sum(1).mean()),
+        "common_part": float((mean**2).sum()),
+        "cosine_lowest_highest": float(lo @ hi / (lo.norm() * hi.norm())),
+        "readout": level_readout(h, torch.tensor([order.index(level) for level in levels])),
+    }
+
+
+def level_readout(states: torch.Tensor, classes: torch.Tensor, l2: float = 1e-3) -> float:
+    """Held-out accuracy of a softmax regression (L-BFGS, a little L2) fitted on a fixed random half of the
+    rows, scored on the other half; features standardised with the fitting rows' mean and std."""
+    n = len(classes)
+    fit = torch.zeros(n, dtype=torch.bool)
+    fit[torch.randperm(n, generator=torch.Generator().manual_seed(0))[: n // 2]] = True
+    mu, sd = states[fit].mean(0), states[fit].std(0).clamp_min(1e-8)
+    x = (states - mu) / sd
+    k = int(classes.max()) + 1
+    w = torch.zeros(x.shape[1], k, dtype=x.dtype, requires_grad=True)
+    b = torch.zeros(k, dtype=x.dtype, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], max_iter=500, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(x[fit] @ w + b, classes[fit]) + l2 * (w**2).sum()
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    with torch.no_grad():
+        return float(((x[~fit] @ w + b).argmax(1) == classes[~fit]).double().mean())
+
+
+def mode_word_ids(tokenizer: Any, words: Sequence[str]) -> dict[str, list[int]]:
+    """The first token of each word, with and without a leading space (detection accepts both)."""
+    out = {}
+    for word in words:
+        ids = {tokenizer.encode(form, add_special_tokens=False)[0] for form in (word, " " + word)}
+        out[word] = sorted(ids)
+    return out
+
+
+def routing_state_spread(model: str, problems_per_level: int = 100, seed: int = 0) -> StateSpread:
+    """:class:`StateSpread` of a miniature model on ``problems_per_level`` training problems per level."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from routing_grpo.mini.teach import routed_prompt
+    from routing_grpo.offline_models import resolve_model_path
+
+    path = resolve_model_path(model) if model.startswith("offline:") else model
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    lm = AutoModelForCausalLM.from_pretrained(path).eval()
+    words = mode_word_ids(tokenizer, task.MODE_NAMES)
+    problems = task.problems(problems_per_level * len(task.LEVELS), seed=seed, split="train")
+    states, levels, first = [], [], {level: [] for level in task.LEVELS}
+    with torch.no_grad():
+        for p in problems:
+            ids = tokenizer(routed_prompt(tokenizer, p.text), return_tensors="pt", add_special_tokens=False)
+            out = lm(**ids, output_hidden_states=True)
+            states.append(out.hidden_states[-1][0, -1])
+            levels.append(p.level)
+            probs = out.logits[0, -1].softmax(-1)
+            first[p.level].append([float(probs[i].sum()) for i in words.values()])
+    stats = spread_statistics(torch.stack(states), levels)
+    first_word = {
+        level: dict(zip(words, torch.tensor(rows).mean(0).tolist(), strict=True))
+        for level, rows in first.items()
+    }
+    return StateSpread(levels=list(task.LEVELS), first_word=first_word, **stats)
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    parser = argparse.ArgumentParser(
+        prog="python -m routing_grpo.mini.probe", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--model", default="offline:mini", help="model folder or offline:mini (default)")
+    parser.add_argument(
+        "--problems-per-level", type=int, default=100, help="training problems per level (default 100)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the problems drawn (default 0)")
+    args = parser.parse_args(argv)
+    if args.problems_per_level < 4:
+        parser.error("--problems-per-level: at least 4")
+    spread = routing_state_spread(args.model, args.problems_per_level, args.seed)
+    print(f"routing-position state of {args.model}, {args.problems_per_level} problems per level:")
+    print(
+        f"  between-level variance {spread.between_level_variance:.3f}, total variance {spread.total_variance:.3f}, "
+        f"common part |mean|^2 {spread.common_part:.1f}"
+    )
+    print(
+        f"  cosine of the level {spread.levels[0]} and level {spread.levels[-1]} means "
+        f"{spread.cosine_lowest_highest:.4f}; level read out on held-out prompts {spread.readout:.3f} "
+        f"(chance {1 / len(spread.levels):.3f})"
+    )
+    print("  first word (probability) per level:")
+    for level, probs in spread.first_word.items():
+        print(f"    L{level}: " + "  ".join(f"{w} {p:.3f}" for w, p in probs.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
