@@ -30,6 +30,7 @@ from typing import Any
 import torch
 
 from routing_grpo.mini import task
+from routing_grpo.modes import word_token_id_forms
 
 
 @dataclass(frozen=True)
@@ -97,12 +98,8 @@ def level_readout(states: torch.Tensor, classes: torch.Tensor, l2: float = 1e-3)
 
 
 def mode_word_ids(tokenizer: Any, words: Sequence[str]) -> dict[str, list[int]]:
-    """The first token of each word, with and without a leading space (detection accepts both)."""
-    out = {}
-    for word in words:
-        ids = {tokenizer.encode(form, add_special_tokens=False)[0] for form in (word, " " + word)}
-        out[word] = sorted(ids)
-    return out
+    """The first token of each word's forms, with and without a leading space (detection accepts both)."""
+    return {word: sorted({ids[0] for ids in word_token_id_forms(tokenizer, word)}) for word in words}
 
 
 def routing_state_spread(model: str, problems_per_level: int = 100, seed: int = 0) -> StateSpread:
