@@ -55,3 +55,14 @@ def test_the_probe_command():
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "between-level variance" in proc.stdout and "L6: NoThink" in proc.stdout
+
+
+def test_the_probe_command_names_a_missing_model(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "routing_grpo.mini.probe", "--model", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"--model: no model folder at {tmp_path / 'none'}" in proc.stderr

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -144,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.problems_per_level < 4:
         parser.error("--problems-per-level: at least 4")
+    if not args.model.startswith("offline:") and not (Path(args.model) / "config.json").is_file():
+        parser.error(f"--model: no model folder at {args.model} (a folder with config.json, or offline:mini)")
     spread = routing_state_spread(args.model, args.problems_per_level, args.seed)
     print(f"routing-position state of {args.model}, {args.problems_per_level} problems per level:")
     print(
