@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
