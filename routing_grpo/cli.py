@@ -185,6 +185,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from routing_grpo.data import DatasetUnavailableError
     from routing_grpo.evaluate import EvalConfig, check_benchmarks, check_engine, resolve_backend, run_eval
 
+    # An offline model name (as recipes write it, e.g. offline:mini) evaluates the same folder training loads.
+    if args.model.startswith("offline:"):
+        from routing_grpo.offline_models import resolve_model_path
+
+        try:
+            args.model = resolve_model_path(args.model)
+        except ValueError as err:
+            raise CliError(str(err).replace("model_name_or_path", "--model")) from None
     # Everything the command line names is checked before the model loads: the recipe, the options, the
     # benchmark names and data files (run_eval then loads the benchmarks before the model).
     recipe: dict[str, Any] = {}

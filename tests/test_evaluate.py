@@ -2,6 +2,7 @@
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -597,3 +598,30 @@ def test_unfinished_samples_are_graded_wrong(tmp_path, tiny, template, accuracy)
     assert rows[0]["extracted_answer"] is None
     assert summary["accuracy"] == pytest.approx(accuracy)
     assert summary["truncated_share"] == pytest.approx(1 / 3)
+
+
+def test_eval_takes_the_offline_model_names_training_takes(tmp_path, capsys, monkeypatch):
+    """`--model offline:mini` evaluates the folder `model_name_or_path: offline:mini` trains; an unknown
+    offline name is one line naming the known ones."""
+    import routing_grpo.evaluate as evaluate
+    from routing_grpo.cli import main
+    from routing_grpo.offline_models import resolve_model_path
+
+    seen = {}
+
+    def fake_run_eval(config):
+        seen["model"] = config.model
+        return {}
+
+    monkeypatch.setattr(evaluate, "run_eval", fake_run_eval)
+    base = ["eval", "--benchmarks", "mini", "--output", str(tmp_path / "out"), "--backend", "transformers"]
+    assert main([*base, "--model", "offline:mini"]) == 0
+    assert seen["model"] == resolve_model_path("offline:mini")
+    assert Path(seen["model"]).is_dir()
+
+    assert main([*base, "--model", "offline:giant"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "routing-grpo eval: error: --model: unknown offline model 'offline:giant'; "
+        "use offline:smollm2, offline:tiny or offline:mini"
+    ]
