@@ -47,6 +47,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -633,3 +634,82 @@ def load_task(
             (:data:`DEFAULT_INSTRUCTION`, or the Countdown one); "" adds none.
     """
     return load_task_with_report(name, path, split, limit, seed, skip_malformed, instruction)[0]
+
+
+def parse_level_mix(value: Any) -> dict[int, float]:
+    """A level mix as ``{level: share}``, from a mapping or its YAML / JSON text (``{1: 0.8, 6: 0.2}``).
+
+    Shares are positive weights, normalised by :func:`mix_levels`; levels are integers >= 0.
+    Raises ValueError naming what is wrong.
+    """
+    example = "e.g. {1: 0.8, 6: 0.2}"
+    if isinstance(value, str):
+        import yaml
+
+        text = value
+        try:
+            value = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ValueError(f"expected a mapping of level to share ({example}), got {text!r}") from None
+        try:
+            return parse_level_mix(value)
+        except ValueError as err:
+            # YAML reads "{1:2}" as {62: None}: show what the text became.
+            raise ValueError(f"{err} (the text {text!r} reads as {value!r})") from None
+    if not isinstance(value, Mapping) or not value:
+        raise ValueError(f"expected a non-empty mapping of level to share ({example}), got {value!r}")
+    mix: dict[int, float] = {}
+    for key, share in value.items():
+        if isinstance(key, int) and not isinstance(key, bool) and key >= 0:
+            level = key
+        elif isinstance(key, str) and key.strip().isdigit():
+            level = int(key)
+        else:
+            raise ValueError(f"level {key!r} is not a whole number >= 0 ({example})")
+        if isinstance(share, bool) or not isinstance(share, int | float) or not (0 < share < math.inf):
+            raise ValueError(f"level {level}: share must be a positive number, got {share!r}")
+        if level in mix:
+            raise ValueError(f"level {level} is given twice")
+        mix[level] = float(share)
+    return mix
+
+
+def mix_levels(dataset: Dataset, mix: Mapping[int, float], *, seed: int, size: int | None = None) -> Dataset:
+    """Resample `dataset` by level: level l makes ``mix[l] / sum(mix)`` of `size` rows (default: as many
+    rows as `dataset` has); rows of levels not in `mix` are dropped.
+
+    Within a level every row is used ``floor`` or ``ceil`` of (its level's rows / that level's problems)
+    times, chosen by a permutation seeded with `seed`; the result is shuffled with the same seed. Row
+    counts per level are rounded by largest remainder, so they sum to `size`.
+
+    Raises ValueError if a row has no level, or a level of `mix` has no row.
+    """
+    levels = dataset["level"]
+    missing = sum(1 for lv in levels if lv is None)
+    if missing:
+        raise ValueError(f"{missing} of {len(levels)} rows have no level, so they cannot be mixed by level")
+    by_level: dict[int, list[int]] = {}
+    for index, level in enumerate(levels):
+        by_level.setdefault(int(level), []).append(index)
+    absent = sorted(set(mix) - set(by_level))
+    if absent:
+        raise ValueError(f"no row has level {absent[0]}; the levels present are {sorted(by_level)}")
+    size = len(dataset) if size is None else size
+    if size < len(mix):
+        raise ValueError(f"{size} rows cannot hold {len(mix)} levels")
+    total = sum(mix.values())
+    exact = {level: size * share / total for level, share in mix.items()}
+    counts = {level: int(value) for level, value in exact.items()}
+    by_remainder = sorted(mix, key=lambda lv: (-(exact[lv] - counts[lv]), lv))
+    for level in by_remainder[: size - sum(counts.values())]:
+        counts[level] += 1
+    rng = random.Random(f"level-mix:{seed}")
+    indices: list[int] = []
+    for level in sorted(mix):
+        pool = by_level[level]
+        drawn: list[int] = []
+        while len(drawn) < counts[level]:
+            drawn += rng.sample(pool, len(pool))
+        indices += drawn[: counts[level]]
+    rng.shuffle(indices)
+    return dataset.select(indices)

@@ -31,6 +31,7 @@ import sys
 import types
 import typing
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,14 @@ class RoutingScriptArguments:
     )
     dataset_split: str | None = field(default=None, metadata={"help": "Split of the training data."})
     train_limit: int | None = field(default=None, metadata={"help": "Use only the first N training rows."})
+    train_level_mix: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Resample the training rows by level: {level: share}, e.g. {1: 0.8, 6: 0.2} (YAML or "
+            "JSON). Shares are normalised, levels not named are dropped and the row count stays "
+            "(routing_grpo.data.mix_levels). Default: the data's own mix."
+        },
+    )
     eval_task: str | None = field(
         default=None,
         metadata={"help": "Validation task during training (e.g. math500); needs eval_strategy != 'no'."},
@@ -555,6 +564,11 @@ def preflight(
         value = getattr(script_args, key)
         if value is not None and value < 1:
             raise RecipeError(f"{key}: must be >= 1 (or null for every row), got {value}")
+    if script_args.train_level_mix is not None:
+        from routing_grpo.data import parse_level_mix
+
+        with user_errors("train_level_mix", ValueError):
+            script_args.train_level_mix = parse_level_mix(script_args.train_level_mix)
     for key in ("dataset_path", "eval_dataset_path"):
         value = getattr(script_args, key)
         if value and _looks_local(value) and not Path(value).expanduser().exists():
@@ -787,6 +801,14 @@ def load_datasets(script_args: RoutingScriptArguments, training_args: RoutingGRP
             seed=training_args.seed,
             skip_malformed=script_args.skip_malformed,
         )
+    if script_args.train_level_mix is not None:
+        from routing_grpo.data import mix_levels, parse_level_mix
+
+        with user_errors("train_level_mix", ValueError):
+            mix = parse_level_mix(script_args.train_level_mix)
+            train = mix_levels(train, mix, seed=training_args.seed)
+        shares = ", ".join(f"level {lv} {n}" for lv, n in sorted(Counter(train["level"]).items()))
+        logger.info("train_level_mix: %d training rows by level: %s", len(train), shares)
     eval_dataset = None
     if script_args.eval_task and training_args.eval_strategy != "no":
         # Generated tasks validate on their held-out split.

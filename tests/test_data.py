@@ -5,6 +5,7 @@ import json
 import logging
 import operator
 import os
+import re
 import subprocess
 import sys
 from collections import Counter
@@ -442,3 +443,83 @@ def test_synthetic_train_and_test_never_share_a_problem():
     assert len(test) > 500 and not train & test
     ds = load_task("synthetic", split="test")
     assert len(ds) == 500 and len(set(ds["problem"])) == 500
+
+
+# -- train_level_mix: resampling the training rows by level
+
+
+def test_level_mix_parses_mappings_and_their_text():
+    from routing_grpo.data import parse_level_mix
+
+    assert parse_level_mix({1: 0.8, 6: 0.2}) == {1: 0.8, 6: 0.2}
+    assert parse_level_mix("{1: 4, 6: 1}") == {1: 4.0, 6: 1.0}
+    assert parse_level_mix('{"1": 0.8, "6": 0.2}') == {1: 0.8, 6: 0.2}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ({}, "non-empty mapping"),
+        ([1, 6], "non-empty mapping"),
+        ({"a": 1}, "level 'a' is not a whole number"),
+        ({-1: 1}, "level -1 is not a whole number"),
+        ({1: 0}, "level 1: share must be a positive number, got 0"),
+        ({1: float("nan")}, "share must be a positive number"),
+        ({1: True}, "share must be a positive number"),
+        ({1: 1, "1": 2}, "level 1 is given twice"),
+        ("{1:2}", "reads as {62: None}"),  # YAML needs a space after the colon
+        ("[", "mapping of level to share"),
+    ],
+)
+def test_level_mix_refuses_what_it_cannot_use(value, message):
+    from routing_grpo.data import parse_level_mix
+
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_level_mix(value)
+
+
+def _rows_by_level(counts: dict[int | None, int]):
+    from datasets import Dataset
+
+    rows = [
+        {"problem": f"p{level}-{i}", "answer": "1", "level": level, "subject": None, "id": f"{level}-{i}"}
+        for level, n in counts.items()
+        for i in range(n)
+    ]
+    return Dataset.from_list(rows)
+
+
+def test_level_mix_by_hand():
+    """10 rows of level 1, 3 of level 2, 5 of level 3; mix {1: 1, 2: 3} over 18 rows: 4.5 and 13.5, so by
+    largest remainder (ties to the lower level) 5 of level 1 (each problem at most once) and 13 of level 2
+    (each of its 3 problems 4 or 5 times); level 3 is dropped."""
+    from routing_grpo.data import mix_levels
+
+    dataset = _rows_by_level({1: 10, 2: 3, 3: 5})
+    mixed = mix_levels(dataset, {1: 1.0, 2: 3.0}, seed=0)
+    assert len(mixed) == 18
+    assert Counter(mixed["level"]) == {1: 5, 2: 13}
+    uses = Counter(mixed["id"])
+    assert all(uses[f"1-{i}"] <= 1 for i in range(10))
+    assert sorted(uses[f"2-{i}"] for i in range(3)) == [4, 4, 5]
+    assert mixed["id"] == mix_levels(dataset, {1: 1.0, 2: 3.0}, seed=0)["id"]  # deterministic
+    assert mixed["id"] != mix_levels(dataset, {1: 1.0, 2: 3.0}, seed=1)["id"]
+    assert len(mix_levels(dataset, {3: 1.0}, seed=0, size=7)) == 7
+
+
+def test_level_mix_of_the_miniature_recipe():
+    from routing_grpo.data import mix_levels
+
+    train = load_task("mini", split="train")
+    mixed = mix_levels(train, {1: 0.8, 6: 0.2}, seed=0)
+    assert len(mixed) == len(train) == 5400
+    assert Counter(mixed["level"]) == {1: 4320, 6: 1080}
+
+
+def test_level_mix_needs_levels_on_every_row_and_every_named_level():
+    from routing_grpo.data import mix_levels
+
+    with pytest.raises(ValueError, match="1 of 4 rows have no level"):
+        mix_levels(_rows_by_level({1: 3, None: 1}), {1: 1.0}, seed=0)
+    with pytest.raises(ValueError, match=re.escape("no row has level 4; the levels present are [1, 2]")):
+        mix_levels(_rows_by_level({1: 3, 2: 1}), {1: 1.0, 4: 1.0}, seed=0)

@@ -102,6 +102,17 @@ TRAIN_CASES = [
     Case("range-completion-length-0", ("max_completion_length", ">= 1"), {"max_completion_length": 0}),
     Case("range-negative-seed", ("seed", "-1"), {"seed": -1}),
     Case("range-train-limit-0", ("train_limit: must be >= 1", "0"), {"train_limit": 0}),
+    Case(
+        "range-level-mix-share",
+        ("train_level_mix: level 1: share must be a positive number", "0"),
+        {"train_level_mix": {1: 0}},
+    ),
+    Case("type-level-mix-list", ("train_level_mix: expected dict", "[1, 5]"), {"train_level_mix": [1, 5]}),
+    Case(
+        "range-level-mix-absent-level",
+        ("train_level_mix: no row has level 9", "[1, 2, 3, 4, 5]"),
+        {"train_level_mix": {9: 1.0}},
+    ),
     Case("range-balance-target", ("balance_target", "(0, 1]", "2.0"), {"balance_target": 2.0}),
     Case("range-eval-temperature", ("eval_temperature: must be > 0",), {"eval_temperature": 0}),
     # -- mode lists
