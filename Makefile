@@ -55,7 +55,8 @@ bench: install demo-deps
 # ------------------------------------------------------------------------------------------------------
 # The miniature (CPU, offline): a small world in which the paper's result reproduces on 2 cores.
 #   make demo                  # the shipped taught model -> router -> forced and free evaluation -> summary
-#   make mini                  # teaching from scratch, router + 3 baselines + 2 ablations per seed, report
+#   make mini                  # teaching from scratch, router + 3 baselines + 2 ablations + level-mix router
+#                              # per seed, report
 #   make mini SEEDS="0" MINI_ARGS="--jobs 1"
 # The SmolLM2-135M demo of the machinery: make demo-smollm2 (DEMO_ARGS="--steps 6" to vary it).
 # ------------------------------------------------------------------------------------------------------

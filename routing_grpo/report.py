@@ -40,13 +40,16 @@ from routing_grpo.frontier import (  # noqa: F401  (part of this module's interf
 
 BASELINE_METHODS = ("nothink", "short", "long")
 ABLATION_METHODS = ("no_balance", "no_warmup")
-METHOD_ORDER = ("base", "nothink", "short", "long", "router", *ABLATION_METHODS)
+# The router trained on a mix of levels (recipes/mini/router_level_mix.yaml).
+LEVEL_MIX_METHOD = "router_level_mix"
+METHOD_ORDER = ("base", "nothink", "short", "long", "router", LEVEL_MIX_METHOD, *ABLATION_METHODS)
 METHOD_LABELS = {
     "base": "Base (no routing)",
     "nothink": "NoThink-only",
     "short": "Short-only",
     "long": "Long-only",
     "router": "Free routing",
+    LEVEL_MIX_METHOD: "Free routing, trained on a level mix",
     "no_balance": "Free routing, no balance term",
     "no_warmup": "Free routing, no forced warmup",
 }
@@ -533,43 +536,10 @@ def miniature(
     notes: list[str] = []
     baselines = [p for m, p in method_points(methods).items() if m in BASELINE_METHODS]
 
-    seeds: dict[Any, dict[str, Any]] = {}
-    for seed, summary in sorted(methods.get("router", {}).items(), key=lambda kv: _seed_key(kv[0])):
-        raw = (summary.get("config") or {}).get("modes")
-        if raw and [m["name"] for m in raw] != names:
-            notes.append(
-                f"router seed {seed}: modes {[m['name'] for m in raw]} differ from the oracle's {names}"
-            )
-        samples = samples_of(summary)
-        if samples is None:
-            notes.append(f"router seed {seed}: no samples.jsonl beside {summary.get('_path')}")
-            continue
-        levels = orc.router_levels(load_samples(samples), modes)
-        if not levels:
-            notes.append(f"router seed {seed}: no free samples with a level in {samples}")
-            continue
-        try:
-            regret = orc.regret_of(levels, table, choice)
-        except ValueError as err:
-            notes.append(f"router seed {seed}: {err}")
-            regret = None
-        point = Point("router", float(summary["mean_length"]), float(summary["accuracy"]))
-        targets = orc.miniature_targets(
-            point,
-            baselines,
-            {lv: r.shares for lv, r in levels.items()},
-            modes,
-            None if regret is None else regret.relative,
-        )
-        seeds[seed] = {
-            "accuracy": point.accuracy,
-            "mean_length": point.length,
-            "level_shares": orc.level_shares(levels),
-            "levels": levels,
-            "regret": regret,
-            "targets": targets,
-        }
-
+    seeds = _routed_seeds("router", methods.get("router", {}), oracle, table, choice, baselines, notes)
+    level_mix = _routed_seeds(
+        LEVEL_MIX_METHOD, methods.get(LEVEL_MIX_METHOD, {}), oracle, table, choice, None, notes
+    )
     level_keys = sorted({lv for s in seeds.values() for lv in s["levels"]})
     levels_mean = {str(lv): _level_over_seeds(lv, seeds.values(), names, table, choice) for lv in level_keys}
 
@@ -608,16 +578,7 @@ def miniature(
                 },
             },
             "router": {
-                "seeds": {
-                    str(seed): {
-                        "accuracy": s["accuracy"],
-                        "mean_length": s["mean_length"],
-                        "levels": {str(lv): r.to_dict() for lv, r in s["levels"].items()},
-                        "level_shares": {str(lv): w for lv, w in s["level_shares"].items()},
-                        "regret": None if s["regret"] is None else s["regret"].to_dict(),
-                    }
-                    for seed, s in seeds.items()
-                },
+                "seeds": _seeds_json(seeds),
                 "levels": levels_mean,
                 "regret": {
                     "absolute": _stat_dict(Stat([r.absolute for r in regrets])),
@@ -629,10 +590,86 @@ def miniature(
                 "mean": None if mean_targets is None else [t.to_dict() for t in mean_targets],
                 "per_seed": {str(seed): [t.to_dict() for t in s["targets"]] for seed, s in seeds.items()},
             },
+            "level_mix": {
+                "seeds": _seeds_json(level_mix),
+                "levels": {
+                    str(lv): _level_over_seeds(lv, level_mix.values(), names, table, choice)
+                    for lv in sorted({lv for s in level_mix.values() for lv in s["levels"]})
+                },
+            },
             "ablations": ablations(methods, training, names),
             "notes": notes,
         }
     )
+
+
+def _routed_seeds(
+    method: str,
+    by_seed: dict[Any, dict[str, Any]],
+    oracle: OracleData,
+    table,
+    choice,
+    baselines: Sequence[Point] | None,
+    notes: list[str],
+) -> dict[Any, dict[str, Any]]:
+    """Per seed of a routed method: accuracy, tokens, per-level split and regret against the oracle, and
+    (given the single-mode ``baselines``) the miniature's targets. Problems become ``notes``."""
+    from routing_grpo.mini import oracle as orc
+
+    modes = oracle.modes
+    names = [m.name for m in modes]
+    seeds: dict[Any, dict[str, Any]] = {}
+    for seed, summary in sorted(by_seed.items(), key=lambda kv: _seed_key(kv[0])):
+        raw = (summary.get("config") or {}).get("modes")
+        if raw and [m["name"] for m in raw] != names:
+            notes.append(
+                f"{method} seed {seed}: modes {[m['name'] for m in raw]} differ from the oracle's {names}"
+            )
+        samples = samples_of(summary)
+        if samples is None:
+            notes.append(f"{method} seed {seed}: no samples.jsonl beside {summary.get('_path')}")
+            continue
+        levels = orc.router_levels(load_samples(samples), modes)
+        if not levels:
+            notes.append(f"{method} seed {seed}: no free samples with a level in {samples}")
+            continue
+        try:
+            regret = orc.regret_of(levels, table, choice)
+        except ValueError as err:
+            notes.append(f"{method} seed {seed}: {err}")
+            regret = None
+        point = Point(method, float(summary["mean_length"]), float(summary["accuracy"]))
+        targets = None
+        if baselines is not None:
+            targets = orc.miniature_targets(
+                point,
+                baselines,
+                {lv: r.shares for lv, r in levels.items()},
+                modes,
+                None if regret is None else regret.relative,
+            )
+        seeds[seed] = {
+            "accuracy": point.accuracy,
+            "mean_length": point.length,
+            "level_shares": orc.level_shares(levels),
+            "levels": levels,
+            "regret": regret,
+            "targets": targets,
+        }
+    return seeds
+
+
+def _seeds_json(seeds: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    return {
+        str(seed): {
+            "accuracy": s["accuracy"],
+            "mean_length": s["mean_length"],
+            "levels": {str(lv): r.to_dict() for lv, r in s["levels"].items()},
+            "level_shares": {str(lv): w for lv, w in s["level_shares"].items()},
+            "regret": None if s["regret"] is None else s["regret"].to_dict(),
+        }
+        for seed, s in seeds.items()
+    }
 
 
 _LEVEL_FIGURES = (
@@ -816,6 +853,28 @@ def miniature_markdown(mini: dict[str, Any]) -> str:
         rel = reg["relative"]
         rel_text = "-" if rel["mean"] is None else f"{_pct1(rel['mean'])} ± {_pct1(rel['std'])}"
         lines.append(f"| mean | {_ms(reg['absolute'], 4)} | {_ms(reg['oracle_reward'], 4)} | {rel_text} |")
+
+    mix = mini.get("level_mix") or {}
+    if mix.get("levels"):
+        lines += [
+            "",
+            f"### Routing split per level: the router trained on a level mix ({LEVEL_MIX_METHOD}, mean ± std "
+            f"over {len(mix['seeds'])} seed(s))",
+            "",
+            "Its training rows are resampled by level (`train_level_mix` of its recipe); levels outside the mix "
+            "are held-out problems of levels it never trained on.",
+            "",
+            "| level | " + " | ".join(names) + " | mean mode index | accuracy | tokens | oracle choice |",
+            "|---|" + "---|" * (len(names) + 4),
+        ]
+        for lv, e in mix["levels"].items():
+            shares = [_ms(e["shares"][n], 2) for n in names]
+            lines.append(
+                f"| {lv} | "
+                + " | ".join(shares)
+                + f" | {_ms(e['mean_mode_index'], 2)} | {_ms(e['accuracy'])} | {_ms(e['mean_tokens'], 1)} | "
+                f"{e['oracle_choice'] or '-'} |"
+            )
 
     targets = mini["targets"]
     if targets["mean"]:

@@ -23,6 +23,14 @@ VARIANTS = {
     "baseline_long.yaml": {"single_mode": "Long"},
     "ablation_no_balance.yaml": {"balance_coef": 0.0},
     "ablation_no_warmup.yaml": {"routing_warmup_steps": 0},
+    "router_level_mix.yaml": {
+        "train_level_mix": {1: 0.8, 6: 0.2},
+        "total_batch_steps": 180,
+        "routing_warmup_steps": 90,
+        "balance_anneal_start": 120,
+        "balance_anneal_end": 170,
+        "flatten_reward_step": 120,
+    },
 }
 
 
@@ -138,7 +146,8 @@ def test_mini_recipes_parse(path):
     check_recipe(yaml.safe_load(path.read_text()), str(path))
     script_args, args, model_args = parse_args(["--config", str(path)])
     assert script_args.task == "mini" and model_args.model_name_or_path == "offline:mini"
-    assert args.total_batch_steps == 60 and args.max_steps == 120  # 2 optimizer steps per generation batch
+    batches = yaml.safe_load(path.read_text())["total_batch_steps"]
+    assert batches in (60, 180) and args.max_steps == 2 * batches  # 2 optimizer steps per generation batch
     assert args.generation_batch_size == 128 and args.steps_per_generation == 4
 
 
@@ -184,3 +193,15 @@ def test_teaching_rows_hold_every_mode_after_its_word(tokenizer):
     assert 0 < len(plain) < len(routed) / 3
     assert all(r["completion"].endswith(teach.EOS) for r in rows)
     assert not any(r["completion"].split()[0] in task.MODE_NAMES for r in plain)
+
+
+def test_batch_steps_for_every_run_or_per_recipe():
+    import argparse
+
+    from routing_grpo.mini.run import parse_batch_steps
+
+    assert parse_batch_steps("30") == {None: 30}
+    assert parse_batch_steps("router=30,router_level_mix=90") == {"router": 30, "router_level_mix": 90}
+    for bad in ("thirty", "router=0", "router="):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_batch_steps(bad)

@@ -7,7 +7,8 @@ line here with the elapsed time:
    ``--shipped`` uses a taught model instead, e.g. the one shipped in the package);
 2. **oracle**: ``routing-grpo eval --force-mode M`` of the taught model for every mode, and the taught model
    on the plain prompt (method ``base``);
-3. per seed and recipe of ``recipes/mini`` (router, the three single-mode baselines, the two ablations):
+3. per seed and recipe of ``recipes/mini`` (router, the three single-mode baselines, the two ablations,
+   the router on a level mix):
    ``python -m routing_grpo.train``, then ``routing-grpo eval`` of the trained model (free routing, or the
    plain prompt for the baselines), uncapped, temperature 0.6, several samples per prompt;
 4. **report**: ``routing-grpo report`` with the oracle table, routing per level, the frontier, the targets
@@ -56,6 +57,8 @@ RUNS = (
     Run("baseline_long", "long", plain_prompt=True),
     Run("ablation_no_balance", "no_balance"),
     Run("ablation_no_warmup", "no_warmup"),
+    # The router on a mix of levels 1 and 6 (README, "Miniature": why the uniform mix does not route).
+    Run("router_level_mix", "router_level_mix"),
 )
 
 
@@ -172,6 +175,22 @@ def scaled_schedule(recipe: Path, batch_steps: int) -> list[str]:
     return out
 
 
+def parse_batch_steps(text: str) -> dict[str | None, int]:
+    """``--batch-steps``: ``"30"`` -> ``{None: 30}`` (every run); ``"router=30,router_level_mix=90"`` -> per
+    recipe (recipes not named keep their own)."""
+    out: dict[str | None, int] = {}
+    for part in text.split(","):
+        recipe, _, number = part.rpartition("=")
+        try:
+            value = int(number)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected N or RECIPE=N,..., got {text!r}") from None
+        if value < 1:
+            raise argparse.ArgumentTypeError(f"generation batches must be >= 1, got {value}")
+        out[recipe.strip() or None] = value
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m routing_grpo.mini.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--output", default="outputs/mini", help="output folder (default outputs/mini)")
@@ -193,9 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--batch-steps",
-        type=int,
+        type=parse_batch_steps,
         default=None,
-        help="generation batches per run, schedules scaled in proportion (default: the recipes' 60)",
+        help="generation batches per run, schedules scaled in proportion: N for every run, or "
+        "RECIPE=N,... per recipe (default: each recipe's own, 60; router_level_mix 180)",
     )
     p.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default 2)")
     return p
@@ -211,6 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"--runs: unknown {unknown}; known: {list(known)}", file=sys.stderr)
         return 2
     runs = [known[r] for r in args.runs.split(",") if r]
+    steps = args.batch_steps or {}
+    unknown = [r for r in steps if r is not None and r not in known]
+    if unknown:
+        print(f"--batch-steps: unknown recipe(s) {unknown}; known: {list(known)}", file=sys.stderr)
+        return 2
     stages = Stages(out, threads=1 if args.jobs > 1 else 2)
     stages.say(f"output {out}, seeds {seeds}, runs {[r.recipe for r in runs]}, {args.jobs} job(s) at a time")
     try:
@@ -252,7 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         def train_and_eval(run: Run, seed: int) -> None:
             recipe = RECIPES / f"{run.recipe}.yaml"
             model_dir = out / "runs" / run.recipe / f"seed{seed}"
-            extra = scaled_schedule(recipe, args.batch_steps) if args.batch_steps else []
+            batch_steps = steps.get(run.recipe, steps.get(None))
+            extra = scaled_schedule(recipe, batch_steps) if batch_steps else []
             stages.run(
                 f"train_{run.recipe}_seed{seed}",
                 train_command(recipe, taught, seed, model_dir, extra),
