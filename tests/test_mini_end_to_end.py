@@ -3,10 +3,11 @@
 ``python -m routing_grpo.mini.run``, which ``make mini`` and ``make demo`` run), and the report.
 
 What is asserted is what the miniature shows today: the oracle's separation of the levels (NoThink best
-at level 1, Short in the middle, Long at level 6), a router that routes validly, and routing that moves
-with difficulty for the router trained on the mix of levels 1 and 6 (``recipes/mini/router_level_mix.yaml``,
-90 of its 180 batches). The router on the uniform mix does not route by difficulty (README, "Miniature"),
-so that is not asserted of it.
+at level 1, Short in the middle, Long at level 6); the router (``recipes/mini/router.yaml``) near the
+accuracy of the taught model forced into Long at fewer tokens; and routing that moves with difficulty for
+the router trained on the mix of levels 1 and 6 (``recipes/mini/router_level_mix.yaml``, 90 of its 180
+batches). The router on the uniform mix does not route by difficulty (README, "Miniature"), so that is
+not asserted of it.
 
 Also: the shipped checkpoint is the one its teaching command described (its greedy forced-mode
 fingerprint, stored by ``python -m routing_grpo.mini.teach`` in ``teaching.json``, is reproduced).
@@ -25,11 +26,11 @@ import pytest
 from routing_grpo.offline_models import MINI_CHECKPOINT
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-# The reduced miniature: the router for 30 generation batches and the level-mix router for 90 (each
-# schedule scaled in proportion from its recipe's 60 and 180), 20 held-out problems per level, 2 samples
-# each; the two runs in parallel.
+# The reduced miniature: the router as its recipe trains it (60 generation batches) and the level-mix router
+# for 90 of its 180 (schedule scaled in proportion), in parallel; 20 held-out problems per level, 2 samples
+# each.
 REDUCED = [
-    "--batch-steps", "router=30,router_level_mix=90", "--limit", "120", "--samples", "2", "--seeds", "0",
+    "--batch-steps", "router_level_mix=90", "--limit", "120", "--samples", "2", "--seeds", "0",
     "--runs", "router,router_level_mix",
 ]  # fmt: skip
 
@@ -93,10 +94,17 @@ def test_reduced_miniature_oracle_separates_the_levels(reduced_run: Path):
 
 def test_reduced_miniature_router_routes_and_reports(reduced_run: Path):
     """The router trained through the real entry point writes a routing word in (almost) every answer, keeps
-    Long's accuracy where it routes to Long, and the report holds its per-level split, regret and targets."""
+    Long's accuracy where it routes to Long, answers nearly as well as the taught model forced into Long with
+    fewer tokens, and the report holds its per-level split, regret and targets.
+
+    Measured with this configuration (seed 0): accuracy 0.979 at 41.3 tokens, against 0.996 at 45.5 for
+    the taught model forced into Long."""
     router = _summary(reduced_run, "router", "seed0")
     assert router["invalid_share"] <= 0.05
     assert router["per_mode"]["Long"]["accuracy"] >= 0.9
+    long_only = _summary(reduced_run, "oracle", "Long")
+    assert router["accuracy"] >= long_only["accuracy"] - 0.05
+    assert router["mean_length"] <= 0.95 * long_only["mean_length"]
     mini = json.loads((reduced_run / "report" / "mini.json").read_text())["benchmarks"]["mini"]
     assert set(mini["router"]["levels"]) == {"1", "2", "3", "4", "5", "6"}
     assert mini["router"]["regret"]["relative"]["mean"] is not None
