@@ -28,6 +28,7 @@ from routing_grpo.modes import DEFAULT_MODES, ModeSpec, crossovers, parse_modes 
 from routing_grpo.report import (  # noqa: E402
     ABLATION_METHODS,
     BASELINE_METHODS,
+    LEVEL_MIX_METHOD,
     METHOD_LABELS,
     METHOD_ORDER,
     Point,
@@ -242,6 +243,60 @@ def plot_training_dynamics(
     return _save(fig, path)
 
 
+def plot_training_levels(
+    histories: Sequence[list[dict[str, Any]]], path: Path, heading: str, window: int = 5
+) -> Path | None:
+    """Free mode share per level over training (``routing/level/<L>/share/<mode>``), one panel per level:
+    the mean over runs of a moving average over ``window`` generation batches (a level has few prompts in
+    a batch), with std bands over runs."""
+    # level -> mode -> run -> {step: share}
+    shares: dict[str, dict[str, list[dict[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for history in histories:
+        per_run: dict[tuple[str, str], dict[float, float]] = defaultdict(dict)
+        for row in history:
+            step = row.get("routing/batch_step", row.get("step"))
+            if step is None:
+                continue
+            for key, value in row.items():
+                parts = key.split("/")
+                is_share = len(parts) == 5 and parts[:2] == ["routing", "level"] and parts[3] == "share"
+                if is_share and isinstance(value, int | float) and math.isfinite(value):
+                    per_run[(parts[2], parts[4])][float(step)] = float(value)
+        for (level, mode), series in per_run.items():
+            shares[level][mode].append(series)
+    if not shares:
+        return None
+    levels = sorted(shares, key=_level_key)
+    fig, axes = plt.subplots(1, len(levels), figsize=(max(3.2 * len(levels) + 1, 8), 3.8), squeeze=False)
+    for ax, level in zip(axes[0], levels):
+        modes = sorted(shares[level], key=_mode_rank)
+        for i, mode in enumerate(modes):
+            smoothed = []
+            for series in shares[level][mode]:
+                steps = sorted(series)
+                values = [series[s] for s in steps]
+                smoothed.append(
+                    {s: statistics.fmean(values[max(0, j - window + 1) : j + 1]) for j, s in enumerate(steps)}
+                )
+            steps = sorted(set().union(*smoothed))
+            cells = [[run[s] for run in smoothed if s in run] for s in steps]
+            means = [statistics.fmean(c) for c in cells]
+            stds = [statistics.stdev(c) if len(c) > 1 else 0.0 for c in cells]
+            color = _mode_color(i, mode)
+            ax.plot(steps, means, label=mode, color=color)
+            ax.fill_between(
+                steps, [m - d for m, d in zip(means, stds)], [m + d for m, d in zip(means, stds)], color=color,
+                alpha=0.2,
+            )  # fmt: skip
+        ax.set_title(f"level {level}")
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("step (generation batches)")
+    axes[0][0].set_ylabel(f"free share ({window}-batch mean)")
+    axes[0][-1].legend(fontsize=8)
+    fig.suptitle(f"{heading}\nfree mode share per level (mean, std bands over {len(histories)} run(s))")
+    return _save(fig, path)
+
+
 def draw_all(
     grouped,
     summaries: Sequence[dict[str, Any]],
@@ -287,6 +342,14 @@ def draw_all(
             output / f"training_dynamics_{ablation}.png",
             f"Training dynamics, {METHOD_LABELS[ablation]}",
         )
+        if figure:
+            written.append(figure)
+    level_mix = [r.history for r in training_runs if r.group == LEVEL_MIX_METHOD]
+    heading = f"Training dynamics, {METHOD_LABELS[LEVEL_MIX_METHOD]}"
+    for figure in (
+        plot_training_dynamics(level_mix, output / f"training_dynamics_{LEVEL_MIX_METHOD}.png", heading),
+        plot_training_levels(level_mix, output / f"training_levels_{LEVEL_MIX_METHOD}.png", heading),
+    ):
         if figure:
             written.append(figure)
     return written

@@ -399,9 +399,12 @@ class TrainingRun:
 
 
 def training_group(name: str) -> str:
-    """no_balance / no_warmup when the folder path names the ablation, baseline for a single-mode baseline
-    (``baseline`` or a mode word nothink / short / long in the name), router otherwise."""
+    """no_balance / no_warmup when the folder path names the ablation, router_level_mix when it names the
+    level mix, baseline for a single-mode baseline (``baseline`` or a mode word nothink / short / long in the
+    name), router otherwise."""
     key = name.lower().replace("-", "_")
+    if "level_mix" in key:
+        return LEVEL_MIX_METHOD
     for ablation in ABLATION_METHODS:
         if ablation in key:
             return ablation

@@ -168,6 +168,7 @@ def mini_out(tmp_path):
         for m in ["NoThink" if lv <= 2 else "Long"]
     ]
     write_eval(ev / "no_warmup" / "seed0", two, method="no_warmup")
+    write_eval(ev / "router_level_mix" / "seed0", two, method="router_level_mix")
 
     runs = out / "runs"
     write_history(runs / "router" / "seed0", history([(0.3, 0.3, 0.4), (0.4, 0.3, 0.3)]))
@@ -177,6 +178,14 @@ def mini_out(tmp_path):
     )
     write_history(runs / "ablation_no_warmup" / "seed0", history([(0.5, 0.0, 0.5), (0.6, 0.0, 0.4)]))
     write_history(runs / "baseline_long" / "seed0", history([(0.0, 0.0, 1.0)]))
+    by_level = {
+        f"routing/level/{lv}/share/{m}": [v, v]
+        for lv, split in ((1, (0.6, 0.2, 0.2)), (6, (0.0, 0.1, 0.9)))
+        for m, v in zip(NAMES, split)
+    }
+    write_history(
+        runs / "router_level_mix" / "seed0", history([(0.3, 0.2, 0.5), (0.3, 0.1, 0.6)], **by_level)
+    )
     return out
 
 
@@ -193,6 +202,7 @@ def test_miniature_report_end_to_end(mini_out):
     results = {(r["method"], r["seeds"]) for r in tables["results"]}
     assert results == {
         ("base", 1), ("nothink", 1), ("short", 1), ("long", 1), ("router", 2), ("no_balance", 1), ("no_warmup", 1),
+        ("router_level_mix", 1),
     }  # fmt: skip
     # Only the single-mode baselines make the frontier (base and no_balance are shorter and more accurate).
     assert tables["frontier"][0]["frontier"] == "nothink -> short -> long"
@@ -237,6 +247,11 @@ def test_miniature_report_end_to_end(mini_out):
     assert per_seed["0"]["tokens_vs_long"]["value"] == pytest.approx(18.25 / 35.5)
     assert all(t["met"] is True for t in mean.values()), mean
 
+    # The level-mix router: its split per level (NoThink at levels 1-2, Long at 3-4), no targets of its own.
+    mix = mini["level_mix"]["levels"]
+    assert {lv: e["mean_mode_index"]["mean"] for lv, e in mix.items()} == {"1": 0, "2": 0, "3": 2, "4": 2}
+    assert mix["1"]["shares"]["NoThink"]["mean"] == 1.0 and mix["1"]["oracle_choice"] == "NoThink"
+
     abl = mini["ablations"]
     assert list(abl) == ["router", "no_balance", "no_warmup"]
     assert abl["no_balance"]["eval"]["mode_shares"]["Long"]["mean"] == 1.0
@@ -260,6 +275,7 @@ def test_miniature_report_end_to_end(mini_out):
         "### Routing regret",
         "### Targets",
         "### Ablations",
+        "### Routing split per level: the router trained on a level mix (router_level_mix, mean ± std over 1",
     ):
         assert heading in md, heading
     # Level 2: NoThink 0.5 under the cap (0.5 uncapped), 4 tokens, reward 0.65; Short and Long all right.
@@ -297,6 +313,8 @@ def test_miniature_report_command_draws_the_figures(mini_out, capsys):
         "training_dynamics.png",
         "training_dynamics_no_balance.png",
         "training_dynamics_no_warmup.png",
+        "training_dynamics_router_level_mix.png",
+        "training_levels_router_level_mix.png",
     }
     for name in names:
         data = (out / name).read_bytes()
@@ -309,6 +327,7 @@ def test_miniature_report_command_draws_the_figures(mini_out, capsys):
 
 def test_training_groups_and_summary(tmp_path):
     assert training_group("router/seed0") == "router"
+    assert training_group("runs/router_level_mix/seed2") == "router_level_mix"
     assert training_group("ablation_no_balance/seed1") == "no_balance"
     assert training_group("mini-no-warmup/seed0") == "no_warmup"
     assert training_group("baseline_short/seed0") == "baseline"
