@@ -205,3 +205,41 @@ def test_batch_steps_for_every_run_or_per_recipe():
     for bad in ("thirty", "router=0", "router="):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_batch_steps(bad)
+
+
+def test_demo_summary_shows_both_routers_per_level():
+    from routing_grpo.demo import render_summary
+
+    def level(shares, best):
+        return {
+            "shares": {m: {"mean": v} for m, v in zip(task.MODE_NAMES, shares)},
+            "accuracy": {"mean": 1.0},
+            "mean_tokens": {"mean": 10.0},
+            "oracle_choice": best,
+        }
+
+    mini = {
+        "modes": [{"name": m} for m in task.MODE_NAMES],
+        "oracle": {"overall": {"accuracy_capped": 0.99, "mean_tokens": 24.0}},
+        "router": {
+            "levels": {"1": level((0.1, 0.2, 0.7), "NoThink"), "6": level((0.0, 0.2, 0.8), "Long")},
+            "regret": {"relative": {"mean": 0.11}},
+        },
+        "level_mix": {
+            "levels": {"1": level((0.5, 0.2, 0.3), "NoThink"), "6": level((0.0, 0.0, 1.0), "Long")}
+        },
+    }
+    text = render_summary(
+        mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}
+    )
+    assert "| trained router (free routing) | 0.970 | 40.0 |" in text
+    assert "-3.0 points from Long's with 13% fewer tokens" in text
+    assert "| 1 | 0.10 | 0.20 | 0.70 | 1.00 | 10.0 | NoThink |" in text
+    assert "Routing regret: 11%" in text
+    mix = text.split("## Routing per level: the router trained on levels 1 and 6 only")[1]
+    assert "| 1 | 0.50 | 0.20 | 0.30 | 1.00 | 10.0 | NoThink |" in mix
+    assert "| 6 | 0.00 | 0.00 | 1.00 | 1.00 | 10.0 | Long |" in mix
+    del mini["level_mix"]
+    assert "levels 1 and 6" not in render_summary(
+        mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}
+    )
