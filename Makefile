@@ -53,8 +53,9 @@ bench: install demo-deps
 	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.grading_agreement
 
 # ------------------------------------------------------------------------------------------------------
-# The miniature (CPU, offline): a small world in which the paper's result reproduces on 2 cores.
-#   make demo                  # the shipped taught model -> router -> forced and free evaluation -> summary
+# The miniature (CPU, offline): the paper's method end to end on 2 cores, on a task with known difficulty.
+#   make demo                  # the shipped taught model -> router and level-mix router -> forced and free
+#                              # evaluation -> summary
 #   make mini                  # teaching from scratch, router + 3 baselines + 2 ablations + level-mix router
 #                              # per seed, report
 #   make mini SEEDS="0" MINI_ARGS="--jobs 1"

@@ -243,3 +243,16 @@ def test_demo_summary_shows_both_routers_per_level():
     assert "levels 1 and 6" not in render_summary(
         mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}
     )
+
+
+def test_a_stage_that_runs_alone_gets_its_own_thread_count(tmp_path):
+    import sys
+
+    from routing_grpo.mini.run import Stages
+
+    stages = Stages(tmp_path, threads=1)
+    show = [sys.executable, "-c", "import os; print('threads', os.environ['OMP_NUM_THREADS'])"]
+    stages.run("shared", show)
+    stages.run("alone", show, threads=2)
+    assert "threads 1" in (tmp_path / "logs" / "shared.log").read_text()
+    assert "threads 2" in (tmp_path / "logs" / "alone.log").read_text()

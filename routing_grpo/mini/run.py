@@ -90,16 +90,18 @@ class Stages:
             sys.stdout.write(f"[mini {time.time() - self.started:6.0f}s] {text}\n")
             sys.stdout.flush()
 
-    def run(self, name: str, command: Sequence[str], done: Path | None = None) -> None:
+    def run(
+        self, name: str, command: Sequence[str], done: Path | None = None, threads: int | None = None
+    ) -> None:
+        """``threads``: this stage's OMP_NUM_THREADS, for a stage that runs alone (default: the jobs' share)."""
         if done is not None and done.exists():
             self.say(f"{name}: done before, skipped")
             return
         log = self.out / "logs" / f"{name}.log"
         t0 = time.time()
         with log.open("w") as fh:
-            proc = subprocess.run(
-                list(command), stdout=fh, stderr=subprocess.STDOUT, env=self.env, cwd=REPO_ROOT
-            )
+            env = self.env if threads is None else {**self.env, "OMP_NUM_THREADS": str(threads)}
+            proc = subprocess.run(list(command), stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
         seconds = time.time() - t0
         self.timings[name] = round(seconds, 1)
         if proc.returncode != 0:
@@ -251,7 +253,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             cmd = [sys.executable, "-m", "routing_grpo.mini.teach", "--output", str(taught)]
             if args.teach_steps is not None:
                 cmd += ["--steps", str(args.teach_steps)]
-            stages.run("teach", cmd, done=taught / "teaching.json")
+            # Teaching runs before anything else: it gets every core, not one job's share.
+            stages.run("teach", cmd, done=taught / "teaching.json", threads=os.cpu_count() or 2)
         router_recipe = RECIPES / "router.yaml"
 
         def oracle(mode: str) -> None:
