@@ -55,6 +55,20 @@ def _f(x: Any, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
+def _level_table(levels: dict[str, Any], modes: Sequence[str], accuracy: str, tokens: str) -> list[str]:
+    """Markdown rows: per level, the free share of each mode, accuracy, tokens and the oracle's choice."""
+    rows = [
+        "| level | " + " | ".join(modes) + f" | {accuracy} | {tokens} | oracle choice |",
+        "|---|" + "---:|" * (len(modes) + 2) + "---|",
+    ]
+    for level, row in levels.items():
+        shares = " | ".join(_f(row["shares"].get(m)) for m in modes)
+        rows.append(
+            f"| {level} | {shares} | {_f(row['accuracy'])} | {_f(row['mean_tokens'], 1)} | {row['oracle_choice']} |"
+        )
+    return rows
+
+
 def render_summary(mini: dict[str, Any], long_forced: dict[str, Any], router: dict[str, Any]) -> str:
     """Markdown: router vs the taught model forced into Long, and routing per level beside the oracle."""
     modes = [m["name"] for m in mini["modes"]]
@@ -75,14 +89,8 @@ def render_summary(mini: dict[str, Any], long_forced: dict[str, Any], router: di
         "",
         "## Routing per level: router (held-out, free) beside the oracle",
         "",
-        "| level | " + " | ".join(modes) + " | router acc | router tokens | oracle choice |",
-        "|---|" + "---:|" * (len(modes) + 2) + "---|",
+        *_level_table(mini["router"]["levels"], modes, "router acc", "router tokens"),
     ]
-    for level, row in mini["router"]["levels"].items():
-        shares = " | ".join(_f(row["shares"].get(m)) for m in modes)
-        lines.append(
-            f"| {level} | {shares} | {_f(row['accuracy'])} | {_f(row['mean_tokens'], 1)} | {row['oracle_choice']} |"
-        )
     regret = mini["router"]["regret"]["relative"]
     lines += ["", f"Routing regret: {_pct(regret.get('mean') if isinstance(regret, dict) else regret)} of the "
               "oracle's expected reward (levels weighted by their share)."]  # fmt: skip
@@ -97,15 +105,8 @@ def render_summary(mini: dict[str, Any], long_forced: dict[str, Any], router: di
             "everywhere. With no mode best on average, the same loop learns to route by difficulty; levels 2-5 "
             "were not trained on.",
             "",
-            "| level | " + " | ".join(modes) + " | accuracy | tokens | oracle choice |",
-            "|---|" + "---:|" * (len(modes) + 2) + "---|",
+            *_level_table(mix, modes, "accuracy", "tokens"),
         ]
-        for level, row in mix.items():
-            shares = " | ".join(_f(row["shares"].get(m)) for m in modes)
-            lines.append(
-                f"| {level} | {shares} | {_f(row['accuracy'])} | {_f(row['mean_tokens'], 1)} | "
-                f"{row['oracle_choice']} |"
-            )
     return "\n".join(lines) + "\n"
 
 
