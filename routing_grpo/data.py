@@ -678,9 +678,9 @@ def mix_levels(dataset: Dataset, mix: Mapping[int, float], *, seed: int, size: i
     """Resample `dataset` by level: level l makes ``mix[l] / sum(mix)`` of `size` rows (default: as many
     rows as `dataset` has); rows of levels not in `mix` are dropped.
 
-    Within a level every row is used ``floor`` or ``ceil`` of (its level's rows / that level's problems)
-    times, chosen by a permutation seeded with `seed`; the result is shuffled with the same seed. Row
-    counts per level are rounded by largest remainder, so they sum to `size`.
+    Row counts per level are rounded by largest remainder, so they sum to `size`. Within a level, rows are
+    drawn in whole seeded permutations of that level's rows, so each is used ``floor`` or ``ceil`` of
+    (count / rows of the level) times; the result is shuffled with the same seed.
 
     Raises ValueError if a row has no level, or a level of `mix` has no row.
     """
