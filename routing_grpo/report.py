@@ -823,19 +823,8 @@ def miniature_markdown(mini: dict[str, Any]) -> str:
             "Shares of the router's valid free samples; reward: mean reward of all its free samples (-0.5 "
             "without a routing word, 0 past the cap).",
             "",
-            "| level | prompt share | " + " | ".join(names) + " | invalid | mean mode index | router acc | "
-            "router tokens | router reward | oracle choice | oracle reward |",
-            "|---|" + "---|" * (len(names) + 8),
+            *_level_split_rows(router["levels"], names),
         ]
-        for lv, e in router["levels"].items():
-            shares = [_ms(e["shares"][n], 2) for n in names]
-            lines.append(
-                f"| {lv} | {_ms(e['level_share'], 2)} | "
-                + " | ".join(shares)
-                + f" | {_ms(e['invalid_share'], 2)} | "
-                f"{_ms(e['mean_mode_index'], 2)} | {_ms(e['accuracy'])} | {_ms(e['mean_tokens'], 1)} | "
-                f"{_ms(e['expected_reward'])} | {e['oracle_choice'] or '-'} | {_num(e['oracle_expected_reward'])} |"
-            )
         lines += ["", "### Routing regret", ""]
         lines += [
             "regret = Σ_level share_level · (oracle reward_level − router reward_level); relative to "
@@ -865,19 +854,10 @@ def miniature_markdown(mini: dict[str, Any]) -> str:
             f"over {len(mix['seeds'])} seed(s))",
             "",
             "Its training rows are resampled by level (`train_level_mix` of its recipe); levels outside the mix "
-            "are held-out problems of levels it never trained on.",
+            "are held-out problems of levels it never trained on. Columns as in the router's table.",
             "",
-            "| level | " + " | ".join(names) + " | mean mode index | accuracy | tokens | oracle choice |",
-            "|---|" + "---|" * (len(names) + 4),
+            *_level_split_rows(mix["levels"], names),
         ]
-        for lv, e in mix["levels"].items():
-            shares = [_ms(e["shares"][n], 2) for n in names]
-            lines.append(
-                f"| {lv} | "
-                + " | ".join(shares)
-                + f" | {_ms(e['mean_mode_index'], 2)} | {_ms(e['accuracy'])} | {_ms(e['mean_tokens'], 1)} | "
-                f"{e['oracle_choice'] or '-'} |"
-            )
 
     targets = mini["targets"]
     if targets["mean"]:
@@ -947,6 +927,25 @@ def miniature_markdown(mini: dict[str, Any]) -> str:
     for note in mini["notes"]:
         lines += ["", f"Note: {note}"]
     return "\n".join(lines) + "\n"
+
+
+def _level_split_rows(levels: dict[str, Any], names: Sequence[str]) -> list[str]:
+    """A routed method's split per level beside the oracle's choice: table header and one row per level."""
+    rows = [
+        "| level | prompt share | " + " | ".join(names) + " | invalid | mean mode index | router acc | "
+        "router tokens | router reward | oracle choice | oracle reward |",
+        "|---|" + "---|" * (len(names) + 8),
+    ]
+    for lv, e in levels.items():
+        shares = [_ms(e["shares"][n], 2) for n in names]
+        rows.append(
+            f"| {lv} | {_ms(e['level_share'], 2)} | "
+            + " | ".join(shares)
+            + f" | {_ms(e['invalid_share'], 2)} | "
+            f"{_ms(e['mean_mode_index'], 2)} | {_ms(e['accuracy'])} | {_ms(e['mean_tokens'], 1)} | "
+            f"{_ms(e['expected_reward'])} | {e['oracle_choice'] or '-'} | {_num(e['oracle_expected_reward'])} |"
+        )
+    return rows
 
 
 def _md_row(cells: Sequence[str]) -> str:
