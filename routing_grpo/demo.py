@@ -1,14 +1,14 @@
-"""CPU demo: the miniature on the embedded default (``make demo`` / ``python -m routing_grpo.demo``).
+"""CPU demo: the miniature's graded world on the embedded default (``make demo`` / ``python -m routing_grpo.demo``).
 
-Offline, on 2 CPU cores, in a few minutes: the taught tiny model shipped in the package (``offline:mini``,
-made by ``python -m routing_grpo.mini.teach``) is evaluated in every mode (the oracle table: what a perfect
-router would choose per level), trained as a three-mode router with ``recipes/mini/router.yaml`` (forced
-warmup, then free routing, the balance term, the reward flattening), and the router is evaluated on the
-held-out problems (free routing, uncapped, temperature 0.6). Beside it, the same router is trained on a
-mix of levels 1 and 6 only (``recipes/mini/router_level_mix.yaml``), the run in which the routing word
-learns to follow difficulty (README, "Miniature"). ``OUT/summary.md`` is written and printed: accuracy and
-tokens of the router beside the taught model forced into Long, and the routing per level of both routers
-beside the oracle. ``make mini`` runs the whole study (teaching, baselines, ablations, seeds).
+Offline, on 2 CPU cores, in a few minutes: the taught tiny model of the graded world shipped in the package
+(``offline:mini_graded``, made by ``python -m routing_grpo.mini.teach --world graded``) is evaluated in
+every mode (the oracle table: what a perfect router would choose per level), trained as a three-mode
+router on the uniform mix of levels with ``recipes/mini_graded/graded_router.yaml`` (forced warmup, then
+free routing, the balance term, the reward flattening; a line per few generation batches on the screen),
+and the router is evaluated on the held-out problems (free routing, uncapped, temperature 0.6).
+``OUT/summary.md`` is written and printed: accuracy and tokens of the router beside the taught model forced
+into Long, and the routing per level beside the oracle's choice. ``make mini`` runs the whole study (both
+worlds, baselines, ablations, seeds).
 """
 
 from __future__ import annotations
@@ -26,15 +26,16 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 DEFAULT_OUTPUT = Path("outputs") / "demo"
+WORLD = "graded"
+# A line on the screen at least this often while a stage runs (training batches, evaluation prompts).
+PROGRESS_EVERY = 5.0
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m routing_grpo.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--output-dir", default=str(DEFAULT_OUTPUT), help="runs, evaluations, report, summary.md")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
-    p.add_argument(
-        "--batch-steps", type=int, default=None, help="generation batches (default: the recipe's 60)"
-    )
+    p.add_argument("--batch-steps", type=int, default=None, help="generation batches (default: the recipe's)")
     p.add_argument(
         "--samples", type=int, default=4, help="evaluation samples per held-out problem (default 4)"
     )
@@ -75,7 +76,7 @@ def render_summary(mini: dict[str, Any], long_forced: dict[str, Any], router: di
     acc, tokens = router["accuracy"], router["mean_length"]
     long_acc, long_tokens = long_forced["accuracy"], long_forced["mean_length"]
     lines = [
-        "# routing-grpo demo: the miniature",
+        "# routing-grpo demo: the miniature's graded world",
         "",
         "| | accuracy | mean tokens |",
         "|---|---:|---:|",
@@ -86,6 +87,16 @@ def render_summary(mini: dict[str, Any], long_forced: dict[str, Any], router: di
         "",
         f"The router's accuracy is {100 * (acc - long_acc):+.1f} points from Long's with "
         f"{_pct(1 - tokens / long_tokens if long_tokens else None)} fewer tokens.",
+    ]
+    world = mini.get("world")
+    if world:
+        worth = " / ".join(f"{world['mix'][m]['expected_reward']:.2f}" for m in modes)
+        lines += [
+            "",
+            f"On the uniform mix of levels the modes are worth {worth} ({' / '.join(modes)}; expected reward "
+            "of the taught model at the training temperature): close on average, best at different levels.",
+        ]
+    lines += [
         "",
         "## Routing per level: router (held-out, free) beside the oracle",
         "",
@@ -94,19 +105,6 @@ def render_summary(mini: dict[str, Any], long_forced: dict[str, Any], router: di
     regret = mini["router"]["regret"]["relative"]
     lines += ["", f"Routing regret: {_pct(regret.get('mean') if isinstance(regret, dict) else regret)} of the "
               "oracle's expected reward (levels weighted by their share)."]  # fmt: skip
-    mix = (mini.get("level_mix") or {}).get("levels")
-    if mix:
-        lines += [
-            "",
-            "## Routing per level: the router trained on levels 1 and 6 only (80 / 20)",
-            "",
-            "On the uniform mix above, a brief mode's failures at the hard levels outweigh its gains at the easy "
-            "ones, and the routing word, shared by all levels in a model this small, moves towards Long "
-            "everywhere. With no mode best on average, the same loop learns to route by difficulty; levels 2-5 "
-            "were not trained on.",
-            "",
-            *_level_table(mix, modes, "accuracy", "tokens"),
-        ]
     return "\n".join(lines) + "\n"
 
 
@@ -115,16 +113,12 @@ def run(argv: Sequence[str] | None = None) -> str:
 
     args = build_parser().parse_args(argv)
     out = Path(args.output_dir)
+    world = mini_run.WORLDS[WORLD]
+    router_run = world.runs[0]
     cmd = [
-        "--output",
-        str(out),
-        "--seeds",
-        str(args.seed),
-        "--runs",
-        "router,router_level_mix",
-        "--samples",
-        str(args.samples),
-    ]
+        "--output", str(out), "--worlds", WORLD, "--seeds", str(args.seed), "--runs", router_run.recipe,
+        "--samples", str(args.samples), "--progress-every", f"{PROGRESS_EVERY:g}",
+    ]  # fmt: skip
     cmd += ["--taught", args.taught] if args.taught else ["--shipped"]
     if args.batch_steps is not None:
         cmd += ["--batch-steps", str(args.batch_steps)]
@@ -132,17 +126,17 @@ def run(argv: Sequence[str] | None = None) -> str:
         cmd += ["--limit", str(args.limit)]
     if mini_run.main(cmd) != 0:
         raise SystemExit(1)
-    mini = json.loads((out / "report" / "mini.json").read_text())["benchmarks"][mini_run.BENCHMARK]
-    long_forced = json.loads(
-        (out / "eval" / "oracle" / "Long" / mini_run.BENCHMARK / "summary.json").read_text()
-    )
+    runs = out / WORLD
+    bench = world.benchmark
+    mini = json.loads((runs / "report" / "mini.json").read_text())["benchmarks"][bench]
+    long_forced = json.loads((runs / "eval" / "oracle" / "Long" / bench / "summary.json").read_text())
     router = json.loads(
-        (out / "eval" / "router" / f"seed{args.seed}" / mini_run.BENCHMARK / "summary.json").read_text()
+        (runs / "eval" / router_run.method / f"seed{args.seed}" / bench / "summary.json").read_text()
     )
     text = render_summary(mini, long_forced, router)
     (out / "summary.md").write_text(text)
     print(text, flush=True)
-    print(f"Full report: {out / 'report' / 'results.md'} (figures beside it)", flush=True)
+    print(f"Full report: {runs / 'report' / 'results.md'} (figures beside it)", flush=True)
     return text
 
 

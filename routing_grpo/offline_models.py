@@ -167,17 +167,21 @@ def build_tiny_qwen2(
 
 
 MINI_CHECKPOINT = Path(__file__).resolve().parent / "mini" / "checkpoint"
+MINI_GRADED_CHECKPOINT = Path(__file__).resolve().parent / "mini" / "checkpoint_graded"
+# The miniature's worlds: their taught checkpoints shipped in the package.
+MINI_CHECKPOINTS = {"cliff": MINI_CHECKPOINT, "graded": MINI_GRADED_CHECKPOINT}
 
 
-def mini_checkpoint_path() -> Path:
-    """The miniature's taught model (about 4 MB) shipped in the package (``python -m routing_grpo.mini.teach``
-    made it; ``make mini`` teaches a fresh one)."""
-    if not (MINI_CHECKPOINT / "config.json").is_file():
+def mini_checkpoint_path(world: str = "cliff") -> Path:
+    """The taught model of one of the miniature's worlds (about 4 MB) shipped in the package
+    (``python -m routing_grpo.mini.teach --world WORLD`` made it; ``make mini`` teaches a fresh one)."""
+    folder = MINI_CHECKPOINTS[world]
+    if not (folder / "config.json").is_file():
         raise RuntimeError(
-            f"the miniature's taught checkpoint is missing from {MINI_CHECKPOINT}; teach one with "
-            "`python -m routing_grpo.mini.teach --output DIR` and pass DIR as model_name_or_path"
+            f"the miniature's taught checkpoint is missing from {folder}; teach one with "
+            f"`python -m routing_grpo.mini.teach --world {world} --output DIR` and pass DIR as model_name_or_path"
         )
-    return MINI_CHECKPOINT
+    return folder
 
 
 def smollm2_gguf_file() -> Path:
@@ -225,7 +229,8 @@ def smollm2_path(cache_dir: str | Path) -> Path:
 
 def resolve_model_path(name: str, cache_dir: str | Path = OFFLINE_CACHE_DIR) -> str:
     """A Hub name or folder as is; ``offline:smollm2`` / ``offline:tiny`` built once into the cache;
-    ``offline:mini`` the miniature's taught checkpoint shipped in the package."""
+    ``offline:mini`` and ``offline:mini_graded`` the taught checkpoints of the miniature's cliff and graded
+    worlds shipped in the package."""
     if not name.startswith(OFFLINE_PREFIX):
         return name
     which = name[len(OFFLINE_PREFIX) :]
@@ -236,6 +241,9 @@ def resolve_model_path(name: str, cache_dir: str | Path = OFFLINE_CACHE_DIR) -> 
         return str(build_tiny_qwen2(cache / "tiny-qwen2"))
     if which == "mini":
         return str(mini_checkpoint_path())
+    if which == "mini_graded":
+        return str(mini_checkpoint_path("graded"))
     raise ValueError(
-        f"model_name_or_path: unknown offline model {name!r}; use offline:smollm2, offline:tiny or offline:mini"
+        f"model_name_or_path: unknown offline model {name!r}; use offline:smollm2, offline:tiny, offline:mini "
+        "or offline:mini_graded"
     )

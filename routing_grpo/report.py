@@ -479,6 +479,7 @@ class OracleData:
     modes: tuple
     rows: list[dict[str, Any]] = field(default_factory=list)
     sources: list[str] = field(default_factory=list)
+    temperatures: set[float] = field(default_factory=set)
 
 
 def load_oracle(dirs: Iterable[str | Path]) -> dict[str, OracleData]:
@@ -502,6 +503,9 @@ def load_oracle(dirs: Iterable[str | Path]) -> dict[str, OracleData]:
             raise ValueError(f"--oracle: {path} uses other modes than {data.sources[0]}")
         data.rows += rows
         data.sources.append(str(path.parent))
+        temperature = (summary.get("config") or {}).get("temperature")
+        if temperature is not None:
+            data.temperatures.add(float(temperature))
     return out
 
 
@@ -528,8 +532,10 @@ def miniature(
     methods: dict[str, dict[Any, dict[str, Any]]],
     oracle: OracleData,
     training: Sequence[TrainingRun] = (),
+    world: OracleData | None = None,
 ) -> dict[str, Any]:
-    """The miniature's figures for one benchmark (the content of ``mini.json``; JSON-ready)."""
+    """The miniature's figures for one benchmark (the content of ``mini.json``; JSON-ready). ``world``: the
+    forced samples at the training temperature (:func:`world_section`)."""
     from routing_grpo.mini import oracle as orc
 
     modes = oracle.modes
@@ -539,7 +545,9 @@ def miniature(
     notes: list[str] = []
     baselines = [p for m, p in method_points(methods).items() if m in BASELINE_METHODS]
 
-    seeds = _routed_seeds("router", methods.get("router", {}), oracle, table, choice, baselines, notes)
+    seeds = _routed_seeds(
+        "router", methods.get("router", {}), oracle, table, choice, baselines, notes, benchmark=benchmark
+    )
     level_mix = _routed_seeds(
         LEVEL_MIX_METHOD, methods.get(LEVEL_MIX_METHOD, {}), oracle, table, choice, None, notes
     )
@@ -561,9 +569,14 @@ def miniature(
         )
         mean_splits = {lv: {m: levels_mean[str(lv)]["shares"][m]["mean"] for m in names} for lv in level_keys}
         relative = Stat([r.relative for r in regrets if r.relative is not None])
-        mean_targets = orc.miniature_targets(
-            mean_point, baselines, mean_splits, modes, relative.mean if relative.values else None
-        )
+        mean_free = {
+            m: {k: Stat([s["free_modes"][m][k] for s in seeds.values()]).mean for k in ("share", "accuracy")}
+            for m in names
+        }
+        mean_targets = orc.targets_for(
+            benchmark, mean_point, baselines, mean_splits, mean_free, modes,
+            relative.mean if relative.values else None,
+        )  # fmt: skip
 
     return _json_ready(
         {
@@ -601,9 +614,37 @@ def miniature(
                 },
             },
             "ablations": ablations(methods, training, names),
+            "world": None if world is None else world_section(world),
             "notes": notes,
         }
     )
+
+
+def world_section(world: OracleData) -> dict[str, Any]:
+    """The world's table from forced samples at the training temperature: per level and mode, each mode on
+    the uniform mix, the mode with the highest expected reward on the mix (where a routing state shared
+    across problems moves first) and the graded world's checks (:func:`routing_grpo.mini.oracle.graded_world_checks`)."""
+    from routing_grpo.mini import oracle as orc
+
+    modes = world.modes
+    table = orc.oracle_table(world.rows, modes)
+    mix = orc.mix_figures(table, modes)
+    ranked = sorted(mix.values(), key=lambda f: f.expected_reward, reverse=True)
+    return {
+        "sources": world.sources,
+        "temperatures": sorted(world.temperatures),
+        "levels": {
+            str(lv): {
+                "cells": {m: c.to_dict() for m, c in cells.items()},
+                "best": orc.best_mode(cells, modes),
+            }
+            for lv, cells in table.items()
+        },
+        "mix": {name: f.to_dict() for name, f in mix.items()},
+        "favoured": ranked[0].mode,
+        "favoured_lead": ranked[0].expected_reward - ranked[1].expected_reward,
+        "checks": [t.to_dict() for t in orc.graded_world_checks(table, modes)],
+    }
 
 
 def _routed_seeds(
@@ -614,9 +655,10 @@ def _routed_seeds(
     choice,
     baselines: Sequence[Point] | None,
     notes: list[str],
+    benchmark: str = "mini",
 ) -> dict[Any, dict[str, Any]]:
     """Per seed of a routed method: accuracy, tokens, per-level split and regret against the oracle, and
-    (given the single-mode ``baselines``) the miniature's targets. Problems become ``notes``."""
+    (given the single-mode ``baselines``) the benchmark's targets. Problems become ``notes``."""
     from routing_grpo.mini import oracle as orc
 
     modes = oracle.modes
@@ -632,7 +674,8 @@ def _routed_seeds(
         if samples is None:
             notes.append(f"{method} seed {seed}: no samples.jsonl beside {summary.get('_path')}")
             continue
-        levels = orc.router_levels(load_samples(samples), modes)
+        rows = load_samples(samples)
+        levels = orc.router_levels(rows, modes)
         if not levels:
             notes.append(f"{method} seed {seed}: no free samples with a level in {samples}")
             continue
@@ -642,12 +685,15 @@ def _routed_seeds(
             notes.append(f"{method} seed {seed}: {err}")
             regret = None
         point = Point(method, float(summary["mean_length"]), float(summary["accuracy"]))
+        free_modes = orc.free_mode_figures(rows, modes)
         targets = None
         if baselines is not None:
-            targets = orc.miniature_targets(
+            targets = orc.targets_for(
+                benchmark,
                 point,
                 baselines,
                 {lv: r.shares for lv, r in levels.items()},
+                free_modes,
                 modes,
                 None if regret is None else regret.relative,
             )
@@ -656,6 +702,7 @@ def _routed_seeds(
             "mean_length": point.length,
             "level_shares": orc.level_shares(levels),
             "levels": levels,
+            "free_modes": free_modes,
             "regret": regret,
             "targets": targets,
         }
@@ -669,6 +716,7 @@ def _seeds_json(seeds: dict[Any, dict[str, Any]]) -> dict[str, Any]:
             "mean_length": s["mean_length"],
             "levels": {str(lv): r.to_dict() for lv, r in s["levels"].items()},
             "level_shares": {str(lv): w for lv, w in s["level_shares"].items()},
+            "free_modes": s["free_modes"],
             "regret": None if s["regret"] is None else s["regret"].to_dict(),
         }
         for seed, s in seeds.items()
@@ -782,6 +830,8 @@ def miniature_markdown(mini: dict[str, Any]) -> str:
     names = [m["name"] for m in mini["modes"]]
     caps = ", ".join(f"{m['name']} {m['cap'] if m['cap'] is not None else 'none'}" for m in mini["modes"])
     lines = [f"## Miniature ({bench})", ""]
+    if mini.get("world"):
+        lines += [*_world_lines(mini["world"], names), ""]
     lines += [
         "### Oracle: the taught model forced into each mode, per level",
         "",
@@ -929,6 +979,49 @@ def miniature_markdown(mini: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _world_lines(world: dict[str, Any], names: Sequence[str]) -> list[str]:
+    """The world's table at the training temperature, its mix figures, the mode it favours and its checks."""
+    temps = ", ".join(f"{t:g}" for t in world["temperatures"]) or "?"
+    lines = [
+        f"### The world at the training temperature ({temps})",
+        "",
+        "The taught model forced into each mode, sampled as training samples: accuracy under the cap and "
+        "expected phase-1 reward per level, then on the uniform mix of levels.",
+        "",
+        "| level | " + " | ".join(f"{n} acc | {n} reward" for n in names) + " | best |",
+        "|---|" + "---|" * (2 * len(names) + 1),
+    ]
+    for lv, entry in world["levels"].items():
+        cells = []
+        for n in names:
+            c = entry["cells"].get(n)
+            cells += (
+                ["-", "-"] if c is None else [f"{c['accuracy_capped']:.3f}", f"{c['expected_reward']:.3f}"]
+            )
+        lines.append(f"| {lv} | " + " | ".join(cells) + f" | {entry['best']} |")
+    mix = world["mix"]
+    lines.append(
+        "| mix | "
+        + " | ".join(f"{mix[n]['accuracy']:.3f} | {mix[n]['expected_reward']:.3f}" for n in names)
+        + f" | {world['favoured']} |"
+    )
+    worth = " / ".join(f"{mix[n]['expected_reward']:.2f}" for n in names)
+    lines += [
+        "",
+        f"On the mix the modes are worth {worth} "
+        f"({' / '.join(names)}): a routing state shared across problems moves first towards "
+        f"{world['favoured']}, {world['favoured_lead']:.3f} ahead of the next mode.",
+        "",
+        "| check | value | met |",
+        "|---|---|---|",
+    ]
+    for t in world["checks"]:
+        lines.append(f"| {t['rule']} | {_target_value(t)} | {_met(t['met'])} |")
+    met = sum(t["met"] is True for t in world["checks"])
+    lines += ["", f"{met} of {len(world['checks'])} checks of the paper's regime met."]
+    return lines
+
+
 def _level_split_rows(levels: dict[str, Any], names: Sequence[str]) -> list[str]:
     """A routed method's split per level beside the oracle's choice: table header and one row per level."""
     rows = [
@@ -1015,6 +1108,7 @@ def write_report(
     plots: Callable[..., Iterable[Path]] | None | bool = None,
     oracle_dirs: Sequence[str | Path] = (),
     training_dirs: Sequence[str | Path] = (),
+    world_oracle_dirs: Sequence[str | Path] = (),
 ) -> dict[str, Any]:
     """Writes results.md and the CSV tables (and the figures) to ``output``; returns the tables.
 
@@ -1025,13 +1119,20 @@ def write_report(
     ``oracle_dirs``: forced-mode evaluations of the taught model (their summaries are left out of the
     results even when they lie under ``run_dirs``); with them, results.md gets the "Miniature" part and
     ``mini.json`` and the ``mini_*.csv`` tables are written. ``training_dirs``: training output folders
-    (trainer_state.json) for the training-dynamics figures and the ablations' logs.
+    (trainer_state.json) for the training-dynamics figures and the ablations' logs. ``world_oracle_dirs``:
+    forced-mode evaluations at the training temperature, for the world's table (each mode's expected reward
+    on the uniform mix, the mode a shared preference moves to, the graded world's checks).
     """
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
     summaries = find_summaries(run_dirs)
     oracle_roots = [Path(d).resolve() for d in oracle_dirs]
     oracle = load_oracle(oracle_dirs) if oracle_dirs else {}
+    worlds = load_oracle(world_oracle_dirs) if world_oracle_dirs else {}
+    unmatched = sorted(set(worlds) - set(oracle))
+    if unmatched:
+        raise ValueError(f"--world-oracle: benchmark(s) {unmatched} have no --oracle evaluation")
+    oracle_roots += [Path(d).resolve() for d in world_oracle_dirs]
     summaries = [s for s in summaries if not _under(s["_path"], oracle_roots)]
     if not summaries:
         raise ValueError(f"no summary.json found under {[str(r) for r in run_dirs]}")
@@ -1044,7 +1145,7 @@ def write_report(
     }
     markdown = markdown_report(grouped)
     minis = {
-        bench: miniature(bench, grouped.get(bench, {}), data, training)
+        bench: miniature(bench, grouped.get(bench, {}), data, training, world=worlds.get(bench))
         for bench, data in sorted(oracle.items())
     }
     for mini in minis.values():

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from transformers import Trainer
 from trl import GRPOTrainer
 
 from routing_grpo import paper
-from routing_grpo.advantages import compute_advantages
+from routing_grpo.advantages import compute_advantages, decoupled_word_advantages
 from routing_grpo.batching import plan_length_buckets, row_widths, split_to_count
 from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks, preemption_exit_code
 from routing_grpo.capped_generation import (
@@ -195,6 +196,7 @@ class RoutingGRPOTrainer(GRPOTrainer):
         self.forced_word_ids: list[list[int]] = forced_word_ids(self.modes, tokenizer, question)
         self.routing_history: list[GenerationRecord] = []
         self._batch: _BatchState | None = None
+        self._last_batch_time: float | None = None
 
     @staticmethod
     def _check_dataset(dataset: Any, split: str, answer_column: str) -> None:
@@ -311,7 +313,19 @@ class RoutingGRPOTrainer(GRPOTrainer):
             target=self.args.balance_target,
         )
         start = self.accelerator.process_index * len(inputs)
-        output["advantages"] = advantages[start : start + len(inputs)].to(output["advantages"].dtype)
+        local = advantages[start : start + len(inputs)].to(output["advantages"].dtype)
+        weight = self.args.routing_word_weight
+        if weight is not None and batch.mode == "train":
+            mask = output["completion_mask"]
+            mean_tokens = gather(mask.sum(dim=1).to(torch.float64)).mean().item()
+            local = decoupled_word_advantages(
+                local,
+                mask,
+                modes[start : start + len(inputs)] != INVALID,
+                weight=weight,
+                mean_tokens=mean_tokens,
+            )
+        output["advantages"] = local
 
         # TRL logged its own advantages for the completions table; show the routing ones instead.
         logged = self._logs["advantages"]
@@ -342,6 +356,14 @@ class RoutingGRPOTrainer(GRPOTrainer):
         )
         self.routing_history.append(record)
         self._log_routing_metrics(record)
+        if record.mode == "train" and self.accelerator.is_main_process:
+            now = time.monotonic()
+            seconds = now - self._last_batch_time if self._last_batch_time is not None else None
+            self._last_batch_time = now
+            print(
+                batch_line(record, [m.name for m in self.modes], self.args.total_batch_steps, seconds),
+                flush=True,
+            )
 
     # ------------------------------------------------------------------------------------------------------
     # 2. Prompt tail: routing question and forced word
@@ -812,6 +834,28 @@ class RoutingGRPOTrainer(GRPOTrainer):
             if alarm:
                 logs["routing/collapse_alarm"] = max(alarm)
         super().log(logs, start_time)
+
+
+def batch_line(
+    record: GenerationRecord, mode_names: list[str], total: int | None, seconds: float | None
+) -> str:
+    """One console line per generation batch: batch k/N, mean reward, accuracy, the free split (shares of
+    the free rollouts with a valid mode), its entropy and the seconds the batch took."""
+    n = len(record.modes)
+    free = [m for m, f in zip(record.modes, record.forced) if not f and m != INVALID]
+    parts = [f"[routing] batch {record.batch_step + 1}/{total if total is not None else '?'}"]
+    parts.append(f"reward {_mean(record.rewards):.3f} acc {sum(record.correct) / n:.2f}")
+    if free:
+        shares = [free.count(i) / len(free) for i in range(len(mode_names))]
+        entropy = -sum(f * math.log(f) for f in shares if f > 0)
+        parts.append(
+            f"free {'/'.join(mode_names)} " + "/".join(f"{f:.2f}" for f in shares) + f" H {entropy:.2f}"
+        )
+    elif any(record.forced):
+        parts.append("all forced")
+    if seconds is not None:
+        parts.append(f"{seconds:.1f}s")
+    return " ".join(parts)
 
 
 def forced_word_ids(modes: Any, tokenizer: Any, question: str) -> list[list[int]]:

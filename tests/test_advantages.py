@@ -181,3 +181,22 @@ def test_balance_schedule_degenerate_and_invalid():
     assert balance_coef_at(9, coef=2.0, anneal_start=10, anneal_end=10) == 2.0
     with pytest.raises(ValueError, match="start"):
         balance_coef_at(0, coef=1.0, anneal_start=20, anneal_end=10)
+
+
+def test_decoupled_word_advantages_by_hand():
+    """Two rollouts of 2 and 6 tokens (mean 4): with w = 0.5 the routed rollout's word token gets
+    0.5 x 4 x A_i = 2 A_i; an invalid rollout's first token keeps A_i; padding is left to the mask."""
+    from routing_grpo.advantages import decoupled_word_advantages
+
+    adv = torch.tensor([0.3, -0.2])
+    mask = torch.tensor([[1, 1, 0, 0, 0, 0], [1, 1, 1, 1, 1, 1]])
+    out = decoupled_word_advantages(adv, mask, torch.tensor([True, False]), weight=0.5, mean_tokens=4.0)
+    assert out.shape == (2, 6) and out.dtype == adv.dtype
+    assert out[0].tolist() == pytest.approx([0.6, 0.3, 0.3, 0.3, 0.3, 0.3])
+    assert out[1].tolist() == pytest.approx([-0.2] * 6)
+    # The word's part of a token-mean loss over the 8 real tokens: 0.6 / 8 = w x mean over rollouts (0.3 / 2).
+    assert (out[0, 0] / 8).item() == pytest.approx(0.5 * (0.3 / 2))
+    zero = decoupled_word_advantages(adv, mask, torch.tensor([True, True]), weight=0.0, mean_tokens=4.0)
+    assert zero[:, 0].tolist() == [0.0, 0.0] and zero[:, 1].tolist() == pytest.approx([0.3, -0.2])
+    with pytest.raises(ValueError, match="expected"):
+        decoupled_word_advantages(adv, mask[0], torch.tensor([True, True]), weight=1.0, mean_tokens=4.0)

@@ -623,5 +623,5 @@ def test_eval_takes_the_offline_model_names_training_takes(tmp_path, capsys, mon
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "routing-grpo eval: error: --model: unknown offline model 'offline:giant'; "
-        "use offline:smollm2, offline:tiny or offline:mini"
+        "use offline:smollm2, offline:tiny, offline:mini or offline:mini_graded"
     ]

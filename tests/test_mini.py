@@ -207,7 +207,7 @@ def test_batch_steps_for_every_run_or_per_recipe():
             parse_batch_steps(bad)
 
 
-def test_demo_summary_shows_both_routers_per_level():
+def test_demo_summary_shows_the_graded_router_per_level_beside_the_oracle():
     from routing_grpo.demo import render_summary
 
     def level(shares, best):
@@ -222,27 +222,67 @@ def test_demo_summary_shows_both_routers_per_level():
         "modes": [{"name": m} for m in task.MODE_NAMES],
         "oracle": {"overall": {"accuracy_capped": 0.99, "mean_tokens": 24.0}},
         "router": {
-            "levels": {"1": level((0.1, 0.2, 0.7), "NoThink"), "6": level((0.0, 0.2, 0.8), "Long")},
+            "levels": {"1": level((0.6, 0.3, 0.1), "NoThink"), "6": level((0.0, 0.2, 0.8), "Long")},
             "regret": {"relative": {"mean": 0.11}},
         },
-        "level_mix": {
-            "levels": {"1": level((0.5, 0.2, 0.3), "NoThink"), "6": level((0.0, 0.0, 1.0), "Long")}
-        },
+        "world": {"mix": {m: {"expected_reward": r} for m, r in zip(task.MODE_NAMES, (0.91, 0.92, 0.9))}},
     }
     text = render_summary(
         mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}
     )
     assert "| trained router (free routing) | 0.970 | 40.0 |" in text
     assert "-3.0 points from Long's with 13% fewer tokens" in text
-    assert "| 1 | 0.10 | 0.20 | 0.70 | 1.00 | 10.0 | NoThink |" in text
+    assert "| 1 | 0.60 | 0.30 | 0.10 | 1.00 | 10.0 | NoThink |" in text
+    assert "| 6 | 0.00 | 0.20 | 0.80 | 1.00 | 10.0 | Long |" in text
+    assert "the modes are worth 0.91 / 0.92 / 0.90 (NoThink / Short / Long" in text
     assert "Routing regret: 11%" in text
-    mix = text.split("## Routing per level: the router trained on levels 1 and 6 only")[1]
-    assert "| 1 | 0.50 | 0.20 | 0.30 | 1.00 | 10.0 | NoThink |" in mix
-    assert "| 6 | 0.00 | 0.00 | 1.00 | 1.00 | 10.0 | Long |" in mix
-    del mini["level_mix"]
-    assert "levels 1 and 6" not in render_summary(
+    del mini["world"]
+    assert "worth" not in render_summary(
         mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}
     )
+
+
+def test_worlds_and_runs_are_planned_from_the_command_line():
+    from routing_grpo.mini.run import WORLDS, build_parser, plan
+
+    def planned(*argv):
+        return [(w.name, [r.recipe for r in runs]) for w, runs in plan(build_parser().parse_args(list(argv)))]
+
+    assert planned() == [
+        ("graded", list(WORLDS["graded"].default_runs)),
+        ("cliff", ["router", "baseline_nothink", "baseline_short", "baseline_long"]),
+    ]
+    assert planned("--worlds", "graded", "--runs", "graded_router") == [("graded", ["graded_router"])]
+    assert planned("--runs", "graded_router,router") == [("graded", ["graded_router"]), ("cliff", ["router"])]
+    assert WORLDS["graded"].run("graded_baseline_long").plain_prompt
+    for argv, message in [
+        (("--worlds", "flat"), "--worlds: unknown"),
+        (("--runs", "routr"), "--runs: unknown ['routr']"),
+        (("--batch-steps", "routr=3"), "--batch-steps: unknown"),
+        (("--taught", "x"), "--taught: name one world"),
+    ]:
+        with pytest.raises(ValueError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            planned(*argv)
+
+
+def test_progress_lines_are_forwarded_a_few_seconds_apart(tmp_path, capsys):
+    import sys
+
+    from routing_grpo.mini.run import Stages
+
+    stages = Stages(tmp_path, threads=1, label="graded", progress_every=0.0)
+    script = (
+        "print('[routing] batch 1/3 reward 0.5 acc 0.90', flush=True); print('other', flush=True);"
+        "print('[mini_graded] 64/120 prompts (1s)', flush=True)"
+    )
+    stages.run("train", [sys.executable, "-c", script])
+    out = capsys.readouterr().out
+    assert "train: [routing] batch 1/3 reward 0.5 acc 0.90" in out
+    assert "train: [mini_graded] 64/120 prompts (1s)" in out and "other" not in out
+    assert "other" in (tmp_path / "logs" / "train.log").read_text()
+    quiet = Stages(tmp_path, threads=1)
+    quiet.run("train2", [sys.executable, "-c", script])
+    assert "[routing] batch" not in capsys.readouterr().out
 
 
 def test_a_stage_that_runs_alone_gets_its_own_thread_count(tmp_path):

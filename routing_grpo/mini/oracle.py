@@ -434,3 +434,281 @@ def miniature_targets(
             False,
         ),
     ]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The graded world: its oracle table against the paper's regime, and the router's targets
+# ---------------------------------------------------------------------------------------------------------
+
+MIX_REWARD_TOLERANCE = 0.10
+"""Each brief mode's expected reward on the uniform mix within this share of Long's (MATH: 9% and 4%)."""
+BEST_MARGIN = 0.10
+"""Each mode best at some level by at least this much reward."""
+CHANCE_FLOOR = 0.2
+"""Brief modes 'clearly above chance' (0.1 for a digit) below the top level."""
+LONG_HARDEST_BELOW = 0.9
+"""Long's accuracy at the hardest level below this (real difficulty for every mode)."""
+ACCURACY_PROPORTIONS = {"NoThink": (0.8, 0.9), "Short": (0.9, 0.95)}
+"""Single-mode accuracy on the mix relative to Long's (MATH: 0.83 and 0.91)."""
+GRADED_ACCURACY_MARGIN = 0.025
+"""The graded router's accuracy >= Long-only's - this (MATH-500: 2 points lower)."""
+GRADED_TOKEN_RATIO = 0.65
+"""The graded router's mean tokens <= this x Long-only's (at least 35% fewer; MATH-500: 38%)."""
+SHARE_MONOTONE_SLACK = 0.05
+EDGE_GAP = 0.3
+MIN_ENTROPY = 0.9
+MIN_MODE_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class MixFigures:
+    """One mode on the uniform mix of the table's levels (each level weighted equally)."""
+
+    mode: str
+    accuracy: float
+    """Under the cap (a capped sample is wrong), as in training."""
+    mean_tokens: float
+    expected_reward: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mix_figures(
+    table: Mapping[int, Mapping[str, ModeCell]], modes: Sequence[ModeSpec]
+) -> dict[str, MixFigures]:
+    """mode -> its figures on the uniform mix: the mean over levels of each cell's figure."""
+    out = {}
+    for m in modes:
+        cells = [table[lv][m.name] for lv in sorted(table) if m.name in table[lv]]
+        if len(cells) != len(table):
+            raise ValueError(f"mix_figures: mode {m.name} has no forced samples at some level")
+        out[m.name] = MixFigures(
+            m.name,
+            _mean([c.accuracy_capped for c in cells]),
+            _mean([c.mean_tokens for c in cells]),
+            _mean([c.expected_reward for c in cells]),
+        )
+    return out
+
+
+def best_margin(cells: Mapping[str, ModeCell], mode: str) -> float:
+    """R(l, mode) - max over the other modes of R(l, m): positive where ``mode`` is best by that much."""
+    others = [c.expected_reward for name, c in cells.items() if name != mode]
+    return cells[mode].expected_reward - max(others)
+
+
+def _range_target(key: str, rule: str, value: float | None, low: float, high: float) -> Target:
+    if value is None or math.isnan(value):
+        return Target(key, rule, None, low, None)
+    return Target(key, rule, value, low, low - _TIE <= value <= high + _TIE)
+
+
+def graded_world_checks(
+    table: Mapping[int, Mapping[str, ModeCell]], modes: Sequence[ModeSpec]
+) -> list[Target]:
+    """The graded world's oracle table (forced samples at the training temperature) against the paper's
+    regime. With R_m the expected phase-1 reward and a_m the accuracy of mode m on the uniform mix:
+
+        |R_m - R_Long| / R_Long <= 0.10               for each brief mode m (close on average)
+        R(1, NoThink) - max_m' R(1, m') >= 0.1         NoThink best at the easiest level
+        max over middle levels of Short's margin >= 0.1  Short best in the middle
+        R(K, Long) - max_m' R(K, m') >= 0.1            Long best at the hardest level
+        a(l, m) >= 0.2 below the top level and a(1, m) > a(K, m)   brief modes graded, above chance
+        a(K, Long) < 0.9                               real difficulty for every mode
+        a_NoThink / a_Long in [0.8, 0.9], a_Short / a_Long in [0.9, 0.95]   the paper's proportions
+    """
+    names = [m.name for m in modes]
+    brief, middle, longest = names[0], names[1:-1], names[-1]
+    levels = sorted(table)
+    mix = mix_figures(table, modes)
+    long_mix = mix[longest]
+    out = []
+    for name in names[:-1]:
+        gap = abs(mix[name].expected_reward - long_mix.expected_reward) / long_mix.expected_reward
+        out.append(
+            _target(
+                f"mix_reward_{name}",
+                f"{name}'s expected reward on the mix within {MIX_REWARD_TOLERANCE:.0%} of {longest}'s",
+                gap,
+                MIX_REWARD_TOLERANCE,
+                False,
+            )  # fmt: skip
+        )
+    out.append(
+        _target(
+            f"best_{brief}_easiest",
+            f"{brief} best at level {levels[0]} by >= {BEST_MARGIN:g}",
+            best_margin(table[levels[0]], brief),
+            BEST_MARGIN,
+            True,
+        )  # fmt: skip
+    )
+    for name in middle:
+        inner = levels[1:-1]
+        value = max((best_margin(table[lv], name) for lv in inner), default=None)
+        out.append(
+            _target(
+                f"best_{name}_middle",
+                f"{name} best at a middle level by >= {BEST_MARGIN:g}",
+                value,
+                BEST_MARGIN,
+                True,
+            )  # fmt: skip
+        )
+    out.append(
+        _target(
+            f"best_{longest}_hardest",
+            f"{longest} best at level {levels[-1]} by >= {BEST_MARGIN:g}",
+            best_margin(table[levels[-1]], longest),
+            BEST_MARGIN,
+            True,
+        )  # fmt: skip
+    )
+    for name in names[:-1]:
+        below_top = min(table[lv][name].accuracy_capped for lv in levels[:-1])
+        out.append(
+            _target(
+                f"graded_{name}_floor",
+                f"{name}'s accuracy >= {CHANCE_FLOOR:g} at every level below the top",
+                below_top,
+                CHANCE_FLOOR,
+                True,
+            )  # fmt: skip
+        )
+        fall = table[levels[0]][name].accuracy_capped - table[levels[-1]][name].accuracy_capped
+        out.append(
+            _target(
+                f"graded_{name}_falls",
+                f"{name}'s accuracy falls from the easiest level to the hardest",
+                fall,
+                0.0,
+                True,
+            )
+        )
+    hardest = table[levels[-1]][longest].accuracy_capped
+    out.append(
+        Target(
+            f"{longest}_hardest_accuracy",
+            f"{longest}'s accuracy at level {levels[-1]} < {LONG_HARDEST_BELOW:g}",
+            hardest,
+            LONG_HARDEST_BELOW,
+            hardest < LONG_HARDEST_BELOW,
+        )  # fmt: skip
+    )
+    for name, (low, high) in ACCURACY_PROPORTIONS.items():
+        if name in mix:
+            out.append(
+                _range_target(
+                    f"proportion_{name}",
+                    f"{name}'s accuracy / {longest}'s in [{low:g}, {high:g}]",
+                    mix[name].accuracy / long_mix.accuracy if long_mix.accuracy else None,
+                    low,
+                    high,
+                )  # fmt: skip
+            )
+    return out
+
+
+def free_mode_figures(
+    rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]
+) -> dict[str, dict[str, float]]:
+    """mode -> share (among valid free samples) and accuracy of the router's free samples in that mode."""
+    free = free_rows(rows)
+    shares = mode_split(free, modes)
+    out = {}
+    for i, m in enumerate(modes):
+        in_mode = [r for r in free if sample_mode(r, modes) == i]
+        out[m.name] = {
+            "share": shares[m.name],
+            "accuracy": _mean([float(bool(r["correct"])) for r in in_mode]),
+        }
+    return out
+
+
+def graded_targets(
+    router: Point,
+    baselines: Sequence[Point],
+    level_splits: Mapping[int, Mapping[str, float]],
+    free_modes: Mapping[str, Mapping[str, float]],
+    modes: Sequence[ModeSpec],
+    regret_relative: float | None,
+) -> list[Target]:
+    """The graded world's targets for the router (held-out, free routing), each with its value and threshold.
+
+    Args: as :func:`miniature_targets`; ``free_modes``: :func:`free_mode_figures` of its free samples.
+
+    Targets (value, rule):
+        briefest_falls: largest rise of the briefest mode's share from one level to the next <= 0.05;
+        longest_rises: largest fall of the longest mode's share from one level to the next <= 0.05;
+        briefest_gap: its share at the lowest level - at the highest >= 0.3;
+        longest_gap: its share at the highest level - at the lowest >= 0.3;
+        entropy: entropy of the free split (nats) >= 0.9;
+        smallest_share: the smallest mode's share >= 0.1;
+        inversion: min over the brief modes of (their accuracy - the longest mode's), free samples, > 0;
+        above_frontier: accuracy above the single-mode frontier at the router's length (> 0);
+        tokens_vs_long: router tokens / Long-only's <= 0.65;
+        accuracy_vs_long: router accuracy - Long-only's >= -0.025;
+        regret: regret / oracle reward <= 0.10.
+    """
+    names = [m.name for m in modes]
+    brief, longest = names[0], names[-1]
+    levels = sorted(level_splits)
+
+    def steps(name: str) -> list[float]:
+        return [level_splits[b][name] - level_splits[a][name] for a, b in zip(levels, levels[1:])]
+
+    rise = max(steps(brief), default=None)
+    fall = max((-x for x in steps(longest)), default=None)
+    brief_gap = level_splits[levels[0]][brief] - level_splits[levels[-1]][brief] if levels else None
+    long_gap = level_splits[levels[-1]][longest] - level_splits[levels[0]][longest] if levels else None
+    shares = [free_modes[n]["share"] for n in names]
+    entropy = -math.fsum(f * math.log(f) for f in shares if f > 0) if any(shares) else None
+    accs = {n: free_modes[n]["accuracy"] for n in names}
+    inversion = None
+    if not any(math.isnan(accs[n]) for n in names):
+        inversion = min(accs[n] - accs[longest] for n in names[:-1])
+    checklist = miniature_targets(router, baselines, level_splits, modes, regret_relative)
+    by_key = {t.key: t for t in checklist}
+    long_only = next((p for p in baselines if p.method == LONG_ONLY), None)
+    acc_gap = None if long_only is None else router.accuracy - long_only.accuracy
+    ratio = None if long_only is None or long_only.length <= 0 else router.length / long_only.length
+    return [
+        _target("briefest_falls", f"{brief}'s share falls with level (rises by <= {SHARE_MONOTONE_SLACK:g})",
+                rise, SHARE_MONOTONE_SLACK, False),
+        _target("longest_rises", f"{longest}'s share rises with level (falls by <= {SHARE_MONOTONE_SLACK:g})",
+                fall, SHARE_MONOTONE_SLACK, False),
+        _target("briefest_gap", f"{brief}'s share at the lowest level - at the highest >= {EDGE_GAP:g}",
+                brief_gap, EDGE_GAP, True),
+        _target("longest_gap", f"{longest}'s share at the highest level - at the lowest >= {EDGE_GAP:g}",
+                long_gap, EDGE_GAP, True),
+        _target("entropy", f"free-routing entropy >= {MIN_ENTROPY:g} nats", entropy, MIN_ENTROPY, True),
+        _target("smallest_share", f"every mode's share >= {MIN_MODE_SHARE:g}", min(shares), MIN_MODE_SHARE, True),
+        Target("inversion", f"the brief modes' free accuracy above {longest}'s", inversion, 0.0,
+               None if inversion is None else inversion > 0),
+        by_key["above_frontier"],
+        _target("tokens_vs_long", f"mean tokens <= {GRADED_TOKEN_RATIO:g} x Long-only's", ratio,
+                GRADED_TOKEN_RATIO, False),
+        _target("accuracy_vs_long", f"accuracy >= Long-only accuracy - {GRADED_ACCURACY_MARGIN:g}", acc_gap,
+                -GRADED_ACCURACY_MARGIN, True),
+        by_key["regret"],
+    ]  # fmt: skip
+
+
+GRADED_BENCHMARKS = ("mini_graded",)
+"""Benchmarks judged by :func:`graded_targets`; the others by :func:`miniature_targets`."""
+
+
+def targets_for(
+    benchmark: str,
+    router: Point,
+    baselines: Sequence[Point],
+    level_splits: Mapping[int, Mapping[str, float]],
+    free_modes: Mapping[str, Mapping[str, float]],
+    modes: Sequence[ModeSpec],
+    regret_relative: float | None,
+) -> list[Target]:
+    """The checklist of ``benchmark``'s world: the graded world's or the cliff world's."""
+    if benchmark in GRADED_BENCHMARKS:
+        return graded_targets(router, baselines, level_splits, free_modes, modes, regret_relative)
+    return miniature_targets(router, baselines, level_splits, modes, regret_relative)

@@ -1,22 +1,27 @@
 """``make mini``: the miniature end to end with the project's own commands (``python -m routing_grpo.mini.run``).
 
-Stages, each a subprocess of a real entry point, its output in ``OUT/logs/<stage>.log`` and one progress
-line here with the elapsed time:
+The miniature has two worlds (``--worlds``, default both): the **graded** world
+(:mod:`routing_grpo.mini.graded`, ``recipes/mini_graded``), built to the paper's regime, in which the router
+is expected to sort problems by difficulty; and the **cliff** world (:mod:`routing_grpo.mini.task`,
+``recipes/mini``), the negative control, in which the brief modes fail like a cliff above their level and
+a routing state shared across levels is expected to move to Long. Per world, stages, each a subprocess of
+a real entry point, its output in ``OUT/<world>/logs/<stage>.log`` and one progress line here:
 
-1. **teach**: ``python -m routing_grpo.mini.teach`` (a fresh model from a fixed seed; ``--taught DIR`` or
-   ``--shipped`` uses a taught model instead, e.g. the one shipped in the package);
-2. **oracle**: ``routing-grpo eval --force-mode M`` of the taught model for every mode, and the taught model
-   on the plain prompt (method ``base``);
-3. per seed and recipe of ``recipes/mini`` (router, the three single-mode baselines, the two ablations,
-   the router on a level mix):
+1. **teach** (``--teach`` only): ``python -m routing_grpo.mini.teach --world W``; by default the taught
+   model shipped in the package is used (``--taught DIR`` for another);
+2. **oracle**: ``routing-grpo eval --force-mode M`` of the taught model for every mode at the evaluation
+   temperature (the oracle table, regret) and at the training temperature (the world's table: each
+   mode's expected reward on the uniform mix), and the taught model on the plain prompt (method ``base``);
+3. per seed and recipe of the world (router, the three single-mode baselines, the two ablations):
    ``python -m routing_grpo.train``, then ``routing-grpo eval`` of the trained model (free routing, or the
    plain prompt for the baselines), uncapped, temperature 0.6, several samples per prompt;
-4. **report**: ``routing-grpo report`` with the oracle table, routing per level, the frontier, the targets
-   and the ablations.
+4. **report**: ``routing-grpo report`` with the world's table, the oracle table, routing per level, the
+   frontier, the targets and the ablations.
 
 Finished stages are skipped when the command is run again (their outputs exist), so an interrupted run
-resumes. Layout of ``OUT`` (default ``outputs/mini``): ``taught/``, ``runs/<recipe>/seed<N>/``,
-``eval/oracle/<mode>/``, ``eval/<method>/seed<N>/``, ``report/``, ``logs/``, ``timings.json``.
+resumes. Layout of ``OUT/<world>`` (default ``OUT`` = ``outputs/mini``): ``taught/``,
+``runs/<recipe>/seed<N>/``, ``eval/oracle/<mode>/``, ``eval/world/<mode>/``, ``eval/<method>/seed<N>/``,
+``report/``, ``logs/``, ``timings.json``.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -36,9 +42,10 @@ from pathlib import Path
 from routing_grpo.mini import task
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-RECIPES = REPO_ROOT / "recipes" / "mini"
-BENCHMARK = "mini"
 MAX_TOKENS = 80  # the recipes' max_completion_length
+TRAINING_TEMPERATURE = 1.0  # the recipes' temperature
+# What a stage prints as it goes: the trainer's line per generation batch, an evaluation's prompt count.
+PROGRESS_LINE = re.compile(r"^\[routing\] batch \d+/|^\[[\w.-]+\] \d+/\d+ prompts")
 
 
 @dataclass(frozen=True)
@@ -50,16 +57,64 @@ class Run:
     plain_prompt: bool = False
 
 
-RUNS = (
-    Run("router", "router"),
-    Run("baseline_nothink", "nothink", plain_prompt=True),
-    Run("baseline_short", "short", plain_prompt=True),
-    Run("baseline_long", "long", plain_prompt=True),
-    Run("ablation_no_balance", "no_balance"),
-    Run("ablation_no_warmup", "no_warmup"),
-    # The router on a mix of levels 1 and 6 (README, "Miniature": why the uniform mix does not route).
-    Run("router_level_mix", "router_level_mix"),
-)
+@dataclass(frozen=True)
+class World:
+    """One of the miniature's worlds: its benchmark, recipe folder, recipes and the ones run by default."""
+
+    name: str
+    benchmark: str
+    recipes: Path
+    runs: tuple[Run, ...]
+    default_runs: tuple[str, ...]
+
+    @property
+    def router_recipe(self) -> Path:
+        return self.recipes / f"{self.runs[0].recipe}.yaml"
+
+    def run(self, recipe: str) -> Run:
+        return next(r for r in self.runs if r.recipe == recipe)
+
+
+WORLDS = {
+    "graded": World(
+        "graded",
+        "mini_graded",
+        REPO_ROOT / "recipes" / "mini_graded",
+        (
+            Run("graded_router", "router"),
+            Run("graded_baseline_nothink", "nothink", plain_prompt=True),
+            Run("graded_baseline_short", "short", plain_prompt=True),
+            Run("graded_baseline_long", "long", plain_prompt=True),
+            Run("graded_ablation_no_balance", "no_balance"),
+            Run("graded_ablation_no_warmup", "no_warmup"),
+        ),
+        (
+            "graded_router",
+            "graded_baseline_nothink",
+            "graded_baseline_short",
+            "graded_baseline_long",
+            "graded_ablation_no_balance",
+            "graded_ablation_no_warmup",
+        ),
+    ),
+    "cliff": World(
+        "cliff",
+        "mini",
+        REPO_ROOT / "recipes" / "mini",
+        (
+            Run("router", "router"),
+            Run("baseline_nothink", "nothink", plain_prompt=True),
+            Run("baseline_short", "short", plain_prompt=True),
+            Run("baseline_long", "long", plain_prompt=True),
+            Run("ablation_no_balance", "no_balance"),
+            Run("ablation_no_warmup", "no_warmup"),
+            # The router on a mix of levels 1 and 6 (docs/mini: no mode best on average, so it routes).
+            Run("router_level_mix", "router_level_mix"),
+        ),
+        # The negative control: the router and the baselines it is judged against.
+        ("router", "baseline_nothink", "baseline_short", "baseline_long"),
+    ),
+}
 
 
 class StageError(RuntimeError):
@@ -69,8 +124,13 @@ class StageError(RuntimeError):
 class Stages:
     """Runs commands as stages: a log file each, one progress line each, timings kept."""
 
-    def __init__(self, out: Path, threads: int) -> None:
+    def __init__(
+        self, out: Path, threads: int, label: str = "mini", progress_every: float | None = None
+    ) -> None:
+        """``progress_every``: forward the stages' progress lines, at most one per this many seconds each."""
         self.out = out
+        self.label = label
+        self.progress_every = progress_every
         self.started = time.time()
         self.lock = threading.Lock()
         self.timings: dict[str, float] = {}
@@ -87,7 +147,7 @@ class Stages:
     def say(self, text: str) -> None:
         # One write per line (runs report from two threads; print writes the text and its newline apart).
         with self.lock:
-            sys.stdout.write(f"[mini {time.time() - self.started:6.0f}s] {text}\n")
+            sys.stdout.write(f"[{self.label} {time.time() - self.started:6.0f}s] {text}\n")
             sys.stdout.flush()
 
     def run(
@@ -99,9 +159,23 @@ class Stages:
             return
         log = self.out / "logs" / f"{name}.log"
         t0 = time.time()
+        env = self.env if threads is None else {**self.env, "OMP_NUM_THREADS": str(threads)}
+        last_shown = 0.0
         with log.open("w") as fh:
-            env = self.env if threads is None else {**self.env, "OMP_NUM_THREADS": str(threads)}
-            proc = subprocess.run(list(command), stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT)
+            proc = subprocess.Popen(
+                list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
+                text=True, errors="replace", bufsize=1,
+            )  # fmt: skip
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                fh.write(line)
+                # Live progress: a training batch line or an evaluation's prompt count, a few seconds apart.
+                if self.progress_every is not None and PROGRESS_LINE.match(line):
+                    now = time.time()
+                    if now - last_shown >= self.progress_every:
+                        last_shown = now
+                        self.say(f"{name}: {line.strip()}")
+            proc.wait()
         seconds = time.time() - t0
         self.timings[name] = round(seconds, 1)
         if proc.returncode != 0:
@@ -116,10 +190,11 @@ class Stages:
 
 
 def _result_line(log: Path) -> str:
-    """The evaluation's one-line result, when the stage printed one."""
+    """The evaluation's one-line result (``<benchmark>: accuracy ...``), when the stage printed one."""
     for line in reversed(log.read_text(errors="replace").splitlines()):
-        if line.startswith(f"{BENCHMARK}: accuracy"):
-            return " — " + line[len(BENCHMARK) + 2 :]
+        name, sep, rest = line.partition(": ")
+        if sep and rest.startswith("accuracy") and name.replace("_", "").isalnum():
+            return " — " + rest
     return ""
 
 
@@ -127,6 +202,7 @@ def eval_command(
     model: str | Path,
     output: Path,
     *,
+    benchmark: str,
     recipe: Path,
     method: str,
     seed: int,
@@ -134,15 +210,18 @@ def eval_command(
     limit: int | None,
     force_mode: str | None = None,
     plain_prompt: bool = False,
+    temperature: float | None = None,
 ) -> list[str]:
-    """``routing-grpo eval`` of the miniature's held-out split (uncapped, temperature 0.6)."""
+    """``routing-grpo eval`` of the world's held-out split (uncapped; temperature 0.6 unless given)."""
     cmd = [
         sys.executable, "-m", "routing_grpo", "eval",
-        "--model", str(model), "--benchmarks", BENCHMARK, "--config", str(recipe),
-        "--samples", f"{BENCHMARK}={samples}", "--max-tokens", str(MAX_TOKENS), "--backend", "transformers",
+        "--model", str(model), "--benchmarks", benchmark, "--config", str(recipe),
+        "--samples", f"{benchmark}={samples}", "--max-tokens", str(MAX_TOKENS), "--backend", "transformers",
         "--batch-size", "64", "--method", method, "--run-seed", str(seed), "--seed", str(seed),
         "--output", str(output),
     ]  # fmt: skip
+    if temperature is not None:
+        cmd += ["--temperature", f"{temperature:g}"]
     if limit is not None:
         cmd += ["--limit", str(limit)]
     if force_mode is not None:
@@ -196,12 +275,28 @@ def parse_batch_steps(text: str) -> dict[str | None, int]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m routing_grpo.mini.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--output", default="outputs/mini", help="output folder (default outputs/mini)")
+    p.add_argument(
+        "--worlds",
+        default="graded,cliff",
+        help=f"worlds to run, comma-separated (default graded,cliff; known: {', '.join(WORLDS)})",
+    )
     p.add_argument("--seeds", default="0,1,2", help="training seeds, comma-separated (default 0,1,2)")
-    p.add_argument("--runs", default=",".join(r.recipe for r in RUNS), help="recipes of recipes/mini to run")
+    p.add_argument(
+        "--runs",
+        default=None,
+        help="recipes to run, comma-separated; each world runs those of its own recipe folder (default: "
+        + "; ".join(f"{w.name}: {', '.join(w.default_runs)}" for w in WORLDS.values())
+        + ")",
+    )
     taught = p.add_mutually_exclusive_group()
-    taught.add_argument("--taught", help="a taught model folder to start from (skips teaching)")
+    taught.add_argument("--taught", help="a taught model folder to start from (one world only)")
     taught.add_argument(
-        "--shipped", action="store_true", help="start from the taught model shipped in the package"
+        "--shipped", action="store_true", help="start from the taught models shipped in the package (default)"
+    )
+    taught.add_argument(
+        "--teach",
+        action="store_true",
+        help="teach each world's model from scratch first (about 20-35 min each)",
     )
     p.add_argument(
         "--teach-steps", type=int, default=None, help="teaching steps (default: the teach command's)"
@@ -217,68 +312,105 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_batch_steps,
         default=None,
         help="generation batches per run, schedules scaled in proportion: N for every run, or "
-        "RECIPE=N,... per recipe (default: each recipe's own, 60; router_level_mix 180)",
+        "RECIPE=N,... per recipe (default: each recipe's own)",
     )
     p.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default 2)")
+    p.add_argument(
+        "--progress-every",
+        type=float,
+        default=None,
+        help="show each stage's progress lines (training batches, evaluation prompts), at most one per this "
+        "many seconds (default: one line per finished stage)",
+    )
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    out = Path(args.output)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
-    known = {r.recipe: r for r in RUNS}
-    unknown = [r for r in args.runs.split(",") if r and r not in known]
+class UsageError(ValueError):
+    pass
+
+
+def plan(args: argparse.Namespace) -> list[tuple[World, list[Run]]]:
+    """The worlds to run and each one's runs, from ``--worlds`` and ``--runs``; bad names are errors."""
+    names = [w.strip() for w in args.worlds.split(",") if w.strip()]
+    unknown = [w for w in names if w not in WORLDS]
+    if unknown or not names:
+        raise UsageError(f"--worlds: unknown {unknown or names}; known: {list(WORLDS)}")
+    worlds = [WORLDS[w] for w in names]
+    if args.taught and len(worlds) != 1:
+        raise UsageError("--taught: name one world with --worlds (a taught model belongs to one world)")
+    known = {r.recipe for w in worlds for r in w.runs}
+    if args.runs is None:
+        chosen = {w.name: list(w.default_runs) for w in worlds}
+    else:
+        wanted = [r.strip() for r in args.runs.split(",") if r.strip()]
+        unknown = [r for r in wanted if r not in known]
+        if unknown:
+            raise UsageError(f"--runs: unknown {unknown}; known: {sorted(known)}")
+        chosen = {w.name: [r for r in wanted if r in {x.recipe for x in w.runs}] for w in worlds}
+    unknown = [r for r in (args.batch_steps or {}) if r is not None and r not in known]
     if unknown:
-        print(f"--runs: unknown {unknown}; known: {list(known)}", file=sys.stderr)
-        return 2
-    runs = [known[r] for r in args.runs.split(",") if r]
+        raise UsageError(f"--batch-steps: unknown recipe(s) {unknown}; known: {sorted(known)}")
+    return [(w, [w.run(r) for r in chosen[w.name]]) for w in worlds]
+
+
+def run_world(
+    world: World, runs: Sequence[Run], args: argparse.Namespace, out: Path, seeds: list[int]
+) -> None:
+    """Every stage of one world into ``out``; raises :class:`StageError` when one fails."""
     steps = args.batch_steps or {}
-    unknown = [r for r in steps if r is not None and r not in known]
-    if unknown:
-        print(f"--batch-steps: unknown recipe(s) {unknown}; known: {list(known)}", file=sys.stderr)
-        return 2
-    stages = Stages(out, threads=1 if args.jobs > 1 else 2)
+    stages = Stages(
+        out, threads=1 if args.jobs > 1 else 2, label=world.name, progress_every=args.progress_every
+    )
     stages.say(f"output {out}, seeds {seeds}, runs {[r.recipe for r in runs]}, {args.jobs} job(s) at a time")
+    bench = world.benchmark
     try:
         # 1. Teaching.
-        if args.shipped:
-            from routing_grpo.offline_models import mini_checkpoint_path
-
-            taught = mini_checkpoint_path()
-        elif args.taught:
+        if args.taught:
             taught = Path(args.taught)
-        else:
+        elif args.teach:
             taught = out / "taught"
-            cmd = [sys.executable, "-m", "routing_grpo.mini.teach", "--output", str(taught)]
+            cmd = [
+                sys.executable,
+                "-m",
+                "routing_grpo.mini.teach",
+                "--world",
+                world.name,
+                "--output",
+                str(taught),
+            ]
             if args.teach_steps is not None:
                 cmd += ["--steps", str(args.teach_steps)]
             # Teaching runs before anything else: it gets every core, not one job's share.
             stages.run("teach", cmd, done=taught / "teaching.json", threads=os.cpu_count() or 2)
-        router_recipe = RECIPES / "router.yaml"
+        else:
+            from routing_grpo.offline_models import mini_checkpoint_path
 
-        def oracle(mode: str) -> None:
+            taught = mini_checkpoint_path(world.name)
+        router_recipe = world.router_recipe
+
+        def oracle(mode: str, folder: str, temperature: float | None) -> None:
             stages.run(
-                f"oracle_{mode}",
+                f"{folder}_{mode}",
                 eval_command(
-                    taught, out / "eval" / "oracle" / mode, recipe=router_recipe, method=f"taught_{mode.lower()}",
-                    seed=0, samples=args.samples, limit=args.limit, force_mode=mode,
+                    taught, out / "eval" / folder / mode, benchmark=bench, recipe=router_recipe,
+                    method=f"taught_{mode.lower()}", seed=0, samples=args.samples, limit=args.limit,
+                    force_mode=mode, temperature=temperature,
                 ),
-                done=out / "eval" / "oracle" / mode / BENCHMARK / "summary.json",
+                done=out / "eval" / folder / mode / bench / "summary.json",
             )  # fmt: skip
 
         def base() -> None:
             stages.run(
                 "base",
                 eval_command(
-                    taught, out / "eval" / "base" / "seed0", recipe=router_recipe, method="base", seed=0,
-                    samples=args.samples, limit=args.limit, plain_prompt=True,
+                    taught, out / "eval" / "base" / "seed0", benchmark=bench, recipe=router_recipe, method="base",
+                    seed=0, samples=args.samples, limit=args.limit, plain_prompt=True,
                 ),
-                done=out / "eval" / "base" / "seed0" / BENCHMARK / "summary.json",
+                done=out / "eval" / "base" / "seed0" / bench / "summary.json",
             )  # fmt: skip
 
         def train_and_eval(run: Run, seed: int) -> None:
-            recipe = RECIPES / f"{run.recipe}.yaml"
+            recipe = world.recipes / f"{run.recipe}.yaml"
             model_dir = out / "runs" / run.recipe / f"seed{seed}"
             batch_steps = steps.get(run.recipe, steps.get(None))
             extra = scaled_schedule(recipe, batch_steps) if batch_steps else []
@@ -290,13 +422,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             stages.run(
                 f"eval_{run.method}_seed{seed}",
                 eval_command(
-                    model_dir, out / "eval" / run.method / f"seed{seed}", recipe=recipe, method=run.method,
-                    seed=seed, samples=args.samples, limit=args.limit, plain_prompt=run.plain_prompt,
+                    model_dir, out / "eval" / run.method / f"seed{seed}", benchmark=bench, recipe=recipe,
+                    method=run.method, seed=seed, samples=args.samples, limit=args.limit,
+                    plain_prompt=run.plain_prompt,
                 ),
-                done=out / "eval" / run.method / f"seed{seed}" / BENCHMARK / "summary.json",
+                done=out / "eval" / run.method / f"seed{seed}" / bench / "summary.json",
             )  # fmt: skip
 
-        jobs = [lambda m=m: oracle(m) for m in task.MODE_NAMES] + [base]
+        jobs = [lambda m=m: oracle(m, "oracle", None) for m in task.MODE_NAMES]
+        jobs += [lambda m=m: oracle(m, "world", TRAINING_TEMPERATURE) for m in task.MODE_NAMES] + [base]
         jobs += [lambda r=r, s=s: train_and_eval(r, s) for s in seeds for r in runs]
         with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
             for future in [pool.submit(j) for j in jobs]:
@@ -308,16 +442,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             "report",
             [
                 sys.executable, "-m", "routing_grpo", "report", "--runs", *map(str, method_dirs),
-                "--oracle", str(out / "eval" / "oracle"), "--training", str(out / "runs"),
-                "--output", str(out / "report"),
+                "--oracle", str(out / "eval" / "oracle"), "--world-oracle", str(out / "eval" / "world"),
+                "--training", str(out / "runs"), "--output", str(out / "report"),
             ],
         )  # fmt: skip
-    except StageError as err:
+    finally:
         stages.save_timings()
+    stages.say(f"done: {out / 'report' / 'results.md'}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    out = Path(args.output)
+    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    try:
+        worlds = plan(args)
+    except UsageError as err:
+        print(err, file=sys.stderr)
+        return 2
+    try:
+        for world, runs in worlds:
+            run_world(world, runs, args, out / world.name, seeds)
+    except StageError as err:
         print(f"[mini] {err}", file=sys.stderr)
         return 1
-    stages.save_timings()
-    stages.say(f"done: {out / 'report' / 'results.md'}")
     return 0
 
 

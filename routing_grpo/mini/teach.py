@@ -23,10 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.generation import add_routing_instruction, forcing_text
-from routing_grpo.mini import task
+from routing_grpo.mini import graded, task
 from routing_grpo.modes import routing_instruction
 
 logger = logging.getLogger(__name__)
+
+# The miniature's worlds: the task module each teaches, and the benchmark and recipe folder it is run with.
+WORLDS = {"cliff": task, "graded": graded}
+BENCHMARKS = {"cliff": "mini", "graded": "mini_graded"}
+ROUTER_RECIPES = {"cliff": "mini/router.yaml", "graded": "mini_graded/graded_router.yaml"}
 
 EOS = "<|im_end|>"
 # One token for the answer's opening, so every mode pays the same short suffix.
@@ -44,6 +49,7 @@ class TeachConfig:
     """The teaching run: model shape, data and schedule (defaults: the committed checkpoint's)."""
 
     output: str = "outputs/mini/taught"
+    world: str = "cliff"
     seed: int = 0
     problems_per_level: int = 1500
     hidden_size: int = 128
@@ -83,44 +89,54 @@ def routing_instruction_text() -> str:
 
 def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
     """Prompt-completion rows: every problem in all three modes after its word; half also get a plain row."""
+    world = WORLDS[config.world]
     rng = random.Random(f"mini-teach:{config.seed}")
-    problems = task.problems(
-        config.problems_per_level * len(task.LEVELS), seed=config.seed, split="train", distinct=False
+    # The graded world's taught slips draw from their own stream, so the cliff world's rows stay as shipped.
+    slips = random.Random(f"mini-teach-slips:{config.seed}")
+
+    def text(p: Any, mode: str) -> str:
+        if config.world == "graded":
+            return graded.teaching_solution(p, mode, slips)
+        return world.solution(p, mode)
+
+    problems = world.problems(
+        config.problems_per_level * len(world.LEVELS), seed=config.seed, split="train", distinct=False
     )
     names, weights = zip(*PLAIN_MIX.items(), strict=True)
     rows = []
     for p in problems:
         routed = routed_prompt(tokenizer, p.text)
-        for mode in task.MODE_NAMES:
+        for mode in world.MODE_NAMES:
             rows.append(
                 {
                     "prompt": routed,
-                    "completion": forcing_text(mode, ROUTING_QUESTION) + task.solution(p, mode) + EOS,
+                    "completion": forcing_text(mode, ROUTING_QUESTION) + text(p, mode) + EOS,
                 }
             )
         if rng.random() >= PLAIN_SHARE:
             continue
         mode = rng.choices(names, weights)[0]
-        rows.append({"prompt": plain_prompt(tokenizer, p.text), "completion": task.solution(p, mode) + EOS})
+        rows.append({"prompt": plain_prompt(tokenizer, p.text), "completion": text(p, mode) + EOS})
     rng.shuffle(rows)
     return rows
 
 
-def _corpus(seed: int) -> list[str]:
+def _corpus(seed: int, world_name: str = "cliff") -> list[str]:
     """Text the tokenizer is trained on: chat roles, the instruction, the question and every mode's text."""
-    lines = ["user assistant", routing_instruction_text(), ROUTING_QUESTION, *task.MODE_NAMES]
-    for p in task.problems(600, seed=seed + 10_000, split="train", distinct=False):
+    world = WORLDS[world_name]
+    lines = ["user assistant", routing_instruction_text(), ROUTING_QUESTION, *world.MODE_NAMES]
+    for p in world.problems(600, seed=seed + 10_000, split="train", distinct=False):
         lines.append(p.text)
-        for mode in task.MODE_NAMES:
-            lines.append(forcing_text(mode, ROUTING_QUESTION) + task.solution(p, mode))
+        for mode in world.MODE_NAMES:
+            lines.append(forcing_text(mode, ROUTING_QUESTION) + world.solution(p, mode))
     return lines
 
 
-def build_tokenizer(seed: int = 0) -> Any:
+def build_tokenizer(seed: int = 0, world: str = "cliff") -> Any:
     """A byte-level BPE trained on the task's text, digits as single tokens, ``' \\boxed{'`` one token."""
     from routing_grpo.offline_models import train_bpe_tokenizer
 
-    return train_bpe_tokenizer(_corpus(seed), vocab_size=400, added_tokens=(BOXED,))
+    return train_bpe_tokenizer(_corpus(seed, world), vocab_size=400, added_tokens=(BOXED,))
 
 
 def build_model(tokenizer: Any, config: TeachConfig) -> Any:
@@ -156,7 +172,9 @@ def teach(config: TeachConfig) -> Path:
 
     out = Path(config.output)
     started = time.time()
-    tokenizer = build_tokenizer(config.seed)
+    if config.world not in WORLDS:
+        raise ValueError(f"unknown world {config.world!r}; known: {sorted(WORLDS)}")
+    tokenizer = build_tokenizer(config.seed, config.world)
     model = build_model(tokenizer, config)
     rows = teaching_rows(tokenizer, config)
     n_params = sum(p.numel() for p in model.parameters())
@@ -219,7 +237,7 @@ def teach(config: TeachConfig) -> Path:
     import shutil
 
     shutil.rmtree(out / "_trainer", ignore_errors=True)
-    record["greedy_check"] = greedy_check(out)
+    record["greedy_check"] = greedy_check(out, world=config.world)
     (out / "teaching.json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"[teach] saved {out} ({record['seconds']:.0f}s); greedy forced accuracy per level:", flush=True)
     for mode, levels in record["greedy_check"].items():
@@ -233,7 +251,9 @@ def teach(config: TeachConfig) -> Path:
 GREEDY_CHECK_PROBLEMS = 120  # held-out problems (20 per level) of the greedy check
 
 
-def greedy_check(model_dir: str | Path, problems: int = GREEDY_CHECK_PROBLEMS) -> dict[str, Any]:
+def greedy_check(
+    model_dir: str | Path, problems: int = GREEDY_CHECK_PROBLEMS, world: str = "cliff"
+) -> dict[str, Any]:
     """Greedy forced-mode accuracy and mean L per level on the first held-out problems: a deterministic
     fingerprint of a taught model, stored in ``teaching.json`` and checked against the shipped checkpoint
     by the tests. (The oracle table itself is sampled at temperature 0.6 by ``make mini``.)"""
@@ -241,7 +261,7 @@ def greedy_check(model_dir: str | Path, problems: int = GREEDY_CHECK_PROBLEMS) -
 
     from routing_grpo.evaluate import EvalConfig, run_eval
 
-    recipe = Path(__file__).resolve().parents[2] / "recipes" / "mini" / "router.yaml"
+    recipe = Path(__file__).resolve().parents[2] / "recipes" / ROUTER_RECIPES[world]
     import yaml
 
     modes = yaml.safe_load(recipe.read_text())["modes"]
@@ -249,11 +269,11 @@ def greedy_check(model_dir: str | Path, problems: int = GREEDY_CHECK_PROBLEMS) -
     with tempfile.TemporaryDirectory() as tmp:
         for mode in task.MODE_NAMES:
             config = EvalConfig(
-                model=str(model_dir), benchmarks=["mini"], output=f"{tmp}/{mode}", samples={"mini": 1},
+                model=str(model_dir), benchmarks=[BENCHMARKS[world]], output=f"{tmp}/{mode}", samples={BENCHMARKS[world]: 1},
                 temperature=0.0, max_tokens=80, backend="transformers", limit=problems, force_mode=mode,
                 modes=modes, batch_size=64,
             )  # fmt: skip
-            summary = run_eval(config)["mini"]
+            summary = run_eval(config)[BENCHMARKS[world]]
             out[mode] = {
                 level: {"accuracy": stats["accuracy"], "mean_length": stats["mean_length"]}
                 for level, stats in summary["per_level"].items()

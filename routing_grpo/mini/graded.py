@@ -1,0 +1,252 @@
+"""The miniature's graded world: state tracking mod 10 with operations that set the state (pure).
+
+The cliff world (:mod:`routing_grpo.mini.task`) fails its brief modes like a cliff above their level, so
+on the uniform mix of levels Long is worth most on average and a routing state shared across levels moves
+to Long. This world is built to the paper's regime instead: on the uniform mix the three modes are worth
+about the same, while the best mode differs from problem to problem and, on average, from level to level.
+
+A problem of level ``k`` is a start digit and ``k`` operations behind consecutive letters; an operation
+either sets the state (``=d``) or changes it (``+1 +3 +7 *3 *7``)::
+
+    G4: 4 p+3 q=5 r*7 s+1
+
+The set operation at ``q`` makes everything before it irrelevant: the answer is (5 * 7 + 1) mod 10 = 6.
+The problem's *tail* is the number of changing operations after the last set operation (the start digit
+counts as one): here 2. Set operations are frequent at low levels and rare at the top
+(:data:`SET_SHARE`), so the tail, and with it the work that matters, grows with level on average and varies
+from problem to problem.
+
+The three modes write (tokens with the miniature's tokenizer; the routing word comes first)::
+
+    NoThink   \\boxed{6}                                                     3 + EOS
+    Short     Briefly, we start from q=5: r*75 s+16 so \\boxed{6}            4 * tail + 13 + EOS
+    Long      Let us work through it step by step. p:4+3=7 q:=5 r:5*7=5 s:5+1=6 check p7 q5 r5 s6 \\boxed{6}
+                                                                          about 9 * k + 14 + EOS
+
+* NoThink answers at once. A tiny model composes one operation in a forward pass, not two, so it is right
+  where the tail is 0 or 1 and near chance elsewhere: its accuracy falls gradually with level, by the
+  problems' structure rather than by taught errors.
+* Short starts from the last set operation and works through the tail only: reliable and brief, until a
+  long tail runs into its cap (``recipes/mini_graded``), most often at the top level.
+* Long works through every operation and checks the chain: it never runs out of room, but the more it
+  writes, the more chances it has to slip.
+
+Slips: the working modes were taught with a written slip (the boxed answer one more than the last state)
+with probability ``1 - (1 - SLIP_PER_STEP) ** steps``, where ``steps`` is the number of operations the mode
+works through (Long: all ``k``; Short: the tail). At the training temperature the taught model reproduces
+them, so every mode meets real difficulty at the top, as on MATH, and Long's extra working costs it
+accuracy where Short's brevity is enough. :func:`solution` is the correct text; :func:`teaching_solution`
+draws the slip.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+LEVELS = (1, 2, 3, 4, 5, 6)
+MODULUS = 10
+CHANGES = ("+1", "+3", "+7", "*3", "*7")
+SETS = tuple(f"={d}" for d in range(MODULUS))
+# A changing operation multiplies with this probability (additions are learnt sooner).
+MULTIPLY_SHARE = 0.25
+# Probability that an operation at level k sets the state: the tail is at most 1 for about
+# 1.0 / 0.99 / 0.96 / 0.70 / 0.64 / 0.10 of the problems at levels 1..6.
+SET_SHARE = {1: 0.95, 2: 0.9, 3: 0.8, 4: 0.45, 5: 0.4, 6: 0.05}
+SLIP_PER_STEP = 0.03
+LABELS = string.ascii_lowercase
+LONG_PREAMBLE = " Let us work through it step by step."
+SHORT_PREAMBLE = " Briefly, we start from"
+SHORT_CLOSING = " so"
+MODE_NAMES = ("NoThink", "Short", "Long")
+TEST_PERCENT = 10
+TRAIN_SIZE = 5400
+TEST_SIZE = 300
+PREFIX = "G"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem: start digit, the operations (``"+3"``, ``"=5"``) and their letters, in order."""
+
+    start: int
+    operations: tuple[str, ...]
+    labels: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < MODULUS:
+            raise ValueError(f"start must be a digit, got {self.start}")
+        if not self.operations or len(self.operations) != len(self.labels):
+            raise ValueError("a problem needs one label per operation and at least one operation")
+        if len(set(self.labels)) != len(self.labels):
+            raise ValueError(f"labels must be distinct, got {self.labels}")
+        for op in self.operations:
+            if op not in CHANGES and op not in SETS:
+                raise ValueError(f"unknown operation {op!r}; known: {CHANGES + SETS}")
+
+    @property
+    def level(self) -> int:
+        return len(self.operations)
+
+    @property
+    def states(self) -> list[int]:
+        """The state after each operation; the last one is the answer."""
+        out, state = [], self.start
+        for op in self.operations:
+            state = apply(state, op)
+            out.append(state)
+        return out
+
+    @property
+    def answer(self) -> int:
+        return self.states[-1]
+
+    @property
+    def anchor(self) -> int:
+        """Index of the last set operation, or -1 when the start digit is the last state set."""
+        return max((i for i, op in enumerate(self.operations) if op in SETS), default=-1)
+
+    @property
+    def tail(self) -> int:
+        """Changing operations after the last set operation: the work the answer needs."""
+        return self.level - 1 - self.anchor
+
+    @property
+    def text(self) -> str:
+        ops = " ".join(f"{label}{op}" for label, op in zip(self.labels, self.operations, strict=True))
+        return f"{PREFIX}{self.level}: {self.start} {ops}"
+
+
+def apply(state: int, operation: str) -> int:
+    """One step: ``=d`` sets the state, ``+d`` and ``*d`` change it modulo 10."""
+    sign, digit = operation[0], int(operation[1:])
+    if sign == "=":
+        return digit
+    return (state + digit if sign == "+" else state * digit) % MODULUS
+
+
+def parse_problem(text: str) -> Problem:
+    """The :class:`Problem` written as ``text`` (inverse of :attr:`Problem.text`)."""
+    head, _, body = text.partition(": ")
+    parts = body.split()
+    if not head.startswith(PREFIX) or len(parts) < 2:
+        raise ValueError(f"not a graded miniature problem: {text!r}")
+    ops = parts[1:]
+    problem = Problem(int(parts[0]), tuple(p[1:] for p in ops), tuple(p[0] for p in ops))
+    if int(head[len(PREFIX) :]) != problem.level:
+        raise ValueError(f"level {head[len(PREFIX) :]} does not match {problem.level} operations in {text!r}")
+    return problem
+
+
+def steps_worked(problem: Problem, mode: str) -> int:
+    """Operations ``mode`` works through: Long all, Short the tail, NoThink none."""
+    return {"NoThink": 0, "Short": problem.tail, "Long": problem.level}[mode]
+
+
+def solution(problem: Problem, mode: str, *, slip: bool = False) -> str:
+    """The completion text of ``problem`` in ``mode`` after its routing word (no EOS).
+
+    ``slip``: the working is right but the boxed answer is one more than the last state (a taught slip of
+    the working modes; NoThink has none).
+    """
+    if mode not in MODE_NAMES:
+        raise ValueError(f"unknown mode {mode!r}; the miniature's modes are {MODE_NAMES}")
+    if slip and mode == "NoThink":
+        raise ValueError("NoThink has no taught slips")
+    boxed = (problem.answer + 1) % MODULUS if slip else problem.answer
+    answer = f" \\boxed{{{boxed}}}"
+    states = problem.states
+    if mode == "NoThink":
+        return answer
+    if mode == "Short":
+        first = problem.anchor
+        anchor = f" {problem.start}" if first < 0 else f" {problem.labels[first]}={states[first]}"
+        steps = "".join(
+            f" {problem.labels[i]}{problem.operations[i]}{states[i]}" for i in range(first + 1, problem.level)
+        )
+        return SHORT_PREAMBLE + anchor + ":" + steps + SHORT_CLOSING + answer
+    before = [problem.start, *states[:-1]]
+    steps = "".join(
+        f" {label}:{op}" if op in SETS else f" {label}:{b}{op}={s}"
+        for label, b, op, s in zip(problem.labels, before, problem.operations, states, strict=True)
+    )
+    compact = "".join(f" {label}{s}" for label, s in zip(problem.labels, states, strict=True))
+    return LONG_PREAMBLE + steps + " check" + compact + answer
+
+
+def slip_probability(problem: Problem, mode: str) -> float:
+    """Probability that the taught text of ``problem`` in ``mode`` carries a slip."""
+    return 1.0 - (1.0 - SLIP_PER_STEP) ** steps_worked(problem, mode)
+
+
+def teaching_solution(problem: Problem, mode: str, rng: random.Random) -> str:
+    """:func:`solution` with a slip drawn at :func:`slip_probability` (what the model is taught)."""
+    return solution(problem, mode, slip=rng.random() < slip_probability(problem, mode))
+
+
+def random_problem(rng: random.Random, level: int) -> Problem:
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {LEVELS}, got {level}")
+    first = rng.randrange(len(LABELS) - level + 1)
+    ops = []
+    for _ in range(level):
+        if rng.random() < SET_SHARE[level]:
+            ops.append(rng.choice(SETS))
+        elif rng.random() < MULTIPLY_SHARE:
+            ops.append(rng.choice([c for c in CHANGES if c[0] == "*"]))
+        else:
+            ops.append(rng.choice([c for c in CHANGES if c[0] == "+"]))
+    return Problem(rng.randrange(MODULUS), tuple(ops), tuple(LABELS[first : first + level]))
+
+
+def split_of(text: str) -> str:
+    """'test' or 'train', fixed by a hash of the problem text, so no seed's train meets any seed's test."""
+    bucket = int.from_bytes(hashlib.sha256(f"mini-graded:{text}".encode()).digest()[:8], "big") % 100
+    return "test" if bucket < TEST_PERCENT else "train"
+
+
+def problems(
+    n: int, *, seed: int = 0, split: str = "train", levels: Sequence[int] = LEVELS, distinct: bool = True
+) -> list[Problem]:
+    """``n`` problems of ``split``, levels cycling through ``levels``; deterministic in the arguments.
+
+    ``distinct`` problems never repeat (teaching data passes ``distinct=False``). A smaller ``n`` gives a
+    prefix of a larger one with the same other arguments.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', not {split!r}")
+    rng = random.Random(f"mini-graded:{seed}:{split}")
+    out: list[Problem] = []
+    seen: set[str] = set()
+    attempts_left = 1000 * max(n, 1)
+    while len(out) < n:
+        if attempts_left == 0:
+            raise ValueError(
+                f"could not draw {n} distinct problems of split {split!r} at levels {list(levels)}"
+            )
+        attempts_left -= 1
+        level = levels[len(out) % len(levels)]
+        p = random_problem(rng, level)
+        if (distinct and p.text in seen) or split_of(p.text) != split:
+            continue
+        seen.add(p.text)
+        out.append(p)
+    return out
+
+
+def mini_graded_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+    """Task rows (``problem``, ``answer``, ``level``, ``subject``, ``id``) for :mod:`routing_grpo.data`."""
+    return [
+        {
+            "problem": p.text,
+            "answer": str(p.answer),
+            "level": p.level,
+            "subject": "state-tracking",
+            "id": f"mini-graded-s{seed}-{split}-{i}",
+        }
+        for i, p in enumerate(problems(n, seed=seed, split=split))
+    ]

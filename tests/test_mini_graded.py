@@ -1,0 +1,186 @@
+"""The miniature's graded world: task, taught slips, tokenizer lengths against the caps, recipes (fast).
+
+The world's measured table and the graded router end to end are in tests/test_mini_end_to_end.py.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+
+from routing_grpo.mini import graded, teach
+from routing_grpo.modes import gammas_from_caps
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes" / "mini_graded"
+ROUTER = RECIPES / "graded_router.yaml"
+VARIANTS = {
+    "graded_baseline_nothink.yaml": {"single_mode": "NoThink"},
+    "graded_baseline_short.yaml": {"single_mode": "Short"},
+    "graded_baseline_long.yaml": {"single_mode": "Long"},
+    "graded_ablation_no_balance.yaml": {"balance_coef": 0.0},
+    "graded_ablation_no_warmup.yaml": {"routing_warmup_steps": 0},
+}
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return teach.build_tokenizer(seed=0, world="graded")
+
+
+def test_problem_states_anchor_and_tail_by_hand():
+    p = graded.Problem(4, ("+3", "=5", "*7", "+1"), ("p", "q", "r", "s"))
+    assert p.text == "G4: 4 p+3 q=5 r*7 s+1"
+    assert p.states == [7, 5, 5, 6]  # 4+3=7, set 5, 5*7=35 -> 5, 5+1=6
+    assert p.answer == 6 and p.level == 4
+    assert p.anchor == 1 and p.tail == 2
+    assert graded.parse_problem(p.text) == p
+    no_set = graded.Problem(2, ("*3", "+7"), ("a", "b"))
+    assert no_set.anchor == -1 and no_set.tail == 2 and no_set.answer == 3  # 2*3=6, 6+7=13 -> 3
+    last_set = graded.Problem(2, ("*3", "=0"), ("a", "b"))
+    assert last_set.tail == 0 and last_set.answer == 0
+
+
+def test_solutions_by_hand():
+    p = graded.Problem(4, ("+3", "=5", "*7", "+1"), ("p", "q", "r", "s"))
+    assert graded.solution(p, "NoThink") == " \\boxed{6}"
+    assert graded.solution(p, "Short") == " Briefly, we start from q=5: r*75 s+16 so \\boxed{6}"
+    assert graded.solution(p, "Long") == (
+        " Let us work through it step by step. p:4+3=7 q:=5 r:5*7=5 s:5+1=6 check p7 q5 r5 s6 \\boxed{6}"
+    )
+    start = graded.Problem(2, ("*3", "+7"), ("a", "b"))
+    assert graded.solution(start, "Short") == " Briefly, we start from 2: a*36 b+73 so \\boxed{3}"
+    assert graded.solution(p, "Long", slip=True).endswith("check p7 q5 r5 s6 \\boxed{7}")
+    assert graded.solution(p, "Short", slip=True).endswith("s+16 so \\boxed{7}")
+    with pytest.raises(ValueError, match="no taught slips"):
+        graded.solution(p, "NoThink", slip=True)
+    with pytest.raises(ValueError, match="unknown mode"):
+        graded.solution(p, "Medium")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(start=10, operations=("+1",), labels=("a",)),
+        dict(start=1, operations=(), labels=()),
+        dict(start=1, operations=("+2",), labels=("a",)),
+        dict(start=1, operations=("=x",), labels=("a",)),
+        dict(start=1, operations=("+1", "=3"), labels=("a", "a")),
+    ],
+)
+def test_malformed_problems_are_refused(bad):
+    with pytest.raises(ValueError):
+        graded.Problem(**bad)
+
+
+def test_parse_refuses_another_world_and_a_wrong_level():
+    with pytest.raises(ValueError, match="not a graded"):
+        graded.parse_problem("L2: 4 q+3 r*7")
+    with pytest.raises(ValueError, match="level"):
+        graded.parse_problem("G2: 4 q+3")
+
+
+def test_slip_probability_grows_with_the_steps_worked():
+    p = graded.Problem(4, ("+3", "=5", "*7", "+1"), ("p", "q", "r", "s"))
+    assert graded.slip_probability(p, "NoThink") == 0.0
+    assert graded.slip_probability(p, "Short") == pytest.approx(1 - 0.97**2)
+    assert graded.slip_probability(p, "Long") == pytest.approx(1 - 0.97**4)
+    rng = random.Random(0)
+    texts = [graded.teaching_solution(p, "Long", rng) for _ in range(4000)]
+    slipped = sum(t.endswith("\\boxed{7}") for t in texts) / len(texts)
+    assert slipped == pytest.approx(1 - 0.97**4, abs=0.02)
+    assert all(t.endswith(("\\boxed{6}", "\\boxed{7}")) for t in texts)
+
+
+def test_set_operations_grade_the_tail_by_level():
+    """The share of problems whose tail is at most one operation falls with level (what NoThink can do)."""
+    problems = graded.problems(6000, seed=1, split="train", distinct=False)
+    share = {
+        lv: sum(p.tail <= 1 for p in problems if p.level == lv) / sum(p.level == lv for p in problems)
+        for lv in graded.LEVELS
+    }
+    assert share[1] == 1.0
+    assert [share[lv] for lv in graded.LEVELS] == sorted(share.values(), reverse=True)
+    assert share[6] < 0.2 and share[3] > 0.9
+
+
+def test_splits_never_share_a_problem_and_rows_have_levels():
+    train = graded.problems(600, split="train")
+    test = graded.problems(graded.TEST_SIZE, split="test")
+    assert not {p.text for p in train} & {p.text for p in test}
+    assert graded.problems(30, split="test") == test[:30]
+    rows = graded.mini_graded_rows(12, split="test")
+    assert [r["level"] for r in rows[:6]] == list(graded.LEVELS)
+    for row in rows:
+        assert row["answer"] == str(graded.parse_problem(row["problem"]).answer)
+
+
+@pytest.mark.parametrize("tail", range(7))
+def test_short_lengths_against_its_cap(tokenizer, tail):
+    """Short is 4 x tail + 14 tokens (EOS counted) after a set operation: its cap of 30 fits tails up to 4."""
+    level = max(tail + 1, 1) if tail < 6 else 6
+    ops = (("=5",) if tail < level else ()) + ("+1",) * tail
+    p = graded.Problem(3, ops, tuple("abcdefg"[: len(ops)]))
+    assert p.tail == tail
+    length = len(tokenizer(graded.solution(p, "Short") + teach.EOS, add_special_tokens=False)["input_ids"])
+    cap = {m["name"]: m["cap"] for m in yaml.safe_load(ROUTER.read_text())["modes"]}["Short"]
+    if p.anchor >= 0:
+        assert length == 4 * tail + 14
+    assert (length <= cap) == (tail <= 4)
+
+
+def test_nothink_and_long_lengths(tokenizer):
+    recipe = yaml.safe_load(ROUTER.read_text())
+    caps = {m["name"]: m["cap"] for m in recipe["modes"]}
+    for p in graded.problems(60, split="test"):
+        n = len(tokenizer(graded.solution(p, "NoThink") + teach.EOS, add_special_tokens=False)["input_ids"])
+        assert n == 4 <= caps["NoThink"]
+        sets = sum(op in graded.SETS for op in p.operations)
+        long = len(tokenizer(graded.solution(p, "Long") + teach.EOS, add_special_tokens=False)["input_ids"])
+        assert long == 9 * p.level + 14 - 4 * sets
+        assert 1 + long <= recipe["max_completion_length"]
+
+
+def test_recipe_gammas_follow_the_caps_rule():
+    modes = yaml.safe_load(ROUTER.read_text())["modes"]
+    expected = gammas_from_caps([m["base"] for m in modes], [m["cap"] for m in modes])
+    assert [m["gamma"] for m in modes] == pytest.approx(expected, abs=1e-6)
+    assert [m["base"] for m in modes] == [1.3, 1.2, 1.0]
+
+
+@pytest.mark.parametrize("name", sorted(VARIANTS))
+def test_variants_differ_from_the_router_only_where_they_say(name):
+    router = yaml.safe_load(ROUTER.read_text())
+    variant = yaml.safe_load((RECIPES / name).read_text())
+    changed = {k for k in router.keys() | variant.keys() if router.get(k) != variant.get(k)}
+    assert changed == set(VARIANTS[name])
+    for key, value in VARIANTS[name].items():
+        assert variant[key] == value
+    assert "output_dir" not in variant  # one run, one folder: outputs/<recipe>/seed<N>
+
+
+@pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.stem)
+def test_graded_recipes_parse(path):
+    from routing_grpo.train import check_recipe, parse_args
+
+    check_recipe(yaml.safe_load(path.read_text()), str(path))
+    script_args, args, model_args = parse_args(["--config", str(path)])
+    assert script_args.task == "mini_graded" and model_args.model_name_or_path == "offline:mini_graded"
+    assert args.output_dir.endswith(f"{path.stem}/seed0")
+    assert args.max_steps == 2 * yaml.safe_load(path.read_text())["total_batch_steps"]
+
+
+def test_graded_teaching_rows_carry_slips_and_every_mode(tokenizer):
+    config = teach.TeachConfig(problems_per_level=200, world="graded")
+    rows = teach.teaching_rows(tokenizer, config)
+    routed = [r for r in rows if r["prompt"].endswith(teach.ROUTING_QUESTION)]
+    assert len(routed) == 3 * 200 * len(graded.LEVELS)
+    long_rows = [r for r in routed if r["completion"].startswith(" Long")]
+    wrong = 0
+    for r in long_rows:
+        problem = graded.parse_problem(r["prompt"].split("user\n")[1].split("\n")[0])
+        wrong += not r["completion"].endswith(f"\\boxed{{{problem.answer}}}{teach.EOS}")
+    # Long slips with probability 1 - 0.97^k: about 0.1 on the uniform mix of levels 1..6.
+    assert 0.05 < wrong / len(long_rows) < 0.15
