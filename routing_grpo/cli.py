@@ -169,7 +169,8 @@ def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
 
 
 def _saved_routing_settings(model: str, revision: str | None = None) -> dict[str, Any]:
-    """The modes, instruction and question saved with a trained checkpoint ({} when it has none)."""
+    """The modes, instruction, question and completion limit saved with a trained checkpoint ({} when it
+    has none)."""
     from routing_grpo.inference import RoutingSettings, SettingsNotFoundError
 
     try:
@@ -179,7 +180,23 @@ def _saved_routing_settings(model: str, revision: str | None = None) -> dict[str
     except ValueError as err:
         raise CliError(str(err)) from None
     data = settings.to_dict()
-    return {k: data[k] for k in ("modes", "routing_instruction", "routing_question")}
+    return {k: data[k] for k in ("modes", "routing_instruction", "routing_question", "max_completion_length")}
+
+
+# Without --max-tokens and without a saved completion limit: long enough for the paper's Long mode.
+DEFAULT_EVAL_MAX_TOKENS = 16384
+
+
+def _model_context(model: str) -> int | None:
+    """max_position_embeddings of a local model folder's config.json (None for a Hub id or when absent)."""
+    config = Path(model).expanduser() / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        value = json.loads(config.read_text()).get("max_position_embeddings")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -197,22 +214,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # Everything the command line names is checked before the model loads: the recipe, the options, the
     # benchmark names and data files (run_eval then loads the benchmarks before the model).
     recipe: dict[str, Any] = {}
+    need_saved = not args.config or args.max_tokens is None
+    saved = _saved_routing_settings(args.model, args.revision) if need_saved else {}
     if args.config:
         import yaml
 
         load_recipe_modes(args.config)  # a missing file, bad YAML or bad modes: one clear line
         recipe = yaml.safe_load(Path(args.config).read_text()) or {}
     else:
-        recipe = _saved_routing_settings(args.model, args.revision)
+        recipe = saved
+    # --max-tokens: the run's own completion limit by default, and never past the model's context.
+    max_tokens = args.max_tokens
+    if max_tokens is None:
+        max_tokens = saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
+    context = _model_context(args.model)
+    if context is not None and max_tokens > context:
+        print(f"--max-tokens: {max_tokens} is past the model's context; using {context}", file=sys.stderr)
+        max_tokens = context
     try:
         config = EvalConfig(
             model=args.model,
             benchmarks=[b.strip() for b in args.benchmarks.split(",") if b.strip()],
-            output=args.output,
+            output=args.output or "",
             samples=_parse_mapping(args.samples, "--samples", int),
             temperature=args.temperature,
             top_p=args.top_p,
-            max_tokens=args.max_tokens,
+            max_tokens=max_tokens,
             backend=args.backend,
             limit=args.limit,
             force_mode=args.force_mode,
@@ -229,12 +256,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
             data_parallel_size=args.data_parallel_size,
             max_model_len=args.max_model_len,
             gpu_memory_utilization=args.gpu_memory_utilization,
+            overwrite=args.overwrite,
             **{
                 k: recipe[k]
                 for k in ("modes", "routing_instruction", "routing_question")
                 if recipe.get(k) is not None
             },
         )
+        if not args.output:  # the README's layout: outputs/eval/<method>/seed<N>
+            seed = config.run_seed if config.run_seed is not None else 0
+            config.output = str(Path("outputs") / "eval" / config.effective_method / f"seed{seed}")
         check_benchmarks(config)
         check_engine(config, resolve_backend(config.backend))
     except (FileNotFoundError, ValueError) as err:
@@ -410,7 +441,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--samples", help="samples per prompt, e.g. gsm8k=5,aime24=16 (paper defaults otherwise)")
     p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: keep this probability mass")
-    p.add_argument("--max-tokens", type=int, default=16384, help="uncapped generation up to this many tokens")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="uncapped generation up to this many tokens (default: the checkpoint's training completion "
+        f"limit from routing_config.json, else {16384}; never past the model's context)",
+    )
     p.add_argument(
         "--backend",
         choices=["auto", "vllm", "transformers"],
@@ -434,7 +471,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="sampling seed (seeds the vLLM engines)")
     p.add_argument("--method", help="label for reports (default: router / base / the forced mode)")
     p.add_argument("--run-seed", type=int, help="training seed of the checkpoint, for reports")
-    p.add_argument("--output", required=True, help="directory: <benchmark>/samples.jsonl and summary.json")
+    p.add_argument(
+        "--output",
+        help="directory: <benchmark>/samples.jsonl and summary.json (default outputs/eval/<method>/seed<N>); "
+        "a rerun resumes its samples, and samples of another model, data or settings are refused",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="start each benchmark's samples afresh instead of resuming"
+    )
     engine = p.add_argument_group("model and engine")
     engine.add_argument("--revision", help="Hub revision (branch, tag or commit) of the model and tokenizer")
     engine.add_argument(

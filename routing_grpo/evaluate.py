@@ -75,6 +75,8 @@ class EvalConfig:
     data_parallel_size: int = 1
     max_model_len: int | None = None
     gpu_memory_utilization: float = 0.9
+    # Start a benchmark's samples afresh instead of resuming them (never part of what a sample records).
+    overwrite: bool = False
 
     def __post_init__(self) -> None:
         if self.force_mode and self.no_routing:
@@ -641,6 +643,115 @@ def read_samples(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
     return done
 
 
+# What a sample depends on besides the model and the data: resuming with any of these changed would mix
+# samples drawn two ways under one summary.
+SAMPLE_SETTINGS = (
+    "temperature", "top_p", "max_tokens", "force_mode", "no_routing", "modes", "routing_instruction",
+    "routing_question", "seed", "revision", "dtype",
+)  # fmt: skip
+SAMPLES_RECORD = "samples_record.json"
+# The files whose sizes and modification times fingerprint a local model (weights, config, tokenizer).
+_MODEL_FILES = ("*.safetensors", "*.bin", "*.pt", "config.json", "tokenizer.json", "tokenizer_config.json")
+
+
+def model_fingerprint(model: str, revision: str | None = None) -> dict[str, Any]:
+    """A local model folder: its resolved path and each weight, config and tokenizer file's size and
+    modification time (a retrained folder differs); a Hub id: the id and revision."""
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        return {"hub_id": model, "revision": revision}
+    files = sorted({f for pattern in _MODEL_FILES for f in folder.glob(pattern) if f.is_file()})
+    return {
+        "path": str(folder.resolve()),
+        "files": {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files},
+    }
+
+
+def data_fingerprint(config: EvalConfig, benchmark: str) -> dict[str, Any]:
+    """The benchmark's source: a local ``--data`` file (path, size, modification time) or its registry name."""
+    path = config.data.get(benchmark)
+    if path is None:
+        return {"benchmark": benchmark, "source": "registry"}
+    file = Path(path).expanduser()
+    stat = file.stat() if file.is_file() else None
+    return {
+        "benchmark": benchmark,
+        "file": str(file.resolve()),
+        "size": stat.st_size if stat else None,
+        "mtime_ns": stat.st_mtime_ns if stat else None,
+    }
+
+
+def samples_record(config: EvalConfig, benchmark: str) -> dict[str, Any]:
+    """What the samples of ``benchmark`` are bound to: the model, the data and every setting that changes a
+    sample. ``--samples`` and ``--limit`` are not in it: more samples or problems extend the same set."""
+    return {
+        "model": model_fingerprint(config.model, config.revision),
+        "data": data_fingerprint(config, benchmark),
+        "settings": {key: getattr(config, key) for key in SAMPLE_SETTINGS},
+    }
+
+
+def record_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Human-readable differences between two :func:`samples_record` values ([] when they agree)."""
+    out = []
+    old_model, new_model = old.get("model", {}), new["model"]
+    if old_model != new_model:
+        before = old_model.get("path") or old_model.get("hub_id")
+        after = new_model.get("path") or new_model.get("hub_id")
+        if before != after:
+            out.append(f"model ({before} then, {after} now)")
+        elif old_model.get("revision") != new_model.get("revision"):
+            out.append(f"model revision ({old_model.get('revision')} then, {new_model.get('revision')} now)")
+        else:
+            out.append(f"model weights ({after} was rewritten since)")
+    if old.get("data") != new["data"]:
+        out.append(f"benchmark data ({_data_label(old.get('data'))} then, {_data_label(new['data'])} now)")
+    old_settings = old.get("settings", {})
+    for key in SAMPLE_SETTINGS:
+        if key in old_settings and old_settings[key] != new["settings"][key]:
+            out.append(f"{key} ({_short(old_settings[key])} then, {_short(new['settings'][key])} now)")
+    return out
+
+
+def _data_label(data: dict[str, Any] | None) -> str:
+    if not data:
+        return "unknown"
+    return data.get("file") or "the built-in source"
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, list | dict) else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def claim_samples(config: EvalConfig, benchmark: str) -> None:
+    """Binds ``OUTPUT/<benchmark>/`` to this evaluation before anything is generated: resuming samples drawn
+    from another model, data or settings is refused naming what differs; ``overwrite`` starts afresh."""
+    out_dir = Path(config.output) / benchmark
+    samples = out_dir / "samples.jsonl"
+    record_path = out_dir / SAMPLES_RECORD
+    record = samples_record(config, benchmark)
+    if config.overwrite:
+        for name in ("samples.jsonl", "summary.json", SAMPLES_RECORD):
+            (out_dir / name).unlink(missing_ok=True)
+    elif samples.is_file() and samples.stat().st_size > 0:
+        if not record_path.is_file():
+            raise ValueError(
+                f"--output: {samples} holds samples with no record of the model and settings that drew them; "
+                "choose another --output, or pass --overwrite to start afresh"
+            )
+        old = json.loads(record_path.read_text())
+        diffs = record_differences(old, json.loads(json.dumps(record)))
+        if diffs:
+            raise ValueError(
+                f"--output: {samples} holds samples of another evaluation: {'; '.join(diffs)}. Choose another "
+                "--output, or pass --overwrite to start afresh"
+            )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(record_path, record)
+
+
 def append_samples(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
     with path.open("ab") as f:
@@ -920,6 +1031,8 @@ def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
     backend = resolve_backend(config.backend)
     check_engine(config, backend)
     datasets = load_benchmarks(config)
+    for bench in datasets:  # every output folder is checked before the model loads
+        claim_samples(config, bench)
     tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
     generator = make_generator(config, backend, tokenizer)
     try:

@@ -618,6 +618,7 @@ def test_eval_takes_the_offline_model_names_training_takes(tmp_path, capsys, mon
     assert main([*base, "--model", "offline:mini"]) == 0
     assert seen["model"] == resolve_model_path("offline:mini")
     assert Path(seen["model"]).is_dir()
+    capsys.readouterr()
 
     assert main([*base, "--model", "offline:giant"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
