@@ -393,6 +393,13 @@ class RoutingGRPOConfig(GRPOConfig):
                 names.append(name)
         return names
 
+    def set_modes(self, modes: Any) -> None:
+        """Replaces the modes (a list of mappings, or its JSON text), e.g. from the command line, and checks
+        them and everything that depends on them again."""
+        self.modes = modes
+        self._mode_specs = self._parse_modes()
+        self._validate()
+
     def _parse_modes(self) -> tuple[ModeSpec, ...]:
         if isinstance(self.modes, str):
             import json

@@ -312,6 +312,11 @@ def run(argv: Sequence[str] | None = None) -> str:
         flush=True,
     )
     t0 = time.time()
+    if (checkpoint / train.RUN_FILE).is_file():  # the demo's own folder: a rerun trains afresh
+        import shutil
+
+        print(f"[demo] replacing the previous demo run in {checkpoint}", flush=True)
+        shutil.rmtree(checkpoint)
     trainer = train.main(
         script_args,
         training_args,

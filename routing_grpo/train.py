@@ -310,6 +310,24 @@ def hub_repo_name(recipe: str | Path, seed: int, org: str | None = None) -> str:
     return f"{org.strip('/')}/{name}" if org else name
 
 
+def _take_option(argv: list[str], flag: str) -> tuple[list[str], str | None]:
+    """``argv`` without ``flag VALUE`` / ``flag=VALUE`` (the last one wins), and its value (None if absent)."""
+    rest, value, i = [], None, 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg == flag:
+            if i + 1 >= len(argv):
+                raise RecipeError(f"{flag}: expected a value")
+            value, i = argv[i + 1], i + 2
+            continue
+        if arg.startswith(flag + "="):
+            value = arg[len(flag) + 1 :]
+        else:
+            rest.append(arg)
+        i += 1
+    return rest, value
+
+
 def read_recipe(path: str | Path) -> dict[str, Any]:
     import yaml
 
@@ -382,11 +400,22 @@ def parse_args(
         raise RecipeError(
             "--hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`)"
         )
+    # --modes takes a list of mappings (JSON or YAML), which argparse cannot type: it is set after parsing.
+    argv, cli_modes = _take_option(argv, "--modes")
     parser = make_parser()
     try:
         script_args, training_args, model_args = parser.parse_args_and_config(argv)
     except ValueError as err:
         raise RecipeError(_parser_problem(" ".join(str(err).split()))) from None
+    if cli_modes is not None:
+        import yaml
+
+        try:
+            modes = yaml.safe_load(cli_modes)
+        except yaml.YAMLError as err:
+            raise RecipeError(f"--modes: not valid JSON or YAML ({_one_line(err)})") from None
+        with user_errors("", ValueError, TypeError):
+            training_args.set_modes(modes)
     if not model_args.model_name_or_path:
         raise RecipeError(
             "model_name_or_path: required (a Hub name, a folder, or offline:smollm2 / offline:tiny / offline:mini)"
@@ -467,6 +496,50 @@ def check_resume(checkpoint: str | Path | None, identity: dict[str, Any]) -> Non
         )
 
 
+def _folder_identity(folder: str | Path) -> dict[str, Any] | None:
+    path = Path(folder) / RUN_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def check_run_folder(output_dir: str | Path, identity: dict[str, Any], max_steps: int) -> bool:
+    """One run, one folder. Refuses (:class:`RecipeError`, naming both) a folder that holds another recipe's
+    or seed's run, checkpoints or not; returns True when this very run has finished there already (nothing
+    to train), and refuses a finished run asked for a different length."""
+    stored = _folder_identity(output_dir)
+    if not stored:
+        return False
+    seed_differs = stored.get("seed") is not None and stored.get("seed") != identity["seed"]
+    recipe_differs = bool(
+        stored.get("recipe") and identity["recipe"] and stored["recipe"] != identity["recipe"]
+    )
+    if seed_differs or recipe_differs:
+        raise RecipeError(
+            f"output_dir: {output_dir} holds the run of recipe {stored.get('recipe')!r} with seed "
+            f"{stored.get('seed')}, but this run is recipe {identity['recipe']!r} with seed {identity['seed']}. "
+            "One run, one folder: give this run its own --output_dir (without one, a recipe's run writes to "
+            f"{DEFAULT_OUTPUT_ROOT}/<recipe name>/seed<seed>)"
+        )
+    finished = stored.get("finished")
+    if not finished:
+        return False
+    if finished.get("max_steps") != max_steps:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        if get_last_checkpoint(str(output_dir)):
+            return False  # a longer (or shorter) run resumes from the last checkpoint, as asked
+        raise RecipeError(
+            f"output_dir: {output_dir} holds this run finished at {finished.get('global_step')} optimizer steps "
+            f"of {finished.get('max_steps')} and no checkpoint to continue from; this command asks for "
+            f"{max_steps}. Give it another --output_dir"
+        )
+    return True
+
+
 def resume_checkpoint(training_args: RoutingGRPOConfig) -> str | None:
     """The checkpoint this run resumes from: the one asked for, else the last one in the output folder."""
     from transformers.trainer_utils import get_last_checkpoint
@@ -479,7 +552,7 @@ def resume_checkpoint(training_args: RoutingGRPOConfig) -> str | None:
 
 
 def run_identity_callback(identity: dict[str, Any]) -> Any:
-    """A callback that stores the run identity in every checkpoint the trainer saves."""
+    """A callback that stores the run identity and the routing settings in every checkpoint saved."""
     from transformers import TrainerCallback
 
     class RunIdentityCallback(TrainerCallback):
@@ -487,6 +560,10 @@ def run_identity_callback(identity: dict[str, Any]) -> Any:
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if state.is_world_process_zero and folder.is_dir():
                 write_run_identity(folder, identity)
+                # A checkpoint routes like the final model: eval and generate need no --config for it.
+                from routing_grpo.inference import save_routing_settings
+
+                save_routing_settings(args, folder)
 
     return RunIdentityCallback()
 
@@ -1023,7 +1100,8 @@ def main(
     callbacks: list[Any] | None = None,
     progress_bar: bool = True,
 ) -> Any:
-    """Trains, saves, writes the model card and pushes when asked; returns the trainer.
+    """Trains, saves, writes the model card and pushes when asked; returns the trainer (None when this run
+    had finished already in its folder and nothing was trained).
 
     ``callbacks`` (``transformers.TrainerCallback``) are handed to the trainer (the demo's progress lines);
     ``progress_bar=False`` drops the trainer's own progress bar and log printing.
@@ -1049,9 +1127,19 @@ def main(
         check_columns(train_dataset, "train", training_args)
         check_columns(eval_dataset, "validation", training_args)
 
-    # One run, one folder: a checkpoint of another recipe or seed is never resumed (checked before loading).
+    # One run, one folder: another recipe's or seed's folder or checkpoint is never used, and a finished run
+    # is not trained again (checked before loading).
     identity = run_identity(script_args, training_args)
     check_resume(resume_checkpoint(training_args), identity)
+    if check_run_folder(training_args.output_dir, identity, training_args.max_steps):
+        if training_args.process_index == 0:
+            print(
+                f"{training_args.output_dir}: this run (recipe {identity['recipe']!r}, seed {identity['seed']}) "
+                "has finished already; nothing to train, the final model is left as it is. Remove the folder "
+                "or give another --output_dir to train again.",
+                flush=True,
+            )
+        return None
     if training_args.process_index == 0:
         write_run_identity(training_args.output_dir, identity)
     callbacks = [*(callbacks or []), run_identity_callback(identity)]
@@ -1129,6 +1217,9 @@ def main(
         from routing_grpo.inference import save_routing_settings
 
         save_routing_settings(training_args, training_args.output_dir)
+        # Finished: a rerun of the same command trains nothing (check_run_folder).
+        finished = {"global_step": trainer.state.global_step, "max_steps": training_args.max_steps}
+        write_run_identity(training_args.output_dir, {**identity, "finished": finished})
     if training_args.push_to_hub:
         check_hub_card(trainer, training_args, script_args)
         # The Hub token comes from the environment (HF_TOKEN) or `hf auth login`, never from a recipe.

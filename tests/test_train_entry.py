@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -488,6 +489,7 @@ def test_resuming_a_checkpoint_of_another_seed_or_recipe_is_refused(tmp_path, ti
     train.main(*train.parse_args(["--config", str(recipe)]))
     identity = json.loads((out / train.RUN_FILE).read_text())
     assert identity["recipe"] == "r" and identity["seed"] == 0
+    identity.pop("finished")  # the folder's record also says the run finished
     assert json.loads((out / "checkpoint-2" / train.RUN_FILE).read_text()) == identity
 
     # Nothing is loaded before the refusal.
@@ -509,3 +511,66 @@ def test_resuming_a_checkpoint_of_another_seed_or_recipe_is_refused(tmp_path, ti
     assert (
         train.check_resume(str(out / "checkpoint-2"), {"recipe": "r", "seed": 0, "recipe_path": None}) is None
     )
+
+
+def test_a_second_seed_into_a_folder_of_another_seed_is_refused(tmp_path, tiny_model_path, monkeypatch):
+    """No checkpoint (save_strategy no): the folder's routing_run.json alone names the run it holds."""
+    out = tmp_path / "out"
+    recipe = write_recipe(
+        tmp_path / "r.yaml",
+        tiny_recipe(
+            tiny_model_path, out, total_batch_steps=1, save_every_batch_steps=None, save_strategy="no"
+        ),
+    )
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    weights = (out / "model.safetensors").read_bytes()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded for a run that must be refused")
+
+    monkeypatch.setattr(train, "resolve_model_path", refuse)
+    message = run_cli_expecting_error(["--config", str(recipe), "--seed", "1"])
+    assert f"output_dir: {out} holds the run of recipe 'r' with seed 0" in message and "seed 1" in message
+    assert (out / "model.safetensors").read_bytes() == weights
+    assert json.loads((out / train.RUN_FILE).read_text())["seed"] == 0
+
+
+def test_rerunning_a_finished_run_trains_nothing(tmp_path, tiny_model_path, capsys, monkeypatch):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    weights = (out / "model.safetensors").read_bytes()
+    identity = json.loads((out / train.RUN_FILE).read_text())
+    assert identity["finished"] == {"global_step": 2, "max_steps": 2}
+    # Every checkpoint routes like the final model.
+    assert (
+        json.loads((out / "checkpoint-2" / "routing_config.json").read_text())["modes"][0]["name"]
+        == "NoThink"
+    )
+
+    monkeypatch.setattr(train, "resolve_model_path", lambda *a, **k: pytest.fail("a model was loaded"))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        train.cli(["--config", str(recipe)])
+        raise SystemExit(0)
+    assert done.value.code in (0, None)
+    assert "has finished already; nothing to train" in capsys.readouterr().out
+    assert (out / "model.safetensors").read_bytes() == weights
+    assert not (out / "checkpoint-3").exists()
+
+
+def test_modes_from_the_command_line_as_json_or_yaml(tmp_path, tiny_model_path):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, tmp_path / "out"))
+    two = '[{"name": "Short", "word": "Short", "base": 1.2, "gamma": 1.0, "cap": 8}, {"name": "Long", "word": "Long", "base": 1.0, "gamma": 1.0, "cap": null}]'
+    _, args, _ = train.parse_args(["--config", str(recipe), "--modes", two])
+    assert [m.name for m in args.mode_specs] == ["Short", "Long"]
+    assert args.effective_routing_instruction.startswith("Output Short")
+    yaml_text = "- {name: A, word: Alpha, base: 1.1, gamma: 1.0, cap: 4}\n- {name: B, word: Beta, base: 1.0, gamma: 1.0, cap: null}"
+    _, args, _ = train.parse_args(["--config", str(recipe), f"--modes={yaml_text}"])
+    assert [m.word for m in args.mode_specs] == ["Alpha", "Beta"]
+    for bad, expected in [
+        ("[oops", "--modes: not valid JSON or YAML"),
+        ("[]", "modes: expected a non-empty list"),
+    ]:
+        with pytest.raises(train.RecipeError, match=re.escape(expected)):
+            train.parse_args(["--config", str(recipe), "--modes", bad])
