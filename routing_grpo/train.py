@@ -981,44 +981,132 @@ def _split_line(what: str, split: dict[str, Any]) -> str:
     return f"- {what}{where}: {shares}{h}"
 
 
-def model_card_section(
+def _batches_run(log_history: list[dict[str, Any]] | None) -> int | None:
+    """Generation batches the run went through (the last logged ``routing/batch_step`` + 1)."""
+    steps = [row["routing/batch_step"] for row in log_history or [] if "routing/batch_step" in row]
+    return int(max(steps)) + 1 if steps else None
+
+
+def schedule_as_run(args: RoutingGRPOConfig, batches: int | None) -> list[str]:
+    """The schedule's phases the run reached (generation batches, 1-based), one line each."""
+    n = batches if batches is not None else args.total_batch_steps
+    if not n:
+        return ["- no generation batch was logged"]
+    lines = [f"- {n} generation batches ({args.max_steps} optimizer steps planned)"]
+    if args.single_mode:
+        return lines
+    warmup = args.routing_warmup_steps
+    if warmup > 0:
+        lines.append(
+            f"- batches 1-{min(warmup, n)}: routing warmup, {args.forced_per_mode} rollouts of each group forced "
+            "into each mode"
+        )
+    if n > warmup:
+        lines.append(f"- batches {warmup + 1}-{n}: free routing")
+    if args.balance_coef > 0:
+        end = min(args.balance_anneal_start, n)
+        lines.append(f"- batches 1-{end}: balance term at {args.balance_coef}")
+        if n > args.balance_anneal_start:
+            last = min(args.balance_anneal_end, n)
+            lines.append(f"- batches {args.balance_anneal_start + 1}-{last}: balance term annealed towards 0")
+    else:
+        lines.append("- no balance term")
+    flat = args.flatten_reward_step
+    if flat is not None and n > flat:
+        lines.append(f"- batches {flat + 1}-{n}: phase 2, every base and gamma 1.0")
+    return lines
+
+
+def model_card(
     args: RoutingGRPOConfig,
     script_args: RoutingScriptArguments,
+    model_args: Any,
     log_history: list[dict[str, Any]] | None = None,
+    model_name: str | None = None,
+    dataset_name: str | None = None,
 ) -> str:
-    """Markdown appended to the model card: the method and its paper, the modes, caps, rewards and schedule,
-    and (from ``log_history``, the trainer's logs) the final free routing split."""
+    """The model card (README.md): metadata, what the model does, a quick start that routes, the modes,
+    rewards and the schedule as run, the final free routing split, and one citation."""
+    import yaml
+
     from routing_grpo import paper
     from routing_grpo.modes import crossovers
 
     identity = run_identity(script_args, args)
-    lines = [
-        "",
-        "## Self-routing GRPO settings",
+    base = model_args.model_name_or_path
+    name = model_name or (args.hub_model_id or Path(args.output_dir).name).split("/")[-1]
+    where = args.hub_model_id if args.push_to_hub and args.hub_model_id else args.output_dir
+    meta: dict[str, Any] = {
+        "model_name": name,
+        "library_name": "transformers",
+        "pipeline_tag": "text-generation",
+    }
+    if not base.startswith("offline:") and not _looks_local(base):
+        meta["base_model"] = base
+    if dataset_name:
+        meta["datasets"] = [dataset_name]
+    meta["tags"] = ["routing-grpo", "trl", "grpo", "adaptive-reasoning"]
+    words = " / ".join(m.word for m in args.mode_specs)
+    lines = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "", f"# {name}", ""]
+    lines += [
+        f"Fine-tuned from `{base}` with **{paper.METHOD}** (routing-grpo, a subclass of TRL's "
+        f"`GRPOTrainer`), the method of *{paper.TITLE}* ({paper.authors_text()}). {paper.GRPO_REFERENCE}.",
         "",
         card_run_marker(identity),
         f"Run: {_describe_run(identity)}.",
         "",
-        f"Trained with **{paper.METHOD}** (routing-grpo, a subclass of TRL's `GRPOTrainer`), the "
-        f"method of *{paper.TITLE}* ({paper.authors_text()}): the model writes a routing "
-        f"word ({' / '.join(m.word for m in args.mode_specs)}) as the first word of its answer, each mode has "
-        "a hard token cap and its own length-discounted reward, and the choice is learned inside GRPO with no "
-        f"separate router. {paper.GRPO_REFERENCE}.",
-        "",
     ]
     if args.single_mode:
-        lines.append(f"Single-mode baseline: every rollout in **{args.single_mode}** (no routing word).")
+        lines += [
+            f"A single-mode baseline: every answer in **{args.single_mode}**, on the plain prompt (no routing "
+            "word).",
+            "",
+        ]
     else:
-        lines.append(f"Routing instruction: {args.effective_routing_instruction!r}")
-        lines.append(f"Routing question after the generation prompt: {args.effective_routing_question!r}")
-    lines += ["", "### Modes", "", "| mode | word | base | gamma | cap |", "|---|---|---|---|---|"]
+        lines += [
+            f"The model writes a routing word ({words}) as the first word of its answer; each mode has a hard "
+            "token cap and its own length-discounted reward, and the choice is learned inside GRPO with no "
+            "separate router.",
+            "",
+        ]
+    lines += [
+        "## Quick start",
+        "",
+        "```bash",
+        "pip install routing-grpo",
+        f'routing-grpo generate --model {where} "What is 17 * 23?"',
+        "```",
+        "",
+        "```python",
+        "from routing_grpo.inference import Router",
+        "",
+        f'router = Router.from_pretrained("{where}")',
+        'answer = router("What is 17 * 23?")',
+        "print(answer.mode, answer.answer, answer.tokens)",
+        "```",
+        "",
+    ]
+    if not args.single_mode:
+        lines += [
+            'A plain `pipeline("text-generation")` does not route: the model was trained with the routing '
+            f"instruction in the user turn and {args.effective_routing_question!r} after the generation prompt, "
+            "and each mode's cap is applied while generating; both come from `routing_config.json`.",
+            "",
+        ]
+    lines += ["## Modes", "", "| mode | word | base | gamma | cap |", "|---|---|---|---|---|"]
     for m in args.mode_specs:
         lines.append(
             f"| {m.name} | `{m.word}` | {m.base} | {m.gamma} | {m.cap if m.cap is not None else 'none'} |"
         )
+    if not args.single_mode:
+        lines += [
+            "",
+            f"Routing instruction: {args.effective_routing_instruction!r}. Routing question after the "
+            f"generation prompt: {args.effective_routing_question!r}.",
+        ]
     lines += [
         "",
-        "### Rewards",
+        "## Rewards",
         "",
         "Correct in mode m with L tokens after the routing word: b_m * gamma_m^L; wrong or past the cap: 0; "
         f"no valid routing word: {args.invalid_routing_reward}. Verifier: {args.verifier}.",
@@ -1026,43 +1114,37 @@ def model_card_section(
     if not args.single_mode:
         for c in crossovers(args.mode_specs):
             lines.append(f"Crossover {c.from_mode} -> {c.to_mode} at L = {c.length:.1f}.")
-    flatten = (
-        f"from generation batch {args.flatten_reward_step} every base and gamma is 1.0 (phase 2)"
-        if args.flatten_reward_step is not None
-        else "never flattened"
-    )
-    lines += [f"Reward phase 2: {flatten}.", "", "### Schedule (generation batches)", ""]
-    total = args.total_batch_steps if args.total_batch_steps is not None else "-"
-    lines += [
-        f"- routing warmup: {args.routing_warmup_steps} (forced {args.forced_per_mode} per mode per group)",
-        f"- balance coefficient {args.balance_coef}, annealed {args.balance_anneal_start} -> "
-        f"{args.balance_anneal_end}, target {args.balance_target if args.balance_target is not None else '1/K'}",
-        f"- total: {total} generation batches ({args.max_steps} optimizer steps)",
-        f"- validation every {args.eval_every_batch_steps or '-'} generation batches at temperature "
-        f"{args.eval_temperature}",
-    ]
+    lines += ["", "## Schedule as run", "", *schedule_as_run(args, _batches_run(log_history))]
+    if args.routing_word_weight is not None:
+        lines.append(f"- routing word weight {args.routing_word_weight} (beyond the paper: docs/method.md)")
     if not args.single_mode:
         names = [m.name for m in args.mode_specs]
         train_split = final_routing_split(log_history or [], names)
         eval_split = final_routing_split(log_history or [], names, prefix="eval_")
-        lines += ["", "### Final routing split (free rollouts with a valid routing word)", ""]
+        lines += ["", "## Final routing split (free rollouts with a valid routing word)", ""]
         if train_split:
             lines.append(_split_line("last training batch", train_split))
         if eval_split:
             lines.append(_split_line("last validation", eval_split))
         if not (train_split or eval_split):
             lines.append("- none: no logged batch had a free rollout with a valid routing word")
+    import torch
+    import transformers
+    import trl
+
     lines += [
         "",
-        "### Optimisation",
+        "## Training",
         "",
         f"Task: {script_args.task}; {args.world_size} process(es); G = {args.num_generations}; per-device batch "
         f"{args.per_device_train_batch_size}, gradient accumulation {args.gradient_accumulation_steps}, "
         f"steps per generation {args.steps_per_generation}; lr {args.learning_rate} ({_plain(args.lr_scheduler_type)}, "
         f"learning-rate warmup {args.warmup_steps}); loss {args.loss_type}; beta {args.beta}; scale_rewards "
-        f"{args.scale_rewards}; max completion length {args.max_completion_length}; seed {args.seed}.",
+        f"{args.scale_rewards}; max completion length {args.max_completion_length}; seed {args.seed}. "
+        f"Versions: routing-grpo {_package_version()}, TRL {trl.__version__}, transformers "
+        f"{transformers.__version__}, PyTorch {torch.__version__}.",
         "",
-        "### Citation",
+        "## Citation",
         "",
         "```bibtex",
         paper.CITATION,
@@ -1070,6 +1152,15 @@ def model_card_section(
         "",
     ]
     return "\n".join(lines)
+
+
+def _package_version() -> str:
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("routing-grpo")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def _plain(value: Any) -> Any:
@@ -1197,7 +1288,7 @@ def main(
         trainer.remove_callback(PrinterCallback)
     dataset_name = hub_dataset_name(script_args)
     # Every card TRL writes (here, and in push_to_hub / save_model with push_to_hub) gets the settings section.
-    install_model_card(trainer, training_args, script_args, dataset_name)
+    install_model_card(trainer, training_args, script_args, model_args, dataset_name)
 
     checkpoint = training_args.resume_from_checkpoint or last_checkpoint
     result = trainer.train(resume_from_checkpoint=checkpoint)
@@ -1252,33 +1343,25 @@ def install_model_card(
     trainer: Any,
     training_args: RoutingGRPOConfig,
     script_args: RoutingScriptArguments,
+    model_args: Any,
     dataset_name: str | None,
 ) -> None:
-    """Makes ``trainer.create_model_card`` write TRL's card plus :func:`model_card_section`."""
+    """Makes ``trainer.create_model_card`` (which TRL also calls at checkpoints and pushes) write
+    :func:`model_card` instead of TRL's generic template."""
     from routing_grpo.callbacks import preemption_exit_code
-
-    trl_card = trainer.create_model_card
-    default_name = (training_args.hub_model_id or Path(training_args.output_dir).name).split("/")[-1]
 
     def create_model_card(model_name: str | None = None, dataset_name: str | None = dataset_name, tags=None):
         if not trainer.is_world_process_zero():
             return
         if preemption_exit_code(trainer) is not None:
-            # TRL writes the card at every checkpoint; not at a preemption's: the run has not finished.
+            # Not at a preemption's checkpoint: the run has not finished.
             return
         card = Path(training_args.output_dir) / "README.md"
-        try:
-            trl_card(
-                model_name=model_name or default_name,
-                dataset_name=dataset_name,
-                tags=tags or ["routing-grpo"],
-            )
-        except Exception as err:  # the card must record the settings even if TRL's template fails
-            logger.warning("model card: TRL's card could not be written (%s); writing the settings only", err)
-            card.parent.mkdir(parents=True, exist_ok=True)
-            card.write_text(f"# {model_name or default_name}\n\nTrained with routing-grpo.\n")
-        with card.open("a") as f:
-            f.write(model_card_section(training_args, script_args, trainer.state.log_history))
+        card.parent.mkdir(parents=True, exist_ok=True)
+        text = model_card(
+            training_args, script_args, model_args, trainer.state.log_history, model_name, dataset_name
+        )
+        card.write_text(text)
 
     trainer.create_model_card = create_model_card
 

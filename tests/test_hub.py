@@ -156,9 +156,9 @@ def test_runs_push_to_their_own_repo_with_the_recipes_strategy(
     assert paper.METHOD in card and paper.TITLE in card and paper.authors_text() in card
     assert "@misc{kassenaar_learning_when_to_think" in card and "arXiv:2402.03300" in card
     assert "| NoThink | `NoThink` | 1.3 | 0.99984 | 4 |" in card
-    assert "routing warmup: 1 (forced 1 per mode per group)" in card
+    assert "- batches 1-1: routing warmup, 1 rollouts of each group forced into each mode" in card
     # The tiny random model never writes a routing word of its own, so there is no free split to report.
-    assert "### Final routing split" in card and "- none: no logged batch had a free rollout" in card
+    assert "## Final routing split" in card and "- none: no logged batch had a free rollout" in card
 
 
 def test_the_model_card_reports_the_final_routing_split(tmp_path):
@@ -173,20 +173,39 @@ def test_the_model_card_reports_the_final_routing_split(tmp_path):
         {"routing/batch_step": 90.0, "routing/share/NoThink": 0.0, "routing/share/Short": 0.0,
          "routing/share/Long": 0.0, "routing/entropy": float("nan")},  # no valid free rollout: skipped
     ]  # fmt: skip
-    script_args, args, _ = parse(RECIPES / "router_r1_distill_qwen_1.5b.yaml")
-    card = train.model_card_section(args, script_args, history)
+    script_args, args, model_args = parse(RECIPES / "router_r1_distill_qwen_1.5b.yaml")
+    card = train.model_card(args, script_args, model_args, history)
     assert (
         "- last training batch (generation batch 89): NoThink 20.0% / Short 32.0% / Long 48.0%, entropy 1.040"
         in card
     )
     assert "- last validation (generation batch 90): NoThink 25.0% / Short 25.0% / Long 50.0%" in card
-    assert "routing warmup: 45 (forced 2 per mode per group)" in card
+    assert "- batches 1-45: routing warmup, 2 rollouts of each group forced into each mode" in card
+    assert "- batches 61-91: phase 2, every base and gamma 1.0" in card
     assert "learning-rate warmup 0" in card and "Crossover NoThink -> Short at L = 800.3" in card
-    assert paper.CITATION in card
+    assert card.count(paper.CITATION) == 1 and card.count("```bibtex") == 1
+    assert (
+        card.startswith("---\nmodel_name: ")
+        and "base_model: deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B" in card
+    )
+    assert "license" not in card and "[None]" not in card
+    assert "routing-grpo generate --model" in card and "Router.from_pretrained(" in card
+    assert 'A plain `pipeline("text-generation")` does not route' in card
     # A single-mode baseline has no routing split.
-    script_args, args, _ = parse(RECIPES / "baseline_long_r1_distill_qwen_1.5b.yaml")
-    card = train.model_card_section(args, script_args, history)
-    assert "Final routing split" not in card and "Single-mode baseline: every rollout in **Long**" in card
+    script_args, args, model_args = parse(RECIPES / "baseline_long_r1_distill_qwen_1.5b.yaml")
+    card = train.model_card(args, script_args, model_args, history)
+    assert "Final routing split" not in card and "A single-mode baseline: every answer in **Long**" in card
+
+
+def test_the_model_card_names_only_the_phases_the_run_reached():
+    """A 6-batch run of the paper's recipe: warmup and balance as run; no phase 2, no anneal."""
+    script_args, args, model_args = parse(RECIPES / "router_r1_distill_qwen_1.5b.yaml")
+    history = [{"routing/batch_step": float(b)} for b in range(6)]
+    card = train.model_card(args, script_args, model_args, history)
+    section = card.split("## Schedule as run")[1].split("##")[0]
+    assert "- 6 generation batches" in section
+    assert "- batches 1-6: routing warmup" in section and "- batches 1-6: balance term at 1.0" in section
+    assert "phase 2" not in section and "annealed" not in section and "free routing" not in section
 
 
 def _push_run(tmp_path, tiny_model_path, monkeypatch, cards, **recipe_changes):

@@ -283,15 +283,15 @@ def test_tiny_training_run_saves_a_checkpoint_and_a_model_card(tmp_path, tiny_mo
     assert any(train_records[0].forced) and not any(train_records[1].forced)  # warmup 1, then free
 
     card = (out / "README.md").read_text()
-    assert "## Self-routing GRPO settings" in card
+    assert card.startswith("---\n") and "## Quick start" in card
     assert "| mode | word | base | gamma | cap |" in card
     assert "| NoThink | `NoThink` | 1.3 | 0.99984 | 4 |" in card
     assert "| Short | `Short` | 1.2 | 0.99994 | 8 |" in card
     assert "| Long | `Long` | 1.0 | 1.0 | none |" in card
-    assert "warmup: 1 (forced 1 per mode per group)" in card
-    assert "total: 2 generation batches (4 optimizer steps)" in card
+    assert "- batches 1-1: routing warmup, 1 rollouts of each group forced into each mode" in card
+    assert "- 2 generation batches (4 optimizer steps planned)" in card
     assert "no valid routing word: -0.5" in card
-    assert card.count("## Self-routing GRPO settings") == 1
+    assert card.count("## Modes") == 1 and card.count("```bibtex") == 1
     assert json.loads((out / "config.json").read_text())["use_cache"] is True
 
 
