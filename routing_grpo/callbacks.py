@@ -42,6 +42,7 @@ whole optimizer steps (in the self-routing trainer: whole generation batches, th
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -581,9 +582,25 @@ class CollapseAlarmCallback(TrainerCallback):
 # ----------------------------------------------------------------------------------------------------------
 
 
+class MetricsFileCallback(TrainerCallback):
+    """Every logged metrics dict, one JSON line each, in ``OUTPUT/metrics.jsonl`` (the console shows one
+    line per generation batch instead; trackers get the same dicts)."""
+
+    FILE = "metrics.jsonl"
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or not state.is_world_process_zero:
+            return
+        path = os.path.join(args.output_dir, self.FILE)
+        os.makedirs(args.output_dir, exist_ok=True)
+        row = {"optimizer_step": state.global_step, **logs}
+        with open(path, "a") as fh:
+            fh.write(json.dumps(row, default=float, allow_nan=True) + "\n")
+
+
 def default_callbacks(args: Any = None) -> list[TrainerCallback]:
     """``[PreemptionCallback(), NonFiniteGuard()]``, in this order, then a :class:`CollapseAlarmCallback`
-    when ``args`` carries the collapse-alarm settings (a :class:`~routing_grpo.config.RoutingGRPOConfig`).
+    and a :class:`MetricsFileCallback` when ``args`` is a :class:`~routing_grpo.config.RoutingGRPOConfig`.
 
     The preemption callback handles ``args.preemption_signals`` when ``args`` has them (an empty list: no
     preemption callback). The order matters: the guard, running after the preemption callback at
@@ -598,6 +615,7 @@ def default_callbacks(args: Any = None) -> list[TrainerCallback]:
         callbacks.insert(0, PreemptionCallback(signals))
     if args is not None and hasattr(args, "collapse_alarm_patience"):
         callbacks.append(CollapseAlarmCallback.from_args(args))
+        callbacks.append(MetricsFileCallback())
     return callbacks
 
 

@@ -337,6 +337,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise CliError(str(err)) from None
     requests = {}
+    references = {row["id"]: row.get("reference") for row in rows}
     for row in rows:
         own = row["mode"] is not None or row["allow"] is not None
         mode, allow = (row["mode"], row["allow"]) if own else (args.mode, args.allow)
@@ -384,8 +385,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             answers = router.generate([requests[i] for i in ids])
         except ValueError as err:  # e.g. a tokenizer without a chat template
             raise CliError(str(err)) from None
-        if output:
-            append_samples(output, [{"id": i, **a.to_dict()} for i, a in zip(ids, answers)])
+        if output:  # each row also as `routing-grpo grade` reads it: model_output (+ reference_answer)
+            append_samples(output, [graded_row(i, a, references.get(i)) for i, a in zip(ids, answers)])
         for i, answer in zip(ids, answers):
             print(
                 json.dumps({"id": i, **answer.to_dict()}, ensure_ascii=False)
@@ -394,6 +395,19 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 flush=True,
             )
     return 0
+
+
+def graded_row(row_id: str, answer: Any, reference: Any) -> dict[str, Any]:
+    """An answers-file row: the answer's fields, ``model_output`` (its text, or "" when it did not finish, so
+    that the grader scores it wrong) and ``reference_answer`` when the question had one."""
+    row = {
+        "id": row_id,
+        **answer.to_dict(),
+        "model_output": answer.text if answer.stopped_by == "eos" else "",
+    }
+    if reference is not None:
+        row["reference_answer"] = reference
+    return row
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -154,6 +154,15 @@ class RoutingGRPOConfig(GRPOConfig):
         default=None,
         metadata={"help": "p*, the target share of each mode among free rollouts. Default 1/K."},
     )
+    batch_progress_bar: bool = field(
+        default=True,
+        metadata={
+            "help": "On a terminal, show training as a progress bar in generation batches with the batch's "
+            "reward, accuracy and free split beside it (elsewhere, and with false: one line per generation "
+            "batch). TRL's per-step metrics dicts are not printed; they go to the trackers and "
+            "OUTPUT/metrics.jsonl."
+        },
+    )
     routing_word_weight: float | None = field(
         default=None,
         metadata={

@@ -370,7 +370,8 @@ def _read_hub(path: str, config: str | None, split: str) -> list[dict[str, Any]]
         raise DatasetUnavailableError(
             f"could not load {path!r} (config {config!r}, split {split!r}) from the Hugging Face Hub: "
             f"{type(error).__name__}: {error}. {hint}"
-            "Pass path= a local .jsonl/.json/.parquet file or a directory of them instead."
+            "Use a local .jsonl/.json/.parquet file or a folder of them instead: `dataset_path` (training "
+            "recipes and `--dataset_path`) or `--data BENCHMARK=FILE` (routing-grpo eval)."
         ) from None
 
 

@@ -372,7 +372,8 @@ class Answer:
         mode: the mode's name, or None when the completion has no routing word.
         forced: the mode was forced (its word was in the prompt, not generated).
         routing: free, forced, allowed or single.
-        answer: the final answer extracted by the project's grader (``grading.extract_answer``), or None.
+        answer: the final answer extracted by the project's grader (``grading.extract_answer``); None when
+            there is none, and for a response stopped by a cap or the length limit (graded wrong).
         text: the whole answer, routing word first (special tokens dropped).
         tokens: tokens the model generated (a forced word is not generated).
         length: L, tokens after the routing word, EOS included (all tokens when there is no word).
@@ -605,7 +606,8 @@ def finish_row(
         mode=modes[mode].name if mode != INVALID else None,
         forced=kind == "forced",
         routing=kind,
-        answer=extract_answer(text),
+        # Only a finished answer has one: stopped by a cap or the length limit, the grader scores it wrong.
+        answer=extract_answer(text, finished=stopped_by == "eos"),
         text=text,
         tokens=len(completion),
         length=length,
@@ -977,7 +979,9 @@ class Router:
 
 def read_questions(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a questions JSONL file: ``question`` (or ``prompt``: text or chat messages), and optionally
-    ``id`` (default: the line number), ``mode``, ``allow`` (list or comma-separated) and ``caps``.
+    ``id`` (default: the line number), ``mode``, ``allow`` (list or comma-separated), ``caps`` and the
+    reference answer (``reference_answer`` or ``answer``), which the answers file carries on for
+    ``routing-grpo grade``.
 
     Blank lines are skipped. Raises FileNotFoundError, or ValueError naming the line of a malformed row or
     a repeated id.
@@ -1017,7 +1021,21 @@ def read_questions(path: str | Path) -> list[dict[str, Any]]:
         if row_id in seen:
             raise ValueError(f"{path}:{lineno}: id {row_id!r} appears twice")
         seen.add(row_id)
-        rows.append({"id": row_id, "question": question, "mode": mode, "allow": allow, "caps": caps})
+        reference = item.get("reference_answer", item.get("answer"))
+        if reference is not None and (
+            not isinstance(reference, str | int | float) or isinstance(reference, bool)
+        ):
+            raise ValueError(f"{path}:{lineno}: the reference answer must be a string or a number")
+        rows.append(
+            {
+                "id": row_id,
+                "question": question,
+                "mode": mode,
+                "allow": allow,
+                "caps": caps,
+                "reference": reference,
+            }
+        )
     return rows
 
 

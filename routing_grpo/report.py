@@ -73,8 +73,11 @@ class Stat:
         return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
 
     def fmt(self, digits: int) -> str:
+        """``mean ± std`` over seeds; the mean alone for one seed (a spread of one value says nothing)."""
         if not self.values:
             return "-"
+        if len(self.values) == 1:
+            return f"{self.mean:.{digits}f}"
         return f"{self.mean:.{digits}f} ± {self.std:.{digits}f}"
 
 
@@ -290,6 +293,14 @@ def frontier_rows(grouped) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+# Why a table can be empty: said in results.md instead of writing an empty CSV.
+EMPTY_TABLE_REASONS = {
+    "results": "no evaluation summaries",
+    "reduction": "no benchmark has both the router and the base model (method base) evaluated",
+    "frontier": "no benchmark has both the router and a single-mode baseline (nothink, short, long) evaluated",
+}
 
 
 def to_csv(rows: Sequence[dict[str, Any]]) -> str:
@@ -1155,9 +1166,18 @@ def write_report(
     if minis:
         tables["mini"] = {"benchmarks": minis}
         (output / "mini.json").write_text(json.dumps(tables["mini"], indent=2, allow_nan=False))
+    skipped = []
     for name, rows in tables.items():
-        if name != "mini":
-            (output / f"{name}.csv").write_text(to_csv(rows))
+        if name == "mini":
+            continue
+        path = output / f"{name}.csv"
+        if rows:
+            path.write_text(to_csv(rows))
+        else:
+            path.unlink(missing_ok=True)  # an older report's table would be taken for this one's
+            skipped.append(f"- `{name}.csv`: {EMPTY_TABLE_REASONS.get(name, 'no rows')}")
+    if skipped:
+        markdown += "\n## Tables not written\n\n" + "\n".join(skipped) + "\n"
     (output / "results.md").write_text(markdown)
     if plots is True:
         raise TypeError(

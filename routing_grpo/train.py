@@ -131,6 +131,14 @@ RENAMED_KEYS = {
     "of the run); the routing warmup is `routing_warmup_steps`",
     "warmup_ratio": "transformers 5 folded it into `warmup_steps`: write `warmup_steps: 0.1` for a 10% "
     "learning-rate warmup (a value below 1 is a share of the run)",
+    # open-r1's GRPO keys, which mean something else (or nothing) here.
+    "system_prompt": "the routing instruction is appended to the user turn (`routing_instruction`); a system "
+    "turn, if the model needs one, belongs in `chat_template`",
+    "dataset_prompt_column": "the problem is read from a `problem` (or `question`) column and the reference "
+    'from `answer_column`; rename your columns (README, "Train on your own data")',
+    "dataset_name": "the data is `task` (a registered task) or `dataset_path` (a Hub name or local file)",
+    "reward_funcs": "the reward is the method's own (mode, correctness and length, docs/method.md "
+    '"Reward"); the answer check is `verifier`',
 }
 
 
@@ -357,14 +365,28 @@ class _TrainParser(TrlParser):
 
 
 def make_parser() -> TrlParser:
-    return _TrainParser(DATACLASS_TYPES)
+    # No abbreviations: `--total_batch_step 6` is an unknown option, not total_batch_steps.
+    return _TrainParser(DATACLASS_TYPES, allow_abbrev=False)
 
 
 def _parser_problem(message: str) -> str:
     """TRL's and transformers' messages for command-line and setup problems, said in recipe terms."""
     unused = re.match(r"Some specified arguments are not used by the HfArgumentParser: (\[.*\])", message)
     if unused:
-        return f"unknown option(s) {unused.group(1)}: options are recipe keys (`--help` lists them)"
+        flags = [a for a in re.findall(r"'([^']*)'", unused.group(1)) if a.startswith("--")]
+        hints = []
+        for flag in flags:
+            key = flag[2:].split("=")[0].replace("-", "_")
+            if key in RENAMED_KEYS:
+                hints.append(f"{flag}: {RENAMED_KEYS[key]}")
+                continue
+            close = difflib.get_close_matches(key, recipe_fields(), n=1)
+            if close:
+                hints.append(f"{flag}: did you mean --{close[0]}?")
+        hint = "; ".join(hints)
+        return f"unknown option(s) {unused.group(1)}: options are recipe keys (`--help` lists them)" + (
+            f"; {hint}" if hint else ""
+        )
     if "doesn't support bf16/gpu" in message:
         return (
             "bf16: true (TRL's default) needs a GPU with bf16 and none was found; on CPU set use_cpu: true and "
@@ -637,6 +659,9 @@ def preflight(
             close = difflib.get_close_matches(name, list(TASKS), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise RecipeError(f"{key}: unknown task {name!r}{hint}; known tasks: {sorted(TASKS)}")
+    resume = training_args.resume_from_checkpoint
+    if isinstance(resume, str) and resume.lower() not in ("true", "false") and not Path(resume).is_dir():
+        raise RecipeError(f"resume_from_checkpoint: no such checkpoint folder: {resume}")
     for key in ("train_limit", "eval_limit"):
         value = getattr(script_args, key)
         if value is not None and value < 1:
@@ -1195,7 +1220,7 @@ def main(
     had finished already in its folder and nothing was trained).
 
     ``callbacks`` (``transformers.TrainerCallback``) are handed to the trainer (the demo's progress lines);
-    ``progress_bar=False`` drops the trainer's own progress bar and log printing.
+    ``progress_bar=False`` drops the trainer's line (or bar) per generation batch.
     """
     from transformers import set_seed
     from transformers.trainer_utils import get_last_checkpoint
@@ -1281,17 +1306,16 @@ def main(
     # Never over another run's model card: checked before training (every_save pushes during it) and again
     # before the final push.
     check_hub_card(trainer, training_args, script_args)
-    if not progress_bar:
-        from transformers.trainer_callback import PrinterCallback, ProgressCallback
-
-        trainer.remove_callback(ProgressCallback)
-        trainer.remove_callback(PrinterCallback)
+    trainer.show_batches = progress_bar
     dataset_name = hub_dataset_name(script_args)
     # Every card TRL writes (here, and in push_to_hub / save_model with push_to_hub) gets the settings section.
     install_model_card(trainer, training_args, script_args, model_args, dataset_name)
 
     checkpoint = training_args.resume_from_checkpoint or last_checkpoint
-    result = trainer.train(resume_from_checkpoint=checkpoint)
+    try:
+        result = trainer.train(resume_from_checkpoint=checkpoint)
+    finally:
+        trainer.close_batch_bar()
     # Preempted (SIGTERM / SIGINT / a recipe's preemption_signals): the checkpoint is written and the run is
     # not finished, so no final model, model card or push; every process exits with 128 + signal.
     exit_if_preempted(trainer)
@@ -1301,6 +1325,13 @@ def main(
     trainer.save_model(training_args.output_dir)
 
     if trainer.accelerator.is_main_process:
+        from routing_grpo.trainer import routing_summary
+
+        if not training_args.single_mode:
+            print(
+                routing_summary(trainer.routing_history, [m.name for m in training_args.mode_specs]),
+                flush=True,
+            )
         trainer.create_model_card()
         trainer.model.config.use_cache = True
         trainer.model.config.save_pretrained(training_args.output_dir)

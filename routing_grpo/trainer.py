@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -172,6 +173,12 @@ class RoutingGRPOTrainer(GRPOTrainer):
         kwargs["callbacks"] = missing + callbacks
 
         super().__init__(model, reward_funcs, args, **kwargs)
+        # The console gets one line (or a bar) per generation batch from this trainer, not a metrics dict per
+        # optimizer step: those go to the trackers and metrics.jsonl.
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        self.remove_callback(ProgressCallback)
+        self.remove_callback(PrinterCallback)
         # The process count of this launch is known now; schedules stated in generation batches follow it.
         args.check_generation_batch_units(self.accelerator.num_processes)
         if self.accelerator.is_main_process:
@@ -197,6 +204,9 @@ class RoutingGRPOTrainer(GRPOTrainer):
         self.routing_history: list[GenerationRecord] = []
         self._batch: _BatchState | None = None
         self._last_batch_time: float | None = None
+        self._batch_bar: Any = None
+        # The console line (or bar) per generation batch; an embedding program may show its own progress.
+        self.show_batches = True
 
     @staticmethod
     def _check_dataset(dataset: Any, split: str, answer_column: str) -> None:
@@ -356,14 +366,8 @@ class RoutingGRPOTrainer(GRPOTrainer):
         )
         self.routing_history.append(record)
         self._log_routing_metrics(record)
-        if record.mode == "train" and self.accelerator.is_main_process:
-            now = time.monotonic()
-            seconds = now - self._last_batch_time if self._last_batch_time is not None else None
-            self._last_batch_time = now
-            print(
-                batch_line(record, [m.name for m in self.modes], self.args.total_batch_steps, seconds),
-                flush=True,
-            )
+        if record.mode == "train" and self.accelerator.is_main_process and self.show_batches:
+            self._show_batch(record)
 
     # ------------------------------------------------------------------------------------------------------
     # 2. Prompt tail: routing question and forced word
@@ -818,6 +822,31 @@ class RoutingGRPOTrainer(GRPOTrainer):
                     _mean([record.modes[i] == m for i in free_valid])
                 )
 
+    def _show_batch(self, record: GenerationRecord) -> None:
+        """The console's view of training: one line per generation batch (a progress bar in generation
+        batches on a terminal, with the line beside it); the full metrics go to the logs and trackers."""
+        now = time.monotonic()
+        seconds = now - self._last_batch_time if self._last_batch_time is not None else None
+        self._last_batch_time = now
+        line = batch_line(record, [m.name for m in self.modes], self.args.total_batch_steps, seconds)
+        if not self.args.batch_progress_bar or not sys.stdout.isatty():
+            print(line, flush=True)
+            return
+        if self._batch_bar is None:
+            from tqdm.auto import tqdm
+
+            self._batch_bar = tqdm(
+                total=self.args.total_batch_steps, unit="batch", desc="generation batches", dynamic_ncols=True
+            )
+            self._batch_bar.update(record.batch_step)
+        self._batch_bar.update(1)
+        self._batch_bar.set_postfix_str(line.split(" ", 3)[-1], refresh=True)
+
+    def close_batch_bar(self) -> None:
+        if self._batch_bar is not None:
+            self._batch_bar.close()
+            self._batch_bar = None
+
     @property
     def collapse_alarm(self) -> CollapseAlarmCallback | None:
         """The installed :class:`~routing_grpo.callbacks.CollapseAlarmCallback` (None if it was removed)."""
@@ -834,6 +863,28 @@ class RoutingGRPOTrainer(GRPOTrainer):
             if alarm:
                 logs["routing/collapse_alarm"] = max(alarm)
         super().log(logs, start_time)
+
+
+def routing_summary(history: list[GenerationRecord], mode_names: list[str]) -> str:
+    """The end-of-training summary: the last training generation batch's free split, accuracy and length."""
+    train = [r for r in history if r.mode == "train"]
+    if not train:
+        return "Routing: no training generation batch"
+    last = train[-1]
+    free = [i for i in range(len(last.modes)) if not last.forced[i] and last.modes[i] != INVALID]
+    n = len(last.modes)
+    text = f"Routing at generation batch {last.batch_step + 1}: accuracy {sum(last.correct) / n:.3f}, "
+    text += f"mean length {_mean(last.lengths):.1f} tokens"
+    if free:
+        shares = [sum(last.modes[i] == m for i in free) / len(free) for m in range(len(mode_names))]
+        entropy = -sum(f * math.log(f) for f in shares if f > 0)
+        text += (
+            ", free split "
+            + " / ".join(f"{name} {f:.2f}" for name, f in zip(mode_names, shares))
+            + f", entropy {entropy:.2f}"
+        )
+    invalid = sum(m == INVALID for m in last.modes) / n
+    return text + f", no routing word {invalid:.2f}"
 
 
 def batch_line(

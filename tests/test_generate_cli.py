@@ -208,3 +208,47 @@ def test_eval_reads_the_saved_settings_without_a_config(model, tmp_path, capsys)
     assert config["modes"] == [m.to_dict() for m in SETTINGS.modes]
     assert config["routing_question"] == "Pick:"
     assert config["routing_instruction"] == "Output NoThink, Short or Long."
+
+
+def test_the_answers_file_is_graded_by_routing_grpo_grade(model, tmp_path, capsys):
+    """Questions with reference answers -> generate --output -> grade --input: every row is graded; an answer
+    stopped by its cap has no answer and no model_output (graded wrong)."""
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(
+        "".join(
+            json.dumps({"id": f"q{i}", "question": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n"
+            for i in range(3)
+        )
+    )
+    answers = tmp_path / "answers.jsonl"
+    code, _, err = run(
+        capsys, "generate", "--model", model, "--input", questions, "--output", answers, "--mode", "Short"
+    )
+    assert code == 0, err
+    rows = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert [r["reference_answer"] for r in rows] == ["0", "2", "4"]
+    for r in rows:
+        assert r["model_output"] == (r["text"] if r["stopped_by"] == "eos" else "")
+        if r["stopped_by"] != "eos":
+            assert r["answer"] is None
+    code, out, err = run(capsys, "grade", "--input", answers, "--workers", "1", "--json")
+    assert code == 0, err
+    assert json.loads(out)["rows"] == 3
+
+
+def test_an_answer_stopped_by_its_cap_reports_no_answer():
+    from routing_grpo.inference import Row, finish_row, resolve_routing
+
+    class Tok:
+        def decode(self, ids, skip_special_tokens=True):
+            return " \\boxed{7}"
+
+    def answer(rest):
+        row = Row(question="q", routing=resolve_routing(SETTINGS, "Short", None), caps=True, prompt_ids=[],
+                  forced_text="Short", rest=rest)  # fmt: skip
+        return finish_row(row, SETTINGS, Tok(), None, eos_token_ids=[0])
+
+    capped = answer([5, 5, 5, 5, 5, 5, 5, 5])  # past Short's cap of 6
+    assert capped.stopped_by == "cap" and capped.answer is None
+    finished = answer([5, 5, 0])
+    assert finished.stopped_by == "eos" and finished.answer == "7"

@@ -262,3 +262,24 @@ def test_report_command(tmp_path, capsys):
     )
     assert "| math500 | 4743 | 2810 | 41% (1.7x) |" in capsys.readouterr().out
     assert main(["report", "--runs", str(tmp_path / "none"), "--output", str(tmp_path / "o")]) == 2
+
+
+def test_one_seed_shows_no_spread_and_empty_tables_say_why(tmp_path):
+    """One router seed and nothing to compare it with: its mean alone (no "± 0.000"), and no empty
+    frontier.csv / reduction.csv, with the reason in results.md (an older report's CSVs are removed)."""
+    d = tmp_path / "runs" / "router-seed0" / "math500"
+    d.mkdir(parents=True)
+    (d / "summary.json").write_text(
+        json.dumps({"benchmark": "math500", "method": "router", "seed": 0, "accuracy": 0.5,
+                    "mean_length": 100.0, "num_samples": 10})
+    )  # fmt: skip
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "frontier.csv").write_text("stale\n")
+    write_report([tmp_path / "runs"], out, plots=False)
+    text = (out / "results.md").read_text()
+    assert "| Free routing | 0.500 | 100 |" in text and "± 0.0" not in text
+    assert not (out / "frontier.csv").exists() and not (out / "reduction.csv").exists()
+    assert "- `frontier.csv`: no benchmark has both the router and a single-mode baseline" in text
+    assert "- `reduction.csv`: no benchmark has both the router and the base model" in text
+    assert (out / "results.csv").read_text().startswith("benchmark")

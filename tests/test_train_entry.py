@@ -574,3 +574,33 @@ def test_modes_from_the_command_line_as_json_or_yaml(tmp_path, tiny_model_path):
     ]:
         with pytest.raises(train.RecipeError, match=re.escape(expected)):
             train.parse_args(["--config", str(recipe), "--modes", bad])
+
+
+def test_command_line_typos_and_prefixes_get_a_suggestion(tmp_path, no_model_loading):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(Path("unused"), tmp_path / "out"))
+    message = run_cli_expecting_error(["--config", str(recipe), "--total_batch_step", "6"])
+    assert "--total_batch_step: did you mean --total_batch_steps?" in message
+    message = run_cli_expecting_error(["--config", str(recipe), "--system_prompt", "Be brief."])
+    assert "routing instruction is appended to the user turn" in message
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("system_prompt", "`routing_instruction`"),
+        ("dataset_prompt_column", "`problem` (or `question`) column"),
+        ("reward_funcs", "the answer check is `verifier`"),
+    ],
+)
+def test_open_r1_keys_say_what_to_write_here(tmp_path, no_model_loading, key, expected):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(Path("unused"), tmp_path / "out", **{key: "x"}))
+    message = run_cli_expecting_error(["--config", str(recipe)])
+    assert f"{key}: not a recipe key here" in message and expected in message
+
+
+def test_a_missing_resume_checkpoint_is_one_line_before_the_model_loads(tmp_path, no_model_loading):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(Path("unused"), tmp_path / "out"))
+    message = run_cli_expecting_error(
+        ["--config", str(recipe), "--resume_from_checkpoint", str(tmp_path / "nope")]
+    )
+    assert f"resume_from_checkpoint: no such checkpoint folder: {tmp_path / 'nope'}" in message
