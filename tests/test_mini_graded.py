@@ -46,14 +46,14 @@ def test_problem_states_anchor_and_tail_by_hand():
 def test_solutions_by_hand():
     p = graded.Problem(4, ("+3", "=5", "*7", "+1"), ("p", "q", "r", "s"))
     assert graded.solution(p, "NoThink") == " \\boxed{6}"
-    assert graded.solution(p, "Short") == " Briefly, we start from q=5: r*75 s+16 so \\boxed{6}"
+    assert graded.solution(p, "Short") == " From q=5: r:5*7=5 s:5+1=6 \\boxed{6}"
     assert graded.solution(p, "Long") == (
         " Let us work through it step by step. p:4+3=7 q:=5 r:5*7=5 s:5+1=6 check p7 q5 r5 s6 \\boxed{6}"
     )
     start = graded.Problem(2, ("*3", "+7"), ("a", "b"))
-    assert graded.solution(start, "Short") == " Briefly, we start from 2: a*36 b+73 so \\boxed{3}"
+    assert graded.solution(start, "Short") == " From 2: a:2*3=6 b:6+7=3 \\boxed{3}"
     assert graded.solution(p, "Long", slip=True).endswith("check p7 q5 r5 s6 \\boxed{7}")
-    assert graded.solution(p, "Short", slip=True).endswith("s+16 so \\boxed{7}")
+    assert graded.solution(p, "Short", slip=True).endswith("s:5+1=6 \\boxed{7}")
     with pytest.raises(ValueError, match="no taught slips"):
         graded.solution(p, "NoThink", slip=True)
     with pytest.raises(ValueError, match="unknown mode"):
@@ -85,25 +85,27 @@ def test_parse_refuses_another_world_and_a_wrong_level():
 def test_slip_probability_grows_with_the_steps_worked():
     p = graded.Problem(4, ("+3", "=5", "*7", "+1"), ("p", "q", "r", "s"))
     assert graded.slip_probability(p, "NoThink") == 0.0
-    assert graded.slip_probability(p, "Short") == pytest.approx(1 - 0.97**2)
-    assert graded.slip_probability(p, "Long") == pytest.approx(1 - 0.97**4)
+    assert graded.slip_probability(p, "Short") == pytest.approx(1 - 0.98**2)
+    assert graded.slip_probability(p, "Long") == pytest.approx(1 - 0.98**4)
     rng = random.Random(0)
     texts = [graded.teaching_solution(p, "Long", rng) for _ in range(4000)]
     slipped = sum(t.endswith("\\boxed{7}") for t in texts) / len(texts)
-    assert slipped == pytest.approx(1 - 0.97**4, abs=0.02)
+    assert slipped == pytest.approx(1 - 0.98**4, abs=0.02)
     assert all(t.endswith(("\\boxed{6}", "\\boxed{7}")) for t in texts)
 
 
-def test_set_operations_grade_the_tail_by_level():
-    """The share of problems whose tail is at most one operation falls with level (what NoThink can do)."""
-    problems = graded.problems(6000, seed=1, split="train", distinct=False)
-    share = {
-        lv: sum(p.tail <= 1 for p in problems if p.level == lv) / sum(p.level == lv for p in problems)
-        for lv in graded.LEVELS
-    }
-    assert share[1] == 1.0
-    assert [share[lv] for lv in graded.LEVELS] == sorted(share.values(), reverse=True)
-    assert share[6] < 0.2 and share[3] > 0.9
+def test_tails_are_drawn_by_level():
+    """The share of problems whose tail is at most one operation (what NoThink can do) falls with level as
+    SHORT_TAIL_SHARE says; at the top most problems have no set operation (past Short's cap)."""
+    problems = graded.problems(12000, seed=1, split="train", distinct=False)
+    for lv in graded.LEVELS:
+        at = [p for p in problems if p.level == lv]
+        assert sum(p.tail <= 1 for p in at) / len(at) == pytest.approx(graded.SHORT_TAIL_SHARE[lv], abs=0.03)
+        assert all(p.tail == p.level - 1 - p.anchor for p in at)
+    top = [p for p in problems if p.level == 6]
+    assert sum(p.tail == 6 for p in top) / len(top) == pytest.approx(0.85 * 0.9, abs=0.03)
+    assert graded.tail_weights(4) == pytest.approx({0: 0.35, 1: 0.35, 2: 0.1, 3: 0.1, 4: 0.1})
+    assert sum(graded.tail_weights(6).values()) == pytest.approx(1.0)
 
 
 def test_splits_never_share_a_problem_and_rows_have_levels():
@@ -119,16 +121,17 @@ def test_splits_never_share_a_problem_and_rows_have_levels():
 
 @pytest.mark.parametrize("tail", range(7))
 def test_short_lengths_against_its_cap(tokenizer, tail):
-    """Short is 4 x tail + 14 tokens (EOS counted) after a set operation: its cap of 30 fits tails up to 4."""
-    level = max(tail + 1, 1) if tail < 6 else 6
-    ops = (("=5",) if tail < level else ()) + ("+1",) * tail
-    p = graded.Problem(3, ops, tuple("abcdefg"[: len(ops)]))
-    assert p.tail == tail
-    length = len(tokenizer(graded.solution(p, "Short") + teach.EOS, add_special_tokens=False)["input_ids"])
+    """Short is 7 x tail + 9 tokens (EOS counted) after a set operation, one fewer from the start digit: its
+    cap of 46 fits tails up to 5, not the tail of 6 of a top-level problem with no set operation."""
     cap = {m["name"]: m["cap"] for m in yaml.safe_load(ROUTER.read_text())["modes"]}["Short"]
-    if p.anchor >= 0:
-        assert length == 4 * tail + 14
-    assert (length <= cap) == (tail <= 4)
+    for ops in ((("=5",) if tail < 6 else ()) + ("+1",) * tail, ("*3",) * tail):
+        if not ops:
+            continue
+        p = graded.Problem(3, ops, tuple("abcdefg"[: len(ops)]))
+        assert p.tail == tail
+        length = len(tokenizer(graded.solution(p, "Short") + teach.EOS, add_special_tokens=False)["input_ids"])
+        assert length == 7 * tail + (9 if p.anchor >= 0 else 8)
+        assert (length <= cap) == (tail <= 5)
 
 
 def test_nothink_and_long_lengths(tokenizer):
@@ -182,5 +185,5 @@ def test_graded_teaching_rows_carry_slips_and_every_mode(tokenizer):
     for r in long_rows:
         problem = graded.parse_problem(r["prompt"].split("user\n")[1].split("\n")[0])
         wrong += not r["completion"].endswith(f"\\boxed{{{problem.answer}}}{teach.EOS}")
-    # Long slips with probability 1 - 0.97^k: about 0.1 on the uniform mix of levels 1..6.
-    assert 0.05 < wrong / len(long_rows) < 0.15
+    # Long slips with probability 1 - 0.98^k: about 0.07 on the uniform mix of levels 1..6.
+    assert 0.03 < wrong / len(long_rows) < 0.11

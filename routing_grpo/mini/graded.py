@@ -12,22 +12,24 @@ either sets the state (``=d``) or changes it (``+1 +3 +7 *3 *7``)::
 
 The set operation at ``q`` makes everything before it irrelevant: the answer is (5 * 7 + 1) mod 10 = 6.
 The problem's *tail* is the number of changing operations after the last set operation (the start digit
-counts as one): here 2. Set operations are frequent at low levels and rare at the top
-(:data:`SET_SHARE`), so the tail, and with it the work that matters, grows with level on average and varies
-from problem to problem.
+counts as one): here 2. Each problem is drawn with its tail first (:data:`SHORT_TAIL_SHARE`: the share of
+tails of at most one operation falls with level; the other tails are spread evenly, and at the top level
+most problems have no set operation at all), so the work that matters grows with level on average, varies
+from problem to problem, and every tail length is common enough in teaching to be learnt.
 
 The three modes write (tokens with the miniature's tokenizer; the routing word comes first)::
 
     NoThink   \\boxed{6}                                                     3 + EOS
-    Short     Briefly, we start from q=5: r*75 s+16 so \\boxed{6}            4 * tail + 13 + EOS
+    Short     From q=5: r:5*7=5 s:5+1=6 \\boxed{6}                         7 * tail + 8 + EOS
     Long      Let us work through it step by step. p:4+3=7 q:=5 r:5*7=5 s:5+1=6 check p7 q5 r5 s6 \\boxed{6}
-                                                                          about 9 * k + 14 + EOS
+                                                                  9 * k + 13 + EOS, 4 fewer per set op
 
 * NoThink answers at once. A tiny model composes one operation in a forward pass, not two, so it is right
   where the tail is 0 or 1 and near chance elsewhere: its accuracy falls gradually with level, by the
   problems' structure rather than by taught errors.
-* Short starts from the last set operation and works through the tail only: reliable and brief, until a
-  long tail runs into its cap (``recipes/mini_graded``), most often at the top level.
+* Short starts from the last set operation and works through the tail only, each step as Long writes it:
+  as reliable per step as Long and brief, until a long tail runs into its cap (``recipes/mini_graded``),
+  which happens at the top level.
 * Long works through every operation and checks the chain: it never runs out of room, but the more it
   writes, the more chances it has to slip.
 
@@ -54,14 +56,16 @@ CHANGES = ("+1", "+3", "+7", "*3", "*7")
 SETS = tuple(f"={d}" for d in range(MODULUS))
 # A changing operation multiplies with this probability (additions are learnt sooner).
 MULTIPLY_SHARE = 0.25
-# Probability that an operation at level k sets the state: the tail is at most 1 for about
-# 1.0 / 0.99 / 0.96 / 0.70 / 0.64 / 0.10 of the problems at levels 1..6.
-SET_SHARE = {1: 0.95, 2: 0.9, 3: 0.8, 4: 0.45, 5: 0.4, 6: 0.05}
-SLIP_PER_STEP = 0.03
+# Share of the problems of level k whose tail is 0 or 1 (half each): what NoThink can answer.
+SHORT_TAIL_SHARE = {1: 1.0, 2: 1.0, 3: 0.9, 4: 0.7, 5: 0.6, 6: 0.15}
+# At the top level, the share of the other problems with no set operation at all (tail 6, past Short's cap).
+TOP_FULL_TAIL_SHARE = 0.9
+# Operations before the last set operation: a set operation with this probability.
+EARLY_SET_SHARE = 0.3
+SLIP_PER_STEP = 0.02
 LABELS = string.ascii_lowercase
 LONG_PREAMBLE = " Let us work through it step by step."
-SHORT_PREAMBLE = " Briefly, we start from"
-SHORT_CLOSING = " so"
+SHORT_PREAMBLE = " From"
 MODE_NAMES = ("NoThink", "Short", "Long")
 TEST_PERCENT = 10
 TRAIN_SIZE = 5400
@@ -162,18 +166,16 @@ def solution(problem: Problem, mode: str, *, slip: bool = False) -> str:
     states = problem.states
     if mode == "NoThink":
         return answer
+    before = [problem.start, *states[:-1]]
+    written = [
+        f" {label}:{op}" if op in SETS else f" {label}:{b}{op}={s}"
+        for label, b, op, s in zip(problem.labels, before, problem.operations, states, strict=True)
+    ]
     if mode == "Short":
         first = problem.anchor
         anchor = f" {problem.start}" if first < 0 else f" {problem.labels[first]}={states[first]}"
-        steps = "".join(
-            f" {problem.labels[i]}{problem.operations[i]}{states[i]}" for i in range(first + 1, problem.level)
-        )
-        return SHORT_PREAMBLE + anchor + ":" + steps + SHORT_CLOSING + answer
-    before = [problem.start, *states[:-1]]
-    steps = "".join(
-        f" {label}:{op}" if op in SETS else f" {label}:{b}{op}={s}"
-        for label, b, op, s in zip(problem.labels, before, problem.operations, states, strict=True)
-    )
+        return SHORT_PREAMBLE + anchor + ":" + "".join(written[first + 1 :]) + answer
+    steps = "".join(written)
     compact = "".join(f" {label}{s}" for label, s in zip(problem.labels, states, strict=True))
     return LONG_PREAMBLE + steps + " check" + compact + answer
 
@@ -188,18 +190,47 @@ def teaching_solution(problem: Problem, mode: str, rng: random.Random) -> str:
     return solution(problem, mode, slip=rng.random() < slip_probability(problem, mode))
 
 
+def tail_weights(level: int) -> dict[int, float]:
+    """The distribution of the tail at ``level``: :data:`SHORT_TAIL_SHARE` on tails 0 and 1 (half each), the
+    rest on tails 2..level evenly, except at the top level, where :data:`TOP_FULL_TAIL_SHARE` of it goes to
+    problems with no set operation (tail = level)."""
+    short = SHORT_TAIL_SHARE[level]
+    weights = {0: short / 2, 1: short / 2} if level > 1 else {0: 0.5, 1: 0.5}
+    rest = 1.0 - sum(weights.values())
+    longer = list(range(2, level + 1))
+    if rest <= 0 or not longer:
+        return weights
+    if level == max(LEVELS):
+        weights[level] = rest * TOP_FULL_TAIL_SHARE
+        for t in longer[:-1]:
+            weights[t] = rest * (1 - TOP_FULL_TAIL_SHARE) / len(longer[:-1])
+    else:
+        for t in longer:
+            weights[t] = rest / len(longer)
+    return weights
+
+
+def _change(rng: random.Random) -> str:
+    sign = "*" if rng.random() < MULTIPLY_SHARE else "+"
+    return rng.choice([c for c in CHANGES if c[0] == sign])
+
+
 def random_problem(rng: random.Random, level: int) -> Problem:
+    """A problem of ``level``: its tail drawn from :func:`tail_weights`, then the set operation before the
+    tail (unless the tail is the whole problem) and the earlier operations."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level}")
     first = rng.randrange(len(LABELS) - level + 1)
+    tails, weights = zip(*tail_weights(level).items(), strict=True)
+    tail = rng.choices(tails, weights)[0]
     ops = []
-    for _ in range(level):
-        if rng.random() < SET_SHARE[level]:
-            ops.append(rng.choice(SETS))
-        elif rng.random() < MULTIPLY_SHARE:
-            ops.append(rng.choice([c for c in CHANGES if c[0] == "*"]))
-        else:
-            ops.append(rng.choice([c for c in CHANGES if c[0] == "+"]))
+    if tail < level:
+        early = [
+            rng.choice(SETS) if rng.random() < EARLY_SET_SHARE else _change(rng)
+            for _ in range(level - tail - 1)
+        ]
+        ops = [*early, rng.choice(SETS)]
+    ops += [_change(rng) for _ in range(tail)]
     return Problem(rng.randrange(MODULUS), tuple(ops), tuple(LABELS[first : first + level]))
 
 
