@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 OUTPUT_DIR ?= outputs
 SEEDS ?= 0 1 2
 
-.PHONY: install install-gpu test lint format clean bench demo demo-smollm2 demo-deps mini train-router \
+.PHONY: install install-gpu test lint format clean bench demo demo-smollm2 demo-deps mini oracle train-router \
 	train-baselines \
 	train-countdown eval report
 
@@ -153,6 +153,24 @@ eval: install-gpu
 				--output $(OUTPUT_DIR)/eval/$$mode/seed$$seed $(EVAL_ARGS); \
 		done; \
 	done
+
+# Before the GPU hours: will routing emerge? The base model forced into each mode on MATH training problems
+# at the training temperature (the recipe's 1.0), ORACLE_SAMPLES samples each, then `routing-grpo oracle
+# --by level`: each mode's expected reward per level and on the training mix, the verdict, and bases or a
+# training mix to try when it predicts a collapse (docs/method.md). The miniature's equivalent runs on CPU in
+# `make mini` (OUT/<world>/oracle/).
+#   make oracle NUM_PROCESSES=4 ORACLE_PROBLEMS=300
+ORACLE_PROBLEMS ?= 500
+ORACLE_SAMPLES ?= 4
+ORACLE_MODES ?= NoThink Short Long
+oracle: install-gpu
+	set -e; for mode in $(ORACLE_MODES); do \
+		$(EVAL) --model $(BASE_MODEL) --config $(ROUTER_RECIPE) --force-mode $$mode --method oracle_$$mode \
+			--benchmarks math_train --limit $(ORACLE_PROBLEMS) --samples math_train=$(ORACLE_SAMPLES) \
+			--temperature 1.0 --output $(OUTPUT_DIR)/oracle/samples/$$mode $(EVAL_ARGS); \
+	done
+	$(VENV)/bin/routing-grpo oracle --samples $(OUTPUT_DIR)/oracle/samples --config $(ROUTER_RECIPE) \
+		--by level --output $(OUTPUT_DIR)/oracle
 
 # Paper tables and figures from the evaluations (results.md, CSVs, PNGs); the routers' training folders
 # (trainer_state.json) give the training-dynamics figure (left out while there are none).

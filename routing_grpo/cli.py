@@ -109,6 +109,49 @@ def cmd_reward_table(args: argparse.Namespace) -> int:
     return 0
 
 
+def _forced_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
+    """Forced-mode sample rows of ``samples.jsonl`` files, or of every one under folders."""
+    from routing_grpo.report import load_samples
+
+    rows: list[dict[str, Any]] = []
+    for item in paths:
+        path = Path(item)
+        if not path.exists():
+            raise CliError(f"--samples: no such file or folder: {item}")
+        files = [path] if path.is_file() else sorted(path.rglob("samples.jsonl"))
+        if not files:
+            raise CliError(f"--samples: no samples.jsonl under {item}")
+        for f in files:
+            rows += [r for r in load_samples(f) if r.get("forced") or r.get("routing") == "forced"]
+    if not rows:
+        raise CliError(
+            "--samples: no forced-mode samples (evaluate with routing-grpo eval --force-mode MODE)"
+        )
+    return rows
+
+
+def cmd_oracle(args: argparse.Namespace) -> int:
+    from routing_grpo.emergence import analyse, render_markdown
+
+    modes = load_recipe_modes(args.config)
+    rows = _forced_rows(args.samples)
+    try:
+        result = analyse(rows, modes, by=args.by, tolerance=args.tolerance)
+    except ValueError as err:
+        raise CliError(str(err)) from None
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    text = render_markdown(result)
+    (out / "oracle.md").write_text(text)
+    (out / "oracle.json").write_text(json.dumps(result, indent=2))
+    from routing_grpo.plots import plot_emergence
+
+    plot_emergence(result, out / "oracle.png")
+    print(text, end="")
+    print(f"wrote {out / 'oracle.md'}, {out / 'oracle.json'}, {out / 'oracle.png'}")
+    return 0
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     from routing_grpo.grading import grade_file
 
@@ -434,6 +477,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="comma-separated L values")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_reward_table)
+
+    p = sub.add_parser(
+        "oracle",
+        help="before training: will routing emerge? (from forced-mode samples of the training problems)",
+        description="Reads the samples `routing-grpo eval --force-mode M` writes for every mode on a sample of "
+        "the training problems, and gives each mode's expected reward per bin and on the training mix, the "
+        "oracle router, a verdict (routing can emerge / collapse towards a mode) and, for a collapse, bases "
+        "or a training mix that would keep the modes close (docs/method.md).",
+    )
+    p.add_argument(
+        "--samples", nargs="+", required=True, help="forced-mode eval folders or samples.jsonl files"
+    )
+    p.add_argument("--config", required=True, help="the training recipe (its modes, caps and bases)")
+    p.add_argument(
+        "--by", help="bin by this sample column, e.g. level (default: the pass rate of the longest mode)"
+    )
+    p.add_argument(
+        "--tolerance",
+        type=float,
+        default=0.10,
+        help="spread of the modes' worth on the mix that still routes",
+    )
+    p.add_argument("--output", default="outputs/oracle", help="folder for oracle.md, oracle.json, oracle.png")
+    p.set_defaults(func=cmd_oracle)
 
     p = sub.add_parser("grade", help="grade model outputs (JSONL with model_output, reference_answer)")
     p.add_argument("--input", required=True, help="JSONL with `model_output` and `reference_answer` columns")

@@ -192,6 +192,27 @@ def plot_levels(
     return _save(fig, path)
 
 
+def plot_emergence(result: dict[str, Any], path: Path) -> Path:
+    """``routing-grpo oracle``: each mode's expected reward per bin (bars), and on the mix (right)."""
+    names = [m["name"] for m in result["modes"]]
+    bins = list(result["bins"]) + ["mix"]
+    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(bins), 3.6))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        values = [result["bins"][b]["cells"].get(name, {}).get("reward", 0.0) for b in bins[:-1]]
+        values.append(result["worth"][name])
+        xs = [x + (i - (len(names) - 1) / 2) * width for x in range(len(bins))]
+        ax.bar(xs, values, width, label=name, color=_mode_color(i, name))
+    ax.axvline(len(bins) - 1.5, color="0.6", linewidth=0.8)
+    ax.set_xticks(range(len(bins)), bins)
+    ax.set_xlabel(result["by"])
+    ax.set_ylabel("expected reward")
+    v = result["verdict"]
+    ax.set_title("routing can emerge" if v["emerges"] else f"collapse towards {v['favoured']} expected")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
 def load_training_logs(run_dirs: Sequence[str | Path]) -> list[list[dict[str, Any]]]:
     """``log_history`` of every trainer_state.json under the runs (one list per run, newest checkpoint)."""
     return [run.history for run in find_training_runs(Path(d) for d in run_dirs if Path(d).is_dir())]

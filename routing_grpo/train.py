@@ -137,8 +137,8 @@ RENAMED_KEYS = {
     "dataset_prompt_column": "the problem is read from a `problem` (or `question`) column and the reference "
     'from `answer_column`; rename your columns (README, "Train on your own data")',
     "dataset_name": "the data is `task` (a registered task) or `dataset_path` (a Hub name or local file)",
-    "reward_funcs": "the reward is the method's own (mode, correctness and length, docs/method.md "
-    '"Reward"); the answer check is `verifier`',
+    "reward_funcs": "the reward is the method's own (mode, correctness and length; "
+    'docs/method.md "Reward"); the answer check is `verifier`',
 }
 
 

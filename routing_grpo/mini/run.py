@@ -15,7 +15,9 @@ a real entry point, its output in ``OUT/<world>/logs/<stage>.log`` and one progr
 3. per seed and recipe of the world (router, the three single-mode baselines, the two ablations):
    ``python -m routing_grpo.train``, then ``routing-grpo eval`` of the trained model (free routing, or the
    plain prompt for the baselines), uncapped, temperature 0.6, several samples per prompt;
-4. **report**: ``routing-grpo report`` with the world's table, the oracle table, routing per level, the
+4. **oracle**: ``routing-grpo oracle --by level`` on the world's table: will routing emerge, and what to
+   change if not (``OUT/<world>/oracle/``);
+5. **report**: ``routing-grpo report`` with the world's table, the oracle table, routing per level, the
    frontier, the targets and the ablations.
 
 Finished stages are skipped when the command is run again (their outputs exist), so an interrupted run
@@ -196,6 +198,14 @@ def _result_line(log: Path) -> str:
         if sep and rest.startswith("accuracy") and name.replace("_", "").isalnum():
             return " — " + rest
     return ""
+
+
+def _verdict_line(path: Path) -> str:
+    """The oracle's verdict in one line."""
+    v = json.loads(path.read_text())["verdict"]
+    return (
+        "routing can emerge" if v["emerges"] else f"collapse towards {v['favoured']} expected"
+    ) + f" ({v['reason']})"
 
 
 def eval_command(
@@ -429,12 +439,26 @@ def run_world(
                 done=out / "eval" / run.method / f"seed{seed}" / bench / "summary.json",
             )  # fmt: skip
 
-        jobs = [lambda m=m: oracle(m, "oracle", None) for m in task.MODE_NAMES]
-        jobs += [lambda m=m: oracle(m, "world", TRAINING_TEMPERATURE) for m in task.MODE_NAMES] + [base]
+        def run_all(jobs) -> None:
+            with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+                for future in [pool.submit(j) for j in jobs]:
+                    future.result()
+
+        # The world's table at the training temperature, then the verdict before training (routing-grpo
+        # oracle), then everything else.
+        run_all([lambda m=m: oracle(m, "world", TRAINING_TEMPERATURE) for m in task.MODE_NAMES])
+        stages.run(
+            "oracle",
+            [
+                sys.executable, "-m", "routing_grpo", "oracle", "--samples", str(out / "eval" / "world"),
+                "--config", str(router_recipe), "--by", "level", "--output", str(out / "oracle"),
+            ],
+            done=out / "oracle" / "oracle.json",
+        )  # fmt: skip
+        stages.say(f"verdict: {_verdict_line(out / 'oracle' / 'oracle.json')}")
+        jobs = [lambda m=m: oracle(m, "oracle", None) for m in task.MODE_NAMES] + [base]
         jobs += [lambda r=r, s=s: train_and_eval(r, s) for s in seeds for r in runs]
-        with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-            for future in [pool.submit(j) for j in jobs]:
-                future.result()
+        run_all(jobs)
 
         # 4. Report.
         method_dirs = [out / "eval" / "base"] + sorted({out / "eval" / r.method for r in runs})
