@@ -1346,8 +1346,11 @@ def main(
         check_hub_card(trainer, training_args, script_args)
         # The Hub token comes from the environment (HF_TOKEN) or `hf auth login`, never from a recipe.
         trainer.push_to_hub()
-    # As TRL's own GRPO script: finish the trackers and destroy the process group.
-    trainer.end()
+    # As TRL's own GRPO script: finish the trackers and destroy the process group (transformers >= 5.18 has
+    # Trainer.end; before it, the trackers finish with the process).
+    end = getattr(trainer, "end", None)
+    if end is not None:
+        end()
     return trainer
 
 

@@ -250,7 +250,7 @@ def test_worlds_and_runs_are_planned_from_the_command_line():
 
     assert planned() == [
         ("graded", list(WORLDS["graded"].default_runs)),
-        ("cliff", ["router", "baseline_nothink", "baseline_short", "baseline_long"]),
+        ("cliff", ["router", "baseline_nothink", "baseline_short", "baseline_long", "router_level_mix"]),
     ]
     assert planned("--worlds", "graded", "--runs", "graded_router") == [("graded", ["graded_router"])]
     assert planned("--runs", "graded_router,router") == [("graded", ["graded_router"]), ("cliff", ["router"])]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from routing_grpo.offline_models import MINI_CHECKPOINT
+from routing_grpo.offline_models import MINI_CHECKPOINT, MINI_CHECKPOINTS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The reduced miniature: the router as its recipe trains it (60 generation batches) and the level-mix router
@@ -40,11 +40,13 @@ pytestmark = [
 ]
 
 
-def test_shipped_checkpoint_reproduces_its_greedy_fingerprint():
+@pytest.mark.parametrize("world", sorted(MINI_CHECKPOINTS))
+def test_shipped_checkpoint_reproduces_its_greedy_fingerprint(world):
     from routing_grpo.mini.teach import greedy_check
 
-    stored = json.loads((MINI_CHECKPOINT / "teaching.json").read_text())["greedy_check"]
-    measured = greedy_check(MINI_CHECKPOINT)
+    checkpoint = MINI_CHECKPOINTS[world]
+    stored = json.loads((checkpoint / "teaching.json").read_text())["greedy_check"]
+    measured = greedy_check(checkpoint, world=world)
     assert measured.keys() == stored.keys()
     for mode, levels in stored.items():
         for level, cell in levels.items():

@@ -604,3 +604,17 @@ def test_a_missing_resume_checkpoint_is_one_line_before_the_model_loads(tmp_path
         ["--config", str(recipe), "--resume_from_checkpoint", str(tmp_path / "nope")]
     )
     assert f"resume_from_checkpoint: no such checkpoint folder: {tmp_path / 'nope'}" in message
+
+
+def test_modes_from_the_command_line_train_through_the_entry_point(tmp_path, tiny_model_path):
+    """`python -m routing_grpo.train --modes '[...]'`: the run routes between the modes given there."""
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
+    two = "[{name: Short, word: Short, base: 1.2, gamma: 1.0, cap: 8}, {name: Long, word: Long, base: 1.0, gamma: 1.0, cap: null}]"
+    with pytest.raises(SystemExit) as done:
+        train.cli(["--config", str(recipe), "--modes", two])
+        raise SystemExit(0)
+    assert done.value.code in (0, None)
+    saved = json.loads((out / "routing_config.json").read_text())
+    assert [m["name"] for m in saved["modes"]] == ["Short", "Long"]
+    assert saved["routing_instruction"].startswith("Output Short")

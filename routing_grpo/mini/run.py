@@ -110,11 +110,12 @@ WORLDS = {
             Run("baseline_long", "long", plain_prompt=True),
             Run("ablation_no_balance", "no_balance"),
             Run("ablation_no_warmup", "no_warmup"),
-            # The router on a mix of levels 1 and 6 (docs/mini: no mode best on average, so it routes).
+            # The router on the training mix routing-grpo oracle proposes for this world (levels 1 and 6,
+            # 80 / 20): no mode best on average, so it routes by difficulty where it trained.
             Run("router_level_mix", "router_level_mix"),
         ),
-        # The negative control: the router and the baselines it is judged against.
-        ("router", "baseline_nothink", "baseline_short", "baseline_long"),
+        # The negative control: the router and the baselines it is judged against, and the oracle's fix.
+        ("router", "baseline_nothink", "baseline_short", "baseline_long", "router_level_mix"),
     ),
 }
 
