@@ -999,7 +999,8 @@ def final_routing_split(
 
 def _split_line(what: str, split: dict[str, Any]) -> str:
     batch = split.get("batch")
-    where = f" (generation batch {batch:.0f})" if isinstance(batch, int | float) else ""
+    # Counted from 1, as the schedule lines and the console count them.
+    where = f" (generation batch {batch + 1:.0f})" if isinstance(batch, int | float) else ""
     shares = " / ".join(f"{m} {100 * v:.1f}%" for m, v in split["shares"].items())
     entropy = split.get("entropy")
     h = f", entropy {entropy:.3f} nats" if isinstance(entropy, int | float) and entropy == entropy else ""
@@ -1073,8 +1074,11 @@ def model_card(
     meta["tags"] = ["routing-grpo", "trl", "grpo", "adaptive-reasoning"]
     words = " / ".join(m.word for m in args.mode_specs)
     lines = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "", f"# {name}", ""]
+    base_text = f"`{base}`"
+    if base.startswith("offline:"):
+        base_text += " (a model routing-grpo builds or ships offline: `routing_grpo.offline_models`)"
     lines += [
-        f"Fine-tuned from `{base}` with **{paper.METHOD}** (routing-grpo, a subclass of TRL's "
+        f"Fine-tuned from {base_text} with **{paper.METHOD}** (routing-grpo, a subclass of TRL's "
         f"`GRPOTrainer`), the method of *{paper.TITLE}* ({paper.authors_text()}). {paper.GRPO_REFERENCE}.",
         "",
         card_run_marker(identity),
@@ -1097,8 +1101,9 @@ def model_card(
     lines += [
         "## Quick start",
         "",
+        "With routing-grpo installed:",
+        "",
         "```bash",
-        "pip install routing-grpo",
         f'routing-grpo generate --model {where} "What is 17 * 23?"',
         "```",
         "",

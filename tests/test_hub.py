@@ -176,10 +176,10 @@ def test_the_model_card_reports_the_final_routing_split(tmp_path):
     script_args, args, model_args = parse(RECIPES / "router_r1_distill_qwen_1.5b.yaml")
     card = train.model_card(args, script_args, model_args, history)
     assert (
-        "- last training batch (generation batch 89): NoThink 20.0% / Short 32.0% / Long 48.0%, entropy 1.040"
+        "- last training batch (generation batch 90): NoThink 20.0% / Short 32.0% / Long 48.0%, entropy 1.040"
         in card
     )
-    assert "- last validation (generation batch 90): NoThink 25.0% / Short 25.0% / Long 50.0%" in card
+    assert "- last validation (generation batch 91): NoThink 25.0% / Short 25.0% / Long 50.0%" in card
     assert "- batches 1-45: routing warmup, 2 rollouts of each group forced into each mode" in card
     assert "- batches 61-91: phase 2, every base and gamma 1.0" in card
     assert "learning-rate warmup 0" in card and "Crossover NoThink -> Short at L = 800.3" in card
