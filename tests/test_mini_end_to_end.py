@@ -30,8 +30,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # for 90 of its 180 (schedule scaled in proportion), in parallel; 20 held-out problems per level, 2 samples
 # each.
 REDUCED = [
-    "--batch-steps", "router_level_mix=90", "--limit", "120", "--samples", "2", "--seeds", "0",
-    "--runs", "router,router_level_mix",
+    "--worlds", "cliff", "--batch-steps", "router_level_mix=90", "--limit", "120", "--samples", "2",
+    "--seeds", "0", "--runs", "router,router_level_mix",
 ]  # fmt: skip
 
 pytestmark = [
@@ -70,7 +70,7 @@ def reduced_run(tmp_path_factory) -> Path:
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1500,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return out
+    return out / "cliff"
 
 
 def _summary(out: Path, *parts: str) -> dict:
@@ -131,3 +131,48 @@ def test_reduced_miniature_level_mix_router_routes_by_difficulty(reduced_run: Pa
     index = {int(lv): e["mean_mode_index"]["mean"] for lv, e in mini["level_mix"]["levels"].items()}
     assert index[6] - index[1] >= 0.3
     assert level[1]["accuracy"] >= 0.9 and level[6]["accuracy"] >= 0.8
+
+
+# The graded world, reduced: the router at its recipe's 90 batches, on 30 held-out problems per level.
+REDUCED_GRADED = [
+    "--worlds", "graded", "--limit", "180", "--samples", "2", "--seeds", "0", "--runs", "graded_router",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def reduced_graded_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("mini_graded")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "routing_grpo.mini.run", "--output", str(out), "--jobs", "2", *REDUCED_GRADED],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=1500,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "verdict: routing can emerge" in proc.stdout
+    return out / "graded"
+
+
+def test_reduced_graded_world_is_in_the_papers_regime_and_keeps_its_modes(reduced_graded_run: Path):
+    """The graded world's table at the training temperature meets every check of the paper's regime (the
+    modes close on the mix, each best at some level, graded brief modes), and the router trained on the
+    uniform mix keeps every mode (no collapse) at Long's accuracy or better with fewer tokens, with Long's
+    share rising towards the top level.
+
+    Measured with the full held-out set (seed 0): checks 12 of 12; router 0.947 at 30 tokens against
+    Long-only 0.913 at 41; free split 0.16 / 0.28 / 0.56, entropy 0.97; Long's share 0.51 at level 1 and
+    0.67 at level 6 (NoThink's does not fall with level: routing by difficulty is only begun, docs/mini)."""
+    mini = json.loads((reduced_graded_run / "report" / "mini.json").read_text())["benchmarks"]["mini_graded"]
+    world = mini["world"]
+    assert [t["key"] for t in world["checks"] if t["met"] is not True] == []
+    summary = json.loads(
+        (reduced_graded_run / "eval" / "router" / "seed0" / "mini_graded" / "summary.json").read_text()
+    )
+    assert summary["invalid_share"] <= 0.05
+    assert summary["routing_entropy"] >= 0.8 and min(summary["mode_shares"].values()) >= 0.05
+    long_forced = json.loads(
+        (reduced_graded_run / "eval" / "oracle" / "Long" / "mini_graded" / "summary.json").read_text()
+    )
+    assert summary["accuracy"] >= long_forced["accuracy"] - 0.03
+    assert summary["mean_length"] <= 0.9 * long_forced["mean_length"]
+    levels = mini["router"]["levels"]
+    assert levels["6"]["shares"]["Long"]["mean"] >= levels["1"]["shares"]["Long"]["mean"] + 0.05
