@@ -22,6 +22,7 @@ VARIANTS = {
     "graded_baseline_long.yaml": {"single_mode": "Long"},
     "graded_ablation_no_balance.yaml": {"balance_coef": 0.0},
     "graded_ablation_no_warmup.yaml": {"routing_warmup_steps": 0},
+    "graded_router_word_weight.yaml": {"routing_word_weight": 1.0},
 }
 
 

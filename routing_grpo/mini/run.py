@@ -89,9 +89,12 @@ WORLDS = {
             Run("graded_baseline_long", "long", plain_prompt=True),
             Run("graded_ablation_no_balance", "no_balance"),
             Run("graded_ablation_no_warmup", "no_warmup"),
+            # Beyond the paper: the routing word's own weight in the loss, reported beside the router.
+            Run("graded_router_word_weight", "router_word_weight"),
         ),
         (
             "graded_router",
+            "graded_router_word_weight",
             "graded_baseline_nothink",
             "graded_baseline_short",
             "graded_baseline_long",
