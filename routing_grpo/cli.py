@@ -271,8 +271,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if max_tokens is None:
         max_tokens = saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
     context = _model_context(args.model)
+    clamped = None
     if context is not None and max_tokens > context:
-        print(f"--max-tokens: {max_tokens} is past the model's context; using {context}", file=sys.stderr)
+        # Said only when asked for explicitly, and only once the command line has been checked.
+        if args.max_tokens is not None:
+            clamped = f"--max-tokens: {max_tokens} is past the model's context; using {context}"
         max_tokens = context
     try:
         config = EvalConfig(
@@ -313,6 +316,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_engine(config, resolve_backend(config.backend))
     except (FileNotFoundError, ValueError) as err:
         raise CliError(str(err)) from None
+    if clamped:
+        print(clamped, file=sys.stderr)
     model = Path(args.model).expanduser()
     if args.model.startswith(("/", ".", "~")) and not model.exists():
         raise CliError(f"--model: no such folder: {args.model} (a checkpoint folder or a Hub name)")

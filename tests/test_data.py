@@ -259,7 +259,8 @@ def test_hub_name_failure_is_one_clear_error(monkeypatch):
     with pytest.raises(DatasetUnavailableError) as info:
         load_task("math500")
     message = str(info.value)
-    assert "'HuggingFaceH4/MATH-500'" in message and "Offline mode is on" in message and "path=" in message
+    assert "'HuggingFaceH4/MATH-500'" in message and "Offline mode is on" in message
+    assert "`dataset_path`" in message and "--data BENCHMARK=FILE" in message and "path=" not in message
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 

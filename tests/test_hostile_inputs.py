@@ -366,7 +366,7 @@ COMMAND_CASES = [
             "{out}",
         ),
     ),
-    Case("eval-no-arguments", ("required: --model, --output",), command=("eval",)),
+    Case("eval-no-arguments", ("required: --model (",), command=("eval",)),
     Case(
         "generate-missing-model",
         ("model folder not found",),

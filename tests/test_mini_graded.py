@@ -130,7 +130,9 @@ def test_short_lengths_against_its_cap(tokenizer, tail):
             continue
         p = graded.Problem(3, ops, tuple("abcdefg"[: len(ops)]))
         assert p.tail == tail
-        length = len(tokenizer(graded.solution(p, "Short") + teach.EOS, add_special_tokens=False)["input_ids"])
+        length = len(
+            tokenizer(graded.solution(p, "Short") + teach.EOS, add_special_tokens=False)["input_ids"]
+        )
         assert length == 7 * tail + (9 if p.anchor >= 0 else 8)
         assert (length <= cap) == (tail <= 5)
 
