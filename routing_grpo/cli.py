@@ -668,6 +668,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    from routing_grpo import filter_known_warnings
+
+    filter_known_warnings()
     if argv[:1] == ["train"]:
         # Training has its own TrlParser (recipe YAML + every GRPOConfig flag); hand it the rest.
         from routing_grpo.train import cli as train_cli

@@ -30,7 +30,6 @@ import re
 import sys
 import types
 import typing
-import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1570,11 +1569,9 @@ def cli(argv: list[str] | None = None, prog: str = "python -m routing_grpo.train
         print(version_text())
         sys.exit(0)
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
-    # TRL's GRPOConfig defaults gradient_checkpointing to True, which transformers 5 reports as a deprecated
-    # name on every run, whatever the recipe says; it would sit above every error line.
-    warnings.filterwarnings(
-        "ignore", message=r"`gradient_checkpointing(_kwargs)?` is deprecated", category=FutureWarning
-    )
+    from routing_grpo import filter_known_warnings
+
+    filter_known_warnings()
     try:
         main(*parse_args(argv))
     except RecipeError as err:
