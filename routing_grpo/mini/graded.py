@@ -50,6 +50,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from routing_grpo.mini.task import draw_problems
+
 LEVELS = (1, 2, 3, 4, 5, 6)
 MODULUS = 10
 CHANGES = ("+1", "+3", "+7", "*3", "*7")
@@ -248,25 +250,10 @@ def problems(
     ``distinct`` problems never repeat (teaching data passes ``distinct=False``). A smaller ``n`` gives a
     prefix of a larger one with the same other arguments.
     """
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', not {split!r}")
-    rng = random.Random(f"mini-graded:{seed}:{split}")
-    out: list[Problem] = []
-    seen: set[str] = set()
-    attempts_left = 1000 * max(n, 1)
-    while len(out) < n:
-        if attempts_left == 0:
-            raise ValueError(
-                f"could not draw {n} distinct problems of split {split!r} at levels {list(levels)}"
-            )
-        attempts_left -= 1
-        level = levels[len(out) % len(levels)]
-        p = random_problem(rng, level)
-        if (distinct and p.text in seen) or split_of(p.text) != split:
-            continue
-        seen.add(p.text)
-        out.append(p)
-    return out
+    return draw_problems(
+        random_problem, split_of, n, rng_key=f"mini-graded:{seed}:{split}", split=split, levels=levels,
+        distinct=distinct,
+    )  # fmt: skip
 
 
 def mini_graded_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import random
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,10 +159,34 @@ def problems(
     test split), so teaching data, which needs more, passes ``distinct=False``. A smaller ``n`` gives a
     prefix of a larger one with the same other arguments.
     """
+    return draw_problems(
+        random_problem,
+        split_of,
+        n,
+        rng_key=f"mini:{seed}:{split}",
+        split=split,
+        levels=levels,
+        distinct=distinct,
+    )
+
+
+def draw_problems(
+    draw: Callable[[random.Random, int], Any],
+    split_of_text: Callable[[str], str],
+    n: int,
+    *,
+    rng_key: str,
+    split: str,
+    levels: Sequence[int],
+    distinct: bool,
+) -> list[Any]:
+    """``n`` problems from ``draw(rng, level)``, levels cycling through ``levels``, kept when
+    ``split_of_text(problem.text)`` is ``split`` (and, if ``distinct``, not seen before); shared by the
+    miniature's worlds."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")
-    rng = random.Random(f"mini:{seed}:{split}")
-    out: list[Problem] = []
+    rng = random.Random(rng_key)
+    out: list[Any] = []
     seen: set[str] = set()
     attempts_left = 1000 * max(n, 1)
     while len(out) < n:
@@ -172,8 +196,8 @@ def problems(
             )
         attempts_left -= 1
         level = levels[len(out) % len(levels)]
-        p = random_problem(rng, level)
-        if (distinct and p.text in seen) or split_of(p.text) != split:
+        p = draw(rng, level)
+        if (distinct and p.text in seen) or split_of_text(p.text) != split:
             continue
         seen.add(p.text)
         out.append(p)
