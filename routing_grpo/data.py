@@ -37,9 +37,10 @@ AIME 2025: the registry uses ``yentinglin/aime_2025`` (split ``train``, both con
 ``problem`` / ``answer`` columns), the copy open-r1 / lighteval evaluate on; ``opencompass/AIME2025``
 splits the contests into two configs.
 
-Generated tasks (no download): ``synthetic``, seeded arithmetic in 5 levels (:func:`synthetic_rows`),
-``mini``, the miniature's state tracking in 6 levels (:mod:`routing_grpo.mini.task`), and ``countdown``
-(:mod:`routing_grpo.countdown`). Their train and test splits never share a problem.
+Generated tasks (no download): ``synthetic``, seeded arithmetic in 5 levels (:func:`synthetic_rows`), and
+``countdown`` (:mod:`routing_grpo.countdown`). Their train and test splits never share a problem. Other
+packages add tasks through the registry (:mod:`routing_grpo.tasks`); the miniature's ``mini`` and
+``mini_graded`` (state tracking in 6 levels) register there.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ import random
 import re
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,29 +64,24 @@ from datasets import Dataset, Features, List, Value
 from routing_grpo import countdown
 from routing_grpo.completions import completion_text
 from routing_grpo.grading import grade
-from routing_grpo.mini import graded as mini_graded
-from routing_grpo.mini import task as mini_task
+from routing_grpo.locations import DATA_SUFFIXES, looks_local
+from routing_grpo.tasks import (  # noqa: F401  (part of this module's interface)
+    DEFAULT_INSTRUCTION,
+    MATH_FEATURES,
+    TASKS,
+    TaskSpec,
+    get_task,
+    register_task,
+    task_names,
+)
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
-DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 PROBLEM_COLUMNS = ("problem", "question")
 SUBJECT_COLUMNS = ("subject", "type")
 ID_COLUMNS = ("unique_id", "id")
 
-_MESSAGES = List({"role": Value("string"), "content": Value("string")})
-MATH_FEATURES = Features(
-    {
-        "prompt": _MESSAGES,
-        "problem": Value("string"),
-        "answer": Value("string"),
-        "level": Value("int64"),
-        "subject": Value("string"),
-        "id": Value("string"),
-    }
-)
 COUNTDOWN_FEATURES = Features({**MATH_FEATURES, "numbers": List(Value("int64")), "target": Value("int64")})
 
 Grader = Callable[[Any, Mapping[str, Any]], bool]
@@ -93,23 +89,6 @@ Grader = Callable[[Any, Mapping[str, Any]], bool]
 
 class DatasetUnavailableError(RuntimeError):
     """A Hub dataset could not be loaded (offline, unknown name, no access)."""
-
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """A registry entry. File tasks have a Hub default; generated tasks have a row generator instead."""
-
-    name: str
-    grader: str
-    split: str
-    hub_path: str | None = None
-    hub_config: str | None = None
-    # "boxed": answer column, else the last \boxed{} of the solution; "gsm8k": the text after "####".
-    answer_rule: str = "boxed"
-    generate: Callable[..., list[dict[str, Any]]] | None = None
-    generated_sizes: Mapping[str, int] = field(default_factory=dict)
-    instruction: str = DEFAULT_INSTRUCTION
-    features: Features = field(default_factory=lambda: MATH_FEATURES)
 
 
 @dataclass(frozen=True)
@@ -233,50 +212,25 @@ def synthetic_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[
 
 _GENERATED_SIZES = {"train": 5000, "test": 500}
 
-TASKS: dict[str, TaskSpec] = {
-    spec.name: spec
-    for spec in (
-        TaskSpec("math_train", "math", "train", "DigitalLearningGmbH/MATH-lighteval", "default"),
-        TaskSpec("math500", "math", "test", "HuggingFaceH4/MATH-500"),
-        TaskSpec("gsm8k", "math", "test", "openai/gsm8k", "main", answer_rule="gsm8k"),
-        TaskSpec("aime24", "math", "train", "HuggingFaceH4/aime_2024"),
-        TaskSpec("aime25", "math", "train", "yentinglin/aime_2025"),
-        TaskSpec("synthetic", "math", "train", generate=synthetic_rows, generated_sizes=_GENERATED_SIZES),
-        # The miniature's task: the problem text alone (its model was taught that prompt).
-        TaskSpec(
-            "mini",
-            "math",
-            "train",
-            generate=mini_task.mini_rows,
-            generated_sizes={"train": mini_task.TRAIN_SIZE, "test": mini_task.TEST_SIZE},
-            instruction="",
-        ),
-        # The miniature's graded world (routing_grpo/mini/graded.py): set operations grade the brief modes.
-        TaskSpec(
-            "mini_graded",
-            "math",
-            "train",
-            generate=mini_graded.mini_graded_rows,
-            generated_sizes={"train": mini_graded.TRAIN_SIZE, "test": mini_graded.TEST_SIZE},
-            instruction="",
-        ),
-        TaskSpec(
-            "countdown",
-            "countdown",
-            "train",
-            generate=countdown.countdown_rows,
-            generated_sizes=_GENERATED_SIZES,
-            instruction=countdown.DEFAULT_INSTRUCTION,
-            features=COUNTDOWN_FEATURES,
-        ),
-    )
-}
-
-
-def get_task(name: str) -> TaskSpec:
-    if name not in TASKS:
-        raise ValueError(f"unknown task {name!r}; known tasks: {sorted(TASKS)}")
-    return TASKS[name]
+BUILTIN_TASKS = (
+    TaskSpec("math_train", "math", "train", "DigitalLearningGmbH/MATH-lighteval", "default"),
+    TaskSpec("math500", "math", "test", "HuggingFaceH4/MATH-500"),
+    TaskSpec("gsm8k", "math", "test", "openai/gsm8k", "main", answer_rule="gsm8k"),
+    TaskSpec("aime24", "math", "train", "HuggingFaceH4/aime_2024"),
+    TaskSpec("aime25", "math", "train", "yentinglin/aime_2025"),
+    TaskSpec("synthetic", "math", "train", generate=synthetic_rows, generated_sizes=_GENERATED_SIZES),
+    TaskSpec(
+        "countdown",
+        "countdown",
+        "train",
+        generate=countdown.countdown_rows,
+        generated_sizes=_GENERATED_SIZES,
+        instruction=countdown.DEFAULT_INSTRUCTION,
+        features=COUNTDOWN_FEATURES,
+    ),
+)
+for spec in BUILTIN_TASKS:
+    register_task(spec)
 
 
 def _grade_math(completion: Any, row: Mapping[str, Any]) -> bool:
@@ -300,12 +254,6 @@ def task_grader(name: str) -> Grader:
 # --------------------------------------------------------------------------------------------------
 # Reading sources
 # --------------------------------------------------------------------------------------------------
-
-
-def _is_local(path: str) -> bool:
-    return (
-        Path(path).expanduser().exists() or path.endswith(DATA_SUFFIXES) or path.startswith((".", "/", "~"))
-    )
 
 
 def _data_files(path: Path, split: str) -> list[Path]:
@@ -601,7 +549,7 @@ def load_task_with_report(
         report = LoadReport(name, f"generated (seed {seed}, split {split!r})", len(rows))
     else:
         source = str(path) if path is not None else spec.hub_path
-        if _is_local(source):
+        if looks_local(source):
             raw_rows = _read_local(source, split)
         else:
             # The registry's config belongs to its own Hub name, not to a mirror passed as path.
@@ -632,7 +580,7 @@ def load_task(
 
     Args:
         name: a registry name (:data:`TASKS`): math_train, math500, gsm8k, aime24, aime25, synthetic,
-            mini, countdown.
+            countdown, and those other packages register (the miniature's mini, mini_graded).
         path: a Hub dataset name, or a local .jsonl/.json/.parquet file or directory of them. Default:
             the registry's Hub name. Generated tasks take none.
         split: the Hub split (default: the registry's); for local directories, picks the files named

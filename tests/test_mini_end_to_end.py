@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from routing_grpo.offline_models import MINI_CHECKPOINT, MINI_CHECKPOINTS
+from routing_grpo.mini.plugin import MINI_CHECKPOINT, MINI_CHECKPOINTS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # The reduced miniature: the router as its recipe trains it (60 generation batches) and the level-mix router

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from routing_grpo.mini.probe import routing_state_spread, spread_statistics
-from routing_grpo.offline_models import MINI_CHECKPOINT
+from routing_grpo.mini.plugin import MINI_CHECKPOINT
 
 
 def test_spread_statistics_by_hand():

@@ -397,7 +397,7 @@ def run_world(
             # Teaching runs before anything else: it gets every core, not one job's share.
             stages.run("teach", cmd, done=taught / "teaching.json", threads=os.cpu_count() or 2)
         else:
-            from routing_grpo.offline_models import mini_checkpoint_path
+            from routing_grpo.mini.plugin import mini_checkpoint_path
 
             taught = mini_checkpoint_path(world.name)
         router_recipe = world.router_recipe

@@ -1,0 +1,69 @@
+"""What the miniature adds to the core, through the core's entry points (``pyproject.toml``).
+
+* tasks ``mini`` and ``mini_graded`` (group ``routing_grpo.tasks``): the two worlds' generated problems;
+* offline models ``offline:mini`` and ``offline:mini_graded`` (group ``routing_grpo.offline_models``):
+  the worlds' taught checkpoints shipped in the package.
+
+The core never imports this module by name; it finds it through the installed package's metadata.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from routing_grpo.mini import graded, task
+
+MINI_CHECKPOINT = Path(__file__).resolve().parent / "checkpoint"
+MINI_GRADED_CHECKPOINT = Path(__file__).resolve().parent / "checkpoint_graded"
+# The miniature's worlds: their taught checkpoints shipped in the package.
+MINI_CHECKPOINTS = {"cliff": MINI_CHECKPOINT, "graded": MINI_GRADED_CHECKPOINT}
+
+
+def mini_task():
+    """The cliff world's task: the problem text alone (its model was taught that prompt)."""
+    from routing_grpo.tasks import TaskSpec
+
+    return TaskSpec(
+        "mini",
+        "math",
+        "train",
+        generate=task.mini_rows,
+        generated_sizes={"train": task.TRAIN_SIZE, "test": task.TEST_SIZE},
+        instruction="",
+    )
+
+
+def mini_graded_task():
+    """The graded world's task (:mod:`routing_grpo.mini.graded`): set operations grade the brief modes."""
+    from routing_grpo.tasks import TaskSpec
+
+    return TaskSpec(
+        "mini_graded",
+        "math",
+        "train",
+        generate=graded.mini_graded_rows,
+        generated_sizes={"train": graded.TRAIN_SIZE, "test": graded.TEST_SIZE},
+        instruction="",
+    )
+
+
+def mini_checkpoint_path(world: str = "cliff") -> Path:
+    """The taught model of one of the miniature's worlds (about 4 MB) shipped in the package
+    (``python -m routing_grpo.mini.teach --world WORLD`` made it; ``make mini`` teaches a fresh one)."""
+    folder = MINI_CHECKPOINTS[world]
+    if not (folder / "config.json").is_file():
+        raise RuntimeError(
+            f"the miniature's taught checkpoint is missing from {folder}; teach one with "
+            f"`python -m routing_grpo.mini.teach --world {world} --output DIR` and pass DIR as model_name_or_path"
+        )
+    return folder
+
+
+def cliff_checkpoint(cache_dir: Path) -> Path:
+    """``offline:mini``: the cliff world's taught model (shipped, so the cache is not used)."""
+    return mini_checkpoint_path("cliff")
+
+
+def graded_checkpoint(cache_dir: Path) -> Path:
+    """``offline:mini_graded``: the graded world's taught model (shipped, so the cache is not used)."""
+    return mini_checkpoint_path("graded")
