@@ -172,7 +172,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from routing_grpo.report import write_report
+    # The miniature's report is the general one with its part added (the general one has no miniature).
+    from routing_grpo.mini.report import write_report
 
     if args.no_plots:
         figures = None

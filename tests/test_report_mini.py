@@ -24,7 +24,8 @@ from dataclasses import asdict
 import pytest
 
 from routing_grpo.evaluate import EvalConfig, summarize
-from routing_grpo.report import find_training_runs, training_group, training_summary, write_report
+from routing_grpo.mini.report import write_report
+from routing_grpo.report import find_training_runs, training_group, training_summary
 
 MODES = [
     {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 1.0, "cap": 6},
