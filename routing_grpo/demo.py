@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--limit", type=int, default=None, help="held-out problems (default all 300: 50 per level)"
     )
     p.add_argument("--taught", default=None, help="a taught model folder instead of the shipped one")
+    p.add_argument(
+        "--recipes",
+        default="recipes",
+        help="folder holding the recipe folder mini_graded/ (default ./recipes of the source checkout)",
+    )
     return p
 
 
@@ -125,7 +130,7 @@ def run(argv: Sequence[str] | None = None) -> str:
     router_run = world.run(ROUTER_RECIPE)
     cmd = [
         "--output", str(out), "--worlds", WORLD, "--seeds", str(args.seed), "--runs", router_run.recipe,
-        "--samples", str(args.samples), "--progress-every", f"{PROGRESS_EVERY:g}",
+        "--samples", str(args.samples), "--progress-every", f"{PROGRESS_EVERY:g}", "--recipes", args.recipes,
     ]  # fmt: skip
     cmd += ["--taught", args.taught] if args.taught else ["--shipped"]
     if args.batch_steps is not None:

@@ -30,8 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_RECIPE = REPO_ROOT / "recipes" / "demo_smollm2_cpu.yaml"
+# In the source checkout, from the current directory (the package ships no recipes).
+DEFAULT_RECIPE = Path("recipes") / "demo_smollm2_cpu.yaml"
 DEFAULT_OUTPUT = Path("outputs") / "demo"
 DEFAULT_EVAL_PROBLEMS = 20  # 4 per level
 
@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--recipe",
         default=str(DEFAULT_RECIPE),
-        help="training recipe (default: recipes/demo_smollm2_cpu.yaml)",
+        help="training recipe (default: recipes/demo_smollm2_cpu.yaml of the source checkout, from the "
+        "current directory)",
     )
     p.add_argument(
         "--eval-problems",
@@ -272,6 +273,8 @@ def run(argv: Sequence[str] | None = None) -> str:
 
     out = Path(args.output_dir)
     checkpoint = out / "checkpoint"
+    if not Path(args.recipe).is_file():
+        raise SystemExit(f"--recipe: no {args.recipe}; run from the source checkout or pass --recipe FILE")
     recipe = train.read_recipe(args.recipe)
     overrides = ["--output_dir", str(checkpoint), "--report_to", "none"]
     steps = args.steps if args.steps is not None else recipe.get("total_batch_steps", 4)

@@ -43,7 +43,8 @@ from pathlib import Path
 
 from routing_grpo.mini import task
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# The recipes folder of the source checkout, from the current directory (the package ships no recipes).
+DEFAULT_RECIPES = Path("recipes")
 MAX_TOKENS = 80  # the recipes' max_completion_length
 TRAINING_TEMPERATURE = 1.0  # the recipes' temperature
 # What a stage prints as it goes: the trainer's line per generation batch, an evaluation's prompt count.
@@ -61,17 +62,21 @@ class Run:
 
 @dataclass(frozen=True)
 class World:
-    """One of the miniature's worlds: its benchmark, recipe folder, recipes and the ones run by default."""
+    """One of the miniature's worlds: its benchmark, recipe folder (under the recipes folder), recipes and
+    the ones run by default."""
 
     name: str
     benchmark: str
-    recipes: Path
+    recipes: str
     runs: tuple[Run, ...]
     default_runs: tuple[str, ...]
 
-    @property
-    def router_recipe(self) -> Path:
-        return self.recipes / f"{self.runs[0].recipe}.yaml"
+    def recipe(self, recipes: Path, name: str) -> Path:
+        """The file of recipe ``name`` under the recipes folder ``recipes``."""
+        return recipes / self.recipes / f"{name}.yaml"
+
+    def router_recipe(self, recipes: Path) -> Path:
+        return self.recipe(recipes, self.runs[0].recipe)
 
     def run(self, recipe: str) -> Run:
         return next(r for r in self.runs if r.recipe == recipe)
@@ -81,7 +86,7 @@ WORLDS = {
     "graded": World(
         "graded",
         "mini_graded",
-        REPO_ROOT / "recipes" / "mini_graded",
+        "mini_graded",
         (
             Run("graded_router", "router"),
             Run("graded_baseline_nothink", "nothink", plain_prompt=True),
@@ -105,7 +110,7 @@ WORLDS = {
     "cliff": World(
         "cliff",
         "mini",
-        REPO_ROOT / "recipes" / "mini",
+        "mini",
         (
             Run("router", "router"),
             Run("baseline_nothink", "nothink", plain_prompt=True),
@@ -169,8 +174,8 @@ class Stages:
         last_shown = 0.0
         with log.open("w") as fh:
             proc = subprocess.Popen(
-                list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=REPO_ROOT,
-                text=True, errors="replace", bufsize=1,
+                list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+                errors="replace", bufsize=1,
             )  # fmt: skip
             assert proc.stdout is not None
             for line in proc.stdout:
@@ -290,6 +295,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m routing_grpo.mini.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--output", default="outputs/mini", help="output folder (default outputs/mini)")
     p.add_argument(
+        "--recipes",
+        type=Path,
+        default=DEFAULT_RECIPES,
+        help="folder holding the worlds' recipe folders mini/ and mini_graded/ (default ./recipes of the "
+        "source checkout)",
+    )
+    p.add_argument(
         "--worlds",
         default="graded,cliff",
         help=f"worlds to run, comma-separated (default graded,cliff; known: {', '.join(WORLDS)})",
@@ -367,6 +379,15 @@ def plan(args: argparse.Namespace) -> list[tuple[World, list[Run]]]:
     return [(w, [w.run(r) for r in chosen[w.name]]) for w in worlds]
 
 
+def check_recipes(recipes: Path, worlds: Sequence[World]) -> None:
+    """Each world's recipe folder is there; a :class:`UsageError` in one line if not."""
+    for world in worlds:
+        if not (recipes / world.recipes).is_dir():
+            raise UsageError(
+                f"--recipes: no {recipes / world.recipes}; run from the source checkout or pass --recipes DIR"
+            )
+
+
 def run_world(
     world: World, runs: Sequence[Run], args: argparse.Namespace, out: Path, seeds: list[int]
 ) -> None:
@@ -391,6 +412,8 @@ def run_world(
                 world.name,
                 "--output",
                 str(taught),
+                "--recipes",
+                str(args.recipes),
             ]
             if args.teach_steps is not None:
                 cmd += ["--steps", str(args.teach_steps)]
@@ -400,7 +423,7 @@ def run_world(
             from routing_grpo.mini.plugin import mini_checkpoint_path
 
             taught = mini_checkpoint_path(world.name)
-        router_recipe = world.router_recipe
+        router_recipe = world.router_recipe(args.recipes)
 
         def oracle(mode: str, folder: str, temperature: float | None) -> None:
             stages.run(
@@ -424,7 +447,7 @@ def run_world(
             )  # fmt: skip
 
         def train_and_eval(run: Run, seed: int) -> None:
-            recipe = world.recipes / f"{run.recipe}.yaml"
+            recipe = world.recipe(args.recipes, run.recipe)
             model_dir = out / "runs" / run.recipe / f"seed{seed}"
             batch_steps = steps.get(run.recipe, steps.get(None))
             extra = scaled_schedule(recipe, batch_steps) if batch_steps else []
@@ -485,6 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
     try:
         worlds = plan(args)
+        check_recipes(args.recipes, [w for w, _ in worlds])
     except UsageError as err:
         print(err, file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import random
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 WORLDS = {"cliff": task, "graded": graded}
 BENCHMARKS = {"cliff": "mini", "graded": "mini_graded"}
 ROUTER_RECIPES = {"cliff": "mini/router.yaml", "graded": "mini_graded/graded_router.yaml"}
+# The recipes folder of the source checkout, from the current directory (the package ships no recipes).
+DEFAULT_RECIPES = Path("recipes")
 
 EOS = "<|im_end|>"
 # One token for the answer's opening, so every mode pays the same short suffix.
@@ -163,8 +166,9 @@ def build_model(tokenizer: Any, config: TeachConfig) -> Any:
     return model
 
 
-def teach(config: TeachConfig) -> Path:
-    """Builds, teaches and saves the miniature's model; returns the folder."""
+def teach(config: TeachConfig, recipes: Path = DEFAULT_RECIPES) -> Path:
+    """Builds, teaches and saves the miniature's model; returns the folder. ``recipes``: the folder of the
+    recipes, for the greedy check's modes."""
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
@@ -237,7 +241,7 @@ def teach(config: TeachConfig) -> Path:
     import shutil
 
     shutil.rmtree(out / "_trainer", ignore_errors=True)
-    record["greedy_check"] = greedy_check(out, world=config.world)
+    record["greedy_check"] = greedy_check(out, world=config.world, recipes=recipes)
     (out / "teaching.json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"[teach] saved {out} ({record['seconds']:.0f}s); greedy forced accuracy per level:", flush=True)
     for mode, levels in record["greedy_check"].items():
@@ -252,7 +256,10 @@ GREEDY_CHECK_PROBLEMS = 120  # held-out problems (20 per level) of the greedy ch
 
 
 def greedy_check(
-    model_dir: str | Path, problems: int = GREEDY_CHECK_PROBLEMS, world: str = "cliff"
+    model_dir: str | Path,
+    problems: int = GREEDY_CHECK_PROBLEMS,
+    world: str = "cliff",
+    recipes: str | Path = DEFAULT_RECIPES,
 ) -> dict[str, Any]:
     """Greedy forced-mode accuracy and mean L per level on the first held-out problems: a deterministic
     fingerprint of a taught model, stored in ``teaching.json`` and checked against the shipped checkpoint
@@ -261,7 +268,11 @@ def greedy_check(
 
     from routing_grpo.evaluate import EvalConfig, run_eval
 
-    recipe = Path(__file__).resolve().parents[2] / "recipes" / ROUTER_RECIPES[world]
+    recipe = Path(recipes) / ROUTER_RECIPES[world]
+    if not recipe.is_file():
+        raise FileNotFoundError(
+            f"{recipe}: no such recipe; run from the source checkout or pass --recipes DIR"
+        )
     import yaml
 
     modes = yaml.safe_load(recipe.read_text())["modes"]
@@ -290,13 +301,28 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             f"--{name.replace('_', '-')}", type=type(value), default=value, help=f"default {value}"
         )
+    p.add_argument(
+        "--recipes",
+        type=Path,
+        default=DEFAULT_RECIPES,
+        help="folder of the recipes, for the greedy check's modes (default ./recipes of the source checkout)",
+    )
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    args = build_parser().parse_args(argv)
-    teach(TeachConfig(**{k: v for k, v in vars(args).items()}))
+    args = vars(build_parser().parse_args(argv))
+    recipes = args.pop("recipes")
+    recipe = ROUTER_RECIPES.get(args["world"])
+    if recipe is not None and not (recipes / recipe).is_file():
+        # Checked before teaching (minutes), not after it.
+        print(
+            f"--recipes: no {recipes / recipe}; run from the source checkout or pass --recipes DIR",
+            file=sys.stderr,
+        )
+        return 2
+    teach(TeachConfig(**args), recipes)
     return 0
 
 
