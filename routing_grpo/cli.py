@@ -122,7 +122,11 @@ def _forced_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
         if not files:
             raise CliError(f"--samples: no samples.jsonl under {item}")
         for f in files:
-            rows += [r for r in load_samples(f) if r.get("forced") or r.get("routing") == "forced"]
+            try:
+                samples = load_samples(f)
+            except ValueError as err:
+                raise CliError(f"--samples: {err}") from None
+            rows += [r for r in samples if r.get("forced") or r.get("routing") == "forced"]
     if not rows:
         raise CliError(
             "--samples: no forced-mode samples (evaluate with routing-grpo eval --force-mode MODE)"

@@ -24,13 +24,14 @@ from __future__ import annotations
 import hashlib
 import random
 import re
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from routing_grpo.completions import completion_text
+from routing_grpo.grading import find_last_boxed
 
 MAX_EXPRESSION_CHARS = 256
 MAX_TOKENS = 64
@@ -188,31 +189,8 @@ def check_expression(expression: str, numbers: Sequence[int], target: int) -> bo
 # Extraction and grading
 # --------------------------------------------------------------------------------------------------
 
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _EXPRESSION_LINE_RE = re.compile(r"[\d\s+\-*/()=]+")
 _LINE_DELIMITERS = ("\\[", "\\]", "\\(", "\\)", "**", "`")
-
-
-def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
-    # A one-slot deque keeps only the last match: linear time, constant memory.
-    found = deque(pattern.finditer(text), maxlen=1)
-    return found[0] if found else None
-
-
-def _last_boxed(text: str) -> tuple[int, str] | None:
-    """(end position, content) of the last brace-matched ``\\boxed{...}``, or None."""
-    last = _last_match(_BOX_RE, text)
-    if last is None:
-        return None
-    depth = 1
-    for i in range(last.end(), len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i, text[last.end() : i]
-    return None
 
 
 def _last_answer_tag(text: str) -> tuple[int, str] | None:
@@ -243,7 +221,9 @@ def extract_expression(completion: str) -> str | None:
     """The final expression of a completion, or None.
 
     Only the text after the last ``</think>`` counts when there is one. The later of the last
-    ``\\boxed{...}`` and the last ``<answer>...</answer>`` wins; without either, the last line made only
+    box (:func:`routing_grpo.grading.find_last_boxed`: ``\\boxed{...}`` or ``\\boxed 5``) and the last
+    ``<answer>...</answer>`` wins (the tag, when a box ends inside it); an empty box is no answer (None),
+    and no fallback is tried after it. Without either, the last line made only
     of digits, operators, parentheses and ``=`` (LaTeX operators and math delimiters allowed). As in
     :mod:`routing_grpo.grading`, an unclosed ``<think>`` (unfinished reasoning) allows no line fallback:
     a tagged answer is a commitment, a line of scratch work is not.
@@ -251,9 +231,12 @@ def extract_expression(completion: str) -> str | None:
     end_think = completion.rfind("</think>")
     if end_think >= 0:
         completion = completion[end_think + len("</think>") :]
-    tagged = [found for found in (_last_boxed(completion), _last_answer_tag(completion)) if found]
-    if tagged:
-        return max(tagged)[1].strip()
+    box = find_last_boxed(completion)
+    tag = _last_answer_tag(completion)
+    if box is not None and (tag is None or box.end > tag[0]):
+        return box.content or None
+    if tag is not None:
+        return tag[1].strip()
     if end_think < 0 and "<think>" in completion:
         return None
     return _last_expression_line(completion)

@@ -52,8 +52,7 @@ import math
 import os
 import random
 import re
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,7 +62,8 @@ from datasets import Dataset, Features, List, Value
 
 from routing_grpo import countdown
 from routing_grpo.completions import completion_text
-from routing_grpo.grading import grade
+from routing_grpo.grading import find_last_boxed, grade
+from routing_grpo.jsonl import read_jsonl
 from routing_grpo.locations import DATA_SUFFIXES, looks_local
 from routing_grpo.tasks import (  # noqa: F401  (part of this module's interface)
     DEFAULT_INSTRUCTION,
@@ -269,23 +269,17 @@ def _data_files(path: Path, split: str) -> list[Path]:
 
 
 def _read_json_lines(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json" and text.lstrip().startswith("["):
-        rows = json.loads(text)
-        lines: Iterable[tuple[int, Any]] = enumerate(rows, start=1)
-    else:
-        # split("\n"), not splitlines(): JSON strings may hold U+2028 and other characters it splits on.
-        lines = ((n, line) for n, line in enumerate(text.split("\n"), start=1) if line.strip())
-    out = []
-    for line_number, item in lines:
-        try:
-            row = json.loads(item) if isinstance(item, str) else item
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{path}:{line_number}: invalid JSON ({error.msg})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{line_number}: expected a JSON object, got {type(row).__name__}")
-        out.append(row)
-    return out
+    """The rows of a JSONL file, or of a ``.json`` file holding one array of objects."""
+    if path.suffix == ".json":
+        text = path.read_text(encoding="utf-8")
+        if text.lstrip().startswith("["):
+            rows = json.loads(text)
+            for number, row in enumerate(rows, start=1):
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
+            return rows
+    # A file a user gave: a torn last line is an error like any other bad line.
+    return [row for _, row in read_jsonl(path, torn="error")]
 
 
 def _read_file(path: Path) -> list[dict[str, Any]]:
@@ -327,39 +321,8 @@ def _read_hub(path: str, config: str | None, split: str) -> list[dict[str, Any]]
 # Normalisation
 # --------------------------------------------------------------------------------------------------
 
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _LEVEL_RE = re.compile(r"\s*(?:level\s*)?(\d+)\s*", re.IGNORECASE)
 _UNKNOWN_LEVELS = ("level ?", "?", "")
-
-
-def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
-    # A one-slot deque keeps only the last match: linear time, constant memory.
-    found = deque(pattern.finditer(text), maxlen=1)
-    return found[0] if found else None
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (brace matched) or ``\\boxed 5``.
-
-    None when there is no box or the last one is never closed; ``""`` for an empty box.
-    """
-    last = _last_match(_BOX_RE, text)
-    if last is None:
-        return None
-    rest = text[last.end() :]
-    if not rest.lstrip().startswith("{"):
-        return re.split(r"[$\n]", rest.strip(), maxsplit=1)[0]
-    start = last.end() + rest.index("{")
-    depth = 0
-    for i in range(start, len(text)):
-        # Escaped braces (\{ \}) come in pairs inside a box, so plain counting stays balanced.
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start + 1 : i]
-    return None
 
 
 class _RowError(Exception):
@@ -433,10 +396,11 @@ def _answer(value: Any, cols: _Columns, rule: str) -> str:
             raise _RowError(cols.answer, "no '####' final answer in the solution")
         return value.strip().replace(",", "")
     if cols.derive_answer:
-        boxed = last_boxed(value)
-        if boxed is None:
+        # An empty last box is kept as an empty reference (see the module docstring), not as a missing one.
+        box = find_last_boxed(value)
+        if box is None:
             raise _RowError(cols.answer, "no \\boxed{} answer in the solution")
-        value = boxed
+        value = box.content
     return value.strip()
 
 

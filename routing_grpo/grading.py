@@ -66,6 +66,8 @@ from typing import Any
 
 from math_verify import parse, verify
 
+from routing_grpo.jsonl import read_jsonl
+
 DEFAULT_TIMEOUT_S = 5.0
 # Real final answers (matrices and long polynomials included) are far shorter; longer ones come from
 # degenerate outputs, which is where sympy can take unbounded time.
@@ -171,7 +173,7 @@ def _extract(text: str, *, finished: bool = True, reasoning_open: bool = False) 
     if text is None:
         return None
     if _BOX_RE.search(text):
-        return _last_boxed(text)
+        return last_boxed(text)
     for marker in _FALLBACK_MARKERS:
         answer = _clean_inline(_rest_of_line_after_last(marker, text))
         if answer:
@@ -184,16 +186,27 @@ def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
     return tail[0] if tail else None
 
 
-def _last_boxed(text: str) -> str | None:
-    """Content of the last box; None when there is none, or it is empty or never closed."""
+@dataclass(frozen=True)
+class Boxed:
+    """The last box of a text: its content (stripped; ``""`` for an empty box) and where it ends."""
+
+    content: str
+    end: int
+
+
+def find_last_boxed(text: str) -> Boxed | None:
+    """The last ``\\boxed{...}`` / ``\\fbox{...}`` (braces matched, ``\\{`` ignored) or ``\\boxed 5``; None
+    when there is no box or the last one is never closed. An empty box is found, with content ``""``: a
+    caller that reads answers takes it as no answer (:func:`last_boxed`), a dataset as an empty reference."""
     box = _last_match(_BOX_RE, text)
     if box is None:
         return None
     rest = text[box.end() :].lstrip()
+    open_at = len(text) - len(rest)
     if not rest.startswith("{"):
         # "\boxed 5": up to the end of the math span or the line, as the Hendrycks MATH grader reads it.
-        return re.split(r"[$\n]", rest, maxsplit=1)[0].strip() or None
-    open_at = len(text) - len(rest)
+        bare = re.split(r"[$\n]", rest, maxsplit=1)[0]
+        return Boxed(bare.strip(), open_at + len(bare))
     depth = 0
     for brace in _BRACE_RE.finditer(text, open_at):
         if brace.group() == "{":
@@ -201,8 +214,15 @@ def _last_boxed(text: str) -> str | None:
         elif brace.group() == "}":
             depth -= 1
             if depth == 0:
-                return text[open_at + 1 : brace.start()].strip() or None
+                return Boxed(text[open_at + 1 : brace.start()].strip(), brace.end())
     return None
+
+
+def last_boxed(text: str) -> str | None:
+    """The answer in the last box; None when there is none, or it is empty or never closed. An empty box is
+    no answer, and it still ends the search: earlier boxes and the fallbacks are not consulted."""
+    box = find_last_boxed(text)
+    return (box.content or None) if box is not None else None
 
 
 def _rest_of_line_after_last(marker: re.Pattern[str], text: str) -> str:
@@ -576,23 +596,15 @@ def grade_file(
 
 def _read_rows(path: Path, label_column: str) -> list[dict[str, Any]]:
     rows = []
-    with path.open(encoding="utf-8") as lines:
-        for line_number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}, line {line_number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{where}: invalid JSON ({error.msg})") from None
-            if not isinstance(row, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(row).__name__}")
-            if not isinstance(row.get("model_output"), str):
-                raise ValueError(f"{where}: column 'model_output' is missing or not a string")
-            reference = row.get("reference_answer")
-            if not isinstance(reference, (str, int, float)) or isinstance(reference, bool):
-                raise ValueError(f"{where}: column 'reference_answer' is missing or not a string or number")
-            if row.get(label_column) is not None and not isinstance(row[label_column], bool):
-                raise ValueError(f"{where}: column {label_column!r} must be true or false")
-            rows.append(row)
+    # A file a user gave: a torn last line is an error like any other bad line.
+    for line_number, row in read_jsonl(path, torn="error"):
+        where = f"{path}:{line_number}"
+        if not isinstance(row.get("model_output"), str):
+            raise ValueError(f"{where}: column 'model_output' is missing or not a string")
+        reference = row.get("reference_answer")
+        if not isinstance(reference, (str, int, float)) or isinstance(reference, bool):
+            raise ValueError(f"{where}: column 'reference_answer' is missing or not a string or number")
+        if row.get(label_column) is not None and not isinstance(row[label_column], bool):
+            raise ValueError(f"{where}: column {label_column!r} must be true or false")
+        rows.append(row)
     return rows

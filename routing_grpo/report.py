@@ -36,6 +36,7 @@ from routing_grpo.frontier import (  # noqa: F401  (part of this module's interf
     polyline_length_for,
     token_saving,
 )
+from routing_grpo.jsonl import read_jsonl
 
 BASELINE_METHODS = ("nothink", "short", "long")
 ABLATION_METHODS = ("no_balance", "no_warmup")
@@ -384,14 +385,19 @@ def markdown_report(grouped) -> str:
 
 
 def load_samples(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``samples.jsonl`` (first row per prompt and sample; an unreadable line is skipped)."""
+    """The rows of a ``samples.jsonl``, the first per prompt and sample.
+
+    A torn last line (an evaluation killed while writing) is left out; any other bad line, or a row without
+    ``prompt_id`` and an integer ``sample_index``, is a ValueError naming ``path:line``.
+    """
     rows: dict[tuple[str, int], dict[str, Any]] = {}
-    for line in Path(path).read_text().splitlines():
+    for number, row in read_jsonl(path, torn="drop"):
         try:
-            row = json.loads(line)
             key = (str(row["prompt_id"]), int(row["sample_index"]))
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-            continue
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(
+                f"{path}:{number}: a sample needs prompt_id and an integer sample_index"
+            ) from None
         rows.setdefault(key, row)
     return list(rows.values())
 

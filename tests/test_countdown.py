@@ -182,6 +182,12 @@ def test_check_expression_raises_for_unparsable_input():
         ("no expression at all", None),
         ("the number 16", None),
         ("\\boxed{unclosed 3 + 4", None),
+        # An empty last box is no answer: neither an earlier box nor a line of the reasoning is used.
+        ("\\boxed{1 + 2}\n(3 + 5) * 2\n\\boxed{}", None),
+        ("<answer>1 + 2</answer> \\boxed{ }", None),
+        ("\\boxed{} <answer>1 + 2</answer>", "1 + 2"),
+        # The box rule is the math grader's (routing_grpo.grading.find_last_boxed): a bare box counts too.
+        ("so \\boxed 3 * 4\nend", "3 * 4"),
     ],
 )
 def test_extract_expression(completion, expected):

@@ -21,7 +21,6 @@ from routing_grpo.data import (
     DEFAULT_INSTRUCTION,
     SYNTHETIC_LEVELS,
     DatasetUnavailableError,
-    last_boxed,
     load_task,
     load_task_with_report,
     synthetic_rows,
@@ -338,7 +337,7 @@ def test_solution_without_box_is_malformed_and_invalid_json_names_the_line(tmp_p
         load_task("math_train", path)
     broken = tmp_path / "broken.jsonl"
     broken.write_text('{"problem": "p", "answer": "1"}\n{"problem": \n', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"broken.jsonl:2: invalid JSON"):
+    with pytest.raises(ValueError, match=r"broken.jsonl:2: not valid JSON"):
         load_task("math500", broken)
 
 
@@ -358,12 +357,22 @@ def test_skip_malformed_drops_counts_and_warns(tmp_path, caplog):
     assert "dropped 2 malformed rows" in caplog.text
 
 
-def test_last_boxed():
-    assert last_boxed("\\boxed{a} and \\boxed{\\frac{1}{\\sqrt{2}}}.") == "\\frac{1}{\\sqrt{2}}"
-    assert last_boxed("\\boxed{}") == ""
-    assert last_boxed("no box") is None
-    assert last_boxed("\\boxed{unclosed") is None
-    assert last_boxed("\\boxedx{1}") is None
+def test_the_answer_is_the_last_box_of_the_solution_and_an_empty_one_an_empty_reference(tmp_path, caplog):
+    rows = [
+        {"problem": "p0", "solution": "\\boxed{a} and \\boxed{\\frac{1}{\\sqrt{2}}}."},
+        # An empty last box is an empty reference (kept, with a warning), not a missing one: MATH train
+        # keeps its canonical rows. An earlier box is not used instead.
+        {"problem": "p1", "solution": "\\boxed{3} but then \\boxed{}"},
+        {"problem": "p2", "solution": "\\boxed{ 7 }"},
+    ]
+    path = write_parquet(tmp_path / "train.parquet", rows)
+    ds, report = load_task_with_report("math_train", path)
+    assert ds["answer"] == ["\\frac{1}{\\sqrt{2}}", "", "7"]
+    assert report.empty_answer_ids == ("math_train-train-1",) and "empty reference answer" in caplog.text
+    for solution in ("\\boxed{unclosed", "\\boxedx{1}"):
+        path = write_parquet(tmp_path / "bad.parquet", [{"problem": "p", "solution": solution}])
+        with pytest.raises(ValueError, match=r"no \\boxed\{\} answer"):
+            load_task("math_train", path)
 
 
 # --------------------------------------------------------------------------------------------------

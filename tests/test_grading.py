@@ -18,10 +18,12 @@ from routing_grpo.grading import (
     GradeResult,
     answer_text,
     extract_answer,
+    find_last_boxed,
     generation_prompt_opens_reasoning,
     grade,
     grade_batch,
     grade_file,
+    last_boxed,
     opens_reasoning,
     verify_answer,
 )
@@ -54,6 +56,19 @@ SHORT_TIMEOUT_S = 1.0
 )
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
+
+
+def test_last_boxed_takes_an_empty_box_as_no_answer_and_find_last_boxed_reports_it():
+    assert last_boxed("\\boxed{a} and \\boxed{\\frac{1}{\\sqrt{2}}}.") == "\\frac{1}{\\sqrt{2}}"
+    assert last_boxed("\\boxed{3} then \\boxed{}") is None  # no answer, and no earlier box instead
+    assert last_boxed("\\boxed{ }") is None and last_boxed("\\boxed 5$") == "5"
+    for no_box in ("no box", "\\boxed{unclosed", "\\boxedx{1}"):
+        assert last_boxed(no_box) is None and find_last_boxed(no_box) is None
+    text = "x \\boxed{ 1 + 2 } y"
+    box = find_last_boxed(text)
+    assert box.content == "1 + 2" and text[: box.end] == "x \\boxed{ 1 + 2 }"
+    assert find_last_boxed("\\boxed{3} then \\boxed{}").content == ""
+    assert find_last_boxed("\\boxed 12\nmore").content == "12"
 
 
 @pytest.mark.parametrize(
@@ -540,16 +555,16 @@ def test_grade_file_without_labels_or_output(tmp_path):
 @pytest.mark.parametrize(
     ("bad_line", "message"),
     [
-        ("{not json", r"line 2: invalid JSON"),
-        ("[1, 2]", r"line 2: expected a JSON object, got list"),
-        (json.dumps({"reference_answer": "1"}), r"line 2: column 'model_output' is missing"),
-        (json.dumps({"model_output": 3, "reference_answer": "1"}), r"line 2: column 'model_output'"),
-        (json.dumps({"model_output": "x"}), r"line 2: column 'reference_answer' is missing"),
-        (json.dumps({"model_output": "x", "reference_answer": True}), r"line 2: column 'reference_answer'"),
-        (json.dumps({"model_output": "x", "reference_answer": [1]}), r"line 2: column 'reference_answer'"),
+        ("{not json", r":2: not valid JSON"),
+        ("[1, 2]", r":2: expected a JSON object, got list"),
+        (json.dumps({"reference_answer": "1"}), r":2: column 'model_output' is missing"),
+        (json.dumps({"model_output": 3, "reference_answer": "1"}), r":2: column 'model_output'"),
+        (json.dumps({"model_output": "x"}), r":2: column 'reference_answer' is missing"),
+        (json.dumps({"model_output": "x", "reference_answer": True}), r":2: column 'reference_answer'"),
+        (json.dumps({"model_output": "x", "reference_answer": [1]}), r":2: column 'reference_answer'"),
         (
             json.dumps({"model_output": "x", "reference_answer": "1", "label": "yes"}),
-            r"line 2: column 'label'",
+            r":2: column 'label'",
         ),
     ],
 )

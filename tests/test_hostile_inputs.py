@@ -178,7 +178,7 @@ TRAIN_CASES = [
     ),
     Case(
         "file-data-malformed",
-        ("dataset_path", "bad.jsonl:2", "invalid JSON"),
+        ("dataset_path", "bad.jsonl:2", "not valid JSON"),
         {"task": "math_train", "dataset_path": "{data}/bad.jsonl"},
     ),
     Case(
@@ -294,7 +294,7 @@ COMMAND_CASES = [
     ),
     Case(
         "grade-malformed-row",
-        ("line 2", "expected a JSON object"),
+        ("grade_bad.jsonl:2", "expected a JSON object"),
         command=("grade", "--input", "{data}/grade_bad.jsonl"),
     ),
     Case("grade-missing-column", ("model_output",), command=("grade", "--input", "{data}/nocol.jsonl")),

@@ -10,6 +10,7 @@ from routing_grpo.report import (
     frontier_accuracy_at,
     frontier_length_for,
     group_by_method,
+    load_samples,
     pareto_frontier,
     polyline_length_for,
     token_saving,
@@ -283,3 +284,20 @@ def test_one_seed_shows_no_spread_and_empty_tables_say_why(tmp_path):
     assert "- `frontier.csv`: no benchmark has both the router and a single-mode baseline" in text
     assert "- `reduction.csv`: no benchmark has both the router and the base model" in text
     assert (out / "results.csv").read_text().startswith("benchmark")
+
+
+def test_samples_leave_out_a_torn_last_line_and_name_a_bad_one(tmp_path, caplog):
+    """An evaluation killed while writing leaves a torn last line: left out. A bad line before it is an
+    error naming the file and line, not a row quietly skipped."""
+    rows = [{"prompt_id": "p", "sample_index": i, "correct": True} for i in range(2)]
+    good = "".join(json.dumps(r) + "\n" for r in rows)
+    path = tmp_path / "samples.jsonl"
+    path.write_text(good + json.dumps(rows[0]) + "\n" + '{"prompt_id": "q", "sampl')
+    assert load_samples(path) == rows  # the repeated (prompt, sample) keeps its first row
+    assert "samples.jsonl:4: a torn last line" in caplog.text
+    path.write_text(good.replace("\n", "\n{oops\n", 1))
+    with pytest.raises(ValueError, match=r"samples\.jsonl:2: not valid JSON"):
+        load_samples(path)
+    path.write_text(good + json.dumps({"prompt_id": "p"}) + "\n")
+    with pytest.raises(ValueError, match=r"samples\.jsonl:3: a sample needs prompt_id"):
+        load_samples(path)
