@@ -329,7 +329,7 @@ def draw_all(
 ) -> list[Path]:
     """Every figure. ``training_runs``: the router's runs join the logs found under ``run_dirs`` in
     training_dynamics.png, each ablation gets its own figure (single-mode baselines are left out);
-    ``minis``: the miniature per benchmark (:func:`routing_grpo.mini.report.miniature`), for the oracle's choice
+    ``minis``: the miniature per benchmark (the miniature report's ``miniature``), for the oracle's choice
     per level and the oracle router's point."""
     minis = minis or {}
     written = [plot_reward_surface(_run_modes(summaries), output / "reward_surface.png")]

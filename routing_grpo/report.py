@@ -6,7 +6,7 @@ short, long, base, and the ablations no_balance, no_warmup) and ``seed``; each f
 the mean and the std over seeds. Only nothink / short / long are points of the single-mode frontier.
 
 A caller may add a part of its own (:class:`ReportPart`): the miniature adds its oracle table, routing
-regret, targets and ablations this way (:mod:`routing_grpo.mini.report`).
+regret, targets and ablations this way (its report, ``mini/report.py``).
 
 Paper: Table "Final accuracy and mean response length" (tab:full), Table "Token reduction"
 (tab:reduction), Figs. "Accuracy versus response length" with the single-mode frontier. The saving
@@ -534,7 +534,7 @@ def write_report(
     ``training_dirs``: training output folders (trainer_state.json) for the training-dynamics figures and
     the ablations' logs. ``exclude_dirs``: summaries under these folders are left out of the results even
     when they lie under ``run_dirs``. ``part``: builds a part to add from the grouped summaries and the
-    training runs (the miniature's, :func:`routing_grpo.mini.report.write_report`).
+    training runs (the miniature adds its part this way, in ``mini/report.py``).
     """
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
