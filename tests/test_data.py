@@ -533,3 +533,31 @@ def test_level_mix_needs_levels_on_every_row_and_every_named_level():
         mix_levels(_rows_by_level({1: 3, None: 1}), {1: 1.0}, seed=0)
     with pytest.raises(ValueError, match=re.escape("no row has level 4; the levels present are [1, 2]")):
         mix_levels(_rows_by_level({1: 3, 2: 1}), {1: 1.0, 4: 1.0}, seed=0)
+
+
+def test_a_package_adds_a_task_through_an_entry_point(monkeypatch):
+    """A task the core does not know is looked up among the entry points of 'routing_grpo.tasks', loaded
+    when first asked for; listing the names loads nothing."""
+    from routing_grpo import tasks
+
+    loaded = []
+
+    def spec():
+        loaded.append("user_task")
+        return tasks.TaskSpec(
+            "user_task", "math", "train", generate=synthetic_rows, generated_sizes={"train": 4}
+        )
+
+    registry = tasks.TaskRegistry()
+    monkeypatch.setattr(tasks, "TASKS", registry)
+    monkeypatch.setattr(tasks, "entry_point_names", lambda group: ["user_task"])
+    monkeypatch.setattr(tasks, "load_entry_point", lambda group, name: spec if name == "user_task" else None)
+    assert tasks.task_names() == ["user_task"] and "user_task" in registry and not loaded
+    assert len(load_task("user_task")) == 4 and loaded == ["user_task"]
+    load_task("user_task")
+    assert loaded == ["user_task"]  # loaded once
+    with pytest.raises(ValueError, match=r"unknown task 'other'; known tasks: \['user_task'\]"):
+        tasks.get_task("other")
+    tasks.register_task(tasks.get_task("user_task"))  # the same spec again: nothing happens
+    with pytest.raises(ValueError, match="already registered"):
+        tasks.register_task(tasks.TaskSpec("user_task", "countdown", "train"))

@@ -296,3 +296,63 @@ def test_a_stage_that_runs_alone_gets_its_own_thread_count(tmp_path):
     stages.run("alone", show, threads=2)
     assert "threads 1" in (tmp_path / "logs" / "shared.log").read_text()
     assert "threads 2" in (tmp_path / "logs" / "alone.log").read_text()
+
+
+def test_the_core_never_imports_the_miniature_nor_reads_the_checkout():
+    """Only the miniature's own modules and the entries (cli, demo) import it; the core finds its tasks and
+    models through entry points. No package module reaches for the source checkout (a wheel has none)."""
+    from tests.test_structure import PACKAGE, import_graph
+
+    entries = {"routing_grpo.cli", "routing_grpo.demo"}
+    importers = {
+        module
+        for module, targets in import_graph().items()
+        if any(t.startswith("routing_grpo.mini") for t in targets)
+        and not module.startswith("routing_grpo.mini")
+        and module not in entries
+    }
+    assert not importers
+    for path in PACKAGE.rglob("*.py"):
+        for line in path.read_text().splitlines():
+            # The package's own files (the shipped checkpoints) are found from __file__, nothing above it.
+            above = "__file__" in line and (".parents[" in line or "parent.parent" in line)
+            assert not above and "REPO_ROOT" not in line, f"{path}: {line}"
+
+
+def test_the_miniature_registers_its_tasks_and_models_through_entry_points():
+    from routing_grpo.data import get_task, load_task, task_names
+    from routing_grpo.mini.plugin import MINI_CHECKPOINTS
+    from routing_grpo.offline_models import resolve_model_path
+    from routing_grpo.plugins import entry_point_names
+
+    assert {"mini", "mini_graded"} <= set(entry_point_names("routing_grpo.tasks"))
+    assert {"mini", "mini_graded"} <= set(task_names())
+    assert dict(get_task("mini").generated_sizes) == {"train": task.TRAIN_SIZE, "test": task.TEST_SIZE}
+    assert get_task("mini_graded").instruction == ""
+    rows = load_task("mini", split="test", limit=2)
+    assert rows["prompt"][0][0]["content"] == rows["problem"][0].strip()  # the problem text alone
+    assert resolve_model_path("offline:mini") == str(MINI_CHECKPOINTS["cliff"])
+    assert resolve_model_path("offline:mini_graded") == str(MINI_CHECKPOINTS["graded"])
+    with pytest.raises(
+        ValueError, match=r"offline:smollm2, offline:tiny, offline:mini or offline:mini_graded"
+    ):
+        resolve_model_path("offline:giant")
+    with pytest.raises(ValueError, match=r"unknown task 'min'; known tasks: \[.*'mini', 'mini_graded'"):
+        get_task("min")
+
+
+def test_the_worlds_read_their_recipes_from_the_recipes_folder_given(tmp_path, capsys, monkeypatch):
+    from routing_grpo.mini.run import WORLDS, main
+
+    assert (
+        WORLDS["graded"].router_recipe(RECIPES.parent)
+        == RECIPES.parent / "mini_graded" / "graded_router.yaml"
+    )
+    assert WORLDS["cliff"].router_recipe(RECIPES.parent).is_file()
+    monkeypatch.chdir(tmp_path)  # no recipes/ here
+    assert main(["--output", str(tmp_path / "out"), "--worlds", "cliff"]) == 2
+    assert (
+        "--recipes: no recipes/mini; run from the source checkout or pass --recipes DIR"
+        in capsys.readouterr().err
+    )
+    assert not (tmp_path / "out").exists()

@@ -5,4 +5,7 @@
 * :mod:`routing_grpo.mini.teach`: the tiny model and its teaching (cold start) with TRL's ``SFTTrainer``.
 * :mod:`routing_grpo.mini.oracle`: the oracle table (best mode per level) and routing regret (pure).
 * :mod:`routing_grpo.mini.run`: ``make mini`` / ``make demo``: teaching, recipes, evaluation and report.
+* :mod:`routing_grpo.mini.report`: the miniature's part of ``routing-grpo report`` (oracle, regret, targets).
+* :mod:`routing_grpo.mini.plugin`: its tasks and taught models, registered through the core's entry points
+  (the core never imports the miniature).
 """
