@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
-from routing_grpo.mini.probe import routing_state_spread, spread_statistics
 from routing_grpo.mini.plugin import MINI_CHECKPOINT
+from routing_grpo.mini.probe import routing_state_spread, spread_statistics
 
 
 def test_spread_statistics_by_hand():
