@@ -170,6 +170,7 @@ def mini_out(tmp_path):
     ]
     write_eval(ev / "no_warmup" / "seed0", two, method="no_warmup")
     write_eval(ev / "router_level_mix" / "seed0", two, method="router_level_mix")
+    write_eval(ev / "router_word_weight" / "seed0", router_rows(0), method="router_word_weight")
 
     runs = out / "runs"
     write_history(runs / "router" / "seed0", history([(0.3, 0.3, 0.4), (0.4, 0.3, 0.3)]))
@@ -203,7 +204,7 @@ def test_miniature_report_end_to_end(mini_out):
     results = {(r["method"], r["seeds"]) for r in tables["results"]}
     assert results == {
         ("base", 1), ("nothink", 1), ("short", 1), ("long", 1), ("router", 2), ("no_balance", 1), ("no_warmup", 1),
-        ("router_level_mix", 1),
+        ("router_level_mix", 1), ("router_word_weight", 1),
     }  # fmt: skip
     # Only the single-mode baselines make the frontier (base and no_balance are shorter and more accurate).
     assert tables["frontier"][0]["frontier"] == "nothink -> short -> long"
@@ -236,6 +237,15 @@ def test_miniature_report_end_to_end(mini_out):
     assert level1["shares"]["NoThink"]["std"] == pytest.approx(((1 - 15 / 16) ** 2 * 2) ** 0.5)
     assert level1["oracle_choice"] == "NoThink" and level1["oracle_expected_reward"] == pytest.approx(1.3)
     assert mini["router"]["regret"]["absolute"]["mean"] == pytest.approx(0.05625 / 2)
+
+    # The lever's section carries its own regret, which the demo's summary prints (seed 0's rows: none).
+    assert mini["word_weight"]["regret"]["absolute"]["mean"] == pytest.approx(0.0)
+    from routing_grpo.demo import render_summary
+
+    summary = render_summary(
+        mini, {"accuracy": 1.0, "mean_length": 35.5}, {"accuracy": 1.0, "mean_length": 18.25}
+    )
+    assert "Routing regret: 0% of the oracle's expected reward" in summary
 
     # Targets: seed 1 is 0.96875 accurate, more than 0.02 below Long-only's 1.0; the mean (0.984) is not.
     per_seed = {s: {t["key"]: t for t in ts} for s, ts in mini["targets"]["per_seed"].items()}

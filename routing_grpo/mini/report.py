@@ -165,11 +165,7 @@ def miniature(
             "router": {
                 "seeds": _seeds_json(seeds),
                 "levels": levels_mean,
-                "regret": {
-                    "absolute": _stat_dict(Stat([r.absolute for r in regrets])),
-                    "relative": _stat_dict(Stat([r.relative for r in regrets if r.relative is not None])),
-                    "oracle_reward": _stat_dict(Stat([r.oracle_reward for r in regrets])),
-                },
+                "regret": _regret_over_seeds(seeds),
             },
             "targets": {
                 "mean": None if mean_targets is None else [t.to_dict() for t in mean_targets],
@@ -191,6 +187,7 @@ def miniature(
                 "targets": {
                     str(seed): [t.to_dict() for t in s["targets"] or []] for seed, s in lever.items()
                 },
+                "regret": _regret_over_seeds(lever),
             },
             "ablations": ablations(methods, training, names),
             "world": None if world is None else world_section(world),
@@ -284,6 +281,16 @@ def _routed_seeds(
             "targets": targets,
         }
     return seeds
+
+
+def _regret_over_seeds(seeds: dict[Any, dict[str, Any]]) -> dict[str, Any]:
+    """Routing regret over seeds: absolute, relative to the oracle's expected reward, and that reward."""
+    regrets = [s["regret"] for s in seeds.values() if s["regret"] is not None]
+    return {
+        "absolute": _stat_dict(Stat([r.absolute for r in regrets])),
+        "relative": _stat_dict(Stat([r.relative for r in regrets if r.relative is not None])),
+        "oracle_reward": _stat_dict(Stat([r.oracle_reward for r in regrets])),
+    }
 
 
 def _seeds_json(seeds: dict[Any, dict[str, Any]]) -> dict[str, Any]:
