@@ -14,8 +14,8 @@ import pytest
 
 from routing_grpo import inference
 from routing_grpo.cli import main
-from routing_grpo.inference import RoutingSettings
 from routing_grpo.modes import ModeSpec
+from routing_grpo.settings import RoutingSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = RoutingSettings(
@@ -78,6 +78,8 @@ def no_model_loading(monkeypatch):
         raise AssertionError("the model was loaded although the input is bad")
 
     monkeypatch.setattr(inference.Router, "from_pretrained", refuse)
+    monkeypatch.setattr(inference, "load_transformers_model", refuse)
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", refuse)
 
 
 @pytest.mark.parametrize(
