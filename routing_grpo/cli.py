@@ -243,9 +243,14 @@ def _model_context(model: str) -> int | None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from routing_grpo.backends import resolve_backend
+    from routing_grpo.backends import check_sampling, resolve_backend
     from routing_grpo.data import DatasetUnavailableError
     from routing_grpo.evaluate import EvalConfig, check_benchmarks, check_engine, run_eval
+
+    try:  # a bad sampling option is its own one-line error, before anything is read or loaded
+        check_sampling(args.temperature, args.top_p, flags=True)
+    except ValueError as err:
+        raise CliError(str(err)) from None
     # An offline model name (as recipes write it, e.g. offline:mini) evaluates the same folder training loads.
     if args.model.startswith("offline:"):
         from routing_grpo.offline_models import resolve_model_path
@@ -345,6 +350,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Answers questions with a trained router; with --output, resumable (answered ids are skipped)."""
+    from routing_grpo.backends import check_sampling
     from routing_grpo.inference import (
         Request,
         Router,
@@ -358,6 +364,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
     if args.mode is not None and args.allow is not None:
         raise CliError("--mode and --allow exclude each other")
+    try:  # a bad sampling option is its own one-line error, before the model loads
+        check_sampling(args.temperature, args.top_p, args.top_k, flags=True)
+    except ValueError as err:
+        raise CliError(str(err)) from None
     if bool(args.questions) == bool(args.input):
         raise CliError("give the questions as arguments or with --input FILE.jsonl (one of the two)")
     for flag, value in (("--batch-size", args.batch_size), ("--max-new-tokens", args.max_new_tokens)):

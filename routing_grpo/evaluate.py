@@ -33,6 +33,7 @@ from routing_grpo.backends import (
     SampleRequest,
     TransformersBackend,
     VLLMBackend,
+    check_sampling,
     load_transformers_model,
     read_generation_config,
     resolve_backend,
@@ -91,10 +92,7 @@ class EvalConfig:
             raise ValueError("--force-mode and --no-routing exclude each other")
         if not self.benchmarks:
             raise ValueError("--benchmarks: name at least one benchmark")
-        if self.temperature < 0:
-            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
+        check_sampling(self.temperature, self.top_p, flags=True)
         if self.max_tokens < 1:
             raise ValueError(f"--max-tokens must be >= 1, got {self.max_tokens}")
         if self.backend not in ("auto", "vllm", "transformers"):

@@ -533,6 +533,12 @@ def test_cli_checks_names_files_and_config_before_the_model_loads(tmp_path, caps
         (["--benchmarks", "synthetic", "--data-parallel-size", "2"], "need the vLLM backend"),
         (["--benchmarks", "synthetic", "--tensor-parallel-size", "0"], "--tensor-parallel-size must be"),
         (["--benchmarks", "synthetic", "--gpu-memory-utilization", "2"], "--gpu-memory-utilization"),
+        # Sampling options: their own line, not "the model could not be loaded".
+        (["--benchmarks", "synthetic", "--temperature", "-1"], "--temperature must be >= 0, got -1.0"),
+        (["--benchmarks", "synthetic", "--temperature", "nan"], "--temperature must be >= 0"),
+        (["--benchmarks", "synthetic", "--top-p", "1.5"], "--top-p must be in (0, 1], got 1.5"),
+        (["--benchmarks", "synthetic", "--top-p", "0"], "--top-p must be in (0, 1]"),
+        (["--benchmarks", "synthetic", "--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),
     ]
     for argv, message in cases:
         code, _, err = _eval_cli(capsys, *base, *argv)
