@@ -165,7 +165,7 @@ def sample_requests(
 def vllm_engine_kwargs(config: EvalConfig) -> dict[str, Any]:
     """``vllm.LLM(**kwargs)`` of one engine. ``data_parallel_size`` is not among them: vLLM's offline
     ``LLM`` does not take it in one process, so each data-parallel replica is an engine of its own
-    (:class:`DataParallelEngines`); the engine is seeded with ``--seed``."""
+    (:class:`routing_grpo.backends.DataParallelEngines`); the engine is seeded with ``--seed``."""
     kwargs: dict[str, Any] = {
         "model": config.model,
         "tensor_parallel_size": config.tensor_parallel_size,
