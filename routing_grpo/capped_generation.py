@@ -133,6 +133,17 @@ def group_rows_by_budget(budgets: Sequence[int]) -> dict[int, list[int]]:
     return groups
 
 
+def stop_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
+    """The tokens that end a completion: the tokenizer's EOS and the model's generation-config EOS tokens
+    (either may be missing), tokenizer's first, without repeats. The one rule for training, evaluation and
+    inference, so a completion counts as finished the same way everywhere."""
+    eos = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None
+    eos = [] if eos is None else (list(eos) if isinstance(eos, list | tuple) else [eos])
+    own = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
+    ids = [own, *eos] if own is not None else eos
+    return list(dict.fromkeys(int(t) for t in ids))
+
+
 def cut_at_eos(ids: Sequence[int], eos_token_ids: Sequence[int]) -> list[int]:
     """Tokens up to and including the first EOS (generation pads finished rows after it)."""
     eos = {int(t) for t in eos_token_ids}
@@ -245,7 +256,7 @@ def shrinking_loop_supported(generation_config: Any) -> bool:
     return True
 
 
-def _logits_processors(config: Any) -> Any:
+def logits_processors(config: Any) -> Any:
     """The processors ``model.generate`` applies for these settings, in its order."""
     from transformers import (
         LogitsProcessorList,
@@ -314,7 +325,7 @@ def sample_with_budgets(
     )
     undecided = torch.tensor([b is None and head_budget is not None for b in budgets], device=device)
     min_new = int(getattr(generation_config, "min_new_tokens", None) or 0)
-    processors = _logits_processors(generation_config)
+    processors = logits_processors(generation_config)
     rows = torch.arange(n, device=device)  # original index of each active row
     generated = torch.zeros(n, dtype=torch.long, device=device)
 

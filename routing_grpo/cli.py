@@ -219,7 +219,7 @@ def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
 def _saved_routing_settings(model: str, revision: str | None = None) -> dict[str, Any]:
     """The modes, instruction, question and completion limit saved with a trained checkpoint ({} when it
     has none)."""
-    from routing_grpo.inference import RoutingSettings, SettingsNotFoundError
+    from routing_grpo.settings import RoutingSettings, SettingsNotFoundError
 
     try:
         settings = RoutingSettings.load(model, revision=revision)
@@ -248,9 +248,14 @@ def _model_context(model: str) -> int | None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from routing_grpo.backends import check_sampling, resolve_backend
     from routing_grpo.data import DatasetUnavailableError
-    from routing_grpo.evaluate import EvalConfig, check_benchmarks, check_engine, resolve_backend, run_eval
+    from routing_grpo.evaluate import EvalConfig, check_benchmarks, check_engine, run_eval
 
+    try:  # a bad sampling option is its own one-line error, before anything is read or loaded
+        check_sampling(args.temperature, args.top_p, flags=True)
+    except ValueError as err:
+        raise CliError(str(err)) from None
     # An offline model name (as recipes write it, e.g. offline:mini) evaluates the same folder training loads.
     if args.model.startswith("offline:"):
         from routing_grpo.offline_models import resolve_model_path
@@ -350,19 +355,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Answers questions with a trained router; with --output, resumable (answered ids are skipped)."""
-    from routing_grpo.evaluate import append_samples
+    from routing_grpo.backends import check_sampling
     from routing_grpo.inference import (
         Request,
         Router,
-        RoutingSettings,
         answer_line,
         read_answered_ids,
         read_questions,
         resolve_routing,
     )
+    from routing_grpo.jsonl import append_jsonl
+    from routing_grpo.settings import RoutingSettings
 
     if args.mode is not None and args.allow is not None:
         raise CliError("--mode and --allow exclude each other")
+    try:  # a bad sampling option is its own one-line error, before the model loads
+        check_sampling(args.temperature, args.top_p, args.top_k, flags=True)
+    except ValueError as err:
+        raise CliError(str(err)) from None
     if bool(args.questions) == bool(args.input):
         raise CliError("give the questions as arguments or with --input FILE.jsonl (one of the two)")
     for flag, value in (("--batch-size", args.batch_size), ("--max-new-tokens", args.max_new_tokens)):
@@ -439,7 +449,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         except ValueError as err:  # e.g. a tokenizer without a chat template
             raise CliError(str(err)) from None
         if output:  # each row also as `routing-grpo grade` reads it: model_output (+ reference_answer)
-            append_samples(output, [graded_row(i, a, references.get(i)) for i, a in zip(ids, answers)])
+            append_jsonl(output, [graded_row(i, a, references.get(i)) for i, a in zip(ids, answers)])
         for i, answer in zip(ids, answers):
             print(
                 json.dumps({"id": i, **answer.to_dict()}, ensure_ascii=False)

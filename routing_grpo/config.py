@@ -18,6 +18,7 @@ from trl import GRPOConfig
 
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index, parse_modes
 from routing_grpo.modes import routing_instruction as build_routing_instruction
+from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION
 
 BATCH_STEP_FIELDS = ("total_batch_steps", "eval_every_batch_steps", "save_every_batch_steps")
 VERIFIERS = ("math", "countdown")
@@ -125,7 +126,7 @@ class RoutingGRPOConfig(GRPOConfig):
         },
     )
     routing_question: str = field(
-        default="Mode:",
+        default=DEFAULT_ROUTING_QUESTION,
         metadata={
             "help": "Text placed after the chat template's generation prompt, before the answer (may be empty). "
             "A short question that invites the routing word makes free routing words appear sooner."

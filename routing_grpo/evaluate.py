@@ -11,35 +11,44 @@ atomically) holds accuracy (avg@k), mean length, the routing split and per-mode 
 At GPU scale (:func:`run_eval`): the benchmark names, ``--samples`` / ``--data`` entries and data files are
 checked, and the benchmarks loaded, before the model is; with vLLM each benchmark's prompts go to the
 engine in one generation call (vLLM schedules them), on ``tensor_parallel_size`` GPUs per engine and
-``data_parallel_size`` engines (:class:`VLLMGenerator`); the transformers backend runs on the GPU when
-there is one, ``batch_size`` prompts per call.
+``data_parallel_size`` engines; the transformers backend runs on the GPU when there is one, ``batch_size``
+prompts per call. The backends are inference's too (:mod:`routing_grpo.backends`).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import os
 import time
-import traceback
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from routing_grpo.generation import add_routing_instruction, forcing_text
-from routing_grpo.modes import DEFAULT_MODES, INVALID, ModeDetector, ModeSpec, mode_index, routing_instruction
+from routing_grpo.backends import (
+    Backend,
+    SampleRequest,
+    TransformersBackend,
+    VLLMBackend,
+    check_sampling,
+    load_transformers_model,
+    read_generation_config,
+    resolve_backend,
+    start_vllm_engines,
+)
+from routing_grpo.capped_generation import stop_token_ids
+from routing_grpo.jsonl import read_jsonl
+from routing_grpo.locations import looks_local
+from routing_grpo.modes import DEFAULT_MODES, INVALID, ModeDetector, ModeSpec, mode_index
+from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION, PromptPlan
 
 logger = logging.getLogger(__name__)
 
 # The paper's protocol: MATH-500 once, GSM8K avg@5, AIME avg@16.
 DEFAULT_SAMPLES = {"math500": 1, "gsm8k": 5, "aime24": 16, "aime25": 16}
-DEFAULT_ROUTING_QUESTION = "Mode:"
-# Prompts per generation call with the transformers backend when --batch-size is not given (vLLM: all).
-TRANSFORMERS_BATCH_SIZE = 16
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
@@ -83,10 +92,7 @@ class EvalConfig:
             raise ValueError("--force-mode and --no-routing exclude each other")
         if not self.benchmarks:
             raise ValueError("--benchmarks: name at least one benchmark")
-        if self.temperature < 0:
-            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
+        check_sampling(self.temperature, self.top_p, flags=True)
         if self.max_tokens < 1:
             raise ValueError(f"--max-tokens must be >= 1, got {self.max_tokens}")
         if self.backend not in ("auto", "vllm", "transformers"):
@@ -136,162 +142,30 @@ class EvalConfig:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Prompts (pure)
+# Requests and backends
 # ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class PromptPlan:
-    """How every prompt of a run is laid out: instruction in the user turn, then [generation prompt | Q | t]."""
-
-    instruction: str
-    question: str
-    forced_text: str
-    forced_mode: int | None
-
-    @classmethod
-    def from_config(cls, config: EvalConfig) -> PromptPlan:
-        modes = config.mode_specs
-        if config.no_routing:
-            return cls("", "", "", None)
-        # None: built from the mode words; "" means no instruction, as in training.
-        instruction = (
-            routing_instruction(modes) if config.routing_instruction is None else config.routing_instruction
-        )
-        if config.force_mode:
-            idx = mode_index(modes, config.force_mode)
-            return cls(
-                instruction,
-                config.routing_question,
-                forcing_text(modes[idx].word, config.routing_question),
-                idx,
-            )
-        return cls(instruction, config.routing_question, "", None)
-
-    def render(self, tokenizer: Any, prompt: Any) -> str:
-        """Prompt text: chat template with the generation prompt, then the routing question and forced word."""
-        messages = add_routing_instruction(prompt, self.instruction)
-        if isinstance(messages, str):
-            messages = [{"role": "user", "content": messages}]
-        if getattr(tokenizer, "chat_template", None) is None:
-            raise ValueError(
-                "the tokenizer has no chat template; evaluation renders prompts with add_generation_prompt=True"
-            )
-        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return text + self.question + self.forced_text
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Backends
-# ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SampleRequest:
-    """One prompt (token ids) and how many samples of it to draw."""
-
-    prompt_ids: tuple[int, ...]
-    n: int
-
-
-class Generator(Protocol):
-    def generate(self, requests: Sequence[SampleRequest], seed: int) -> list[list[list[int]]]:
-        """``request.n`` completions (token ids up to and including EOS, as vLLM returns them) per request,
-        in request order."""
-        ...
 
 
 def sample_requests(
-    items: Sequence[tuple[dict[str, Any], list[int]]], plan: PromptPlan, tokenizer: Any
+    items: Sequence[tuple[dict[str, Any], list[int]]], plan: PromptPlan, tokenizer: Any, max_tokens: int
 ) -> list[SampleRequest]:
     """The requests of one generation call: per (row, missing sample indices), the rendered prompt's token
-    ids and one sample per missing index. Prompts with different numbers of missing samples (a resumed
-    run) go in the same call."""
+    ids and one sample per missing index, each of at most ``max_tokens`` tokens. Prompts with different
+    numbers of missing samples (a resumed run) go in the same call."""
     return [
         SampleRequest(
             tuple(tokenizer(plan.render(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"]),
             len(missing),
+            int(max_tokens),
         )
         for row, missing in items
     ]
 
 
-class TransformersGenerator:
-    """Sampling with ``model.generate`` (CPU, or a GPU without vLLM): requests with the same ``n`` are
-    generated together (``num_return_sequences=n``), each group seeded with ``seed``."""
-
-    default_batch_size = TRANSFORMERS_BATCH_SIZE
-
-    def __init__(
-        self, model: Any, tokenizer: Any, *, max_tokens: int, temperature: float, top_p: float
-    ) -> None:
-        self.model, self.tokenizer = model, tokenizer
-        self.max_tokens, self.temperature, self.top_p = max_tokens, temperature, top_p
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        eos = model.generation_config.eos_token_id if model.generation_config is not None else None
-        eos = eos if eos is not None else tokenizer.eos_token_id
-        self.eos_ids = set(eos if isinstance(eos, list) else [eos])
-
-    def generate(self, requests: Sequence[SampleRequest], seed: int) -> list[list[list[int]]]:
-        by_n: dict[int, list[int]] = defaultdict(list)
-        for i, request in enumerate(requests):
-            by_n[request.n].append(i)
-        out: list[list[list[int]]] = [[] for _ in requests]
-        for n, indices in by_n.items():
-            samples = self._generate([requests[i].prompt_ids for i in indices], n, seed)
-            for i, completions in zip(indices, samples):
-                out[i] = completions
-        return out
-
-    def _generate(self, prompt_ids: Sequence[Sequence[int]], n: int, seed: int) -> list[list[list[int]]]:
-        import torch
-
-        torch.manual_seed(seed)
-        width = max(len(p) for p in prompt_ids)
-        # Left padding so every row's generation starts right after its prompt.
-        input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + list(p) for p in prompt_ids])
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids])
-        sampling = {"do_sample": True, "temperature": self.temperature, "top_p": self.top_p}
-        if self.temperature == 0:
-            sampling = {"do_sample": False}
-        with torch.no_grad():
-            out = self.model.generate(
-                input_ids=input_ids.to(self.model.device),
-                attention_mask=attention.to(self.model.device),
-                max_new_tokens=self.max_tokens,
-                num_return_sequences=n,
-                pad_token_id=self.pad_id,
-                **sampling,
-            )
-        new = out[:, width:].tolist()
-        return [[self._until_eos(new[i * n + s]) for s in range(n)] for i in range(len(prompt_ids))]
-
-    def _until_eos(self, ids: list[int]) -> list[int]:
-        # The EOS token stays: it is a generated token, and training counts it in L (and against the caps).
-        for k, t in enumerate(ids):
-            if t in self.eos_ids:
-                return ids[: k + 1]
-        return ids
-
-
-def transformers_device(device: str | None) -> str:
-    """The transformers backend's device: the one given, else ``cuda`` when there is a GPU, else ``cpu``."""
-    if device:
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# vLLM: engine options, one request list per call, data-parallel engines (pure parts tested on CPU)
-# ---------------------------------------------------------------------------------------------------------
-
-
 def vllm_engine_kwargs(config: EvalConfig) -> dict[str, Any]:
     """``vllm.LLM(**kwargs)`` of one engine. ``data_parallel_size`` is not among them: vLLM's offline
     ``LLM`` does not take it in one process, so each data-parallel replica is an engine of its own
-    (:class:`DataParallelEngines`); the engine is seeded with ``--seed``."""
+    (:class:`routing_grpo.backends.DataParallelEngines`); the engine is seeded with ``--seed``."""
     kwargs: dict[str, Any] = {
         "model": config.model,
         "tensor_parallel_size": config.tensor_parallel_size,
@@ -306,296 +180,45 @@ def vllm_engine_kwargs(config: EvalConfig) -> dict[str, Any]:
     return kwargs
 
 
-def vllm_sampling_kwargs(
-    requests: Sequence[SampleRequest], *, temperature: float, top_p: float, max_tokens: int
-) -> list[dict[str, Any]]:
-    """``SamplingParams(**kwargs)`` per request: its ``n``; temperature, top-p and the token limit shared.
-    No per-request seed (the engine is seeded): one seed shared by every request would correlate their
-    samples, and per-request generators slow vLLM's sampler."""
-    return [
-        {
-            "n": int(r.n),
-            "temperature": float(temperature),
-            "top_p": float(top_p),
-            "max_tokens": int(max_tokens),
-        }
-        for r in requests
-    ]
-
-
-def visible_gpus() -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every GPU torch counts."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [d.strip() for d in env.split(",") if d.strip()]
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]
-
-
-def replica_devices(data_parallel_size: int, tensor_parallel_size: int, visible: Sequence[str]) -> list[str]:
-    """``CUDA_VISIBLE_DEVICES`` of each data-parallel engine: consecutive blocks of ``tensor_parallel_size``
-    of the visible GPUs. Raises ValueError when there are too few."""
-    need = data_parallel_size * tensor_parallel_size
-    if len(visible) < need:
-        raise ValueError(
-            f"--data-parallel-size {data_parallel_size} x --tensor-parallel-size {tensor_parallel_size} "
-            f"needs {need} GPUs; {len(visible)} visible ({','.join(visible) or 'none'})"
-        )
-    return [
-        ",".join(visible[r * tensor_parallel_size : (r + 1) * tensor_parallel_size])
-        for r in range(data_parallel_size)
-    ]
-
-
-def shard(count: int, parts: int) -> list[list[int]]:
-    """Request indices per data-parallel engine, dealt round-robin (neighbouring prompts, often of similar
-    difficulty and length, go to different engines)."""
-    return [list(range(r, count, parts)) for r in range(parts)]
-
-
-class LocalVLLM:
-    """One vLLM engine in this process: a call's prompts and sampling arguments in, token ids out."""
-
-    def __init__(
-        self,
-        engine_kwargs: dict[str, Any],
-        *,
-        llm_factory: Any = None,
-        sampling_params: Any = None,
-        use_tqdm: bool = True,
-    ) -> None:
-        if llm_factory is None:
-            from vllm import LLM as llm_factory  # noqa: N811
-        if sampling_params is None:
-            from vllm import SamplingParams as sampling_params  # noqa: N811
-        self.llm = llm_factory(**engine_kwargs)
-        self.sampling_params, self.use_tqdm = sampling_params, use_tqdm
-
-    def run(
-        self, prompts: Sequence[Sequence[int]], params: Sequence[dict[str, Any]]
-    ) -> list[list[list[int]]]:
-        outputs = self.llm.generate(
-            [{"prompt_token_ids": list(p)} for p in prompts],
-            sampling_params=[self.sampling_params(**p) for p in params],
-            use_tqdm=self.use_tqdm,
-        )
-        return [[list(o.token_ids) for o in out.outputs] for out in outputs]
-
-    def close(self) -> None:
-        pass
-
-
-def _replica_main(
-    conn: Any,
-    devices: str,
-    engine_kwargs: dict[str, Any],
-    llm_factory: Any,
-    sampling_params: Any,
-    use_tqdm: bool,
-) -> None:
-    """A data-parallel engine's process: its GPUs set before anything touches CUDA, then one call per
-    message until ``None``. Errors go back to the parent as text."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = devices
+def make_vllm_backend(
+    config: EvalConfig,
+    tokenizer: Any = None,
+    *,
+    llm_factory: Any = None,
+    sampling_params: Any = None,
+    use_tqdm: bool = True,
+    visible: Sequence[str] | None = None,
+) -> VLLMBackend:
+    """The vLLM backend of a run: one engine, or ``data_parallel_size`` engines of ``tensor_parallel_size``
+    GPUs each (``visible``: the GPUs to use, default ``CUDA_VISIBLE_DEVICES``). ``llm_factory`` /
+    ``sampling_params`` stand in for ``vllm.LLM`` / ``vllm.SamplingParams`` (tests)."""
+    engine = start_vllm_engines(
+        vllm_engine_kwargs(config),
+        data_parallel_size=config.data_parallel_size,
+        tensor_parallel_size=config.tensor_parallel_size,
+        visible=visible,
+        llm_factory=llm_factory,
+        sampling_params=sampling_params,
+        use_tqdm=use_tqdm,
+    )
+    # vLLM stops at the model's generation-config EOS tokens (and the tokenizer's).
+    eos = stop_token_ids(read_generation_config(config.model, config.revision), tokenizer)
     try:
-        engine = LocalVLLM(
-            engine_kwargs, llm_factory=llm_factory, sampling_params=sampling_params, use_tqdm=use_tqdm
-        )
+        return VLLMBackend(engine, eos_token_ids=eos, temperature=config.temperature, top_p=config.top_p)
     except BaseException:
-        conn.send(("error", traceback.format_exc()))
-        return
-    conn.send(("ready", None))
-    while True:
-        try:
-            message = conn.recv()
-        except EOFError:  # the parent has gone
-            return
-        if message is None:
-            return
-        try:
-            conn.send(("ok", engine.run(*message)))
-        except BaseException:
-            conn.send(("error", traceback.format_exc()))
+        engine.close()
+        raise
 
 
-class DataParallelEngines:
-    """``data_parallel_size`` independent vLLM engines, each in its own process on its own GPUs (see
-    :func:`replica_devices`); engine r is seeded with ``seed + r``. A call's requests are dealt round-robin
-    (:func:`shard`), every engine gets its share at once, and the outputs come back in request order.
-    An engine that fails stops them all (the error, with the engine's traceback, is raised here)."""
-
-    def __init__(
-        self,
-        engine_kwargs: dict[str, Any],
-        devices: Sequence[str],
-        *,
-        llm_factory: Any = None,
-        sampling_params: Any = None,
-        use_tqdm: bool = True,
-    ) -> None:
-        import multiprocessing
-        from multiprocessing import connection
-
-        context = multiprocessing.get_context("spawn")  # vLLM and CUDA need fresh processes
-        self.devices = list(devices)
-        self.conns, self.procs = [], []
-        try:
-            for rank, gpus in enumerate(self.devices):
-                kwargs = {**engine_kwargs, "seed": engine_kwargs.get("seed", 0) + rank}
-                parent, child = context.Pipe()
-                proc = context.Process(
-                    target=_replica_main,
-                    args=(child, gpus, kwargs, llm_factory, sampling_params, use_tqdm and rank == 0),
-                    name=f"vllm-dp{rank}",
-                    daemon=False,  # vLLM starts processes of its own
-                )
-                proc.start()
-                child.close()
-                self.conns.append(parent)
-                self.procs.append(proc)
-            # "ready" from each once its engine is loaded; the first failure, whichever engine, stops all.
-            waiting = dict(enumerate(self.conns))
-            while waiting:
-                for conn in connection.wait(list(waiting.values())):
-                    rank = self.conns.index(conn)
-                    self._receive(rank)
-                    del waiting[rank]
-        except BaseException:
-            self.close()
-            raise
-
-    def _receive(self, rank: int) -> Any:
-        try:
-            status, payload = self.conns[rank].recv()
-        except EOFError:
-            raise RuntimeError(
-                f"vLLM data-parallel engine {rank} (GPUs {self.devices[rank]}) exited without a reply"
-            ) from None
-        if status == "error":
-            raise RuntimeError(
-                f"vLLM data-parallel engine {rank} (GPUs {self.devices[rank]}) failed:\n{payload}"
-            )
-        return payload
-
-    def run(
-        self, prompts: Sequence[Sequence[int]], params: Sequence[dict[str, Any]]
-    ) -> list[list[list[int]]]:
-        if not self.conns:
-            raise RuntimeError("the vLLM data-parallel engines have been stopped")
-        shards = shard(len(prompts), len(self.conns))
-        out: list[list[list[int]]] = [[] for _ in prompts]
-        try:
-            for rank, indices in enumerate(shards):
-                if indices:
-                    self.conns[rank].send(([list(prompts[i]) for i in indices], [params[i] for i in indices]))
-            for rank, indices in enumerate(shards):
-                if indices:
-                    for i, completions in zip(indices, self._receive(rank), strict=True):
-                        out[i] = completions
-        except BaseException:
-            self.close()  # replies still in flight would pair with the wrong call
-            raise
-        return out
-
-    def close(self) -> None:
-        for conn in self.conns:
-            with contextlib.suppress(OSError):  # the engine has gone already
-                conn.send(None)
-        deadline = time.monotonic() + 60  # for all of them to shut their engines down
-        for proc in self.procs:
-            proc.join(timeout=max(0.0, deadline - time.monotonic()))
-        for proc in self.procs:
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=10)
-        for conn in self.conns:
-            conn.close()
-        self.conns, self.procs = [], []
-
-
-class VLLMGenerator:
-    """vLLM offline engine(s) (GPU): a call's requests go to the engine in one ``generate`` call, which
-    schedules them (continuous batching), so no request waits for another's longest sample.
-
-    ``data_parallel_size`` > 1: that many engines, each on ``tensor_parallel_size`` GPUs in its own
-    process (:class:`DataParallelEngines`). ``llm_factory`` / ``sampling_params`` stand in for
-    ``vllm.LLM`` / ``vllm.SamplingParams`` (tests; module-level callables when data parallel).
-    """
-
-    default_batch_size = None  # all of a benchmark's prompts in one call
-
-    def __init__(
-        self,
-        config: EvalConfig,
-        *,
-        llm_factory: Any = None,
-        sampling_params: Any = None,
-        use_tqdm: bool = True,
-        visible: Sequence[str] | None = None,
-    ) -> None:
-        self.max_tokens, self.temperature, self.top_p = config.max_tokens, config.temperature, config.top_p
-        # vLLM stops at the model's generation-config EOS tokens: a sample that ends with one finished.
-        self.eos_ids = model_eos_ids(config.model, config.revision)
-        kwargs = vllm_engine_kwargs(config)
-        if config.data_parallel_size > 1:
-            devices = replica_devices(
-                config.data_parallel_size,
-                config.tensor_parallel_size,
-                visible_gpus() if visible is None else visible,
-            )
-            self.engine: Any = DataParallelEngines(
-                kwargs, devices, llm_factory=llm_factory, sampling_params=sampling_params, use_tqdm=use_tqdm
-            )
-        else:
-            self.engine = LocalVLLM(
-                kwargs, llm_factory=llm_factory, sampling_params=sampling_params, use_tqdm=use_tqdm
-            )
-
-    def generate(self, requests: Sequence[SampleRequest], seed: int) -> list[list[list[int]]]:
-        """``seed`` is unused: the engine was seeded when it was built (``--seed``)."""
-        if not requests:
-            return []
-        params = vllm_sampling_kwargs(
-            requests, temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens
-        )
-        return self.engine.run([r.prompt_ids for r in requests], params)
-
-    def close(self) -> None:
-        self.engine.close()
-
-
-def model_eos_ids(model: str, revision: str | None = None) -> set[int]:
-    """The EOS token ids of a model's generation config (empty when it cannot be read)."""
-    try:
-        from transformers import GenerationConfig
-
-        eos = GenerationConfig.from_pretrained(model, revision=revision).eos_token_id
-    except Exception:  # no generation config (or offline): the tokenizer's EOS still counts
-        return set()
-    if eos is None:
-        return set()
-    return {int(t) for t in (eos if isinstance(eos, list) else [eos])}
-
-
-def completion_eos_ids(generator: Any, tokenizer: Any) -> set[int]:
-    """Tokens that end a sample: the generator's (``eos_ids``, the model's generation config) and the
-    tokenizer's EOS."""
-    eos = {int(t) for t in (getattr(generator, "eos_ids", None) or ())}
-    if getattr(tokenizer, "eos_token_id", None) is not None:
-        eos.add(int(tokenizer.eos_token_id))
-    return eos
-
-
-def resolve_backend(backend: str) -> str:
-    if backend != "auto":
-        return backend
-    try:
-        import torch
-        import vllm  # noqa: F401
-
-        return "vllm" if torch.cuda.is_available() else "transformers"
-    except ImportError:
-        return "transformers"
+def make_backend(config: EvalConfig, backend: str, tokenizer: Any) -> Backend:
+    """The run's backend: vLLM engine(s) with the engine options, or the transformers model moved to
+    ``--device`` (default: the GPU when there is one)."""
+    if backend == "vllm":
+        return make_vllm_backend(config, tokenizer)
+    model = load_transformers_model(
+        config.model, revision=config.revision, dtype=config.dtype, device=config.device
+    )
+    return TransformersBackend(model, tokenizer, temperature=config.temperature, top_p=config.top_p)
 
 
 def check_engine(config: EvalConfig, backend: str) -> None:
@@ -620,26 +243,18 @@ def check_engine(config: EvalConfig, backend: str) -> None:
 
 
 def read_samples(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    """Finished samples by (prompt id, sample index); a torn last line (killed mid-write) is dropped."""
+    """Finished samples by (prompt id, sample index), the first of any repeat. A torn last line (killed
+    mid-write) is cut from the file, so its sample is drawn again; a bad line elsewhere raises ValueError
+    naming ``path:line``."""
     done: dict[tuple[str, int], dict[str, Any]] = {}
-    if not path.exists():
+    if not Path(path).exists():
         return done
-    good_bytes = 0
-    with path.open("rb") as f:
-        for raw in f:
-            try:
-                row = json.loads(raw)
-                key = (str(row["prompt_id"]), int(row["sample_index"]))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError):
-                break
-            if not raw.endswith(b"\n"):
-                break
-            done.setdefault(key, row)
-            good_bytes += len(raw)
-    if good_bytes < path.stat().st_size:
-        logger.warning("%s: dropping a torn last line (interrupted write); it will be regenerated", path)
-        with path.open("r+b") as f:
-            f.truncate(good_bytes)
+    for lineno, row in read_jsonl(path, torn="repair"):
+        try:
+            key = (str(row["prompt_id"]), int(row["sample_index"]))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"{path}:{lineno}: not a sample row (prompt_id and sample_index)") from None
+        done.setdefault(key, row)
     return done
 
 
@@ -834,7 +449,7 @@ def evaluate_benchmark(
     benchmark: str,
     dataset: Any,
     tokenizer: Any,
-    generator: Generator,
+    backend: Backend,
     *,
     progress: bool = True,
 ) -> dict[str, Any]:
@@ -853,7 +468,7 @@ def evaluate_benchmark(
     # Finished or wrong: a sample must end with EOS, and close its reasoning when the prompt opened it.
     from routing_grpo.grading import generation_prompt_opens_reasoning
 
-    eos_ids = completion_eos_ids(generator, tokenizer)
+    eos_ids = {int(t) for t in backend.eos_token_ids}
     reasoning_open = generation_prompt_opens_reasoning(tokenizer)
 
     todo = [(row, [s for s in range(k) if (str(row["id"]), s) not in done]) for row in rows]
@@ -861,13 +476,13 @@ def evaluate_benchmark(
     if done:
         logger.info("%s: %d samples already done, %d prompts to go", benchmark, len(done), len(todo))
     started = time.time()
-    per_call = prompts_per_call(config, generator, len(todo))
+    per_call = prompts_per_call(config, backend, len(todo))
     for start in range(0, len(todo), per_call):
         chunk = todo[start : start + per_call]
-        requests = sample_requests(chunk, plan, tokenizer)
-        completions = generator.generate(requests, seed=config.seed + start)
+        requests = sample_requests(chunk, plan, tokenizer, config.max_tokens)
+        completions = backend.sample(requests, seed=config.seed + start)
         if len(completions) != len(chunk):
-            raise RuntimeError(f"the generator returned {len(completions)} outputs for {len(chunk)} prompts")
+            raise RuntimeError(f"the backend returned {len(completions)} outputs for {len(chunk)} prompts")
         new_rows = []
         for (row, missing), outs in zip(chunk, completions):
             for sample_index, ids in zip(missing, outs):
@@ -895,10 +510,10 @@ def evaluate_benchmark(
     return summary
 
 
-def prompts_per_call(config: EvalConfig, generator: Any, todo: int) -> int:
-    """Prompts per generation call: ``--batch-size`` when given, else the generator's default (vLLM: none,
-    so all ``todo`` prompts in one call; transformers: :data:`TRANSFORMERS_BATCH_SIZE`)."""
-    size = config.batch_size or getattr(generator, "default_batch_size", None)
+def prompts_per_call(config: EvalConfig, backend: Any, todo: int) -> int:
+    """Prompts per generation call: ``--batch-size`` when given, else the backend's default (vLLM: none,
+    so all ``todo`` prompts in one call; transformers: :data:`routing_grpo.backends.TRANSFORMERS_BATCH_SIZE`)."""
+    size = config.batch_size or getattr(backend, "default_batch_size", None)
     return max(1, size or todo)
 
 
@@ -974,7 +589,6 @@ def check_benchmarks(config: EvalConfig) -> None:
     """The benchmark names, the ``--samples`` and ``--data`` entries and the local data files, checked
     before anything is loaded; raises ValueError naming the option (FileNotFoundError for a missing file)."""
     from routing_grpo.data import TASKS
-    from routing_grpo.locations import looks_local
 
     known = ", ".join(sorted(TASKS))
     for bench in config.benchmarks:
@@ -1009,21 +623,6 @@ def load_benchmarks(config: EvalConfig) -> dict[str, Any]:
     return datasets
 
 
-def make_generator(config: EvalConfig, backend: str, tokenizer: Any) -> Generator:
-    """The backend's generator: vLLM engine(s) with the engine options, or the transformers model moved to
-    ``--device`` (default: the GPU when there is one)."""
-    if backend == "vllm":
-        return VLLMGenerator(config)
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(config.model, revision=config.revision, dtype=config.dtype)
-    model.to(transformers_device(config.device))
-    model.eval()
-    return TransformersGenerator(
-        model, tokenizer, max_tokens=config.max_tokens, temperature=config.temperature, top_p=config.top_p
-    )
-
-
 def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
     """Checks and loads the benchmarks, then loads the model once and evaluates every benchmark; returns
     the summaries."""
@@ -1035,13 +634,11 @@ def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
     for bench in datasets:  # every output folder is checked before the model loads
         claim_samples(config, bench)
     tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
-    generator = make_generator(config, backend, tokenizer)
+    engine = make_backend(config, backend, tokenizer)
     try:
         return {
-            bench: evaluate_benchmark(config, bench, dataset, tokenizer, generator)
+            bench: evaluate_benchmark(config, bench, dataset, tokenizer, engine)
             for bench, dataset in datasets.items()
         }
     finally:
-        close = getattr(generator, "close", None)
-        if close is not None:
-            close()
+        engine.close()

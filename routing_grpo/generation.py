@@ -2,9 +2,8 @@
 
 docs/method.md "Prompt layout", "Rollouts and the routing warmup" and "Caps":
 
-* the routing instruction goes at the end of the last user turn (:func:`add_routing_instruction`);
-* after the chat template's generation prompt comes the routing question Q; a forced rollout also has its
-  mode word t there (:func:`forcing_text`, :func:`plan_forced_modes`);
+* the prompt text is laid out by :mod:`routing_grpo.prompting` (instruction, routing question Q, and for a
+  forced rollout its mode word t after Q); :func:`plan_forced_modes` picks the forced rollouts;
 * after generation t is promoted from the prompt tail to the completion head (:func:`promote_forced_word`);
 * free rollouts are read by the :class:`~routing_grpo.modes.ModeDetector`; every rollout is cut at its mode's
   cap (:func:`apply_caps`, the one place per-row caps live) and L is counted after the word.
@@ -16,7 +15,6 @@ budgets, and :func:`scatter_vllm_outputs` puts the answers back in row order.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,53 +22,9 @@ from typing import Any
 from routing_grpo.capped_generation import known_budget
 from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
 
-INSTRUCTION_SEPARATOR = "\n\n"
-
-
 # ---------------------------------------------------------------------------------------------------------
-# Prompts
+# Forced modes
 # ---------------------------------------------------------------------------------------------------------
-
-
-def add_routing_instruction(prompt: Any, instruction: str) -> Any:
-    """The prompt with ``instruction`` appended to its last user turn (or to the text of a plain prompt).
-
-    The input is not modified. An empty instruction returns the prompt unchanged.
-    """
-    if not instruction:
-        return prompt
-    if isinstance(prompt, str):
-        return prompt + INSTRUCTION_SEPARATOR + instruction
-    if isinstance(prompt, list):
-        messages = copy.deepcopy(prompt)
-        for message in reversed(messages):
-            if isinstance(message, dict) and message.get("role") == "user":
-                content = message.get("content")
-                if isinstance(content, str):
-                    message["content"] = content + INSTRUCTION_SEPARATOR + instruction
-                elif isinstance(content, list):
-                    message["content"] = [
-                        *content,
-                        {"type": "text", "text": INSTRUCTION_SEPARATOR + instruction},
-                    ]
-                else:
-                    raise ValueError(f"prompt: user message content must be text or a list, got {content!r}")
-                return messages
-        raise ValueError(
-            "prompt: a conversational prompt needs a user message to carry the routing instruction"
-        )
-    raise ValueError(f"prompt: expected a string or a list of messages, got {type(prompt).__name__}")
-
-
-def forcing_text(word: str, question: str) -> str:
-    """The text that forces a mode after Q: the word, with a leading space when Q ends in a non-space.
-
-    One form only ("Mode: Short"), so forcing and the promoted token are always the same ids; detection
-    accepts both forms.
-    """
-    if question and not question[-1].isspace():
-        return " " + word
-    return word
 
 
 def plan_forced_modes(
@@ -179,7 +133,7 @@ def finalize_rollouts(
         forced_modes: forced mode per row (None = free).
         modes: the mode specs.
         detector: reads free rows (unused for single-mode runs).
-        forced_word_ids: token ids appended to force each mode (:func:`forcing_text`, tokenized).
+        forced_word_ids: token ids appended to force each mode (:func:`routing_grpo.prompting.forcing_text`, tokenized).
         single_mode: index of a single-mode baseline's mode: every row is in it, there is no word.
         enforce_caps: False for validation, which is uncapped.
         eos_token_ids: tokens that end a completion (see :func:`apply_caps`).

@@ -1,8 +1,8 @@
 """Running a trained router: free routing, a forced mode, or a set of allowed modes, with per-mode caps
 enforced while generating (``routing-grpo generate`` is the command line over this module).
 
-The trainer writes the routing settings into the output folder (:data:`SETTINGS_FILE`, see
-:class:`RoutingSettings`), so a user passes only the model::
+The trainer writes the routing settings into the output folder (:class:`routing_grpo.settings.RoutingSettings`),
+so a user passes only the model::
 
     from routing_grpo.inference import Router
 
@@ -12,9 +12,10 @@ The trainer writes the routing settings into the output folder (:data:`SETTINGS_
     answer = router("L3: 4 q+3 f*7 x+1", allow=["NoThink", "Short"])   # never Long
     answer.mode, answer.answer, answer.tokens, answer.stopped_by
 
-How one request is generated (the prompt is laid out as in evaluation: :class:`routing_grpo.evaluate.PromptPlan`):
+How one request is generated (the prompt is laid out as in training and evaluation:
+:class:`routing_grpo.prompting.PromptPlan`):
 
-* **forced**: the mode's forcing text follows the routing question (:func:`routing_grpo.generation.forcing_text`)
+* **forced**: the mode's forcing text follows the routing question (:func:`routing_grpo.prompting.forcing_text`)
   and the answer is generated with the mode's budget (:func:`routing_grpo.capped_generation.known_budget`).
 * **allowed set**: the routing word is generated first, token by token, with every token masked out that
   does not continue one of the allowed words' token forms (:func:`routing_grpo.modes.word_token_id_forms`),
@@ -31,270 +32,45 @@ With caps on (the default) no token past a mode's cap is generated: L, the token
 ``max_completion_length``) bounds the tokens the model generates for each answer (a forced word is not
 generated). The answer reports whether EOS, the cap or that limit ended it.
 
-Backends share one interface (:class:`Backend`): ``next_tokens`` samples one token per row, optionally
-restricted to given token ids (the word phase), and ``generate`` samples each row within its own token
-budget. :class:`TransformersBackend` runs on CPU or GPU (the shrinking decode loop of
-:func:`routing_grpo.capped_generation.sample_with_budgets`); :class:`VLLMBackend` maps both to vLLM requests
-(``allowed_token_ids`` for the word phase, ``max_tokens`` per budget).
+The backends are evaluation's (:mod:`routing_grpo.backends`): ``next_tokens`` samples the word phase, one
+token per row, optionally restricted to given token ids, and
+:func:`routing_grpo.backends.generate_within_budgets` samples each row within its own token budget, on
+transformers (CPU or GPU) or vLLM.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from routing_grpo.capped_generation import cut_at_eos, free_budget, known_budget
-from routing_grpo.evaluate import DEFAULT_ROUTING_QUESTION
+from routing_grpo.backends import (
+    DEFAULT_TEMPERATURE,
+    Backend,
+    TransformersBackend,
+    VLLMBackend,
+    check_sampling,
+    generate_within_budgets,
+    load_transformers_model,
+    read_generation_config,
+    resolve_backend,
+)
+from routing_grpo.capped_generation import free_budget, known_budget, stop_token_ids
+from routing_grpo.jsonl import read_jsonl
 from routing_grpo.modes import (
     DETECTION_HEAD_TOKENS,
     INVALID,
     Detection,
     ModeDetector,
-    ModeSpec,
     mode_index,
-    parse_modes,
-    routing_instruction,
     word_token_id_forms,
 )
+from routing_grpo.prompting import render_prompt
+from routing_grpo.settings import RoutingSettings, local_model_path
 
 logger = logging.getLogger(__name__)
-
-SETTINGS_FILE = "routing_config.json"
-"""The routing settings the trainer saves beside the model (see :class:`RoutingSettings`)."""
-SETTINGS_VERSION = 1
-DEFAULT_TEMPERATURE = 0.6
-
-
-class SettingsNotFoundError(FileNotFoundError):
-    """The model has no routing settings file (and none was given)."""
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Routing settings: what the trainer saves, what inference and evaluation read
-# ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RoutingSettings:
-    """How a checkpoint routes: the modes, and the prompt it was trained with.
-
-    Saved by the trainer as ``routing_config.json`` in the output folder (and so in the Hub push)::
-
-        {
-          "version": 1,
-          "modes": [{"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 0.99984, "cap": 1024}, ...],
-          "routing_instruction": "Output NoThink to answer directly, ...",
-          "routing_question": "Mode:",
-          "max_completion_length": 16384,
-          "single_mode": null
-        }
-
-    Attributes:
-        modes: the modes, briefest first (``cap`` null = no cap beyond the completion limit).
-        routing_instruction: the instruction appended to the user turn, as used in training ("" = none).
-        routing_question: the text after the chat template's generation prompt, before the answer.
-        max_completion_length: the training run's completion limit (the default ``max_new_tokens``).
-        single_mode: the mode of a single-mode baseline (no routing word; empty instruction and question),
-            or None for a router.
-    """
-
-    modes: tuple[ModeSpec, ...]
-    routing_instruction: str
-    routing_question: str = DEFAULT_ROUTING_QUESTION
-    max_completion_length: int = 512
-    single_mode: str | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "modes", parse_modes(self.modes))
-        if not isinstance(self.routing_instruction, str) or not isinstance(self.routing_question, str):
-            raise ValueError("routing_instruction and routing_question must be strings")
-        if (
-            isinstance(self.max_completion_length, bool)
-            or not isinstance(self.max_completion_length, int)
-            or self.max_completion_length < 1
-        ):
-            raise ValueError(
-                f"max_completion_length must be a positive integer, got {self.max_completion_length!r}"
-            )
-        if self.single_mode is not None:
-            mode_index(self.modes, self.single_mode)
-
-    @property
-    def single_mode_index(self) -> int | None:
-        return None if self.single_mode is None else mode_index(self.modes, self.single_mode)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": SETTINGS_VERSION,
-            "modes": [m.to_dict() for m in self.modes],
-            "routing_instruction": self.routing_instruction,
-            "routing_question": self.routing_question,
-            "max_completion_length": self.max_completion_length,
-            "single_mode": self.single_mode,
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any], source: str = SETTINGS_FILE) -> RoutingSettings:
-        """Reads the file's contents; unknown keys are ignored (newer writers may add some)."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"{source}: expected a JSON object")
-        version = data.get("version", SETTINGS_VERSION)
-        if not isinstance(version, int) or version > SETTINGS_VERSION:
-            raise ValueError(
-                f"{source}: version {version!r} is newer than this code reads ({SETTINGS_VERSION})"
-            )
-        missing = [k for k in ("modes", "routing_instruction") if k not in data]
-        if missing:
-            raise ValueError(f"{source}: missing key(s) {missing}")
-        try:
-            return cls(
-                modes=tuple(parse_modes(data["modes"])),
-                routing_instruction=data["routing_instruction"],
-                routing_question=data.get("routing_question", DEFAULT_ROUTING_QUESTION),
-                max_completion_length=data.get("max_completion_length", 512),
-                single_mode=data.get("single_mode"),
-            )
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{source}: {err}") from None
-
-    @classmethod
-    def from_training_args(cls, args: Any) -> RoutingSettings:
-        """The effective settings of a :class:`routing_grpo.config.RoutingGRPOConfig`."""
-        return cls(
-            modes=tuple(args.mode_specs),
-            routing_instruction=args.effective_routing_instruction,
-            routing_question=args.effective_routing_question,
-            max_completion_length=int(args.max_completion_length),
-            single_mode=args.single_mode,
-        )
-
-    @classmethod
-    def from_recipe(cls, path: str | Path) -> RoutingSettings:
-        """The effective settings a training recipe (YAML) would save, with the trainer's defaults."""
-        import yaml
-
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config not found: {path}")
-        try:
-            recipe = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ValueError(f"{path}: not valid YAML ({err})") from None
-        if not isinstance(recipe, dict):
-            raise ValueError(f"{path}: a recipe must be a mapping of keys to values")
-        try:
-            from routing_grpo.modes import DEFAULT_MODES
-
-            modes = parse_modes(recipe["modes"]) if recipe.get("modes") is not None else DEFAULT_MODES
-            single = recipe.get("single_mode")
-            instruction = recipe.get("routing_instruction")
-            if single is not None:
-                instruction, question = "", ""
-            else:
-                instruction = routing_instruction(modes) if instruction is None else str(instruction)
-                question = str(recipe.get("routing_question", DEFAULT_ROUTING_QUESTION) or "")
-            limit = recipe.get("max_completion_length")
-            return cls(
-                modes=modes,
-                routing_instruction=instruction,
-                routing_question=question,
-                max_completion_length=_default_max_completion_length() if limit is None else int(limit),
-                single_mode=single,
-            )
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"{path}: {err}") from None
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> RoutingSettings:
-        """A settings file (``.json``) or a training recipe (``.yaml`` / ``.yml``)."""
-        path = Path(path)
-        if path.suffix.lower() != ".json":
-            return cls.from_recipe(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config not found: {path}")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not valid JSON ({err})") from None
-        return cls.from_dict(data, source=str(path))
-
-    @classmethod
-    def load(cls, model: str | Path, revision: str | None = None) -> RoutingSettings:
-        """The settings saved with a checkpoint: ``MODEL/routing_config.json`` for a folder, the same file in
-        the Hub repository otherwise. Raises :class:`SettingsNotFoundError` when there is none."""
-        model = str(model)
-        folder = Path(model).expanduser()
-        if folder.is_dir():
-            path = folder / SETTINGS_FILE
-            if not path.is_file():
-                raise SettingsNotFoundError(
-                    f"{model}: no {SETTINGS_FILE} in this folder (routing-grpo train writes one); "
-                    "pass the training recipe with --config"
-                )
-            return cls.from_file(path)
-        if _looks_local(model):
-            raise SettingsNotFoundError(f"{model}: model folder not found")
-        try:
-            from huggingface_hub import hf_hub_download
-
-            path = hf_hub_download(repo_id=model, filename=SETTINGS_FILE, revision=revision)
-        except Exception as err:  # missing repo or file, offline, not a repo id: all mean "no settings here"
-            raise SettingsNotFoundError(
-                f"{model}: not a folder, and no {SETTINGS_FILE} could be read from the Hub "
-                f"({type(err).__name__}); pass the training recipe with --config"
-            ) from None
-        return cls.from_file(path)
-
-    @classmethod
-    def resolve(
-        cls, model: str | Path, config: str | Path | None = None, revision: str | None = None
-    ) -> RoutingSettings:
-        """``config`` (a settings file or a recipe) when given, else the settings saved with ``model``."""
-        if config is not None:
-            return cls.from_file(config)
-        return cls.load(_local_model_path(str(model)), revision=revision)
-
-    def save(self, folder: str | Path) -> Path:
-        """Writes ``FOLDER/routing_config.json`` (atomically) and returns its path."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / SETTINGS_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
-        return path
-
-
-def save_routing_settings(training_args: Any, folder: str | Path) -> Path:
-    """Writes the effective routing settings of a training run into ``folder`` (see :class:`RoutingSettings`)."""
-    return RoutingSettings.from_training_args(training_args).save(folder)
-
-
-def _default_max_completion_length() -> int:
-    import dataclasses
-
-    from routing_grpo.config import RoutingGRPOConfig
-
-    return next(f.default for f in dataclasses.fields(RoutingGRPOConfig) if f.name == "max_completion_length")
-
-
-def _looks_local(model: str) -> bool:
-    """A path rather than a Hub id (``owner/name``)."""
-    return model.startswith((".", "/", "~")) or model.count("/") > 1 or os.sep != "/" and os.sep in model
-
-
-def _local_model_path(model: str) -> str:
-    """``offline:NAME`` models resolve to their folders; anything else is returned as is."""
-    if not model.startswith("offline:"):
-        return model
-    from routing_grpo.offline_models import resolve_model_path
-
-    return resolve_model_path(model)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -528,23 +304,6 @@ class Row:
     rest: list[int] = field(default_factory=list)
 
 
-def render_prompt(
-    settings: RoutingSettings, tokenizer: Any, question: Any, routing: Routing
-) -> tuple[str, str]:
-    """Prompt text as evaluation lays it out (:class:`routing_grpo.evaluate.PromptPlan`), and the forced text."""
-    from routing_grpo.evaluate import PromptPlan
-    from routing_grpo.generation import forcing_text
-
-    if routing.kind == "single":
-        plan = PromptPlan(settings.routing_instruction, settings.routing_question, "", None)
-    elif routing.forced is not None:
-        text = forcing_text(settings.modes[routing.forced].word, settings.routing_question)
-        plan = PromptPlan(settings.routing_instruction, settings.routing_question, text, routing.forced)
-    else:
-        plan = PromptPlan(settings.routing_instruction, settings.routing_question, "", None)
-    return plan.render(tokenizer, question), plan.forced_text
-
-
 def needs_word_phase(row: Row) -> bool:
     """Allowed sets always; free rows when caps are on (their budget follows the word)."""
     return row.routing.kind == "allowed" or (row.routing.kind == "free" and row.caps)
@@ -617,196 +376,6 @@ def finish_row(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Backends
-# ---------------------------------------------------------------------------------------------------------
-
-
-class Backend(Protocol):
-    eos_token_ids: list[int]
-
-    def next_tokens(
-        self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int] | None]
-    ) -> list[int]:
-        """One sampled token per row; ``allowed[i]`` restricts row i to those token ids (None = free)."""
-        ...
-
-    def generate(self, prompts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[list[int]]:
-        """Each row sampled until EOS (kept) or ``budgets[i]`` tokens."""
-        ...
-
-
-def eos_token_ids_of(model_generation_config: Any, tokenizer: Any) -> list[int]:
-    """The tokenizer's EOS and the model's generation EOS tokens, as the trainer stops on them."""
-    eos = (
-        getattr(model_generation_config, "eos_token_id", None)
-        if model_generation_config is not None
-        else None
-    )
-    eos = [] if eos is None else (list(eos) if isinstance(eos, list | tuple) else [eos])
-    ids = [tokenizer.eos_token_id, *eos] if tokenizer.eos_token_id is not None else eos
-    return list(dict.fromkeys(int(t) for t in ids))
-
-
-class TransformersBackend:
-    """transformers on CPU or GPU: a masked forward per word token, then the shrinking budgeted decode loop
-    (rows leave the batch at EOS or at their budget, so no token past a cap is computed)."""
-
-    def __init__(
-        self,
-        model: Any,
-        tokenizer: Any,
-        *,
-        temperature: float = DEFAULT_TEMPERATURE,
-        top_p: float = 1.0,
-        top_k: int = 0,
-    ) -> None:
-        from transformers import GenerationConfig
-
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        self.model, self.tokenizer = model, tokenizer
-        if temperature == 0:
-            self.generation_config = GenerationConfig(do_sample=False)
-        else:
-            self.generation_config = GenerationConfig(
-                do_sample=True, temperature=temperature, top_p=top_p, top_k=top_k
-            )
-        self.pad_token_id = (
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        )
-        self.eos_token_ids = eos_token_ids_of(getattr(model, "generation_config", None), tokenizer)
-
-    def next_tokens(
-        self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int] | None]
-    ) -> list[int]:
-        import torch
-
-        from routing_grpo.capped_generation import _logits_processors
-
-        device = next(self.model.parameters()).device
-        width = max(len(p) for p in prompts)
-        seq = torch.full((len(prompts), width), int(self.pad_token_id), dtype=torch.long, device=device)
-        mask = torch.zeros_like(seq)
-        for i, ids in enumerate(prompts):
-            seq[i, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long, device=device)
-            mask[i, width - len(ids) :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        with torch.no_grad():
-            logits = (
-                self.model(input_ids=seq, attention_mask=mask, position_ids=positions)
-                .logits[:, -1, :]
-                .float()
-            )
-        for i, tokens in enumerate(allowed):
-            if tokens is not None:
-                keep = torch.full_like(logits[i], -float("inf"))
-                keep[torch.tensor(list(tokens), dtype=torch.long, device=device)] = 0.0
-                logits[i] = logits[i] + keep
-        scores = _logits_processors(self.generation_config)(seq, logits)
-        if self.generation_config.do_sample:
-            return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1).tolist()
-        return scores.argmax(dim=-1).tolist()
-
-    def generate(self, prompts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[list[int]]:
-        from routing_grpo.capped_generation import sample_with_budgets
-
-        if not prompts:
-            return []
-        return sample_with_budgets(
-            self.model,
-            prompts,
-            [int(b) for b in budgets],
-            generation_config=self.generation_config,
-            eos_token_ids=self.eos_token_ids,
-            pad_token_id=int(self.pad_token_id),
-            max_completion_length=max(int(b) for b in budgets),
-        )
-
-
-def vllm_sampling(temperature: float, top_p: float, top_k: int) -> dict[str, Any]:
-    """vLLM sampling arguments shared by every request (top_k -1 = off in vLLM)."""
-    return {"temperature": float(temperature), "top_p": float(top_p), "top_k": int(top_k) if top_k else -1}
-
-
-def vllm_word_params(allowed: Sequence[int] | None, sampling: Mapping[str, Any]) -> dict[str, Any]:
-    """SamplingParams arguments of one word-phase request: one token, restricted when ``allowed`` is given."""
-    params = {**sampling, "n": 1, "max_tokens": 1}
-    if allowed is not None:
-        params["allowed_token_ids"] = [int(t) for t in allowed]
-    return params
-
-
-def vllm_budget_params(n: int, max_tokens: int, sampling: Mapping[str, Any]) -> dict[str, Any]:
-    """SamplingParams arguments of one budgeted request (``n`` samples of at most ``max_tokens`` tokens)."""
-    return {**sampling, "n": int(n), "max_tokens": int(max_tokens)}
-
-
-class VLLMBackend:
-    """vLLM offline engine (GPU), behind the same interface: a word-phase step is one ``max_tokens=1``
-    request per row (``allowed_token_ids`` for an allowed set); ``generate`` sends one request per run of
-    rows with the same prompt and budget (:func:`routing_grpo.generation.plan_budget_requests`).
-
-    ``llm`` is a ``vllm.LLM`` (or anything with its ``generate``); ``sampling_params`` builds its request
-    objects (default ``vllm.SamplingParams``).
-    """
-
-    def __init__(
-        self,
-        llm: Any,
-        *,
-        eos_token_ids: Sequence[int],
-        temperature: float = DEFAULT_TEMPERATURE,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        sampling_params: Callable[..., Any] | None = None,
-    ) -> None:
-        if sampling_params is None:
-            from vllm import SamplingParams
-
-            sampling_params = SamplingParams
-        self.llm = llm
-        self.eos_token_ids = [int(t) for t in eos_token_ids]
-        self.sampling = vllm_sampling(temperature, top_p, top_k)
-        self.sampling_params = sampling_params
-
-    def _run(
-        self, prompts: Sequence[Sequence[int]], params: Sequence[dict[str, Any]]
-    ) -> list[list[list[int]]]:
-        outputs = self.llm.generate(
-            [{"prompt_token_ids": list(p)} for p in prompts],
-            sampling_params=[self.sampling_params(**p) for p in params],
-            use_tqdm=False,
-        )
-        return [[list(sample.token_ids) for sample in out.outputs] for out in outputs]
-
-    def next_tokens(
-        self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int] | None]
-    ) -> list[int]:
-        outputs = self._run(prompts, [vllm_word_params(a, self.sampling) for a in allowed])
-        return [int(samples[0][0]) for samples in outputs]
-
-    def generate(self, prompts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[list[int]]:
-        from routing_grpo.generation import plan_budget_requests, scatter_vllm_outputs
-
-        requests = plan_budget_requests(prompts, budgets)
-        outputs = self._run(
-            [r.prompt_ids for r in requests],
-            [vllm_budget_params(r.n, r.max_tokens, self.sampling) for r in requests],
-        )
-        rows = scatter_vllm_outputs(requests, outputs, len(prompts))
-        return [cut_at_eos(ids, self.eos_token_ids) for ids in rows]
-
-
-def resolve_backend(backend: str) -> str:
-    """``auto``: vLLM when it is installed and a GPU is present, else transformers."""
-    if backend not in ("auto", "transformers", "vllm"):
-        raise ValueError(f"backend must be auto, transformers or vllm, got {backend!r}")
-    from routing_grpo.evaluate import resolve_backend as eval_resolve
-
-    return eval_resolve(backend)
-
-
-# ---------------------------------------------------------------------------------------------------------
 # The router
 # ---------------------------------------------------------------------------------------------------------
 
@@ -855,55 +424,45 @@ class Router:
         Args:
             model: a local folder, a Hub id, or ``offline:mini`` and the like.
             settings: override of the saved settings: a :class:`RoutingSettings`, a settings file or a
-                training recipe. Default: ``MODEL/routing_config.json`` (:class:`SettingsNotFoundError` if absent).
+                training recipe. Default: ``MODEL/routing_config.json``
+                (:class:`routing_grpo.settings.SettingsNotFoundError` if absent).
             backend: ``auto`` (vLLM with a GPU when installed, else transformers), ``transformers``, ``vllm``.
             device: transformers device (default: ``cuda`` when there is a GPU, else ``cpu``).
             dtype: transformers ``dtype`` (default ``auto``: the checkpoint's).
-            temperature / top_p / top_k: sampling (temperature 0 = greedy; top_k 0 = off).
+            temperature / top_p / top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off); checked
+                before anything loads (:func:`routing_grpo.backends.check_sampling`).
             max_new_tokens: tokens the model may generate per answer (default: the training run's limit).
             seed: seeds torch (transformers) or the vLLM engine.
             engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``).
         """
-        name = _local_model_path(str(model))
+        check_sampling(temperature, top_p, top_k)
+        name = local_model_path(str(model))
         if not isinstance(settings, RoutingSettings):
             settings = RoutingSettings.resolve(name, settings, revision=revision)
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
+        sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
         if resolve_backend(backend) == "vllm":
             from vllm import LLM
 
             kwargs = {"seed": seed} if seed is not None else {}
             llm = LLM(model=name, revision=revision, **kwargs, **engine_kwargs)
-            from transformers import GenerationConfig
-
-            try:
-                gen_config = GenerationConfig.from_pretrained(name, revision=revision)
-            except OSError:
-                gen_config = None
-            engine: Backend = VLLMBackend(
-                llm,
-                eos_token_ids=eos_token_ids_of(gen_config, tokenizer),
-                temperature=temperature,
-                top_p=top_p,
-                top_k=top_k,
-            )
+            eos = stop_token_ids(read_generation_config(name, revision), tokenizer)
+            engine: Backend = VLLMBackend(llm, eos_token_ids=eos, **sampling)
         else:
             import torch
-            from transformers import AutoModelForCausalLM
 
             if seed is not None:
                 torch.manual_seed(seed)
-            device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-            loaded = AutoModelForCausalLM.from_pretrained(name, revision=revision, dtype=dtype).to(device)
-            loaded.eval()
-            engine = TransformersBackend(loaded, tokenizer, temperature=temperature, top_p=top_p, top_k=top_k)
+            loaded = load_transformers_model(name, revision=revision, dtype=dtype, device=device)
+            engine = TransformersBackend(loaded, tokenizer, **sampling)
         return cls(engine, tokenizer, settings, max_new_tokens=max_new_tokens)
 
     def plan(self, request: Request) -> Row:
         """The row of a request: routing checked against the modes, prompt rendered and tokenized."""
         routing = resolve_routing(self.settings, request.mode, request.allow)
-        text, forced_text = render_prompt(self.settings, self.tokenizer, request.question, routing)
+        text, forced_text = render_prompt(self.settings, self.tokenizer, request.question, routing.forced)
         prompt_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
         return Row(request.question, routing, bool(request.caps), prompt_ids, forced_text)
 
@@ -960,8 +519,10 @@ class Router:
         budgets = [row_budget(row, self.settings, self.detector, limit, eos) for row in rows]
         todo = [i for i, b in enumerate(budgets) if b > 0]
         if todo:
-            outputs = self.backend.generate(
-                [[*rows[i].prompt_ids, *rows[i].prefix] for i in todo], [budgets[i] for i in todo]
+            outputs = generate_within_budgets(
+                self.backend,
+                [[*rows[i].prompt_ids, *rows[i].prefix] for i in todo],
+                [budgets[i] for i in todo],
             )
             for i, ids in zip(todo, outputs, strict=True):
                 rows[i].rest = list(ids)[: budgets[i]]
@@ -986,19 +547,8 @@ def read_questions(path: str | Path) -> list[dict[str, Any]]:
     Blank lines are skipped. Raises FileNotFoundError, or ValueError naming the line of a malformed row or
     a repeated id.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"file not found: {path}")
     rows, seen = [], set()
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{lineno}: not valid JSON ({err.msg})") from None
-        if not isinstance(item, dict):
-            raise ValueError(f"{path}:{lineno}: expected a JSON object")
+    for lineno, item in read_jsonl(path, torn="error"):
         question = item.get("question", item.get("prompt"))
         if not (isinstance(question, str) and question.strip()) and not (
             isinstance(question, list) and question
@@ -1042,27 +592,13 @@ def read_questions(path: str | Path) -> list[dict[str, Any]]:
 def read_answered_ids(path: str | Path) -> set[str]:
     """Ids already in an answers JSONL file. A torn last line (a run killed mid-write) is removed so that
     its answer is generated again; a malformed line elsewhere raises ValueError."""
-    path = Path(path)
-    if not path.exists():
+    if not Path(path).exists():
         return set()
-    data = path.read_bytes()
-    *complete, tail = data.split(b"\n")  # `tail`: bytes after the last newline, a torn write if any
-    done, good_bytes = set(), 0
-    for k, raw in enumerate(complete):
-        if raw.strip():
-            try:
-                row = json.loads(raw)
-                row_id = str(row["id"])
-            except (json.JSONDecodeError, KeyError, TypeError):
-                if k == len(complete) - 1 and not tail.strip():
-                    break  # the last line is broken: treat it as torn
-                raise ValueError(f"{path}:{k + 1}: not an answer row; fix or remove that line") from None
-            done.add(row_id)
-        good_bytes += len(raw) + 1
-    if good_bytes < len(data):
-        logger.warning("%s: dropping a torn last line (interrupted write); it will be generated again", path)
-        with path.open("r+b") as f:
-            f.truncate(good_bytes)
+    done = set()
+    for lineno, row in read_jsonl(path, torn="repair"):
+        if "id" not in row:
+            raise ValueError(f"{path}:{lineno}: not an answer row (no id); fix or remove that line")
+        done.add(str(row["id"]))
     return done
 
 

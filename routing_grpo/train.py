@@ -582,7 +582,7 @@ def run_identity_callback(identity: dict[str, Any]) -> Any:
             if state.is_world_process_zero and folder.is_dir():
                 write_run_identity(folder, identity)
                 # A checkpoint routes like the final model: eval and generate need no --config for it.
-                from routing_grpo.inference import save_routing_settings
+                from routing_grpo.settings import save_routing_settings
 
                 save_routing_settings(args, folder)
 
@@ -1340,7 +1340,7 @@ def main(
         trainer.model.config.use_cache = True
         trainer.model.config.save_pretrained(training_args.output_dir)
         # routing_config.json: modes, caps, instruction and question, so eval and generate need no recipe.
-        from routing_grpo.inference import save_routing_settings
+        from routing_grpo.settings import save_routing_settings
 
         save_routing_settings(training_args, training_args.output_dir)
         # Finished: a rerun of the same command trains nothing (check_run_folder).

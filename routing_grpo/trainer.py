@@ -52,9 +52,7 @@ from routing_grpo.capped_generation import (
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.generation import (
     RolloutFacts,
-    add_routing_instruction,
     finalize_rollouts,
-    forcing_text,
     plan_budget_requests,
     plan_forced_modes,
     run_server_requests,
@@ -62,6 +60,7 @@ from routing_grpo.generation import (
 )
 from routing_grpo.grading import generation_prompt_opens_reasoning
 from routing_grpo.modes import INVALID, ModeDetector, word_token_id_forms
+from routing_grpo.prompting import add_routing_instruction, forcing_text
 from routing_grpo.rewards import RoutingReward, Verifier, resolve_verifier
 from routing_grpo.schedules import balance_coef_at, in_warmup, reward_phase
 

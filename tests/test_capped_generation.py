@@ -13,6 +13,7 @@ from routing_grpo.capped_generation import (
     generate_with_caps,
     group_rows_by_budget,
     known_budget,
+    stop_token_ids,
 )
 from routing_grpo.generation import apply_caps
 from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, ModeDetector, ModeSpec
@@ -147,6 +148,17 @@ def test_helpers():
     assert cut_at_eos([4, 5, 0, 0, 0], [0]) == [4, 5, 0]
     assert cut_at_eos([4, 5], [0]) == [4, 5]
     assert DETECTION_HEAD_TOKENS == 8
+
+
+def test_stop_token_ids_are_the_tokenizers_and_the_models():
+    from types import SimpleNamespace as NS
+
+    tok = NS(eos_token_id=2)
+    assert stop_token_ids(NS(eos_token_id=[7, 2]), tok) == [2, 7]  # the tokenizer's first, no repeats
+    assert stop_token_ids(NS(eos_token_id=7), tok) == [2, 7]
+    assert stop_token_ids(None, tok) == stop_token_ids(NS(eos_token_id=None), tok) == [2]
+    assert stop_token_ids(NS(eos_token_id=(7,)), NS(eos_token_id=None)) == [7]
+    assert stop_token_ids(None, None) == []
 
 
 def test_transformers_backend_matches_one_pass_greedy(tiny_qwen2):

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from routing_grpo.backends import TransformersBackend
 from routing_grpo.evaluate import (
     EvalConfig,
-    PromptPlan,
-    TransformersGenerator,
     evaluate_benchmark,
     read_samples,
     summarize,
 )
 from routing_grpo.offline_models import build_tiny_qwen2
+from routing_grpo.prompting import PromptPlan
 
 PROMPT = [{"role": "user", "content": "What is 2 + 2?"}]
 
@@ -68,6 +68,19 @@ def test_read_samples_drops_a_torn_last_line(tmp_path):
     assert read_samples(tmp_path / "absent.jsonl") == {}
 
 
+def test_read_samples_refuses_a_bad_line_in_the_middle(tmp_path):
+    """Not a torn write: the samples after it are not silently dropped (nor the file cut there)."""
+    path = tmp_path / "samples.jsonl"
+    rows = [json.dumps({"prompt_id": "a", "sample_index": i}) for i in range(3)]
+    path.write_text(rows[0] + "\n" + '{"prompt_id": "a", "sampl\n' + rows[2] + "\n")
+    with pytest.raises(ValueError, match=f"{path}:2: not valid JSON"):
+        read_samples(path)
+    assert path.read_text().count("\n") == 3
+    path.write_text(rows[0] + "\n" + json.dumps({"prompt_id": "a"}) + "\n")
+    with pytest.raises(ValueError, match=f"{path}:2: not a sample row"):
+        read_samples(path)
+
+
 def test_summarize_by_hand():
     rows = [
         {"prompt_id": "1", "routing": "free", "mode": "NoThink", "correct": True, "tokens": 10, "level": 1},
@@ -87,13 +100,14 @@ def test_summarize_by_hand():
     assert s["per_level"]["1"]["accuracy"] == 0.5
 
 
-class CountingGenerator:
+class CountingBackend:
     def __init__(self, inner):
         self.inner, self.prompts = inner, 0
+        self.eos_token_ids = inner.eos_token_ids
 
-    def generate(self, requests, seed):
+    def sample(self, requests, seed=None):
         self.prompts += sum(r.n for r in requests)
-        return self.inner.generate(requests, seed)
+        return self.inner.sample(requests, seed)
 
 
 def toy_dataset(n):
@@ -115,7 +129,7 @@ def toy_dataset(n):
 def test_eval_run_writes_samples_and_summary_and_resumes(tmp_path, tiny):
     model, tok = tiny
     cfg = config(tmp_path, samples={"toy": 2}, max_tokens=8, batch_size=2)
-    gen = CountingGenerator(TransformersGenerator(model, tok, max_tokens=8, temperature=0.6, top_p=1.0))
+    gen = CountingBackend(TransformersBackend(model, tok, temperature=0.6, top_p=1.0))
     summary = evaluate_benchmark(cfg, "toy", toy_dataset(3), tok, gen, progress=False)
     assert gen.prompts == 6
     samples = [
@@ -132,14 +146,14 @@ def test_eval_run_writes_samples_and_summary_and_resumes(tmp_path, tiny):
     assert on_disk["accuracy"] == summary["accuracy"]
 
     # A second invocation finds everything done and generates nothing.
-    again = CountingGenerator(gen.inner)
+    again = CountingBackend(gen.inner)
     summary2 = evaluate_benchmark(cfg, "toy", toy_dataset(3), tok, again, progress=False)
     assert again.prompts == 0 and summary2["num_samples"] == 6
 
     # Interrupted run: drop the last two lines; only those samples are regenerated.
     lines = (tmp_path / "out" / "toy" / "samples.jsonl").read_text().splitlines(keepends=True)
     (tmp_path / "out" / "toy" / "samples.jsonl").write_text("".join(lines[:-2]))
-    resumed = CountingGenerator(gen.inner)
+    resumed = CountingBackend(gen.inner)
     summary3 = evaluate_benchmark(cfg, "toy", toy_dataset(3), tok, resumed, progress=False)
     assert resumed.prompts == 2 and summary3["num_samples"] == 6
     keys = [
@@ -151,7 +165,7 @@ def test_eval_run_writes_samples_and_summary_and_resumes(tmp_path, tiny):
 
 def test_forced_and_plain_runs(tmp_path, tiny):
     model, tok = tiny
-    gen = TransformersGenerator(model, tok, max_tokens=4, temperature=0.6, top_p=1.0)
+    gen = TransformersBackend(model, tok, temperature=0.6, top_p=1.0)
     forced = evaluate_benchmark(
         config(tmp_path / "f", force_mode="NoThink", samples={"toy": 1}),
         "toy",
@@ -242,9 +256,9 @@ def fake_llm():
 
 
 def vllm_generator(cfg, **kw):
-    from routing_grpo.evaluate import VLLMGenerator
+    from routing_grpo.evaluate import make_vllm_backend
 
-    return VLLMGenerator(
+    return make_vllm_backend(
         cfg, llm_factory=fake_vllm.FakeLLM, sampling_params=fake_vllm.SamplingParams, use_tqdm=False, **kw
     )
 
@@ -304,7 +318,8 @@ def test_vllm_gets_each_benchmarks_prompts_in_one_call(tmp_path, tiny, fake_llm)
 
 
 def test_prompts_per_call():
-    from routing_grpo.evaluate import TRANSFORMERS_BATCH_SIZE, prompts_per_call
+    from routing_grpo.backends import TRANSFORMERS_BATCH_SIZE
+    from routing_grpo.evaluate import prompts_per_call
 
     class Plain:
         pass
@@ -321,7 +336,7 @@ def test_prompts_per_call():
 
 
 def test_replica_devices_and_shards():
-    from routing_grpo.evaluate import replica_devices, shard
+    from routing_grpo.backends import replica_devices, shard
 
     assert replica_devices(4, 2, [str(i) for i in range(8)]) == ["0,1", "2,3", "4,5", "6,7"]
     assert replica_devices(2, 1, ["3", "5", "7"]) == ["3", "5"]
@@ -333,17 +348,17 @@ def test_replica_devices_and_shards():
 
 @pytest.mark.multiprocess
 def test_data_parallel_engines_each_on_their_gpus(tmp_path, monkeypatch):
-    from routing_grpo.evaluate import SampleRequest
+    from routing_grpo.backends import SampleRequest
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     gen = vllm_generator(config(tmp_path, data_parallel_size=2, tensor_parallel_size=2))
     try:
-        requests = [SampleRequest(tuple(range(10 + i)), n=1 + i % 3) for i in range(5)]
-        out = gen.generate(requests, seed=0)
+        requests = [SampleRequest(tuple(range(10 + i)), n=1 + i % 3, max_tokens=8) for i in range(5)]
+        out = gen.sample(requests, seed=0)
         # Request i went to engine i % 2 (GPUs 4,5 or 6,7, tensor parallel 2), answers in request order.
         assert out == [[[4 if i % 2 == 0 else 6, s, 10 + i, 2] for s in range(1 + i % 3)] for i in range(5)]
-        assert gen.generate([], seed=0) == []
-        assert gen.generate(requests[:1], seed=0) == [[[4, 0, 10, 2]]]  # one engine idle
+        assert gen.sample([], seed=0) == []
+        assert gen.sample(requests[:1], seed=0) == [[[4, 0, 10, 2]]]  # one engine idle
         procs = list(gen.engine.procs)
     finally:
         gen.close()
@@ -353,16 +368,16 @@ def test_data_parallel_engines_each_on_their_gpus(tmp_path, monkeypatch):
     gen = vllm_generator(config(tmp_path, data_parallel_size=2))
     procs = list(gen.engine.procs)
     with pytest.raises(RuntimeError, match="(?s)engine 1 .*empty prompt"):
-        gen.generate([SampleRequest((1, 2), 1), SampleRequest((), 1)], seed=0)
+        gen.sample([SampleRequest((1, 2), 1, 8), SampleRequest((), 1, 8)], seed=0)
     assert not any(p.is_alive() for p in procs)
     with pytest.raises(RuntimeError, match="stopped"):
-        gen.generate(requests, seed=0)
+        gen.sample(requests, seed=0)
 
     # An engine that fails to start: the error comes back, the other engines are stopped.
-    from routing_grpo.evaluate import VLLMGenerator
+    from routing_grpo.evaluate import make_vllm_backend
 
     with pytest.raises(RuntimeError, match="CUDA out of memory"):
-        VLLMGenerator(
+        make_vllm_backend(
             config(tmp_path, data_parallel_size=2),
             llm_factory=fake_vllm.FailingLLM,
             sampling_params=fake_vllm.SamplingParams,
@@ -393,7 +408,8 @@ def test_engine_options_need_vllm_and_are_checked(tmp_path):
 def test_transformers_backend_goes_to_the_gpu_when_there_is_one(tmp_path, monkeypatch, tiny_model_path):
     import torch
 
-    from routing_grpo.evaluate import make_generator, transformers_device
+    from routing_grpo.backends import transformers_device
+    from routing_grpo.evaluate import make_backend
 
     assert transformers_device("cuda:1") == "cuda:1"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -402,7 +418,7 @@ def test_transformers_backend_goes_to_the_gpu_when_there_is_one(tmp_path, monkey
     assert transformers_device(None) == "cpu"
     # The model is moved where the device says ("meta": no memory, and no GPU needed to see the move).
     cfg = EvalConfig(model=str(tiny_model_path), benchmarks=["toy"], output=str(tmp_path), device="meta")
-    gen = make_generator(cfg, "transformers", _tokenizer(tiny_model_path))
+    gen = make_backend(cfg, "transformers", _tokenizer(tiny_model_path))
     assert gen.model.device.type == "meta"
 
 
@@ -490,7 +506,7 @@ def test_cli_checks_names_files_and_config_before_the_model_loads(tmp_path, caps
         raise AssertionError("the model was loaded before the check")
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_model)
-    monkeypatch.setattr(evaluate, "make_generator", no_model)
+    monkeypatch.setattr(evaluate, "make_backend", no_model)
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("modes: [\n")
     malformed = tmp_path / "math500.jsonl"
@@ -517,6 +533,12 @@ def test_cli_checks_names_files_and_config_before_the_model_loads(tmp_path, caps
         (["--benchmarks", "synthetic", "--data-parallel-size", "2"], "need the vLLM backend"),
         (["--benchmarks", "synthetic", "--tensor-parallel-size", "0"], "--tensor-parallel-size must be"),
         (["--benchmarks", "synthetic", "--gpu-memory-utilization", "2"], "--gpu-memory-utilization"),
+        # Sampling options: their own line, not "the model could not be loaded".
+        (["--benchmarks", "synthetic", "--temperature", "-1"], "--temperature must be >= 0, got -1.0"),
+        (["--benchmarks", "synthetic", "--temperature", "nan"], "--temperature must be >= 0"),
+        (["--benchmarks", "synthetic", "--top-p", "1.5"], "--top-p must be in (0, 1], got 1.5"),
+        (["--benchmarks", "synthetic", "--top-p", "0"], "--top-p must be in (0, 1]"),
+        (["--benchmarks", "synthetic", "--max-tokens", "0"], "--max-tokens must be >= 1, got 0"),
     ]
     for argv, message in cases:
         code, _, err = _eval_cli(capsys, *base, *argv)
@@ -576,9 +598,9 @@ def test_unfinished_samples_are_graded_wrong(tmp_path, tiny, template, accuracy)
 
     class Scripted:
         default_batch_size = None
-        eos_ids = {eos}
+        eos_token_ids = [eos]
 
-        def generate(self, requests, seed):
+        def sample(self, requests, seed=None):
             return [
                 [
                     tok.encode(text, add_special_tokens=False) + ([eos] if done else [])

@@ -14,8 +14,8 @@ import pytest
 
 from routing_grpo import inference
 from routing_grpo.cli import main
-from routing_grpo.inference import RoutingSettings
 from routing_grpo.modes import ModeSpec
+from routing_grpo.settings import RoutingSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = RoutingSettings(
@@ -78,6 +78,8 @@ def no_model_loading(monkeypatch):
         raise AssertionError("the model was loaded although the input is bad")
 
     monkeypatch.setattr(inference.Router, "from_pretrained", refuse)
+    monkeypatch.setattr(inference, "load_transformers_model", refuse)
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", refuse)
 
 
 @pytest.mark.parametrize(
@@ -93,6 +95,13 @@ def no_model_loading(monkeypatch):
         (["--input", "BADMODE"], "question 1: unknown mode 'Medium'"),
         ([], "give the questions as arguments or with --input"),
         (["--batch-size", "0", "q"], "--batch-size must be >= 1"),
+        # Sampling options: their own line before the model loads, not "the model could not be loaded".
+        (["--temperature", "-1", "q"], "--temperature must be >= 0, got -1.0"),
+        (["--temperature", "inf", "q"], "--temperature must be >= 0"),
+        (["--top-p", "1.5", "q"], "--top-p must be in (0, 1], got 1.5"),
+        (["--top-p", "0", "q"], "--top-p must be in (0, 1]"),
+        (["--top-k", "-2", "q"], "--top-k must be a positive integer, or 0 or -1 for off, got -2"),
+        (["--max-new-tokens", "0", "q"], "--max-new-tokens must be >= 1"),
     ],
 )
 def test_bad_input_is_one_line_with_status_2(model, tmp_path, capsys, no_model_loading, args, message):
@@ -252,3 +261,42 @@ def test_an_answer_stopped_by_its_cap_reports_no_answer():
     assert capped.stopped_by == "cap" and capped.answer is None
     finished = answer([5, 5, 0])
     assert finished.stopped_by == "eos" and finished.answer == "7"
+    exactly = answer([5, 5, 5, 5, 5, 5])  # stopped at the cap's budget, no EOS: capped too
+    assert exactly.stopped_by == "cap" and exactly.answer is None
+
+    row = Row(question="q", routing=resolve_routing(SETTINGS, "Short", None), caps=False, prompt_ids=[],
+              forced_text="Short", rest=[5] * 12)  # fmt: skip
+    limited = finish_row(row, SETTINGS, Tok(), None, eos_token_ids=[0])  # caps off: the length limit
+    assert limited.stopped_by == "length" and limited.answer is None
+
+
+def test_generate_prints_and_writes_no_answer_for_a_capped_response(model, tmp_path, capsys, monkeypatch):
+    """`generate` itself: the printed line and the answers file hold no answer for a response stopped by its
+    cap or the length limit (the grader scores it wrong), and the answer of a finished one."""
+    from routing_grpo.inference import Row, finish_row, resolve_routing
+
+    class Tok:
+        def decode(self, ids, skip_special_tokens=True):
+            return " \\boxed{7}"
+
+    def answer(rest):
+        row = Row(question="q", routing=resolve_routing(SETTINGS, "Short", None), caps=True, prompt_ids=[],
+                  forced_text="Short", rest=rest)  # fmt: skip
+        return finish_row(row, SETTINGS, Tok(), None, eos_token_ids=[0])
+
+    class StubRouter:
+        def generate(self, requests):
+            return [answer([5] * 6), answer([5, 5, 0])][: len(requests)]
+
+    monkeypatch.setattr(inference.Router, "from_pretrained", lambda *a, **k: StubRouter())
+    answers = tmp_path / "answers.jsonl"
+    code, out, err = run(
+        capsys, "generate", "--model", model, "--mode", "Short", "--output", answers, "a", "b"
+    )
+    assert code == 0, err
+    capped_line, finished_line = out.splitlines()
+    assert "stopped by cap" in capped_line and capped_line.endswith("answer: -")
+    assert "stopped by eos" in finished_line and finished_line.endswith("answer: 7")
+    capped, finished = map(json.loads, answers.read_text().splitlines())
+    assert capped["answer"] is None and capped["model_output"] == ""
+    assert finished["answer"] == "7" and finished["model_output"] == "Short \\boxed{7}"

@@ -7,12 +7,10 @@ import pytest
 
 from routing_grpo.generation import (
     GenerationRequest,
-    add_routing_instruction,
     apply_caps,
     batch_requests_by_sampling,
     decode_completions,
     finalize_rollouts,
-    forcing_text,
     generation_budget,
     plan_forced_modes,
     plan_vllm_requests,
@@ -21,6 +19,7 @@ from routing_grpo.generation import (
     scatter_vllm_outputs,
 )
 from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
+from routing_grpo.prompting import add_routing_instruction, forcing_text
 
 MODES = (
     ModeSpec("NoThink", "NoThink", 1.3, 0.9, cap=3),

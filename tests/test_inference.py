@@ -11,16 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from routing_grpo.backends import TransformersBackend, VLLMBackend, generate_within_budgets
 from routing_grpo.inference import (
-    SETTINGS_FILE,
     Request,
     Router,
     Routing,
-    RoutingSettings,
     Row,
-    SettingsNotFoundError,
-    TransformersBackend,
-    VLLMBackend,
     allowed_next_tokens,
     choose_words,
     read_answered_ids,
@@ -30,6 +26,7 @@ from routing_grpo.inference import (
     word_decision,
 )
 from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, Detection, ModeDetector, ModeSpec
+from routing_grpo.settings import SETTINGS_FILE, RoutingSettings, SettingsNotFoundError
 
 MODES = (
     ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
@@ -305,7 +302,7 @@ def test_vllm_backend_requests(tiny_tokenizer):
     assert len(word_steps) == 2
     assert word_steps[0][1]["allowed_token_ids"] == sorted({f[0] for f in nothink + long})
     assert "allowed_token_ids" not in word_steps[1][1]
-    assert all(r["temperature"] == 0.6 and r["top_k"] == -1 for _, r in llm.requests)
+    assert all(r["temperature"] == 0.6 and "top_k" not in r for _, r in llm.requests)  # off: vLLM's default
     # Budgets: forced NoThink -> its cap; allowed (NoThink or Long, whichever token came first) -> that
     # mode's budget after the word; free " Short" -> Short's cap; uncapped -> the whole limit.
     prompt = router.plan(Request(QUESTION)).prompt_ids
@@ -340,7 +337,7 @@ def test_vllm_backend_merges_identical_rows_and_cuts_at_eos():
 
     llm = EosLLM(free_token=5)
     backend = VLLMBackend(llm, eos_token_ids=[0], sampling_params=dict)
-    rows = backend.generate([[1, 2], [1, 2], [3]], [4, 4, 4])
+    rows = generate_within_budgets(backend, [[1, 2], [1, 2], [3]], [4, 4, 4])
     assert rows == [[5, 0], [5, 0], [5, 0]]
     assert [(p, r["n"]) for p, r in llm.requests] == [([1, 2], 2), ([3], 1)]
 
@@ -381,6 +378,9 @@ def test_read_answered_ids_drops_a_torn_last_line(tmp_path):
     assert read_answered_ids(path) == {"1", "2"}
     assert path.read_text() == '{"id": "1"}\n{"id": "2"}\n'
     path.write_text('{"id": "1"}\nnot json\n{"id": "3"}\n')
+    with pytest.raises(ValueError, match=":2: not valid JSON"):
+        read_answered_ids(path)
+    path.write_text('{"id": "1"}\n{"text": "no id"}\n{"id": "3"}\n')
     with pytest.raises(ValueError, match=":2: not an answer row"):
         read_answered_ids(path)
 

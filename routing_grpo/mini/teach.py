@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.generation import add_routing_instruction, forcing_text
 from routing_grpo.mini import graded, task
 from routing_grpo.modes import routing_instruction
+from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION as ROUTING_QUESTION
+from routing_grpo.prompting import add_routing_instruction, forcing_text
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,6 @@ DEFAULT_RECIPES = Path("recipes")
 EOS = "<|im_end|>"
 # One token for the answer's opening, so every mode pays the same short suffix.
 BOXED = " \\boxed{"
-ROUTING_QUESTION = "Mode:"
 # The plain prompt (single-mode baselines, the "base model"): mostly Long, sometimes brief, as a reasoning
 # model that can answer briefly but usually thinks at length.
 PLAIN_MIX = {"NoThink": 0.1, "Short": 0.1, "Long": 0.8}

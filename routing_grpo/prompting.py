@@ -1,0 +1,118 @@
+"""Prompt text, the same for training, evaluation and inference.
+
+docs/method.md "Prompt layout": the routing instruction goes at the end of the last user turn
+(:func:`add_routing_instruction`); after the chat template's generation prompt comes the routing question Q
+(:data:`DEFAULT_ROUTING_QUESTION`), and a forced prompt has its mode word there too (:func:`forcing_text`).
+:class:`PromptPlan` is that layout for a whole run, and :meth:`PromptPlan.render` the prompt text. One
+module, so that a model is asked in evaluation and inference exactly as it was in training.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from routing_grpo.modes import mode_index, routing_instruction
+
+DEFAULT_ROUTING_QUESTION = "Mode:"
+"""The routing question's default: short, and inviting the routing word as the answer's first token."""
+INSTRUCTION_SEPARATOR = "\n\n"
+
+
+def add_routing_instruction(prompt: Any, instruction: str) -> Any:
+    """The prompt with ``instruction`` appended to its last user turn (or to the text of a plain prompt).
+
+    The input is not modified. An empty instruction returns the prompt unchanged.
+    """
+    if not instruction:
+        return prompt
+    if isinstance(prompt, str):
+        return prompt + INSTRUCTION_SEPARATOR + instruction
+    if isinstance(prompt, list):
+        messages = copy.deepcopy(prompt)
+        for message in reversed(messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                content = message.get("content")
+                if isinstance(content, str):
+                    message["content"] = content + INSTRUCTION_SEPARATOR + instruction
+                elif isinstance(content, list):
+                    message["content"] = [
+                        *content,
+                        {"type": "text", "text": INSTRUCTION_SEPARATOR + instruction},
+                    ]
+                else:
+                    raise ValueError(f"prompt: user message content must be text or a list, got {content!r}")
+                return messages
+        raise ValueError(
+            "prompt: a conversational prompt needs a user message to carry the routing instruction"
+        )
+    raise ValueError(f"prompt: expected a string or a list of messages, got {type(prompt).__name__}")
+
+
+def forcing_text(word: str, question: str) -> str:
+    """The text that forces a mode after Q: the word, with a leading space when Q ends in a non-space.
+
+    One form only ("Mode: Short"), so forcing and the promoted token are always the same ids; detection
+    accepts both forms.
+    """
+    if question and not question[-1].isspace():
+        return " " + word
+    return word
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    """How every prompt of a run is laid out: instruction in the user turn, then [generation prompt | Q | t].
+
+    Attributes:
+        instruction: appended to the last user turn ("" = none).
+        question: the routing question Q ("" = none).
+        forced_text: the forced mode's word after Q (:func:`forcing_text`), "" when the mode is not forced.
+        forced_mode: the forced mode's index, or None.
+    """
+
+    instruction: str
+    question: str
+    forced_text: str = ""
+    forced_mode: int | None = None
+
+    @classmethod
+    def from_config(cls, config: Any) -> PromptPlan:
+        """The plan of an evaluation config (``no_routing``, ``force_mode``, ``mode_specs``,
+        ``routing_instruction``, ``routing_question``)."""
+        if config.no_routing:
+            return cls("", "")
+        modes = config.mode_specs
+        # None: built from the mode words; "" means no instruction, as in training.
+        instruction = (
+            routing_instruction(modes) if config.routing_instruction is None else config.routing_instruction
+        )
+        forced = mode_index(modes, config.force_mode) if config.force_mode else None
+        return cls.forcing(instruction, config.routing_question, modes, forced)
+
+    @classmethod
+    def forcing(cls, instruction: str, question: str, modes: Any, forced: int | None) -> PromptPlan:
+        """The plan with ``modes[forced]`` forced after the question (free when ``forced`` is None)."""
+        if forced is None:
+            return cls(instruction, question)
+        return cls(instruction, question, forcing_text(modes[forced].word, question), forced)
+
+    def render(self, tokenizer: Any, prompt: Any) -> str:
+        """Prompt text: chat template with the generation prompt, then the routing question and forced word."""
+        messages = add_routing_instruction(prompt, self.instruction)
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        if getattr(tokenizer, "chat_template", None) is None:
+            raise ValueError(
+                "the tokenizer has no chat template; evaluation renders prompts with add_generation_prompt=True"
+            )
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return text + self.question + self.forced_text
+
+
+def render_prompt(settings: Any, tokenizer: Any, question: Any, forced: int | None = None) -> tuple[str, str]:
+    """A checkpoint's prompt for one question (its saved instruction and question, ``settings.modes[forced]``
+    forced when given), and the forced text."""
+    plan = PromptPlan.forcing(settings.routing_instruction, settings.routing_question, settings.modes, forced)
+    return plan.render(tokenizer, question), plan.forced_text
