@@ -561,7 +561,7 @@ def test_unfinished_samples_are_graded_wrong(tmp_path, tiny, template, accuracy)
     R1-Distill template (generation prompt "<think>\\n") so is one that never closes its reasoning."""
     import copy
 
-    from tests.test_grading import R1_DISTILL_TEMPLATE
+    from tests.helpers import R1_DISTILL_TEMPLATE
 
     _, tok = tiny
     tok = copy.deepcopy(tok)

@@ -26,7 +26,7 @@ import pytest
 from transformers import TrainerCallback
 
 from routing_grpo import train
-from tests.test_train_entry import tiny_recipe, write_recipe
+from tests.helpers import tiny_recipe, write_recipe
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTED = "Preemption: training started on process"
@@ -272,7 +272,7 @@ def test_two_process_sigint_and_sigusr1_checkpoint_on_every_process(tmp_path, ti
 def test_a_preempted_run_pushes_nothing_and_writes_no_card(tmp_path, tiny_model_path, monkeypatch):
     import transformers.trainer
 
-    from tests.test_hub import StandInHub
+    from tests.helpers import StandInHub
 
     hub = StandInHub(folder=tmp_path)
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)

@@ -20,7 +20,7 @@ import torch
 
 from routing_grpo.advantages import compute_advantages
 from routing_grpo.generation import plan_forced_modes
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "tests" / "scripts" / "distributed_routing_run.py"
 

@@ -30,7 +30,7 @@ def run(model_path: str, out_path: str, output_dir: str) -> None:
     from accelerate.utils import gather_object
 
     from routing_grpo.trainer import RoutingGRPOTrainer
-    from tests.scripts.trainer_support import ScriptedGeneration, build_trainer, make_args
+    from tests.helpers import ScriptedGeneration, build_trainer, make_args
 
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
