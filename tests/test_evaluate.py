@@ -184,6 +184,7 @@ def test_forced_and_plain_runs(tmp_path, tiny):
 # ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_eval_killed_and_restarted_keeps_one_result_per_sample(tmp_path):
     import os
     import signal
@@ -450,6 +451,7 @@ def test_cli_passes_the_engine_options_to_vllm(tmp_path, capsys, monkeypatch, fa
     assert "synthetic: accuracy" in out
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_cli_data_parallel_run_in_a_process_of_its_own(tmp_path, tiny_model_path):
     """``python -m routing_grpo eval --data-parallel-size 2`` with a stand-in ``vllm`` package on the path:

@@ -345,6 +345,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_process_cpu_launch_finishes_and_saves(tmp_path, tiny_model_path):
     out = tmp_path / "out"
