@@ -566,6 +566,7 @@ def _labelled(name: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_math_agreement_with_reviewed_labels(tmp_path):
     summary = grade_file(
         _labelled("math_labelled_outputs.jsonl"), label_column="label_reviewed", num_workers=2
