@@ -21,12 +21,16 @@ import tempfile
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
-from datasets import Dataset
 
-from routing_grpo.config import RoutingGRPOConfig
+# Light at import: grading's worker processes import the test modules that use these helpers (to unpickle
+# the functions they run), so datasets, TRL and transformers load only where a helper needs them.
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+    from routing_grpo.config import RoutingGRPOConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -192,6 +196,8 @@ def arithmetic_rows(n: int = 24) -> list[dict[str, Any]]:
 
 
 def arithmetic_dataset(n: int = 24) -> Dataset:
+    from datasets import Dataset
+
     return Dataset.from_list(arithmetic_rows(n))
 
 
@@ -217,6 +223,8 @@ def build_trainer(
 
 
 def make_args(output_dir: str, **overrides: Any) -> RoutingGRPOConfig:
+    from routing_grpo.config import RoutingGRPOConfig
+
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir),
         "modes": SMALL_MODES,
