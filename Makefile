@@ -1,5 +1,5 @@
 # routing-grpo: set-up, tests and the paper's runs.
-# `make test` and `make demo` work on a fresh clone: they create .venv and install what they need.
+# `make test`, `make test-all` and `make demo` work on a fresh clone: they create .venv and install what they need.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 OUTPUT_DIR ?= outputs
 SEEDS ?= 0 1 2
 
-.PHONY: install install-gpu test lint format clean bench demo demo-smollm2 demo-deps mini oracle train-router \
+.PHONY: install install-gpu test test-slow test-all lint format clean bench demo demo-smollm2 demo-deps mini oracle train-router \
 	train-baselines \
 	train-countdown eval report
 
@@ -31,7 +31,15 @@ $(VENV)/.installed-gpu: $(VENV)/.installed constraints-gpu.txt
 
 install-gpu: $(VENV)/.installed-gpu
 
+# Two test tiers. `make test`: the fast tier (-m "not slow"), a few minutes on 2 cores. `make test-all`: both
+# tiers (the slow one trains models for minutes and starts processes of the entry points) and lint; CI runs it.
 test: install
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: install
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+test-all: install lint
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 lint: install

@@ -319,7 +319,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                 if recipe.get(k) is not None
             },
         )
-        if not args.output:  # the README's layout: outputs/eval/<method>/seed<N>
+        if not args.output:  # docs/evaluation.md's layout: outputs/eval/<method>/seed<N>
             seed = config.run_seed if config.run_seed is not None else 0
             config.output = str(Path("outputs") / "eval" / config.effective_method / f"seed{seed}")
         check_benchmarks(config)

@@ -1,6 +1,6 @@
 """Results across runs: the paper's tables, the single-mode Pareto frontier, and the figures.
 
-Input: evaluation summaries (``summary.json``, one per benchmark per run, schema in the README) and,
+Input: evaluation summaries (``summary.json``, one per benchmark per run, schema in docs/evaluation.md) and,
 optionally, trainer logs (``trainer_state.json``). Runs are grouped by ``method`` (router, nothink,
 short, long, base, and the ablations no_balance, no_warmup) and ``seed``; each figure and table reports
 the mean and the std over seeds. Only nothink / short / long are points of the single-mode frontier.
@@ -117,7 +117,7 @@ def _check_summary(summary: Any, path: Path) -> None:
         raise ValueError(f"{path}: a summary must be a JSON object")
     missing = [k for k in required if k not in summary]
     if missing:
-        raise ValueError(f"{path}: summary is missing {missing} (see the README's summary.json schema)")
+        raise ValueError(f"{path}: summary is missing {missing} (schema: docs/evaluation.md)")
 
 
 def group_by_method(

@@ -134,7 +134,7 @@ RENAMED_KEYS = {
     "system_prompt": "the routing instruction is appended to the user turn (`routing_instruction`); a system "
     "turn, if the model needs one, belongs in `chat_template`",
     "dataset_prompt_column": "the problem is read from a `problem` (or `question`) column and the reference "
-    'from `answer_column`; rename your columns (README, "Train on your own data")',
+    'from `answer_column`; rename your columns (docs/training.md, "Train on your own data")',
     "dataset_name": "the data is `task` (a registered task) or `dataset_path` (a Hub name or local file)",
     "reward_funcs": "the reward is the method's own (mode, correctness and length; "
     'docs/method.md "Reward"); the answer check is `verifier`',
@@ -1545,7 +1545,7 @@ def short_help(prog: str = "routing-grpo train") -> str:
             "version", "Show the versions of routing-grpo, TRL, transformers and torch and exit.", None
         ),
         "",
-        'Recipes: recipes/*.yaml (README "Recipes"). The method: docs/method.md.',
+        'Recipes: recipes/*.yaml (docs/training.md "Recipes"). The method: docs/method.md.',
     ]
     return "\n".join(lines) + "\n"
 

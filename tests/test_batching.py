@@ -12,7 +12,7 @@ from transformers import AutoModelForCausalLM
 from trl import GRPOTrainer
 
 from routing_grpo.batching import padded_tokens, plan_length_buckets, row_widths, split_to_count
-from tests.scripts.trainer_support import build_trainer, make_args
+from tests.helpers import build_trainer, make_args
 
 # ----------------------------------------------------------------------------------------------------------
 # Planner

@@ -20,7 +20,7 @@ from transformers import TrainerControl
 from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks
 from routing_grpo.collapse import CollapseState, collapse_reasons, routing_entropy, update_collapse_alarm
 from routing_grpo.config import RoutingGRPOConfig
-from tests.scripts.trainer_support import ScriptedGeneration, arithmetic_dataset, build_trainer, make_args
+from tests.helpers import ScriptedGeneration, arithmetic_dataset, build_trainer, make_args
 
 ENTROPY_ONLY = {"NoThink": 0.95, "Short": 0.05, "Long": 0.0}
 SHARE_ONLY = {"NoThink": 0.024, "Short": 0.952, "Long": 0.024}

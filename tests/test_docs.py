@@ -1,11 +1,18 @@
-"""The documentation the code points to exists and agrees with the code: the method spec the comments cite,
-the README's commands (against the Makefile and each command's options), its citation and its table of the
-paper's results (against the paper's source)."""
+"""The documentation agrees with the repository: every Markdown page (the README and everything under docs/)
+links files and sections that exist, names recipes, make targets, make variables and command options that
+exist; the code cites sections of docs/ that exist (not sections of the README); the README cites the paper
+and gives its table of results as the paper's source does."""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import functools
+import io
 import re
+import runpy
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +23,14 @@ ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 METHOD = (ROOT / "docs" / "method.md").read_text()
 PAPER = (ROOT / paper.SOURCE).read_text()
+MAKEFILE = (ROOT / "Makefile").read_text()
 CODE_DIRS = ("routing_grpo", "tests", "benchmarks", "recipes", "scripts")
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+README_MAX_LINES = 350  # the front door; reference material goes to docs/
+
+
+def doc_id(path: Path) -> str:
+    return str(path.relative_to(ROOT))
 
 
 def code_files():
@@ -24,8 +38,36 @@ def code_files():
         for path in (ROOT / folder).rglob("*"):
             if path.suffix in (".py", ".yaml") and path.name != "test_docs.py":
                 yield path
-    yield ROOT / "README.md"
     yield ROOT / "Makefile"
+
+
+def without_code_blocks(text: str) -> str:
+    return re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@functools.cache
+def headings(path: Path) -> list[str]:
+    return re.findall(r"^#+ (.+)$", without_code_blocks(path.read_text()), flags=re.M)
+
+
+def anchors(path: Path) -> set[str]:
+    found, seen = set(), {}
+    for heading in headings(path):
+        base = slug(heading)
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        found.add(base if n == 0 else f"{base}-{n}")
+    return found
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The code cites docs/
+# ----------------------------------------------------------------------------------------------------------
 
 
 def test_nothing_cites_a_spec_outside_the_repository():
@@ -33,35 +75,67 @@ def test_nothing_cites_a_spec_outside_the_repository():
     assert not offenders, f"cite docs/method.md instead: {offenders}"
 
 
-def test_every_method_citation_names_a_section_that_exists():
-    headings = set(re.findall(r"^## (.+)$", METHOD, flags=re.M))
-    cited = set()
+def test_every_docs_citation_names_a_section_that_exists():
+    """`docs/X.md "Section"` (or `docs/X.md, "Section"`) in code names a heading of that page."""
+    cited: dict[str, set[str]] = {}
     for path in code_files():
-        for section in re.findall(r"docs/method\.md[\"' ]+[\"']([^\"']+)[\"']", path.read_text()):
-            cited.add(section)
-            assert section in headings, (
-                f"{path.relative_to(ROOT)} cites {section!r}; sections: {sorted(headings)}"
+        for doc, section in re.findall(r"(docs/[\w/.-]+\.md)[\"' ,]+[\"']([^\"'\n]+)[\"']", path.read_text()):
+            assert (ROOT / doc).is_file(), f"{path.relative_to(ROOT)} cites {doc}, which does not exist"
+            names = headings(ROOT / doc)
+            assert any(h == section or h.startswith(section) for h in names), (
+                f"{path.relative_to(ROOT)} cites {doc} {section!r}; its sections: {names}"
             )
-    assert {"Caps", "Advantage", "Loss and steps", "Mode detection"} <= cited
+            cited.setdefault(doc, set()).add(section)
+    assert {"Caps", "Advantage", "Loss and steps", "Mode detection"} <= cited["docs/method.md"]
 
 
-def test_the_readme_links_files_that_exist():
-    for link in re.findall(r"\]\(((?:docs|recipes)/[^)#]+)\)", README):
-        assert (ROOT / link).exists(), link
-    for path in re.findall(r"`(recipes/[\w./]+\.yaml)`", README):
-        assert (ROOT / path).is_file(), path
-    assert "docs/method.md" in README and "docs/benchmarks.md" in README
+def test_the_code_cites_docs_not_readme_sections():
+    """The README is the front door and changes shape; reference material the code points to is in docs/."""
+    pattern = re.compile(r"README,? [\"']|README \(|the README's")
+    offenders = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in code_files()
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert not offenders, f"cite the page of docs/ that holds the material: {offenders}"
 
 
-def test_the_readme_cites_the_paper():
-    assert paper.TITLE in README and "## Citation" in README
-    assert f"```bibtex\n{paper.CITATION}\n```" in README
+# ----------------------------------------------------------------------------------------------------------
+# Every page: links, paths, make targets and variables, command options
+# ----------------------------------------------------------------------------------------------------------
 
 
-def readme_commands() -> list[list[str]]:
-    """Every command line of the README's bash blocks (continuation lines joined, comments dropped)."""
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_links_resolve(doc: Path):
+    """Relative links point at files that exist (from the page's own folder), anchors at headings."""
+    text = without_code_blocks(doc.read_text())
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"^[a-z]+:", target):  # https:, mailto:
+            continue
+        file_part, _, anchor = target.partition("#")
+        linked = (doc.parent / file_part).resolve() if file_part else doc
+        assert linked.exists(), f"{doc_id(doc)}: link to {target}, which does not exist"
+        if anchor and linked.suffix == ".md":
+            assert anchor in anchors(linked), f"{doc_id(doc)}: no heading #{anchor} in {linked.name}"
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_named_files_exist(doc: Path):
+    """Recipes, modules, docs and tests named in backticks exist (globs match at least one file)."""
+    text = doc.read_text()
+    pattern = r"`((?:recipes|routing_grpo|docs|tests|benchmarks|accelerate_configs)/[\w./*-]*)`"
+    for path in re.findall(pattern, text):
+        if "*" in path:
+            assert list(ROOT.glob(path)), f"{doc_id(doc)}: {path} matches nothing"
+        else:
+            assert (ROOT / path).exists(), f"{doc_id(doc)}: {path} does not exist"
+
+
+def bash_commands(text: str) -> list[list[str]]:
+    """Every command line of a page's bash blocks (continuation lines joined, comments dropped)."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", README, flags=re.S):
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split(" #")[0].strip()
             if line and not line.startswith("#"):
@@ -69,40 +143,132 @@ def readme_commands() -> list[list[str]]:
     return commands
 
 
-def test_every_make_target_in_the_readme_exists():
-    targets = set(re.findall(r"^([\w-]+):", (ROOT / "Makefile").read_text(), flags=re.M))
-    used = {cmd[1] for cmd in readme_commands() if cmd[:1] == ["make"] and len(cmd) > 1}
-    used |= set(re.findall(r"`make ([\w-]+)", README))
-    assert used and used <= targets, f"not in the Makefile: {used - targets}"
+MAKE_TARGETS = set(re.findall(r"^([\w-]+):", MAKEFILE, flags=re.M))
+MAKE_VARIABLES = set(re.findall(r"^([A-Z_]+) [?:]?=", MAKEFILE, flags=re.M))
 
 
-def test_every_option_in_the_readme_commands_exists():
-    import argparse
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_make_targets_and_variables_exist(doc: Path):
+    text = doc.read_text()
+    used, variables = set(), set()
+    for cmd in bash_commands(text):
+        if cmd[:1] == ["make"]:
+            used |= {w for w in cmd[1:] if "=" not in w and not w.startswith("-")}
+            variables |= {w.split("=")[0] for w in cmd[1:] if re.match(r"^[A-Z_]+=", w)}
+    used |= set(re.findall(r"`make ([\w-]+)", text))
+    variables |= set(re.findall(r"`make [\w -]*?([A-Z_]+)=", text))
+    assert used <= MAKE_TARGETS, f"{doc_id(doc)}: not in the Makefile: {used - MAKE_TARGETS}"
+    assert variables <= MAKE_VARIABLES, (
+        f"{doc_id(doc)}: not a Makefile variable: {variables - MAKE_VARIABLES}"
+    )
 
+
+@functools.cache
+def cli_options() -> dict[str, set[str]]:
     from routing_grpo.cli import build_parser
-    from routing_grpo.train import recipe_fields
 
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-    options = {name: set(p._option_string_actions) for name, p in sub.choices.items()}
-    fields = {f"--{name}" for name in recipe_fields()} | {"--config", "--help", "--help-all", "--version"}
+    return {name: set(p._option_string_actions) for name, p in sub.choices.items()}
+
+
+@functools.cache
+def train_options() -> set[str]:
+    from routing_grpo.train import recipe_fields
+
+    return {f"--{name}" for name in recipe_fields()} | {"--config", "--help", "--help-all", "--version"}
+
+
+@functools.cache
+def module_options(module: str) -> set[str]:
+    """The options a `python -m MODULE` entry point lists in its --help (run in this process)."""
+    out = io.StringIO()
+    argv = sys.argv
+    sys.argv = [module, "--help"]
+    try:
+        with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+    finally:
+        sys.argv = argv
+    return set(re.findall(r"(?<![\w-])(--[\w-]+)", out.getvalue()))
+
+
+def known_options(cmd: list[str]) -> tuple[list[str], set[str]] | None:
+    """The words after the entry point of a command, and the options it takes; None for other commands."""
+    words = [w for w in cmd if not re.match(r"^\w+=", w)]  # drop VAR=value prefixes
+    if "routing_grpo.train" in words:
+        return words[words.index("routing_grpo.train") + 1 :], train_options()
+    if words[:2] == ["routing-grpo", "train"]:
+        return words[2:], train_options()
+    if words[:1] == ["routing-grpo"] and len(words) > 1 and not words[1].startswith("-"):
+        assert words[1] in cli_options(), f"routing-grpo has no command {words[1]!r}: {' '.join(cmd)}"
+        return words[2:], cli_options()[words[1]]
+    if words[:1] == ["routing-grpo"]:
+        return words[1:], {"--help", "--version", "-h"}
+    entry_module = len(words) > 2 and words[0].startswith("python") and words[1] == "-m"
+    if entry_module and words[2].startswith(("routing_grpo", "benchmarks")):
+        return words[3:], module_options(words[2])
+    return None
+
+
+def checked_options(doc: Path) -> int:
     checked = 0
-    for cmd in readme_commands():
-        words = [w for w in cmd if not re.match(r"^\w+=", w)]  # drop VAR=value prefixes
-        if words[:1] == ["routing-grpo"] and len(words) > 1 and words[1] in options and words[1] != "train":
-            known = options[words[1]]
-        elif "routing_grpo.train" in words or words[:2] == ["routing-grpo", "train"]:
-            words = (
-                words[words.index("routing_grpo.train") + 1 :] if "routing_grpo.train" in words else words[2:]
-            )
-            known = fields
-        else:
+    for cmd in bash_commands(doc.read_text()):
+        found = known_options(cmd)
+        if found is None:
             continue
+        words, known = found
         for word in words:
+            word = word.strip("[]")
             if word.startswith("--"):
-                assert word.split("=")[0] in known, f"{word} is not an option of: {' '.join(cmd)}"
+                assert word.split("=")[0] in known, (
+                    f"{doc_id(doc)}: {word} is not an option of: {' '.join(cmd)}"
+                )
                 checked += 1
-    assert checked > 20
+    return checked
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_every_option_in_the_commands_exists(doc: Path):
+    checked_options(doc)
+
+
+def test_the_commands_are_checked():
+    assert checked_options(ROOT / "README.md") > 20
+    assert checked_options(ROOT / "docs" / "training.md") > 10
+    assert checked_options(ROOT / "docs" / "evaluation.md") > 10
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The README: the front door
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_every_doc_is_reachable_from_the_readme():
+    reached, todo = set(), [ROOT / "README.md"]
+    while todo:
+        page = todo.pop()
+        if page in reached:
+            continue
+        reached.add(page)
+        for target in re.findall(r"\]\(([^)\s#]+)", without_code_blocks(page.read_text())):
+            linked = (page.parent / target).resolve()
+            if linked.suffix == ".md" and linked.is_file():
+                todo.append(linked)
+    orphans = [doc_id(d) for d in DOCS if d.resolve() not in {p.resolve() for p in reached}]
+    assert not orphans, f"link these from the README or a page it links: {orphans}"
+
+
+def test_the_readme_stays_a_front_door():
+    lines = len(README.splitlines())
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move reference material to docs/"
+    assert "docs/method.md" in README and "docs/benchmarks.md" in README
+    assert "make test" in README and "make test-all" in README
+
+
+def test_the_readme_cites_the_paper():
+    assert paper.TITLE in README and "## Citation" in README
+    assert f"```bibtex\n{paper.CITATION}\n```" in README
 
 
 ROWS = {

@@ -198,6 +198,7 @@ def test_forced_and_plain_runs(tmp_path, tiny):
 # ---------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_eval_killed_and_restarted_keeps_one_result_per_sample(tmp_path):
     import os
     import signal
@@ -466,6 +467,7 @@ def test_cli_passes_the_engine_options_to_vllm(tmp_path, capsys, monkeypatch, fa
     assert "synthetic: accuracy" in out
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_cli_data_parallel_run_in_a_process_of_its_own(tmp_path, tiny_model_path):
     """``python -m routing_grpo eval --data-parallel-size 2`` with a stand-in ``vllm`` package on the path:
@@ -583,7 +585,7 @@ def test_unfinished_samples_are_graded_wrong(tmp_path, tiny, template, accuracy)
     R1-Distill template (generation prompt "<think>\\n") so is one that never closes its reasoning."""
     import copy
 
-    from tests.test_grading import R1_DISTILL_TEMPLATE
+    from tests.helpers import R1_DISTILL_TEMPLATE
 
     _, tok = tiny
     tok = copy.deepcopy(tok)

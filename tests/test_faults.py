@@ -522,6 +522,7 @@ def _wait(proc: subprocess.Popen, log: Path, timeout: float) -> int:
         pytest.fail(f"fault_run did not finish in {timeout} s; log tail:\n{log.read_text()[-3000:]}")
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_sigterm_to_one_rank_then_resume_matches_uninterrupted_run(tiny_model_path, tmp_path):
     records = tmp_path / "records.jsonl"

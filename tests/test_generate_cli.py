@@ -175,6 +175,7 @@ def test_an_interrupted_input_run_resumes_without_duplicates(model, tmp_path, ca
     assert len(answers.read_text().splitlines()) == 5
 
 
+@pytest.mark.slow
 def test_the_real_command(model, tmp_path):
     questions = tmp_path / "q.jsonl"
     questions.write_text(

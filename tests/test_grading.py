@@ -27,6 +27,7 @@ from routing_grpo.grading import (
     opens_reasoning,
     verify_answer,
 )
+from tests.helpers import R1_DISTILL_TEMPLATE
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GRADED_DATA = REPO_ROOT.parent / "shared" / "data" / "graded"
@@ -135,40 +136,6 @@ def test_extract_answer_on_huge_and_unbalanced_text_is_fast_and_defined():
 # Finished or wrong
 # ----------------------------------------------------------------------------------------------------------
 
-# DeepSeek-R1-Distill-Qwen's chat template (tokenizer_config.json of deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B):
-# its generation prompt ends with "<think>\n", so a completion starts inside the reasoning.
-R1_DISTILL_TEMPLATE = (
-    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
-    "{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}"
-    "{%- for message in messages %}{%- if message['role'] == 'system' %}"
-    "{% set ns.system_prompt = message['content'] %}{%- endif %}{%- endfor %}"
-    "{{bos_token}}{{ns.system_prompt}}"
-    "{%- for message in messages %}"
-    "{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}"
-    "{%- endif %}"
-    "{%- if message['role'] == 'assistant' and message['content'] is none %}{%- set ns.is_tool = false -%}"
-    "{%- for tool in message['tool_calls']%}{%- if not ns.is_first %}"
-    "{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' "
-    "+ tool['function']['name'] + '\\n' + '```json' + '\\n' + tool['function']['arguments'] + '\\n' + '```' "
-    "+ '<｜tool▁call▁end｜>'}}{%- set ns.is_first = true -%}"
-    "{%- else %}{{'\\n' + '<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] "
-    "+ '\\n' + '```json' + '\\n' + tool['function']['arguments'] + '\\n' + '```' + '<｜tool▁call▁end｜>'}}"
-    "{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor %}{%- endif %}"
-    "{%- if message['role'] == 'assistant' and message['content'] is not none %}"
-    "{%- if ns.is_tool %}{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}"
-    "{%- set ns.is_tool = false -%}"
-    "{%- else %}{% set content = message['content'] %}"
-    "{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}"
-    "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endif %}"
-    "{%- if message['role'] == 'tool' %}{%- set ns.is_tool = true -%}"
-    "{%- if ns.is_output_first %}"
-    "{{'<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}"
-    "{%- set ns.is_output_first = false %}"
-    "{%- else %}{{'\\n<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- endif %}"
-    "{%- endif %}{%- endfor -%}"
-    "{% if ns.is_tool %}{{'<｜tool▁outputs▁end｜>'}}{% endif %}"
-    "{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\\n'}}{% endif %}"
-)
 # A ChatML template whose generation prompt opens nothing.
 CHATML_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
@@ -614,6 +581,7 @@ def _labelled(name: str) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_math_agreement_with_reviewed_labels(tmp_path):
     summary = grade_file(
         _labelled("math_labelled_outputs.jsonl"), label_column="label_reviewed", num_workers=2

@@ -95,6 +95,7 @@ def test_version(capsys):
     assert code == 0 and out.startswith(f"routing-grpo {__version__} (TRL ")
 
 
+@pytest.mark.slow
 def test_the_module_entry_point_has_the_same_help():
     result = subprocess.run(
         [sys.executable, "-m", "routing_grpo.train", "--help"], capture_output=True, text=True, check=True

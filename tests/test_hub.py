@@ -4,15 +4,13 @@ model card names the method and its paper. The Hub is a stand-in object (no netw
 from __future__ import annotations
 
 import itertools
-import tempfile
-from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 import yaml
 
 from routing_grpo import paper, train
-from tests.test_train_entry import tiny_recipe, write_recipe
+from tests.helpers import StandInHub, tiny_recipe, write_recipe
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 ALL_RECIPES = sorted(RECIPES.rglob("*.yaml"))
@@ -72,55 +70,6 @@ def test_gpu_recipes_state_the_push_strategy(path: Path):
 def test_the_makefile_passes_hub_org():
     makefile = (RECIPES.parent / "Makefile").read_text()
     assert "HUB_ORG ?=" in makefile and "--hub_org $(strip $(HUB_ORG))" in makefile
-
-
-class StandInHub:
-    """Records what transformers asks of the Hub API; the namespace of a bare repo name is the user's.
-
-    ``cards`` (repo id -> README.md text) are the model cards already on the stand-in Hub; an upload of a
-    folder with a README.md replaces the repo's card.
-    """
-
-    def __init__(self, cards: dict[str, str] | None = None, folder: Path | None = None):
-        self.calls: list[tuple[str, dict]] = []
-        self.cards: dict[str, str] = dict(cards or {})
-        # Downloaded cards land in a folder of their own, never in the working directory.
-        self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="stand-in-hub-"))
-
-    def hf_hub_download(self, repo_id, filename, **kwargs):
-        from huggingface_hub.errors import EntryNotFoundError
-
-        self.calls.append(("hf_hub_download", {"repo_id": repo_id, "filename": filename, **kwargs}))
-        if filename != "README.md" or repo_id not in self.cards:
-            raise EntryNotFoundError(f"{filename} not in {repo_id}")
-        local = self.folder / "downloads" / repo_id / filename
-        local.parent.mkdir(parents=True, exist_ok=True)
-        local.write_text(self.cards[repo_id])
-        return str(local)
-
-    def create_repo(self, repo_id, **kwargs):
-        self.calls.append(("create_repo", {"repo_id": repo_id, **kwargs}))
-
-        class Repo:
-            pass
-
-        Repo.repo_id = repo_id if "/" in repo_id else f"stand-in-user/{repo_id}"
-        return Repo()
-
-    def upload_folder(self, **kwargs):
-        card = Path(kwargs["folder_path"]) / "README.md"
-        kwargs["card"] = card.read_text() if card.exists() else ""
-        self.calls.append(("upload_folder", kwargs))
-        if kwargs["card"] and not kwargs.get("path_in_repo"):
-            self.cards[kwargs["repo_id"]] = kwargs["card"]
-        if kwargs.get("run_as_future"):  # pushes during training run in the background
-            done = Future()
-            done.set_result(None)
-            return done
-        return None
-
-    def named(self, name):
-        return [kw for n, kw in self.calls if n == name]
 
 
 @pytest.mark.parametrize(("seed", "strategy"), [(0, "end"), (1, "end"), (1, "every_save")])

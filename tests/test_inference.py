@@ -566,7 +566,7 @@ def test_settings_round_trip_through_a_trained_checkpoint(tmp_path, tiny_model_p
     import transformers.trainer
 
     from routing_grpo import train
-    from tests.test_train_entry import TINY_MODES, tiny_recipe, write_recipe
+    from tests.helpers import TINY_MODES, tiny_recipe, write_recipe
 
     uploaded: list[dict] = []
 

@@ -10,7 +10,7 @@ import pytest
 from datasets import Dataset
 
 from routing_grpo.modes import INVALID
-from tests.scripts.trainer_support import ScriptedGeneration, arithmetic_rows, build_trainer, make_args
+from tests.helpers import ScriptedGeneration, arithmetic_rows, build_trainer, make_args
 
 LEVELS = ["easy", "hard", None]  # None: a row without a level (skipped by the per-level metrics)
 

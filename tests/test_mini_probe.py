@@ -45,6 +45,7 @@ def test_the_shipped_model_starts_uniform_and_can_read_the_level():
     assert 0 < spread.between_level_variance < spread.total_variance
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not (MINI_CHECKPOINT / "config.json").is_file(), reason="no shipped taught model")
 def test_the_probe_command():
     proc = subprocess.run(

@@ -26,7 +26,7 @@ import pytest
 from transformers import TrainerCallback
 
 from routing_grpo import train
-from tests.test_train_entry import tiny_recipe, write_recipe
+from tests.helpers import tiny_recipe, write_recipe
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTED = "Preemption: training started on process"
@@ -217,12 +217,14 @@ def _signal_then_resume(tmp_path: Path, model: Path, processes: int, name: str) 
 # ----------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_exits_143_and_the_same_command_resumes_bit_identically(
     tmp_path, tiny_model_path
 ):
     _signal_then_resume(tmp_path, tiny_model_path, 1, "SIGTERM")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["SIGINT", "SIGUSR1"])
 def test_sigint_and_sigusr1_checkpoint_and_exit_128_plus_signal(tmp_path, tiny_model_path, name):
     out = tmp_path / "run"
@@ -233,6 +235,7 @@ def test_sigint_and_sigusr1_checkpoint_and_exit_128_plus_signal(tmp_path, tiny_m
     assert "Traceback" not in text
 
 
+@pytest.mark.slow
 def test_sigusr1_is_opt_in(tmp_path, tiny_model_path):
     """Without SIGUSR1 in preemption_signals, SIGUSR1 keeps its default (the process ends, no checkpoint)."""
     out = tmp_path / "run"
@@ -249,11 +252,13 @@ def test_sigusr1_is_opt_in(tmp_path, tiny_model_path):
 # ----------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_process_sigterm_to_the_launcher_then_resume_bit_identically(tmp_path, tiny_model_path):
     _signal_then_resume(tmp_path, tiny_model_path, 2, "SIGTERM")
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("name", ["SIGINT", "SIGUSR1"])
 def test_two_process_sigint_and_sigusr1_checkpoint_on_every_process(tmp_path, tiny_model_path, name):
@@ -272,7 +277,7 @@ def test_two_process_sigint_and_sigusr1_checkpoint_on_every_process(tmp_path, ti
 def test_a_preempted_run_pushes_nothing_and_writes_no_card(tmp_path, tiny_model_path, monkeypatch):
     import transformers.trainer
 
-    from tests.test_hub import StandInHub
+    from tests.helpers import StandInHub
 
     hub = StandInHub(folder=tmp_path)
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)

@@ -20,51 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from routing_grpo import train
+from tests.helpers import tiny_recipe, write_recipe
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-TINY_MODES = [
-    {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 0.99984, "cap": 4},
-    {"name": "Short", "word": "Short", "base": 1.2, "gamma": 0.99994, "cap": 8},
-    {"name": "Long", "word": "Long", "base": 1.0, "gamma": 1.0, "cap": None},
-]
-
-
-def tiny_recipe(model_path: Path, output_dir: Path, **overrides) -> dict:
-    """A recipe that trains the tiny random Qwen2 on the synthetic task in a few seconds on CPU."""
-    recipe = {
-        "model_name_or_path": str(model_path),
-        "task": "synthetic",
-        "train_limit": 32,
-        "output_dir": str(output_dir),
-        "modes": TINY_MODES,
-        "max_completion_length": 16,
-        "num_generations": 4,
-        "per_device_train_batch_size": 4,
-        "gradient_accumulation_steps": 1,
-        "steps_per_generation": 2,
-        "routing_warmup_steps": 1,
-        "total_batch_steps": 2,
-        "save_every_batch_steps": 1,
-        "learning_rate": 1.0e-4,
-        "lr_scheduler_type": "constant",
-        "logging_steps": 1,
-        "report_to": "none",
-        "gradient_checkpointing": False,
-        "use_cpu": True,
-        "bf16": False,
-        "seed": 0,
-    }
-    recipe.update(overrides)
-    return recipe
-
-
-def write_recipe(path: Path, recipe: dict) -> Path:
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    return path
 
 
 @pytest.fixture
@@ -385,6 +345,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_process_cpu_launch_finishes_and_saves(tmp_path, tiny_model_path):
     out = tmp_path / "out"

@@ -21,7 +21,7 @@ from routing_grpo.modes import INVALID
 from routing_grpo.rewards import RoutingReward, countdown_verifier, routing_reward
 from routing_grpo.schedules import balance_coef_at
 from routing_grpo.trainer import RoutingGRPOTrainer
-from tests.scripts.trainer_support import (
+from tests.helpers import (
     WORDS,
     OutputSpy,
     ScriptedGeneration,
@@ -520,7 +520,7 @@ def test_a_long_rollout_cut_at_the_completion_limit_scores_zero(
 ):
     from transformers import AutoTokenizer
 
-    from tests.test_grading import R1_DISTILL_TEMPLATE
+    from tests.helpers import R1_DISTILL_TEMPLATE
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
     if template == "r1_distill":

@@ -20,7 +20,7 @@ import torch
 
 from routing_grpo.advantages import compute_advantages
 from routing_grpo.generation import plan_forced_modes
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "tests" / "scripts" / "distributed_routing_run.py"
 
@@ -61,6 +61,7 @@ def launch(num_processes: int, model: Path, out: Path, output_dir: Path) -> dict
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_processes_match_one(tiny_model_path, tmp_path):
     from tests.scripts import distributed_routing_run

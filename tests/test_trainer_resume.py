@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.scripts.trainer_support import ScriptedGeneration, build_trainer, make_args
+from tests.helpers import ScriptedGeneration, build_trainer, make_args
 
 
 def run(tiny_model_path, output_dir, resume=None):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from routing_grpo import train
-from tests.test_train_entry import tiny_recipe, write_recipe
+from tests.helpers import tiny_recipe, write_recipe
 
 
 def parse(tmp_path, *argv, **recipe_keys):

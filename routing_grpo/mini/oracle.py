@@ -37,7 +37,7 @@ from routing_grpo.frontier import Point, frontier_accuracy_at, pareto_frontier
 from routing_grpo.modes import INVALID, ModeSpec, mode_index
 from routing_grpo.rewards import DEFAULT_INVALID_REWARD, exceeds_cap, routing_reward
 
-# The miniature's targets (README "Miniature").
+# The miniature's targets (docs/mini/cliff.md, "Results").
 ACCURACY_MARGIN = 0.02
 """Router accuracy >= Long-only accuracy - this."""
 TOKEN_RATIO = 0.6

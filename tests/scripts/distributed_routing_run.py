@@ -1,6 +1,6 @@
 """A short routing run for the multi-process test; launch with ``accelerate launch --cpu --num_processes N``.
 
-Generation is scripted (``trainer_support.ScriptedGeneration``: a pure function of the prompt and the row's
+Generation is scripted (``tests.helpers.ScriptedGeneration``: a pure function of the prompt and the row's
 place in the global batch), so 1 and N processes see the same rollouts and must compute the same rewards and
 advantages. G = 4 and 12 rollouts per generation batch: on 2 processes each holds 6 rows, so the middle
 group straddles the two ranks.
@@ -30,7 +30,7 @@ def run(model_path: str, out_path: str, output_dir: str) -> None:
     from accelerate.utils import gather_object
 
     from routing_grpo.trainer import RoutingGRPOTrainer
-    from tests.scripts.trainer_support import ScriptedGeneration, build_trainer, make_args
+    from tests.helpers import ScriptedGeneration, build_trainer, make_args
 
     torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))

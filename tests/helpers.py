@@ -1,0 +1,353 @@
+"""Helpers the test modules share (test modules import from here, never from each other).
+
+* :data:`REPO_ROOT`: the repository's root folder;
+* :data:`TINY_MODES`, :func:`tiny_recipe`, :func:`write_recipe`: a recipe that trains the tiny random Qwen2
+  (the ``tiny_model_path`` fixture of ``conftest.py``) on the synthetic task in seconds, written as YAML;
+* :data:`R1_DISTILL_TEMPLATE`: DeepSeek-R1-Distill-Qwen's chat template;
+* :class:`StandInHub`: a stand-in for transformers' Hub API that records what is asked of it;
+* the trainer tests' pieces (also imported by the multi-process launch script in ``tests/scripts``):
+  * :func:`arithmetic_dataset`: "What is a + b?" prompts with answers and levels;
+  * :func:`make_args`: a small :class:`RoutingGRPOConfig` for the tiny model (G = 4, caps 8 / 12 / none);
+  * :class:`ScriptedGeneration`: replaces TRL's transformers generation with scripted completions, a pure
+    function of the prompt and the row's place in the global batch, so every routing path (forced, free,
+    invalid, capped, correct, wrong) is exercised deterministically, on any number of processes. Everything
+    after generation (promotion, detection, caps, rewards, advantages, loss) is the real code.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+# Light at import: grading's worker processes import the test modules that use these helpers (to unpickle
+# the functions they run), so datasets, TRL and transformers load only where a helper needs them.
+if TYPE_CHECKING:
+    from datasets import Dataset
+
+    from routing_grpo.config import RoutingGRPOConfig
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# ----------------------------------------------------------------------------------------------------------
+# Recipes for the tiny model
+# ----------------------------------------------------------------------------------------------------------
+
+TINY_MODES = [
+    {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 0.99984, "cap": 4},
+    {"name": "Short", "word": "Short", "base": 1.2, "gamma": 0.99994, "cap": 8},
+    {"name": "Long", "word": "Long", "base": 1.0, "gamma": 1.0, "cap": None},
+]
+
+
+def tiny_recipe(model_path: Path, output_dir: Path, **overrides) -> dict:
+    """A recipe that trains the tiny random Qwen2 on the synthetic task in a few seconds on CPU."""
+    recipe = {
+        "model_name_or_path": str(model_path),
+        "task": "synthetic",
+        "train_limit": 32,
+        "output_dir": str(output_dir),
+        "modes": TINY_MODES,
+        "max_completion_length": 16,
+        "num_generations": 4,
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "steps_per_generation": 2,
+        "routing_warmup_steps": 1,
+        "total_batch_steps": 2,
+        "save_every_batch_steps": 1,
+        "learning_rate": 1.0e-4,
+        "lr_scheduler_type": "constant",
+        "logging_steps": 1,
+        "report_to": "none",
+        "gradient_checkpointing": False,
+        "use_cpu": True,
+        "bf16": False,
+        "seed": 0,
+    }
+    recipe.update(overrides)
+    return recipe
+
+
+def write_recipe(path: Path, recipe: dict) -> Path:
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
+
+
+# DeepSeek-R1-Distill-Qwen's chat template (tokenizer_config.json of deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B):
+# its generation prompt ends with "<think>\n", so a completion starts inside the reasoning.
+R1_DISTILL_TEMPLATE = (
+    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+    "{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}"
+    "{%- for message in messages %}{%- if message['role'] == 'system' %}"
+    "{% set ns.system_prompt = message['content'] %}{%- endif %}{%- endfor %}"
+    "{{bos_token}}{{ns.system_prompt}}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}"
+    "{%- endif %}"
+    "{%- if message['role'] == 'assistant' and message['content'] is none %}{%- set ns.is_tool = false -%}"
+    "{%- for tool in message['tool_calls']%}{%- if not ns.is_first %}"
+    "{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' "
+    "+ tool['function']['name'] + '\\n' + '```json' + '\\n' + tool['function']['arguments'] + '\\n' + '```' "
+    "+ '<｜tool▁call▁end｜>'}}{%- set ns.is_first = true -%}"
+    "{%- else %}{{'\\n' + '<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] "
+    "+ '\\n' + '```json' + '\\n' + tool['function']['arguments'] + '\\n' + '```' + '<｜tool▁call▁end｜>'}}"
+    "{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor %}{%- endif %}"
+    "{%- if message['role'] == 'assistant' and message['content'] is not none %}"
+    "{%- if ns.is_tool %}{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}"
+    "{%- set ns.is_tool = false -%}"
+    "{%- else %}{% set content = message['content'] %}"
+    "{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}"
+    "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endif %}"
+    "{%- if message['role'] == 'tool' %}{%- set ns.is_tool = true -%}"
+    "{%- if ns.is_output_first %}"
+    "{{'<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}"
+    "{%- set ns.is_output_first = false %}"
+    "{%- else %}{{'\\n<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- endif %}"
+    "{%- endif %}{%- endfor -%}"
+    "{% if ns.is_tool %}{{'<｜tool▁outputs▁end｜>'}}{% endif %}"
+    "{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\\n'}}{% endif %}"
+)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The Hub
+# ----------------------------------------------------------------------------------------------------------
+
+
+class StandInHub:
+    """Records what transformers asks of the Hub API; the namespace of a bare repo name is the user's.
+
+    ``cards`` (repo id -> README.md text) are the model cards already on the stand-in Hub; an upload of a
+    folder with a README.md replaces the repo's card.
+    """
+
+    def __init__(self, cards: dict[str, str] | None = None, folder: Path | None = None):
+        self.calls: list[tuple[str, dict]] = []
+        self.cards: dict[str, str] = dict(cards or {})
+        # Downloaded cards land in a folder of their own, never in the working directory.
+        self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="stand-in-hub-"))
+
+    def hf_hub_download(self, repo_id, filename, **kwargs):
+        from huggingface_hub.errors import EntryNotFoundError
+
+        self.calls.append(("hf_hub_download", {"repo_id": repo_id, "filename": filename, **kwargs}))
+        if filename != "README.md" or repo_id not in self.cards:
+            raise EntryNotFoundError(f"{filename} not in {repo_id}")
+        local = self.folder / "downloads" / repo_id / filename
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(self.cards[repo_id])
+        return str(local)
+
+    def create_repo(self, repo_id, **kwargs):
+        self.calls.append(("create_repo", {"repo_id": repo_id, **kwargs}))
+
+        class Repo:
+            pass
+
+        Repo.repo_id = repo_id if "/" in repo_id else f"stand-in-user/{repo_id}"
+        return Repo()
+
+    def upload_folder(self, **kwargs):
+        card = Path(kwargs["folder_path"]) / "README.md"
+        kwargs["card"] = card.read_text() if card.exists() else ""
+        self.calls.append(("upload_folder", kwargs))
+        if kwargs["card"] and not kwargs.get("path_in_repo"):
+            self.cards[kwargs["repo_id"]] = kwargs["card"]
+        if kwargs.get("run_as_future"):  # pushes during training run in the background
+            done = Future()
+            done.set_result(None)
+            return done
+        return None
+
+    def named(self, name):
+        return [kw for n, kw in self.calls if n == name]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The trainer tests' pieces
+# ----------------------------------------------------------------------------------------------------------
+
+SMALL_MODES = [
+    {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 0.9, "cap": 8},
+    {"name": "Short", "word": "Short", "base": 1.2, "gamma": 0.95, "cap": 12},
+    {"name": "Long", "word": "Long", "base": 1.0, "gamma": 1.0, "cap": None},
+]
+WORDS = [m["word"] for m in SMALL_MODES]
+
+
+def arithmetic_rows(n: int = 24) -> list[dict[str, Any]]:
+    rows = []
+    for i in range(n):
+        a, b = i % 7 + 1, (3 * i) % 5 + 2
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": f"What is {a} + {b}?"}],
+                "answer": str(a + b),
+                "level": 1 + i % 3,
+            }
+        )
+    return rows
+
+
+def arithmetic_dataset(n: int = 24) -> Dataset:
+    from datasets import Dataset
+
+    return Dataset.from_list(arithmetic_rows(n))
+
+
+def build_trainer(
+    model_path: Any, args: RoutingGRPOConfig, train_dataset: Any = None, dtype: Any = None, **kwargs: Any
+):
+    """A ``RoutingGRPOTrainer`` on the offline model at ``model_path`` (seed 0; arithmetic data by default)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from routing_grpo.trainer import RoutingGRPOTrainer
+
+    torch.manual_seed(0)
+    return RoutingGRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(
+            model_path, **({"dtype": dtype} if dtype is not None else {})
+        ),
+        args=args,
+        train_dataset=train_dataset if train_dataset is not None else arithmetic_dataset(),
+        processing_class=kwargs.pop("processing_class", None) or AutoTokenizer.from_pretrained(model_path),
+        **kwargs,
+    )
+
+
+def make_args(output_dir: str, **overrides: Any) -> RoutingGRPOConfig:
+    from routing_grpo.config import RoutingGRPOConfig
+
+    kwargs: dict[str, Any] = {
+        "output_dir": str(output_dir),
+        "modes": SMALL_MODES,
+        "num_generations": 4,
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 1,
+        "max_completion_length": 24,
+        "routing_warmup_steps": 2,
+        "forced_per_mode": 1,
+        "max_steps": 3,
+        "learning_rate": 1e-3,
+        "logging_steps": 1,
+        "save_strategy": "no",
+        "report_to": [],
+        "use_cpu": True,
+        "seed": 0,
+        "data_seed": 0,
+        "dataloader_num_workers": 0,
+        "disable_tqdm": True,
+        "log_completions": False,
+    }
+    kwargs.update(overrides)
+    return RoutingGRPOConfig(**kwargs)
+
+
+_QUESTION = re.compile(r"What is (\d+) \+ (\d+)\?")
+
+
+def scripted_text(prompt_text: str, forced_word: str | None, position: int) -> str:
+    """The scripted completion of a row (the text after the prompt), from its prompt and group position.
+
+    Forced rows continue after their word. Free rows pick a word by position (or none: invalid), are right
+    or wrong by position, and some run long (past the NoThink and Short caps).
+    """
+    match = _QUESTION.search(prompt_text)
+    a, b = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    right = (a + b + position) % 2 == 0
+    answer = a + b if right else a + b + 1
+    long_run = (b + position) % 3 == 0
+    body = (" 1 2 3 4 5 6 7 8 9 1 2" if long_run else "") + f" \\boxed{{{answer}}}"
+    if forced_word is not None:
+        return body
+    choice = (a + position) % 4
+    if choice == 3:
+        return " I think" + body  # no routing word: invalid
+    return " " + WORDS[choice] + body
+
+
+class ScriptedGeneration:
+    """Stands in for ``GRPOTrainer._generate_single_turn`` (transformers path); records what it saw."""
+
+    def __init__(self, text_fn: Callable[[str, str | None, int], str] = scripted_text) -> None:
+        self.text_fn = text_fn
+        self.calls: list[dict[str, Any]] = []
+
+    def install(self, monkeypatch: Any) -> ScriptedGeneration:
+        from trl import GRPOTrainer
+
+        script = self
+
+        def fake(trainer, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
+            return script(trainer, prompt_ids, num_generations)
+
+        def fake_capped(trainer, prompt_ids, batch):
+            # The caps-in-generation path: the same script, cut afterwards by the exact post-hoc rule.
+            return script(trainer, prompt_ids, trainer.num_generations)[0]
+
+        from routing_grpo.trainer import RoutingGRPOTrainer
+
+        monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", fake)
+        monkeypatch.setattr(RoutingGRPOTrainer, "_generate_transformers_capped", fake_capped)
+        return self
+
+    def __call__(self, trainer: Any, prompt_ids: list[list[int]], num_generations: int):
+        tokenizer = trainer.processing_class
+        eos = trainer.eos_token_ids[0]
+        rank = trainer.accelerator.process_index
+        n_local = len(prompt_ids)
+        completions = []
+        forced_words = []
+        for i, ids in enumerate(prompt_ids):
+            forced_word = None
+            for m, word_ids in enumerate(trainer.forced_word_ids):
+                if list(ids[-len(word_ids) :]) == word_ids and trainer._batch.forced_modes[i] == m:
+                    forced_word = trainer.modes[m].word
+            forced_words.append(forced_word)
+            position = (rank * n_local + i) % num_generations
+            text = self.text_fn(tokenizer.decode(ids), forced_word, position)
+            completion = tokenizer.encode(text, add_special_tokens=False) + [eos]
+            completions.append(completion[: trainer.max_completion_length])
+        self.calls.append(
+            {
+                "temperature": trainer.generation_config.temperature,
+                "trainer_temperature": trainer.temperature,
+                "training": trainer.model.training,
+                "prompt_ids": [list(p) for p in prompt_ids],
+                "completion_ids": completions,
+                "forced_words": forced_words,
+            }
+        )
+        return completions, None
+
+
+class OutputSpy:
+    """Records what ``_generate_and_score_completions`` returns (before TRL shuffles and splits it)."""
+
+    def __init__(self) -> None:
+        self.outputs: list[dict[str, Any]] = []
+
+    def install(self, monkeypatch: Any, trainer_cls: type) -> OutputSpy:
+        original = trainer_cls._generate_and_score_completions
+        spy = self
+
+        def wrapped(trainer, inputs):
+            output = original(trainer, inputs)
+            spy.outputs.append(
+                {k: (v.detach().clone() if hasattr(v, "detach") else v) for k, v in output.items()}
+            )
+            return output
+
+        monkeypatch.setattr(trainer_cls, "_generate_and_score_completions", wrapped)
+        return self
+
+
+def unpad(ids: Any, mask: Any) -> list[list[int]]:
+    return [[int(t) for t, m in zip(row.tolist(), mrow.tolist()) if m] for row, mrow in zip(ids, mask)]
