@@ -79,8 +79,8 @@ def test_every_make_target_in_the_readme_exists():
 def test_every_option_in_the_readme_commands_exists():
     import argparse
 
+    from routing_grpo.arguments import recipe_fields
     from routing_grpo.cli import build_parser
-    from routing_grpo.train import recipe_fields
 
     parser = build_parser()
     (sub,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
