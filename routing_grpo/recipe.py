@@ -24,8 +24,14 @@ from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import OneLineParser, UsageError, one_line, user_errors
 from routing_grpo.locations import looks_local
 
+# ----------------------------------------------------------------------------------------------------------
+# Reading and checking the recipe (its keys against the three argument classes)
+# ----------------------------------------------------------------------------------------------------------
+
+
 # Keys of the recipe's `env:` mapping that look like credentials: those come from the real environment only.
 SECRET_ENV_WORDS = ("TOKEN", "API_KEY", "SECRET", "PASSWORD")
+
 
 # Keys that once meant something else here, or that transformers dropped: the message says what to write.
 RENAMED_KEYS = {
@@ -42,6 +48,27 @@ RENAMED_KEYS = {
     "reward_funcs": "the reward is the method's own (mode, correctness and length; "
     'docs/method.md "Reward"); the answer check is `verifier`',
 }
+
+
+def read_recipe(path: str | Path) -> dict[str, Any]:
+    import yaml
+
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"--config: {path} is a folder; give a recipe YAML file (recipes/*.yaml)")
+    if not path.is_file():
+        raise UsageError(f"recipe not found: {path}")
+    try:
+        recipe = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise UsageError(f"{path}: not valid YAML ({where}{getattr(err, 'problem', None) or err})") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise UsageError(f"{path}: cannot be read ({one_line(err)})") from None
+    if not isinstance(recipe, dict):
+        raise UsageError(f"{path}: a recipe must be a mapping of keys to values")
+    return recipe
 
 
 def _numeric_text(value: str, cast: type) -> bool:
@@ -184,6 +211,11 @@ def check_warmup_keys(recipe: dict[str, Any], cli_values: dict[str, str], source
         )
 
 
+# ----------------------------------------------------------------------------------------------------------
+# The command line (every recipe key is also --KEY VALUE)
+# ----------------------------------------------------------------------------------------------------------
+
+
 def command_line_values(argv: list[str]) -> dict[str, str]:
     """``--key value`` / ``--key=value`` pairs of a command line (dashes in keys read as underscores)."""
     out: dict[str, str] = {}
@@ -215,25 +247,29 @@ def take_option(argv: list[str], flag: str) -> tuple[list[str], str | None]:
     return rest, value
 
 
-def read_recipe(path: str | Path) -> dict[str, Any]:
-    import yaml
-
-    path = Path(path)
-    if path.is_dir():
-        raise UsageError(f"--config: {path} is a folder; give a recipe YAML file (recipes/*.yaml)")
-    if not path.is_file():
-        raise UsageError(f"recipe not found: {path}")
-    try:
-        recipe = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise UsageError(f"{path}: not valid YAML ({where}{getattr(err, 'problem', None) or err})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UsageError(f"{path}: cannot be read ({one_line(err)})") from None
-    if not isinstance(recipe, dict):
-        raise UsageError(f"{path}: a recipe must be a mapping of keys to values")
-    return recipe
+def check_command_line(argv: list[str]) -> tuple[str | None, dict[str, Any]]:
+    """The recipe's path and contents (None and {} without ``--config``), checked with the command line's
+    keys before anything is parsed into the argument classes or loaded."""
+    path = None
+    recipe: dict[str, Any] = {}
+    if "--config" not in argv and "model_name_or_path" not in command_line_values(argv):
+        raise UsageError(
+            "no recipe: give --config RECIPE.yaml (recipes/*.yaml), and any key to override as --KEY VALUE; "
+            "`--help` lists the keys"
+        )
+    if "--config" in argv:
+        i = argv.index("--config")
+        if i + 1 >= len(argv):
+            raise UsageError("--config: expected the path of a recipe YAML")
+        path = argv[i + 1]
+        recipe = read_recipe(path)
+        check_recipe(recipe, source=str(path))
+    check_warmup_keys(recipe, command_line_values(argv), source=str(path or "recipe"))
+    if any(a == "--hub_token" or a.startswith(("--hub_token=", "--hub-token")) for a in argv):
+        raise UsageError(
+            "--hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`)"
+        )
+    return path, recipe
 
 
 class TrainParser(OneLineParser, TrlParser):
@@ -273,9 +309,30 @@ def parser_problem(message: str) -> str:
     return message
 
 
+def set_modes_text(training_args: RoutingGRPOConfig, text: str) -> None:
+    """``--modes`` from the command line: a list of mappings as JSON or YAML text."""
+    import yaml
+
+    try:
+        modes = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise UsageError(f"--modes: not valid JSON or YAML ({one_line(err)})") from None
+    with user_errors("", ValueError, TypeError):
+        training_args.set_modes(modes)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Preflight: what the settings and this machine can tell before anything loads
+# ----------------------------------------------------------------------------------------------------------
+
+
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
 # attn_implementation -> the module it needs.
 ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+
+
 TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2", ".tmpl", ".txt")
 
 
@@ -371,40 +428,3 @@ def preflight(
         resolve_verifier(training_args.verifier)
     check_chat_template_setting(script_args.chat_template)
     return level_mix
-
-
-def check_command_line(argv: list[str]) -> tuple[str | None, dict[str, Any]]:
-    """The recipe's path and contents (None and {} without ``--config``), checked with the command line's
-    keys before anything is parsed into the argument classes or loaded."""
-    path = None
-    recipe: dict[str, Any] = {}
-    if "--config" not in argv and "model_name_or_path" not in command_line_values(argv):
-        raise UsageError(
-            "no recipe: give --config RECIPE.yaml (recipes/*.yaml), and any key to override as --KEY VALUE; "
-            "`--help` lists the keys"
-        )
-    if "--config" in argv:
-        i = argv.index("--config")
-        if i + 1 >= len(argv):
-            raise UsageError("--config: expected the path of a recipe YAML")
-        path = argv[i + 1]
-        recipe = read_recipe(path)
-        check_recipe(recipe, source=str(path))
-    check_warmup_keys(recipe, command_line_values(argv), source=str(path or "recipe"))
-    if any(a == "--hub_token" or a.startswith(("--hub_token=", "--hub-token")) for a in argv):
-        raise UsageError(
-            "--hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`)"
-        )
-    return path, recipe
-
-
-def set_modes_text(training_args: RoutingGRPOConfig, text: str) -> None:
-    """``--modes`` from the command line: a list of mappings as JSON or YAML text."""
-    import yaml
-
-    try:
-        modes = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise UsageError(f"--modes: not valid JSON or YAML ({one_line(err)})") from None
-    with user_errors("", ValueError, TypeError):
-        training_args.set_modes(modes)
