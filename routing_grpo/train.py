@@ -109,27 +109,10 @@ def main(
     from transformers import set_seed
     from trl import get_peft_config
 
+    from routing_grpo import loading, runs
     from routing_grpo.callbacks import exit_if_preempted
     from routing_grpo.hub import check_hub_card, hub_dataset_name, install_model_card
-    from routing_grpo.loading import (
-        check_columns,
-        configure_tracking,
-        load_datasets,
-        model_for_training,
-        peft_error_type,
-        resolve_model,
-        tokenizer_for_training,
-    )
     from routing_grpo.recipe import preflight
-    from routing_grpo.runs import (
-        check_resume,
-        check_run_folder,
-        finished_note,
-        resume_checkpoint,
-        run_identity,
-        run_identity_callback,
-        write_run_identity,
-    )
     from routing_grpo.trainer import RoutingGRPOTrainer, forced_word_ids
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
@@ -140,34 +123,34 @@ def main(
     # A bad name, path, file or column fails here with one line, before the model is loaded.
     level_mix = preflight(script_args, training_args, model_args)
     set_seed(training_args.seed)
-    configure_tracking(training_args)
-    train_dataset, eval_dataset = load_datasets(script_args, training_args, level_mix)
+    loading.configure_tracking(training_args)
+    train_dataset, eval_dataset = loading.load_datasets(script_args, training_args, level_mix)
     with user_errors("", ValueError):
-        check_columns(train_dataset, "train", training_args)
-        check_columns(eval_dataset, "validation", training_args)
+        loading.check_columns(train_dataset, "train", training_args)
+        loading.check_columns(eval_dataset, "validation", training_args)
 
     ###############################################################
     # One run, one folder
     ###############################################################
     # Another recipe's or seed's folder or checkpoint is never used, and a finished run is not trained again.
-    identity = run_identity(script_args, training_args)
-    checkpoint = resume_checkpoint(training_args) or None
-    check_resume(checkpoint, identity)
-    if check_run_folder(training_args.output_dir, identity, training_args.max_steps):
+    identity = runs.run_identity(script_args, training_args)
+    checkpoint = runs.resume_checkpoint(training_args) or None
+    runs.check_resume(checkpoint, identity)
+    if runs.check_run_folder(training_args.output_dir, identity, training_args.max_steps):
         if training_args.process_index == 0:
-            print(finished_note(training_args.output_dir, identity), flush=True)
+            print(runs.finished_note(training_args.output_dir, identity), flush=True)
         return None
     if training_args.process_index == 0:
-        write_run_identity(training_args.output_dir, identity)
+        runs.write_run_identity(training_args.output_dir, identity)
 
     ###############################################################
     # Load the tokenizer and the model
     ###############################################################
-    model_path = resolve_model(script_args, model_args, training_args)
-    tokenizer = tokenizer_for_training(model_path, script_args, model_args, training_args)
+    model_path = loading.resolve_model(script_args, model_args, training_args)
+    tokenizer = loading.tokenizer_for_training(model_path, script_args, model_args, training_args)
     with user_errors("modes", ValueError):
         forced_word_ids(training_args.mode_specs, tokenizer, training_args.effective_routing_question)
-    model = model_for_training(model_path, model_args, training_args)
+    model = loading.model_for_training(model_path, model_args, training_args)
 
     ###############################################################
     # Initialize the trainer
@@ -175,7 +158,7 @@ def main(
     # A setting only the model can check (LoRA target modules, a tracker that is not installed): one line too.
     with (
         user_errors("", ValueError, ImportError, RuntimeError),
-        user_errors("LoRA settings (use_peft, lora_*)", peft_error_type()),
+        user_errors("LoRA settings (use_peft, lora_*)", loading.peft_error_type()),
     ):
         trainer = RoutingGRPOTrainer(
             model=model,
@@ -184,7 +167,7 @@ def main(
             eval_dataset=eval_dataset,
             processing_class=tokenizer,
             peft_config=get_peft_config(model_args),
-            callbacks=[*(callbacks or []), run_identity_callback(identity)],
+            callbacks=[*(callbacks or []), runs.run_identity_callback(identity)],
         )
     # Never over another run's model card: checked before training (every_save pushes during it) and again
     # before the final push.
@@ -229,7 +212,7 @@ def main(
         save_routing_settings(training_args, training_args.output_dir)
         # Finished: a rerun of the same command trains nothing (check_run_folder).
         finished = {"global_step": trainer.state.global_step, "max_steps": training_args.max_steps}
-        write_run_identity(training_args.output_dir, {**identity, "finished": finished})
+        runs.write_run_identity(training_args.output_dir, {**identity, "finished": finished})
     if training_args.push_to_hub:
         check_hub_card(trainer, training_args, script_args)
         # The Hub token comes from the environment (HF_TOKEN) or `hf auth login`, never from a recipe.

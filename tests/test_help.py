@@ -8,8 +8,6 @@ import dataclasses
 import subprocess
 import sys
 
-import pytest
-
 from routing_grpo import __version__, arguments
 from routing_grpo.cli import build_parser, main
 from routing_grpo.train_help import full_help
