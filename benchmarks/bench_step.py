@@ -344,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from routing_grpo.train import resolve_model_path
+    from routing_grpo.offline_models import resolve_model_path
 
     if args.threads:
         torch.set_num_threads(args.threads)

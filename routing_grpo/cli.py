@@ -1,34 +1,21 @@
-"""``routing-grpo`` command line: reward-table, grade (and the entry points of later parts)."""
+"""``routing-grpo`` command line: train, reward-table, oracle, grade, eval, generate, report.
+
+Every command's bad input is one line and exit code 2 (:mod:`routing_grpo.errors`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from routing_grpo.errors import OneLineParser, UsageError, run_entry
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, crossovers, parse_modes
 
 DEFAULT_LENGTHS = (0, 256, 800, 3000, 8192)
-
-
-class CliError(Exception):
-    """A user error: printed as one line, exit status 2."""
-
-
-# With this environment variable set (to anything but "" or 0), errors show their traceback.
-DEBUG_ENV = "ROUTING_GRPO_DEBUG"
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with its errors on one line (exit status 2) instead of the usage block."""
-
-    def error(self, message: str):  # type: ignore[override]
-        print(f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)", file=sys.stderr)
-        sys.exit(2)
 
 
 def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
@@ -37,19 +24,19 @@ def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
 
     path = Path(path)
     if not path.is_file():
-        raise CliError(f"recipe not found: {path}")
+        raise UsageError(f"recipe not found: {path}")
     try:
         recipe = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise CliError(f"{path}: not valid YAML ({_yaml_problem(err)})") from None
+        raise UsageError(f"{path}: not valid YAML ({_yaml_problem(err)})") from None
     if not isinstance(recipe, dict):
-        raise CliError(f"{path}: a recipe must be a mapping of keys to values")
+        raise UsageError(f"{path}: a recipe must be a mapping of keys to values")
     if "modes" not in recipe:
         return DEFAULT_MODES
     try:
         return parse_modes(recipe["modes"])
     except (TypeError, ValueError) as err:
-        raise CliError(f"{path}: {err}") from None
+        raise UsageError(f"{path}: {err}") from None
 
 
 def _yaml_problem(err: Exception) -> str:
@@ -92,9 +79,9 @@ def _parse_lengths(text: str) -> list[int]:
     try:
         lengths = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise CliError(f"--lengths: expected comma-separated integers, got {text!r}") from None
+        raise UsageError(f"--lengths: expected comma-separated integers, got {text!r}") from None
     if not lengths or any(n < 0 for n in lengths):
-        raise CliError(f"--lengths: expected non-negative integers, got {text!r}")
+        raise UsageError(f"--lengths: expected non-negative integers, got {text!r}")
     return lengths
 
 
@@ -117,18 +104,18 @@ def _forced_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
     for item in paths:
         path = Path(item)
         if not path.exists():
-            raise CliError(f"--samples: no such file or folder: {item}")
+            raise UsageError(f"--samples: no such file or folder: {item}")
         files = [path] if path.is_file() else sorted(path.rglob("samples.jsonl"))
         if not files:
-            raise CliError(f"--samples: no samples.jsonl under {item}")
+            raise UsageError(f"--samples: no samples.jsonl under {item}")
         for f in files:
             try:
                 samples = load_samples(f)
             except ValueError as err:
-                raise CliError(f"--samples: {err}") from None
+                raise UsageError(f"--samples: {err}") from None
             rows += [r for r in samples if r.get("forced") or r.get("routing") == "forced"]
     if not rows:
-        raise CliError(
+        raise UsageError(
             "--samples: no forced-mode samples (evaluate with routing-grpo eval --force-mode MODE)"
         )
     return rows
@@ -142,7 +129,7 @@ def cmd_oracle(args: argparse.Namespace) -> int:
     try:
         result = analyse(rows, modes, by=args.by, tolerance=args.tolerance)
     except ValueError as err:
-        raise CliError(str(err)) from None
+        raise UsageError(str(err)) from None
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     text = render_markdown(result)
@@ -160,13 +147,13 @@ def cmd_grade(args: argparse.Namespace) -> int:
     from routing_grpo.grading import grade_file
 
     if not Path(args.input).is_file():
-        raise CliError(f"--input: file not found: {args.input}")
+        raise UsageError(f"--input: file not found: {args.input}")
     try:
         summary = grade_file(
             args.input, args.output, num_workers=args.workers, label_column=args.label_column
         )
     except ValueError as err:
-        raise CliError(str(err)) from None
+        raise UsageError(str(err)) from None
     if args.json:
         print(json.dumps(summary))
     else:
@@ -193,7 +180,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             world_oracle_dirs=args.world_oracle or (),
         )
     except (FileNotFoundError, ValueError) as err:
-        raise CliError(str(err)) from None
+        raise UsageError(str(err)) from None
     print((Path(args.output) / "results.md").read_text(), end="")
     for figure in tables.get("figures", []):
         print(f"wrote {figure}")
@@ -208,11 +195,11 @@ def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
             continue
         key, sep, value = item.partition("=")
         if not sep or not key.strip() or not value.strip():
-            raise CliError(f"{flag}: expected NAME=VALUE[,NAME=VALUE...], got {text!r}")
+            raise UsageError(f"{flag}: expected NAME=VALUE[,NAME=VALUE...], got {text!r}")
         try:
             out[key.strip()] = cast(value.strip())
         except ValueError:
-            raise CliError(f"{flag}: bad value for {key.strip()!r}: {value.strip()!r}") from None
+            raise UsageError(f"{flag}: bad value for {key.strip()!r}: {value.strip()!r}") from None
     return out
 
 
@@ -226,7 +213,7 @@ def _saved_routing_settings(model: str, revision: str | None = None) -> dict[str
     except SettingsNotFoundError:
         return {}
     except ValueError as err:
-        raise CliError(str(err)) from None
+        raise UsageError(str(err)) from None
     data = settings.to_dict()
     return {k: data[k] for k in ("modes", "routing_instruction", "routing_question", "max_completion_length")}
 
@@ -255,7 +242,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:  # a bad sampling option is its own one-line error, before anything is read or loaded
         check_sampling(args.temperature, args.top_p, flags=True)
     except ValueError as err:
-        raise CliError(str(err)) from None
+        raise UsageError(str(err)) from None
     # An offline model name (as recipes write it, e.g. offline:mini) evaluates the same folder training loads.
     if args.model.startswith("offline:"):
         from routing_grpo.offline_models import resolve_model_path
@@ -263,7 +250,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         try:
             args.model = resolve_model_path(args.model)
         except ValueError as err:
-            raise CliError(str(err).replace("model_name_or_path", "--model")) from None
+            raise UsageError(str(err).replace("model_name_or_path", "--model")) from None
     # Everything the command line names is checked before the model loads: the recipe, the options, the
     # benchmark names and data files (run_eval then loads the benchmarks before the model).
     recipe: dict[str, Any] = {}
@@ -325,19 +312,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
         check_benchmarks(config)
         check_engine(config, resolve_backend(config.backend))
     except (FileNotFoundError, ValueError) as err:
-        raise CliError(str(err)) from None
+        raise UsageError(str(err)) from None
     if clamped:
         print(clamped, file=sys.stderr)
     model = Path(args.model).expanduser()
     if args.model.startswith(("/", ".", "~")) and not model.exists():
-        raise CliError(f"--model: no such folder: {args.model} (a checkpoint folder or a Hub name)")
+        raise UsageError(f"--model: no such folder: {args.model} (a checkpoint folder or a Hub name)")
     try:
         summaries = run_eval(config)
     except (FileNotFoundError, ValueError, DatasetUnavailableError) as err:
-        raise CliError(str(err)) from None
+        raise UsageError(str(err)) from None
     except OSError as err:  # the model or tokenizer could not be loaded
         reason = " ".join(str(err).split())
-        raise CliError(f"{args.model}: the model could not be loaded ({reason})") from None
+        raise UsageError(f"{args.model}: the model could not be loaded ({reason})") from None
     for bench, summary in summaries.items():
         shares = summary.get("mode_shares")
         if config.force_mode is not None:
@@ -368,24 +355,24 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from routing_grpo.settings import RoutingSettings
 
     if args.mode is not None and args.allow is not None:
-        raise CliError("--mode and --allow exclude each other")
+        raise UsageError("--mode and --allow exclude each other")
     try:  # a bad sampling option is its own one-line error, before the model loads
         check_sampling(args.temperature, args.top_p, args.top_k, flags=True)
     except ValueError as err:
-        raise CliError(str(err)) from None
+        raise UsageError(str(err)) from None
     if bool(args.questions) == bool(args.input):
-        raise CliError("give the questions as arguments or with --input FILE.jsonl (one of the two)")
+        raise UsageError("give the questions as arguments or with --input FILE.jsonl (one of the two)")
     for flag, value in (("--batch-size", args.batch_size), ("--max-new-tokens", args.max_new_tokens)):
         if value is not None and value < 1:
-            raise CliError(f"{flag} must be >= 1, got {value}")
+            raise UsageError(f"{flag} must be >= 1, got {value}")
     try:
         settings = RoutingSettings.resolve(args.model, args.config, revision=args.revision)
     except (FileNotFoundError, ValueError) as err:
-        raise CliError(str(err)) from None
+        raise UsageError(str(err)) from None
     try:
         resolve_routing(settings, args.mode, args.allow)
     except ValueError as err:
-        raise CliError(f"--mode/--allow: {err}") from None
+        raise UsageError(f"--mode/--allow: {err}") from None
     try:
         rows = (
             read_questions(args.input)
@@ -396,9 +383,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
             ]
         )
     except FileNotFoundError as err:
-        raise CliError(f"--input: {err}") from None
+        raise UsageError(f"--input: {err}") from None
     except ValueError as err:
-        raise CliError(str(err)) from None
+        raise UsageError(str(err)) from None
     requests = {}
     references = {row["id"]: row.get("reference") for row in rows}
     for row in rows:
@@ -407,7 +394,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         try:
             resolve_routing(settings, mode, allow)
         except ValueError as err:
-            raise CliError(f"question {row['id']}: {err}") from None
+            raise UsageError(f"question {row['id']}: {err}") from None
         requests[row["id"]] = Request(
             row["question"], mode=mode, allow=allow, caps=row["caps"] and not args.no_caps
         )
@@ -416,7 +403,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     try:
         done = read_answered_ids(output) if output else set()
     except ValueError as err:
-        raise CliError(f"--output: {err}") from None
+        raise UsageError(f"--output: {err}") from None
     todo = [row_id for row_id in requests if row_id not in done]
     if done:
         print(
@@ -439,7 +426,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             seed=args.seed,
         )
     except (OSError, ValueError) as err:
-        raise CliError(f"{args.model}: the model could not be loaded ({err})") from None
+        raise UsageError(f"{args.model}: the model could not be loaded ({err})") from None
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
     for start in range(0, len(todo), args.batch_size):
@@ -447,7 +434,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         try:
             answers = router.generate([requests[i] for i in ids])
         except ValueError as err:  # e.g. a tokenizer without a chat template
-            raise CliError(str(err)) from None
+            raise UsageError(str(err)) from None
         if output:  # each row also as `routing-grpo grade` reads it: model_output (+ reference_answer)
             append_jsonl(output, [graded_row(i, a, references.get(i)) for i, a in zip(ids, answers)])
         for i, answer in zip(ids, answers):
@@ -474,7 +461,7 @@ def graded_row(row_id: str, answer: Any, reference: Any) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from routing_grpo import version_text
+    from routing_grpo import train, version_text
 
     parser = OneLineParser(
         prog="routing-grpo",
@@ -484,13 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--version", action="version", version=version_text(), help="show the versions and exit"
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser(
-        "train",
-        help="train the router or a baseline: routing-grpo train --config RECIPE.yaml ... "
-        "(`routing-grpo train --help`: its options)",
-        add_help=False,
-    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    train.make_parser(sub)
 
     p = sub.add_parser("reward-table", help="reward of a correct answer per mode and length, and crossovers")
     p.add_argument("--config", help="recipe YAML whose `modes` to use (default: the paper's modes)")
@@ -681,37 +663,27 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Problems of the input no check named (a file that cannot be read, a value a library refused): one line too.
+INPUT_ERRORS = (ValueError, OSError, UnicodeDecodeError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
     from routing_grpo import filter_known_warnings
 
     filter_known_warnings()
-    if argv[:1] == ["train"]:
-        # Training has its own TrlParser (recipe YAML + every GRPOConfig flag); hand it the rest.
-        from routing_grpo.train import cli as train_cli
+    return run_entry("routing-grpo", run_command, list(sys.argv[1:] if argv is None else argv))
 
-        train_cli(argv[1:], prog="routing-grpo train")
-        return 0
-    args = build_parser().parse_args(argv)
-    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
-    try:
-        return args.func(args)
-    except CliError as err:
-        print(f"routing-grpo {args.command}: error: {err}", file=sys.stderr)
-        return 2
-    except (ValueError, OSError, UnicodeDecodeError) as err:
-        # An input problem no check above named (a file that cannot be read, a value a library refused): one
-        # line as well; ROUTING_GRPO_DEBUG=1 shows the traceback.
-        if debug:
-            raise
-        text = " ".join(str(err).split()) or type(err).__name__
-        print(f"routing-grpo {args.command}: error: {text}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        if debug:
-            raise
-        print(f"routing-grpo {args.command}: interrupted", file=sys.stderr)
-        return 130
+
+def run_command(argv: list[str]) -> int:
+    """Parses ``routing-grpo COMMAND ...`` and runs the command; ``train`` gets the words after it (its
+    options are the recipe keys, parsed by its own TrlParser)."""
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if hasattr(args, "entry"):
+        return args.entry(rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return run_entry(f"routing-grpo {args.command}", args.func, args, input_errors=INPUT_ERRORS)
 
 
 if __name__ == "__main__":

@@ -259,7 +259,11 @@ def run(argv: Sequence[str] | None = None) -> str:
     import transformers
 
     from routing_grpo import train
+    from routing_grpo.errors import UsageError
     from routing_grpo.evaluate import EvalConfig, run_eval
+    from routing_grpo.offline_models import resolve_model_path
+    from routing_grpo.recipe import read_recipe
+    from routing_grpo.runs import RUN_FILE
 
     # The demo prints its own progress lines; keep the libraries' bars and notices out of them.
     transformers.utils.logging.set_verbosity_error()
@@ -275,7 +279,7 @@ def run(argv: Sequence[str] | None = None) -> str:
     checkpoint = out / "checkpoint"
     if not Path(args.recipe).is_file():
         raise SystemExit(f"--recipe: no {args.recipe}; run from the source checkout or pass --recipe FILE")
-    recipe = train.read_recipe(args.recipe)
+    recipe = read_recipe(args.recipe)
     overrides = ["--output_dir", str(checkpoint), "--report_to", "none"]
     steps = args.steps if args.steps is not None else recipe.get("total_batch_steps", 4)
     if steps < 1:
@@ -292,7 +296,7 @@ def run(argv: Sequence[str] | None = None) -> str:
         overrides += ["--seed", str(args.seed)]
     try:
         script_args, training_args, model_args = train.parse_args(["--config", args.recipe, *overrides])
-    except train.RecipeError as err:
+    except UsageError as err:
         raise SystemExit(f"demo: {err}") from None
     mode_names = [m.name for m in training_args.mode_specs]
 
@@ -305,7 +309,7 @@ def run(argv: Sequence[str] | None = None) -> str:
             flush=True,
         )
     model_name = model_args.model_name_or_path
-    model_args.model_name_or_path = train.resolve_model_path(model_name, script_args.offline_cache_dir)
+    model_args.model_name_or_path = resolve_model_path(model_name, script_args.offline_cache_dir)
     times["model"] = time.time() - started
 
     print(
@@ -315,7 +319,7 @@ def run(argv: Sequence[str] | None = None) -> str:
         flush=True,
     )
     t0 = time.time()
-    if (checkpoint / train.RUN_FILE).is_file():  # the demo's own folder: a rerun trains afresh
+    if (checkpoint / RUN_FILE).is_file():  # the demo's own folder: a rerun trains afresh
         import shutil
 
         print(f"[demo] replacing the previous demo run in {checkpoint}", flush=True)

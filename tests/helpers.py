@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import tempfile
 from collections.abc import Callable
@@ -351,3 +352,38 @@ class OutputSpy:
 
 def unpad(ids: Any, mask: Any) -> list[list[int]]:
     return [[int(t) for t, m in zip(row.tolist(), mrow.tolist()) if m] for row, mrow in zip(ids, mask)]
+
+
+# --- the package's import graph (test_structure, test_mini) ---
+
+PACKAGE = Path(__file__).resolve().parent.parent / "routing_grpo"  # the package's source folder
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the package modules it imports (anywhere in the file)."""
+    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {m: set() for m in modules}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                # `from routing_grpo import plots` names a module; `from routing_grpo.x import f` does not.
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            for target in targets:
+                while target and target not in modules:
+                    target = target.rpartition(".")[0]
+                if target and target != name and target != "routing_grpo":
+                    graph[name].add(target)
+    return graph

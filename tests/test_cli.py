@@ -104,3 +104,35 @@ def test_console_script_module_entry():
         check=True,
     )
     assert json.loads(out.stdout)["modes"] == ["NoThink", "Short", "Long"]
+
+
+def test_the_command_line_loads_no_training_stack_until_a_command_needs_it():
+    # `routing-grpo reward-table` (and --help) stay fast: the train subcommand is registered without
+    # importing TRL, transformers or torch.
+    code = (
+        "import sys; from routing_grpo.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('torch', 'transformers', 'trl') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+
+
+def test_train_and_the_other_commands_report_errors_the_same_way(tmp_path, capsys):
+    code, _, err = run_cli(capsys, "train", "--config", str(tmp_path / "nope.yaml"))
+    assert code == 2 and err == f"routing-grpo train: error: recipe not found: {tmp_path / 'nope.yaml'}\n"
+    code, _, err = run_cli(capsys, "reward-table", "--config", str(tmp_path / "nope.yaml"))
+    assert (
+        code == 2 and err == f"routing-grpo reward-table: error: recipe not found: {tmp_path / 'nope.yaml'}\n"
+    )
+    code, _, err = run_cli(capsys, "grade", "--input", "x.jsonl", "--bogus")
+    assert code == 2 and err.startswith("routing-grpo: error: unrecognized arguments: --bogus")
+    code, _, err = run_cli(capsys, "grade")
+    assert code == 2 and err.startswith("routing-grpo grade: error: the following arguments are required")
+
+
+def test_the_traceback_is_shown_on_request(tmp_path, capsys, monkeypatch):
+    from routing_grpo.errors import DEBUG_ENV, UsageError
+
+    monkeypatch.setenv(DEBUG_ENV, "1")
+    with pytest.raises(UsageError, match="recipe not found"):
+        main(["reward-table", "--config", str(tmp_path / "nope.yaml")])

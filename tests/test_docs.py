@@ -174,7 +174,7 @@ def cli_options() -> dict[str, set[str]]:
 
 @functools.cache
 def train_options() -> set[str]:
-    from routing_grpo.train import recipe_fields
+    from routing_grpo.arguments import recipe_fields
 
     return {f"--{name}" for name in recipe_fields()} | {"--config", "--help", "--help-all", "--version"}
 

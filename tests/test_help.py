@@ -10,9 +10,9 @@ import sys
 
 import pytest
 
-from routing_grpo import __version__
-from routing_grpo import train as train_module
+from routing_grpo import __version__, arguments
 from routing_grpo.cli import build_parser, main
+from routing_grpo.train_help import full_help
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -36,24 +36,27 @@ def test_every_option_of_every_subcommand_has_help():
 
 
 def test_every_training_option_has_help():
-    for dc in train_module.DATACLASS_TYPES:
+    for dc in arguments.DATACLASS_TYPES:
         for f in dataclasses.fields(dc):
             if f.init:
                 assert str(f.metadata.get("help", "")).strip(), f"{dc.__name__}.{f.name} has no help"
 
 
 def run_main(capsys, argv):
-    with pytest.raises(SystemExit) as info:
-        main(argv)
+    """``routing-grpo ARGV``: exit code, stdout, stderr (argparse's own --help and --version exit)."""
+    try:
+        code = main(argv)
+    except SystemExit as done:
+        code = done.code
     out = capsys.readouterr()
-    return info.value.code, out.out, out.err
+    return code, out.out, out.err
 
 
 def test_train_help_is_short_grouped_and_names_the_method(capsys):
     code, out, _ = run_main(capsys, ["train", "--help"])
     assert code == 0 and out.startswith("usage: routing-grpo train --config RECIPE.yaml")
     lines = out.splitlines()
-    full = train_module.full_help()
+    full = full_help()
     assert len(lines) < 200 and len(lines) * 5 < len(full.splitlines())
     for heading in (
         "The method (RoutingGRPOConfig",
@@ -65,9 +68,9 @@ def test_train_help_is_short_grouped_and_names_the_method(capsys):
     ):
         assert heading in out
     # Every method field and every task/data field is there, with its text.
-    own = train_module.method_fields()
+    own = arguments.method_fields()
     assert {"modes", "routing_warmup_steps", "balance_coef", "single_mode", "verifier"} <= set(own)
-    for name in own + [f.name for f in dataclasses.fields(train_module.RoutingScriptArguments)]:
+    for name in own + [f.name for f in dataclasses.fields(arguments.RoutingScriptArguments)]:
         (i,) = [i for i, ln in enumerate(lines) if ln.split()[:1] == [f"--{name}"]]
         text = lines[i].split(maxsplit=1)[1:] or lines[i + 1].split()  # a long name has its text below
         assert text, f"--{name} has no text"
@@ -84,7 +87,7 @@ def test_train_help_is_short_grouped_and_names_the_method(capsys):
 def test_help_all_lists_every_option(capsys):
     code, out, _ = run_main(capsys, ["train", "--help-all"])
     assert code == 0
-    for name in train_module.recipe_fields():
+    for name in arguments.recipe_fields():
         assert f"--{name}" in out, name
 
 

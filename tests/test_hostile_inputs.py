@@ -1,14 +1,15 @@
 """Every bad input gets one line: hostile recipes, data, files and command lines through the real entry
-points, ``python -m routing_grpo.train`` and ``routing-grpo COMMAND``, each case in a process of its own.
+points, ``python -m routing_grpo.train`` (``train.cli``) and ``routing-grpo COMMAND`` (``cli.main``).
 
 For every case: exit code 2, exactly one line ``routing-grpo ...: error: ...`` on stderr naming the key,
 value or path (progress bars aside), no traceback; and, where the problem is knowable before the model
-loads, no model was loaded (transformers' "Loading weights" bar never appears).
+loads, no model was loaded (the model loader fails the test if called).
 
 The cases are patches of a tiny recipe (the tiny offline Qwen2 on the synthetic task), grouped: types,
 ranges, mode lists, schedules, batch geometry, files, names (tasks, benchmarks, trackers, verifiers),
-chat templates, command lines, and the other ``routing-grpo`` commands. All processes are started at once
-by a module fixture (each pays the import of torch and transformers) and each case reads its own result.
+chat templates, command lines, and the other ``routing-grpo`` commands. Each runs in this process through
+the entry point's ``cli(argv)`` / ``main(argv)``; a few representative ones also run as real processes of
+both commands (marked slow), with the traceback shown on request.
 """
 
 from __future__ import annotations
@@ -17,14 +18,14 @@ import importlib.util
 import os
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.test_train_entry import tiny_recipe
+from routing_grpo import cli, loading, train
+from tests.helpers import tiny_recipe
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CONSOLE_SCRIPT = Path(sys.executable).with_name("routing-grpo")
@@ -497,23 +498,6 @@ def _command(case: Case, root: Path, model: Path, paths: dict[str, str]) -> list
     return [sys.executable, "-m", "routing_grpo.train", "--config", str(path), *args]
 
 
-@pytest.fixture(scope="module")
-def results(tmp_path_factory, tiny_model_path) -> dict[str, subprocess.CompletedProcess]:
-    """Every case's finished process, all started at once (as many at a time as there are CPUs)."""
-    root = tmp_path_factory.mktemp("hostile")
-    paths = _prepare(root, tiny_model_path)
-    commands = {c.id: _command(c, root, tiny_model_path, paths) for c in CASES if not _unavailable(c)}
-
-    def run(command: list[str]) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            command, cwd=root, env=ENV, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL
-        )
-
-    with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
-        done = dict(zip(commands, pool.map(run, commands.values())))
-    return done
-
-
 def _report_lines(stderr: str) -> list[str]:
     """stderr without progress bars (model loading) and blank lines."""
     return [
@@ -527,24 +511,89 @@ def test_the_case_ids_are_distinct():
     assert len({c.id for c in CASES}) == len(CASES)
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
-def test_a_bad_input_gets_one_line_and_exit_code_2(case: Case, results):
-    if case.id not in results:
-        pytest.skip(f"{case.needs} is available here: nothing to refuse")
-    proc = results[case.id]
-    lines = _report_lines(proc.stderr)
-    shown = f"exit {proc.returncode}\nstderr:\n{proc.stderr[-3000:]}\nstdout:\n{proc.stdout[-1000:]}"
-    assert proc.returncode == 2, shown
-    assert "Traceback" not in proc.stderr and "Traceback" not in proc.stdout, shown
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory, tiny_model_path) -> tuple[Path, dict[str, str]]:
+    """The folder the cases run in and the paths their commands name (data files, a missing folder...)."""
+    root = tmp_path_factory.mktemp("hostile")
+    return root, _prepare(root, tiny_model_path)
+
+
+@pytest.fixture
+def model_loads(monkeypatch) -> list[str]:
+    """The models the entry point loaded (the loader itself is the real one)."""
+    loaded: list[str] = []
+    real = loading.load_model
+
+    def recording(path, *args, **kwargs):
+        loaded.append(str(path))
+        return real(path, *args, **kwargs)
+
+    monkeypatch.setattr(loading, "load_model", recording)
+    return loaded
+
+
+def run_in_process(command: list[str], capfd) -> tuple[int, str]:
+    """Exit code and stderr of ``python -m routing_grpo.train ...`` or ``routing-grpo ...``, run here."""
+    capfd.readouterr()
+    if command[:3] == [sys.executable, "-m", "routing_grpo.train"]:
+        with pytest.raises(SystemExit) as done:
+            train.cli(command[3:])
+        code = done.value.code
+    else:
+        code = cli.main(command[1:] if command[0] == str(CONSOLE_SCRIPT) else command[3:])
+    return code, capfd.readouterr().err
+
+
+def check_one_line(case: Case, code: int, stderr: str) -> None:
+    lines = _report_lines(stderr)
+    shown = f"exit {code}\nstderr:\n{stderr[-3000:]}"
+    assert code == 2, shown
+    assert "Traceback" not in stderr, shown
     assert len(lines) == 1, shown
     line = lines[0]
     assert line.startswith("routing-grpo") and ": error: " in line, shown
     for text in case.expect:
         assert text in line, f"{text!r} not in: {line}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_a_bad_input_gets_one_line_and_exit_code_2(
+    case: Case, prepared, tiny_model_path, model_loads, capfd, monkeypatch
+):
+    if _unavailable(case):
+        pytest.skip(f"{case.needs} is available here: nothing to refuse")
+    root, paths = prepared
+    monkeypatch.chdir(root)
+    monkeypatch.delenv("ROUTING_GRPO_DEBUG", raising=False)
+    code, stderr = run_in_process(_command(case, root, tiny_model_path, paths), capfd)
+    check_one_line(case, code, stderr)
     if case.recipe is not None or case.args or case.command[:1] == ("python-m-train",):
-        assert ("Loading weights" in proc.stderr) == case.model_loads, shown
+        assert bool(model_loads) == case.model_loads, model_loads
 
 
+# A few cases as real processes of both commands: the console script, `python -m`, the exit code the shell
+# sees, and nothing printed around the line (warnings, progress bars of the model loading).
+PROCESS_CASES = ("key-typo", "cli-no-arguments", "cli-routing-grpo-train-bad-key", "top-unknown-command")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", [c for c in CASES if c.id in PROCESS_CASES], ids=lambda c: c.id)
+def test_a_bad_input_gets_one_line_from_a_process(case: Case, prepared, tiny_model_path):
+    root, paths = prepared
+    proc = subprocess.run(
+        _command(case, root, tiny_model_path, paths),
+        cwd=root,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
+    check_one_line(case, proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stdout and "Loading weights" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.slow
 def test_the_traceback_is_shown_on_request(tmp_path, tiny_model_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text(yaml.safe_dump(tiny_recipe(tiny_model_path, tmp_path / "out", task="algebra")))

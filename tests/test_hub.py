@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 from routing_grpo import paper, train
+from routing_grpo.errors import UsageError
+from routing_grpo.hub import card_run_identity, card_run_marker, hub_repo_name, model_card
 from tests.helpers import StandInHub, tiny_recipe, write_recipe
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
@@ -26,14 +28,9 @@ def parse(path: Path, *extra: str):
 
 
 def test_hub_repo_name():
-    assert (
-        train.hub_repo_name("recipes/router_r1_distill_qwen_1.5b.yaml", 2)
-        == "router_r1_distill_qwen_1.5b-seed2"
-    )
-    assert (
-        train.hub_repo_name(Path("a/b/countdown_router.yaml"), 0, "my-lab") == "my-lab/countdown_router-seed0"
-    )
-    assert train.hub_repo_name("x.yaml", 1, "my-lab/") == "my-lab/x-seed1"
+    assert hub_repo_name("recipes/router_r1_distill_qwen_1.5b.yaml", 2) == "router_r1_distill_qwen_1.5b-seed2"
+    assert hub_repo_name(Path("a/b/countdown_router.yaml"), 0, "my-lab") == "my-lab/countdown_router-seed0"
+    assert hub_repo_name("x.yaml", 1, "my-lab/") == "my-lab/x-seed1"
 
 
 def test_every_recipe_and_seed_gets_its_own_repo():
@@ -123,7 +120,7 @@ def test_the_model_card_reports_the_final_routing_split(tmp_path):
          "routing/share/Long": 0.0, "routing/entropy": float("nan")},  # no valid free rollout: skipped
     ]  # fmt: skip
     script_args, args, model_args = parse(RECIPES / "router_r1_distill_qwen_1.5b.yaml")
-    card = train.model_card(args, script_args, model_args, history)
+    card = model_card(args, script_args, model_args, history)
     assert (
         "- last training batch (generation batch 90): NoThink 20.0% / Short 32.0% / Long 48.0%, entropy 1.040"
         in card
@@ -142,7 +139,7 @@ def test_the_model_card_reports_the_final_routing_split(tmp_path):
     assert 'A plain `pipeline("text-generation")` does not route' in card
     # A single-mode baseline has no routing split.
     script_args, args, model_args = parse(RECIPES / "baseline_long_r1_distill_qwen_1.5b.yaml")
-    card = train.model_card(args, script_args, model_args, history)
+    card = model_card(args, script_args, model_args, history)
     assert "Final routing split" not in card and "A single-mode baseline: every answer in **Long**" in card
 
 
@@ -150,7 +147,7 @@ def test_the_model_card_names_only_the_phases_the_run_reached():
     """A 6-batch run of the paper's recipe: warmup and balance as run; no phase 2, no anneal."""
     script_args, args, model_args = parse(RECIPES / "router_r1_distill_qwen_1.5b.yaml")
     history = [{"routing/batch_step": float(b)} for b in range(6)]
-    card = train.model_card(args, script_args, model_args, history)
+    card = model_card(args, script_args, model_args, history)
     section = card.split("## Schedule as run")[1].split("##")[0]
     assert "- 6 generation batches" in section
     assert "- batches 1-6: routing warmup" in section and "- batches 1-6: balance term at 1.0" in section
@@ -174,7 +171,7 @@ def _push_run(tmp_path, tiny_model_path, monkeypatch, cards, **recipe_changes):
 
 
 def _card_of(recipe: str, seed: int) -> str:
-    return f"# a model\n\n{train.card_run_marker({'recipe': recipe, 'seed': seed})}\n"
+    return f"# a model\n\n{card_run_marker({'recipe': recipe, 'seed': seed})}\n"
 
 
 REPO = "stand-in-user/tiny_router-seed0"
@@ -193,7 +190,7 @@ def test_a_push_over_another_runs_model_card_is_refused_before_training(
     tmp_path, tiny_model_path, monkeypatch, card, named
 ):
     hub, out, run = _push_run(tmp_path, tiny_model_path, monkeypatch, {REPO: card})
-    with pytest.raises(train.RecipeError) as err:
+    with pytest.raises(UsageError) as err:
         run()
     message = str(err.value)
     assert f"{REPO} already holds the model card of {named}" in message
@@ -208,7 +205,7 @@ def test_hub_overwrite_replaces_another_runs_card(tmp_path, tiny_model_path, mon
     hub, _, run = _push_run(tmp_path, tiny_model_path, monkeypatch, {REPO: other}, hub_overwrite=True)
     run()
     assert hub.named("upload_folder")[-1]["commit_message"] == "End of training"
-    assert train.card_run_identity(hub.cards[REPO]) == {"recipe": "tiny_router", "seed": 0}
+    assert card_run_identity(hub.cards[REPO]) == {"recipe": "tiny_router", "seed": 0}
 
 
 def test_the_same_run_pushes_over_its_own_card(tmp_path, tiny_model_path, monkeypatch):
@@ -216,4 +213,4 @@ def test_the_same_run_pushes_over_its_own_card(tmp_path, tiny_model_path, monkey
     hub, _, run = _push_run(tmp_path, tiny_model_path, monkeypatch, {REPO: _card_of("tiny_router", 0)})
     run()
     assert hub.named("upload_folder")[-1]["commit_message"] == "End of training"
-    assert train.card_run_identity(hub.cards[REPO]) == {"recipe": "tiny_router", "seed": 0}
+    assert card_run_identity(hub.cards[REPO]) == {"recipe": "tiny_router", "seed": 0}

@@ -141,7 +141,8 @@ def test_variants_differ_from_the_router_only_where_they_say(name):
 
 @pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.stem)
 def test_mini_recipes_parse(path):
-    from routing_grpo.train import check_recipe, parse_args
+    from routing_grpo.recipe import check_recipe
+    from routing_grpo.train import parse_args
 
     check_recipe(yaml.safe_load(path.read_text()), str(path))
     script_args, args, model_args = parse_args(["--config", str(path)])
@@ -301,7 +302,7 @@ def test_a_stage_that_runs_alone_gets_its_own_thread_count(tmp_path):
 def test_the_core_never_imports_the_miniature_nor_reads_the_checkout():
     """Only the miniature's own modules and the entries (cli, demo) import it; the core finds its tasks and
     models through entry points. No package module reaches for the source checkout (a wheel has none)."""
-    from tests.test_structure import PACKAGE, import_graph
+    from tests.helpers import PACKAGE, import_graph
 
     entries = {"routing_grpo.cli", "routing_grpo.demo"}
     importers = {

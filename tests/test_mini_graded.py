@@ -169,7 +169,8 @@ def test_variants_differ_from_the_router_only_where_they_say(name):
 
 @pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.stem)
 def test_graded_recipes_parse(path):
-    from routing_grpo.train import check_recipe, parse_args
+    from routing_grpo.recipe import check_recipe
+    from routing_grpo.train import parse_args
 
     check_recipe(yaml.safe_load(path.read_text()), str(path))
     script_args, args, model_args = parse_args(["--config", str(path)])

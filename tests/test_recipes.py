@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from routing_grpo.config import RoutingGRPOConfig
-from routing_grpo.train import check_recipe, parse_args
+from routing_grpo.recipe import check_recipe
+from routing_grpo.train import parse_args
 
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 ROUTER = RECIPES / "router_r1_distill_qwen_1.5b.yaml"

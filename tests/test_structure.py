@@ -4,42 +4,11 @@ import still ties two modules together: neither can be understood, tested or mov
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "routing_grpo"
+from tests.helpers import PACKAGE, import_graph
 
 # Circles still tolerated (none: the frontier, which report and mini.oracle both read, is a module of its own).
 KNOWN: set[frozenset[str]] = set()
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def import_graph() -> dict[str, set[str]]:
-    """module -> the package modules it imports (anywhere in the file)."""
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph: dict[str, set[str]] = {m: set() for m in modules}
-    for name, path in modules.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(path.read_text())):
-            targets: list[str] = []
-            if isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(anchor + ([base] if base else []))
-                # `from routing_grpo import plots` names a module; `from routing_grpo.x import f` does not.
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
-            for target in targets:
-                while target and target not in modules:
-                    target = target.rpartition(".")[0]
-                if target and target != name and target != "routing_grpo":
-                    graph[name].add(target)
-    return graph
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -101,3 +70,86 @@ def test_the_miniature_has_no_import_cycle():
     graph = import_graph()
     assert "routing_grpo.report" not in graph["routing_grpo.mini.oracle"]  # the frontier is its own module
     assert not [c for c in cycles(graph) if any(m.startswith("routing_grpo.mini") for m in c)]
+
+
+# Doors one way: a module imports only from its own floor or below. The pure method modules and small
+# utilities at the bottom; prompting, data, the config and the routing settings file above them; trainer,
+# evaluation, inference, report and the training stages above those; the entries on top. The miniature
+# (routing_grpo.mini) stands beside the house: it may use floors 0-2, and only entries import it.
+FLOORS = {
+    0: {
+        "paper", "modes", "rewards", "advantages", "schedules", "collapse", "batching", "frontier",
+        "emergence", "grading", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
+    },
+    1: {
+        "prompting", "config", "settings", "tasks", "data", "offline_models", "generation",
+        "capped_generation", "arguments",
+    },
+    2: {
+        "trainer", "callbacks", "backends", "evaluate", "inference", "report", "plots", "recipe", "hub",
+        "runs", "loading", "train_help",
+    },
+    3: {"train", "cli", "demo", "demo_smollm2", "__main__"},
+}  # fmt: skip
+MINI = "routing_grpo.mini"
+
+
+def floor_of(module: str) -> int | None:
+    short = module.removeprefix("routing_grpo.")
+    return next((n for n, names in FLOORS.items() if short in names), None)
+
+
+def test_every_module_has_a_floor():
+    modules = [m for m in import_graph() if m != "routing_grpo" and not m.startswith(MINI)]
+    assert not [m for m in modules if floor_of(m) is None], "add new modules to FLOORS"
+
+
+def test_doors_open_one_way():
+    upward = []
+    for module, targets in import_graph().items():
+        for target in targets:
+            if target.startswith(MINI):
+                if not module.startswith(MINI) and floor_of(module) != 3:
+                    upward.append(f"{module} -> {target} (only entries use the miniature)")
+            elif module.startswith(MINI):
+                if floor_of(target) == 3:
+                    upward.append(f"{module} -> {target} (the miniature uses no entry)")
+            elif module != "routing_grpo" and floor_of(target) > floor_of(module):
+                upward.append(f"{module} (floor {floor_of(module)}) -> {target} (floor {floor_of(target)})")
+    assert not upward, upward
+
+
+def imported_modules(tree: ast.AST) -> dict[str, str]:
+    """Local name -> package module, for ``import routing_grpo.x as y`` and ``from routing_grpo import x``."""
+    names: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("routing_grpo."):
+                    names[a.asname or a.name] = a.name
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("routing_grpo"):
+            for a in node.names:
+                names[a.asname or a.name] = f"{node.module}.{a.name}"
+    return names
+
+
+def test_no_private_names_cross_modules():
+    crossing = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        modules = imported_modules(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("routing_grpo"):
+                crossing += [f"{path.name}: {node.module}.{a.name}" for a in node.names if is_private(a.name)]
+            elif (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in modules
+                and is_private(node.attr)
+            ):
+                crossing.append(f"{path.name}: {modules[node.value.id]}.{node.attr}")
+    assert not crossing, crossing
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))

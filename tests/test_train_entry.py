@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from routing_grpo import train
+from routing_grpo import loading, runs, train
+from routing_grpo.errors import UsageError
 from tests.helpers import tiny_recipe, write_recipe
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -34,9 +35,9 @@ def no_model_loading(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded although the recipe is invalid")
 
-    monkeypatch.setattr(train, "load_model", refuse)
-    monkeypatch.setattr(train, "load_tokenizer", refuse)
-    monkeypatch.setattr(train, "resolve_model_path", refuse)
+    monkeypatch.setattr(loading, "load_model", refuse)
+    monkeypatch.setattr(loading, "load_tokenizer", refuse)
+    monkeypatch.setattr(loading, "resolve_model_path", refuse)
 
 
 def run_cli_expecting_error(argv: list[str]) -> str:
@@ -69,9 +70,9 @@ def test_the_routing_grpo_train_command_reports_the_same_error(tmp_path, no_mode
 
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", warmup_stpes=3))
     err = io.StringIO()
-    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
-        cli_main(["train", "--config", str(recipe)])
-    assert exit_info.value.code == 2 and "warmup_stpes: unknown recipe key" in err.getvalue()
+    with contextlib.redirect_stderr(err):
+        code = cli_main(["train", "--config", str(recipe)])
+    assert code == 2 and "warmup_stpes: unknown recipe key" in err.getvalue()
 
 
 @pytest.mark.parametrize(
@@ -106,9 +107,9 @@ def test_command_line_overrides_the_recipe_and_is_type_checked(tmp_path):
         ["--config", str(recipe), "--num_generations", "8", "--routing_warmup_steps", "0"]
     )
     assert args.num_generations == 8 and args.routing_warmup_steps == 0
-    with pytest.raises(train.RecipeError, match="--num_generations"):
+    with pytest.raises(UsageError, match="--num_generations"):
         train.parse_args(["--config", str(recipe), "--num_generations", "eight"])
-    with pytest.raises(train.RecipeError, match="not_a_flag"):
+    with pytest.raises(UsageError, match="not_a_flag"):
         train.parse_args(["--config", str(recipe), "--not_a_flag", "1"])
 
 
@@ -166,12 +167,12 @@ def test_trust_remote_code_is_off_unless_the_recipe_sets_it(tmp_path):
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out"))
     _, args, model_args = train.parse_args(["--config", str(recipe)])
     assert args.trust_remote_code is False
-    assert train.model_init_kwargs(model_args, args)["trust_remote_code"] is False
+    assert loading.model_init_kwargs(model_args, args)["trust_remote_code"] is False
     recipe = write_recipe(
         tmp_path / "r2.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", trust_remote_code=True)
     )
     _, args, model_args = train.parse_args(["--config", str(recipe)])
-    assert train.model_init_kwargs(model_args, args)["trust_remote_code"] is True
+    assert loading.model_init_kwargs(model_args, args)["trust_remote_code"] is True
 
 
 def test_wandb_without_credentials_logs_offline(tmp_path):
@@ -181,28 +182,28 @@ def test_wandb_without_credentials_logs_offline(tmp_path):
     _, args, _ = train.parse_args(["--config", str(recipe)])
     no_netrc = {"NETRC": str(tmp_path / "missing-netrc")}
     env = dict(no_netrc)
-    assert train.configure_tracking(args, env) == "offline" and env["WANDB_MODE"] == "offline"
+    assert loading.configure_tracking(args, env) == "offline" and env["WANDB_MODE"] == "offline"
     env = {**no_netrc, "WANDB_API_KEY": "k"}
-    assert train.configure_tracking(args, env) == "online" and "WANDB_MODE" not in env
+    assert loading.configure_tracking(args, env) == "online" and "WANDB_MODE" not in env
     netrc_file = tmp_path / "netrc"
     netrc_file.write_text("machine api.wandb.ai\n  login user\n  password secret\n")
     netrc_file.chmod(0o600)
     env = {"NETRC": str(netrc_file)}
-    assert train.configure_tracking(args, env) == "online"
+    assert loading.configure_tracking(args, env) == "online"
     env = {**no_netrc, "WANDB_MODE": "disabled"}
-    assert train.configure_tracking(args, env) == "disabled"
+    assert loading.configure_tracking(args, env) == "disabled"
     _, args, _ = train.parse_args(["--config", str(recipe), "--report_to", "none"])
-    assert train.configure_tracking(args, dict(no_netrc)) is None
+    assert loading.configure_tracking(args, dict(no_netrc)) is None
 
 
 def test_chat_template_must_have_a_generation_prompt(tiny_model_path):
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
-    train.check_chat_template(tokenizer)
+    loading.check_chat_template(tokenizer)
     tokenizer.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     with pytest.raises(ValueError, match="generation prompt"):
-        train.check_chat_template(tokenizer)
+        loading.check_chat_template(tokenizer)
 
 
 def test_chat_template_override_from_a_file(tmp_path, tiny_model_path):
@@ -215,7 +216,7 @@ def test_chat_template_override_from_a_file(tmp_path, tiny_model_path):
         tmp_path / "r.yaml", tiny_recipe(tiny_model_path, tmp_path / "out", chat_template=str(template))
     )
     script_args, args, model_args = train.parse_args(["--config", str(recipe)])
-    tokenizer = train.load_tokenizer(str(tiny_model_path), script_args, model_args)
+    tokenizer = loading.load_tokenizer(str(tiny_model_path), script_args, model_args)
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
     )
@@ -432,7 +433,7 @@ def test_the_output_folder_follows_recipe_and_seed(tmp_path, tiny_model_path, mo
     path = write_recipe(tmp_path / "tiny_router.yaml", recipe)
     _, args, _ = train.parse_args(["--config", str(path), "--seed", "3"])
     assert args.output_dir == os.path.join("outputs", "tiny_router", "seed3")
-    assert train.run_output_dir("recipes/router_r1_distill_qwen_1.5b.yaml", 1) == os.path.join(
+    assert runs.run_output_dir("recipes/router_r1_distill_qwen_1.5b.yaml", 1) == os.path.join(
         "outputs", "router_r1_distill_qwen_1.5b", "seed1"
     )
     # Given in the recipe or on the command line, output_dir is kept.
@@ -448,16 +449,16 @@ def test_resuming_a_checkpoint_of_another_seed_or_recipe_is_refused(tmp_path, ti
     out = tmp_path / "out"
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
     train.main(*train.parse_args(["--config", str(recipe)]))
-    identity = json.loads((out / train.RUN_FILE).read_text())
+    identity = json.loads((out / runs.RUN_FILE).read_text())
     assert identity["recipe"] == "r" and identity["seed"] == 0
     identity.pop("finished")  # the folder's record also says the run finished
-    assert json.loads((out / "checkpoint-2" / train.RUN_FILE).read_text()) == identity
+    assert json.loads((out / "checkpoint-2" / runs.RUN_FILE).read_text()) == identity
 
     # Nothing is loaded before the refusal.
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded for a run that must be refused")
 
-    monkeypatch.setattr(train, "resolve_model_path", refuse)
+    monkeypatch.setattr(loading, "resolve_model_path", refuse)
     message = run_cli_expecting_error(["--config", str(recipe), "--seed", "1", "--total_batch_steps", "2"])
     assert "checkpoint-2" in message and "seed 0" in message and "seed 1" in message and "'r'" in message
     other = write_recipe(tmp_path / "other.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=2))
@@ -470,7 +471,7 @@ def test_resuming_a_checkpoint_of_another_seed_or_recipe_is_refused(tmp_path, ti
     )
     assert "recipe 'r' with seed 0" in message and "recipe 'fresh' with seed 0" in message
     assert (
-        train.check_resume(str(out / "checkpoint-2"), {"recipe": "r", "seed": 0, "recipe_path": None}) is None
+        runs.check_resume(str(out / "checkpoint-2"), {"recipe": "r", "seed": 0, "recipe_path": None}) is None
     )
 
 
@@ -489,11 +490,11 @@ def test_a_second_seed_into_a_folder_of_another_seed_is_refused(tmp_path, tiny_m
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded for a run that must be refused")
 
-    monkeypatch.setattr(train, "resolve_model_path", refuse)
+    monkeypatch.setattr(loading, "resolve_model_path", refuse)
     message = run_cli_expecting_error(["--config", str(recipe), "--seed", "1"])
     assert f"output_dir: {out} holds the run of recipe 'r' with seed 0" in message and "seed 1" in message
     assert (out / "model.safetensors").read_bytes() == weights
-    assert json.loads((out / train.RUN_FILE).read_text())["seed"] == 0
+    assert json.loads((out / runs.RUN_FILE).read_text())["seed"] == 0
 
 
 def test_rerunning_a_finished_run_trains_nothing(tmp_path, tiny_model_path, capsys, monkeypatch):
@@ -501,7 +502,7 @@ def test_rerunning_a_finished_run_trains_nothing(tmp_path, tiny_model_path, caps
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
     train.main(*train.parse_args(["--config", str(recipe)]))
     weights = (out / "model.safetensors").read_bytes()
-    identity = json.loads((out / train.RUN_FILE).read_text())
+    identity = json.loads((out / runs.RUN_FILE).read_text())
     assert identity["finished"] == {"global_step": 2, "max_steps": 2}
     # Every checkpoint routes like the final model.
     assert (
@@ -509,7 +510,7 @@ def test_rerunning_a_finished_run_trains_nothing(tmp_path, tiny_model_path, caps
         == "NoThink"
     )
 
-    monkeypatch.setattr(train, "resolve_model_path", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(loading, "resolve_model_path", lambda *a, **k: pytest.fail("a model was loaded"))
     capsys.readouterr()
     with pytest.raises(SystemExit) as done:
         train.cli(["--config", str(recipe)])
@@ -533,7 +534,7 @@ def test_modes_from_the_command_line_as_json_or_yaml(tmp_path, tiny_model_path):
         ("[oops", "--modes: not valid JSON or YAML"),
         ("[]", "modes: expected a non-empty list"),
     ]:
-        with pytest.raises(train.RecipeError, match=re.escape(expected)):
+        with pytest.raises(UsageError, match=re.escape(expected)):
             train.parse_args(["--config", str(recipe), "--modes", bad])
 
 

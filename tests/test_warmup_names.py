@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 
 from routing_grpo import train
+from routing_grpo.arguments import recipe_fields
+from routing_grpo.errors import UsageError
 from tests.helpers import tiny_recipe, write_recipe
 
 
@@ -27,7 +29,7 @@ def test_an_old_style_warmup_steps_is_refused(tmp_path, value):
     recipe = tiny_recipe(tmp_path / "m", tmp_path / "out", warmup_steps=value)
     del recipe["routing_warmup_steps"]
     path = write_recipe(tmp_path / "old.yaml", recipe)
-    with pytest.raises(train.RecipeError) as info:
+    with pytest.raises(UsageError) as info:
         train.parse_args(["--config", str(path)])
     message = str(info.value)
     assert "warmup_steps" in message and "routing_warmup_steps" in message
@@ -39,7 +41,7 @@ def test_an_old_style_warmup_on_the_command_line_is_refused(tmp_path):
     del recipe["routing_warmup_steps"]
     path = write_recipe(tmp_path / "r.yaml", recipe)
     for argv in (["--warmup_steps", "2"], ["--warmup_steps=2"], ["--warmup-steps", "2"]):
-        with pytest.raises(train.RecipeError, match="routing_warmup_steps"):
+        with pytest.raises(UsageError, match="routing_warmup_steps"):
             train.parse_args(["--config", str(path), *argv])
     # Stating the routing warmup as well makes the learning-rate warmup unambiguous.
     _, args, _ = train.parse_args(
@@ -62,10 +64,10 @@ def test_a_fractional_warmup_is_learning_rate_warmup(tmp_path):
     [("lr_warmup_steps", "TRL's `warmup_steps`"), ("warmup_ratio", "`warmup_steps: 0.1`")],
 )
 def test_old_and_dropped_warmup_keys_say_what_to_write(tmp_path, key, expected):
-    if key in train.recipe_fields():
+    if key in recipe_fields():
         pytest.skip(f"{key} is a field of this transformers version")
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", **{key: 0.1}))
-    with pytest.raises(train.RecipeError) as info:
+    with pytest.raises(UsageError) as info:
         train.parse_args(["--config", str(recipe)])
     assert f"{key}: not a recipe key here" in str(info.value) and expected in str(info.value)
 

@@ -1,0 +1,158 @@
+"""One run, one folder: a run is its recipe and seed, and its folder (and every checkpoint in it) says so.
+
+A recipe's run writes to ``outputs/<recipe name>/seed<seed>`` unless told otherwise; another recipe's or
+seed's folder or checkpoint is never trained into or resumed from, and a finished run is not trained again.
+Each refusal is a :class:`~routing_grpo.errors.UsageError` naming both runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from routing_grpo.config import RoutingGRPOConfig
+from routing_grpo.errors import UsageError
+
+DEFAULT_OUTPUT_ROOT = "outputs"
+RUN_FILE = "routing_run.json"
+
+
+def run_output_dir(recipe: str | Path, seed: int, root: str | Path = DEFAULT_OUTPUT_ROOT) -> str:
+    """The folder of one run of a recipe when the recipe and command line give no ``output_dir``:
+    ``<root>/<recipe file name>/seed<seed>``, e.g. ``outputs/router_r1_distill_qwen_1.5b/seed1``."""
+    return str(Path(root) / Path(recipe).stem / f"seed{seed}")
+
+
+def run_identity(script_args: Any, training_args: RoutingGRPOConfig) -> dict[str, Any]:
+    """What makes a run the same run: its recipe (file name; None without one) and its seed."""
+    path = getattr(script_args, "recipe_path", None)
+    return {
+        "recipe": Path(path).stem if path else None,
+        "recipe_path": str(path) if path else None,
+        "seed": int(training_args.seed),
+    }
+
+
+def read_run_identity(checkpoint: str | Path) -> dict[str, Any] | None:
+    """The identity stored in a checkpoint, else in the run folder holding it; None when neither has one."""
+    folder = Path(checkpoint)
+    for candidate in (folder / RUN_FILE, folder.parent / RUN_FILE):
+        if candidate.is_file():
+            try:
+                return json.loads(candidate.read_text())
+            except (OSError, ValueError):
+                return None
+    return None
+
+
+def write_run_identity(folder: str | Path, identity: dict[str, Any]) -> None:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / RUN_FILE).write_text(json.dumps(identity, indent=2) + "\n")
+
+
+def check_resume(checkpoint: str | Path | None, identity: dict[str, Any]) -> None:
+    """Refuses (:class:`UsageError`, naming both) to resume from a checkpoint of another recipe or seed.
+
+    A checkpoint written before run identities were stored, or a run without a recipe, is not compared on
+    the recipe; the seed always is when the checkpoint has one.
+    """
+    if not checkpoint or not isinstance(checkpoint, str | Path) or not Path(checkpoint).is_dir():
+        return
+    stored = read_run_identity(checkpoint)
+    if not stored:
+        return
+    seed_differs = stored.get("seed") is not None and stored.get("seed") != identity["seed"]
+    recipe_differs = bool(
+        stored.get("recipe") and identity["recipe"] and stored["recipe"] != identity["recipe"]
+    )
+    if seed_differs or recipe_differs:
+        raise UsageError(
+            f"resume: {checkpoint} is a checkpoint of recipe {stored.get('recipe')!r} with seed "
+            f"{stored.get('seed')}, but this run is recipe {identity['recipe']!r} with seed {identity['seed']}. "
+            "One run, one folder: give this run its own --output_dir (without one, a recipe's run writes to "
+            f"{DEFAULT_OUTPUT_ROOT}/<recipe name>/seed<seed>), or resume_from_checkpoint a checkpoint of this run"
+        )
+
+
+def _folder_identity(folder: str | Path) -> dict[str, Any] | None:
+    path = Path(folder) / RUN_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def check_run_folder(output_dir: str | Path, identity: dict[str, Any], max_steps: int) -> bool:
+    """One run, one folder. Refuses (:class:`UsageError`, naming both) a folder that holds another recipe's
+    or seed's run, checkpoints or not; returns True when this very run has finished there already (nothing
+    to train), and refuses a finished run asked for a different length."""
+    stored = _folder_identity(output_dir)
+    if not stored:
+        return False
+    seed_differs = stored.get("seed") is not None and stored.get("seed") != identity["seed"]
+    recipe_differs = bool(
+        stored.get("recipe") and identity["recipe"] and stored["recipe"] != identity["recipe"]
+    )
+    if seed_differs or recipe_differs:
+        raise UsageError(
+            f"output_dir: {output_dir} holds the run of recipe {stored.get('recipe')!r} with seed "
+            f"{stored.get('seed')}, but this run is recipe {identity['recipe']!r} with seed {identity['seed']}. "
+            "One run, one folder: give this run its own --output_dir (without one, a recipe's run writes to "
+            f"{DEFAULT_OUTPUT_ROOT}/<recipe name>/seed<seed>)"
+        )
+    finished = stored.get("finished")
+    if not finished:
+        return False
+    if finished.get("max_steps") != max_steps:
+        from transformers.trainer_utils import get_last_checkpoint
+
+        if get_last_checkpoint(str(output_dir)):
+            return False  # a longer (or shorter) run resumes from the last checkpoint, as asked
+        raise UsageError(
+            f"output_dir: {output_dir} holds this run finished at {finished.get('global_step')} optimizer steps "
+            f"of {finished.get('max_steps')} and no checkpoint to continue from; this command asks for "
+            f"{max_steps}. Give it another --output_dir"
+        )
+    return True
+
+
+def resume_checkpoint(training_args: RoutingGRPOConfig) -> str | None:
+    """The checkpoint this run resumes from: the one asked for, else the last one in the output folder."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if training_args.resume_from_checkpoint is not None:
+        return training_args.resume_from_checkpoint
+    if os.path.isdir(training_args.output_dir):
+        return get_last_checkpoint(training_args.output_dir)
+    return None
+
+
+def run_identity_callback(identity: dict[str, Any]) -> Any:
+    """A callback that stores the run identity and the routing settings in every checkpoint saved."""
+    from transformers import TrainerCallback
+
+    class RunIdentityCallback(TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and folder.is_dir():
+                write_run_identity(folder, identity)
+                # A checkpoint routes like the final model: eval and generate need no --config for it.
+                from routing_grpo.settings import save_routing_settings
+
+                save_routing_settings(args, folder)
+
+    return RunIdentityCallback()
+
+
+def finished_note(output_dir: str | Path, identity: dict[str, Any]) -> str:
+    """What a rerun of a finished run says (it trains nothing)."""
+    return (
+        f"{output_dir}: this run (recipe {identity['recipe']!r}, seed {identity['seed']}) has finished already; "
+        "nothing to train, the final model is left as it is. Remove the folder or give another --output_dir to "
+        "train again."
+    )
