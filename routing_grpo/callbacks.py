@@ -17,8 +17,8 @@ Two ``transformers`` callbacks for :class:`~routing_grpo.trainer.RoutingGRPOTrai
   :func:`exit_if_preempted` ends every process with exit code ``128 + signal`` (143 for SIGTERM, 130 for
   SIGINT, 138 for SIGUSR1), so a scheduler or wrapper sees a run that did not finish and requeues it (the
   launcher reports the failed workers and exits non-zero itself); rerunning the same command resumes from
-  the checkpoint (``train.py`` resumes from the last checkpoint in ``output_dir``). A second signal of the
-  same kind, a few seconds after the first, goes to the handler that was there before (by default: the
+  the checkpoint (the training entry resumes from the last checkpoint in ``output_dir``). A second signal
+  of the same kind, a few seconds after the first, goes to the handler that was there before (by default: the
   process ends at once, without a checkpoint); a repeat within ``duplicate_window`` seconds (the launcher's
   forward of a signal the scheduler also sent to the worker, or a terminal's Ctrl-C reaching launcher and
   workers) counts as the same request.

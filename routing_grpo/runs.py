@@ -64,17 +64,23 @@ def check_resume(checkpoint: str | Path | None, identity: dict[str, Any]) -> Non
     stored = read_run_identity(checkpoint)
     if not stored:
         return
-    seed_differs = stored.get("seed") is not None and stored.get("seed") != identity["seed"]
-    recipe_differs = bool(
-        stored.get("recipe") and identity["recipe"] and stored["recipe"] != identity["recipe"]
-    )
-    if seed_differs or recipe_differs:
+    if is_another_run(stored, identity):
         raise UsageError(
             f"resume: {checkpoint} is a checkpoint of recipe {stored.get('recipe')!r} with seed "
             f"{stored.get('seed')}, but this run is recipe {identity['recipe']!r} with seed {identity['seed']}. "
             "One run, one folder: give this run its own --output_dir (without one, a recipe's run writes to "
             f"{DEFAULT_OUTPUT_ROOT}/<recipe name>/seed<seed>), or resume_from_checkpoint a checkpoint of this run"
         )
+
+
+def is_another_run(stored: dict[str, Any], identity: dict[str, Any]) -> bool:
+    """Whether a stored run identity names another seed or another recipe than this run's (an unknown seed
+    or recipe on either side is no difference)."""
+    seed_differs = stored.get("seed") is not None and stored.get("seed") != identity["seed"]
+    recipe_differs = bool(
+        stored.get("recipe") and identity["recipe"] and stored["recipe"] != identity["recipe"]
+    )
+    return seed_differs or recipe_differs
 
 
 def _folder_identity(folder: str | Path) -> dict[str, Any] | None:
@@ -94,11 +100,7 @@ def check_run_folder(output_dir: str | Path, identity: dict[str, Any], max_steps
     stored = _folder_identity(output_dir)
     if not stored:
         return False
-    seed_differs = stored.get("seed") is not None and stored.get("seed") != identity["seed"]
-    recipe_differs = bool(
-        stored.get("recipe") and identity["recipe"] and stored["recipe"] != identity["recipe"]
-    )
-    if seed_differs or recipe_differs:
+    if is_another_run(stored, identity):
         raise UsageError(
             f"output_dir: {output_dir} holds the run of recipe {stored.get('recipe')!r} with seed "
             f"{stored.get('seed')}, but this run is recipe {identity['recipe']!r} with seed {identity['seed']}. "

@@ -913,7 +913,7 @@ def forced_word_ids(modes: Any, tokenizer: Any, question: str) -> list[list[int]
 
     Raises ValueError naming the mode when its word tokenizes to nothing, or to ids that differ from the
     word's own (with or without a leading space) after the question, so detection would not read it back.
-    ``train.py`` calls this once the tokenizer is loaded, before the model.
+    The training entry calls this once the tokenizer is loaded, before the model.
     """
     out = []
     for m in modes:

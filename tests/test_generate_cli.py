@@ -246,48 +246,45 @@ def test_the_answers_file_is_graded_by_routing_grpo_grade(model, tmp_path, capsy
     assert json.loads(out)["rows"] == 3
 
 
+class BoxedSeven:
+    """A tokenizer whose every completion decodes to a boxed 7."""
+
+    def decode(self, ids, skip_special_tokens=True):
+        return " \\boxed{7}"
+
+
+def short_answer(rest):
+    """The answer of a row forced into Short whose generated ids are ``rest`` (0 is EOS)."""
+    from routing_grpo.inference import Row, finish_row, resolve_routing
+
+    row = Row(question="q", routing=resolve_routing(SETTINGS, "Short", None), caps=True, prompt_ids=[],
+              forced_text="Short", rest=rest)  # fmt: skip
+    return finish_row(row, SETTINGS, BoxedSeven(), None, eos_token_ids=[0])
+
+
 def test_an_answer_stopped_by_its_cap_reports_no_answer():
     from routing_grpo.inference import Row, finish_row, resolve_routing
 
-    class Tok:
-        def decode(self, ids, skip_special_tokens=True):
-            return " \\boxed{7}"
-
-    def answer(rest):
-        row = Row(question="q", routing=resolve_routing(SETTINGS, "Short", None), caps=True, prompt_ids=[],
-                  forced_text="Short", rest=rest)  # fmt: skip
-        return finish_row(row, SETTINGS, Tok(), None, eos_token_ids=[0])
-
-    capped = answer([5, 5, 5, 5, 5, 5, 5, 5])  # past Short's cap of 6
+    capped = short_answer([5, 5, 5, 5, 5, 5, 5, 5])  # past Short's cap of 6
     assert capped.stopped_by == "cap" and capped.answer is None
-    finished = answer([5, 5, 0])
+    finished = short_answer([5, 5, 0])
     assert finished.stopped_by == "eos" and finished.answer == "7"
-    exactly = answer([5, 5, 5, 5, 5, 5])  # stopped at the cap's budget, no EOS: capped too
+    exactly = short_answer([5, 5, 5, 5, 5, 5])  # stopped at the cap's budget, no EOS: capped too
     assert exactly.stopped_by == "cap" and exactly.answer is None
 
     row = Row(question="q", routing=resolve_routing(SETTINGS, "Short", None), caps=False, prompt_ids=[],
               forced_text="Short", rest=[5] * 12)  # fmt: skip
-    limited = finish_row(row, SETTINGS, Tok(), None, eos_token_ids=[0])  # caps off: the length limit
+    limited = finish_row(row, SETTINGS, BoxedSeven(), None, eos_token_ids=[0])  # caps off: the length limit
     assert limited.stopped_by == "length" and limited.answer is None
 
 
 def test_generate_prints_and_writes_no_answer_for_a_capped_response(model, tmp_path, capsys, monkeypatch):
     """`generate` itself: the printed line and the answers file hold no answer for a response stopped by its
     cap or the length limit (the grader scores it wrong), and the answer of a finished one."""
-    from routing_grpo.inference import Row, finish_row, resolve_routing
-
-    class Tok:
-        def decode(self, ids, skip_special_tokens=True):
-            return " \\boxed{7}"
-
-    def answer(rest):
-        row = Row(question="q", routing=resolve_routing(SETTINGS, "Short", None), caps=True, prompt_ids=[],
-                  forced_text="Short", rest=rest)  # fmt: skip
-        return finish_row(row, SETTINGS, Tok(), None, eos_token_ids=[0])
 
     class StubRouter:
         def generate(self, requests):
-            return [answer([5] * 6), answer([5, 5, 0])][: len(requests)]
+            return [short_answer([5] * 6), short_answer([5, 5, 0])][: len(requests)]
 
     monkeypatch.setattr(inference.Router, "from_pretrained", lambda *a, **k: StubRouter())
     answers = tmp_path / "answers.jsonl"
