@@ -357,3 +357,14 @@ def test_the_worlds_read_their_recipes_from_the_recipes_folder_given(tmp_path, c
         in capsys.readouterr().err
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_the_report_covers_every_method_evaluated_so_far(tmp_path):
+    """A later `mini.run --runs X --seeds 1,2` adds to the world's report: every method folder under eval/ is
+    reported, the taught model's forced evaluations (oracle, world tables) are not methods."""
+    from routing_grpo.mini.run import reported_methods
+
+    for name in ("base", "router", "long", "no_balance", "oracle", "world"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "notes.txt").write_text("")
+    assert [p.name for p in reported_methods(tmp_path)] == ["base", "long", "no_balance", "router"]

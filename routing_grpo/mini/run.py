@@ -291,6 +291,16 @@ def parse_batch_steps(text: str) -> dict[str | None, int]:
     return out
 
 
+# Evaluation folders that are not methods: the taught model forced into each mode (the oracle and world tables).
+FORCED_EVALS = ("oracle", "world")
+
+
+def reported_methods(eval_dir: Path) -> list[Path]:
+    """Every method evaluated under ``eval_dir`` so far, not only this invocation's: a later run of a few
+    recipes or seeds adds to the world's report instead of replacing it with a partial one."""
+    return sorted(p for p in eval_dir.iterdir() if p.is_dir() and p.name not in FORCED_EVALS)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m routing_grpo.mini.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--output", default="outputs/mini", help="output folder (default outputs/mini)")
@@ -488,7 +498,7 @@ def run_world(
         run_all(jobs)
 
         # 4. Report.
-        method_dirs = [out / "eval" / "base"] + sorted({out / "eval" / r.method for r in runs})
+        method_dirs = reported_methods(out / "eval")
         stages.run(
             "report",
             [
