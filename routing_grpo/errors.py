@@ -71,8 +71,11 @@ def run_entry(
     input_errors: tuple[type[BaseException], ...] = (),
     interrupted: str = "interrupted",
 ) -> int:
-    """Runs ``entry(arg)`` (a command line, or its parsed namespace) and returns its exit code; a :class:`UsageError` (and ``input_errors``, problems
-    no check named) is one line ``PROG: error: ...`` and exit code 2, Ctrl-C one line and 130."""
+    """Runs ``entry(arg)`` (a command line, or its parsed namespace) and returns its exit code.
+
+    A :class:`UsageError` (and ``input_errors``: problems no check named) is one line ``PROG: error: ...``
+    and exit code 2; Ctrl-C one line and 130.
+    """
     try:
         return entry(arg) or 0
     except UsageError as err:
