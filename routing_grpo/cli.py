@@ -19,31 +19,17 @@ DEFAULT_LENGTHS = (0, 256, 800, 3000, 8192)
 
 
 def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
-    """The ``modes`` of a recipe YAML (the paper's defaults when the recipe does not set them)."""
-    import yaml
+    """The ``modes`` of a recipe YAML (the paper's defaults when the recipe does not set them), read by the
+    trainer's own recipe reader so both commands refuse a bad file with the same line."""
+    from routing_grpo.recipe import read_recipe
 
-    path = Path(path)
-    if not path.is_file():
-        raise UsageError(f"recipe not found: {path}")
-    try:
-        recipe = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise UsageError(f"{path}: not valid YAML ({_yaml_problem(err)})") from None
-    if not isinstance(recipe, dict):
-        raise UsageError(f"{path}: a recipe must be a mapping of keys to values")
+    recipe = read_recipe(path)
     if "modes" not in recipe:
         return DEFAULT_MODES
     try:
         return parse_modes(recipe["modes"])
     except (TypeError, ValueError) as err:
         raise UsageError(f"{path}: {err}") from None
-
-
-def _yaml_problem(err: Exception) -> str:
-    """A YAML error on one line: what is wrong and where (PyYAML's own text spans several lines)."""
-    mark = getattr(err, "problem_mark", None)
-    problem = getattr(err, "problem", None) or " ".join(str(err).split())
-    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" if mark is not None else problem
 
 
 def reward_table(modes: Sequence[ModeSpec], lengths: Sequence[int]) -> dict[str, Any]:
