@@ -67,7 +67,7 @@ bench: install demo-deps
 #   make mini                  # both worlds from the shipped taught models: the graded world's router,
 #                              # 3 baselines and 2 ablations; the cliff world's router and 3 baselines
 #                              # (the negative control); per seed; a report per world
-#   make mini SEEDS="0" TEACH=1   # teach both worlds' models from scratch first (about 20 + 35 min)
+#   make mini SEEDS="0" TEACH=1   # teach both worlds' models from scratch first (about 23 + 42 min)
 # The SmolLM2-135M demo of the machinery: make demo-smollm2 (DEMO_ARGS="--steps 6" to vary it).
 # ------------------------------------------------------------------------------------------------------
 DEMO_ARGS ?=

@@ -196,6 +196,25 @@ def test_teaching_rows_hold_every_mode_after_its_word(tokenizer):
     assert not any(r["completion"].split()[0] in task.MODE_NAMES for r in plain)
 
 
+def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps():
+    """``python -m routing_grpo.mini.teach --world W`` with no other option makes the shipped checkpoint: its
+    seed and steps are the ones stored in the checkpoint's teaching.json."""
+    import json
+
+    from routing_grpo.mini.plugin import MINI_CHECKPOINTS
+
+    for world, folder in MINI_CHECKPOINTS.items():
+        stored = json.loads((folder / "teaching.json").read_text())["config"]
+        config = teach.TeachConfig(world=world)
+        assert (config.seed, config.steps) == (stored["seed"], stored["steps"]), world
+        # The cliff checkpoint was taught before there were worlds: its record names none.
+        assert stored.get("world", "cliff") == world
+    args = teach.build_parser().parse_args(["--world", "graded", "--seed", "5"])
+    assert teach.TeachConfig(**{k: v for k, v in vars(args).items() if k != "recipes"}).seed == 5
+    with pytest.raises(ValueError, match="unknown world"):
+        teach.TeachConfig(world="flat")
+
+
 def test_batch_steps_for_every_run_or_per_recipe():
     import argparse
 

@@ -33,6 +33,9 @@ logger = logging.getLogger(__name__)
 # The miniature's worlds: the task module each teaches, and the benchmark and recipe folder it is run with.
 WORLDS = {"cliff": task, "graded": graded}
 BENCHMARKS = {"cliff": "mini", "graded": "mini_graded"}
+# Teaching steps and seed of each world's shipped checkpoint, so that the command with no options makes it.
+TEACHING_DEFAULTS = {"cliff": {"steps": 2000, "seed": 0}, "graded": {"steps": 1500, "seed": 0}}
+WORLD_FIELDS = ("seed", "steps")
 ROUTER_RECIPES = {"cliff": "mini/router.yaml", "graded": "mini_graded/graded_router.yaml"}
 # The recipes folder of the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPES = Path("recipes")
@@ -49,21 +52,29 @@ PLAIN_SHARE = 0.5
 
 @dataclass
 class TeachConfig:
-    """The teaching run: model shape, data and schedule (defaults: the committed checkpoint's)."""
+    """The teaching run: model shape, data and schedule (defaults: the committed checkpoints'; ``seed`` and
+    ``steps`` None are the world's :data:`TEACHING_DEFAULTS`)."""
 
     output: str = "outputs/mini/taught"
     world: str = "cliff"
-    seed: int = 0
+    seed: int | None = None
     problems_per_level: int = 1500
     hidden_size: int = 128
     num_layers: int = 4
     num_heads: int = 4
     intermediate_size: int = 512
-    steps: int = 2000
+    steps: int | None = None
     batch_size: int = 64
     learning_rate: float = 2e-3
     warmup_steps: int = 50
     logging_steps: int = 50
+
+    def __post_init__(self) -> None:
+        if self.world not in WORLDS:
+            raise ValueError(f"unknown world {self.world!r}; known: {sorted(WORLDS)}")
+        for name in WORLD_FIELDS:
+            if getattr(self, name) is None:
+                setattr(self, name, TEACHING_DEFAULTS[self.world][name])
 
 
 def routed_prompt(tokenizer: Any, problem_text: str) -> str:
@@ -176,8 +187,6 @@ def teach(config: TeachConfig, recipes: Path = DEFAULT_RECIPES) -> Path:
 
     out = Path(config.output)
     started = time.time()
-    if config.world not in WORLDS:
-        raise ValueError(f"unknown world {config.world!r}; known: {sorted(WORLDS)}")
     tokenizer = build_tokenizer(config.seed, config.world)
     model = build_model(tokenizer, config)
     rows = teaching_rows(tokenizer, config)
@@ -298,6 +307,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     defaults = TeachConfig()
     for name, value in asdict(defaults).items():
+        if name in WORLD_FIELDS:
+            per_world = ", ".join(f"{w} {d[name]}" for w, d in TEACHING_DEFAULTS.items())
+            p.add_argument(f"--{name}", type=int, default=None, help=f"default: the world's ({per_world})")
+            continue
         p.add_argument(
             f"--{name.replace('_', '-')}", type=type(value), default=value, help=f"default {value}"
         )
