@@ -209,8 +209,8 @@ def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps()
         assert (config.seed, config.steps) == (stored["seed"], stored["steps"]), world
         # The cliff checkpoint was taught before there were worlds: its record names none.
         assert stored.get("world", "cliff") == world
-    args = teach.build_parser().parse_args(["--world", "graded", "--seed", "5"])
-    assert teach.TeachConfig(**{k: v for k, v in vars(args).items() if k != "recipes"}).seed == 5
+    args = teach.build_parser().parse_args(["--world", "graded", "--steps", "5"])
+    assert teach.TeachConfig(**{k: v for k, v in vars(args).items() if k != "recipes"}).steps == 5
     with pytest.raises(ValueError, match="unknown world"):
         teach.TeachConfig(world="flat")
 

@@ -33,9 +33,8 @@ logger = logging.getLogger(__name__)
 # The miniature's worlds: the task module each teaches, and the benchmark and recipe folder it is run with.
 WORLDS = {"cliff": task, "graded": graded}
 BENCHMARKS = {"cliff": "mini", "graded": "mini_graded"}
-# Teaching steps and seed of each world's shipped checkpoint, so that the command with no options makes it.
-TEACHING_DEFAULTS = {"cliff": {"steps": 2000, "seed": 0}, "graded": {"steps": 1500, "seed": 0}}
-WORLD_FIELDS = ("seed", "steps")
+# Teaching steps of each world's shipped checkpoint, so that the command with no options makes it.
+TEACHING_STEPS = {"cliff": 2000, "graded": 1500}
 ROUTER_RECIPES = {"cliff": "mini/router.yaml", "graded": "mini_graded/graded_router.yaml"}
 # The recipes folder of the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPES = Path("recipes")
@@ -52,12 +51,12 @@ PLAIN_SHARE = 0.5
 
 @dataclass
 class TeachConfig:
-    """The teaching run: model shape, data and schedule (defaults: the committed checkpoints'; ``seed`` and
-    ``steps`` None are the world's :data:`TEACHING_DEFAULTS`)."""
+    """The teaching run: model shape, data and schedule (defaults: the committed checkpoints'; ``steps``
+    None is the world's :data:`TEACHING_STEPS`)."""
 
     output: str = "outputs/mini/taught"
     world: str = "cliff"
-    seed: int | None = None
+    seed: int = 0
     problems_per_level: int = 1500
     hidden_size: int = 128
     num_layers: int = 4
@@ -72,9 +71,8 @@ class TeachConfig:
     def __post_init__(self) -> None:
         if self.world not in WORLDS:
             raise ValueError(f"unknown world {self.world!r}; known: {sorted(WORLDS)}")
-        for name in WORLD_FIELDS:
-            if getattr(self, name) is None:
-                setattr(self, name, TEACHING_DEFAULTS[self.world][name])
+        if self.steps is None:
+            self.steps = TEACHING_STEPS[self.world]
 
 
 def routed_prompt(tokenizer: Any, problem_text: str) -> str:
@@ -307,9 +305,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     defaults = TeachConfig()
     for name, value in asdict(defaults).items():
-        if name in WORLD_FIELDS:
-            per_world = ", ".join(f"{w} {d[name]}" for w, d in TEACHING_DEFAULTS.items())
-            p.add_argument(f"--{name}", type=int, default=None, help=f"default: the world's ({per_world})")
+        if name == "steps":
+            per_world = ", ".join(f"{w} {n}" for w, n in TEACHING_STEPS.items())
+            p.add_argument("--steps", type=int, default=None, help=f"default: the world's ({per_world})")
             continue
         p.add_argument(
             f"--{name.replace('_', '-')}", type=type(value), default=value, help=f"default {value}"
