@@ -203,14 +203,19 @@ def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps()
 
     from routing_grpo.mini.plugin import MINI_CHECKPOINTS
 
+    def command_config(argv: list[str]) -> teach.TeachConfig:
+        # What teach.main builds from its command line (main then teaches with it).
+        args = vars(teach.build_parser().parse_args(argv))
+        args.pop("recipes")
+        return teach.TeachConfig(**args)
+
     for world, folder in MINI_CHECKPOINTS.items():
         stored = json.loads((folder / "teaching.json").read_text())["config"]
-        config = teach.TeachConfig(world=world)
+        config = command_config(["--world", world])
         assert (config.seed, config.steps) == (stored["seed"], stored["steps"]), world
         # The cliff checkpoint was taught before there were worlds: its record names none.
         assert stored.get("world", "cliff") == world
-    args = teach.build_parser().parse_args(["--world", "graded", "--steps", "5"])
-    assert teach.TeachConfig(**{k: v for k, v in vars(args).items() if k != "recipes"}).steps == 5
+    assert command_config(["--world", "graded", "--steps", "5"]).steps == 5
     with pytest.raises(ValueError, match="unknown world"):
         teach.TeachConfig(world="flat")
 
