@@ -86,7 +86,7 @@ def test_parse_refuses_another_world_and_a_wrong_level():
 def test_slip_probability_grows_with_the_steps_worked():
     p = graded.Problem(4, ("+3", "=5", "*7", "+1"), ("p", "q", "r", "s"))
     assert graded.slip_probability(p, "NoThink") == 0.0
-    assert graded.slip_probability(p, "Short") == pytest.approx(1 - 0.98**2)
+    assert graded.slip_probability(p, "Short") == pytest.approx(1 - 0.99**2)
     assert graded.slip_probability(p, "Long") == pytest.approx(1 - 0.98**4)
     rng = random.Random(0)
     texts = [graded.teaching_solution(p, "Long", rng) for _ in range(4000)]

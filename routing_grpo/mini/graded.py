@@ -28,16 +28,18 @@ The three modes write (tokens with the miniature's tokenizer; the routing word c
   where the tail is 0 or 1 and near chance elsewhere: its accuracy falls gradually with level, by the
   problems' structure rather than by taught errors.
 * Short starts from the last set operation and works through the tail only, each step as Long writes it:
-  as reliable per step as Long and brief, until a long tail runs into its cap (``recipes/mini_graded``),
-  which happens at the top level.
+  brief and a little more reliable per step than Long, until a long tail runs into its cap
+  (``recipes/mini_graded``), which happens at the top level.
 * Long works through every operation and checks the chain: it never runs out of room, but the more it
   writes, the more chances it has to slip.
 
 Slips: the working modes were taught with a written slip (the boxed answer one more than the last state)
-with probability ``1 - (1 - SLIP_PER_STEP) ** steps``, where ``steps`` is the number of operations the mode
-works through (Long: all ``k``; Short: the tail). At the training temperature the taught model reproduces
-them, so every mode meets real difficulty at the top, as on MATH, and Long's extra working costs it
-accuracy where Short's brevity is enough. :func:`solution` is the correct text; :func:`teaching_solution`
+with probability ``1 - (1 - SLIP_PER_STEP[mode]) ** steps``, where ``steps`` is the number of operations the
+mode works through (Long: all ``k``; Short: the tail). At the training temperature the taught model
+reproduces them, so every mode meets real difficulty at the top, as on MATH, and Long's extra working costs
+it accuracy where Short's brevity is enough. Short's rate is half Long's: a calibration, chosen so that
+Short's accuracy is 0.9-0.95 of Long's on the mix as on MATH (with equal rates the taught model's Short /
+Long sat on 0.9; docs/mini/graded.md). :func:`solution` is the correct text; :func:`teaching_solution`
 draws the slip.
 """
 
@@ -64,7 +66,8 @@ SHORT_TAIL_SHARE = {1: 1.0, 2: 1.0, 3: 0.9, 4: 0.7, 5: 0.6, 6: 0.15}
 TOP_FULL_TAIL_SHARE = 0.9
 # Operations before the last set operation: a set operation with this probability.
 EARLY_SET_SHARE = 0.3
-SLIP_PER_STEP = 0.02
+# Per-step slip rate taught to each working mode (NoThink works no steps).
+SLIP_PER_STEP = {"Short": 0.01, "Long": 0.02}
 LABELS = string.ascii_lowercase
 LONG_PREAMBLE = " Let us work through it step by step."
 SHORT_PREAMBLE = " From"
@@ -184,7 +187,7 @@ def solution(problem: Problem, mode: str, *, slip: bool = False) -> str:
 
 def slip_probability(problem: Problem, mode: str) -> float:
     """Probability that the taught text of ``problem`` in ``mode`` carries a slip."""
-    return 1.0 - (1.0 - SLIP_PER_STEP) ** steps_worked(problem, mode)
+    return 0.0 if mode == "NoThink" else 1.0 - (1.0 - SLIP_PER_STEP[mode]) ** steps_worked(problem, mode)
 
 
 def teaching_solution(problem: Problem, mode: str, rng: random.Random) -> str:
