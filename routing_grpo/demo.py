@@ -55,8 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
+def _pct(x: float | None, digits: int = 0) -> str:
+    return "-" if x is None else f"{100 * x:.{digits}f}%"
 
 
 def _f(x: Any, digits: int = 2) -> str:
@@ -116,8 +116,15 @@ def render_summary(mini: dict[str, Any], long_forced: dict[str, Any], router: di
         *_level_table(routed["levels"], modes, "router acc", "router tokens"),
     ]
     regret = routed["regret"]["relative"]
-    lines += ["", f"Routing regret: {_pct(regret.get('mean') if isinstance(regret, dict) else regret)} of the "
-              "oracle's expected reward (levels weighted by their share)."]  # fmt: skip
+    regret = regret.get("mean") if isinstance(regret, dict) else regret
+    # Below zero is possible: the oracle picks one mode per level, the router per problem.
+    beats = (
+        "; below zero: the router beats the best single mode per level"
+        if regret is not None and regret < 0
+        else ""
+    )
+    lines += ["", f"Routing regret: {_pct(regret, 1)} of the oracle's expected reward (levels weighted by "
+              f"their share{beats})."]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

@@ -260,7 +260,13 @@ def test_demo_summary_shows_the_graded_router_per_level_beside_the_oracle():
     assert "| 1 | 0.60 | 0.30 | 0.10 | 1.00 | 10.0 | NoThink |" in text
     assert "| 6 | 0.00 | 0.20 | 0.80 | 1.00 | 10.0 | Long |" in text
     assert "the modes are worth 0.91 / 0.92 / 0.90 (NoThink / Short / Long" in text
-    assert "Routing regret: 11%" in text
+    assert "Routing regret: 11.0%" in text and "beats" not in text
+    mini["router"]["regret"]["relative"]["mean"] = -0.001
+    text = render_summary(
+        mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}
+    )
+    assert "Routing regret: -0.1% of the oracle's expected reward" in text
+    assert "below zero: the router beats the best single mode per level" in text
     del mini["world"]
     assert "worth" not in render_summary(
         mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}

@@ -245,7 +245,7 @@ def test_miniature_report_end_to_end(mini_out):
     summary = render_summary(
         mini, {"accuracy": 1.0, "mean_length": 35.5}, {"accuracy": 1.0, "mean_length": 18.25}
     )
-    assert "Routing regret: 0% of the oracle's expected reward" in summary
+    assert "Routing regret: 0.0% of the oracle's expected reward" in summary
 
     # Targets: seed 1 is 0.96875 accurate, more than 0.02 below Long-only's 1.0; the mean (0.984) is not.
     per_seed = {s: {t["key"]: t for t in ts} for s, ts in mini["targets"]["per_seed"].items()}
