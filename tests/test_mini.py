@@ -329,6 +329,58 @@ def test_a_stage_that_runs_alone_gets_its_own_thread_count(tmp_path):
     assert "threads 2" in (tmp_path / "logs" / "alone.log").read_text()
 
 
+def test_a_finished_stage_is_reused_only_for_the_same_command_and_inputs(tmp_path, capsys):
+    import sys
+
+    from routing_grpo.mini.run import StageError, Stages
+
+    out, done, recipe, calls = (
+        tmp_path / "out",
+        tmp_path / "done.txt",
+        tmp_path / "recipe.yaml",
+        tmp_path / "calls",
+    )
+    recipe.write_text("seed: 0\n")
+    script = (
+        f"import pathlib; pathlib.Path({str(done)!r}).write_text('x'); open({str(calls)!r}, 'a').write('.')"
+    )
+    stages = Stages(out, threads=1)
+    stages.run("train", [sys.executable, "-c", script], done=done, inputs=(recipe,))
+    stages.run("train", [sys.executable, "-c", script], done=done, inputs=(recipe,))
+    assert (
+        calls.read_text() == "."
+        and "train: done before (same command and inputs), skipped" in capsys.readouterr().out
+    )
+
+    with pytest.raises(StageError, match="made by another command; nothing was reused or overwritten"):
+        stages.run("train", [sys.executable, "-c", script + "; print(1)"], done=done, inputs=(recipe,))
+    recipe.write_text("seed: 1\n")
+    with pytest.raises(StageError, match=f"made from other contents of {recipe}"):
+        stages.run("train", [sys.executable, "-c", script], done=done, inputs=(recipe,))
+    (out / "logs" / "train.record.json").unlink()
+    with pytest.raises(StageError, match="no record of what made it"):
+        stages.run("train", [sys.executable, "-c", script], done=done, inputs=(recipe,))
+    assert calls.read_text() == "." and done.read_text() == "x"
+
+
+def test_make_mini_into_a_folder_from_an_older_version_reuses_and_overwrites_nothing(tmp_path, capsys):
+    """The entry point itself: samples left by a run that kept no record (an older version, another
+    checkpoint) stop the run with one message; they are not reused, nor evaluated again over."""
+    from routing_grpo.mini.run import main
+
+    world = tmp_path / "graded" / "eval" / "world"
+    for mode in task.MODE_NAMES:
+        (world / mode / "mini_graded").mkdir(parents=True)
+        (world / mode / "mini_graded" / "summary.json").write_text("{}")
+    code = main(["--output", str(tmp_path), "--worlds", "graded", "--runs", "graded_router", "--seeds", "0"])
+    err = capsys.readouterr().err
+    assert code == 1 and "no record of what made it" in err and "nothing was reused or overwritten" in err
+    assert f"remove {tmp_path / 'graded'}" in err
+    for mode in task.MODE_NAMES:
+        assert (world / mode / "mini_graded" / "summary.json").read_text() == "{}"
+        assert sorted(p.name for p in (world / mode / "mini_graded").iterdir()) == ["summary.json"]
+
+
 def test_the_core_never_imports_the_miniature_nor_reads_the_checkout():
     """Only the miniature's own modules and the entries (cli, demo) import it; the core finds its tasks and
     models through entry points. No package module reaches for the source checkout (a wheel has none)."""

@@ -20,8 +20,11 @@ a real entry point, its output in ``OUT/<world>/logs/<stage>.log`` and one progr
 5. **report**: ``routing-grpo report`` with the world's table, the oracle table, routing per level, the
    frontier, the targets and the ablations.
 
-Finished stages are skipped when the command is run again (their outputs exist), so an interrupted run
-resumes. Layout of ``OUT/<world>`` (default ``OUT`` = ``outputs/mini``): ``taught/``,
+A finished stage is skipped when the command is run again with the same stage command on inputs of the
+same content (taught or trained model, recipe, samples; recorded in ``logs/<stage>.record.json``), so an
+interrupted run resumes and more seeds or recipes join the same folder. A finished stage made otherwise
+(another checkpoint, other schedules, an older version that kept no record) stops the run: nothing is
+reused or overwritten. Layout of ``OUT/<world>`` (default ``OUT`` = ``outputs/mini``): ``taught/``,
 ``runs/<recipe>/seed<N>/``, ``eval/oracle/<mode>/``, ``eval/world/<mode>/``, ``eval/<method>/seed<N>/``,
 ``report/``, ``logs/``, ``timings.json``.
 """
@@ -29,6 +32,7 @@ resumes. Layout of ``OUT/<world>`` (default ``OUT`` = ``outputs/mini``): ``taugh
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -40,6 +44,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from routing_grpo.mini import task
 
@@ -162,12 +167,31 @@ class Stages:
             sys.stdout.flush()
 
     def run(
-        self, name: str, command: Sequence[str], done: Path | None = None, threads: int | None = None
+        self,
+        name: str,
+        command: Sequence[str],
+        done: Path | None = None,
+        threads: int | None = None,
+        inputs: Sequence[Path] = (),
     ) -> None:
-        """``threads``: this stage's OMP_NUM_THREADS, for a stage that runs alone (default: the jobs' share)."""
+        """Run ``command`` unless ``done`` is there from the same command on the same ``inputs``.
+
+        ``done``: the file the stage leaves when it has finished; ``inputs``: the files and folders it reads
+        (models, recipes, samples), recorded by content beside its log. A ``done`` left by another command,
+        other inputs or no record at all is neither reused nor overwritten: :class:`StageError`.
+        ``threads``: this stage's OMP_NUM_THREADS, for a stage that runs alone (default: the jobs' share).
+        """
+        record = stage_record(command, inputs)
+        record_path = self.out / "logs" / f"{name}.record.json"
         if done is not None and done.exists():
-            self.say(f"{name}: done before, skipped")
-            return
+            made = json.loads(record_path.read_text()) if record_path.is_file() else None
+            if made == record:
+                self.say(f"{name}: done before (same command and inputs), skipped")
+                return
+            raise StageError(
+                f"{name}: {done} is there from an earlier run {_record_differences(made, record)}; nothing "
+                f"was reused or overwritten: choose another output folder, or remove {self.out} to run again"
+            )
         log = self.out / "logs" / f"{name}.log"
         t0 = time.time()
         env = self.env if threads is None else {**self.env, "OMP_NUM_THREADS": str(threads)}
@@ -192,12 +216,40 @@ class Stages:
         if proc.returncode != 0:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
             raise StageError(f"{name} failed (exit {proc.returncode}); last lines of {log}:\n{tail}")
+        if done is not None:
+            record_path.write_text(json.dumps(record, indent=2) + "\n")
         self.say(f"{name}: {seconds:.0f}s{_result_line(log)}")
 
     def save_timings(self) -> None:
         path = self.out / "timings.json"
         old = json.loads(path.read_text()) if path.is_file() else {}
         path.write_text(json.dumps({**old, **self.timings}, indent=2) + "\n")
+
+
+def content_digest(path: Path) -> str | None:
+    """SHA-256 of a file, or of a folder's files (relative names and contents, sorted); None if absent."""
+    if not path.exists():
+        return None
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(str(file.relative_to(path) if path.is_dir() else file.name).encode() + b"\0")
+        digest.update(file.read_bytes())
+    return digest.hexdigest()
+
+
+def stage_record(command: Sequence[str], inputs: Sequence[Path]) -> dict[str, Any]:
+    """What a stage is made from: its command (the interpreter aside) and its inputs' contents."""
+    return {"command": list(command[1:]), "inputs": {str(p): content_digest(Path(p)) for p in inputs}}
+
+
+def _record_differences(made: dict[str, Any] | None, record: dict[str, Any]) -> str:
+    if made is None:
+        return "with no record of what made it (an older version, or another program)"
+    if made.get("command") != record["command"]:
+        return "made by another command"
+    changed = [p for p, d in record["inputs"].items() if made.get("inputs", {}).get(p) != d]
+    return f"made from other contents of {', '.join(changed)}" if changed else "made from other inputs"
 
 
 def _result_line(log: Path) -> str:
@@ -444,6 +496,7 @@ def run_world(
                     force_mode=mode, temperature=temperature,
                 ),
                 done=out / "eval" / folder / mode / bench / "summary.json",
+                inputs=(taught, router_recipe),
             )  # fmt: skip
 
         def base() -> None:
@@ -454,6 +507,7 @@ def run_world(
                     seed=0, samples=args.samples, limit=args.limit, plain_prompt=True,
                 ),
                 done=out / "eval" / "base" / "seed0" / bench / "summary.json",
+                inputs=(taught, router_recipe),
             )  # fmt: skip
 
         def train_and_eval(run: Run, seed: int) -> None:
@@ -465,6 +519,7 @@ def run_world(
                 f"train_{run.recipe}_seed{seed}",
                 train_command(recipe, taught, seed, model_dir, extra),
                 done=model_dir / "model.safetensors",
+                inputs=(taught, recipe),
             )
             stages.run(
                 f"eval_{run.method}_seed{seed}",
@@ -474,6 +529,7 @@ def run_world(
                     plain_prompt=run.plain_prompt,
                 ),
                 done=out / "eval" / run.method / f"seed{seed}" / bench / "summary.json",
+                inputs=(model_dir, recipe),
             )  # fmt: skip
 
         def run_all(jobs) -> None:
@@ -491,6 +547,7 @@ def run_world(
                 "--config", str(router_recipe), "--by", "level", "--output", str(out / "oracle"),
             ],
             done=out / "oracle" / "oracle.json",
+            inputs=(out / "eval" / "world", router_recipe),
         )  # fmt: skip
         stages.say(f"verdict: {_verdict_line(out / 'oracle' / 'oracle.json')}")
         jobs = [lambda m=m: oracle(m, "oracle", None) for m in task.MODE_NAMES] + [base]
