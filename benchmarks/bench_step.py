@@ -11,6 +11,7 @@ Runs, on the same prompts, seed and model (SmolLM2-135M-Instruct by default, con
      uniform lengths, so fewer sequential decoding steps than any batch that mixes modes;
 (b)  ``RoutingGRPOTrainer`` with caps enforced during generation (defaults: loss forwards in length buckets);
 (b1) (b) with one padded loss forward (``logprob_length_buckets: 1``, TRL's way): the routing overhead alone;
+(b2) (b) without the early tell (``early_tell: false``): what its forward over the batch's prompts costs;
 (c)  ``RoutingGRPOTrainer`` with post-hoc truncation (every row generates up to the completion limit);
 (d)  grading throughput on ``../shared/data/graded`` and its share of a step at the paper's scale.
 
@@ -246,7 +247,11 @@ def run_plain(args: argparse.Namespace, model_path: str, max_len: int, replay=No
 
 
 def run_routing(
-    args: argparse.Namespace, model_path: str, in_generation: bool, buckets: int | None = None
+    args: argparse.Namespace,
+    model_path: str,
+    in_generation: bool,
+    buckets: int | None = None,
+    early_tell: bool = True,
 ) -> dict[str, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -258,6 +263,7 @@ def run_routing(
     model = AutoModelForCausalLM.from_pretrained(model_path)
     tok = AutoTokenizer.from_pretrained(model_path)
     name = ("capped" if in_generation else "posthoc") + (f"_buckets{buckets}" if buckets else "")
+    name += "" if early_tell else "_no_tell"
     extra = {} if buckets is None else {"logprob_length_buckets": buckets}
     config = RoutingGRPOConfig(
         **_common_args(args.output / name, args, args.max_completion_length),
@@ -266,6 +272,7 @@ def run_routing(
         flatten_reward_step=None,  # every measured step is a warmup step; phase 2 never comes
         forced_per_mode=args.forced_per_mode,
         enforce_caps_in_generation=in_generation,
+        early_tell=early_tell,
         **extra,
     )
     trainer = RoutingGRPOTrainer(
@@ -317,6 +324,7 @@ ROWS = (
     ("a_uniform", "(a') TRL GRPO, uniform M={m}"),
     ("b_capped", "(b)  routing, caps in gen"),
     ("b1_capped_one_forward", "(b1) (b), one padded forward"),
+    ("b2_capped_no_tell", "(b2) (b), no early tell"),
     ("c_posthoc", "(c)  routing, post-hoc cut"),
 )
 
@@ -338,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=REPO_ROOT / ".cache" / "bench")
     parser.add_argument("--skip-plain", action="store_true", help="skip (a) and (a')")
     parser.add_argument("--skip-one-forward", action="store_true", help="skip (b1)")
+    parser.add_argument("--skip-no-tell", action="store_true", help="skip (b2)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
@@ -355,6 +364,9 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_one_forward:
         results["b1_capped_one_forward"] = run_routing(args, model_path, in_generation=True, buckets=1)
         results["b1_capped_one_forward"].pop("_replay")
+    if not args.skip_no_tell:
+        results["b2_capped_no_tell"] = run_routing(args, model_path, in_generation=True, early_tell=False)
+        results["b2_capped_no_tell"].pop("_replay")
     results["c_posthoc"] = run_routing(args, model_path, in_generation=False)
     results["c_posthoc"].pop("_replay")
     rows = args.prompts * args.group_size
@@ -380,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
             results[ratio] = b["step_s"] / results[key]["step_s"]
     if "a_plain" in results and "b1_capped_one_forward" in results:
         results["b1_over_a_step"] = results["b1_capped_one_forward"]["step_s"] / results["a_plain"]["step_s"]
+    if "b2_capped_no_tell" in results:
+        results["b_over_b2_step"] = b["step_s"] / results["b2_capped_no_tell"]["step_s"]
 
     if not args.json:
         header = (
@@ -402,6 +416,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"b/a step time, same rollouts: {results['b_over_a_step']:.3f} (target <= 1.03)")
         if "b1_over_a_step" in results:
             print(f"b1/a step time, same rollouts, one padded forward: {results['b1_over_a_step']:.3f}")
+        if "b_over_b2_step" in results:
+            print(f"b/b2 step time, with / without the early tell: {results['b_over_b2_step']:.3f}")
         if "b_over_a_uniform_step" in results:
             print(
                 f"b/a' step time, equal total tokens, uniform lengths: {results['b_over_a_uniform_step']:.3f}"

@@ -167,11 +167,23 @@ class RoutingGRPOConfig(GRPOConfig):
     routing_word_weight: float | None = field(
         default=None,
         metadata={
-            "help": "Not the paper's: a decoupled weight for the routing word in the loss (after Thinkless' "
-            "Decoupled GRPO). Under the token-mean loss the word is one token of a whole response; with a "
-            "weight w its token's loss counts as w x the mean response length tokens, so the words' part "
-            "of the loss is w x their per-rollout mean (routing_grpo.advantages.decoupled_word_advantages). "
-            "Unset: the paper's single token mean."
+            "help": "Not the paper's: the routing word's own weight w in the loss (after Thinkless' Decoupled "
+            "GRPO): its token counts w x the mean response length, so the words' part of the loss is w x their "
+            "per-rollout mean. Unset: the paper's token mean (docs/method.md \"Beyond the paper\")."
+        },
+    )
+    routing_word_weight_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Not the paper's: routing_word_weight for generation batches s < N only, then the paper's "
+            "loss. Unset: every batch."
+        },
+    )
+    early_tell: bool = field(
+        default=True,
+        metadata={
+            "help": "Log the early tell per generation batch (routing/fanout and more; docs/method.md). Costs "
+            "one forward without gradient over the batch's distinct prompts."
         },
     )
     balance_anneal_start: int = field(
@@ -488,6 +500,16 @@ class RoutingGRPOConfig(GRPOConfig):
             raise ValueError(f"balance_target: must be in (0, 1], got {self.balance_target}")
         if self.routing_word_weight is not None and not 0.0 <= self.routing_word_weight < math.inf:
             raise ValueError(f"routing_word_weight: must be >= 0 or null, got {self.routing_word_weight}")
+        steps = self.routing_word_weight_steps
+        if steps is not None:
+            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+                raise ValueError(
+                    f"routing_word_weight_steps: must be a number of generation batches >= 0, got {steps!r}"
+                )
+            if self.routing_word_weight is None:
+                raise ValueError(
+                    "routing_word_weight_steps: set routing_word_weight too (the weight it keeps for those batches)"
+                )
         if self.flatten_reward_step is not None and self.flatten_reward_step < 0:
             raise ValueError(f"flatten_reward_step: must be >= 0 or null, got {self.flatten_reward_step}")
         entropy = self.collapse_alarm_entropy

@@ -17,6 +17,7 @@ from typing import Any
 
 from routing_grpo.arguments import RoutingScriptArguments
 from routing_grpo.config import RoutingGRPOConfig
+from routing_grpo.early_tell import FANOUT_WINDOW, early_tell_readings, early_tell_verdict
 from routing_grpo.errors import UsageError, one_line
 from routing_grpo.locations import looks_local
 from routing_grpo.runs import run_identity
@@ -131,6 +132,20 @@ def final_routing_split(
                 "entropy": row.get(f"{prefix}routing/entropy"),
             }
     return {}
+
+
+def early_tell_lines(log_history: list[dict[str, Any]]) -> list[str]:
+    """The training fanout's trailing mean at generation batches 20, 45 and the last one, each with its
+    reading (routing_grpo.early_tell); [] when the run logged none."""
+    points: dict[int, float] = {}
+    for row in log_history:
+        value, batch = row.get("routing/fanout"), row.get("routing/batch_step")
+        if isinstance(value, int | float) and isinstance(batch, int | float) and math.isfinite(value):
+            points[round(batch) + 1] = float(value)
+    return [
+        f"- generation batch {b}: fanout {v:+.2f} over the last {FANOUT_WINDOW} batches ({early_tell_verdict(v)})"
+        for b, v in early_tell_readings(sorted(points.items()))
+    ]
 
 
 def _split_line(what: str, split: dict[str, Any]) -> str:
@@ -294,6 +309,9 @@ def model_card(
             lines.append(_split_line("last validation", eval_split))
         if not (train_split or eval_split):
             lines.append("- none: no logged batch had a free rollout with a valid routing word")
+        tell = early_tell_lines(log_history or [])
+        if tell:
+            lines += ["", "## Early tell (routing by difficulty; docs/method.md)", "", *tell]
     import torch
     import transformers
     import trl

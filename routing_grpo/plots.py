@@ -24,6 +24,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 
+from routing_grpo.early_tell import FANOUT_ROUTING, trailing_mean  # noqa: E402
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, crossovers, parse_modes  # noqa: E402
 from routing_grpo.report import (  # noqa: E402
     ABLATION_METHODS,
@@ -238,7 +239,9 @@ def plot_training_dynamics(
         ("accuracy per mode", "routing/accuracy/"),
         ("mean length per mode (tokens)", "routing/length/"),
     ]
-    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+    if "routing/fanout" in series:
+        panels.append(("early tell: fanout (nats)", "routing/fanout"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4))
     for ax, (title, prefix) in zip(axes, panels):
         keys = sorted(k for k in series if k == prefix or (prefix.endswith("/") and k.startswith(prefix)))
         keys.sort(key=lambda k: _mode_rank(k[len(prefix) :]))
@@ -261,6 +264,54 @@ def plot_training_dynamics(
         if keys:
             ax.legend(fontsize=8)
     fig.suptitle(f"{heading} (mean, std bands over {len(histories)} run(s))")
+    return _save(fig, path)
+
+
+def plot_early_tell(
+    groups: dict[str, Sequence[list[dict[str, Any]]]],
+    path: Path,
+    heading: str = "The early tell",
+    window: int = 10,
+) -> Path | None:
+    """``routing/fanout`` over training, one line per group of runs (a recipe): the mean over its runs of the
+    mean over the last ``window`` generation batches, with std bands over runs, and the threshold the early
+    tell reads it against (:data:`routing_grpo.early_tell.FANOUT_ROUTING`)."""
+    curves: dict[str, list[dict[int, float]]] = {}
+    for label, histories in groups.items():
+        runs = []
+        for history in histories:
+            points = {}
+            for row in history:
+                value, step = row.get("routing/fanout"), row.get("routing/batch_step")
+                if isinstance(value, int | float) and isinstance(step, int | float) and math.isfinite(value):
+                    points[round(step) + 1] = float(value)
+            if points:
+                pairs = sorted(points.items())
+                runs.append({b: trailing_mean(pairs, b, window) for b in points})
+        if runs:
+            curves[label] = runs
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, (label, runs) in enumerate(curves.items()):
+        steps = sorted(set().union(*runs))
+        cells = [[run[s] for run in runs if s in run] for s in steps]
+        means = [statistics.fmean(c) for c in cells]
+        stds = [statistics.stdev(c) if len(c) > 1 else 0.0 for c in cells]
+        color = f"C{i}"
+        ax.plot(steps, means, label=f"{label} ({len(runs)} run{'s' if len(runs) > 1 else ''})", color=color)
+        ax.fill_between(
+            steps, [m - d for m, d in zip(means, stds)], [m + d for m, d in zip(means, stds)], color=color,
+            alpha=0.15,
+        )  # fmt: skip
+    ax.axhline(
+        FANOUT_ROUTING, color="grey", linestyle="--", linewidth=1, label=f"threshold {FANOUT_ROUTING:g}"
+    )
+    ax.axhline(0.0, color="black", linewidth=0.5)
+    ax.set_xlabel("generation batch")
+    ax.set_ylabel(f"fanout, nats (mean of the last {window} batches)")
+    ax.legend(fontsize=8)
+    ax.set_title(heading)
     return _save(fig, path)
 
 
@@ -365,6 +416,12 @@ def draw_all(
         )
         if figure:
             written.append(figure)
+    tell_groups: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
+    for run in training_runs:
+        tell_groups[METHOD_LABELS.get(run.group, run.group)].append(run.history)
+    tell = plot_early_tell(tell_groups, output / "early_tell.png")
+    if tell:
+        written.append(tell)
     level_mix = [r.history for r in training_runs if r.group == LEVEL_MIX_METHOD]
     heading = f"Training dynamics, {METHOD_LABELS[LEVEL_MIX_METHOD]}"
     for figure in (

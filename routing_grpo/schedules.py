@@ -31,3 +31,11 @@ def reward_phase(step: int, flatten_reward_step: int | None) -> int:
     if flatten_reward_step is not None and step >= flatten_reward_step:
         return 2
     return 1
+
+
+def routing_word_weight_at(step: int, weight: float | None, steps: int | None) -> float | None:
+    """The routing word's own weight at step s: ``weight`` for s < ``steps`` (every step when ``steps`` is
+    None), None after (the paper's token mean). Not the paper's: docs/method.md "Beyond the paper"."""
+    if weight is None or (steps is not None and step >= steps):
+        return None
+    return float(weight)

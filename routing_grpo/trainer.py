@@ -50,6 +50,18 @@ from routing_grpo.capped_generation import (
     shrinking_loop_supported,
 )
 from routing_grpo.config import RoutingGRPOConfig
+from routing_grpo.early_tell import (
+    FANOUT_WINDOW,
+    PASS_PREFIX,
+    advantage_split,
+    early_tell_readings,
+    early_tell_verdict,
+    fanout,
+    level_mode_advantages,
+    logodds_by_level,
+    pass_rate_difficulty,
+    word_loss_share,
+)
 from routing_grpo.generation import (
     RolloutFacts,
     finalize_rollouts,
@@ -62,7 +74,7 @@ from routing_grpo.grading import generation_prompt_opens_reasoning
 from routing_grpo.modes import INVALID, ModeDetector, word_token_id_forms
 from routing_grpo.prompting import add_routing_instruction, forcing_text
 from routing_grpo.rewards import RoutingReward, Verifier, resolve_verifier
-from routing_grpo.schedules import balance_coef_at, in_warmup, reward_phase
+from routing_grpo.schedules import balance_coef_at, in_warmup, reward_phase, routing_word_weight_at
 
 __all__ = ["RoutingGRPOTrainer", "GenerationRecord"]
 
@@ -109,6 +121,12 @@ class GenerationRecord:
     tokens_past_caps: list[int] = field(default_factory=list)
     levels: list[str | None] | None = None
     truncated: list[bool] = field(default_factory=list)
+    group_size: int = 1
+    # The early tell (routing_grpo.early_tell): each rollout's routing log-odds (its prompt's), the routing
+    # words' share of the loss weight, and the fanout over the batch's prompts (None where not read).
+    logodds: list[float] | None = None
+    word_loss_share: float | None = None
+    fanout: float | None = None
 
 
 class RoutingGRPOTrainer(GRPOTrainer):
@@ -200,12 +218,16 @@ class RoutingGRPOTrainer(GRPOTrainer):
             tokenizer.encode(question, add_special_tokens=False) if question else []
         )
         self.forced_word_ids: list[list[int]] = forced_word_ids(self.modes, tokenizer, question)
+        self.tell_word_ids = early_tell_word_ids(self.modes, tokenizer) if self._reads_early_tell() else None
         self.routing_history: list[GenerationRecord] = []
         self._batch: _BatchState | None = None
         self._last_batch_time: float | None = None
         self._batch_bar: Any = None
         # The console line (or bar) per generation batch; an embedding program may show its own progress.
         self.show_batches = True
+
+    def _reads_early_tell(self) -> bool:
+        return self.args.early_tell and self.single_mode is None and len(self.modes) > 1
 
     @staticmethod
     def _check_dataset(dataset: Any, split: str, answer_column: str) -> None:
@@ -323,10 +345,19 @@ class RoutingGRPOTrainer(GRPOTrainer):
         )
         start = self.accelerator.process_index * len(inputs)
         local = advantages[start : start + len(inputs)].to(output["advantages"].dtype)
-        weight = self.args.routing_word_weight
-        if weight is not None and batch.mode == "train":
-            mask = output["completion_mask"]
-            mean_tokens = gather(mask.sum(dim=1).to(torch.float64)).mean().item()
+        weight = None
+        if batch.mode == "train":
+            weight = routing_word_weight_at(
+                batch.step, self.args.routing_word_weight, self.args.routing_word_weight_steps
+            )
+        mask = output["completion_mask"]
+        lengths_in_loss = gather(mask.sum(dim=1).to(torch.float64))
+        mean_tokens = lengths_in_loss.mean().item()
+        routed = int((modes != INVALID).sum())
+        share = word_loss_share(
+            int(lengths_in_loss.sum().item()), routed, 1.0 if weight is None else weight * mean_tokens
+        ) if self.single_mode is None and lengths_in_loss.sum() > 0 else None  # fmt: skip
+        if weight is not None:
             local = decoupled_word_advantages(
                 local,
                 mask,
@@ -363,10 +394,35 @@ class RoutingGRPOTrainer(GRPOTrainer):
             levels=levels,
             truncated=truncated.bool().tolist(),
         )
+        record.group_size = group_size
+        record.word_loss_share = share
+        if self.tell_word_ids is not None:
+            record.logodds = gather(self._routing_logodds(output)).tolist()
         self.routing_history.append(record)
         self._log_routing_metrics(record)
         if record.mode == "train" and self.accelerator.is_main_process and self.show_batches:
             self._show_batch(record)
+
+    def _routing_logodds(self, output: dict[str, Any]) -> torch.Tensor:
+        """z = log pi(longest word) - log pi(briefest word) at the routing position, for each local rollout
+        (docs/method.md "The early tell"): one forward without gradient over each distinct prompt [P | Q],
+        keeping only the last position's logits."""
+        ids, mask = output["prompt_ids"], output["prompt_mask"]
+        distinct: dict[tuple[int, ...], int] = {}
+        row_of = [distinct.setdefault(tuple(ids[r][mask[r].bool()].tolist()), r) for r in range(ids.size(0))]
+        firsts = sorted(set(row_of))
+        rows = torch.tensor(firsts, device=ids.device)
+        sub_mask = mask[rows]
+        positions = (sub_mask.long().cumsum(-1) - 1).clamp(min=0)  # prompts are padded on the left
+        with torch.no_grad():
+            logits = self.model(
+                input_ids=ids[rows], attention_mask=sub_mask, position_ids=positions, logits_to_keep=1,
+                use_cache=False,
+            ).logits[:, -1]  # fmt: skip
+        logp = logits.float().log_softmax(-1)
+        brief, longest = (torch.tensor(t, device=logp.device) for t in self.tell_word_ids)
+        z = logp[:, longest].logsumexp(-1) - logp[:, brief].logsumexp(-1)
+        return z[torch.tensor([firsts.index(r) for r in row_of], device=z.device)].to(torch.float64)
 
     # ------------------------------------------------------------------------------------------------------
     # 2. Prompt tail: routing question and forced word
@@ -799,6 +855,10 @@ class RoutingGRPOTrainer(GRPOTrainer):
         metrics["routing/entropy"].append(entropy if free_valid else float("nan"))
         if record.levels is not None:
             self._log_level_metrics(record, metrics)
+        if record.word_loss_share is not None:
+            metrics["routing/word_loss_share"].append(record.word_loss_share)
+        if self.single_mode is None:
+            self._log_early_tell(record, metrics)
         if record.mode == "train":
             alarm = self.collapse_alarm
             if alarm is not None:
@@ -820,6 +880,49 @@ class RoutingGRPOTrainer(GRPOTrainer):
                 metrics[f"routing/level/{level}/share/{spec.name}"].append(
                     _mean([record.modes[i] == m for i in free_valid])
                 )
+
+    def _log_early_tell(self, record: GenerationRecord, metrics: dict[str, list[float]]) -> None:
+        """The early tell of one generation batch (routing_grpo.early_tell; docs/method.md "The early tell"):
+        advantages per difficulty and mode with their shared / per-level split, the routing log-odds per
+        difficulty and their fanout. Difficulty: the data's ``level`` (``routing/level/<L>/...``), else the
+        group's pass-rate fifth (``routing/pass_rate/<fifth>/...``)."""
+        levels, prefix = record.levels, "routing/level"
+        if levels is None:
+            levels = pass_rate_difficulty(
+                record.modes, record.correct, group_size=record.group_size, num_modes=len(self.modes)
+            )
+            prefix = "routing/pass_rate"
+
+        def key(level: str, what: str) -> str:
+            return f"{prefix}/{level.removeprefix(PASS_PREFIX)}/{what}"
+
+        names = [m.name for m in self.modes]
+        for kind, suffix in (("free", ""), ("forced", "_forced")):
+            table = level_mode_advantages(
+                levels, record.modes, record.forced, record.advantages, num_modes=len(self.modes), kind=kind
+            )
+            if not table:
+                continue
+            for level, means in table.items():
+                for name, value in zip(names, means, strict=True):
+                    metrics[key(level, f"advantage{suffix}/{name}")].append(value)
+            shared, per_level = advantage_split(table)
+            metrics[f"routing/advantage_rms{suffix}/shared"].append(shared)
+            metrics[f"routing/advantage_rms{suffix}/level"].append(per_level)
+        if record.logodds is None:
+            return
+        # One value per prompt: the rollouts of a group share their prompt and its routing state.
+        firsts = range(0, len(record.logodds), record.group_size)
+        prompt_levels = [levels[i] for i in firsts if levels[i] is not None]
+        prompt_logodds = [record.logodds[i] for i in firsts if levels[i] is not None]
+        if not prompt_levels:
+            return
+        by_level = logodds_by_level(prompt_levels, prompt_logodds)
+        for level, value in by_level.items():
+            metrics[key(level, "logodds")].append(value)
+        record.fanout, rank = fanout(prompt_levels, prompt_logodds)
+        metrics["routing/fanout"].append(record.fanout)
+        metrics["routing/fanout_rank"].append(rank)
 
     def _show_batch(self, record: GenerationRecord) -> None:
         """The console's view of training: one line per generation batch (a progress bar in generation
@@ -883,7 +986,9 @@ def routing_summary(history: list[GenerationRecord], mode_names: list[str]) -> s
             + f", entropy {entropy:.2f}"
         )
     invalid = sum(m == INVALID for m in last.modes) / n
-    return text + f", no routing word {invalid:.2f}"
+    text += f", no routing word {invalid:.2f}"
+    tell = early_tell_summary(history)
+    return text if tell is None else f"{text}\n{tell}"
 
 
 def batch_line(
@@ -903,9 +1008,40 @@ def batch_line(
         )
     elif any(record.forced):
         parts.append("all forced")
+    if record.fanout is not None and not math.isnan(record.fanout):
+        parts.append(f"fan {record.fanout:+.2f}")
     if seconds is not None:
         parts.append(f"{seconds:.1f}s")
     return " ".join(parts)
+
+
+def early_tell_word_ids(modes: Any, tokenizer: Any) -> tuple[list[int], list[int]] | None:
+    """The first token ids of the briefest and the longest mode's words, in both spellings (with and without
+    a leading space): what the early tell's log-odds read. None, with a warning, when the two share a first
+    token (their log-odds cannot be read at one position)."""
+    brief, longest = (
+        sorted({ids[0] for ids in word_token_id_forms(tokenizer, m.word)}) for m in (modes[0], modes[-1])
+    )
+    if set(brief) & set(longest):
+        logger.warning(
+            "early tell: the routing words %r and %r begin with the same token; routing/logodds and "
+            "routing/fanout are not logged",
+            modes[0].word,
+            modes[-1].word,
+        )
+        return None
+    return brief, longest
+
+
+def early_tell_summary(history: list[GenerationRecord]) -> str | None:
+    """The training fanout's trailing mean at generation batches 20, 45 and the last one (docs/method.md
+    "The early tell"); None when it was never read."""
+    points = [(r.batch_step + 1, r.fanout) for r in history if r.mode == "train" and r.fanout is not None]
+    readings = early_tell_readings(points)
+    if not readings:
+        return None
+    text = ", ".join(f"batch {b} {v:+.2f}" for b, v in readings)
+    return f"Early tell (fanout, mean of the last {FANOUT_WINDOW} batches): {text}; {early_tell_verdict(readings[-1][1])}"
 
 
 def forced_word_ids(modes: Any, tokenizer: Any, question: str) -> list[list[int]]:

@@ -24,6 +24,9 @@ def test_bench_step_on_tiny_model(tiny_model_path, tmp_path, capsys):
     assert b["tokens_past_caps"] == 0 and b["generated_tokens"] == b["completion_tokens"]
     assert b["logprob_length_buckets"] == 4 and b1["logprob_length_buckets"] == 1
     assert b1["completion_tokens"] == b["completion_tokens"]
+    # (b2) is (b) without the early tell's forward: the same rollouts.
+    assert result["b2_capped_no_tell"]["completion_tokens"] == b["completion_tokens"]
+    assert result["b_over_b2_step"] == b["step_s"] / result["b2_capped_no_tell"]["step_s"]
     # (c) runs every row to the limit and cuts afterwards: the cut tokens were generated.
     assert c["generated_tokens"] == rows * 24
     assert c["tokens_past_caps"] == c["generated_tokens"] - c["completion_tokens"] > 0

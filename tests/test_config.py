@@ -322,3 +322,22 @@ def test_launch_process_count_reads_world_size():
     assert launch_process_count({}) == 1
     assert launch_process_count({"WORLD_SIZE": "4"}) == 4
     assert launch_process_count({"WORLD_SIZE": "x"}) == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"routing_word_weight_steps": 45}, "routing_word_weight_steps: set routing_word_weight too"),
+        ({"routing_word_weight": 1.0, "routing_word_weight_steps": -1}, "routing_word_weight_steps: must be"),
+        (
+            {"routing_word_weight": 1.0, "routing_word_weight_steps": True},
+            "routing_word_weight_steps: must be",
+        ),
+    ],
+)
+def test_the_routing_word_weight_schedule_is_checked(tmp_path, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        make(tmp_path, **kwargs)
+    assert (
+        make(tmp_path, routing_word_weight=1.0, routing_word_weight_steps=45).routing_word_weight_steps == 45
+    )

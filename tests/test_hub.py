@@ -214,3 +214,18 @@ def test_the_same_run_pushes_over_its_own_card(tmp_path, tiny_model_path, monkey
     run()
     assert hub.named("upload_folder")[-1]["commit_message"] == "End of training"
     assert card_run_identity(hub.cards[REPO]) == {"recipe": "tiny_router", "seed": 0}
+
+
+def test_the_model_card_reports_the_early_tell(tmp_path):
+    # Fanout 0.1 in batches 1-10, 2.0 from batch 11 on; the card reads the mean of the last 10 batches.
+    history = [{"routing/batch_step": float(b), "routing/fanout": 0.1 if b < 10 else 2.0} for b in range(30)]
+    history.append({"routing/batch_step": 30.0, "routing/fanout": float("nan")})  # not read: skipped
+    script_args, args, model_args = parse(RECIPES / "router_r1_distill_qwen_1.5b.yaml")
+    card = model_card(args, script_args, model_args, history)
+    assert "## Early tell" in card
+    assert "- generation batch 20: fanout +2.00 over the last 10 batches (routing by difficulty" in card
+    assert "- generation batch 30: fanout +2.00" in card and "generation batch 45" not in card
+    flat = [{"routing/batch_step": float(b), "routing/fanout": 0.05} for b in range(50)]
+    card = model_card(args, script_args, model_args, flat)
+    assert "- generation batch 45: fanout +0.05 over the last 10 batches (flat so far" in card
+    assert "## Early tell" not in model_card(args, script_args, model_args, [])

@@ -91,3 +91,6 @@ def test_no_level_column_no_level_metrics(tiny_model_path, tmp_path, monkeypatch
     (record,) = trainer.routing_history
     assert record.levels is None
     assert not any(k.startswith("routing/level/") for h in trainer.state.log_history for k in h)
+    # The early tell reads difficulty from the groups' pass rates instead, under its own name.
+    logged = {k for h in trainer.state.log_history for k in h}
+    assert any(re.fullmatch(r"routing/pass_rate/\d\.\d-\d\.\d/logodds", k) for k in logged)

@@ -1,0 +1,256 @@
+"""The early tell (routing_grpo.early_tell) against hand-computed cases, and as the trainer logs it."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from routing_grpo.early_tell import (
+    FANOUT_ROUTING,
+    advantage_split,
+    difficulty_order,
+    early_tell_readings,
+    early_tell_verdict,
+    fanout,
+    level_mode_advantages,
+    logodds_by_level,
+    pass_rate_difficulty,
+    spearman,
+    trailing_mean,
+    word_loss_share,
+)
+from routing_grpo.modes import INVALID
+from routing_grpo.schedules import routing_word_weight_at
+from routing_grpo.trainer import RoutingGRPOTrainer, early_tell_word_ids
+from tests.helpers import OutputSpy, ScriptedGeneration, arithmetic_rows, build_trainer, make_args, unpad
+from tests.test_level_metrics import level_dataset
+
+
+def three_level_dataset():
+    from datasets import Dataset
+
+    return Dataset.from_list([{**row, "level": 1 + i % 3} for i, row in enumerate(arithmetic_rows(24))])
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Advantages per difficulty and mode, and their shared / per-level split
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_level_mode_advantages_keep_forced_and_free_apart():
+    levels = ["1", "1", "1", "2", "2", None]
+    modes = [0, 2, 0, 1, INVALID, 2]
+    forced = [True, True, False, False, False, False]
+    advantages = [0.5, -0.5, 0.2, 0.1, -0.9, 3.0]
+    forced_table = level_mode_advantages(levels, modes, forced, advantages, num_modes=3, kind="forced")
+    assert forced_table == {"1": [0.5, pytest.approx(math.nan, nan_ok=True), -0.5]}
+    free_table = level_mode_advantages(levels, modes, forced, advantages, num_modes=3, kind="free")
+    assert free_table["1"][0] == 0.2 and math.isnan(free_table["1"][1])
+    assert free_table["2"][1] == 0.1  # the invalid rollout and the one without a level are left out
+    with pytest.raises(ValueError, match="kind"):
+        level_mode_advantages(levels, modes, forced, advantages, num_modes=3, kind="both")
+
+
+def test_the_split_of_a_shared_preference():
+    # Mode means (0.2, 0, -0.2): shared RMS sqrt(0.08 / 3); residuals +-0.1 at four cells: sqrt(0.04 / 6).
+    shared, per_level = advantage_split({"1": [0.3, 0.0, -0.3], "2": [0.1, 0.0, -0.1]})
+    assert shared == pytest.approx(math.sqrt(0.08 / 3))
+    assert per_level == pytest.approx(math.sqrt(0.04 / 6))
+
+
+def test_the_split_of_a_pure_per_level_signal_and_of_a_level_shift():
+    shared, per_level = advantage_split({"1": [0.2, 0.0, -0.2], "2": [-0.2, 0.0, 0.2]})
+    assert shared == pytest.approx(0.0) and per_level == pytest.approx(math.sqrt(0.16 / 6))
+    # A shift common to every mode of a level moves no routing: neither part sees it.
+    assert advantage_split({"1": [1.0, 1.0, 1.0], "2": [0.0, 0.0, 0.0]}) == pytest.approx((0.0, 0.0))
+
+
+def test_the_split_needs_two_full_levels():
+    assert all(math.isnan(x) for x in advantage_split({"1": [0.1, math.nan, 0.0], "2": [0.0, 0.1, 0.2]}))
+    assert all(math.isnan(x) for x in advantage_split({}))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Difficulty, log-odds and the fanout
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_difficulty_orders_numbers_and_pass_rates():
+    assert sorted(["Level 10", "Level 9", "Level 1"], key=difficulty_order) == [
+        "Level 1",
+        "Level 9",
+        "Level 10",
+    ]
+    bins = ["pass 0.0-0.2", "pass 0.8-1.0", "pass 0.4-0.6"]
+    assert sorted(bins, key=difficulty_order) == ["pass 0.8-1.0", "pass 0.4-0.6", "pass 0.0-0.2"]
+    assert sorted(["hard", "2", "easy"], key=difficulty_order) == ["2", "easy", "hard"]
+
+
+def test_fanout_of_a_router_and_of_a_flat_state():
+    levels = ["1", "1", "2", "2", "3", "3"]
+    # One nat more per difficulty step over two steps: 2 nats from the easiest to the hardest.
+    value, rank = fanout(levels, [-1.0, -1.0, 0.0, 0.0, 1.0, 1.0])
+    assert value == pytest.approx(2.0) and rank == pytest.approx(1.0)
+    value, rank = fanout(levels, [0.3] * 6)
+    assert value == pytest.approx(0.0) and math.isnan(rank)
+    # Tiny but ordered: the rank sees the order, the fanout its size.
+    value, rank = fanout(levels, [0.0, 0.0, 0.001, 0.001, 0.002, 0.002])
+    assert value == pytest.approx(0.002) and rank == pytest.approx(1.0)
+    # Slope by least squares over the prompts, not the level means' endpoints: z = 0, 3, 0 at levels 1-3.
+    value, _ = fanout(["1", "2", "3"], [0.0, 3.0, 0.0])
+    assert value == pytest.approx(0.0)
+    assert all(math.isnan(x) for x in fanout(["1", "1"], [0.0, 1.0]))
+
+
+def test_logodds_by_level_easiest_first():
+    assert logodds_by_level(["3", "1", "3"], [1.0, -2.0, 2.0]) == {"1": -2.0, "3": 1.5}
+    assert list(logodds_by_level(["3", "1", "3"], [1.0, -2.0, 2.0])) == ["1", "3"]
+
+
+def test_spearman_with_ties():
+    # Ranks of x: 0, 1.5, 1.5, 3; of y: 0, 1, 2, 3.
+    rx, ry = [0, 1.5, 1.5, 3], [0, 1, 2, 3]
+    mx, my = 1.5, 1.5
+    expected = sum((a - mx) * (b - my) for a, b in zip(rx, ry)) / math.sqrt(
+        sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)
+    )
+    assert spearman([1, 2, 2, 3], [10, 20, 30, 40]) == pytest.approx(expected)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert math.isnan(spearman([1, 2], [1, 2]))
+
+
+def test_pass_rate_difficulty_reads_the_longest_mode_first():
+    modes = [2, 2, 0, 1, 0, 0, 1, 1]
+    correct = [True, False, True, True, True, True, True, False]
+    # Group 1: Long 1 of 2 -> "0.4-0.6"; group 2 has no Long rollout: 3 of 4 over the group -> "0.6-0.8".
+    assert (
+        pass_rate_difficulty(modes, correct, group_size=4, num_modes=3)
+        == ["pass 0.4-0.6"] * 4 + ["pass 0.6-0.8"] * 4
+    )
+    with pytest.raises(ValueError, match="groups of 3"):
+        pass_rate_difficulty(modes, correct, group_size=3, num_modes=3)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# The routing words' share of the loss, schedules and readings
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_word_loss_share():
+    assert word_loss_share(10, 2) == pytest.approx(0.2)  # token mean: one token in five
+    assert word_loss_share(10, 2, word_weight=4.0) == pytest.approx(8 / 16)
+    assert word_loss_share(10, 0) == 0.0
+    with pytest.raises(ValueError):
+        word_loss_share(3, 4)
+
+
+def test_the_routing_word_weight_schedule():
+    assert routing_word_weight_at(0, None, None) is None
+    assert routing_word_weight_at(89, 1.0, None) == 1.0
+    assert routing_word_weight_at(44, 1.0, 45) == 1.0
+    assert routing_word_weight_at(45, 1.0, 45) is None  # from batch 45 on: the paper's loss
+
+
+def test_trailing_means_and_readings():
+    points = [(b, float(b)) for b in range(1, 31)]
+    assert trailing_mean(points, 20, window=10) == pytest.approx(sum(range(11, 21)) / 10)
+    assert math.isnan(trailing_mean([], 20))
+    readings = early_tell_readings(points)
+    assert [b for b, _ in readings] == [20, 30]  # 45 is past the last batch
+    assert early_tell_verdict(FANOUT_ROUTING + 0.01).startswith("routing by difficulty")
+    assert early_tell_verdict(0.0).startswith("flat")
+    assert early_tell_verdict(math.nan).startswith("no reading")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# In the trainer
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_the_trainer_logs_the_early_tell(tiny_model_path, tmp_path, monkeypatch):
+    # Learning rate 0: the model does not move, so the log-odds can be read again after training.
+    args = make_args(
+        tmp_path, max_steps=3, routing_warmup_steps=1, per_device_train_batch_size=8, learning_rate=0.0
+    )
+    ScriptedGeneration().install(monkeypatch)
+    spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
+    trainer = build_trainer(tiny_model_path, args, train_dataset=three_level_dataset())
+    trainer.train()
+    records = [r for r in trainer.routing_history if r.mode == "train"]
+    assert len(records) == len(spy.outputs) == 3
+    logs = {h["routing/batch_step"]: h for h in trainer.state.log_history if "routing/batch_step" in h}
+    brief, longest = early_tell_word_ids(trainer.modes, trainer.processing_class)
+    finite = 0
+    for record, output in zip(records, spy.outputs):
+        # z of each rollout is the model's at the end of its own prompt [P | Q], read without padding.
+        for row, prompt in enumerate(unpad(output["prompt_ids"], output["prompt_mask"])):
+            with torch.no_grad():
+                logp = trainer.model(input_ids=torch.tensor([prompt])).logits[0, -1].log_softmax(-1)
+            z = (logp[longest].logsumexp(-1) - logp[brief].logsumexp(-1)).item()
+            assert record.logodds[row] == pytest.approx(z, abs=1e-4)
+        tokens = int(output["completion_mask"].sum())
+        routed = sum(m != INVALID for m in record.modes)
+        assert record.word_loss_share == pytest.approx(word_loss_share(tokens, routed))
+        log = logs[record.batch_step]
+        assert log["routing/word_loss_share"] == pytest.approx(record.word_loss_share)
+        groups = range(0, len(record.modes), record.group_size)
+        levels = [record.levels[g] for g in groups if record.levels[g] is not None]
+        values = [record.logodds[g] for g in groups if record.levels[g] is not None]
+        expected, _ = fanout(levels, values)
+        if not levels:  # no prompt with a level in the batch: nothing read
+            assert record.fanout is None and "routing/fanout" not in log
+        elif math.isnan(expected):  # fewer than two levels among the batch's prompts: TRL logs None
+            assert math.isnan(record.fanout) and log["routing/fanout"] is None
+        else:
+            finite += 1
+            assert record.fanout == pytest.approx(expected) and log["routing/fanout"] == pytest.approx(
+                expected
+            )
+        for level, value in logodds_by_level(levels, values).items():
+            assert log[f"routing/level/{level}/logodds"] == pytest.approx(value)
+        kind = "forced" if any(record.forced) else "free"
+        table = level_mode_advantages(
+            record.levels, record.modes, record.forced, record.advantages, num_modes=3, kind=kind
+        )
+        for level, means in table.items():
+            for name, value in zip(["NoThink", "Short", "Long"], means):
+                key = f"routing/level/{level}/advantage{'_forced' if kind == 'forced' else ''}/{name}"
+                assert (log[key] is None) if math.isnan(value) else log[key] == pytest.approx(value)
+    assert finite > 0
+
+
+def test_the_word_weight_schedule_in_the_trainer(tiny_model_path, tmp_path, monkeypatch):
+    # The lever for the first generation batch only: the word's share of the loss grows with it, then
+    # returns to the token mean's.
+    args = make_args(
+        tmp_path, max_steps=3, routing_warmup_steps=1, per_device_train_batch_size=8, routing_word_weight=1.0,
+        routing_word_weight_steps=1,
+    )  # fmt: skip
+    ScriptedGeneration().install(monkeypatch)
+    spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
+    trainer = build_trainer(tiny_model_path, args, train_dataset=level_dataset())
+    trainer.train()
+    records = [r for r in trainer.routing_history if r.mode == "train"]
+    first, later = records[0], records[1:]
+    assert spy.outputs[0]["advantages"].dim() == 2  # per-token advantages while the lever is on
+    assert all(o["advantages"].dim() == 1 for o in spy.outputs[1:])
+    tokens = int(spy.outputs[0]["completion_mask"].sum())
+    routed = sum(m != INVALID for m in first.modes)
+    assert first.word_loss_share == pytest.approx(word_loss_share(tokens, routed, tokens / len(first.modes)))
+    for record, output in zip(later, spy.outputs[1:]):
+        routed = sum(m != INVALID for m in record.modes)
+        assert record.word_loss_share == pytest.approx(
+            word_loss_share(int(output["completion_mask"].sum()), routed)
+        )
+
+
+def test_a_single_mode_baseline_reads_no_early_tell(tiny_model_path, tmp_path, monkeypatch):
+    args = make_args(tmp_path, max_steps=2, single_mode="Long", per_device_train_batch_size=8)
+    ScriptedGeneration().install(monkeypatch)
+    trainer = build_trainer(tiny_model_path, args, train_dataset=level_dataset())
+    trainer.train()
+    assert trainer.tell_word_ids is None
+    assert all(r.logodds is None and r.word_loss_share is None for r in trainer.routing_history)
+    assert not any("routing/fanout" in h for h in trainer.state.log_history)
