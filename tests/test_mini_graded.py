@@ -5,7 +5,9 @@ The world's measured table and the graded router end to end are in tests/test_mi
 
 from __future__ import annotations
 
+import json
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -191,3 +193,69 @@ def test_graded_teaching_rows_carry_slips_and_every_mode(tokenizer):
         wrong += not r["completion"].endswith(f"\\boxed{{{problem.answer}}}{teach.EOS}")
     # Long slips with probability 1 - 0.98^k: about 0.07 on the uniform mix of levels 1..6.
     assert 0.03 < wrong / len(long_rows) < 0.11
+
+
+def test_teaching_rows_carry_their_level_for_the_state_loss(tokenizer):
+    rows = teach.teaching_rows(tokenizer, teach.TeachConfig(problems_per_level=20, world="graded"))
+    for r in rows:
+        routed = r["prompt"].endswith(teach.ROUTING_QUESTION)
+        problem = graded.parse_problem(re.split(r"\n|<", r["prompt"].split("user\n")[1])[0])
+        # Routed rows carry their level; plain rows 0 (no routing position, no auxiliary loss).
+        assert r["level"] == (problem.level if routed else 0)
+
+
+def test_the_state_level_loss_by_hand():
+    import torch
+
+    direction = teach.state_level_direction(4, seed=0)
+    assert direction.norm().item() == pytest.approx(1.0)
+    assert torch.equal(direction, teach.state_level_direction(4, seed=0))
+    states = torch.stack([direction * 3.0, -direction, direction * 100.0])
+    levels = torch.tensor([5, 2, 0])  # the third row is a plain row: left out
+    # Targets S (l - 3.5) with S = 2: 3 and -3; projections 3 and -1: mean of 0 and 4.
+    loss = teach.state_level_loss(states, levels, direction, spread=2.0, mean_level=3.5)
+    assert loss.item() == pytest.approx(2.0)
+    assert (
+        teach.state_level_loss(
+            states, torch.zeros(3, dtype=torch.long), direction, spread=2.0, mean_level=3.5
+        )
+        == 0
+    )
+    with pytest.raises(ValueError, match="state_level_weight"):
+        teach.TeachConfig(world="graded", state_level_weight=-1.0)
+    assert teach.TeachConfig(world="graded").state_level_steps == 400
+    assert teach.TeachConfig(world="cliff").state_level_steps == 0
+
+
+def test_teaching_in_two_stages_through_the_command(tmp_path, monkeypatch, capsys):
+    # A few steps of the real teaching command on a small model; the greedy check is not what is tested.
+    monkeypatch.setattr(teach, "greedy_check", lambda *args, **kwargs: {})
+    small = [
+        "--world", "graded", "--steps", "2", "--logging-steps", "1", "--problems-per-level", "5",
+        "--hidden-size", "32", "--num-layers", "1", "--num-heads", "2", "--intermediate-size", "64",
+        "--batch-size", "8", "--state-level-steps", "3", "--state-level-weight", "0.5",
+    ]  # fmt: skip
+    assert teach.main([*small, "--output", str(tmp_path / "m")]) == 0
+    out = capsys.readouterr().out
+    stage1, stage2 = out.split("[teach] stage 2")
+    # Stage 1 teaches the text alone; stage 2 adds the state-level loss at every logged step.
+    assert "state-level loss" not in stage1 and len(re.findall(r"\[teach\] step \d", stage1)) == 2
+    losses = [float(x) for x in re.findall(r"state-level loss (\d+\.\d+)", stage2)]
+    assert len(losses) == 3 and all(x > 0 for x in losses)
+    record = json.loads((tmp_path / "m" / "teaching.json").read_text())
+    assert [(st["stage"], st["steps"], st["state_level_weight"]) for st in record["stages"]] == [
+        (1, 2, 0.0),
+        (2, 3, 0.5),
+    ]
+    assert record["stages"][1]["final_state_level_loss"] == pytest.approx(losses[-1], abs=1e-3)
+    # Nothing of the auxiliary direction is saved with the model.
+    assert sorted(p.name for p in (tmp_path / "m").glob("*.safetensors")) == ["model.safetensors"]
+    # From a taught model, stage 2 alone.
+    init = ["--init", str(tmp_path / "m"), "--output", str(tmp_path / "m2")]
+    assert teach.main([*small, *init]) == 0
+    assert "[teach] stage 1" not in capsys.readouterr().out
+    assert [st["stage"] for st in json.loads((tmp_path / "m2" / "teaching.json").read_text())["stages"]] == [
+        2
+    ]
+    with pytest.raises(ValueError, match="nothing to teach"):
+        teach.main([*small, *init[:2], "--state-level-steps", "0", "--output", str(tmp_path / "m3")])

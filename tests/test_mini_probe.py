@@ -67,3 +67,22 @@ def test_the_probe_command_names_a_missing_model(tmp_path):
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert f"--model: no model folder at {tmp_path / 'none'}" in proc.stderr
+
+
+def test_the_graded_model_is_probed_on_graded_problems(capsys):
+    from routing_grpo.mini.probe import main
+
+    assert main(["--model", "offline:mini_graded", "--problems-per-level", "4"]) == 0
+    assert "4 graded problems per level" in capsys.readouterr().out
+
+
+def test_the_graded_cold_starts_differ_in_their_routing_state_only():
+    """Both shipped graded checkpoints write each mode's word a third of the time at every level; the
+    difficulty-aware one's routing state separates the levels (measured, 100 problems a level: cosine of the
+    level 1 and 6 means 0.574, between-level variance 23.3), the level-blind one's does not (0.997, 0.20)."""
+    aware = routing_state_spread("offline:mini_graded", problems_per_level=20, world="graded")
+    blind = routing_state_spread("offline:mini_graded_blind", problems_per_level=20, world="graded")
+    for spread in (aware, blind):
+        assert all(abs(p - 1 / 3) < 0.05 for probs in spread.first_word.values() for p in probs.values())
+    assert blind.cosine_lowest_highest > 0.99 and blind.between_level_variance < 1.0
+    assert aware.cosine_lowest_highest < 0.8 and aware.between_level_variance > 10.0

@@ -1,6 +1,6 @@
 """How much of the level the model's state carries where it writes the routing word.
 
-``python -m routing_grpo.mini.probe [--model offline:mini]``
+``python -m routing_grpo.mini.probe [--model offline:mini] [--world cliff|graded]``
 
 The router can only learn a different first word per level as fast as the state it reads that word from
 (the final, normalised hidden state at the end of the routed prompt, after ``Mode:``) differs between
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from routing_grpo.mini import task
+from routing_grpo.mini import graded, task
 from routing_grpo.modes import word_token_id_forms
 
 
@@ -103,8 +103,14 @@ def mode_word_ids(tokenizer: Any, words: Sequence[str]) -> dict[str, list[int]]:
     return {word: sorted({ids[0] for ids in word_token_id_forms(tokenizer, word)}) for word in words}
 
 
-def routing_state_spread(model: str, problems_per_level: int = 100, seed: int = 0) -> StateSpread:
-    """:class:`StateSpread` of a miniature model on ``problems_per_level`` training problems per level."""
+WORLDS = {"cliff": task, "graded": graded}
+
+
+def routing_state_spread(
+    model: str, problems_per_level: int = 100, seed: int = 0, world: str = "cliff"
+) -> StateSpread:
+    """:class:`StateSpread` of a miniature model on ``problems_per_level`` training problems per level of
+    ``world`` ("cliff" or "graded")."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from routing_grpo.mini.teach import routed_prompt
@@ -113,9 +119,10 @@ def routing_state_spread(model: str, problems_per_level: int = 100, seed: int = 
     path = resolve_model_path(model) if model.startswith("offline:") else model
     tokenizer = AutoTokenizer.from_pretrained(path)
     lm = AutoModelForCausalLM.from_pretrained(path).eval()
-    words = mode_word_ids(tokenizer, task.MODE_NAMES)
-    problems = task.problems(problems_per_level * len(task.LEVELS), seed=seed, split="train")
-    states, levels, first = [], [], {level: [] for level in task.LEVELS}
+    tasks = WORLDS[world]
+    words = mode_word_ids(tokenizer, tasks.MODE_NAMES)
+    problems = tasks.problems(problems_per_level * len(tasks.LEVELS), seed=seed, split="train")
+    states, levels, first = [], [], {level: [] for level in tasks.LEVELS}
     with torch.no_grad():
         for p in problems:
             ids = tokenizer(routed_prompt(tokenizer, p.text), return_tensors="pt", add_special_tokens=False)
@@ -129,7 +136,7 @@ def routing_state_spread(model: str, problems_per_level: int = 100, seed: int = 
         level: dict(zip(words, torch.tensor(rows).mean(0).tolist(), strict=True))
         for level, rows in first.items()
     }
-    return StateSpread(levels=list(task.LEVELS), first_word=first_word, **stats)
+    return StateSpread(levels=list(tasks.LEVELS), first_word=first_word, **stats)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -142,13 +149,18 @@ def main(argv: list[str] | None = None) -> int:
         "--problems-per-level", type=int, default=100, help="training problems per level (default 100)"
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the problems drawn (default 0)")
+    parser.add_argument(
+        "--world", choices=sorted(WORLDS), default=None,
+        help="the world whose problems are read (default: graded for offline:mini_graded, else cliff)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if args.problems_per_level < 4:
         parser.error("--problems-per-level: at least 4")
     if not args.model.startswith("offline:") and not (Path(args.model) / "config.json").is_file():
         parser.error(f"--model: no model folder at {args.model} (a folder with config.json, or offline:mini)")
-    spread = routing_state_spread(args.model, args.problems_per_level, args.seed)
-    print(f"routing-position state of {args.model}, {args.problems_per_level} problems per level:")
+    world = args.world or ("graded" if args.model == "offline:mini_graded" else "cliff")
+    spread = routing_state_spread(args.model, args.problems_per_level, args.seed, world)
+    print(f"routing-position state of {args.model}, {args.problems_per_level} {world} problems per level:")
     print(
         f"  between-level variance {spread.between_level_variance:.3f}, total variance {spread.total_variance:.3f}, "
         f"common part |mean|^2 {spread.common_part:.1f}"

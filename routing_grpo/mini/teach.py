@@ -6,6 +6,20 @@ modes, each after its routing word, so its first word starts near uniform. It al
 (no routing instruction, no routing question) as a base model that mostly reasons at length
 (:data:`PLAIN_MIX`), which is where the single-mode baselines start. Loss on the completion only.
 
+The graded world's cold start is difficulty-aware: a second stage (``state_level_steps``, 400 for the
+graded world, none for the cliff world) continues from the first stage's model on the same rows with an
+auxiliary loss that puts the problem's level along one fixed direction u of the state the routing word is
+read from (the final, normalised hidden state at the end of the routed prompt), while the first word is
+still taught uniform at every level. Over the routed rows of a batch, with h the state, l the level and
+l-bar the levels' mean::
+
+    loss = SFT loss + W * mean_rows (u . h - S * (l - l-bar))^2     W = ``state_level_weight``, S = ``state_level_spread``
+
+u is a random unit vector drawn from the seed and never trained; nothing of it is saved with the model. It
+stands in for what a pretrained LLM brings to the routing position and the first stage does not: a state
+that tells easy problems from hard ones before any choice depends on it (docs/mini/cold_start.md). The
+first stage alone (``--state-level-steps 0``) is the level-blind checkpoint ``offline:mini_graded_blind``.
+
 Everything is seeded; the same command gives the same checkpoint on the same software. The folder holds the
 model, the tokenizer (with a ChatML template) and ``teaching.json`` (settings, steps, time, final loss).
 """
@@ -33,8 +47,10 @@ logger = logging.getLogger(__name__)
 # The miniature's worlds: the task module each teaches, and the benchmark and recipe folder it is run with.
 WORLDS = {"cliff": task, "graded": graded}
 BENCHMARKS = {"cliff": "mini", "graded": "mini_graded"}
-# Teaching steps of each world's shipped checkpoint, so that the command with no options makes it.
+# Teaching steps of each world's shipped checkpoint, so that the command with no options makes it: the first
+# stage's, and the difficulty-aware second stage's (module docstring).
 TEACHING_STEPS = {"cliff": 2000, "graded": 1500}
+STATE_LEVEL_STEPS = {"cliff": 0, "graded": 400}
 ROUTER_RECIPES = {"cliff": "mini/router.yaml", "graded": "mini_graded/graded_router.yaml"}
 # The recipes folder of the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPES = Path("recipes")
@@ -51,8 +67,9 @@ PLAIN_SHARE = 0.5
 
 @dataclass
 class TeachConfig:
-    """The teaching run: model shape, data and schedule (defaults: the committed checkpoints'; ``steps``
-    None is the world's :data:`TEACHING_STEPS`)."""
+    """The teaching run: model shape, data and schedule (defaults: the committed checkpoints'; ``steps`` and
+    ``state_level_steps`` None are the world's :data:`TEACHING_STEPS` and :data:`STATE_LEVEL_STEPS`).
+    ``init``: a taught model to continue from, in place of the first stage."""
 
     output: str = "outputs/mini/taught"
     world: str = "cliff"
@@ -67,10 +84,25 @@ class TeachConfig:
     learning_rate: float = 2e-3
     warmup_steps: int = 50
     logging_steps: int = 50
+    state_level_steps: int | None = None
+    state_level_weight: float = 0.1
+    state_level_spread: float = 2.0
+    state_level_learning_rate: float = 5e-4
+    state_level_warmup_steps: int = 20
+    init: str | None = None
 
     def __post_init__(self) -> None:
         if self.world not in WORLDS:
             raise ValueError(f"unknown world {self.world!r}; known: {sorted(WORLDS)}")
+        if self.state_level_steps is None:
+            self.state_level_steps = STATE_LEVEL_STEPS[self.world]
+        if self.state_level_steps < 0:
+            raise ValueError(f"state_level_steps must be >= 0, got {self.state_level_steps}")
+        if self.state_level_weight < 0 or self.state_level_spread <= 0:
+            raise ValueError(
+                "state_level_weight must be >= 0 and state_level_spread > 0, got "
+                f"{self.state_level_weight} and {self.state_level_spread}"
+            )
         if self.steps is None:
             self.steps = TEACHING_STEPS[self.world]
 
@@ -123,12 +155,16 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
                 {
                     "prompt": routed,
                     "completion": forcing_text(mode, ROUTING_QUESTION) + text(p, mode) + EOS,
+                    "level": p.level,
                 }
             )
         if rng.random() >= PLAIN_SHARE:
             continue
         mode = rng.choices(names, weights)[0]
-        rows.append({"prompt": plain_prompt(tokenizer, p.text), "completion": text(p, mode) + EOS})
+        # Level 0: a plain row, which has no routing position and takes no part in the auxiliary loss.
+        rows.append(
+            {"prompt": plain_prompt(tokenizer, p.text), "completion": text(p, mode) + EOS, "level": 0}
+        )
     rng.shuffle(rows)
     return rows
 
@@ -175,43 +211,123 @@ def build_model(tokenizer: Any, config: TeachConfig) -> Any:
     return model
 
 
+def load_taught(init: str) -> tuple[Any, Any]:
+    """The tokenizer and model of a taught folder (or ``offline:NAME``), to continue teaching from."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from routing_grpo.offline_models import resolve_model_path
+
+    path = resolve_model_path(init) if init.startswith("offline:") else init
+    return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+
+
 def teach(config: TeachConfig, recipes: Path = DEFAULT_RECIPES) -> Path:
     """Builds, teaches and saves the miniature's model; returns the folder. ``recipes``: the folder of the
-    recipes, for the greedy check's modes."""
+    recipes, for the greedy check's modes. Stage 1 (``steps``, skipped with ``init``) teaches from scratch;
+    stage 2 (``state_level_steps``, if any) continues with the auxiliary state-level loss."""
+    out = Path(config.output)
+    started = time.time()
+    if config.init is None:
+        tokenizer = build_tokenizer(config.seed, config.world)
+        model = build_model(tokenizer, config)
+    else:
+        tokenizer, model = load_taught(config.init)
+    rows = teaching_rows(tokenizer, config)
+    n_params = sum(p.numel() for p in model.parameters())
+    print(
+        f"[teach] {n_params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}, {len(rows)} rows", flush=True
+    )
+    stages = []
+    if config.init is None:
+        stages.append(
+            teach_stage(
+                model, tokenizer, rows, config, stage=1, steps=config.steps, learning_rate=config.learning_rate,
+                warmup_steps=config.warmup_steps, state_level_weight=0.0, out=out, started=started,
+            )
+        )  # fmt: skip
+    if config.state_level_steps:
+        stages.append(
+            teach_stage(
+                model, tokenizer, rows, config, stage=2, steps=config.state_level_steps,
+                learning_rate=config.state_level_learning_rate, warmup_steps=config.state_level_warmup_steps,
+                state_level_weight=config.state_level_weight, out=out, started=started,
+            )
+        )  # fmt: skip
+    if not stages:
+        raise ValueError("nothing to teach: --init skips stage 1 and --state-level-steps is 0")
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    record: dict[str, Any] = {
+        "config": asdict(config),
+        "parameters": n_params,
+        "rows": len(rows),
+        "final_loss": stages[-1]["final_loss"],
+        "seconds": round(time.time() - started, 1),
+        "plain_mix": PLAIN_MIX,
+        "stages": stages,
+    }
+    (out / "teaching.json").write_text(json.dumps(record, indent=2) + "\n")
+    record["greedy_check"] = greedy_check(out, world=config.world, recipes=recipes)
+    (out / "teaching.json").write_text(json.dumps(record, indent=2) + "\n")
+    print(f"[teach] saved {out} ({record['seconds']:.0f}s); greedy forced accuracy per level:", flush=True)
+    for mode, levels in record["greedy_check"].items():
+        print(
+            f"[teach]   {mode:8s} " + " ".join(f"L{lv} {v['accuracy']:.2f}" for lv, v in levels.items()),
+            flush=True,
+        )
+    return out
+
+
+def teach_stage(
+    model: Any,
+    tokenizer: Any,
+    rows: list[dict[str, Any]],
+    config: TeachConfig,
+    *,
+    stage: int,
+    steps: int,
+    learning_rate: float,
+    warmup_steps: int,
+    state_level_weight: float,
+    out: Path,
+    started: float,
+) -> dict[str, Any]:
+    """One teaching stage with TRL's ``SFTTrainer`` (cosine schedule, loss on the completion only), the
+    auxiliary state-level loss added when ``state_level_weight`` > 0; returns the stage's record."""
+    import shutil
+
     import torch
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    out = Path(config.output)
-    started = time.time()
-    tokenizer = build_tokenizer(config.seed, config.world)
-    model = build_model(tokenizer, config)
-    rows = teaching_rows(tokenizer, config)
-    n_params = sum(p.numel() for p in model.parameters())
-    print(
-        f"[teach] {n_params / 1e6:.2f}M parameters, vocabulary {len(tokenizer)}, {len(rows)} rows, "
-        f"{config.steps} steps of {config.batch_size}",
-        flush=True,
-    )
+    print(f"[teach] stage {stage}: {steps} steps of {config.batch_size}, lr {learning_rate:g}", flush=True)
     torch.manual_seed(config.seed)
+    last_aux: list[float] = []
 
     class Progress(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "loss" in logs:
+                aux = getattr(trainer, "state_level_losses", None)
+                extra = ""
+                if aux:
+                    last_aux[:] = [sum(aux) / len(aux)]
+                    extra = f" state-level loss {last_aux[0]:.3f}"
+                    aux.clear()
                 print(
-                    f"[teach] step {state.global_step}/{state.max_steps} loss {logs['loss']:.4f} "
+                    f"[teach] step {state.global_step}/{state.max_steps} loss {logs['loss']:.4f}{extra} "
                     f"({time.time() - started:.0f}s)",
                     flush=True,
                 )
 
     args = SFTConfig(
         output_dir=str(out / "_trainer"),
-        max_steps=config.steps,
+        max_steps=steps,
         per_device_train_batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
+        learning_rate=learning_rate,
         lr_scheduler_type="cosine",
-        warmup_steps=config.warmup_steps,
+        warmup_steps=warmup_steps,
         weight_decay=0.0,
         logging_steps=config.logging_steps,
         save_strategy="no",
@@ -225,7 +341,13 @@ def teach(config: TeachConfig, recipes: Path = DEFAULT_RECIPES) -> Path:
         dataloader_drop_last=True,
         disable_tqdm=True,
     )
-    trainer = SFTTrainer(
+    trainer_class = SFTTrainer
+    if state_level_weight > 0:
+        trainer_class = state_level_trainer(
+            SFTTrainer, config, WORLDS[config.world], weight=state_level_weight
+        )
+    stage_started = time.time()
+    trainer = trainer_class(
         model=model,
         args=args,
         train_dataset=Dataset.from_list(rows),
@@ -233,30 +355,90 @@ def teach(config: TeachConfig, recipes: Path = DEFAULT_RECIPES) -> Path:
         callbacks=[Progress()],
     )
     result = trainer.train()
-    out.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    record: dict[str, Any] = {
-        "config": asdict(config),
-        "parameters": n_params,
-        "rows": len(rows),
-        "final_loss": float(result.training_loss),
-        "seconds": round(time.time() - started, 1),
-        "plain_mix": PLAIN_MIX,
-    }
-    (out / "teaching.json").write_text(json.dumps(record, indent=2) + "\n")
-    import shutil
-
     shutil.rmtree(out / "_trainer", ignore_errors=True)
-    record["greedy_check"] = greedy_check(out, world=config.world, recipes=recipes)
-    (out / "teaching.json").write_text(json.dumps(record, indent=2) + "\n")
-    print(f"[teach] saved {out} ({record['seconds']:.0f}s); greedy forced accuracy per level:", flush=True)
-    for mode, levels in record["greedy_check"].items():
-        print(
-            f"[teach]   {mode:8s} " + " ".join(f"L{lv} {v['accuracy']:.2f}" for lv, v in levels.items()),
-            flush=True,
-        )
-    return out
+    return {
+        "stage": stage,
+        "steps": steps,
+        "learning_rate": learning_rate,
+        "warmup_steps": warmup_steps,
+        "state_level_weight": state_level_weight,
+        "final_loss": float(result.training_loss),
+        "final_state_level_loss": last_aux[0] if last_aux else None,
+        "seconds": round(time.time() - stage_started, 1),
+    }
+
+
+def state_level_direction(hidden_size: int, seed: int) -> Any:
+    """u: the fixed random unit vector of the auxiliary loss (the same for a seed and a width)."""
+    import torch
+
+    u = torch.randn(hidden_size, generator=torch.Generator().manual_seed(10_000 + seed), dtype=torch.float64)
+    return (u / u.norm()).to(torch.float32)
+
+
+def state_level_loss(states: Any, levels: Any, direction: Any, *, spread: float, mean_level: float) -> Any:
+    """mean over rows with a level (> 0) of (u . h - S (l - l-bar))^2; 0 when the batch has none."""
+    rows = levels > 0
+    if not bool(rows.any()):
+        return states.sum() * 0.0
+    projected = states[rows] @ direction.to(states.dtype)
+    target = spread * (levels[rows].to(states.dtype) - mean_level)
+    return ((projected - target) ** 2).mean()
+
+
+def state_level_trainer(base: type, config: TeachConfig, world: Any, *, weight: float) -> type:
+    """``base`` (TRL's ``SFTTrainer``) with the auxiliary state-level loss of the module docstring.
+
+    The rows carry their ``level`` (0: a plain row); the routing position of a row is the one before its first
+    completion token, and its state is the output of the model's final norm (what the LM head reads).
+    """
+    import torch
+
+    direction = state_level_direction(config.hidden_size, config.seed)
+    mean_level = sum(world.LEVELS) / len(world.LEVELS)
+
+    class StateLevelSFTTrainer(base):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            collate = self.data_collator
+
+            def with_levels(examples: list[dict[str, Any]]) -> dict[str, Any]:
+                batch = collate([{k: v for k, v in ex.items() if k != "level"} for ex in examples])
+                batch["level"] = torch.tensor([int(ex["level"]) for ex in examples])
+                return batch
+
+            self.data_collator = with_levels
+            self.state_level_losses: list[float] = []
+
+        def _set_signature_columns_if_needed(self) -> None:
+            super()._set_signature_columns_if_needed()
+            if "level" not in self._signature_columns:
+                self._signature_columns = [*self._signature_columns, "level"]
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            levels = inputs.pop("level")
+            captured: list[Any] = []
+            norm = model.get_decoder().norm
+            handle = norm.register_forward_hook(lambda _m, _i, out: captured.append(out))
+            try:
+                result = super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+            finally:
+                handle.remove()
+            labels = inputs["labels"]
+            first = (labels != -100).int().argmax(dim=1)
+            rows = torch.arange(labels.shape[0], device=labels.device)
+            states = captured[-1][rows, (first - 1).clamp(min=0)]
+            aux = state_level_loss(
+                states, levels.to(states.device), direction.to(states.device), spread=config.state_level_spread,
+                mean_level=mean_level,
+            )  # fmt: skip
+            self.state_level_losses.append(float(aux.detach()))
+            if return_outputs:
+                loss, outputs = result
+                return loss + weight * aux, outputs
+            return result + weight * aux
+
+    return StateLevelSFTTrainer
 
 
 GREEDY_CHECK_PROBLEMS = 120  # held-out problems (20 per level) of the greedy check
@@ -308,6 +490,21 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "steps":
             per_world = ", ".join(f"{w} {n}" for w, n in TEACHING_STEPS.items())
             p.add_argument("--steps", type=int, default=None, help=f"default: the world's ({per_world})")
+            continue
+        if name == "state_level_steps":
+            per_world = ", ".join(f"{w} {n}" for w, n in STATE_LEVEL_STEPS.items())
+            p.add_argument(
+                "--state-level-steps", type=int, default=None,
+                help=f"steps of the difficulty-aware second stage; default: the world's ({per_world})",
+            )  # fmt: skip
+            continue
+        if name == "init":
+            p.add_argument(
+                "--init",
+                default=None,
+                help="a taught model folder (or offline:NAME) to continue teaching from, with its tokenizer "
+                "(default: a new model and tokenizer)",
+            )
             continue
         p.add_argument(
             f"--{name.replace('_', '-')}", type=type(value), default=value, help=f"default {value}"
