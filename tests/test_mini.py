@@ -213,6 +213,11 @@ def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps()
         stored = json.loads((folder / "teaching.json").read_text())["config"]
         config = command_config(["--world", world])
         assert (config.seed, config.steps) == (stored["seed"], stored["steps"]), world
+        # The second, difficulty-aware stage (graded only; records from before it have none).
+        assert config.state_level_steps == stored.get("state_level_steps", 0), world
+        for key in ("state_level_weight", "state_level_spread", "state_level_learning_rate"):
+            if config.state_level_steps:
+                assert getattr(config, key) == stored[key], (world, key)
         # The cliff checkpoint was taught before there were worlds: its record names none.
         assert stored.get("world", "cliff") == world
     assert command_config(["--world", "graded", "--steps", "5"]).steps == 5
@@ -271,6 +276,13 @@ def test_demo_summary_shows_the_graded_router_per_level_beside_the_oracle():
     assert "worth" not in render_summary(
         mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}
     )
+    # What was trained, and the run's early tell, when given.
+    text = render_summary(
+        mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0},
+        "Trained: the paper's recipe unmodified", ["- generation batch 20: fanout +0.63 over the last 10 batches"],
+    )  # fmt: skip
+    assert text.index("Trained: the paper's recipe unmodified") < text.index("| trained router")
+    assert "## Early tell" in text and "- generation batch 20: fanout +0.63" in text
 
 
 def test_worlds_and_runs_are_planned_from_the_command_line():
@@ -404,7 +416,7 @@ def test_the_core_never_imports_the_miniature_nor_reads_the_checkout():
 
 def test_the_miniature_registers_its_tasks_and_models_through_entry_points():
     from routing_grpo.data import get_task, load_task, task_names
-    from routing_grpo.mini.plugin import MINI_CHECKPOINTS
+    from routing_grpo.mini.plugin import MINI_CHECKPOINTS, MINI_GRADED_BLIND_CHECKPOINT
     from routing_grpo.offline_models import resolve_model_path
     from routing_grpo.plugins import entry_point_names
 
@@ -416,8 +428,10 @@ def test_the_miniature_registers_its_tasks_and_models_through_entry_points():
     assert rows["prompt"][0][0]["content"] == rows["problem"][0].strip()  # the problem text alone
     assert resolve_model_path("offline:mini") == str(MINI_CHECKPOINTS["cliff"])
     assert resolve_model_path("offline:mini_graded") == str(MINI_CHECKPOINTS["graded"])
+    assert resolve_model_path("offline:mini_graded_blind") == str(MINI_GRADED_BLIND_CHECKPOINT)
     with pytest.raises(
-        ValueError, match=r"offline:smollm2, offline:tiny, offline:mini or offline:mini_graded"
+        ValueError,
+        match=r"offline:smollm2, offline:tiny, offline:mini, offline:mini_graded or offline:mini_graded_blind",
     ):
         resolve_model_path("offline:giant")
     with pytest.raises(ValueError, match=r"unknown task 'min'; known tasks: \[.*'mini', 'mini_graded'"):

@@ -1,8 +1,9 @@
 """What the miniature adds to the core, through the core's entry points (``pyproject.toml``).
 
 * tasks ``mini`` and ``mini_graded`` (group ``routing_grpo.tasks``): the two worlds' generated problems;
-* offline models ``offline:mini`` and ``offline:mini_graded`` (group ``routing_grpo.offline_models``):
-  the worlds' taught checkpoints shipped in the package.
+* offline models ``offline:mini``, ``offline:mini_graded`` and ``offline:mini_graded_blind`` (group
+  ``routing_grpo.offline_models``): the worlds' taught checkpoints shipped in the package; the graded
+  world's default is difficulty-aware, its level-blind first stage is kept beside it (docs/mini/cold_start.md).
 
 The core never imports this module by name; it finds it through the installed package's metadata.
 """
@@ -15,8 +16,16 @@ from routing_grpo.mini import graded, task
 
 MINI_CHECKPOINT = Path(__file__).resolve().parent / "checkpoint"
 MINI_GRADED_CHECKPOINT = Path(__file__).resolve().parent / "checkpoint_graded"
+# The graded world's first teaching stage alone: a routing state that does not separate the levels.
+MINI_GRADED_BLIND_CHECKPOINT = Path(__file__).resolve().parent / "checkpoint_graded_blind"
 # The miniature's worlds: their taught checkpoints shipped in the package.
 MINI_CHECKPOINTS = {"cliff": MINI_CHECKPOINT, "graded": MINI_GRADED_CHECKPOINT}
+# Every shipped checkpoint: its offline name and folder.
+SHIPPED_CHECKPOINTS = {
+    "mini": MINI_CHECKPOINT,
+    "mini_graded": MINI_GRADED_CHECKPOINT,
+    "mini_graded_blind": MINI_GRADED_BLIND_CHECKPOINT,
+}
 
 
 def mini_task():
@@ -47,10 +56,11 @@ def mini_graded_task():
     )
 
 
-def mini_checkpoint_path(world: str = "cliff") -> Path:
+def mini_checkpoint_path(world: str = "cliff", folder: Path | None = None) -> Path:
     """The taught model of one of the miniature's worlds (about 4 MB) shipped in the package
-    (``python -m routing_grpo.mini.teach --world WORLD`` made it; ``make mini`` teaches a fresh one)."""
-    folder = MINI_CHECKPOINTS[world]
+    (``python -m routing_grpo.mini.teach --world WORLD`` made it; ``make mini`` teaches a fresh one).
+    ``folder``: another shipped checkpoint of that world."""
+    folder = folder or MINI_CHECKPOINTS[world]
     if not (folder / "config.json").is_file():
         raise RuntimeError(
             f"the miniature's taught checkpoint is missing from {folder}; teach one with "
@@ -65,5 +75,12 @@ def cliff_checkpoint(cache_dir: Path) -> Path:
 
 
 def graded_checkpoint(cache_dir: Path) -> Path:
-    """``offline:mini_graded``: the graded world's taught model (shipped, so the cache is not used)."""
+    """``offline:mini_graded``: the graded world's taught model, difficulty-aware (shipped, so the cache is
+    not used)."""
     return mini_checkpoint_path("graded")
+
+
+def graded_blind_checkpoint(cache_dir: Path) -> Path:
+    """``offline:mini_graded_blind``: the graded world's first teaching stage alone, whose routing state does
+    not separate the levels (shipped, so the cache is not used)."""
+    return mini_checkpoint_path("graded", MINI_GRADED_BLIND_CHECKPOINT)
