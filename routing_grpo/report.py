@@ -45,8 +45,12 @@ LEVEL_MIX_METHOD = "router_level_mix"
 # The router with the routing word's own weight in the loss, a lever beyond the paper
 # (recipes/mini_graded/graded_router_word_weight.yaml), reported beside the router.
 WORD_WEIGHT_METHOD = "router_word_weight"
+# The router from a level-blind cold start (recipes/mini_graded/graded_router_blind.yaml): the contrast of the
+# graded world's difficulty-aware default.
+BLIND_METHOD = "router_blind"
 METHOD_ORDER = (
-    "base", "nothink", "short", "long", "router", WORD_WEIGHT_METHOD, LEVEL_MIX_METHOD, *ABLATION_METHODS,
+    "base", "nothink", "short", "long", "router", WORD_WEIGHT_METHOD, BLIND_METHOD, LEVEL_MIX_METHOD,
+    *ABLATION_METHODS,
 )  # fmt: skip
 METHOD_LABELS = {
     "base": "Base (no routing)",
@@ -56,6 +60,7 @@ METHOD_LABELS = {
     "router": "Free routing",
     LEVEL_MIX_METHOD: "Free routing, trained on a level mix",
     WORD_WEIGHT_METHOD: "Free routing, routing word weighted (beyond the paper)",
+    BLIND_METHOD: "Free routing, level-blind cold start",
     "no_balance": "Free routing, no balance term",
     "no_warmup": "Free routing, no forced warmup",
 }
@@ -422,11 +427,14 @@ class TrainingRun:
 
 def training_group(name: str) -> str:
     """no_balance / no_warmup when the folder path names the ablation, router_level_mix when it names the
-    level mix, baseline for a single-mode baseline (``baseline`` or a mode word nothink / short / long in the
-    name), router otherwise."""
+    level mix, router_word_weight the routing word's weight, router_blind a level-blind cold start, baseline
+    for a single-mode baseline (``baseline`` or a mode word nothink / short / long in the name), router
+    otherwise."""
     key = name.lower().replace("-", "_")
     if "level_mix" in key:
         return LEVEL_MIX_METHOD
+    if "blind" in key:
+        return BLIND_METHOD
     if "word_weight" in key:
         return WORD_WEIGHT_METHOD
     for ablation in ABLATION_METHODS:

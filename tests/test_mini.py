@@ -298,7 +298,13 @@ def test_worlds_and_runs_are_planned_from_the_command_line():
     assert planned("--worlds", "graded", "--runs", "graded_router") == [("graded", ["graded_router"])]
     assert planned("--runs", "graded_router,router") == [("graded", ["graded_router"]), ("cliff", ["router"])]
     assert WORLDS["graded"].run("graded_baseline_long").plain_prompt
+    # The level-blind router starts from its own shipped checkpoint: with another taught model it is left
+    # out of the defaults, and refused when named.
+    assert "graded_router_blind" in WORLDS["graded"].default_runs
+    ((_, own),) = planned("--worlds", "graded", "--taught", "x")
+    assert "graded_router_blind" not in own and "graded_router" in own
     for argv, message in [
+        (("--worlds", "graded", "--teach", "--runs", "graded_router_blind"), "start from a shipped checkpoint"),
         (("--worlds", "flat"), "--worlds: unknown"),
         (("--runs", "routr"), "--runs: unknown ['routr']"),
         (("--batch-steps", "routr=3"), "--batch-steps: unknown"),

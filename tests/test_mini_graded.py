@@ -25,6 +25,7 @@ VARIANTS = {
     "graded_ablation_no_balance.yaml": {"balance_coef": 0.0},
     "graded_ablation_no_warmup.yaml": {"routing_warmup_steps": 0},
     "graded_router_word_weight.yaml": {"routing_word_weight": 1.0},
+    "graded_router_blind.yaml": {"model_name_or_path": "offline:mini_graded_blind"},
 }
 
 
@@ -176,7 +177,8 @@ def test_graded_recipes_parse(path):
 
     check_recipe(yaml.safe_load(path.read_text()), str(path))
     script_args, args, model_args = parse_args(["--config", str(path)])
-    assert script_args.task == "mini_graded" and model_args.model_name_or_path == "offline:mini_graded"
+    model = VARIANTS.get(path.name, {}).get("model_name_or_path", "offline:mini_graded")
+    assert script_args.task == "mini_graded" and model_args.model_name_or_path == model
     assert args.output_dir.endswith(f"{path.stem}/seed0")
     assert args.max_steps == 2 * yaml.safe_load(path.read_text())["total_batch_steps"]
 

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.mini import task
+from routing_grpo.mini.plugin import SHIPPED_CHECKPOINTS, mini_checkpoint_path
 
 # The recipes folder of the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPES = Path("recipes")
@@ -58,11 +59,14 @@ PROGRESS_LINE = re.compile(r"^\[routing\] batch \d+/|^\[[\w.-]+\] \d+/\d+ prompt
 
 @dataclass(frozen=True)
 class Run:
-    """One recipe of the miniature: the file, the method label of its evaluation, how it is evaluated."""
+    """One recipe of the miniature: the file, the method label of its evaluation, how it is evaluated, and
+    ``start``: the shipped checkpoint it starts from (its offline name without ``offline:``) when it is not the
+    world's taught model; such a run is made only from the shipped models."""
 
     recipe: str
     method: str
     plain_prompt: bool = False
+    start: str | None = None
 
 
 @dataclass(frozen=True)
@@ -101,10 +105,13 @@ WORLDS = {
             Run("graded_ablation_no_warmup", "no_warmup"),
             # Beyond the paper: the routing word's own weight in the loss, reported beside the router.
             Run("graded_router_word_weight", "router_word_weight"),
+            # The paper's recipe from the level-blind first teaching stage: the contrast of the default.
+            Run("graded_router_blind", "router_blind", start="mini_graded_blind"),
         ),
         (
             "graded_router",
             "graded_router_word_weight",
+            "graded_router_blind",
             "graded_baseline_nothink",
             "graded_baseline_short",
             "graded_baseline_long",
@@ -427,14 +434,21 @@ def plan(args: argparse.Namespace) -> list[tuple[World, list[Run]]]:
     if args.taught and len(worlds) != 1:
         raise UsageError("--taught: name one world with --worlds (a taught model belongs to one world)")
     known = {r.recipe for w in worlds for r in w.runs}
+    own_model = args.taught or args.teach
     if args.runs is None:
-        chosen = {w.name: list(w.default_runs) for w in worlds}
+        # A run that starts from a shipped checkpoint of its own compares with the shipped model only.
+        chosen = {w.name: [r for r in w.default_runs if not (own_model and w.run(r).start)] for w in worlds}
     else:
         wanted = [r.strip() for r in args.runs.split(",") if r.strip()]
         unknown = [r for r in wanted if r not in known]
         if unknown:
             raise UsageError(f"--runs: unknown {unknown}; known: {sorted(known)}")
         chosen = {w.name: [r for r in wanted if r in {x.recipe for x in w.runs}] for w in worlds}
+        fixed = [r for w in worlds for r in chosen[w.name] if w.run(r).start]
+        if own_model and fixed:
+            raise UsageError(
+                f"--runs: {fixed} start from a shipped checkpoint of their own; run them without --taught / --teach"
+            )
     unknown = [r for r in (args.batch_steps or {}) if r is not None and r not in known]
     if unknown:
         raise UsageError(f"--batch-steps: unknown recipe(s) {unknown}; known: {sorted(known)}")
@@ -482,8 +496,6 @@ def run_world(
             # Teaching runs before anything else: it gets every core, not one job's share.
             stages.run("teach", cmd, done=taught / "teaching.json", threads=os.cpu_count() or 2)
         else:
-            from routing_grpo.mini.plugin import mini_checkpoint_path
-
             taught = mini_checkpoint_path(world.name)
         router_recipe = world.router_recipe(args.recipes)
 
@@ -515,11 +527,12 @@ def run_world(
             model_dir = out / "runs" / run.recipe / f"seed{seed}"
             batch_steps = steps.get(run.recipe, steps.get(None))
             extra = scaled_schedule(recipe, batch_steps) if batch_steps else []
+            start = SHIPPED_CHECKPOINTS[run.start] if run.start else taught
             stages.run(
                 f"train_{run.recipe}_seed{seed}",
-                train_command(recipe, taught, seed, model_dir, extra),
+                train_command(recipe, start, seed, model_dir, extra),
                 done=model_dir / "model.safetensors",
-                inputs=(taught, recipe),
+                inputs=(start, recipe),
             )
             stages.run(
                 f"eval_{run.method}_seed{seed}",
