@@ -1,17 +1,16 @@
 """CPU demo: the miniature's graded world on the embedded default (``make demo`` / ``python -m routing_grpo.demo``).
 
 Offline, on 2 CPU cores, in a few minutes: the taught tiny model of the graded world shipped in the package
-(``offline:mini_graded``, made by ``python -m routing_grpo.mini.teach --world graded``) is evaluated in
-every mode (the oracle table: what a perfect router would choose per level; ``routing-grpo oracle`` gives
-its verdict first), trained as a three-mode router on the uniform mix of levels with
-``recipes/mini_graded/graded_router_word_weight.yaml`` (the paper's recipe, forced warmup, free routing,
-balance term and reward flattening, plus one lever beyond the paper: the routing word's own weight in the
-loss; a line per few generation batches on the screen), and the router is evaluated on the held-out
-problems (free routing, uncapped, temperature 0.6). The paper's recipe alone (``graded_router.yaml``) keeps
-its modes but has only begun to route by difficulty in the same 90 batches (docs/mini/graded.md).
-``OUT/summary.md`` is written and printed: accuracy and tokens of the router beside the taught model forced
-into Long, and the routing per level beside the oracle's choice. ``make mini`` runs the whole study (both
-worlds, baselines, ablations, seeds).
+(``offline:mini_graded``, made by ``python -m routing_grpo.mini.teach --world graded``; a difficulty-aware
+cold start, docs/mini/cold_start.md) is evaluated in every mode (the oracle table: what a perfect router
+would choose per level; ``routing-grpo oracle`` gives its verdict first), trained as a three-mode router on
+the uniform mix of levels with the paper's recipe unmodified (``recipes/mini_graded/graded_router.yaml``:
+forced warmup, free routing, balance term and reward flattening; a line per few generation batches on the
+screen, with the early tell's fanout), and the router is evaluated on the held-out problems (free routing,
+uncapped, temperature 0.6). ``OUT/summary.md`` is written and printed: what was trained, accuracy and
+tokens of the router beside the taught model forced into Long, the routing per level beside the oracle's
+choice, and the early tell of the run. ``make mini`` runs the whole study (both worlds, baselines,
+ablations, seeds).
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ from typing import Any  # noqa: E402
 
 DEFAULT_OUTPUT = Path("outputs") / "demo"
 WORLD = "graded"
-ROUTER_RECIPE = "graded_router_word_weight"
+ROUTER_RECIPE = "graded_router"
 # A line on the screen at least this often while a stage runs (training batches, evaluation prompts).
 PROGRESS_EVERY = 5.0
 
@@ -79,18 +78,25 @@ def _level_table(levels: dict[str, Any], modes: Sequence[str], accuracy: str, to
     return rows
 
 
-def render_summary(mini: dict[str, Any], long_forced: dict[str, Any], router: dict[str, Any]) -> str:
-    """Markdown: router vs the taught model forced into Long, and routing per level beside the oracle."""
+def render_summary(
+    mini: dict[str, Any],
+    long_forced: dict[str, Any],
+    router: dict[str, Any],
+    trained: str = "",
+    early_tell: Sequence[str] = (),
+    section: str = "router",
+) -> str:
+    """Markdown: what was trained, router vs the taught model forced into Long, routing per level beside
+    the oracle, and the run's early tell (lines of :func:`routing_grpo.hub.early_tell_lines`). ``section``:
+    the miniature report's section of the router ("router", or "word_weight" for the lever's)."""
     modes = [m["name"] for m in mini["modes"]]
-    routed = mini["word_weight"] if (mini.get("word_weight") or {}).get("levels") else mini["router"]
+    routed = mini[section]
     acc, tokens = router["accuracy"], router["mean_length"]
     long_acc, long_tokens = long_forced["accuracy"], long_forced["mean_length"]
     lines = [
         "# routing-grpo demo: the miniature's graded world",
         "",
-        "The router: the paper's recipe plus the routing word's own weight in the loss (`routing_word_weight: "
-        "1.0`, beyond the paper; docs/method.md).",
-        "",
+        *([trained, ""] if trained else []),
         "| | accuracy | mean tokens |",
         "|---|---:|---:|",
         f"| taught model forced into Long | {long_acc:.3f} | {long_tokens:.1f} |",
@@ -125,7 +131,16 @@ def render_summary(mini: dict[str, Any], long_forced: dict[str, Any], router: di
     )
     lines += ["", f"Routing regret: {_pct(regret, 1)} of the oracle's expected reward (levels weighted by "
               f"their share{beats})."]  # fmt: skip
+    if early_tell:
+        lines += ["", "## Early tell (in training: is routing by difficulty being learnt?)", "", *early_tell]
     return "\n".join(lines) + "\n"
+
+
+TRAINED = (
+    "Trained: the paper's recipe unmodified (`recipes/mini_graded/{recipe}.yaml`: forced warmup, free routing, "
+    "balance term, reward flattening; no lever beyond the paper), {batches} generation batches, seed {seed}, "
+    "from `{taught}`{cold_start}."
+)
 
 
 def run(argv: Sequence[str] | None = None) -> str:
@@ -153,7 +168,19 @@ def run(argv: Sequence[str] | None = None) -> str:
     router = json.loads(
         (runs / "eval" / router_run.method / f"seed{args.seed}" / bench / "summary.json").read_text()
     )
-    text = render_summary(mini, long_forced, router)
+    from routing_grpo.hub import early_tell_lines
+
+    model_dir = runs / "runs" / router_run.recipe / f"seed{args.seed}"
+    history = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines() if line]
+    batches = max(
+        (round(r["routing/batch_step"]) + 1 for r in history if "routing/batch_step" in r), default=0
+    )
+    taught = args.taught or "offline:mini_graded"
+    trained = TRAINED.format(
+        recipe=router_run.recipe, batches=batches, seed=args.seed, taught=taught,
+        cold_start="" if args.taught else ", the graded world's difficulty-aware cold start (docs/mini/cold_start.md)",
+    )  # fmt: skip
+    text = render_summary(mini, long_forced, router, trained, early_tell_lines(history))
     (out / "summary.md").write_text(text)
     print(text, flush=True)
     print(f"Full report: {runs / 'report' / 'results.md'} (figures beside it)", flush=True)

@@ -243,7 +243,10 @@ def test_miniature_report_end_to_end(mini_out):
     from routing_grpo.demo import render_summary
 
     summary = render_summary(
-        mini, {"accuracy": 1.0, "mean_length": 35.5}, {"accuracy": 1.0, "mean_length": 18.25}
+        mini,
+        {"accuracy": 1.0, "mean_length": 35.5},
+        {"accuracy": 1.0, "mean_length": 18.25},
+        section="word_weight",
     )
     assert "Routing regret: 0.0% of the oracle's expected reward" in summary
 
