@@ -169,7 +169,7 @@ class RoutingGRPOConfig(GRPOConfig):
         metadata={
             "help": "Not the paper's: the routing word's own weight w in the loss (after Thinkless' Decoupled "
             "GRPO): its token counts w x the mean response length, so the words' part of the loss is w x their "
-            "per-rollout mean. Unset: the paper's token mean (docs/method.md \"Beyond the paper\")."
+            'per-rollout mean. Unset: the paper\'s token mean (docs/method.md "Beyond the paper").'
         },
     )
     routing_word_weight_steps: int | None = field(
