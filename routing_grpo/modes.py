@@ -289,6 +289,12 @@ def word_token_id_forms(tokenizer: Any, word: str) -> list[list[int]]:
     return forms
 
 
+def word_first_token_ids(tokenizer: Any, word: str) -> list[int]:
+    """The first token id of each of ``word``'s forms (:func:`word_token_id_forms`), sorted: where a model's
+    probability of starting the word is read."""
+    return sorted({ids[0] for ids in word_token_id_forms(tokenizer, word)})
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Gammas from caps, and crossover lengths
 # ---------------------------------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ from routing_grpo.generation import (
     scatter_vllm_outputs,
 )
 from routing_grpo.grading import generation_prompt_opens_reasoning
-from routing_grpo.modes import INVALID, ModeDetector, word_token_id_forms
+from routing_grpo.modes import INVALID, ModeDetector, word_first_token_ids, word_token_id_forms
 from routing_grpo.prompting import add_routing_instruction, forcing_text
 from routing_grpo.rewards import RoutingReward, Verifier, resolve_verifier
 from routing_grpo.schedules import balance_coef_at, in_warmup, reward_phase, routing_word_weight_at
@@ -352,11 +352,11 @@ class RoutingGRPOTrainer(GRPOTrainer):
             )
         mask = output["completion_mask"]
         lengths_in_loss = gather(mask.sum(dim=1).to(torch.float64))
-        mean_tokens = lengths_in_loss.mean().item()
-        routed = int((modes != INVALID).sum())
-        share = word_loss_share(
-            int(lengths_in_loss.sum().item()), routed, 1.0 if weight is None else weight * mean_tokens
-        ) if self.single_mode is None and lengths_in_loss.sum() > 0 else None  # fmt: skip
+        num_tokens, mean_tokens = int(lengths_in_loss.sum().item()), lengths_in_loss.mean().item()
+        share = None
+        if self.single_mode is None and num_tokens > 0:
+            word_weight = 1.0 if weight is None else weight * mean_tokens
+            share = word_loss_share(num_tokens, int((modes != INVALID).sum()), word_weight)
         if weight is not None:
             local = decoupled_word_advantages(
                 local,
@@ -393,11 +393,12 @@ class RoutingGRPOTrainer(GRPOTrainer):
             tokens_past_caps=past_caps.tolist(),
             levels=levels,
             truncated=truncated.bool().tolist(),
+            group_size=group_size,
+            word_loss_share=share,
+            logodds=gather(self._routing_logodds(output)).tolist()
+            if self.tell_word_ids is not None
+            else None,
         )
-        record.group_size = group_size
-        record.word_loss_share = share
-        if self.tell_word_ids is not None:
-            record.logodds = gather(self._routing_logodds(output)).tolist()
         self.routing_history.append(record)
         self._log_routing_metrics(record)
         if record.mode == "train" and self.accelerator.is_main_process and self.show_batches:
@@ -408,9 +409,12 @@ class RoutingGRPOTrainer(GRPOTrainer):
         (docs/method.md "The early tell"): one forward without gradient over each distinct prompt [P | Q],
         keeping only the last position's logits."""
         ids, mask = output["prompt_ids"], output["prompt_mask"]
-        distinct: dict[tuple[int, ...], int] = {}
-        row_of = [distinct.setdefault(tuple(ids[r][mask[r].bool()].tolist()), r) for r in range(ids.size(0))]
-        firsts = sorted(set(row_of))
+        distinct: dict[tuple[int, ...], int] = {}  # prompt -> its index among the distinct ones
+        index = [
+            distinct.setdefault(tuple(ids[r][mask[r].bool()].tolist()), len(distinct))
+            for r in range(len(ids))
+        ]
+        firsts = [index.index(i) for i in range(len(distinct))]  # a row of each distinct prompt
         rows = torch.tensor(firsts, device=ids.device)
         sub_mask = mask[rows]
         positions = (sub_mask.long().cumsum(-1) - 1).clamp(min=0)  # prompts are padded on the left
@@ -422,7 +426,7 @@ class RoutingGRPOTrainer(GRPOTrainer):
         logp = logits.float().log_softmax(-1)
         brief, longest = (torch.tensor(t, device=logp.device) for t in self.tell_word_ids)
         z = logp[:, longest].logsumexp(-1) - logp[:, brief].logsumexp(-1)
-        return z[torch.tensor([firsts.index(r) for r in row_of], device=z.device)].to(torch.float64)
+        return z[torch.tensor(index, device=z.device)].to(torch.float64)
 
     # ------------------------------------------------------------------------------------------------------
     # 2. Prompt tail: routing question and forced word
@@ -1019,9 +1023,7 @@ def early_tell_word_ids(modes: Any, tokenizer: Any) -> tuple[list[int], list[int
     """The first token ids of the briefest and the longest mode's words, in both spellings (with and without
     a leading space): what the early tell's log-odds read. None, with a warning, when the two share a first
     token (their log-odds cannot be read at one position)."""
-    brief, longest = (
-        sorted({ids[0] for ids in word_token_id_forms(tokenizer, m.word)}) for m in (modes[0], modes[-1])
-    )
+    brief, longest = (word_first_token_ids(tokenizer, m.word) for m in (modes[0], modes[-1]))
     if set(brief) & set(longest):
         logger.warning(
             "early tell: the routing words %r and %r begin with the same token; routing/logodds and "

@@ -134,11 +134,10 @@ def test_reduced_miniature_level_mix_router_routes_by_difficulty(reduced_run: Pa
     assert level[1]["accuracy"] >= 0.9 and level[6]["accuracy"] >= 0.8
 
 
-# The graded world, reduced: the router with the routing word weighted (beyond the paper) at its recipe's 90
-# batches, on 30 held-out problems per level.
+# The graded world, reduced: the paper's recipe from the difficulty-aware default at its 90 batches, on 30
+# held-out problems per level.
 REDUCED_GRADED = [
-    "--worlds", "graded", "--limit", "180", "--samples", "2", "--seeds", "0",
-    "--runs", "graded_router_word_weight",
+    "--worlds", "graded", "--limit", "180", "--samples", "2", "--seeds", "0", "--runs", "graded_router",
 ]  # fmt: skip
 
 
@@ -156,29 +155,27 @@ def reduced_graded_run(tmp_path_factory) -> Path:
 
 
 def test_reduced_graded_world_routes_by_difficulty(reduced_graded_run: Path):
-    """The graded world is in the paper's regime (its table, on 60 samples a level, fails at most the two
-    checks it meets with little room), and the router trained on the uniform mix sorts problems by
-    difficulty: NoThink's share falls and Long's rises from level 1 to level 6 by 0.3 or more, every mode
-    kept, at Long's accuracy with fewer tokens.
+    """The graded world is in the paper's regime (its table, on 60 samples a level, fails at most two
+    checks), and the paper's recipe from the difficulty-aware default, trained on the uniform mix, sorts
+    problems by difficulty: NoThink's share falls and Long's rises from level 1 to level 6, every mode kept,
+    at Long's accuracy with fewer tokens.
 
-    Measured on the full held-out set, seeds 0 / 1 / 2: NoThink 0.75 / 0.66 / 0.67 at level 1 and 0.07 /
-    0.04 / 0.01 at level 6, Long 0.00 / 0.02 / 0.01 and 0.91 / 0.92 / 0.95; accuracy 0.977-0.982 at about
-    24.5 tokens against Long-only's 0.913 at 41 (docs/mini/graded.md)."""
+    Measured on the full held-out set, seeds 0 / 1: NoThink 0.38 / 0.36 at level 1 and 0.02 / 0.01 at
+    level 6, Long 0.10 / 0.10 and 0.96 / 0.98; accuracy 0.976 at 31.5 / 31.7 tokens against the taught model
+    forced into Long's 0.969 at 41 (docs/mini/cold_start.md)."""
     mini = json.loads((reduced_graded_run / "report" / "mini.json").read_text())["benchmarks"]["mini_graded"]
     unmet = [t["key"] for t in mini["world"]["checks"] if t["met"] is not True]
     assert len(unmet) <= 2, unmet
     summary = json.loads(
-        (
-            reduced_graded_run / "eval" / "router_word_weight" / "seed0" / "mini_graded" / "summary.json"
-        ).read_text()
+        (reduced_graded_run / "eval" / "router" / "seed0" / "mini_graded" / "summary.json").read_text()
     )
     assert summary["invalid_share"] <= 0.05
     assert summary["routing_entropy"] >= 0.8 and min(summary["mode_shares"].values()) >= 0.05
     level = {int(lv): s["mode_shares"] for lv, s in summary["per_level"].items()}
-    assert level[1]["NoThink"] >= level[6]["NoThink"] + 0.3
-    assert level[6]["Long"] >= level[1]["Long"] + 0.3
+    assert level[1]["NoThink"] >= level[6]["NoThink"] + 0.2
+    assert level[6]["Long"] >= level[1]["Long"] + 0.5
     long_forced = json.loads(
         (reduced_graded_run / "eval" / "oracle" / "Long" / "mini_graded" / "summary.json").read_text()
     )
     assert summary["accuracy"] >= long_forced["accuracy"] - 0.03
-    assert summary["mean_length"] <= 0.8 * long_forced["mean_length"]
+    assert summary["mean_length"] <= 0.85 * long_forced["mean_length"]

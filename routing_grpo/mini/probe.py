@@ -31,7 +31,7 @@ from typing import Any
 import torch
 
 from routing_grpo.mini import graded, task
-from routing_grpo.modes import word_token_id_forms
+from routing_grpo.modes import word_first_token_ids
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,7 @@ def level_readout(states: torch.Tensor, classes: torch.Tensor, l2: float = 1e-3)
 
 def mode_word_ids(tokenizer: Any, words: Sequence[str]) -> dict[str, list[int]]:
     """The first token of each word's forms, with and without a leading space (detection accepts both)."""
-    return {word: sorted({ids[0] for ids in word_token_id_forms(tokenizer, word)}) for word in words}
+    return {word: word_first_token_ids(tokenizer, word) for word in words}
 
 
 WORLDS = {"cliff": task, "graded": graded}
