@@ -70,8 +70,8 @@ __all__ = [
 
 # The threshold, from the miniature's graded world (docs/mini/cold_start.md): the fanout's mean over the last
 # FANOUT_WINDOW generation batches. Runs that ended routing by difficulty read 0.11-0.64 at batch 20 and
-# 0.24 or more at batch 45; runs that ended level-blind read 0.07 or less up to batch 90. A miniature's
-# figure: on another model, read the trend as much as the level.
+# 0.24 or more at batch 45; runs that ended level-blind read 0.04 or less at batch 45 (0.10 or less at 90).
+# Read it at batches 20-45. A miniature's figure: on another model, read the trend as much as the level.
 FANOUT_ROUTING = 0.1
 FANOUT_WINDOW = 10
 

@@ -304,7 +304,10 @@ def test_worlds_and_runs_are_planned_from_the_command_line():
     ((_, own),) = planned("--worlds", "graded", "--taught", "x")
     assert "graded_router_blind" not in own and "graded_router" in own
     for argv, message in [
-        (("--worlds", "graded", "--teach", "--runs", "graded_router_blind"), "start from a shipped checkpoint"),
+        (
+            ("--worlds", "graded", "--teach", "--runs", "graded_router_blind"),
+            "start from a shipped checkpoint",
+        ),
         (("--worlds", "flat"), "--worlds: unknown"),
         (("--runs", "routr"), "--runs: unknown ['routr']"),
         (("--batch-steps", "routr=3"), "--batch-steps: unknown"),
