@@ -384,6 +384,38 @@ def test_a_finished_stage_is_reused_only_for_the_same_command_and_inputs(tmp_pat
     assert calls.read_text() == "." and done.read_text() == "x"
 
 
+def test_the_first_failing_stage_stops_the_stages_beside_it(tmp_path):
+    """No stage keeps writing after a sibling failed: the running one is terminated, a queued one never
+    starts, and the failure raised is the first one (not the stops it caused)."""
+    import sys
+    import time
+
+    from routing_grpo.mini.run import StageError, Stages
+
+    stages = Stages(tmp_path, threads=1)
+    marker = tmp_path / "late.txt"
+    slow = [
+        sys.executable,
+        "-c",
+        f"import time, pathlib; time.sleep(60); pathlib.Path({str(marker)!r}).write_text('x')",
+    ]
+    fails = [sys.executable, "-c", "import sys, time; time.sleep(1); print('boom'); sys.exit(3)"]
+    queued = [sys.executable, "-c", f"import pathlib; pathlib.Path({str(marker)!r}).write_text('q')"]
+    t0 = time.time()
+    with pytest.raises(StageError, match=r"fails failed \(exit 3\)") as err:
+        stages.run_all(
+            [
+                lambda: stages.run("slow", slow),
+                lambda: stages.run("fails", fails),
+                lambda: stages.run("queued", queued),
+            ],
+            workers=2,
+        )
+    assert type(err.value) is StageError and time.time() - t0 < 30
+    assert not marker.exists() and not (tmp_path / "logs" / "queued.log").exists()
+    assert "slow" not in stages.timings
+
+
 def test_make_mini_into_a_folder_from_an_older_version_reuses_and_overwrites_nothing(tmp_path, capsys):
     """The entry point itself: samples left by a run that kept no record (an older version, another
     checkpoint) stop the run with one message; they are not reused, nor evaluated again over."""
@@ -397,6 +429,8 @@ def test_make_mini_into_a_folder_from_an_older_version_reuses_and_overwrites_not
     err = capsys.readouterr().err
     assert code == 1 and "no record of what made it" in err and "nothing was reused or overwritten" in err
     assert f"remove {tmp_path / 'graded'}" in err
+    # The training run that started beside the world's table was stopped with it.
+    assert not (tmp_path / "graded" / "runs" / "graded_router" / "seed0" / "model.safetensors").exists()
     for mode in task.MODE_NAMES:
         assert (world / mode / "mini_graded" / "summary.json").read_text() == "{}"
         assert sorted(p.name for p in (world / mode / "mini_graded").iterdir()) == ["summary.json"]
@@ -473,3 +507,13 @@ def test_the_report_covers_every_method_evaluated_so_far(tmp_path):
         (tmp_path / name).mkdir()
     (tmp_path / "notes.txt").write_text("")
     assert [p.name for p in reported_methods(tmp_path)] == ["base", "long", "no_balance", "router"]
+
+
+def test_make_demo_refuses_a_length_below_one_batch(capsys):
+    from routing_grpo.demo import DEMO_BATCH_STEPS, build_parser, main
+
+    assert build_parser().parse_args([]).batch_steps == DEMO_BATCH_STEPS == 45
+    with pytest.raises(SystemExit) as exit_:
+        main(["--batch-steps", "0"])
+    assert exit_.value.code == 2
+    assert "--batch-steps: generation batches must be >= 1, got 0" in capsys.readouterr().err

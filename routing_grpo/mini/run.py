@@ -11,7 +11,8 @@ a real entry point, its output in ``OUT/<world>/logs/<stage>.log`` and one progr
    model shipped in the package is used (``--taught DIR`` for another);
 2. **oracle**: ``routing-grpo eval --force-mode M`` of the taught model for every mode at the evaluation
    temperature (the oracle table, regret) and at the training temperature (the world's table: each
-   mode's expected reward on the uniform mix), and the taught model on the plain prompt (method ``base``);
+   mode's expected reward on the uniform mix), and the taught model on the plain prompt (method ``base``),
+   one after another beside the training runs, which do not need them;
 3. per seed and recipe of the world (router, the three single-mode baselines, the two ablations):
    ``python -m routing_grpo.train``, then ``routing-grpo eval`` of the trained model (free routing, or the
    plain prompt for the baselines), uncapped, temperature 0.6, several samples per prompt;
@@ -24,7 +25,7 @@ A finished stage is skipped when the command is run again with the same stage co
 same content (taught or trained model, recipe, samples; recorded in ``logs/<stage>.record.json``), so an
 interrupted run resumes and more seeds or recipes join the same folder. A finished stage made otherwise
 (another checkpoint, other schedules, an older version that kept no record) stops the run: nothing is
-reused or overwritten. Layout of ``OUT/<world>`` (default ``OUT`` = ``outputs/mini``): ``taught/``,
+reused or overwritten. The first stage that fails stops the stages running beside it at once. Layout of ``OUT/<world>`` (default ``OUT`` = ``outputs/mini``): ``taught/``,
 ``runs/<recipe>/seed<N>/``, ``eval/oracle/<mode>/``, ``eval/world/<mode>/``, ``eval/<method>/seed<N>/``,
 ``report/``, ``logs/``, ``timings.json``.
 """
@@ -40,8 +41,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -144,6 +145,10 @@ class StageError(RuntimeError):
     pass
 
 
+class StageStopped(StageError):
+    """A stage stopped (or never started) because a sibling stage failed first."""
+
+
 class Stages:
     """Runs commands as stages: a log file each, one progress line each, timings kept."""
 
@@ -157,6 +162,9 @@ class Stages:
         self.started = time.time()
         self.lock = threading.Lock()
         self.timings: dict[str, float] = {}
+        # Set when a stage fails: running stages are terminated and none starts after it (see run_all).
+        self.stopping = threading.Event()
+        self.running: set[subprocess.Popen] = set()
         self.env = {
             **os.environ,
             "OMP_NUM_THREADS": str(threads),
@@ -188,6 +196,8 @@ class Stages:
         other inputs or no record at all is neither reused nor overwritten: :class:`StageError`.
         ``threads``: this stage's OMP_NUM_THREADS, for a stage that runs alone (default: the jobs' share).
         """
+        if self.stopping.is_set():
+            raise StageStopped(f"{name}: not started, another stage failed")
         record = stage_record(command, inputs)
         record_path = self.out / "logs" / f"{name}.record.json"
         if done is not None and done.exists():
@@ -208,6 +218,10 @@ class Stages:
                 list(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
                 errors="replace", bufsize=1,
             )  # fmt: skip
+            with self.lock:
+                self.running.add(proc)
+            if self.stopping.is_set():  # stopped while it was starting
+                proc.terminate()
             assert proc.stdout is not None
             for line in proc.stdout:
                 fh.write(line)
@@ -218,7 +232,11 @@ class Stages:
                         last_shown = now
                         self.say(f"{name}: {line.strip()}")
             proc.wait()
+            with self.lock:
+                self.running.discard(proc)
         seconds = time.time() - t0
+        if proc.returncode != 0 and self.stopping.is_set():
+            raise StageStopped(f"{name}: stopped after {seconds:.0f}s, another stage failed")
         self.timings[name] = round(seconds, 1)
         if proc.returncode != 0:
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
@@ -226,6 +244,33 @@ class Stages:
         if done is not None:
             record_path.write_text(json.dumps(record, indent=2) + "\n")
         self.say(f"{name}: {seconds:.0f}s{_result_line(log)}")
+
+    def stop(self) -> None:
+        """Terminate every running stage and start no other (their finished stages stay reusable)."""
+        self.stopping.set()
+        with self.lock:
+            running = list(self.running)
+        for proc in running:
+            proc.terminate()
+
+    def run_all(self, jobs: Sequence[Callable[[], None]], workers: int) -> None:
+        """Run ``jobs`` (each one or more stages) ``workers`` at a time. The first that fails stops the
+        others at once (no stage keeps writing after a failure) and is raised."""
+
+        def guarded(job: Callable[[], None]) -> None:
+            try:
+                job()
+            except BaseException:
+                self.stop()  # before this worker can take the next job
+                raise
+
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = [pool.submit(guarded, job) for job in jobs]
+            wait(futures)
+        errors = [f.exception() for f in futures if f.exception() is not None]
+        first = next((e for e in errors if not isinstance(e, StageStopped)), errors[0] if errors else None)
+        if first is not None:
+            raise first
 
     def save_timings(self) -> None:
         path = self.out / "timings.json"
@@ -545,27 +590,28 @@ def run_world(
                 inputs=(model_dir, recipe),
             )  # fmt: skip
 
-        def run_all(jobs) -> None:
-            with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-                for future in [pool.submit(j) for j in jobs]:
-                    future.result()
+        def world_and_oracle() -> None:
+            # The world's table at the training temperature, the verdict (routing-grpo oracle), the oracle's
+            # samples at the evaluation temperature and the plain prompt, one after another beside the first
+            # training run, which needs none of them (on 2 cores: off the critical path).
+            for m in task.MODE_NAMES:
+                oracle(m, "world", TRAINING_TEMPERATURE)
+            stages.run(
+                "oracle",
+                [
+                    sys.executable, "-m", "routing_grpo", "oracle", "--samples", str(out / "eval" / "world"),
+                    "--config", str(router_recipe), "--by", "level", "--output", str(out / "oracle"),
+                ],
+                done=out / "oracle" / "oracle.json",
+                inputs=(out / "eval" / "world", router_recipe),
+            )  # fmt: skip
+            stages.say(f"verdict: {_verdict_line(out / 'oracle' / 'oracle.json')}")
+            for m in task.MODE_NAMES:
+                oracle(m, "oracle", None)
+            base()
 
-        # The world's table at the training temperature, then the verdict before training (routing-grpo
-        # oracle), then everything else.
-        run_all([lambda m=m: oracle(m, "world", TRAINING_TEMPERATURE) for m in task.MODE_NAMES])
-        stages.run(
-            "oracle",
-            [
-                sys.executable, "-m", "routing_grpo", "oracle", "--samples", str(out / "eval" / "world"),
-                "--config", str(router_recipe), "--by", "level", "--output", str(out / "oracle"),
-            ],
-            done=out / "oracle" / "oracle.json",
-            inputs=(out / "eval" / "world", router_recipe),
-        )  # fmt: skip
-        stages.say(f"verdict: {_verdict_line(out / 'oracle' / 'oracle.json')}")
-        jobs = [lambda m=m: oracle(m, "oracle", None) for m in task.MODE_NAMES] + [base]
-        jobs += [lambda r=r, s=s: train_and_eval(r, s) for s in seeds for r in runs]
-        run_all(jobs)
+        jobs = [world_and_oracle] + [lambda r=r, s=s: train_and_eval(r, s) for s in seeds for r in runs]
+        stages.run_all(jobs, args.jobs)
 
         # 4. Report.
         method_dirs = reported_methods(out / "eval")
