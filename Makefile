@@ -62,8 +62,9 @@ bench: install demo-deps
 
 # ------------------------------------------------------------------------------------------------------
 # The miniature (CPU, offline): the paper's method end to end on 2 cores, in two worlds of known difficulty.
-#   make demo                  # the graded world's shipped taught model -> router -> forced and free
-#                              # evaluation -> summary (routing per level beside the oracle's)
+#   make demo                  # the graded world's shipped taught model -> router (the paper's recipe,
+#                              # 45 of its 90 batches; DEMO_ARGS="--batch-steps 90" for all) -> forced and
+#                              # free evaluation -> summary (routing per level beside the oracle's)
 #   make mini                  # both worlds from the shipped taught models: the graded world's router,
 #                              # 3 baselines and 2 ablations; the cliff world's router and 3 baselines
 #                              # (the negative control); per seed; a report per world
