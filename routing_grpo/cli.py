@@ -327,14 +327,18 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    """Answers questions with a trained router; with --output, resumable (answered ids are skipped)."""
+    """Answers questions with a trained router; with --output, resumable (an answer is reused only for the
+    same request)."""
     from routing_grpo.backends import check_sampling
+    from routing_grpo.evaluate import model_fingerprint
     from routing_grpo.inference import (
         Request,
         Router,
         answer_line,
-        read_answered_ids,
+        read_answered_requests,
         read_questions,
+        request_differences,
+        request_record,
         resolve_routing,
     )
     from routing_grpo.jsonl import append_jsonl
@@ -348,6 +352,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     if bool(args.questions) == bool(args.input):
         raise UsageError("give the questions as arguments or with --input FILE.jsonl (one of the two)")
+    if args.output is not None and not args.output.strip():
+        raise UsageError("--output: empty path; give a file for the answers")
+    if args.input and args.output and Path(args.output).resolve() == Path(args.input).resolve():
+        raise UsageError(f"--output: {args.output} is the --input file; write the answers to another file")
+    if args.output and Path(args.output).is_dir():
+        raise UsageError(f"--output: {args.output} is a folder; give a file for the answers")
     for flag, value in (("--batch-size", args.batch_size), ("--max-new-tokens", args.max_new_tokens)):
         if value is not None and value < 1:
             raise UsageError(f"{flag} must be >= 1, got {value}")
@@ -385,11 +395,33 @@ def cmd_generate(args: argparse.Namespace) -> int:
             row["question"], mode=mode, allow=allow, caps=row["caps"] and not args.no_caps
         )
 
+    # Each answer is bound to what determines it; a rerun reuses only the answers made for the same request.
+    sampling = {
+        "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+        "max_new_tokens": args.max_new_tokens, "seed": args.seed, "backend": args.backend,
+    }  # fmt: skip
+    model_id = model_fingerprint(args.model, args.revision)
+    records = {i: request_record(r, model_id, settings, sampling) for i, r in requests.items()}
     output = Path(args.output) if args.output else None
     try:
-        done = read_answered_ids(output) if output else set()
+        answered = read_answered_requests(output) if output else {}
     except ValueError as err:
         raise UsageError(f"--output: {err}") from None
+    conflicts = [
+        (answered[i][0], i, request_differences(answered[i][1], records[i]))
+        for i in requests
+        if i in answered and answered[i][1] != records[i]
+    ]
+    if conflicts and not args.overwrite:
+        line, row_id, differences = conflicts[0]
+        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+        raise UsageError(
+            f"--output: {output}:{line} answers question {row_id} for another request ({', '.join(differences)})"
+            f"{more}; nothing was generated or overwritten. Give another --output, or --overwrite to start "
+            "that file afresh"
+        )
+    replace = bool(args.overwrite and output is not None and output.exists())
+    done = set() if replace else set(answered)
     todo = [row_id for row_id in requests if row_id not in done]
     if done:
         print(
@@ -415,6 +447,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.model}: the model could not be loaded ({err})") from None
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
+        if replace:  # only now that the model has loaded: a failed start leaves the old file as it was
+            output.unlink()
     for start in range(0, len(todo), args.batch_size):
         ids = todo[start : start + args.batch_size]
         try:
@@ -422,7 +456,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         except ValueError as err:  # e.g. a tokenizer without a chat template
             raise UsageError(str(err)) from None
         if output:  # each row also as `routing-grpo grade` reads it: model_output (+ reference_answer)
-            append_jsonl(output, [graded_row(i, a, references.get(i)) for i, a in zip(ids, answers)])
+            append_jsonl(
+                output, [graded_row(i, a, references.get(i), records[i]) for i, a in zip(ids, answers)]
+            )
         for i, answer in zip(ids, answers):
             print(
                 json.dumps({"id": i, **answer.to_dict()}, ensure_ascii=False)
@@ -433,9 +469,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def graded_row(row_id: str, answer: Any, reference: Any) -> dict[str, Any]:
+def graded_row(
+    row_id: str, answer: Any, reference: Any, request: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """An answers-file row: the answer's fields, ``model_output`` (its text, or "" when it did not finish, so
-    that the grader scores it wrong) and ``reference_answer`` when the question had one."""
+    that the grader scores it wrong), ``reference_answer`` when the question had one, and ``request``: what
+    the answer was made for (:func:`routing_grpo.inference.request_record`), which a rerun checks."""
     row = {
         "id": row_id,
         **answer.to_dict(),
@@ -443,6 +482,8 @@ def graded_row(row_id: str, answer: Any, reference: Any) -> dict[str, Any]:
     }
     if reference is not None:
         row["reference_answer"] = reference
+    if request is not None:
+        row["request"] = request
     return row
 
 
@@ -602,7 +643,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-caps", action="store_true", help="do not enforce the per-mode caps")
     p.add_argument("--input", help="JSONL of questions: question (or prompt), optional id, mode, allow, caps")
-    p.add_argument("--output", help="append one JSON line per answer; answered ids are skipped when rerun")
+    p.add_argument(
+        "--output",
+        help="append one JSON line per answer; rerun, the answers made for the same request (question, "
+        "routing, model, settings, sampling) are kept and the rest generated; another request under an "
+        "answered id is refused",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start the --output file afresh when it answers other requests (replaced once the model loads)",
+    )
     p.add_argument("--max-new-tokens", type=int, help="tokens per answer (default: the training run's limit)")
     p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: keep this probability mass")

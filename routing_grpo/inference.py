@@ -592,14 +592,64 @@ def read_questions(path: str | Path) -> list[dict[str, Any]]:
 def read_answered_ids(path: str | Path) -> set[str]:
     """Ids already in an answers JSONL file. A torn last line (a run killed mid-write) is removed so that
     its answer is generated again; a malformed line elsewhere raises ValueError."""
+    return set(read_answered_requests(path))
+
+
+def read_answered_requests(path: str | Path) -> dict[str, tuple[int, dict[str, Any] | None]]:
+    """Id -> (line, the request that answer was made for: :func:`request_record`, None in a row written
+    before requests were recorded) of an answers JSONL file. A torn last line is removed (its answer is
+    generated again); a malformed line elsewhere raises ValueError naming ``path:line``."""
     if not Path(path).exists():
-        return set()
-    done = set()
+        return {}
+    done: dict[str, tuple[int, dict[str, Any] | None]] = {}
     for lineno, row in read_jsonl(path, torn="repair"):
         if "id" not in row:
             raise ValueError(f"{path}:{lineno}: not an answer row (no id); fix or remove that line")
-        done.add(str(row["id"]))
+        request = row.get("request")
+        done[str(row["id"])] = (lineno, request if isinstance(request, dict) else None)
     return done
+
+
+def request_record(
+    request: Request, model: Mapping[str, Any], settings: RoutingSettings, sampling: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What determines an answer, as stored in each answers-file row: the question, its routing (mode,
+    allowed set, caps), the model (``model``: a fingerprint of the folder or Hub id), the routing settings
+    (a digest of :meth:`RoutingSettings.to_dict`) and the sampling options. A rerun reuses an answer only
+    for the same record."""
+    import hashlib
+    import json
+
+    allow = request.allow.split(",") if isinstance(request.allow, str) else request.allow
+    digest = hashlib.sha256(json.dumps(settings.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
+    return {
+        "question": request.question,
+        "mode": request.mode,
+        "allow": sorted(a.strip() for a in allow) if allow is not None else None,
+        "caps": bool(request.caps),
+        "model": dict(model),
+        "settings": digest[:16],
+        "sampling": dict(sampling),
+    }
+
+
+def request_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
+    """What differs between the request an answer was made for and this one ([] when nothing does)."""
+    if old is None:
+        return ["no record of its request (written by an older version)"]
+    names = {"settings": "routing settings"}
+    out = [
+        names.get(key, key)
+        for key in ("question", "mode", "allow", "caps", "model", "settings")
+        if old.get(key) != new[key]
+    ]
+    old_sampling = old.get("sampling") or {}
+    out += [
+        f"--{key.replace('_', '-')}"
+        for key, value in new["sampling"].items()
+        if old_sampling.get(key) != value
+    ]
+    return out
 
 
 def answer_line(row_id: str, answer: Answer) -> str:

@@ -175,6 +175,54 @@ def test_an_interrupted_input_run_resumes_without_duplicates(model, tmp_path, ca
     assert len(answers.read_text().splitlines()) == 5
 
 
+def test_a_rerun_reuses_an_answer_only_for_the_same_request(model, tmp_path, capsys, monkeypatch):
+    """Answers are bound to what determines them (question, routing, model, settings, sampling): another
+    request under an answered id is refused before the model loads, the file untouched, until --overwrite."""
+    answers = tmp_path / "a.jsonl"
+    base = ["generate", "--model", model, "--output", answers]
+    code, _, err = run(capsys, *base, "G1: 2 r*7")
+    assert code == 0, err
+    first = answers.read_text()
+    row = json.loads(first)
+    assert row["request"]["question"] == "G1: 2 r*7" and row["request"]["sampling"]["temperature"] == 0.6
+
+    real_load = inference.Router.from_pretrained
+    monkeypatch.setattr(inference.Router, "from_pretrained", lambda *a, **k: pytest.fail("model loaded"))
+    code, out, _ = run(capsys, *base, "G1: 2 r*7")  # the same request: reused
+    assert code == 0 and out.strip() == f"1 of 1 questions already answered in {answers}"
+    for extra, differs in [
+        (["G2: 3 a+1"], "question"),
+        (["--mode", "Long", "G1: 2 r*7"], "mode"),
+        (["--temperature", "0", "G1: 2 r*7"], "--temperature"),
+        (["--allow", "NoThink,Short", "G1: 2 r*7"], "allow"),
+        (["--no-caps", "G1: 2 r*7"], "caps"),
+    ]:
+        code, out, err = run(capsys, *base, *extra)
+        assert code == 2 and out == "", (extra, err)
+        assert f"--output: {answers}:1 answers question 1 for another request ({differs})" in err, err
+        assert "nothing was generated or overwritten" in err and "--overwrite" in err
+        assert answers.read_text() == first
+
+    monkeypatch.setattr(inference.Router, "from_pretrained", real_load)
+    code, out, err = run(capsys, *base, "--overwrite", "--mode", "Long", "G2: 3 a+1")
+    assert code == 0, err
+    rows = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]["question"] == "G2: 3 a+1" and rows[0]["mode"] == "Long"
+
+
+def test_answers_of_an_older_version_or_onto_the_input_are_refused(model, tmp_path, capsys, no_model_loading):
+    questions = write_questions(tmp_path / "q.jsonl", 2)
+    code, _, err = run(capsys, "generate", "--model", model, "--input", questions, "--output", questions)
+    assert code == 2 and "is the --input file; write the answers to another file" in err
+    assert len(questions.read_text().splitlines()) == 2
+    code, _, err = run(capsys, "generate", "--model", model, "--input", questions, "--output", tmp_path)
+    assert code == 2 and "is a folder; give a file for the answers" in err
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps({"id": "q0", "question": "What is 0 + 0?", "mode": "Short"}) + "\n")
+    code, _, err = run(capsys, "generate", "--model", model, "--input", questions, "--output", old)
+    assert code == 2 and f"{old}:1 answers question q0 for another request (no record of its request" in err
+
+
 @pytest.mark.slow
 def test_the_real_command(model, tmp_path):
     questions = tmp_path / "q.jsonl"
