@@ -82,11 +82,17 @@ def cmd_reward_table(args: argparse.Namespace) -> int:
     return 0
 
 
-def _forced_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
-    """Forced-mode sample rows of ``samples.jsonl`` files, or of every one under folders."""
-    from routing_grpo.report import load_samples
+def _forced_rows(
+    paths: Sequence[str], limit: int | None = None, by: str | None = None
+) -> list[dict[str, Any]]:
+    """Forced-mode sample rows of ``samples.jsonl`` files, or of every one under folders, each checked before
+    anything is computed (:func:`routing_grpo.emergence.sample_row_problem`; ``limit``: the recipe's
+    completion limit), and the bin column ``by`` of one type throughout. Errors name ``path:line``."""
+    from routing_grpo.emergence import sample_row_problem
+    from routing_grpo.report import load_sample_lines
 
     rows: list[dict[str, Any]] = []
+    bin_type: tuple[str, str] | None = None  # the bin column's type, and where it was first seen
     for item in paths:
         path = Path(item)
         if not path.exists():
@@ -96,10 +102,25 @@ def _forced_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
             raise UsageError(f"--samples: no samples.jsonl under {item}")
         for f in files:
             try:
-                samples = load_samples(f)
+                samples = load_sample_lines(f)
             except ValueError as err:
                 raise UsageError(f"--samples: {err}") from None
-            rows += [r for r in samples if r.get("forced") or r.get("routing") == "forced"]
+            for line, row in samples:
+                if not (row.get("forced") or row.get("routing") == "forced"):
+                    continue
+                problem = sample_row_problem(row, limit, by)
+                if problem:
+                    raise UsageError(f"--samples: {f}:{line}: {problem}")
+                if by is not None:
+                    kind = type(row[by]).__name__
+                    if bin_type is None:
+                        bin_type = (kind, f"{f}:{line}")
+                    elif kind != bin_type[0]:
+                        raise UsageError(
+                            f"--samples: {f}:{line}: {by} is {json.dumps(row[by])} ({kind}), but a {bin_type[0]} "
+                            f"at {bin_type[1]}: write the bin column the same way in every file"
+                        )
+                rows.append(row)
     if not rows:
         raise UsageError(
             "--samples: no forced-mode samples (evaluate with routing-grpo eval --force-mode MODE)"
@@ -107,11 +128,24 @@ def _forced_rows(paths: Sequence[str]) -> list[dict[str, Any]]:
     return rows
 
 
+def _tolerance(text: str) -> float:
+    """``--tolerance``: a fraction in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0 <= value < 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
 def cmd_oracle(args: argparse.Namespace) -> int:
     from routing_grpo.emergence import analyse, render_markdown
+    from routing_grpo.recipe import read_recipe
 
     modes = load_recipe_modes(args.config)
-    rows = _forced_rows(args.samples)
+    limit = read_recipe(args.config).get("max_completion_length")
+    rows = _forced_rows(args.samples, limit if isinstance(limit, int) else None, args.by)
     try:
         result = analyse(rows, modes, by=args.by, tolerance=args.tolerance)
     except ValueError as err:
@@ -524,7 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--tolerance",
-        type=float,
+        type=_tolerance,
         default=0.10,
         help="spread of the modes' worth on the mix that still routes",
     )

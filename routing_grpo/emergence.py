@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -82,6 +83,25 @@ class Verdict:
     best_modes: tuple[str, ...]
     """The distinct best modes over the bins."""
     reason: str
+
+
+def sample_row_problem(row: Mapping[str, Any], limit: int | None, by: str | None = None) -> str | None:
+    """Why a forced sample row cannot be counted (None when it can): ``correct`` must be a JSON boolean, ``L``
+    an integer in [0, ``limit``] (``limit``: the recipe's completion limit, None for none), ``mode`` a name,
+    and the bin column ``by``, when given, present."""
+    if not isinstance(row.get("mode"), str):
+        return "no mode: forced samples are needed (routing-grpo eval --force-mode MODE)"
+    if "correct" not in row or not isinstance(row["correct"], bool):
+        return f"correct must be true or false, got {json.dumps(row.get('correct'))}"
+    length = row.get("L")
+    if isinstance(length, bool) or not isinstance(length, int):
+        return f"L must be a whole number of tokens, got {json.dumps(length)}"
+    if length < 0 or (limit is not None and length > limit):
+        bound = f"[0, {limit}] (the recipe's max_completion_length)" if limit is not None else ">= 0"
+        return f"L must be in {bound}, got {length}"
+    if by is not None and row.get(by) is None:
+        return f"--by {by}: the samples have no column {by!r} (columns: {sorted(row)})"
+    return None
 
 
 def samples_from_rows(

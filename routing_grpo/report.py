@@ -390,20 +390,27 @@ def markdown_report(grouped) -> str:
 
 
 def load_samples(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``samples.jsonl``, the first per prompt and sample.
+    """The rows of a ``samples.jsonl``, the first per prompt and sample (and forced mode).
 
     A torn last line (an evaluation killed while writing) is left out; any other bad line, or a row without
     ``prompt_id`` and an integer ``sample_index``, is a ValueError naming ``path:line``.
     """
-    rows: dict[tuple[str, int], dict[str, Any]] = {}
+    return [row for _, row in load_sample_lines(path)]
+
+
+def load_sample_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """:func:`load_samples` with each row's line number. A forced row's mode is part of what makes it one
+    sample, so a file holding every mode forced keeps them all."""
+    rows: dict[tuple[str, int, str | None], tuple[int, dict[str, Any]]] = {}
     for number, row in read_jsonl(path, torn="drop"):
         try:
-            key = (str(row["prompt_id"]), int(row["sample_index"]))
+            forced = row.get("forced") or row.get("routing") == "forced"
+            key = (str(row["prompt_id"]), int(row["sample_index"]), str(row.get("mode")) if forced else None)
         except (KeyError, TypeError, ValueError):
             raise ValueError(
                 f"{path}:{number}: a sample needs prompt_id and an integer sample_index"
             ) from None
-        rows.setdefault(key, row)
+        rows.setdefault(key, (number, row))
     return list(rows.values())
 
 

@@ -144,11 +144,35 @@ def write_forced(folder: Path, rows) -> Path:
         ("other_problems", "the modes sampled different problems"),
         ("bad_by", "--by difficulty: the samples have no column 'difficulty'"),
         ("free_rows", "--samples: no forced-mode samples"),
+        # Every row is checked before anything is computed; the error names path:line.
+        ({"correct": "false"}, 'Short/bench/samples.jsonl:1: correct must be true or false, got "false"'),
+        ({"correct": 0.5}, "correct must be true or false, got 0.5"),
+        ({"correct": 2}, "correct must be true or false, got 2"),
+        ({"correct": None}, "correct must be true or false, got null"),
+        ({"L": -3}, "L must be in [0, 16384] (the recipe's max_completion_length), got -3"),
+        ({"L": 10**30}, "L must be in [0, 16384]"),
+        ({"L": 3.5}, "L must be a whole number of tokens, got 3.5"),
+        ({"L": float("inf")}, "L must be a whole number of tokens, got Infinity"),
+        ({"L": None}, "L must be a whole number of tokens, got null"),
+        ({"L": True}, "L must be a whole number of tokens, got true"),
+        ({"group": 7}, "group is 7 (int), but a str at "),
+        (["--tolerance", "-0.1"], "argument --tolerance: must be in [0, 1), got -0.1"),
+        (["--tolerance", "nan"], "argument --tolerance: must be in [0, 1), got nan"),
+        (["--tolerance", "7"], "argument --tolerance: must be in [0, 1), got 7"),
+        (["--tolerance", "x"], "argument --tolerance: expected a number in [0, 1), got 'x'"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, change, message):
     rows = rows_for([("x", 4, {"NoThink": True, "Short": True, "Long": True})])
     by = ["--by", "group"]
+    if isinstance(change, dict):  # one Short row changed (None: the key removed)
+        first = next(i for i, r in enumerate(rows) if r["mode"] == "Short")
+        row = {**rows[first], **change}
+        rows[first] = {k: v for k, v in row.items() if v is not None or k not in change}
+        change = None
+    elif isinstance(change, list):
+        by += change
+        change = None
     if change == "drop_long":
         rows = [r for r in rows if r["mode"] != "Long"]
     elif change == "other_problems":
@@ -164,6 +188,31 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, change, message):
     )
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and message in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+def test_every_mode_forced_in_one_file_is_read_as_three_modes(tmp_path, capsys):
+    rows = rows_for([("x", 4, {"NoThink": True, "Short": True, "Long": True})])
+    one = tmp_path / "all" / "samples.jsonl"
+    one.parent.mkdir()
+    one.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = REPO / "recipes" / "router_r1_distill_qwen_1.5b.yaml"
+    code = main(
+        [
+            "oracle",
+            "--samples",
+            str(one),
+            "--config",
+            str(recipe),
+            "--by",
+            "group",
+            "--output",
+            str(tmp_path / "o"),
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    result = json.loads((tmp_path / "o" / "oracle.json").read_text())
+    assert set(result["bins"]["x"]["cells"]) == {"NoThink", "Short", "Long"}
 
 
 @pytest.mark.slow
