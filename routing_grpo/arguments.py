@@ -82,6 +82,10 @@ class RoutingScriptArguments:
             "seed, or a card routing-grpo did not write); without it such a push is refused before training."
         },
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train into an output_dir of other files (else refused)."},
+    )
 
 
 DATACLASS_TYPES = (RoutingScriptArguments, RoutingGRPOConfig, ModelConfig)

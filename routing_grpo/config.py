@@ -182,8 +182,8 @@ class RoutingGRPOConfig(GRPOConfig):
     early_tell: bool = field(
         default=True,
         metadata={
-            "help": "Log the early tell per generation batch (routing/fanout and more; docs/method.md). Costs "
-            "one forward without gradient over the batch's distinct prompts."
+            "help": "Log the early tell per generation batch (routing/fanout and more; docs/method.md), at the "
+            "cost of one no-grad forward."
         },
     )
     balance_anneal_start: int = field(

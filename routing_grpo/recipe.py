@@ -359,6 +359,18 @@ def check_chat_template_setting(value: str | None) -> None:
         ) from None
 
 
+def hub_push_problem() -> str | None:
+    """Why a push to the Hub cannot work from here (None when it can): the Hub switched off
+    (``HF_HUB_OFFLINE``), or no token (``HF_TOKEN`` or ``hf auth login``)."""
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+        return "the Hub is offline here (HF_HUB_OFFLINE is set)"
+    from huggingface_hub import get_token
+
+    if not get_token():
+        return "no Hub token (set HF_TOKEN or run `hf auth login`)"
+    return None
+
+
 def preflight(
     script_args: RoutingScriptArguments, training_args: RoutingGRPOConfig, model_args: ModelConfig
 ) -> dict[int, float] | None:
@@ -372,6 +384,13 @@ def preflight(
         raise UsageError(
             "hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`)"
         )
+    if training_args.push_to_hub:
+        problem = hub_push_problem()
+        if problem:
+            raise UsageError(
+                f"push_to_hub: true, but {problem}; nothing was trained. Train with push_to_hub false and "
+                "upload the folder later (`hf upload`), or push from a machine that reaches the Hub"
+            )
     for key in ("task", "eval_task"):
         name = getattr(script_args, key)
         if name is not None and name not in TASKS:
@@ -397,6 +416,11 @@ def preflight(
             raise UsageError(f"{key}: no such file or folder: {value}")
     if model_args.dtype not in (None, *DTYPES):
         raise UsageError(f"dtype: expected one of {list(DTYPES)}, got {model_args.dtype!r}")
+    if not str(training_args.output_dir or "").strip():
+        raise UsageError(
+            "output_dir: empty; give the run a folder (without output_dir a recipe's run writes to "
+            "outputs/<recipe name>/seed<seed>)"
+        )
     output_dir = Path(training_args.output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(f"output_dir: {output_dir} exists and is not a folder")

@@ -93,6 +93,22 @@ def _folder_identity(folder: str | Path) -> dict[str, Any] | None:
         return None
 
 
+def check_output_folder(output_dir: str | Path, overwrite: bool = False) -> None:
+    """A run trains into a new or empty folder, or one holding a run of this project (its ``routing_run.json``);
+    a folder of other files (a model, an evaluation, the user's own) is refused (:class:`UsageError`, naming
+    some of them) unless ``overwrite``."""
+    folder = Path(output_dir)
+    if overwrite or not folder.is_dir() or (folder / RUN_FILE).is_file():
+        return
+    others = sorted(p.name for p in folder.iterdir())
+    if others:
+        shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
+        raise UsageError(
+            f"output_dir: {folder} holds files of no run of this project ({shown}); nothing was trained or "
+            "overwritten. Give the run its own --output_dir, or --overwrite_output_dir true to train into it"
+        )
+
+
 def check_run_folder(output_dir: str | Path, identity: dict[str, Any], max_steps: int) -> bool:
     """One run, one folder. Refuses (:class:`UsageError`, naming both) a folder that holds another recipe's
     or seed's run, checkpoints or not; returns True when this very run has finished there already (nothing

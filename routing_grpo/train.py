@@ -134,14 +134,13 @@ def main(
     ###############################################################
     # Another recipe's or seed's folder or checkpoint is never used, and a finished run is not trained again.
     identity = runs.run_identity(script_args, training_args)
+    runs.check_output_folder(training_args.output_dir, script_args.overwrite_output_dir)
     checkpoint = runs.resume_checkpoint(training_args) or None
     runs.check_resume(checkpoint, identity)
     if runs.check_run_folder(training_args.output_dir, identity, training_args.max_steps):
         if training_args.process_index == 0:
             print(runs.finished_note(training_args.output_dir, identity), flush=True)
         return None
-    if training_args.process_index == 0:
-        runs.write_run_identity(training_args.output_dir, identity)
 
     ###############################################################
     # Load the tokenizer and the model
@@ -179,6 +178,9 @@ def main(
     ###############################################################
     # Training loop
     ###############################################################
+    # The folder is claimed only now that the run has started: a run that failed to load claims nothing.
+    if training_args.process_index == 0:
+        runs.write_run_identity(training_args.output_dir, identity)
     if checkpoint and training_args.resume_from_checkpoint is None:
         logger.info("Resuming from %s", checkpoint)
     try:

@@ -77,6 +77,7 @@ def test_runs_push_to_their_own_repo_with_the_recipes_strategy(
 
     hub = StandInHub()
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
+    monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)  # the stand-in Hub is reachable
     recipe = write_recipe(
         tmp_path / "tiny_router.yaml",
         tiny_recipe(
@@ -160,6 +161,7 @@ def _push_run(tmp_path, tiny_model_path, monkeypatch, cards, **recipe_changes):
 
     hub = StandInHub(cards, folder=tmp_path / "hub")
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
+    monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)  # the stand-in Hub is reachable
     out = tmp_path / "out"
     recipe = write_recipe(
         tmp_path / "tiny_router.yaml",

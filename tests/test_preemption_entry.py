@@ -281,6 +281,7 @@ def test_a_preempted_run_pushes_nothing_and_writes_no_card(tmp_path, tiny_model_
 
     hub = StandInHub(folder=tmp_path)
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
+    monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)  # the stand-in Hub is reachable
     out = tmp_path / "run"
     recipe = write_recipe(
         tmp_path / "pushed.yaml",

@@ -317,6 +317,7 @@ def test_push_to_hub_uploads_the_output_with_the_model_card(tmp_path, tiny_model
             calls.append(("upload_folder", kwargs))
 
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: FakeHubApi())
+    monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)  # the stand-in Hub is reachable
     out = tmp_path / "out"
     recipe = write_recipe(
         tmp_path / "r.yaml",
@@ -580,3 +581,87 @@ def test_modes_from_the_command_line_train_through_the_entry_point(tmp_path, tin
     saved = json.loads((out / "routing_config.json").read_text())
     assert [m["name"] for m in saved["modes"]] == ["Short", "Long"]
     assert saved["routing_instruction"].startswith("Output Short")
+
+
+def test_a_folder_of_other_files_is_refused_before_anything_loads(tmp_path, tiny_model_path, monkeypatch):
+    """A folder the user filled (a README, a config, an evaluation) is not trained into or overwritten,
+    and an empty output_dir is not the current folder; --overwrite_output_dir true trains into it."""
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "README.md").write_text("my notes\n")
+    (out / "config.json").write_text("{}\n")
+    recipe = write_recipe(
+        tmp_path / "r.yaml",
+        tiny_recipe(
+            tiny_model_path, out, total_batch_steps=1, save_every_batch_steps=None, save_strategy="no"
+        ),
+    )
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a model was loaded for a run that must be refused")
+
+    monkeypatch.setattr(loading, "resolve_model_path", refuse)
+    message = run_cli_expecting_error(["--config", str(recipe)])
+    assert f"output_dir: {out} holds files of no run of this project (README.md, config.json)" in message
+    assert "nothing was trained or overwritten" in message and "--overwrite_output_dir true" in message
+    assert (out / "README.md").read_text() == "my notes\n" and not (out / runs.RUN_FILE).exists()
+    message = run_cli_expecting_error(["--config", str(recipe), "--output_dir", ""])
+    assert "output_dir: empty; give the run a folder" in message
+
+    monkeypatch.undo()
+    train.main(*train.parse_args(["--config", str(recipe), "--overwrite_output_dir", "true"]))
+    assert (out / "model.safetensors").is_file() and json.loads((out / runs.RUN_FILE).read_text())[
+        "seed"
+    ] == 0
+
+
+def test_a_run_that_fails_to_load_claims_no_folder(tmp_path, tiny_model_path, monkeypatch):
+    """The folder is claimed (routing_run.json) only once the model has loaded: after a failed start, another
+    seed may use the same folder."""
+    out = tmp_path / "out"
+    recipe = write_recipe(
+        tmp_path / "r.yaml",
+        tiny_recipe(
+            tiny_model_path, out, total_batch_steps=1, save_every_batch_steps=None, save_strategy="no"
+        ),
+    )
+
+    def broken(*args, **kwargs):
+        raise OSError("the weights are corrupt")
+
+    with monkeypatch.context() as m:
+        m.setattr(loading, "model_for_training", broken)
+        with pytest.raises((OSError, SystemExit)):
+            train.main(*train.parse_args(["--config", str(recipe)]))
+    assert not (out / runs.RUN_FILE).exists()
+    train.main(*train.parse_args(["--config", str(recipe), "--seed", "1"]))
+    assert json.loads((out / runs.RUN_FILE).read_text())["seed"] == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        (
+            {"HF_HUB_OFFLINE": "1", "HF_TOKEN": "hf_x"},
+            "push_to_hub: true, but the Hub is offline here (HF_HUB_OFFLINE is set)",
+        ),
+        (
+            {"HF_HUB_OFFLINE": "0"},
+            "push_to_hub: true, but no Hub token (set HF_TOKEN or run `hf auth login`)",
+        ),
+    ],
+)
+def test_a_push_that_cannot_reach_the_hub_is_refused_before_anything_loads(
+    tmp_path, tiny_model_path, monkeypatch, env, message
+):
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))  # no stored token either
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(loading, "resolve_model_path", lambda *a, **k: pytest.fail("model loaded"))
+    recipe = write_recipe(
+        tmp_path / "r.yaml",
+        tiny_recipe(tiny_model_path, tmp_path / "out", total_batch_steps=1, push_to_hub=True),
+    )
+    got = run_cli_expecting_error(["--config", str(recipe)])
+    assert message in got and "nothing was trained" in got and not (tmp_path / "out").exists()
