@@ -517,3 +517,39 @@ def test_make_demo_refuses_a_length_below_one_batch(capsys):
         main(["--batch-steps", "0"])
     assert exit_.value.code == 2
     assert "--batch-steps: generation batches must be >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seeds", "a"], "argument --seeds: expected whole numbers separated by commas, got 'a'"),
+        (["--seeds", ""], "argument --seeds: give at least one seed"),
+        (["--seeds", "0,0"], "argument --seeds: seeds must be distinct and >= 0"),
+        (["--seeds", "-1"], "argument --seeds: seeds must be distinct and >= 0"),
+        (["--limit", "0"], "argument --limit: must be >= 1, got 0"),
+        (["--samples", "0"], "argument --samples: must be >= 1, got 0"),
+        (["--jobs", "-1"], "argument --jobs: must be >= 1, got -1"),
+        (["--jobs", "x"], "argument --jobs: expected a whole number, got 'x'"),
+        (["--teach-steps", "0"], "argument --teach-steps: must be >= 1, got 0"),
+    ],
+)
+def test_make_mini_arguments_are_checked_before_any_stage(tmp_path, capsys, argv, message):
+    from routing_grpo.mini.run import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--output", str(tmp_path / "out"), "--worlds", "graded", *argv])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_make_mini_into_a_file_or_with_negative_progress_is_one_line(tmp_path, capsys):
+    from routing_grpo.mini.run import main
+
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    assert main(["--output", str(a_file), "--worlds", "graded"]) == 2
+    assert f"--output: {a_file} is a file; give a folder" in capsys.readouterr().err
+    assert a_file.read_text() == "mine\n"
+    assert main(["--output", str(tmp_path / "o"), "--progress-every", "-1"]) == 2
+    assert "--progress-every: must be >= 0 seconds" in capsys.readouterr().err

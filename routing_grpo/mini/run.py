@@ -405,6 +405,37 @@ def reported_methods(eval_dir: Path) -> list[Path]:
     return sorted(p for p in eval_dir.iterdir() if p.is_dir() and p.name not in FORCED_EVALS)
 
 
+def _count(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``--seeds``: ``"0,1,2"`` -> [0, 1, 2]; at least one, each a whole number >= 0, none twice."""
+    parts = [s.strip() for s in text.split(",") if s.strip()]
+    if not parts:
+        raise argparse.ArgumentTypeError("give at least one seed, e.g. 0 or 0,1,2")
+    try:
+        seeds = [int(s) for s in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected whole numbers separated by commas, got {text!r}"
+        ) from None
+    if any(s < 0 for s in seeds) or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"seeds must be distinct and >= 0, got {text!r}")
+    return seeds
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m routing_grpo.mini.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--output", default="outputs/mini", help="output folder (default outputs/mini)")
@@ -420,7 +451,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="graded,cliff",
         help=f"worlds to run, comma-separated (default graded,cliff; known: {', '.join(WORLDS)})",
     )
-    p.add_argument("--seeds", default="0,1,2", help="training seeds, comma-separated (default 0,1,2)")
+    p.add_argument(
+        "--seeds", type=parse_seeds, default=[0, 1, 2], help="training seeds, comma-separated (default 0,1,2)"
+    )
     p.add_argument(
         "--runs",
         default=None,
@@ -439,13 +472,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="teach each world's model from scratch first (graded about 23 min, cliff about 42 min)",
     )
     p.add_argument(
-        "--teach-steps", type=int, default=None, help="teaching steps (default: the teach command's)"
+        "--teach-steps", type=_count(1), default=None, help="teaching steps (default: the teach command's)"
     )
     p.add_argument(
-        "--samples", type=int, default=4, help="evaluation samples per held-out problem (default 4)"
+        "--samples", type=_count(1), default=4, help="evaluation samples per held-out problem (default 4)"
     )
     p.add_argument(
-        "--limit", type=int, default=None, help="held-out problems (default all 300: 50 per level)"
+        "--limit", type=_count(1), default=None, help="held-out problems (default all 300: 50 per level)"
     )
     p.add_argument(
         "--batch-steps",
@@ -454,7 +487,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="generation batches per run, schedules scaled in proportion: N for every run, or "
         "RECIPE=N,... per recipe (default: each recipe's own)",
     )
-    p.add_argument("--jobs", type=int, default=2, help="runs in parallel, one thread each (default 2)")
+    p.add_argument("--jobs", type=_count(1), default=2, help="runs in parallel, one thread each (default 2)")
     p.add_argument(
         "--progress-every",
         type=float,
@@ -631,8 +664,12 @@ def run_world(
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.output)
-    seeds = [int(s) for s in args.seeds.split(",") if s.strip()]
+    seeds = args.seeds
     try:
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"--output: {out} is a file; give a folder")
+        if args.progress_every is not None and not args.progress_every >= 0:
+            raise UsageError(f"--progress-every: must be >= 0 seconds, got {args.progress_every}")
         worlds = plan(args)
         check_recipes(args.recipes, [w for w, _ in worlds])
     except UsageError as err:
