@@ -223,6 +223,25 @@ def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
     return out
 
 
+def _check_model_location(model: str) -> None:
+    """A ``--model`` that is neither a local folder nor something the Hub could serve: one line, before
+    anything loads (a path that is not there, a file, a Hub id while the Hub is offline)."""
+    from routing_grpo.locations import hub_offline, looks_local
+
+    path = Path(model).expanduser()
+    if path.is_file():
+        raise UsageError(f"--model: {model} is a file; give a checkpoint folder or a Hub id")
+    if path.exists():
+        return
+    if looks_local(model):
+        raise UsageError(f"--model: no such folder: {model} (a checkpoint folder or a Hub id owner/name)")
+    if hub_offline():
+        raise UsageError(
+            f"--model: {model} is not a local folder, and the Hub is offline here (HF_HUB_OFFLINE is set); "
+            "give a checkpoint folder"
+        )
+
+
 def _saved_routing_settings(model: str, revision: str | None = None) -> dict[str, Any]:
     """The modes, instruction, question and completion limit saved with a trained checkpoint ({} when it
     has none)."""
@@ -271,6 +290,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
             args.model = resolve_model_path(args.model)
         except ValueError as err:
             raise UsageError(str(err).replace("model_name_or_path", "--model")) from None
+    _check_model_location(args.model)
+    if args.output and Path(args.output).exists() and not Path(args.output).is_dir():
+        raise UsageError(f"--output: {args.output} is a file; give a folder for the evaluation")
     # Everything the command line names is checked before the model loads: the recipe, the options, the
     # benchmark names and data files (run_eval then loads the benchmarks before the model).
     recipe: dict[str, Any] = {}
@@ -330,6 +352,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
             seed = config.run_seed if config.run_seed is not None else 0
             config.output = str(Path("outputs") / "eval" / config.effective_method / f"seed{seed}")
         check_benchmarks(config)
+        for flag, mapping in (("--samples", config.samples), ("--data", config.data)):
+            stray = sorted(set(mapping) - set(config.benchmarks))
+            if stray:
+                raise UsageError(
+                    f"{flag}: {', '.join(stray)} not in --benchmarks ({', '.join(config.benchmarks)})"
+                )
         check_engine(config, resolve_backend(config.backend))
     except (FileNotFoundError, ValueError) as err:
         raise UsageError(str(err)) from None

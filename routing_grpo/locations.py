@@ -14,6 +14,11 @@ from pathlib import Path
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
+def hub_offline() -> bool:
+    """Whether the Hugging Face Hub is switched off here (``HF_HUB_OFFLINE`` set to a true value)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE")
+
+
 def looks_local(name: str) -> bool:
     """Whether ``name`` names a local file or folder rather than a Hub repo."""
     if not name:

@@ -22,7 +22,7 @@ from trl import ModelConfig, TrlParser
 from routing_grpo.arguments import DATACLASS_TYPES, RoutingScriptArguments, recipe_fields
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import OneLineParser, UsageError, one_line, user_errors
-from routing_grpo.locations import looks_local
+from routing_grpo.locations import hub_offline, looks_local
 
 # ----------------------------------------------------------------------------------------------------------
 # Reading and checking the recipe (its keys against the three argument classes)
@@ -362,7 +362,7 @@ def check_chat_template_setting(value: str | None) -> None:
 def hub_push_problem() -> str | None:
     """Why a push to the Hub cannot work from here (None when it can): the Hub switched off
     (``HF_HUB_OFFLINE``), or no token (``HF_TOKEN`` or ``hf auth login``)."""
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in ("1", "ON", "YES", "TRUE"):
+    if hub_offline():
         return "the Hub is offline here (HF_HUB_OFFLINE is set)"
     from huggingface_hub import get_token
 

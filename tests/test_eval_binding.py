@@ -130,7 +130,21 @@ def test_the_record_names_model_data_and_settings(two_models, tmp_path):
     a, _ = two_models
     data = tmp_path / "toy.jsonl"
     data.write_text(json.dumps({"problem": "1+1?", "answer": "2", "id": "t0"}) + "\n")
-    assert main(evaluate(a, tmp_path / "out", "--benchmarks", "math500", "--data", f"math500={data}")) == 0
+    assert (
+        main(
+            evaluate(
+                a,
+                tmp_path / "out",
+                "--benchmarks",
+                "math500",
+                "--samples",
+                "math500=1",
+                "--data",
+                f"math500={data}",
+            )
+        )
+        == 0
+    )
     record = json.loads((tmp_path / "out" / "math500" / "samples_record.json").read_text())
     assert record["model"]["path"] == str(Path(a).resolve())
     assert "model.safetensors" in record["model"]["files"]

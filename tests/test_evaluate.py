@@ -648,5 +648,5 @@ def test_eval_takes_the_offline_model_names_training_takes(tmp_path, capsys, mon
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "routing-grpo eval: error: --model: unknown offline model 'offline:giant'; "
-        "use offline:smollm2, offline:tiny, offline:mini or offline:mini_graded"
+        "use offline:smollm2, offline:tiny, offline:mini, offline:mini_graded or offline:mini_graded_blind"
     ]
