@@ -444,6 +444,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError(f"--input: {err}") from None
     except ValueError as err:
         raise UsageError(str(err)) from None
+    if not rows:
+        raise UsageError(f"--input: {args.input} holds no questions")
+    for row in rows:
+        if isinstance(row["question"], str) and not row["question"].strip():
+            raise UsageError(f"question {row['id']} is empty")
     requests = {}
     references = {row["id"]: row.get("reference") for row in rows}
     for row in rows:

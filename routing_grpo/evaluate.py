@@ -356,7 +356,15 @@ def claim_samples(config: EvalConfig, benchmark: str) -> None:
                 f"--output: {samples} holds samples with no record of the model and settings that drew them; "
                 "choose another --output, or pass --overwrite to start afresh"
             )
-        old = json.loads(record_path.read_text())
+        try:
+            old = json.loads(record_path.read_text())
+            if not isinstance(old, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as err:
+            raise ValueError(
+                f"--output: {record_path} cannot be read ({' '.join(str(err).split())}), so the samples beside "
+                "it cannot be trusted; choose another --output, or pass --overwrite to start afresh"
+            ) from None
         diffs = record_differences(old, json.loads(json.dumps(record)))
         if diffs:
             raise ValueError(

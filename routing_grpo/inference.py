@@ -538,6 +538,25 @@ class Router:
 # ---------------------------------------------------------------------------------------------------------
 
 
+CHAT_ROLES = ("system", "user", "assistant")
+
+
+def chat_messages_problem(messages: Sequence[Any]) -> str | None:
+    """Why a list of chat messages cannot be a question (None when it can): each a {role, content} mapping
+    with a known role and text content, the last one the user's (the routing prompt follows it)."""
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            return f"chat message {i + 1} must be a {{role, content}} object, got {message!r}"
+        role, content = message.get("role"), message.get("content")
+        if role not in CHAT_ROLES:
+            return f"chat message {i + 1}: role must be one of {list(CHAT_ROLES)}, got {role!r}"
+        if not isinstance(content, str):
+            return f"chat message {i + 1}: content must be text, got {content!r}"
+    if messages[-1].get("role") != "user":
+        return "the last chat message must be the user's (the routing prompt follows it)"
+    return None
+
+
 def read_questions(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a questions JSONL file: ``question`` (or ``prompt``: text or chat messages), and optionally
     ``id`` (default: the line number), ``mode``, ``allow`` (list or comma-separated), ``caps`` and the
@@ -556,6 +575,10 @@ def read_questions(path: str | Path) -> list[dict[str, Any]]:
             raise ValueError(
                 f"{path}:{lineno}: needs a non-empty `question` (text or a list of chat messages)"
             )
+        if isinstance(question, list):
+            problem = chat_messages_problem(question)
+            if problem:
+                raise ValueError(f"{path}:{lineno}: {problem}")
         caps = item.get("caps", True)
         if not isinstance(caps, bool):
             raise ValueError(f"{path}:{lineno}: `caps` must be true or false")

@@ -90,6 +90,16 @@ def test_samples_without_a_record_are_not_resumed(two_models, tmp_path, capsys):
     (out / "mini" / "samples.jsonl").write_text('{"prompt_id": "x", "sample_index": 0}\n')
     assert main(evaluate(a, out)) == 2
     assert "no record of the model and settings" in error_line(capsys)
+    # A record that cannot be read is named, path and all, and nothing beside it is touched.
+    for corrupt in ("{not json", "[1, 2]"):
+        (out / "mini" / "samples_record.json").write_text(corrupt)
+        assert main(evaluate(a, out)) == 2
+        line = error_line(capsys)
+        assert (
+            f"--output: {out / 'mini' / 'samples_record.json'} cannot be read" in line
+            and "--overwrite" in line
+        )
+        assert (out / "mini" / "samples.jsonl").read_text() == '{"prompt_id": "x", "sample_index": 0}\n'
 
 
 def test_output_defaults_to_the_readme_layout(two_models, tmp_path, monkeypatch):

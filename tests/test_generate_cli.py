@@ -102,6 +102,19 @@ def no_model_loading(monkeypatch):
         (["--top-p", "0", "q"], "--top-p must be in (0, 1]"),
         (["--top-k", "-2", "q"], "--top-k must be a positive integer, or 0 or -1 for off, got -2"),
         (["--max-new-tokens", "0", "q"], "--max-new-tokens must be >= 1"),
+        (["", "q"], "question 1 is empty"),
+        (["  ", "q"], "question 1 is empty"),
+        (["--input", "EMPTY"], "empty.jsonl holds no questions"),
+        (
+            ["--input", "CHAT_ROLE"],
+            "chat.jsonl:1: chat message 1: role must be one of ['system', 'user', 'assistant'], got 'robot'",
+        ),
+        (
+            ["--input", "CHAT_TEXT"],
+            "chat_text.jsonl:1: chat message 1 must be a {role, content} object, got 'hi'",
+        ),
+        (["--input", "CHAT_LAST"], "chat_last.jsonl:1: the last chat message must be the user's"),
+        (["--input", "CHAT_CONTENT"], "chat_content.jsonl:2: chat message 1: content must be text, got None"),
     ],
 )
 def test_bad_input_is_one_line_with_status_2(model, tmp_path, capsys, no_model_loading, args, message):
@@ -109,7 +122,24 @@ def test_bad_input_is_one_line_with_status_2(model, tmp_path, capsys, no_model_l
     bad.write_text('{"question": "a"}\n{"question": \n')
     bad_mode = tmp_path / "bad_mode.jsonl"
     bad_mode.write_text('{"question": "a", "mode": "Medium"}\n')
+    files = {
+        "EMPTY": ("empty.jsonl", ""),
+        "CHAT_ROLE": ("chat.jsonl", [{"role": "robot", "content": "hi"}]),
+        "CHAT_TEXT": ("chat_text.jsonl", ["hi"]),
+        "CHAT_LAST": (
+            "chat_last.jsonl",
+            [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+        ),
+        "CHAT_CONTENT": ("chat_content.jsonl", [{"role": "user"}]),
+    }
     paths = {"MISSING": tmp_path / "missing.jsonl", "BAD": bad, "BADMODE": bad_mode}
+    for key, (name, question) in files.items():
+        paths[key] = tmp_path / name
+        if key == "CHAT_CONTENT":  # a good row first: the error names the second line
+            text = json.dumps({"question": "fine"}) + "\n" + json.dumps({"question": question}) + "\n"
+        else:
+            text = json.dumps({"question": question}) + "\n" if question else ""
+        paths[key].write_text(text)
     code, out, err = run(capsys, "generate", "--model", model, *[paths.get(a, a) for a in args])
     assert code == 2 and out == ""
     assert len(err.splitlines()) == 1, err
