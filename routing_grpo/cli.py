@@ -168,6 +168,8 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
     if not Path(args.input).is_file():
         raise UsageError(f"--input: file not found: {args.input}")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be >= 1, got {args.workers}")
     try:
         summary = grade_file(
             args.input, args.output, num_workers=args.workers, label_column=args.label_column

@@ -17,6 +17,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
+import yaml
 from trl import ModelConfig, TrlParser
 
 from routing_grpo.arguments import DATACLASS_TYPES, RoutingScriptArguments, recipe_fields
@@ -50,16 +51,34 @@ RENAMED_KEYS = {
 }
 
 
-def read_recipe(path: str | Path) -> dict[str, Any]:
-    import yaml
+class UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key written twice in one mapping (PyYAML would keep the last)."""
 
+    def construct_mapping(self, node, deep=False):
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, list | dict):
+                continue  # unhashable: the base class reports it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"key {key!r} written twice (first at line {seen[key].line + 1})",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_recipe(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"--config: {path} is a folder; give a recipe YAML file (recipes/*.yaml)")
     if not path.is_file():
         raise UsageError(f"recipe not found: {path}")
     try:
-        recipe = yaml.safe_load(path.read_text())
+        recipe = yaml.load(path.read_text(), Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
@@ -265,6 +284,19 @@ def check_command_line(argv: list[str]) -> tuple[str | None, dict[str, Any]]:
         recipe = read_recipe(path)
         check_recipe(recipe, source=str(path))
     check_warmup_keys(recipe, command_line_values(argv), source=str(path or "recipe"))
+    given = {**recipe, **command_line_values(argv)}
+    if given.get("max_steps") not in (None, -1, "-1", "null", "None") and given.get(
+        "total_batch_steps"
+    ) not in (
+        None,
+        "null",
+        "None",
+    ):
+        raise UsageError(
+            f"max_steps: {given['max_steps']} set beside total_batch_steps: {given['total_batch_steps']}, which "
+            "decides the run's length (max_steps = total_batch_steps x optimizer steps per generation batch); "
+            "give one of the two, e.g. --total_batch_steps 2 for a shorter run"
+        )
     if any(a == "--hub_token" or a.startswith(("--hub_token=", "--hub-token")) for a in argv):
         raise UsageError(
             "--hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`)"

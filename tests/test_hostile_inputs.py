@@ -91,6 +91,22 @@ TRAIN_CASES = [
     Case("key-typo", ("num_generation: unknown recipe key", "num_generations"), {"num_generation": 4}),
     Case("key-renamed-warmup-ratio", ("warmup_ratio", "warmup_steps: 0.1"), {"warmup_ratio": 0.1}),
     Case("key-hub-token", ("hub_token", "environment only"), {"hub_token": "hf_secret"}),
+    Case(
+        "key-written-twice",
+        ("dup.yaml: not valid YAML", "key 'learning_rate' written twice (first at line"),
+        command=("python-m-train", "--config", "{data}/dup.yaml"),
+    ),
+    Case(
+        "max-steps-beside-total-batch-steps",
+        ("max_steps: 5 set beside total_batch_steps: 2",),
+        {"max_steps": 5},
+    ),
+    Case(
+        "max-steps-on-the-command-line",
+        ("max_steps: 7 set beside total_batch_steps: 2",),
+        {},
+        args=("--max_steps", "7"),
+    ),
     Case("key-mode-typo", ("modes[0]: unknown key(s) ['gama']",), {"modes": modes(0, gama=0.9)}),
     Case("key-mode-missing", ("modes[2]: missing key(s) ['gamma']",), {"modes": modes(2, gamma=None)}),
     # -- ranges
@@ -367,6 +383,11 @@ COMMAND_CASES = [
             "{out}",
         ),
     ),
+    Case(
+        "grade-negative-workers",
+        ("--workers must be >= 1, got -3",),
+        command=("grade", "--input", "{data}/grade_bad.jsonl", "--workers", "-3"),
+    ),
     Case("eval-no-arguments", ("required: --model (",), command=("eval",)),
     # A model that is not there is said to be missing before any benchmark loads, not blamed on the Hub.
     Case(
@@ -518,6 +539,7 @@ def _prepare(root: Path, model: Path) -> dict[str, str]:
     (data / "modes.yaml").write_text("modes:\n  - {name: Short, base: 1.2, gamma: 2}\n")
     (data / "typo.yaml").write_text(yaml.safe_dump(tiny_recipe(model, root / "out", num_generation=4)))
     (data / "good.yaml").write_text(yaml.safe_dump(tiny_recipe(model, root / "out")))
+    (data / "dup.yaml").write_text((data / "good.yaml").read_text() + "learning_rate: 0.5\n")
     (data / "grade_bad.jsonl").write_text('{"model_output": "x", "reference_answer": "1"}\n[1, 2]\n')
     (data / "q_bad.jsonl").write_text('{"question": "1+1"}\n{oops\n')
     (data / "empty_runs").mkdir()
