@@ -39,6 +39,8 @@ def reward_table(modes: Sequence[ModeSpec], lengths: Sequence[int]) -> dict[str,
         "lengths": list(lengths),
         "rewards": {m.name: [m.reward(n) for n in lengths] for m in modes},
         "caps": {m.name: m.cap for m in modes},
+        # Past its cap a rollout is cut and scored 0; the designed curve is still given, marked here.
+        "past_cap": {m.name: [m.cap is not None and n > m.cap for n in lengths] for m in modes},
         "crossovers": [{"from": c.from_mode, "to": c.to_mode, "length": c.length} for c in crossovers(modes)],
     }
 
@@ -71,11 +73,26 @@ def _parse_lengths(text: str) -> list[int]:
     return lengths
 
 
+def default_lengths(modes: Sequence[ModeSpec], limit: int | None) -> list[int]:
+    """The lengths a table shows without ``--lengths``: the paper's (:data:`DEFAULT_LENGTHS`) unless the
+    recipe's completion limit is shorter; then 0, each cap and the limit, and the quarters of the limit."""
+    if limit is None or limit >= max(DEFAULT_LENGTHS):
+        return list(DEFAULT_LENGTHS)
+    caps = [m.cap for m in modes if m.cap is not None and m.cap <= limit]
+    return sorted({0, limit, *caps, *(round(limit * q / 4) for q in (1, 2, 3))})
+
+
 def cmd_reward_table(args: argparse.Namespace) -> int:
     modes = load_recipe_modes(args.config) if args.config else DEFAULT_MODES
-    table = reward_table(modes, _parse_lengths(args.lengths))
+    if args.lengths is not None:
+        lengths = _parse_lengths(args.lengths)
+    else:
+        from routing_grpo.recipe import read_recipe
+
+        limit = read_recipe(args.config).get("max_completion_length") if args.config else None
+        lengths = default_lengths(modes, limit if isinstance(limit, int) else None)
+    table = reward_table(modes, lengths)
     if args.json:
-        table.pop("caps")
         print(json.dumps(table))
     else:
         print(format_reward_table(table))
@@ -572,7 +589,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("reward-table", help="reward of a correct answer per mode and length, and crossovers")
     p.add_argument("--config", help="recipe YAML whose `modes` to use (default: the paper's modes)")
-    p.add_argument("--lengths", default=",".join(map(str, DEFAULT_LENGTHS)), help="comma-separated L values")
+    p.add_argument(
+        "--lengths",
+        default=None,
+        help="comma-separated L values (default: the paper's "
+        f"{','.join(map(str, DEFAULT_LENGTHS))}, or 0, the caps and the quarters of a shorter recipe's "
+        "max_completion_length)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_reward_table)
 

@@ -3,10 +3,13 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from routing_grpo.cli import main
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_cli(capsys, *argv):
@@ -53,6 +56,21 @@ def test_reward_table_from_a_recipe(tmp_path, capsys):
     table = json.loads(out)
     assert code == 0 and table["modes"] == ["Short", "Long"]
     assert len(table["crossovers"]) == 1
+
+
+def test_reward_table_of_the_miniature_fits_its_caps_and_marks_them_in_json(capsys):
+    """A recipe with a short completion limit is tabulated at its own lengths (0, the caps, the quarters of
+    max_completion_length), and --json keeps the past-cap mark the text shows as *."""
+    recipe = REPO_ROOT / "recipes" / "mini_graded" / "graded_router.yaml"
+    code, out, _ = run_cli(capsys, "reward-table", "--config", str(recipe), "--json")
+    table = json.loads(out)
+    assert code == 0 and table["lengths"] == [0, 20, 40, 46, 60, 80]
+    assert table["caps"] == {"NoThink": 20, "Short": 46, "Long": None}
+    assert table["past_cap"]["NoThink"] == [False, False, True, True, True, True]
+    assert table["past_cap"]["Short"] == [False, False, False, False, True, True]
+    assert not any(table["past_cap"]["Long"])
+    code, out, _ = run_cli(capsys, "reward-table", "--config", str(recipe))
+    assert "  80" in out and "8192" not in out
 
 
 def test_reward_table_errors_are_one_line(tmp_path, capsys):
