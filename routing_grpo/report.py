@@ -133,9 +133,17 @@ def group_by_method(
     for s in summaries:
         seed = s.get("seed", 0)
         if seed in grouped[s["benchmark"]][s["method"]]:
+            first = grouped[s["benchmark"]][s["method"]][seed]
+            forced = any((x.get("config") or {}).get("force_mode") for x in (first, s))
+            hint = (
+                "; these are a model forced into one mode (evaluated for the oracle's and the world's tables): "
+                "give such folders with --oracle and --world-oracle, not --runs"
+                if forced
+                else "; give each evaluation once, or tell the runs apart with --method / --run-seed"
+            )
             raise ValueError(
                 f"two summaries for benchmark {s['benchmark']!r}, method {s['method']!r}, seed {seed!r}: "
-                f"{grouped[s['benchmark']][s['method']][seed].get('_path')} and {s.get('_path')}"
+                f"{first.get('_path')} and {s.get('_path')}{hint}"
             )
         grouped[s["benchmark"]][s["method"]][seed] = s
     for combined, parts in COMBINED_BENCHMARKS.items():

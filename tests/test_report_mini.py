@@ -335,7 +335,8 @@ def test_miniature_report_command_draws_the_figures(mini_out, capsys):
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
     # Without --oracle the forced evaluations under --runs clash with the nothink baseline: named.
     assert main(["report", "--runs", str(ev), "--output", str(mini_out / "o2"), "--no-plots"]) == 2
-    assert "two summaries" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "two summaries" in err and "give such folders with --oracle and --world-oracle, not --runs" in err
     assert main([*argv[:3], "--oracle", str(mini_out / "absent"), "--output", str(out)]) == 2
 
 
