@@ -4,8 +4,8 @@
 Parsed with ``TrlParser`` as in open-r1 (script arguments + :class:`RoutingGRPOConfig` + TRL's
 ``ModelConfig``, :mod:`routing_grpo.arguments`), so every recipe key can be overridden on the command line,
 and it runs under ``accelerate launch``. :func:`main` goes through the stages of a run: check the recipe and
-this machine, load the data, claim the run folder, load the tokenizer and model, train, then save, write
-the model card and push when ``push_to_hub`` is set.
+this machine, load the data, check the run folder, load the tokenizer and model, claim the folder, train,
+then save, write the model card and push when ``push_to_hub`` is set.
 
 Bad input stops the run with one line naming the key (exit code 2, :mod:`routing_grpo.errors`), before
 the (possibly large) model loads wherever the problem is knowable without it. ``model_name_or_path:
@@ -229,12 +229,12 @@ def main(
 
 def train_command(argv: list[str], prog: str = "routing-grpo train") -> int:
     """The command's words: help or version, else check, parse and train."""
-    from routing_grpo.train_help import full_help, short_help
+    from routing_grpo.train_help import full_help, recipe_for_help, short_help
 
     if "--help-all" in argv:
         print(full_help(prog), end="")
     elif "-h" in argv or "--help" in argv:
-        print(short_help(prog), end="")
+        print(short_help(prog, recipe_for_help(argv)), end="")
     elif "--version" in argv:
         print(version_text())
     else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import json
 import textwrap
 from typing import Any
 
@@ -97,8 +98,18 @@ def _first_sentence(text: str) -> str:
     return text
 
 
-def _help_entry(name: str, text: str, default: Any) -> list[str]:
-    if default not in (None, "") and not isinstance(default, list | dict):
+_UNSET = object()
+
+
+def _shown(value: Any, width: int = 60) -> str:
+    text = json.dumps(value, default=str) if isinstance(value, list | dict) else str(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def _help_entry(name: str, text: str, default: Any, recipe_value: Any = _UNSET) -> list[str]:
+    if recipe_value is not _UNSET:  # the recipe's own value, in place of the class default
+        text = f"{text} (recipe: {_shown(recipe_value)})"
+    elif default not in (None, "") and not isinstance(default, list | dict):
         text = f"{text} (default: {default})"
     head = f"  --{name}"
     body = textwrap.wrap(text, HELP_WIDTH - HELP_COLUMN) or [""]
@@ -106,8 +117,14 @@ def _help_entry(name: str, text: str, default: Any) -> list[str]:
     return lines + [" " * HELP_COLUMN + line for line in body]
 
 
-def short_help(prog: str = "routing-grpo train") -> str:
-    """`--help`: the method's settings in full, the common TRL settings in one sentence each, grouped."""
+def short_help(prog: str = "routing-grpo train", recipe: dict[str, Any] | None = None) -> str:
+    """`--help`: the method's settings in full, the common TRL settings in one sentence each, grouped. With
+    ``recipe`` (``--config R --help``), each key the recipe sets shows the recipe's value, not the default."""
+    recipe = recipe or {}
+
+    def entry(name: str, text: str, default: Any) -> list[str]:
+        return _help_entry(name, text, default, recipe.get(name, _UNSET))
+
     known = recipe_fields()
     total = len(known)
     lines = [
@@ -122,10 +139,10 @@ def short_help(prog: str = "routing-grpo train") -> str:
         "The method (RoutingGRPOConfig; schedules count generation batches, the paper's steps):",
     ]
     for name in method_fields():
-        lines += _help_entry(name, *_field_help(RoutingGRPOConfig, name))
+        lines += entry(name, *_field_help(RoutingGRPOConfig, name))
     lines += ["", "Task and data (RoutingScriptArguments):"]
     for f in dataclasses.fields(RoutingScriptArguments):
-        lines += _help_entry(f.name, *_field_help(RoutingScriptArguments, f.name))
+        lines += entry(f.name, *_field_help(RoutingScriptArguments, f.name))
     for heading, names in COMMON_TRL_FIELDS.items():
         lines += ["", f"{heading}:"]
         for name in names:
@@ -133,7 +150,7 @@ def short_help(prog: str = "routing-grpo train") -> str:
                 dc, _ = known[name]
                 text, default = _field_help(dc, name)
                 note = HELP_NOTES.get(name)
-                lines += _help_entry(name, _first_sentence(text) + (f" {note}" if note else ""), default)
+                lines += entry(name, _first_sentence(text) + (f" {note}" if note else ""), default)
     lines += [
         "",
         "Options of the command itself:",
@@ -149,6 +166,14 @@ def short_help(prog: str = "routing-grpo train") -> str:
         'Recipes: recipes/*.yaml (docs/training.md "Recipes"). The method: docs/method.md.',
     ]
     return "\n".join(lines) + "\n"
+
+
+def recipe_for_help(argv: list[str]) -> dict[str, Any] | None:
+    """The recipe ``--config R --help`` names, for its values in place of the defaults (a bad recipe is its
+    one line, as when training); None without one."""
+    from routing_grpo.recipe import read_recipe
+
+    return read_recipe(argv[argv.index("--config") + 1]) if "--config" in argv[:-1] else None
 
 
 def full_help(prog: str = "routing-grpo train") -> str:

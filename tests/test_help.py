@@ -7,6 +7,7 @@ import argparse
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -105,3 +106,15 @@ def test_the_module_entry_point_has_the_same_help():
     )
     assert result.stdout.startswith("usage: python -m routing_grpo.train --config RECIPE.yaml")
     assert "The method (RoutingGRPOConfig" in result.stdout
+
+
+def test_train_help_with_a_recipe_shows_the_recipes_values(capsys):
+    """`--config R --help`: each key the recipe sets shows the recipe's value in place of the default."""
+    from routing_grpo import train
+
+    recipe = Path(__file__).resolve().parent.parent / "recipes" / "mini_graded" / "graded_router.yaml"
+    assert train.train_command(["--config", str(recipe), "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "(recipe: 5e-05)" in out and "(recipe: offline:mini_graded)" in out
+    assert "(recipe: 90)" in out and "(recipe: [{" in out  # total_batch_steps, and the modes list shortened
+    assert "(default: math_train)" not in out  # the recipe's task is shown instead
