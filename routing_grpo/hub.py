@@ -228,6 +228,9 @@ def model_card(
     base_text = f"`{base}`"
     if base.startswith("offline:"):
         base_text += " (a model routing-grpo builds or ships offline: `routing_grpo.offline_models`)"
+    elif looks_local(base):  # a folder on the training machine: its name only, no path of that machine
+        base_text = f"a local model (`{Path(base).name}`)"
+    question = example_question(script_args)
     lines += [
         f"Fine-tuned from {base_text} with **{paper.METHOD}** (routing-grpo, a subclass of TRL's "
         f"`GRPOTrainer`), the method of *{paper.TITLE}* ({paper.authors_text()}). {paper.GRPO_REFERENCE}.",
@@ -255,14 +258,14 @@ def model_card(
         "With routing-grpo installed:",
         "",
         "```bash",
-        f'routing-grpo generate --model {where} "What is 17 * 23?"',
+        f"routing-grpo generate --model {where} {json.dumps(question)}",
         "```",
         "",
         "```python",
         "from routing_grpo.inference import Router",
         "",
         f'router = Router.from_pretrained("{where}")',
-        'answer = router("What is 17 * 23?")',
+        f"answer = router({json.dumps(question)})",
         "print(answer.mode, answer.answer, answer.tokens)",
         "```",
         "",
@@ -349,6 +352,20 @@ def _package_version() -> str:
 
 def _plain(value: Any) -> Any:
     return value.value if isinstance(value, enum.Enum) else value
+
+
+def example_question(script_args: RoutingScriptArguments) -> str:
+    """The quick start's question: a held-out problem of a generated training task (the miniature's, the
+    synthetic arithmetic), which the model was trained to answer; else a plain arithmetic question."""
+    from routing_grpo.data import TASKS
+
+    spec = TASKS.get(script_args.task) if script_args.dataset_path is None else None
+    if spec is not None and spec.generate is not None:
+        try:
+            return str(spec.generate(1, seed=0, split="test")[0]["problem"]).strip()
+        except Exception:  # noqa: BLE001 - an example is not worth failing a model card for
+            pass
+    return "What is 17 * 23?"
 
 
 def hub_dataset_name(script_args: RoutingScriptArguments) -> str | None:

@@ -231,3 +231,17 @@ def test_the_model_card_reports_the_early_tell(tmp_path):
     card = model_card(args, script_args, model_args, flat)
     assert "- generation batch 45: fanout +0.05 over the last 10 batches (flat so far" in card
     assert "## Early tell" not in model_card(args, script_args, model_args, [])
+
+
+def test_the_model_card_asks_a_question_of_the_training_task_and_names_no_local_path():
+    """A generated task's card asks one of its own problems (the miniature cannot answer arithmetic); a local
+    base model is named by its folder alone, never by a path of the training machine."""
+    script_args, args, model_args = parse(RECIPES / "mini_graded" / "graded_router.yaml")
+    model_args.model_name_or_path = "/home/someone/runs/checkpoint_graded"
+    card = model_card(args, script_args, model_args, [])
+    assert "/home/someone" not in card and "a local model (`checkpoint_graded`)" in card
+    assert "base_model" not in card.split("---")[1]
+    assert "generate --model" in card and '"G1: 8 d=5"' in card and "17 * 23" not in card
+    script_args, args, model_args = parse(RECIPES / "router_r1_distill_qwen_1.5b.yaml")
+    card = model_card(args, script_args, model_args, [])
+    assert '"What is 17 * 23?"' in card and "base_model: deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B" in card
