@@ -148,8 +148,16 @@ def load_transformers_model(
 ) -> Any:
     """The causal LM in eval mode on ``device`` (default: the GPU when there is one)."""
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as transformers_logging
 
-    loaded = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype=dtype)
+    # No weight-loading bar above generate's and eval's own lines; restored for whatever runs next in the process.
+    bars = transformers_logging.is_progress_bar_enabled()
+    transformers_logging.disable_progress_bar()
+    try:
+        loaded = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype=dtype)
+    finally:
+        if bars:
+            transformers_logging.enable_progress_bar()
     loaded.to(transformers_device(device))
     loaded.eval()
     return loaded

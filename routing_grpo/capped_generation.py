@@ -331,7 +331,9 @@ def sample_with_budgets(
 
     with torch.no_grad():
         out = model(input_ids=seq, attention_mask=mask, position_ids=positions, use_cache=True)
-        cache = out.past_key_values
+        # transformers >= 5.2x names the KV cache `cache` (the old name prints a deprecation notice).
+        cache_name = "cache" if "cache" in out else "past_key_values"
+        cache = out[cache_name]
         last_position = positions[:, -1]
         while True:
             logits = out.logits[:, -1, :].float()
@@ -378,7 +380,7 @@ def sample_with_budgets(
                 input_ids=next_tokens.unsqueeze(1),
                 attention_mask=mask,
                 position_ids=last_position.unsqueeze(1),
-                past_key_values=cache,
+                **{cache_name: cache},
                 use_cache=True,
             )
     return outputs

@@ -380,6 +380,21 @@ def finish_row(
 # ---------------------------------------------------------------------------------------------------------
 
 
+def context_problem(prompt_tokens: int, max_new_tokens: int, context: int | None) -> str | None:
+    """Why a prompt and its answer may not fit the model's context (None when they do, or it is unknown)."""
+    if not context or prompt_tokens + max_new_tokens <= context:
+        return None
+    if prompt_tokens >= context:
+        return (
+            f"its prompt ({prompt_tokens} tokens) is past the model's context ({context} positions); expect no "
+            "useful answer: shorten the question"
+        )
+    return (
+        f"its prompt ({prompt_tokens} tokens) and max_new_tokens ({max_new_tokens}) pass the model's context "
+        f"({context}); the answer may be cut short or degrade near the end"
+    )
+
+
 class Router:
     """A trained router ready to answer: settings, tokenizer and a backend.
 
@@ -394,8 +409,12 @@ class Router:
         settings: RoutingSettings,
         *,
         max_new_tokens: int | None = None,
+        context: int | None = None,
     ) -> None:
+        """``context``: the model's context in tokens (None: unknown), for the warning when a prompt and
+        its answer would not fit."""
         self.backend, self.tokenizer, self.settings = backend, tokenizer, settings
+        self.context = context
         self.max_new_tokens = int(max_new_tokens or settings.max_completion_length)
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
@@ -450,6 +469,9 @@ class Router:
             llm = LLM(model=name, revision=revision, **kwargs, **engine_kwargs)
             eos = stop_token_ids(read_generation_config(name, revision), tokenizer)
             engine: Backend = VLLMBackend(llm, eos_token_ids=eos, **sampling)
+            context = getattr(
+                getattr(getattr(llm, "llm_engine", None), "model_config", None), "max_model_len", None
+            )
         else:
             import torch
 
@@ -457,7 +479,8 @@ class Router:
                 torch.manual_seed(seed)
             loaded = load_transformers_model(name, revision=revision, dtype=dtype, device=device)
             engine = TransformersBackend(loaded, tokenizer, **sampling)
-        return cls(engine, tokenizer, settings, max_new_tokens=max_new_tokens)
+            context = getattr(loaded.config, "max_position_embeddings", None)
+        return cls(engine, tokenizer, settings, max_new_tokens=max_new_tokens, context=context)
 
     def plan(self, request: Request) -> Row:
         """The row of a request: routing checked against the modes, prompt rendered and tokenized."""
@@ -492,6 +515,10 @@ class Router:
 
             torch.manual_seed(seed)
         limit = int(max_new_tokens or self.max_new_tokens)
+        for number, row in enumerate(rows, start=1):
+            problem = context_problem(len(row.prompt_ids), limit, self.context)
+            if problem:
+                logger.warning("question %d: %s", number, problem)
         step = batch_size or max(len(rows), 1)
         answers: list[Answer] = []
         for start in range(0, len(rows), step):

@@ -272,6 +272,8 @@ def test_the_real_command(model, tmp_path):
     assert rows["b"]["mode"] == "Short" and rows["b"]["routing"] == "allowed" and rows["b"]["length"] <= 6
     assert rows["c"]["mode"] == "Long" and rows["c"]["routing"] == "allowed"  # the command line's --allow
     assert [line[:3] for line in done.stdout.splitlines()] == ["[a]", "[b]", "[c]"]
+    # Nothing around the answers: no weight-loading bar, no deprecation notice of transformers.
+    assert "Loading weights" not in done.stderr and "deprecated" not in done.stderr, done.stderr
 
     bad = subprocess.run(
         [sys.executable, "-m", "routing_grpo", "generate", "--model", str(model), "--mode", "Medium", "q"],
@@ -376,3 +378,22 @@ def test_generate_prints_and_writes_no_answer_for_a_capped_response(model, tmp_p
     capped, finished = map(json.loads, answers.read_text().splitlines())
     assert capped["answer"] is None and capped["model_output"] == ""
     assert finished["answer"] == "7" and finished["model_output"] == "Short \\boxed{7}"
+
+
+def test_a_prompt_past_the_models_context_is_warned_about(model, capsys, caplog):
+    """The tiny model's context is 1,024 positions: a longer question still gets its answer line, with a
+    warning naming the question; a short one gets none."""
+    from routing_grpo.inference import context_problem
+
+    assert context_problem(100, 50, 1024) is None and context_problem(100, 50, None) is None
+    assert "may be cut short" in context_problem(1000, 50, 1024)
+    assert "is past the model's context (1024 positions)" in context_problem(1024, 1, 1024)
+    long_question = "What is " + " + ".join(["1"] * 700) + "?"
+    with caplog.at_level("WARNING"):
+        code, out, _ = run(
+            capsys, "generate", "--model", model, "--mode", "Long", "What is 1 + 1?", long_question
+        )
+    assert code == 0 and [line[:3] for line in out.splitlines()] == ["[1]", "[2]"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith("question 2: its prompt (")
+    assert "past the model's context (1024 positions)" in warnings[0]
