@@ -50,7 +50,9 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m routing_grpo.demo", description=__doc__.split("\n\n")[0])
+    from routing_grpo.errors import OneLineParser
+
+    p = OneLineParser(prog="python -m routing_grpo.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--output-dir", default=str(DEFAULT_OUTPUT), help="runs, evaluations, report, summary.md")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument(
@@ -223,8 +225,14 @@ def run(argv: Sequence[str] | None = None) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    run(argv)
-    return 0
+    """A bad argument is one line and exit code 2; a failed stage (its lines printed) exit code 1."""
+    from routing_grpo.errors import run_entry
+
+    def demo(args: Sequence[str] | None) -> int:
+        run(args)
+        return 0
+
+    return run_entry("python -m routing_grpo.demo", demo, argv)
 
 
 if __name__ == "__main__":

@@ -513,10 +513,12 @@ def test_make_demo_refuses_a_length_below_one_batch(capsys):
     from routing_grpo.demo import DEMO_BATCH_STEPS, build_parser, main
 
     assert build_parser().parse_args([]).batch_steps == DEMO_BATCH_STEPS == 45
-    with pytest.raises(SystemExit) as exit_:
-        main(["--batch-steps", "0"])
-    assert exit_.value.code == 2
-    assert "--batch-steps: generation batches must be >= 1, got 0" in capsys.readouterr().err
+    assert main(["--batch-steps", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "python -m routing_grpo.demo: error: argument --batch-steps: generation batches must"
+    )
+    assert len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize(
@@ -536,10 +538,10 @@ def test_make_demo_refuses_a_length_below_one_batch(capsys):
 def test_make_mini_arguments_are_checked_before_any_stage(tmp_path, capsys, argv, message):
     from routing_grpo.mini.run import main
 
-    with pytest.raises(SystemExit) as exit_:
-        main(["--output", str(tmp_path / "out"), "--worlds", "graded", *argv])
+    assert main(["--output", str(tmp_path / "out"), "--worlds", "graded", *argv]) == 2
     err = capsys.readouterr().err
-    assert exit_.value.code == 2 and message in err and "Traceback" not in err
+    assert err.startswith("python -m routing_grpo.mini.run: error: ") and len(err.splitlines()) == 1, err
+    assert message in err and "Traceback" not in err
     assert not (tmp_path / "out").exists()
 
 
@@ -549,7 +551,9 @@ def test_make_mini_into_a_file_or_with_negative_progress_is_one_line(tmp_path, c
     a_file = tmp_path / "notes.txt"
     a_file.write_text("mine\n")
     assert main(["--output", str(a_file), "--worlds", "graded"]) == 2
-    assert f"--output: {a_file} is a file; give a folder" in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"python -m routing_grpo.mini.run: error: --output: {a_file} is a file; give a folder\n"
+    )
     assert a_file.read_text() == "mine\n"
     assert main(["--output", str(tmp_path / "o"), "--progress-every", "-1"]) == 2
     assert "--progress-every: must be >= 0 seconds" in capsys.readouterr().err

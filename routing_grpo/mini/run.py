@@ -47,11 +47,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from routing_grpo.errors import OneLineParser, UsageError, run_entry
 from routing_grpo.mini import task
 from routing_grpo.mini.plugin import SHIPPED_CHECKPOINTS, mini_checkpoint_path
 
 # The recipes folder of the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPES = Path("recipes")
+PROG = "python -m routing_grpo.mini.run"
 MAX_TOKENS = 80  # the recipes' max_completion_length
 TRAINING_TEMPERATURE = 1.0  # the recipes' temperature
 # What a stage prints as it goes: the trainer's line per generation batch, an evaluation's prompt count.
@@ -437,7 +439,7 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m routing_grpo.mini.run", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("--output", default="outputs/mini", help="output folder (default outputs/mini)")
     p.add_argument(
         "--recipes",
@@ -496,10 +498,6 @@ def build_parser() -> argparse.ArgumentParser:
         "many seconds (default: one line per finished stage)",
     )
     return p
-
-
-class UsageError(ValueError):
-    pass
 
 
 def plan(args: argparse.Namespace) -> list[tuple[World, list[Run]]]:
@@ -662,19 +660,20 @@ def run_world(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The command: a bad argument is one line and exit code 2 before any stage; a failed stage exit 1."""
+    return run_entry(PROG, _run, argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     out = Path(args.output)
     seeds = args.seeds
-    try:
-        if out.exists() and not out.is_dir():
-            raise UsageError(f"--output: {out} is a file; give a folder")
-        if args.progress_every is not None and not args.progress_every >= 0:
-            raise UsageError(f"--progress-every: must be >= 0 seconds, got {args.progress_every}")
-        worlds = plan(args)
-        check_recipes(args.recipes, [w for w, _ in worlds])
-    except UsageError as err:
-        print(err, file=sys.stderr)
-        return 2
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output: {out} is a file; give a folder")
+    if args.progress_every is not None and not args.progress_every >= 0:
+        raise UsageError(f"--progress-every: must be >= 0 seconds, got {args.progress_every}")
+    worlds = plan(args)
+    check_recipes(args.recipes, [w for w, _ in worlds])
     try:
         for world, runs in worlds:
             run_world(world, runs, args, out / world.name, seeds)
