@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.errors import OneLineParser, UsageError, run_entry
+from routing_grpo.errors import OneLineParser, UsageError, model_file_errors, one_line, run_entry
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, crossovers, parse_modes
 
 DEFAULT_LENGTHS = (0, 256, 800, 3000, 8192)
@@ -389,7 +389,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         summaries = run_eval(config)
     except (FileNotFoundError, ValueError, DatasetUnavailableError) as err:
         raise UsageError(str(err)) from None
-    except OSError as err:  # the model or tokenizer could not be loaded
+    except (OSError, *model_file_errors()) as err:  # the model or tokenizer could not be loaded
         reason = " ".join(str(err).split())
         raise UsageError(f"{args.model}: the model could not be loaded ({reason})") from None
     for bench, summary in summaries.items():
@@ -529,8 +529,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
             max_new_tokens=args.max_new_tokens,
             seed=args.seed,
         )
-    except (OSError, ValueError) as err:
-        raise UsageError(f"{args.model}: the model could not be loaded ({err})") from None
+    except (OSError, ValueError, *model_file_errors()) as err:
+        raise UsageError(f"{args.model}: the model could not be loaded ({one_line(err)})") from None
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         if replace:  # only now that the model has loaded: a failed start leaves the old file as it was

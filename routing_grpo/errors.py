@@ -41,6 +41,16 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(f"{message} (`{self.prog} --help` lists the options)", prog=self.prog)
 
 
+def model_file_errors() -> tuple[type[BaseException], ...]:
+    """What reading a malformed model folder raises besides OSError and ValueError: the Hub library's
+    config validation (a config.json field of the wrong type), where that library has it."""
+    try:
+        from huggingface_hub.errors import StrictDataclassError
+    except ImportError:  # pragma: no cover - older huggingface_hub
+        return ()
+    return (StrictDataclassError,)
+
+
 def debug_requested() -> bool:
     return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 

@@ -19,7 +19,7 @@ from trl import ModelConfig, get_quantization_config
 
 from routing_grpo.arguments import RoutingScriptArguments
 from routing_grpo.config import RoutingGRPOConfig
-from routing_grpo.errors import UsageError, user_errors
+from routing_grpo.errors import UsageError, model_file_errors, user_errors
 from routing_grpo.locations import looks_local
 from routing_grpo.offline_models import resolve_model_path
 
@@ -239,7 +239,10 @@ def resolve_model(
         )
     with user_errors("model_name_or_path", ValueError):
         model_path = resolve_model_path(name, script_args.offline_cache_dir)
-    with user_errors(f"model_name_or_path: {name} could not be loaded", OSError):
+    # A malformed config.json (a field of the wrong type) is the model's fault, said in one line.
+    with user_errors(
+        f"model_name_or_path: {name} could not be loaded", OSError, ValueError, *model_file_errors()
+    ):
         context = model_context_length(model_path, model_args, training_args.trust_remote_code)
     check_context(training_args, context)
     return model_path
@@ -263,5 +266,11 @@ def tokenizer_for_training(
 def model_for_training(model_path: str, model_args: ModelConfig, training_args: RoutingGRPOConfig) -> Any:
     """:func:`load_model`, its problems said as ``model_name_or_path``."""
     name = model_args.model_name_or_path
-    with user_errors(f"model_name_or_path: {name} could not be loaded", OSError, ValueError, ImportError):
+    with user_errors(
+        f"model_name_or_path: {name} could not be loaded",
+        OSError,
+        ValueError,
+        ImportError,
+        *model_file_errors(),
+    ):
         return load_model(model_path, model_args, training_args)

@@ -389,6 +389,34 @@ COMMAND_CASES = [
         command=("grade", "--input", "{data}/grade_bad.jsonl", "--workers", "-3"),
     ),
     Case("eval-no-arguments", ("required: --model (",), command=("eval",)),
+    # A malformed model folder is the model's fault in one line, in every command that loads one.
+    Case(
+        "model-malformed-config-train",
+        ("model_name_or_path:", "badmodel could not be loaded", "hidden_size"),
+        {"model_name_or_path": "{data}/badmodel"},
+    ),
+    Case(
+        "model-malformed-config-eval",
+        ("badmodel: the model could not be loaded", "hidden_size"),
+        command=(
+            "eval",
+            "--model",
+            "{data}/badmodel",
+            "--config",
+            "{data}/good.yaml",
+            "--benchmarks",
+            "synthetic",
+            "--limit",
+            "1",
+            "--output",
+            "{out}/e_bad",
+        ),
+    ),
+    Case(
+        "model-malformed-config-generate",
+        ("badmodel: the model could not be loaded", "hidden_size"),
+        command=("generate", "--model", "{data}/badmodel", "--config", "{data}/good.yaml", "1+1?"),
+    ),
     # A model that is not there is said to be missing before any benchmark loads, not blamed on the Hub.
     Case(
         "eval-relative-missing-model",
@@ -543,6 +571,13 @@ def _prepare(root: Path, model: Path) -> dict[str, str]:
     (data / "grade_bad.jsonl").write_text('{"model_output": "x", "reference_answer": "1"}\n[1, 2]\n')
     (data / "q_bad.jsonl").write_text('{"question": "1+1"}\n{oops\n')
     (data / "empty_runs").mkdir()
+    # A model folder whose config.json has a field of the wrong type (the tokenizer is fine).
+    bad_model = data / "badmodel"
+    bad_model.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if (model / name).is_file():
+            (bad_model / name).write_bytes((model / name).read_bytes())
+    (bad_model / "config.json").write_text('{"model_type": "qwen2", "hidden_size": "x"}')
     return {
         "data": str(data),
         "missing": str(root / "missing"),
