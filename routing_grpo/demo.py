@@ -39,25 +39,16 @@ DEMO_BATCH_STEPS = 45
 PROGRESS_EVERY = 5.0
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"generation batches must be >= 1, got {value}")
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     from routing_grpo.errors import OneLineParser
+    from routing_grpo.mini.run import whole_number
 
     p = OneLineParser(prog="python -m routing_grpo.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--output-dir", default=str(DEFAULT_OUTPUT), help="runs, evaluations, report, summary.md")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument(
         "--batch-steps",
-        type=_positive_int,
+        type=whole_number(1),
         default=DEMO_BATCH_STEPS,
         help=f"generation batches, every schedule scaled in proportion (default {DEMO_BATCH_STEPS}: half the "
         "recipe's 90; 90 for the recipe as written)",

@@ -516,7 +516,7 @@ def test_make_demo_refuses_a_length_below_one_batch(capsys):
     assert main(["--batch-steps", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith(
-        "python -m routing_grpo.demo: error: argument --batch-steps: generation batches must"
+        "python -m routing_grpo.demo: error: argument --batch-steps: must be >= 1, got 0"
     )
     assert len(err.splitlines()) == 1
 

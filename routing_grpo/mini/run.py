@@ -407,7 +407,7 @@ def reported_methods(eval_dir: Path) -> list[Path]:
     return sorted(p for p in eval_dir.iterdir() if p.is_dir() and p.name not in FORCED_EVALS)
 
 
-def _count(minimum: int) -> Callable[[str], int]:
+def whole_number(minimum: int) -> Callable[[str], int]:
     """An argparse type: a whole number >= ``minimum``."""
 
     def parse(text: str) -> int:
@@ -474,13 +474,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="teach each world's model from scratch first (graded about 23 min, cliff about 42 min)",
     )
     p.add_argument(
-        "--teach-steps", type=_count(1), default=None, help="teaching steps (default: the teach command's)"
+        "--teach-steps",
+        type=whole_number(1),
+        default=None,
+        help="teaching steps (default: the teach command's)",
     )
     p.add_argument(
-        "--samples", type=_count(1), default=4, help="evaluation samples per held-out problem (default 4)"
+        "--samples",
+        type=whole_number(1),
+        default=4,
+        help="evaluation samples per held-out problem (default 4)",
     )
     p.add_argument(
-        "--limit", type=_count(1), default=None, help="held-out problems (default all 300: 50 per level)"
+        "--limit",
+        type=whole_number(1),
+        default=None,
+        help="held-out problems (default all 300: 50 per level)",
     )
     p.add_argument(
         "--batch-steps",
@@ -489,7 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="generation batches per run, schedules scaled in proportion: N for every run, or "
         "RECIPE=N,... per recipe (default: each recipe's own)",
     )
-    p.add_argument("--jobs", type=_count(1), default=2, help="runs in parallel, one thread each (default 2)")
+    p.add_argument(
+        "--jobs", type=whole_number(1), default=2, help="runs in parallel, one thread each (default 2)"
+    )
     p.add_argument(
         "--progress-every",
         type=float,
