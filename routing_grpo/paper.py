@@ -1,8 +1,8 @@
 """The paper this package implements: title, authors and citation (for model cards, README and --version).
 
-Everything here is taken from the paper's source (``docs/paper/learning-when-to-think.tex``). The paper has
-no arXiv identifier yet, so the citation is a ``@misc`` entry with what the source gives (no year, no
-eprint); replace it once the paper is published.
+Everything here is taken from the paper (its text is not part of this repository: we cite it and state its
+facts in our own words). The paper has no arXiv identifier yet, so the citation is a ``@misc`` entry with
+what the paper gives (no year, no eprint); replace it once the paper is published.
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ TITLE = "Learning When to Think: Adaptive Reasoning for Test-Time Compute Alloca
 AUTHORS = ("Gijs Kassenaar", "Zhao Yang", "Vincent François-Lavet")
 AFFILIATION = "Vrije Universiteit Amsterdam"
 METHOD = "Three-mode self-routing GRPO"
-# Where the paper's source lives in this repository (relative to the repository root).
-SOURCE = "docs/paper/learning-when-to-think.tex"
 
 CITATION = """\
 @misc{kassenaar_learning_when_to_think,

@@ -22,7 +22,10 @@ from routing_grpo import paper
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 METHOD = (ROOT / "docs" / "method.md").read_text()
-PAPER = (ROOT / paper.SOURCE).read_text()
+# The paper's source is not in the repository; the tests that compare against its text read the copy beside
+# the checkout and skip without it.
+PAPER_SOURCE = ROOT.parent / "shared" / "paper" / "learning-when-to-think.tex"
+PAPER = PAPER_SOURCE.read_text() if PAPER_SOURCE.is_file() else None
 MAKEFILE = (ROOT / "Makefile").read_text()
 CODE_DIRS = ("routing_grpo", "tests", "benchmarks", "recipes", "scripts")
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -282,6 +285,8 @@ ROWS = {
 
 @pytest.mark.parametrize("label", list(ROWS))
 def test_the_expected_results_are_the_papers(label: str):
+    if PAPER is None:
+        pytest.skip(f"the paper's source is not beside the checkout ({PAPER_SOURCE.name})")
     section = README.split("## Expected results and compute")[1].split("\n## ")[0]
     (row,) = [line for line in section.splitlines() if line.startswith(f"| {label} |")]
     cells = [c.strip() for c in row.strip("|").split("|")[1:]]

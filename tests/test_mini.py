@@ -515,9 +515,7 @@ def test_make_demo_refuses_a_length_below_one_batch(capsys):
     assert build_parser().parse_args([]).batch_steps == DEMO_BATCH_STEPS == 45
     assert main(["--batch-steps", "0"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(
-        "python -m routing_grpo.demo: error: argument --batch-steps: must be >= 1, got 0"
-    )
+    assert err.startswith("python -m routing_grpo.demo: error: argument --batch-steps: must be >= 1, got 0")
     assert len(err.splitlines()) == 1
 
 
