@@ -40,6 +40,14 @@ def no_model_loading(monkeypatch):
     monkeypatch.setattr(loading, "resolve_model_path", refuse)
 
 
+def one_batch_recipe(tmp_path: Path, model: Path, out: Path) -> Path:
+    """A tiny recipe of one generation batch that saves no checkpoint, training into ``out``."""
+    return write_recipe(
+        tmp_path / "r.yaml",
+        tiny_recipe(model, out, total_batch_steps=1, save_every_batch_steps=None, save_strategy="no"),
+    )
+
+
 def run_cli_expecting_error(argv: list[str]) -> str:
     """The one line ``train.cli`` prints for a bad recipe or command line (exit code 2)."""
     err = io.StringIO()
@@ -479,12 +487,7 @@ def test_resuming_a_checkpoint_of_another_seed_or_recipe_is_refused(tmp_path, ti
 def test_a_second_seed_into_a_folder_of_another_seed_is_refused(tmp_path, tiny_model_path, monkeypatch):
     """No checkpoint (save_strategy no): the folder's routing_run.json alone names the run it holds."""
     out = tmp_path / "out"
-    recipe = write_recipe(
-        tmp_path / "r.yaml",
-        tiny_recipe(
-            tiny_model_path, out, total_batch_steps=1, save_every_batch_steps=None, save_strategy="no"
-        ),
-    )
+    recipe = one_batch_recipe(tmp_path, tiny_model_path, out)
     train.main(*train.parse_args(["--config", str(recipe)]))
     weights = (out / "model.safetensors").read_bytes()
 
@@ -590,12 +593,7 @@ def test_a_folder_of_other_files_is_refused_before_anything_loads(tmp_path, tiny
     out.mkdir()
     (out / "README.md").write_text("my notes\n")
     (out / "config.json").write_text("{}\n")
-    recipe = write_recipe(
-        tmp_path / "r.yaml",
-        tiny_recipe(
-            tiny_model_path, out, total_batch_steps=1, save_every_batch_steps=None, save_strategy="no"
-        ),
-    )
+    recipe = one_batch_recipe(tmp_path, tiny_model_path, out)
 
     def refuse(*args, **kwargs):
         raise AssertionError("a model was loaded for a run that must be refused")
@@ -619,12 +617,7 @@ def test_a_run_that_fails_to_load_claims_no_folder(tmp_path, tiny_model_path, mo
     """The folder is claimed (routing_run.json) only once the model has loaded: after a failed start, another
     seed may use the same folder."""
     out = tmp_path / "out"
-    recipe = write_recipe(
-        tmp_path / "r.yaml",
-        tiny_recipe(
-            tiny_model_path, out, total_batch_steps=1, save_every_batch_steps=None, save_strategy="no"
-        ),
-    )
+    recipe = one_batch_recipe(tmp_path, tiny_model_path, out)
 
     def broken(*args, **kwargs):
         raise OSError("the weights are corrupt")
