@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 OUTPUT_DIR ?= outputs
 SEEDS ?= 0 1 2
 
-.PHONY: install install-gpu test test-slow test-all lint format clean bench demo demo-smollm2 demo-deps mini oracle train-router \
+.PHONY: install install-gpu test test-slow test-all lint format clean bench gpu-check demo demo-smollm2 demo-deps mini oracle train-router \
 	train-baselines \
 	train-countdown eval report
 
@@ -59,6 +59,12 @@ BENCH_ARGS ?=
 bench: install demo-deps
 	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.bench_step $(BENCH_ARGS)
 	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.grading_agreement
+
+# The CUDA path on one GPU, about 8 minutes on an H100 (docs/benchmarks.md "GPU check"): the miniature, the step
+# at Qwen2.5-1.5B's shape, LoRA, eval and generate. GPU_CHECK_ARGS="--only step,lora" to run some sections.
+GPU_CHECK_ARGS ?=
+gpu-check: install
+	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.gpu_check $(GPU_CHECK_ARGS)
 
 # ------------------------------------------------------------------------------------------------------
 # The miniature (CPU, offline): the paper's method end to end on 2 cores, in two worlds of known difficulty.

@@ -97,8 +97,8 @@ def _common_args(
     rows = args.prompts * args.group_size
     return dict(
         output_dir=str(out),
-        use_cpu=True,
-        bf16=False,
+        use_cpu=args.device == "cpu",
+        bf16=args.dtype == "bfloat16",
         report_to="none",
         save_strategy="no",
         logging_steps=1,
@@ -113,8 +113,8 @@ def _common_args(
         temperature=1.0,
         generation_kwargs={"min_new_tokens": max_len} if suppress_eos else {},
         shuffle_dataset=False,
-        # Off: on CPU recomputation would double the backward pass and hide generation's share.
-        gradient_checkpointing=False,
+        # Off by default: on CPU recomputation would double the backward pass and hide generation's share.
+        gradient_checkpointing=args.gradient_checkpointing,
     )
 
 
@@ -131,6 +131,7 @@ def _measure(trainer: Any, meter: GenerationMeter, steps: int) -> dict[str, Any]
     per_step: list[tuple[float, float, int]] = []
     last = {"seconds": 0.0, "tokens": 0}
 
+    import torch
     from transformers import TrainerCallback
 
     class StepSampler(TrainerCallback):
@@ -139,6 +140,9 @@ def _measure(trainer: Any, meter: GenerationMeter, steps: int) -> dict[str, Any]
             last["seconds"], last["tokens"] = meter.seconds, meter.tokens
 
     trainer.add_callback(StepSampler())
+    cuda = trainer.args.device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
     trainer.train()
     step_times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
     measured = slice(1, None)  # the first step warms caches up
@@ -149,6 +153,7 @@ def _measure(trainer: Any, meter: GenerationMeter, steps: int) -> dict[str, Any]
         "generation_s": statistics.median(gen_s),
         "generated_tokens": statistics.median(tokens),
         "steps": len(step_times[measured]),
+        "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
     }
 
 
@@ -205,7 +210,7 @@ def _plain_trainer(args: argparse.Namespace, model_path: str, max_len: int, name
             return scores
 
     torch.manual_seed(args.seed)
-    model = AutoModelForCausalLM.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, args.dtype))
     tok = AutoTokenizer.from_pretrained(model_path)
     config = GRPOConfig(
         **_common_args(args.output / name, args, max_len, suppress_eos=replay is None),
@@ -260,7 +265,7 @@ def run_routing(
     from routing_grpo.trainer import RoutingGRPOTrainer
 
     torch.manual_seed(args.seed)
-    model = AutoModelForCausalLM.from_pretrained(model_path)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, args.dtype))
     tok = AutoTokenizer.from_pretrained(model_path)
     name = ("capped" if in_generation else "posthoc") + (f"_buckets{buckets}" if buckets else "")
     name += "" if early_tell else "_no_tell"
@@ -348,6 +353,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-one-forward", action="store_true", help="skip (b1)")
     parser.add_argument("--skip-no-tell", action="store_true", help="skip (b2)")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's choice)")
+    parser.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="where the steps run (default cpu)"
+    )
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                        help="model weights; bfloat16 also turns on bf16 mixed precision (default float32)")  # fmt: skip
+    parser.add_argument(
+        "--gradient-checkpointing", action="store_true", help="recompute activations in backward"
+    )
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
 
@@ -358,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     model_path = resolve_model_path(args.model, str(REPO_ROOT / ".cache" / "models"))
-    results: dict[str, Any] = {"model": args.model, "device": "cpu", "threads": torch.get_num_threads()}
+    results: dict[str, Any] = {"model": args.model, "device": args.device, "threads": torch.get_num_threads()}
     results["b_capped"] = run_routing(args, model_path, in_generation=True)
     replay = results["b_capped"].pop("_replay")
     if not args.skip_one_forward:

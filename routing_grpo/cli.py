@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -535,12 +536,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
         output.parent.mkdir(parents=True, exist_ok=True)
         if replace:  # only now that the model has loaded: a failed start leaves the old file as it was
             output.unlink()
+    generated = {"answers": 0, "tokens": 0, "seconds": 0.0}
     for start in range(0, len(todo), args.batch_size):
         ids = todo[start : start + args.batch_size]
+        call_started = time.perf_counter()
         try:
             answers = router.generate([requests[i] for i in ids])
         except ValueError as err:  # e.g. a tokenizer without a chat template
             raise UsageError(str(err)) from None
+        generated["seconds"] += time.perf_counter() - call_started
+        generated["answers"] += len(answers)
+        generated["tokens"] += sum(a.tokens for a in answers)
         if output:  # each row also as `routing-grpo grade` reads it: model_output (+ reference_answer)
             append_jsonl(
                 output, [graded_row(i, a, references.get(i), records[i]) for i, a in zip(ids, answers)]
@@ -552,6 +558,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
                 else answer_line(i, answer),
                 flush=True,
             )
+    # On stderr: stdout stays one line (or JSON object) per answer.
+    rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
+    print(
+        f"generated {generated['answers']} answers, {generated['tokens']} tokens in {generated['seconds']:.1f}s "
+        f"({rate:.0f} tokens/s)",
+        file=sys.stderr,
+        flush=True,
+    )
     return 0
 
 

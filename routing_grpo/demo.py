@@ -61,6 +61,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--taught", default=None, help="a taught model folder instead of the shipped one")
     p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where training and evaluation run (default cpu; cuda: the same recipe on the GPU)",
+    )
+    p.add_argument(
         "--recipes",
         default="recipes",
         help="folder holding the recipe folder mini_graded/ (default ./recipes of the source checkout)",
@@ -175,6 +181,7 @@ def run(argv: Sequence[str] | None = None) -> str:
     cmd = [
         "--output", str(out), "--worlds", WORLD, "--seeds", str(args.seed), "--runs", router_run.recipe,
         "--samples", str(args.samples), "--progress-every", f"{PROGRESS_EVERY:g}", "--recipes", args.recipes,
+        "--device", args.device,
     ]  # fmt: skip
     cmd += ["--taught", args.taught] if args.taught else ["--shipped"]
     recipe_batches = _recipe_batches(world.recipe(Path(args.recipes), router_run.recipe))

@@ -484,11 +484,17 @@ def evaluate_benchmark(
     if done:
         logger.info("%s: %d samples already done, %d prompts to go", benchmark, len(done), len(todo))
     started = time.time()
+    # This invocation's generation throughput: the backend's calls only (grading and writing left out).
+    generated = {"samples": 0, "tokens": 0, "seconds": 0.0}
     per_call = prompts_per_call(config, backend, len(todo))
     for start in range(0, len(todo), per_call):
         chunk = todo[start : start + per_call]
         requests = sample_requests(chunk, plan, tokenizer, config.max_tokens)
+        call_started = time.perf_counter()
         completions = backend.sample(requests, seed=config.seed + start)
+        generated["seconds"] += time.perf_counter() - call_started
+        generated["samples"] += sum(len(outs) for outs in completions)
+        generated["tokens"] += sum(len(ids) for outs in completions for ids in outs)
         if len(completions) != len(chunk):
             raise RuntimeError(f"the backend returned {len(completions)} outputs for {len(chunk)} prompts")
         new_rows = []
@@ -501,7 +507,12 @@ def evaluate_benchmark(
         append_samples(samples_path, new_rows)
         if progress:
             finished = min(start + per_call, len(todo))
-            print(f"[{benchmark}] {finished}/{len(todo)} prompts ({time.time() - started:.0f}s)", flush=True)
+            rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
+            print(
+                f"[{benchmark}] {finished}/{len(todo)} prompts ({time.time() - started:.0f}s, "
+                f"{rate:.0f} tokens/s generated)",
+                flush=True,
+            )
 
     wanted = {(str(row["id"]), s) for row in rows for s in range(k)}
     all_rows = [r for key, r in read_samples(samples_path).items() if key in wanted]
@@ -512,6 +523,10 @@ def evaluate_benchmark(
         "model": config.model,
         "samples_per_prompt": k,
         **summarize(all_rows, [m.name for m in modes]),
+        "generation": {
+            **generated,
+            "tokens_per_second": generated["tokens"] / generated["seconds"] if generated["seconds"] else None,
+        },
         "config": asdict(config),
     }
     write_json_atomic(out_dir / "summary.json", summary)

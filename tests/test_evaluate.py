@@ -142,6 +142,10 @@ def test_eval_run_writes_samples_and_summary_and_resumes(tmp_path, tiny):
         assert r["routing"] == "free" and 0 <= r["tokens"] <= 8 and isinstance(r["correct"], bool)
     assert summary["num_samples"] == 6 and summary["samples_per_prompt"] == 2
     assert summary["method"] == "router" and set(summary["per_level"]) == {"1", "2"}
+    # This invocation's generation throughput: the backend's calls, every token of the 6 samples.
+    generation = summary["generation"]
+    assert generation["samples"] == 6 and generation["tokens"] == sum(r["tokens"] for r in samples)
+    assert generation["seconds"] > 0 and generation["tokens_per_second"] > 0
     on_disk = json.loads((tmp_path / "out" / "toy" / "summary.json").read_text())
     assert on_disk["accuracy"] == summary["accuracy"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,7 +62,7 @@ def test_one_question_prints_a_one_line_summary(model, capsys):
 
 
 def test_json_output_and_an_allowed_set(model, capsys):
-    code, out, _ = run(
+    code, out, err = run(
         capsys, "generate", "--model", model, "--allow", "NoThink,Long", "--json", "a?", "b?", "c?"
     )
     assert code == 0
@@ -70,6 +71,10 @@ def test_json_output_and_an_allowed_set(model, capsys):
     assert all(r["mode"] in ("NoThink", "Long") and r["routing"] == "allowed" for r in rows)
     assert all(r["length"] <= 3 for r in rows if r["mode"] == "NoThink")
     assert all(r["tokens"] <= 12 for r in rows)  # the saved max_completion_length is the default limit
+    # Throughput on stderr, so stdout stays one JSON object per answer.
+    assert re.fullmatch(
+        rf"generated 3 answers, {sum(r['tokens'] for r in rows)} tokens in [\d.]+s \(\d+ tokens/s\)\n", err
+    )
 
 
 @pytest.fixture

@@ -555,3 +555,28 @@ def test_make_mini_into_a_file_or_with_negative_progress_is_one_line(tmp_path, c
     assert a_file.read_text() == "mine\n"
     assert main(["--output", str(tmp_path / "o"), "--progress-every", "-1"]) == 2
     assert "--progress-every: must be >= 0 seconds" in capsys.readouterr().err
+
+
+def test_make_mini_on_cuda_without_a_gpu_is_one_line(tmp_path, capsys, monkeypatch):
+    import torch
+
+    from routing_grpo.mini.run import main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["--output", str(tmp_path / "o"), "--worlds", "graded", "--device", "cuda"]) == 2
+    assert capsys.readouterr().err == (
+        "python -m routing_grpo.mini.run: error: --device cuda: no GPU is visible here "
+        "(torch.cuda.is_available() is False)\n"
+    )
+    assert not (tmp_path / "o").exists()
+
+
+def test_the_miniature_evaluates_on_the_device_it_is_given(tmp_path):
+    from routing_grpo.mini.run import eval_command
+
+    recipe = tmp_path / "r.yaml"
+    args = dict(benchmark="mini_graded", recipe=recipe, method="router", seed=0, samples=1, limit=None)
+    default = eval_command("m", tmp_path, **args)
+    assert default[default.index("--device") + 1] == "cpu"  # where the docs' figures were made
+    cuda = eval_command("m", tmp_path, **args, device="cuda")
+    assert cuda[cuda.index("--device") + 1] == "cuda" and cuda[cuda.index("--backend") + 1] == "transformers"

@@ -336,13 +336,15 @@ def eval_command(
     force_mode: str | None = None,
     plain_prompt: bool = False,
     temperature: float | None = None,
+    device: str = "cpu",
 ) -> list[str]:
-    """``routing-grpo eval`` of the world's held-out split (uncapped; temperature 0.6 unless given)."""
+    """``routing-grpo eval`` of the world's held-out split (uncapped; temperature 0.6 unless given) with the
+    transformers backend on ``device``."""
     cmd = [
         sys.executable, "-m", "routing_grpo", "eval",
         "--model", str(model), "--benchmarks", benchmark, "--config", str(recipe),
         "--samples", f"{benchmark}={samples}", "--max-tokens", str(MAX_TOKENS), "--backend", "transformers",
-        "--batch-size", "64", "--method", method, "--run-seed", str(seed), "--seed", str(seed),
+        "--device", device, "--batch-size", "64", "--method", method, "--run-seed", str(seed), "--seed", str(seed),
         "--output", str(output),
     ]  # fmt: skip
     if temperature is not None:
@@ -499,6 +501,13 @@ def build_parser() -> argparse.ArgumentParser:
         "RECIPE=N,... per recipe (default: each recipe's own)",
     )
     p.add_argument(
+        "--device",
+        choices=("cpu", "cuda"),
+        default="cpu",
+        help="where training and evaluation run (default cpu, where the figures in docs/mini/ were made; "
+        "cuda: the same recipes on the GPU, float32 kept; teaching stays on the CPU)",
+    )
+    p.add_argument(
         "--jobs", type=whole_number(1), default=2, help="runs in parallel, one thread each (default 2)"
     )
     p.add_argument(
@@ -592,7 +601,7 @@ def run_world(
                 eval_command(
                     taught, out / "eval" / folder / mode, benchmark=bench, recipe=router_recipe,
                     method=f"taught_{mode.lower()}", seed=0, samples=args.samples, limit=args.limit,
-                    force_mode=mode, temperature=temperature,
+                    force_mode=mode, temperature=temperature, device=args.device,
                 ),
                 done=out / "eval" / folder / mode / bench / "summary.json",
                 inputs=(taught, router_recipe),
@@ -603,7 +612,7 @@ def run_world(
                 "base",
                 eval_command(
                     taught, out / "eval" / "base" / "seed0", benchmark=bench, recipe=router_recipe, method="base",
-                    seed=0, samples=args.samples, limit=args.limit, plain_prompt=True,
+                    seed=0, samples=args.samples, limit=args.limit, plain_prompt=True, device=args.device,
                 ),
                 done=out / "eval" / "base" / "seed0" / bench / "summary.json",
                 inputs=(taught, router_recipe),
@@ -614,6 +623,8 @@ def run_world(
             model_dir = out / "runs" / run.recipe / f"seed{seed}"
             batch_steps = steps.get(run.recipe, steps.get(None))
             extra = scaled_schedule(recipe, batch_steps) if batch_steps else []
+            # The recipes train on CPU (use_cpu: true, float32); on a GPU the same recipe, float32 kept.
+            extra += ["--use_cpu", "false"] if args.device == "cuda" else []
             start = SHIPPED_CHECKPOINTS[run.start] if run.start else taught
             stages.run(
                 f"train_{run.recipe}_seed{seed}",
@@ -626,7 +637,7 @@ def run_world(
                 eval_command(
                     model_dir, out / "eval" / run.method / f"seed{seed}", benchmark=bench, recipe=recipe,
                     method=run.method, seed=seed, samples=args.samples, limit=args.limit,
-                    plain_prompt=run.plain_prompt,
+                    plain_prompt=run.plain_prompt, device=args.device,
                 ),
                 done=out / "eval" / run.method / f"seed{seed}" / bench / "summary.json",
                 inputs=(model_dir, recipe),
@@ -683,6 +694,11 @@ def _run(argv: Sequence[str] | None) -> int:
         raise UsageError(f"--output: {out} is a file; give a folder")
     if args.progress_every is not None and not args.progress_every >= 0:
         raise UsageError(f"--progress-every: must be >= 0 seconds, got {args.progress_every}")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: no GPU is visible here (torch.cuda.is_available() is False)")
     worlds = plan(args)
     check_recipes(args.recipes, [w for w, _ in worlds])
     try:
