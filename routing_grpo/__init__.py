@@ -1,10 +1,60 @@
 """routing-grpo: a reasoning LLM learns, inside GRPO, whether to answer directly or reason briefly or at length.
 
 The pure modules (``modes``, ``rewards``, ``advantages``, ``schedules``, ``grading``) hold the paper's
-equations; the trainer glues them to TRL's ``GRPOTrainer``.
+equations; the trainer glues them to TRL's ``GRPOTrainer``. The public surface, as TRL's::
+
+    from routing_grpo import RoutingGRPOConfig, RoutingGRPOTrainer, Router, ModeSpec, DEFAULT_MODES
+
+Each name is imported when first used, so ``import routing_grpo`` stays light (no torch, TRL or datasets).
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# Public name -> the module that defines it.
+_EXPORTS = {
+    "RoutingGRPOTrainer": "routing_grpo.trainer",
+    "RoutingGRPOConfig": "routing_grpo.config",
+    "Router": "routing_grpo.inference",
+    "Request": "routing_grpo.inference",
+    "Answer": "routing_grpo.inference",
+    "RoutingSettings": "routing_grpo.settings",
+    "ModeSpec": "routing_grpo.modes",
+    "DEFAULT_MODES": "routing_grpo.modes",
+    "ModeDetector": "routing_grpo.modes",
+    "parse_modes": "routing_grpo.modes",
+    "gammas_from_caps": "routing_grpo.modes",
+    "RoutingReward": "routing_grpo.rewards",
+}
+__all__ = [
+    "DEFAULT_MODES", "Answer", "ModeDetector", "ModeSpec", "Request", "Router", "RoutingGRPOConfig",
+    "RoutingGRPOTrainer", "RoutingReward", "RoutingSettings", "__version__", "gammas_from_caps", "parse_modes",
+    "version_text",
+]  # fmt: skip
+
+if TYPE_CHECKING:  # for editors and type checkers; at run time the names load on first use
+    from routing_grpo.config import RoutingGRPOConfig
+    from routing_grpo.inference import Answer, Request, Router
+    from routing_grpo.modes import DEFAULT_MODES, ModeDetector, ModeSpec, gammas_from_caps, parse_modes
+    from routing_grpo.rewards import RoutingReward
+    from routing_grpo.settings import RoutingSettings
+    from routing_grpo.trainer import RoutingGRPOTrainer
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+        globals()[name] = value  # once loaded, an ordinary module attribute
+        return value
+    raise AttributeError(f"module 'routing_grpo' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
 
 
 def version_text() -> str:

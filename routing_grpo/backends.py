@@ -5,7 +5,7 @@ A backend answers two questions about token ids and nothing else (prompts, modes
 
 * ``next_tokens(prompts, allowed)``: one sampled token per prompt, optionally restricted to given ids
   (inference's word phase, where the routing word is kept to an allowed set);
-* ``sample(requests, seed)``: ``n`` completions per :class:`SampleRequest`, each of at most its
+* ``sample(requests, seed)``: ``n`` completions per :class:`GenerationRequest`, each of at most its
   ``max_tokens`` tokens, ending with EOS (kept: training counts it in L and against the caps) when the model
   finished. Evaluation draws its samples with it; inference gives every row its own budget through
   :func:`generate_within_budgets`.
@@ -27,7 +27,6 @@ import os
 import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 from routing_grpo.capped_generation import (
@@ -36,21 +35,12 @@ from routing_grpo.capped_generation import (
     sample_with_budgets,
     stop_token_ids,
 )
-from routing_grpo.generation import plan_budget_requests, scatter_vllm_outputs
+from routing_grpo.generation import GenerationRequest, generate_rows
 
 DEFAULT_TEMPERATURE = 0.6
 # Prompts per call with the transformers backend when the caller does not say (vLLM: all at once).
 TRANSFORMERS_BATCH_SIZE = 16
 BACKENDS = ("auto", "transformers", "vllm")
-
-
-@dataclass(frozen=True)
-class SampleRequest:
-    """``n`` samples of one prompt (token ids), each of at most ``max_tokens`` new tokens."""
-
-    prompt_ids: tuple[int, ...]
-    n: int
-    max_tokens: int
 
 
 class Backend(Protocol):
@@ -64,7 +54,7 @@ class Backend(Protocol):
         """One sampled token per row; ``allowed[i]`` restricts row i to those token ids (None = free)."""
         ...
 
-    def sample(self, requests: Sequence[SampleRequest], seed: int | None = None) -> list[list[list[int]]]:
+    def sample(self, requests: Sequence[GenerationRequest], seed: int | None = None) -> list[list[list[int]]]:
         """``request.n`` completions per request, in request order (EOS kept when the model finished)."""
         ...
 
@@ -76,11 +66,7 @@ def generate_within_budgets(
 ) -> list[list[int]]:
     """One completion per row within its own token budget, in row order. Consecutive identical rows (same
     prompt and budget) go as one request of ``n`` samples; each completion ends at its first EOS."""
-    if not prompts:
-        return []
-    plan = plan_budget_requests(prompts, budgets)
-    outputs = backend.sample([SampleRequest(r.prompt_ids, r.n, r.max_tokens) for r in plan])
-    rows = scatter_vllm_outputs(plan, outputs, len(prompts))
+    rows = generate_rows(backend.sample, prompts, budgets)
     return [cut_at_eos(ids, backend.eos_token_ids) for ids in rows]
 
 
@@ -222,7 +208,7 @@ class TransformersBackend:
             return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1).tolist()
         return scores.argmax(dim=-1).tolist()
 
-    def sample(self, requests: Sequence[SampleRequest], seed: int | None = None) -> list[list[list[int]]]:
+    def sample(self, requests: Sequence[GenerationRequest], seed: int | None = None) -> list[list[list[int]]]:
         """Every sample of every request in one decode loop (``n`` rows per request), seeded with ``seed``."""
         if not requests:
             return []
@@ -272,7 +258,7 @@ def vllm_word_params(allowed: Sequence[int] | None, sampling: Mapping[str, Any])
     return params
 
 
-def vllm_request_params(request: SampleRequest, sampling: Mapping[str, Any]) -> dict[str, Any]:
+def vllm_request_params(request: GenerationRequest, sampling: Mapping[str, Any]) -> dict[str, Any]:
     """SamplingParams arguments of one request: its ``n`` and ``max_tokens``, the shared sampling. No
     per-request seed (the engine is seeded): one seed shared by every request would correlate their
     samples, and per-request generators slow vLLM's sampler."""
@@ -541,7 +527,7 @@ class VLLMBackend:
         outputs = self.engine.run(prompts, [vllm_word_params(a, self.sampling) for a in allowed])
         return [int(samples[0][0]) for samples in outputs]
 
-    def sample(self, requests: Sequence[SampleRequest], seed: int | None = None) -> list[list[list[int]]]:
+    def sample(self, requests: Sequence[GenerationRequest], seed: int | None = None) -> list[list[list[int]]]:
         if not requests:
             return []
         return self.engine.run(

@@ -1,27 +1,14 @@
-"""Training fault tolerance (checkpoint-and-stop on preemption, stop on non-finite metrics) and the
-routing-collapse alarm.
+"""The trainer's callbacks: stop on non-finite metrics, the routing-collapse alarm and the metrics file, and
+:func:`default_callbacks`, which returns them with the preemption callback (:mod:`routing_grpo.preemption`).
 
-Two ``transformers`` callbacks for :class:`~routing_grpo.trainer.RoutingGRPOTrainer` (they work with any
-``Trainer``), and :func:`default_callbacks` that returns both, in the order they must run (plus
-:class:`CollapseAlarmCallback` when given a :class:`~routing_grpo.config.RoutingGRPOConfig`):
+Four ``transformers`` callbacks for :class:`~routing_grpo.trainer.RoutingGRPOTrainer` (all but the collapse
+alarm, which the trainer feeds, work with any ``Trainer``); :func:`default_callbacks` returns them in the
+order they must run (the guard always, the preemption callback unless ``preemption_signals`` is
+empty, the collapse alarm and the metrics file only when given a
+:class:`~routing_grpo.config.RoutingGRPOConfig`):
 
-* :class:`PreemptionCallback`: a SIGTERM or SIGINT (and SIGUSR1 when the recipe's ``preemption_signals``
-  names it) sets a flag; at the end of the optimizer step in progress every process learns whether any
-  process was signalled (a tiny ``all_reduce``), and then all of them write a checkpoint at the current
-  ``global_step`` and leave the training loop (when a generation batch spans several optimizer steps, at the
-  end of the generation batch in progress). Under ``torchrun`` / ``accelerate launch`` a SIGTERM or SIGINT
-  to the launcher is forwarded to every worker (SIGUSR1 only when the launcher is told to handle it:
-  ``PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1``), and the launcher kills workers that
-  have not exited after ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (30 by default; raise it above the
-  length of a generation batch plus a checkpoint). After ``trainer.train()`` returns,
-  :func:`exit_if_preempted` ends every process with exit code ``128 + signal`` (143 for SIGTERM, 130 for
-  SIGINT, 138 for SIGUSR1), so a scheduler or wrapper sees a run that did not finish and requeues it (the
-  launcher reports the failed workers and exits non-zero itself); rerunning the same command resumes from
-  the checkpoint (the training entry resumes from the last checkpoint in ``output_dir``). A second signal
-  of the same kind, a few seconds after the first, goes to the handler that was there before (by default: the
-  process ends at once, without a checkpoint); a repeat within ``duplicate_window`` seconds (the launcher's
-  forward of a signal the scheduler also sent to the worker, or a terminal's Ctrl-C reaching launcher and
-  workers) counts as the same request.
+* :class:`~routing_grpo.preemption.PreemptionCallback` (module :mod:`routing_grpo.preemption`): checkpoint
+  and stop on a preemption signal, then exit with ``128 + signal``.
 * :class:`NonFiniteGuard`: if the logged loss, grad norm or reward (or a reward function's mean) is NaN or
   infinite, it raises :class:`NonFiniteTrainingError` naming the metric and the step. It turns off
   ``logging_nan_inf_filter`` (which would otherwise hide a NaN loss behind the window's average) and makes
@@ -30,332 +17,40 @@ Two ``transformers`` callbacks for :class:`~routing_grpo.trainer.RoutingGRPOTrai
 * :class:`CollapseAlarmCallback`: warns when free routing has collapsed onto one mode for a few generation
   batches after the warmup (rule: :mod:`routing_grpo.collapse`); the trainer feeds it and logs
   ``routing/collapse_alarm``.
+* :class:`MetricsFileCallback`: on the main process, appends every logged metrics dict as one JSON line to
+  ``OUTPUT/metrics.jsonl``.
 
 Where the hooks fire (``transformers.Trainer._inner_training_loop``): after each optimizer step,
 ``global_step`` is incremented, ``on_step_end`` runs, then ``_maybe_log_save_evaluate`` logs (``on_log``),
 evaluates, and saves when ``control.should_save`` is set; the loop stops when
-``control.should_training_stop`` is set. Both callbacks act only at those points, so checkpoints are always
-whole optimizer steps (in the self-routing trainer: whole generation batches, the paper's steps, when
-``steps_per_generation == gradient_accumulation_steps`` as by default).
+``control.should_training_stop`` is set. The preemption callback and the guard act only at those points,
+so checkpoints are always whole optimizer steps (in the self-routing trainer: whole generation batches, the
+paper's steps, when ``steps_per_generation == gradient_accumulation_steps`` as by default).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
 import os
-import signal
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 from transformers import TrainerCallback
 
 from routing_grpo.collapse import CollapseState, routing_entropy, update_collapse_alarm
+from routing_grpo.preemption import PreemptionCallback
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "CollapseAlarmCallback",
+    "MetricsFileCallback",
     "NonFiniteGuard",
     "NonFiniteTrainingError",
-    "PreemptionCallback",
     "default_callbacks",
-    "exit_if_preempted",
-    "preemption_exit_code",
 ]
-
-_Handler = Callable[[int, Any], Any] | int | None
-
-
-def _signal_number(sig: int | str | signal.Signals) -> int:
-    if isinstance(sig, str):
-        name = sig.upper()
-        if not name.startswith("SIG"):
-            name = "SIG" + name
-        try:
-            return int(getattr(signal, name))
-        except AttributeError:
-            raise ValueError(f"signals: unknown signal {sig!r}") from None
-    return int(sig)
-
-
-def _signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        return f"signal {signum}"
-
-
-def _max_across_processes(value: int) -> int:
-    """The maximum of ``value`` over all processes (itself when there is no process group).
-
-    Every process must call this at the same point of training (it is a collective operation).
-    """
-    import torch
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return value
-    device = torch.device("cpu")
-    if "nccl" in str(dist.get_backend()).lower():
-        device = torch.device("cuda", torch.cuda.current_device())
-    else:
-        try:
-            from accelerate import PartialState
-
-            state_device = PartialState().device
-            if state_device is not None and state_device.type not in ("cpu",):
-                device = state_device
-        except Exception:  # noqa: BLE001 - no accelerate state: gloo on CPU tensors
-            pass
-    tensor = torch.tensor([value], dtype=torch.int64, device=device)
-    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
-    return int(tensor.item())
-
-
-def _micro_steps_per_generation(args: Any) -> int:
-    """Micro-steps per generation batch: ``steps_per_generation * num_iterations`` (1 for a plain Trainer)."""
-    spg = getattr(args, "steps_per_generation", None)
-    if not isinstance(spg, int) or spg < 1:
-        return 1
-    iterations = getattr(args, "num_iterations", 1)
-    return spg * (iterations if isinstance(iterations, int) and iterations > 0 else 1)
-
-
-def _at_generation_boundary(args: Any, state: Any) -> bool:
-    """Whether the optimizer steps done so far end a generation batch (always true for a plain Trainer)."""
-    ga = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
-    return (state.global_step * ga) % _micro_steps_per_generation(args) == 0
-
-
-def _is_main_process(args: Any) -> bool:
-    return bool(getattr(args, "process_index", 0) == 0)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Preemption
-# ----------------------------------------------------------------------------------------------------------
-
-
-class PreemptionCallback(TrainerCallback):
-    """On SIGTERM / SIGINT: finish the optimizer step, write a checkpoint there, stop training cleanly.
-
-    The signal handler (installed at ``on_train_begin`` from the main thread only, removed again at
-    ``on_train_end``) only records the signal. At every ``on_step_end`` the processes take the maximum of
-    their recorded signal numbers (one ``int64`` ``all_reduce``; a scheduler may signal only some ranks),
-    so they all agree; if any process was signalled, ``control.should_save``, ``should_log`` and
-    ``should_training_stop`` are set: the trainer writes ``checkpoint-<global_step>`` and leaves the loop.
-
-    Chaining: the first delivery of a signal also calls the previous handler when that is a Python
-    function other than ``signal.default_int_handler`` (defaults that would end the process are not called
-    then). A second delivery of the same signal restores the previous handler and hands the signal to it:
-    a second Ctrl-C (or a scheduler's second SIGTERM) stops at once, without a checkpoint. A signal that
-    arrives outside training (between ``on_train_end`` and a later ``on_train_begin``) is handed on as well.
-
-    After ``trainer.train()`` returns, :attr:`preempted` tells whether the run stopped for a signal and
-    :attr:`exit_code` is ``128 + signal number`` (143 for SIGTERM), the code to exit with
-    (:func:`exit_if_preempted`). A signal that arrives before training starts (model loading) or after its
-    last step is not turned into a checkpoint.
-
-    Generation batches: with GRPO's ``steps_per_generation * num_iterations`` larger than
-    ``gradient_accumulation_steps``, one generation batch spans several optimizer steps, and TRL does not
-    checkpoint its buffer of generated rollouts (nor its micro-step counter): a run resumed from inside a
-    generation batch regenerates there and its later generation batches are shifted. So by default the
-    checkpoint is deferred to the end of the generation batch in progress (at most
-    ``steps_per_generation * num_iterations / gradient_accumulation_steps - 1`` more optimizer steps; pick the
-    scheduler's warning time accordingly); ``align_to_generation_batch=False`` stops at the next optimizer
-    step instead. At ``on_train_begin`` a warning is logged when ``save_steps`` would place regular
-    checkpoints inside generation batches, for the same reason.
-
-    Args:
-        signals: signal names or numbers to handle. SIGUSR1 is useful where the scheduler can send an early
-            warning signal (Slurm ``--signal=USR1@300``, which reaches every task) ahead of its SIGTERM.
-        align_to_generation_batch: write the checkpoint only at the end of a generation batch (see above).
-        duplicate_window: seconds after the first delivery of a signal in which a repeat of it counts as the
-            same request rather than as "stop at once" (0: every repeat stops at once).
-    """
-
-    def __init__(
-        self,
-        signals: Sequence[int | str] = ("SIGTERM", "SIGINT"),
-        *,
-        align_to_generation_batch: bool = True,
-        duplicate_window: float = 3.0,
-    ) -> None:
-        self.signals: tuple[int, ...] = tuple(_signal_number(s) for s in signals)
-        if not self.signals:
-            raise ValueError("signals: give at least one signal to handle")
-        self.align_to_generation_batch = align_to_generation_batch
-        self.duplicate_window = float(duplicate_window)
-        self._first_at: dict[int, float] = {}
-        self._deferred_logged = False
-        self.received: int | None = None  # first signal this process received during training
-        self.preempted: bool = False  # set on every process when any process was signalled
-        self.preempted_signal: int | None = None
-        self.preempted_step: int | None = None
-        self._counts: dict[int, int] = {}
-        self._previous: dict[int, _Handler] = {}
-        self._active = False
-
-    # -- signal handling ---------------------------------------------------------------------------------
-
-    @property
-    def exit_code(self) -> int | None:
-        """``128 + signal number`` after a preemption stop (143 for SIGTERM), else None."""
-        return None if self.preempted_signal is None else 128 + self.preempted_signal
-
-    @property
-    def installed(self) -> bool:
-        return bool(self._previous)
-
-    def install_signal_handlers(self) -> bool:
-        """Installs the handlers (main thread only); returns whether they are installed."""
-        if self._previous:
-            return True
-        if threading.current_thread() is not threading.main_thread():
-            logger.warning(
-                "Preemption: training runs outside the main thread, so signal handlers cannot be installed; "
-                "a SIGTERM will end the process without a checkpoint"
-            )
-            return False
-        for signum in self.signals:
-            self._previous[signum] = signal.signal(signum, self._handle)
-        return True
-
-    def restore_signal_handlers(self) -> None:
-        """Puts the previous handlers back (only where the current handler is still this callback's)."""
-        for signum, previous in self._previous.items():
-            try:
-                current = signal.getsignal(signum)
-                if getattr(current, "__self__", None) is self:
-                    signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
-            except (ValueError, OSError):  # not the main thread: leave them
-                pass
-        self._previous.clear()
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        now = time.monotonic()
-        count = self._counts.get(signum, 0) + 1
-        self._counts[signum] = count
-        previous = self._previous.get(signum, signal.SIG_DFL)
-        if self._active and count > 1 and now - self._first_at.get(signum, now) < self.duplicate_window:
-            with contextlib.suppress(OSError):
-                os.write(
-                    2,
-                    f"[routing-grpo] {_signal_name(signum)} again (pid {os.getpid()}) within "
-                    f"{self.duplicate_window:g} s: the same request, the checkpoint is still coming\n".encode(),
-                )
-            return
-        if not self._active or count > 1:
-            self._hand_on(signum, frame, previous)
-            return
-        self._first_at[signum] = now
-        if self.received is None:
-            self.received = signum
-        # Only an async-signal-safe write here; the step end logs properly.
-        message = (
-            f"[routing-grpo] {_signal_name(signum)} received (pid {os.getpid()}): a checkpoint will be written "
-            "at the end of the generation batch in progress, then training stops; send it again to stop at once\n"
-        )
-        with contextlib.suppress(OSError):
-            os.write(2, message.encode())
-        if callable(previous) and previous is not signal.default_int_handler:
-            previous(signum, frame)
-
-    def _hand_on(self, signum: int, frame: Any, previous: _Handler) -> None:
-        """Restores the previous handler for ``signum`` and lets it handle this delivery."""
-        with contextlib.suppress(ValueError, OSError):
-            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
-        self._previous.pop(signum, None)
-        if callable(previous):
-            previous(signum, frame)
-        elif previous == signal.SIG_DFL or previous is None:
-            os.kill(os.getpid(), signum)
-        # SIG_IGN: ignored, as before.
-
-    # -- trainer hooks -----------------------------------------------------------------------------------
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.received = None
-        self.preempted = False
-        self.preempted_signal = None
-        self.preempted_step = None
-        self._counts.clear()
-        self._first_at.clear()
-        self._deferred_logged = False
-        self._active = self.install_signal_handlers()
-        if self._active:
-            # Also the marker that a signal from now on is turned into a checkpoint (tests wait for it).
-            logger.info(
-                "Preemption: training started on process %s (pid %s); %s write a checkpoint at the end of the "
-                "generation batch in progress and stop with exit code 128 + signal",
-                getattr(args, "process_index", 0),
-                os.getpid(),
-                ", ".join(_signal_name(s) for s in self.signals),
-            )
-        per_generation = _micro_steps_per_generation(args)
-        ga = int(getattr(args, "gradient_accumulation_steps", 1) or 1)
-        save_steps = getattr(args, "save_steps", 0)
-        if (
-            per_generation > ga
-            and str(getattr(args, "save_strategy", "")).endswith("steps")
-            and isinstance(save_steps, int)
-            and save_steps > 0
-            and (save_steps * ga) % per_generation != 0
-        ):
-            logger.warning(
-                "save_steps=%s puts checkpoints inside generation batches (one generation batch is %s optimizer "
-                "steps); TRL regenerates rollouts when resuming from such a checkpoint, so a resumed run does "
-                "not continue exactly. Use a multiple of %s.",
-                save_steps,
-                per_generation // ga if per_generation % ga == 0 else per_generation / ga,
-                per_generation // math.gcd(per_generation, ga),
-            )
-        if self._active and getattr(args, "save_only_model", False):
-            logger.warning(
-                "Preemption: save_only_model is set, so a preemption checkpoint holds no optimizer, scheduler "
-                "or RNG state and a resumed run will not continue exactly"
-            )
-
-    def on_step_end(self, args, state, control, **kwargs):
-        local = self.received or 0
-        signum = _max_across_processes(local)
-        if signum == 0:
-            return control
-        if self.align_to_generation_batch and not _at_generation_boundary(args, state):
-            if not self._deferred_logged and _is_main_process(args):
-                logger.warning(
-                    "Preemption: %s received; the checkpoint waits for the end of the generation batch in "
-                    "progress (global step %s is inside one)",
-                    _signal_name(signum),
-                    state.global_step,
-                )
-            self._deferred_logged = True
-            return control
-        self.preempted = True
-        self.preempted_signal = signum
-        self.preempted_step = state.global_step
-        control.should_save = True
-        control.should_log = True
-        control.should_training_stop = True
-        where = "this process" if local else "another process"
-        message = (
-            f"Preemption: {_signal_name(signum)} received by {where}; writing checkpoint-{state.global_step} "
-            f"to {args.output_dir} and stopping training (exit code {128 + signum}). Run the same command "
-            "again to resume from it."
-        )
-        if _is_main_process(args) or local:
-            logger.warning(message)
-        return control
-
-    def on_train_end(self, args, state, control, **kwargs):
-        self._active = False
-        self.restore_signal_handlers()
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -541,7 +236,7 @@ class CollapseAlarmCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.state = CollapseState()
-        self.is_main_process = _is_main_process(args)
+        self.is_main_process = getattr(args, "process_index", 0) == 0
 
     def observe(self, step: int, shares: dict[str, float], *, global_step: int | None = None) -> bool:
         """Takes generation batch ``step``'s free shares (mode name -> f_m; empty when the batch has no free
@@ -617,54 +312,3 @@ def default_callbacks(args: Any = None) -> list[TrainerCallback]:
         callbacks.append(CollapseAlarmCallback.from_args(args))
         callbacks.append(MetricsFileCallback())
     return callbacks
-
-
-def _callbacks_of(source: Any) -> list[Any]:
-    handler = getattr(source, "callback_handler", None)
-    if handler is not None:
-        return list(handler.callbacks)
-    if isinstance(source, TrainerCallback):
-        return [source]
-    return list(source)
-
-
-def preemption_exit_code(source: Any) -> int | None:
-    """The exit code of a preempted run (``128 + signal``), or None if it was not preempted.
-
-    ``source`` is a trainer, a callback or a list of callbacks.
-    """
-    for callback in _callbacks_of(source):
-        if isinstance(callback, PreemptionCallback) and callback.preempted:
-            return callback.exit_code
-    return None
-
-
-def exit_if_preempted(trainer: Any) -> None:
-    """After ``trainer.train()``: if it stopped for a preemption signal, wait for all processes, end the
-    trainer (``trainer.end()``: trackers finished, process group destroyed), then exit.
-
-    The exit code is ``128 + signal`` (143 for SIGTERM), on every process: not zero, so that a scheduler or
-    wrapper requeues the run, which then resumes from the checkpoint just written. Does nothing when the run
-    finished. Call it before saving the final model or pushing (a preempted run is not finished).
-    """
-    code = preemption_exit_code(trainer)
-    if code is None:
-        return
-    accelerator = getattr(trainer, "accelerator", None)
-    if accelerator is not None:
-        accelerator.wait_for_everyone()
-    index = getattr(getattr(trainer, "args", None), "process_index", 0)
-    logger.warning(
-        "Preemption: checkpoint-%s written; process %s exits with code %s (no final model, model card or push); "
-        "run the same command again to resume",
-        trainer.state.global_step,
-        index,
-        code,
-    )
-    end = getattr(trainer, "end", None)
-    if callable(end):
-        with contextlib.suppress(Exception):  # finishing trackers must not turn the exit code into another
-            end()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    sys.exit(code)

@@ -37,7 +37,7 @@ AIME 2025: the registry uses ``yentinglin/aime_2025`` (split ``train``, both con
 ``problem`` / ``answer`` columns), the copy open-r1 / lighteval evaluate on; ``opencompass/AIME2025``
 splits the contests into two configs.
 
-Generated tasks (no download): ``synthetic``, seeded arithmetic in 5 levels (:func:`synthetic_rows`), and
+Generated tasks (no download): ``synthetic``, seeded arithmetic in 5 levels (:mod:`routing_grpo.synthetic`), and
 ``countdown`` (:mod:`routing_grpo.countdown`). Their train and test splits never share a problem. Other
 packages add tasks through the registry (:mod:`routing_grpo.tasks`); the miniature's ``mini`` and
 ``mini_graded`` (state tracking in 6 levels) register there.
@@ -45,14 +45,13 @@ packages add tasks through the registry (:mod:`routing_grpo.tasks`); the miniatu
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
 import os
 import random
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,10 +60,10 @@ import datasets
 from datasets import Dataset, Features, List, Value
 
 from routing_grpo import countdown
-from routing_grpo.completions import completion_text
-from routing_grpo.grading import find_last_boxed, grade
+from routing_grpo.grading import find_last_boxed
 from routing_grpo.jsonl import read_jsonl
 from routing_grpo.locations import DATA_SUFFIXES, looks_local
+from routing_grpo.synthetic import synthetic_rows
 from routing_grpo.tasks import (  # noqa: F401  (part of this module's interface)
     DEFAULT_INSTRUCTION,
     MATH_FEATURES,
@@ -74,6 +73,7 @@ from routing_grpo.tasks import (  # noqa: F401  (part of this module's interface
     register_task,
     task_names,
 )
+from routing_grpo.verifiers import VERIFIERS, RowGrader, row_grader
 
 logger = logging.getLogger(__name__)
 
@@ -83,8 +83,6 @@ SUBJECT_COLUMNS = ("subject", "type")
 ID_COLUMNS = ("unique_id", "id")
 
 COUNTDOWN_FEATURES = Features({**MATH_FEATURES, "numbers": List(Value("int64")), "target": Value("int64")})
-
-Grader = Callable[[Any, Mapping[str, Any]], bool]
 
 
 class DatasetUnavailableError(RuntimeError):
@@ -117,96 +115,6 @@ class LoadReport:
 
 
 # --------------------------------------------------------------------------------------------------
-# Synthetic arithmetic
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class SyntheticLevel:
-    operators: int
-    ops: str
-    max_number: int
-
-
-# More operators, more kinds of them and larger numbers per level: level 1 is one addition, level 5 a
-# six-operator expression with parentheses, exact divisions and three-digit numbers.
-SYNTHETIC_LEVELS = {
-    1: SyntheticLevel(1, "+", 99),
-    2: SyntheticLevel(2, "+-", 99),
-    3: SyntheticLevel(3, "+-*", 50),
-    4: SyntheticLevel(4, "+-*/", 99),
-    5: SyntheticLevel(6, "+-*/", 999),
-}
-SYNTHETIC_MAX_ANSWER = 10**6
-# Share of the problem space, by hash of the problem text, reserved for the test split.
-SYNTHETIC_TEST_PERCENT = 10
-
-
-def _synthetic_expression(rng: random.Random, operators: int, level: SyntheticLevel) -> tuple[int, str, int]:
-    """(value, text, precedence of the top operator) of a random integer expression with `operators` ops."""
-    if operators == 0:
-        number = rng.randint(1, level.max_number)
-        return number, str(number), countdown.LEAF_PRECEDENCE
-    op = rng.choice(level.ops)
-    if op == "/":
-        # Exact division: the divisor is a number that divides the left operand.
-        value, text, precedence = _synthetic_expression(rng, operators - 1, level)
-        divisors = [d for d in range(2, min(abs(value), level.max_number) + 1) if value % d == 0]
-        if divisors:
-            divisor = rng.choice(divisors)
-            text = f"{countdown.operand_text(text, precedence, '/', False)} / {divisor}"
-            return value // divisor, text, countdown.PRECEDENCE["/"]
-        op = rng.choice(level.ops.replace("/", ""))
-    left_ops = rng.randint(0, operators - 1)
-    a, a_text, a_prec = _synthetic_expression(rng, left_ops, level)
-    b, b_text, b_prec = _synthetic_expression(rng, operators - 1 - left_ops, level)
-    value = a + b if op == "+" else a - b if op == "-" else a * b
-    left = countdown.operand_text(a_text, a_prec, op, False)
-    right = countdown.operand_text(b_text, b_prec, op, True)
-    return value, f"{left} {op} {right}", countdown.PRECEDENCE[op]
-
-
-def synthetic_split_of(expression: str) -> str:
-    """'test' or 'train', fixed by a hash of the expression, so no seed's train meets any seed's test."""
-    bucket = int.from_bytes(hashlib.sha256(f"synthetic:{expression}".encode()).digest()[:8], "big") % 100
-    return "test" if bucket < SYNTHETIC_TEST_PERCENT else "train"
-
-
-def synthetic_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-    """`n` distinct arithmetic problems of `split`, levels cycling 1..5; deterministic in (seed, split).
-
-    A smaller `n` gives a prefix of a larger one with the same seed and split.
-    """
-    if split not in ("train", "test"):
-        raise ValueError(f"synthetic split must be 'train' or 'test', not {split!r}")
-    rng = random.Random(f"synthetic:{seed}:{split}")
-    rows: list[dict[str, Any]] = []
-    seen: set[str] = set()
-    attempts_left = 1000 * max(n, 1)
-    while len(rows) < n:
-        if attempts_left == 0:
-            raise RuntimeError(f"could not generate {n} distinct synthetic problems of split {split!r}")
-        attempts_left -= 1
-        level = 1 + len(rows) % len(SYNTHETIC_LEVELS)
-        value, expression, _ = _synthetic_expression(
-            rng, SYNTHETIC_LEVELS[level].operators, SYNTHETIC_LEVELS[level]
-        )
-        if abs(value) > SYNTHETIC_MAX_ANSWER or expression in seen or synthetic_split_of(expression) != split:
-            continue
-        seen.add(expression)
-        rows.append(
-            {
-                "problem": f"Compute {expression}.",
-                "answer": str(value),
-                "level": level,
-                "subject": "arithmetic",
-                "id": f"synthetic-s{seed}-{split}-{len(rows)}",
-            }
-        )
-    return rows
-
-
-# --------------------------------------------------------------------------------------------------
 # Registry
 # --------------------------------------------------------------------------------------------------
 
@@ -233,22 +141,9 @@ for spec in BUILTIN_TASKS:
     register_task(spec)
 
 
-def _grade_math(completion: Any, row: Mapping[str, Any]) -> bool:
-    return grade(completion_text(completion), str(row["answer"])).correct
-
-
-def _grade_countdown(completion: Any, row: Mapping[str, Any]) -> bool:
-    return countdown.grade_countdown(completion, row["numbers"], row["target"])
-
-
-GRADERS: dict[str, Grader] = {"math": _grade_math, "countdown": _grade_countdown}
-
-
-def task_grader(name: str) -> Grader:
+def task_grader(name: str) -> RowGrader:
     """The verifier ``(completion, row) -> bool`` for a grader kind ("math", "countdown") or a task name."""
-    if name in GRADERS:
-        return GRADERS[name]
-    return GRADERS[get_task(name).grader]
+    return row_grader(name if name in VERIFIERS else get_task(name).grader)
 
 
 # --------------------------------------------------------------------------------------------------

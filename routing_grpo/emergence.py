@@ -9,7 +9,7 @@ training mix::
 
     R(l, m) = mean of r over the forced samples of m in bin l
     R(m)    = sum_l w_l R(l, m)                                   the mode's worth on the training mix
-    best(l) = argmax_m R(l, m)                                    what a perfect router picks
+    best(l) = argmax_m R(l, m), ties to the briefer mode          what a perfect router picks
 
 While the routing state is shared across problems, the router's preference moves first towards the mode
 with the highest R(m); routing by problem can grow only where those are close and best(l) differs:
@@ -22,6 +22,8 @@ Proposals for a collapse verdict, each keeping every bin's best mode: bases (the
 the caps by the paper's rule, :func:`routing_grpo.modes.gammas_from_caps`) that bring the spread within the
 tolerance, else a training mix w over the bins that does (``train_level_mix``); none found is an answer,
 with the constraint that binds.
+
+The table (R(l, m) and best(l)) is also the miniature's oracle, binned by level (:func:`table_by`).
 """
 
 from __future__ import annotations
@@ -44,6 +46,8 @@ BASE_GRID = tuple(round(1.0 + 0.01 * i, 2) for i in range(101))
 """Bases tried for the brief modes (the longest mode keeps its own)."""
 MIX_STEP = 0.05
 """Resolution of the training mixes tried."""
+TIE = 1e-12
+"""A longer mode is best only if its R(l, m) beats the briefer modes' by more than this."""
 
 
 @dataclass(frozen=True)
@@ -64,12 +68,18 @@ class Cell:
     samples: int
     accuracy: float
     """Correct within the cap (a capped sample is wrong, as in training)."""
+    accuracy_uncapped: float
+    """Correct as graded, the cap aside."""
     mean_length: float
     capped_share: float
     reward: float
     """R(l, m) under the recipe's rewards (phase 1)."""
     flat_reward: float
     """R(l, m) under phase 2's flat rewards (accuracy within the cap)."""
+
+
+REPORTED_FIGURES = ("samples", "accuracy", "mean_length", "capped_share", "reward", "flat_reward")
+"""A cell's figures in ``routing-grpo oracle``'s report, in this order."""
 
 
 @dataclass(frozen=True)
@@ -122,11 +132,7 @@ def samples_from_rows(
             raise ValueError(f"sample {i}: {err}") from None
         if by is not None and row.get(by) is None:
             raise ValueError(f"--by {by}: the samples have no column {by!r} (columns: {sorted(row)})")
-        samples.append(
-            Sample(
-                str(row["prompt_id"]), str(row.get(by)) if by else "", m, int(row["L"]), bool(row["correct"])
-            )
-        )
+        samples.append(row_sample(row, m, str(row.get(by)) if by else ""))
     problems: dict[int, set[str]] = defaultdict(set)
     for s in samples:
         problems[s.mode].add(s.problem)
@@ -151,6 +157,22 @@ def samples_from_rows(
     return samples
 
 
+def row_sample(row: Mapping[str, Any], mode: int, bin: str) -> Sample:
+    """One forced sample row (``prompt_id``, ``L``, ``correct``) in mode index ``mode`` -> :class:`Sample`."""
+    return Sample(str(row["prompt_id"]), bin, mode, int(row["L"]), bool(row["correct"]))
+
+
+def binned_samples(rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec], by: str) -> list[Sample]:
+    """The rows with a mode and a value in the column ``by`` -> :class:`Sample`, binned by that value; the
+    others (free samples, rows without the column) are left out. Unlike :func:`samples_from_rows`, the modes
+    need not have sampled the same problems."""
+    return [
+        row_sample(row, mode_index(modes, str(row["mode"])), str(row[by]))
+        for row in rows
+        if row.get("mode") is not None and row.get(by) is not None
+    ]
+
+
 def pass_rate_bin(rate: float) -> str:
     """The fifth of [0, 1] a pass rate falls in, labelled by its range (1.0 joins the top fifth)."""
     k = min(int(rate * 5), 4)
@@ -172,16 +194,27 @@ def table(samples: Sequence[Sample], modes: Sequence[ModeSpec]) -> dict[str, dic
     return out
 
 
+def table_by(
+    rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec], by: str
+) -> dict[str, dict[str, Cell]]:
+    """value of the column ``by`` (e.g. ``level``) -> mode name -> :class:`Cell`, from forced sample rows:
+    :func:`table` of :func:`binned_samples`."""
+    return table(binned_samples(rows, modes, by), modes)
+
+
 def _cell(group: Sequence[Sample], mode: int, modes: Sequence[ModeSpec]) -> Cell:
+    """The figures of ``group`` (its samples all forced in mode index ``mode``, all in one bin); R(l, m) is
+    summed exactly (``math.fsum``) before dividing."""
     n = len(group)
     rewards = [routing_reward(mode, s.length, s.correct, modes) for s in group]
     within = [s.correct and not exceeds_cap(modes[mode], s.length) for s in group]
     return Cell(
         samples=n,
         accuracy=sum(within) / n,
+        accuracy_uncapped=sum(s.correct for s in group) / n,
         mean_length=sum(s.length for s in group) / n,
         capped_share=sum(exceeds_cap(modes[mode], s.length) for s in group) / n,
-        reward=sum(rewards) / n,
+        reward=math.fsum(rewards) / n,
         flat_reward=sum(within) / n,
     )
 
@@ -212,16 +245,21 @@ def worth(
     return {m: sum(shares[b] * getattr(cells[b][m], key) for b in cells) / total for m in modes}
 
 
-def best_modes(cells: Mapping[str, Mapping[str, Cell]]) -> dict[str, str]:
-    """bin -> the mode with the highest R(l, m); ties to the briefer mode (listed first)."""
-    out = {}
-    for b, row in cells.items():
-        best = None
-        for name, c in row.items():
-            if best is None or c.reward > row[best].reward + 1e-12:
-                best = name
-        out[b] = best
-    return out
+def best_mode(row: Mapping[str, Cell]) -> str:
+    """best(l): the mode of one bin's cells (briefest first) with the highest R(l, m); a longer mode must beat
+    the best so far by more than :data:`TIE`, so a tie goes to the briefer mode."""
+    best = None
+    for name, c in row.items():
+        if best is None or c.reward > row[best].reward + TIE:
+            best = name
+    if best is None:
+        raise ValueError("best_mode: no mode has samples in this bin")
+    return best
+
+
+def best_modes(cells: Mapping[Any, Mapping[str, Cell]]) -> dict[Any, str]:
+    """bin -> :func:`best_mode` of its cells."""
+    return {b: best_mode(row) for b, row in cells.items()}
 
 
 def verdict(
@@ -417,7 +455,7 @@ def analyse(
             b: {
                 "share": shares[b],
                 "best": best_modes(cells)[b],
-                "cells": {m: dataclasses.asdict(c) for m, c in row.items()},
+                "cells": {m: {k: getattr(c, k) for k in REPORTED_FIGURES} for m, c in row.items()},
             }
             for b, row in cells.items()
         },

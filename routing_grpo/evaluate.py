@@ -17,20 +17,17 @@ prompts per call. The backends are inference's too (:mod:`routing_grpo.backends`
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import os
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from routing_grpo.backends import (
     Backend,
-    SampleRequest,
     TransformersBackend,
     VLLMBackend,
     check_sampling,
@@ -40,10 +37,18 @@ from routing_grpo.backends import (
     start_vllm_engines,
 )
 from routing_grpo.capped_generation import stop_token_ids
-from routing_grpo.jsonl import read_jsonl
+from routing_grpo.generation import GenerationRequest
 from routing_grpo.locations import looks_local
 from routing_grpo.modes import DEFAULT_MODES, INVALID, ModeDetector, ModeSpec, mode_index
 from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION, PromptPlan
+from routing_grpo.sample_store import (
+    append_samples,
+    claim_folder,
+    data_fingerprint,
+    model_fingerprint,
+    read_samples,
+    write_json_atomic,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -148,15 +153,17 @@ class EvalConfig:
 
 def sample_requests(
     items: Sequence[tuple[dict[str, Any], list[int]]], plan: PromptPlan, tokenizer: Any, max_tokens: int
-) -> list[SampleRequest]:
+) -> list[GenerationRequest]:
     """The requests of one generation call: per (row, missing sample indices), the rendered prompt's token
     ids and one sample per missing index, each of at most ``max_tokens`` tokens. Prompts with different
     numbers of missing samples (a resumed run) go in the same call."""
     return [
-        SampleRequest(
-            tuple(tokenizer(plan.render(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"]),
-            len(missing),
-            int(max_tokens),
+        GenerationRequest(
+            prompt_ids=tuple(
+                tokenizer(plan.render(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"]
+            ),
+            n=len(missing),
+            max_tokens=int(max_tokens),
         )
         for row, missing in items
     ]
@@ -238,25 +245,8 @@ def check_engine(config: EvalConfig, backend: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Samples file: append-only, resumable
+# What the samples are bound to (the samples file itself: routing_grpo.sample_store)
 # ---------------------------------------------------------------------------------------------------------
-
-
-def read_samples(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    """Finished samples by (prompt id, sample index), the first of any repeat. A torn last line (killed
-    mid-write) is cut from the file, so its sample is drawn again; a bad line elsewhere raises ValueError
-    naming ``path:line``."""
-    done: dict[tuple[str, int], dict[str, Any]] = {}
-    if not Path(path).exists():
-        return done
-    for lineno, row in read_jsonl(path, torn="repair"):
-        try:
-            key = (str(row["prompt_id"]), int(row["sample_index"]))
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{path}:{lineno}: not a sample row (prompt_id and sample_index)") from None
-        done.setdefault(key, row)
-    return done
-
 
 # What a sample depends on besides the model and the data: resuming with any of these changed would mix
 # samples drawn two ways under one summary.
@@ -264,37 +254,6 @@ SAMPLE_SETTINGS = (
     "temperature", "top_p", "max_tokens", "force_mode", "no_routing", "modes", "routing_instruction",
     "routing_question", "seed", "revision", "dtype",
 )  # fmt: skip
-SAMPLES_RECORD = "samples_record.json"
-# The files whose sizes and modification times fingerprint a local model (weights, config, tokenizer).
-_MODEL_FILES = ("*.safetensors", "*.bin", "*.pt", "config.json", "tokenizer.json", "tokenizer_config.json")
-
-
-def model_fingerprint(model: str, revision: str | None = None) -> dict[str, Any]:
-    """A local model folder: its resolved path and each weight, config and tokenizer file's size and
-    modification time (a retrained folder differs); a Hub id: the id and revision."""
-    folder = Path(model).expanduser()
-    if not folder.is_dir():
-        return {"hub_id": model, "revision": revision}
-    files = sorted({f for pattern in _MODEL_FILES for f in folder.glob(pattern) if f.is_file()})
-    return {
-        "path": str(folder.resolve()),
-        "files": {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files},
-    }
-
-
-def data_fingerprint(config: EvalConfig, benchmark: str) -> dict[str, Any]:
-    """The benchmark's source: a local ``--data`` file (path, size, modification time) or its registry name."""
-    path = config.data.get(benchmark)
-    if path is None:
-        return {"benchmark": benchmark, "source": "registry"}
-    file = Path(path).expanduser()
-    stat = file.stat() if file.is_file() else None
-    return {
-        "benchmark": benchmark,
-        "file": str(file.resolve()),
-        "size": stat.st_size if stat else None,
-        "mtime_ns": stat.st_mtime_ns if stat else None,
-    }
 
 
 def samples_record(config: EvalConfig, benchmark: str) -> dict[str, Any]:
@@ -302,91 +261,16 @@ def samples_record(config: EvalConfig, benchmark: str) -> dict[str, Any]:
     sample. ``--samples`` and ``--limit`` are not in it: more samples or problems extend the same set."""
     return {
         "model": model_fingerprint(config.model, config.revision),
-        "data": data_fingerprint(config, benchmark),
+        "data": data_fingerprint(benchmark, config.data.get(benchmark)),
         "settings": {key: getattr(config, key) for key in SAMPLE_SETTINGS},
     }
 
 
-def record_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Human-readable differences between two :func:`samples_record` values ([] when they agree)."""
-    out = []
-    old_model, new_model = old.get("model", {}), new["model"]
-    if old_model != new_model:
-        before = old_model.get("path") or old_model.get("hub_id")
-        after = new_model.get("path") or new_model.get("hub_id")
-        if before != after:
-            out.append(f"model ({before} then, {after} now)")
-        elif old_model.get("revision") != new_model.get("revision"):
-            out.append(f"model revision ({old_model.get('revision')} then, {new_model.get('revision')} now)")
-        else:
-            out.append(f"model weights ({after} was rewritten since)")
-    if old.get("data") != new["data"]:
-        out.append(f"benchmark data ({_data_label(old.get('data'))} then, {_data_label(new['data'])} now)")
-    old_settings = old.get("settings", {})
-    for key in SAMPLE_SETTINGS:
-        if key in old_settings and old_settings[key] != new["settings"][key]:
-            out.append(f"{key} ({_short(old_settings[key])} then, {_short(new['settings'][key])} now)")
-    return out
-
-
-def _data_label(data: dict[str, Any] | None) -> str:
-    if not data:
-        return "unknown"
-    return data.get("file") or "the built-in source"
-
-
-def _short(value: Any) -> str:
-    text = json.dumps(value) if isinstance(value, list | dict) else str(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
 def claim_samples(config: EvalConfig, benchmark: str) -> None:
-    """Binds ``OUTPUT/<benchmark>/`` to this evaluation before anything is generated: resuming samples drawn
-    from another model, data or settings is refused naming what differs; ``overwrite`` starts afresh."""
-    out_dir = Path(config.output) / benchmark
-    samples = out_dir / "samples.jsonl"
-    record_path = out_dir / SAMPLES_RECORD
-    record = samples_record(config, benchmark)
-    if config.overwrite:
-        for name in ("samples.jsonl", "summary.json", SAMPLES_RECORD):
-            (out_dir / name).unlink(missing_ok=True)
-    elif samples.is_file() and samples.stat().st_size > 0:
-        if not record_path.is_file():
-            raise ValueError(
-                f"--output: {samples} holds samples with no record of the model and settings that drew them; "
-                "choose another --output, or pass --overwrite to start afresh"
-            )
-        try:
-            old = json.loads(record_path.read_text())
-            if not isinstance(old, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, ValueError) as err:
-            raise ValueError(
-                f"--output: {record_path} cannot be read ({' '.join(str(err).split())}), so the samples beside "
-                "it cannot be trusted; choose another --output, or pass --overwrite to start afresh"
-            ) from None
-        diffs = record_differences(old, json.loads(json.dumps(record)))
-        if diffs:
-            raise ValueError(
-                f"--output: {samples} holds samples of another evaluation: {'; '.join(diffs)}. Choose another "
-                "--output, or pass --overwrite to start afresh"
-            )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(record_path, record)
-
-
-def append_samples(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode()
-    with path.open("ab") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False))
-    os.replace(tmp, path)
+    """Binds ``OUTPUT/<benchmark>/`` to this evaluation before anything is generated (``overwrite``: afresh)."""
+    claim_folder(
+        Path(config.output) / benchmark, samples_record(config, benchmark), overwrite=config.overwrite
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -472,7 +356,7 @@ def evaluate_benchmark(
     detector = ModeDetector.from_tokenizer(modes, tokenizer) if not config.no_routing else None
     rows = [dataset[i] for i in range(len(dataset))]
     rows_by_id = {str(row["id"]): row for row in rows}
-    verifier = _task_verifier(benchmark)
+    verifier = _task_row_grader(benchmark)
     # Finished or wrong: a sample must end with EOS, and close its reasoning when the prompt opened it.
     from routing_grpo.grading import generation_prompt_opens_reasoning
 
@@ -540,7 +424,7 @@ def prompts_per_call(config: EvalConfig, backend: Any, todo: int) -> int:
     return max(1, size or todo)
 
 
-def _task_verifier(benchmark: str):
+def _task_row_grader(benchmark: str):
     """None for math tasks (batched math-verify grading); the task's own check otherwise (Countdown)."""
     from routing_grpo.data import TASKS, task_grader
 

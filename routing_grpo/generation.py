@@ -8,9 +8,10 @@ docs/method.md "Prompt layout", "Rollouts and the routing warmup" and "Caps":
 * free rollouts are read by the :class:`~routing_grpo.modes.ModeDetector`; every rollout is cut at its mode's
   cap (:func:`apply_caps`, the one place per-row caps live) and L is counted after the word.
 
-:func:`finalize_rollouts` runs those last three steps on a batch. For vLLM, :func:`plan_vllm_requests` builds
-the requests (forced rows cannot share a request with free rows: their prompts differ) with per-request token
-budgets, and :func:`scatter_vllm_outputs` puts the answers back in row order.
+:func:`finalize_rollouts` runs those last three steps on a batch. :func:`plan_requests` builds the generation
+requests every backend takes (forced rows cannot share a request with free rows: their prompts differ) with
+per-request token budgets, and :func:`scatter_outputs` puts the answers back in row order
+(:func:`generate_rows` does both around a backend's call).
 """
 
 from __future__ import annotations
@@ -178,19 +179,20 @@ def finalize_rollouts(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# vLLM requests
+# Generation requests (every backend's)
 # ---------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """One vLLM request: ``n`` samples of ``prompt_ids`` with at most ``max_tokens`` new tokens, answering
-    the batch rows ``rows`` (in order)."""
+    """One generation request, the one type every backend takes (transformers and vLLM, in training,
+    evaluation and inference): ``n`` samples of ``prompt_ids`` with at most ``max_tokens`` new tokens,
+    answering the batch rows ``rows`` in order (empty where the caller keeps its own order, as evaluation)."""
 
-    rows: tuple[int, ...]
     prompt_ids: tuple[int, ...]
     n: int
     max_tokens: int
+    rows: tuple[int, ...] = ()
 
 
 def generation_budget(
@@ -224,12 +226,16 @@ def plan_budget_requests(
         end = start + 1
         while end < len(prompt_ids) and (tuple(int(t) for t in prompt_ids[end]), int(budgets[end])) == key:
             end += 1
-        requests.append(GenerationRequest(tuple(range(start, end)), key[0], end - start, key[1]))
+        requests.append(
+            GenerationRequest(
+                prompt_ids=key[0], n=end - start, max_tokens=key[1], rows=tuple(range(start, end))
+            )
+        )
         start = end
     return requests
 
 
-def plan_vllm_requests(
+def plan_requests(
     prompt_ids: Sequence[Sequence[int]],
     forced_modes: Sequence[int | None],
     *,
@@ -239,24 +245,38 @@ def plan_vllm_requests(
 ) -> list[GenerationRequest]:
     """One-phase requests (each row's :func:`generation_budget`) for a batch, in row order."""
     if len(forced_modes) != len(prompt_ids):
-        raise ValueError("plan_vllm_requests: prompt_ids and forced_modes must have the same length")
+        raise ValueError("plan_requests: prompt_ids and forced_modes must have the same length")
     budgets = [generation_budget(f, modes, max_completion_length, single_mode) for f in forced_modes]
     return plan_budget_requests(prompt_ids, budgets)
 
 
-def scatter_vllm_outputs(
+def scatter_outputs(
     requests: Sequence[GenerationRequest], outputs: Sequence[Sequence[Any]], num_rows: int
 ) -> list[Any]:
     """Per-row results from per-request outputs (``outputs[j]`` holds ``requests[j].n`` samples)."""
     rows: list[Any] = [None] * num_rows
     for request, samples in zip(requests, outputs, strict=True):
         if len(samples) != request.n:
-            raise ValueError(f"vLLM returned {len(samples)} samples for a request of n={request.n}")
+            raise ValueError(f"the backend returned {len(samples)} samples for a request of n={request.n}")
         for row, sample in zip(request.rows, samples, strict=True):
             rows[row] = sample
     if any(r is None for r in rows):
-        raise ValueError("scatter_vllm_outputs: some rows received no sample")
+        raise ValueError("scatter_outputs: some rows received no sample")
     return rows
+
+
+def generate_rows(
+    run: Callable[[list[GenerationRequest]], Sequence[Sequence[Any]]],
+    prompt_ids: Sequence[Sequence[int]],
+    budgets: Sequence[int],
+) -> list[Any]:
+    """One sample per row within its own token budget, in row order: the rows planned as requests
+    (:func:`plan_budget_requests`), ``run(requests)`` (per request, its ``n`` samples: any backend, vLLM's
+    colocated engine or server, or transformers), and the samples put back in row order."""
+    if not prompt_ids:
+        return []
+    requests = plan_budget_requests(prompt_ids, budgets)
+    return scatter_outputs(requests, run(requests), len(prompt_ids))
 
 
 def batch_requests_by_sampling(requests: Sequence[GenerationRequest]) -> dict[tuple[int, int], list[int]]:

@@ -20,6 +20,7 @@ from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.early_tell import FANOUT_WINDOW, early_tell_readings, early_tell_verdict
 from routing_grpo.errors import UsageError, one_line
 from routing_grpo.locations import looks_local
+from routing_grpo.offline_models import is_offline_name
 from routing_grpo.runs import run_identity
 
 
@@ -218,7 +219,7 @@ def model_card(
         "library_name": "transformers",
         "pipeline_tag": "text-generation",
     }
-    if not base.startswith("offline:") and not looks_local(base):
+    if not is_offline_name(base) and not looks_local(base):
         meta["base_model"] = base
     if dataset_name:
         meta["datasets"] = [dataset_name]
@@ -226,7 +227,7 @@ def model_card(
     words = " / ".join(m.word for m in args.mode_specs)
     lines = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "", f"# {name}", ""]
     base_text = f"`{base}`"
-    if base.startswith("offline:"):
+    if is_offline_name(base):
         base_text += " (a model routing-grpo builds or ships offline: `routing_grpo.offline_models`)"
     elif looks_local(base):  # a folder on the training machine: its name only, no path of that machine
         base_text = f"a local model (`{Path(base).name}`)"
@@ -388,7 +389,7 @@ def install_model_card(
 ) -> None:
     """Makes ``trainer.create_model_card`` (which TRL also calls at checkpoints and pushes) write
     :func:`model_card` instead of TRL's generic template."""
-    from routing_grpo.callbacks import preemption_exit_code
+    from routing_grpo.preemption import preemption_exit_code
 
     def create_model_card(model_name: str | None = None, dataset_name: str | None = dataset_name, tags=None):
         if not trainer.is_world_process_zero():

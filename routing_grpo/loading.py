@@ -21,7 +21,7 @@ from routing_grpo.arguments import RoutingScriptArguments
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import UsageError, model_file_errors, user_errors
 from routing_grpo.locations import looks_local
-from routing_grpo.offline_models import resolve_model_path
+from routing_grpo.offline_models import is_offline_name, resolve_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ def resolve_model(
     """The folder or Hub name to load ``model_name_or_path`` from (an offline model built or found), once a
     local one is known to exist and ``max_completion_length`` to fit the model's context (config only)."""
     name = model_args.model_name_or_path
-    if not name.startswith("offline:") and looks_local(name) and not Path(name).expanduser().is_dir():
+    if not is_offline_name(name) and looks_local(name) and not Path(name).expanduser().is_dir():
         raise UsageError(
             f"model_name_or_path: no such folder: {name} (a folder with a model, a Hub name, or "
             "offline:smollm2 / offline:tiny / offline:mini)"

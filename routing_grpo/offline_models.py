@@ -226,12 +226,18 @@ def offline_model_names() -> list[str]:
     return [*BUILT_IN, *(n for n in entry_point_names(ENTRY_POINT_GROUP) if n not in BUILT_IN)]
 
 
+def is_offline_name(name: str | Path) -> bool:
+    """Whether ``name`` names an offline model (``offline:NAME``) rather than a folder or a Hub repository:
+    the one rule every entry applies."""
+    return str(name).startswith(OFFLINE_PREFIX)
+
+
 def resolve_model_path(name: str, cache_dir: str | Path = OFFLINE_CACHE_DIR) -> str:
     """A Hub name or folder as is; ``offline:smollm2`` / ``offline:tiny`` built once into the cache; any
     other ``offline:NAME`` from the entry point ``NAME`` of ``routing_grpo.offline_models`` (the miniature's
     ``offline:mini`` and ``offline:mini_graded``: the taught checkpoints of its worlds shipped in the
     package)."""
-    if not name.startswith(OFFLINE_PREFIX):
+    if not is_offline_name(name):
         return name
     which = name[len(OFFLINE_PREFIX) :]
     cache = Path(cache_dir).expanduser()

@@ -24,6 +24,8 @@ from routing_grpo.arguments import DATACLASS_TYPES, RoutingScriptArguments, reci
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import OneLineParser, UsageError, one_line, user_errors
 from routing_grpo.locations import hub_offline, looks_local
+from routing_grpo.modes import DEFAULT_MODES, ModeSpec, parse_modes
+from routing_grpo.recipe_file import RecipeFileError, read_recipe_file
 
 # ----------------------------------------------------------------------------------------------------------
 # Reading and checking the recipe (its keys against the three argument classes)
@@ -51,43 +53,15 @@ RENAMED_KEYS = {
 }
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key written twice in one mapping (PyYAML would keep the last)."""
-
-    def construct_mapping(self, node, deep=False):
-        seen: dict[Any, Any] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, list | dict):
-                continue  # unhashable: the base class reports it
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"key {key!r} written twice (first at line {seen[key].line + 1})",
-                    key_node.start_mark,
-                )
-            seen[key] = key_node.start_mark
-        return super().construct_mapping(node, deep=deep)
-
-
 def read_recipe(path: str | Path) -> dict[str, Any]:
+    """The recipe file's mapping (:func:`routing_grpo.recipe_file.read_recipe_file`); a bad file is one line."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"--config: {path} is a folder; give a recipe YAML file (recipes/*.yaml)")
-    if not path.is_file():
-        raise UsageError(f"recipe not found: {path}")
     try:
-        recipe = yaml.load(path.read_text(), Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        raise UsageError(f"{path}: not valid YAML ({where}{getattr(err, 'problem', None) or err})") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UsageError(f"{path}: cannot be read ({one_line(err)})") from None
-    if not isinstance(recipe, dict):
-        raise UsageError(f"{path}: a recipe must be a mapping of keys to values")
-    return recipe
+        return read_recipe_file(path)
+    except RecipeFileError as err:
+        raise UsageError(str(err)) from None
 
 
 def _numeric_text(value: str, cast: type) -> bool:
@@ -343,7 +317,6 @@ def parser_problem(message: str) -> str:
 
 def set_modes_text(training_args: RoutingGRPOConfig, text: str) -> None:
     """``--modes`` from the command line: a list of mappings as JSON or YAML text."""
-    import yaml
 
     try:
         modes = yaml.safe_load(text)
@@ -478,9 +451,21 @@ def preflight(
             f"attn_implementation: {model_args.attn_implementation} needs the {module} package, which is not "
             "installed; use sdpa (or eager)"
         )
-    from routing_grpo.rewards import resolve_verifier
+    from routing_grpo.verifiers import resolve_verifier
 
     with user_errors("verifier", ValueError, ImportError):
         resolve_verifier(training_args.verifier)
     check_chat_template_setting(script_args.chat_template)
     return level_mix
+
+
+def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
+    """The ``modes`` of a recipe YAML (the paper's defaults when the recipe does not set them), read by the
+    trainer's own recipe reader so both commands refuse a bad file with the same line."""
+    recipe = read_recipe(path)
+    if "modes" not in recipe:
+        return DEFAULT_MODES
+    try:
+        return parse_modes(recipe["modes"])
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{path}: {err}") from None

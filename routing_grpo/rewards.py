@@ -18,16 +18,15 @@ applies the caps, grades the answer against the dataset's ``answer`` column and 
 from __future__ import annotations
 
 import dataclasses
-import importlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from routing_grpo.completions import completion_text  # also re-exported from here
 from routing_grpo.modes import INVALID, Detection, ModeDetector, ModeSpec
+from routing_grpo.verifiers import Verifier, resolve_verifier
 
 DEFAULT_INVALID_REWARD = -0.5
 
-Verifier = Callable[[str, Any], bool]
 """``verifier(completion_text, reference) -> bool``: whether a completion's answer is right."""
 
 
@@ -92,45 +91,6 @@ def routing_rewards(
     ]
 
 
-def countdown_verifier(completion: str, reference: Any) -> bool:
-    """Countdown grading from the reference solution alone: the completion's final expression must use the
-    numbers of ``reference`` (a canonical solution such as ``"67 + 92 - 23"``) each exactly once and reach its
-    value. Never raises (an unreadable reference grades every completion wrong)."""
-    from routing_grpo import countdown
-
-    try:
-        parsed = countdown.parse_expression(str(reference))
-    except Exception:
-        return False
-    if parsed.value.denominator != 1:
-        return False
-    return countdown.grade_countdown(completion, parsed.numbers, int(parsed.value))
-
-
-def resolve_verifier(spec: str | Verifier | None) -> Verifier | None:
-    """A verifier from its config name: None / "math" (the default math grading, returned as None so the
-    batched grader with timeouts is used), "countdown", or "package.module:function"; a callable is returned
-    as is."""
-    if spec is None or callable(spec):
-        return spec
-    if spec == "math":
-        return None
-    if spec == "countdown":
-        return countdown_verifier
-    module_name, sep, attr = str(spec).partition(":")
-    if not sep or not module_name or not attr:
-        raise ValueError(f"verifier: expected 'math', 'countdown' or 'package.module:function', got {spec!r}")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as err:
-        raise ValueError(f"verifier: cannot import {spec!r} ({err})") from None
-    if not callable(target):
-        raise ValueError(f"verifier: {spec!r} is not callable")
-    return target
-
-
 class RoutingReward:
     """TRL reward function for self-routing: detection, caps, grading and the reward surface.
 
@@ -151,10 +111,10 @@ class RoutingReward:
     right. After each call, :attr:`last` holds the per-rollout facts (mode, length, capped, finished,
     correct), so the trainer and its metrics reuse them instead of grading twice.
 
-    ``verifier`` (``(completion_text, reference) -> bool``) decides correctness; the default grades math
-    answers (last ``\\boxed{}``, math-verify) in a batched pool with timeouts. :func:`countdown_verifier`
-    grades Countdown; ``resolve_verifier`` maps the config names. A custom verifier sees only the answer text
-    (after the reasoning) of a finished rollout; an unfinished one is wrong without asking it.
+    ``verifier`` (``(completion_text, reference) -> bool``, or a name of :mod:`routing_grpo.verifiers`)
+    decides correctness; the default grades math answers (last ``\\boxed{}``, math-verify) in a batched pool
+    with timeouts. A custom verifier sees only the answer text (after the reasoning) of a finished rollout; an
+    unfinished one is wrong without asking it.
     """
 
     def __init__(

@@ -121,18 +121,11 @@ class RoutingSettings:
 
     @classmethod
     def from_recipe(cls, path: str | Path) -> RoutingSettings:
-        """The effective settings a training recipe (YAML) would save, with the trainer's defaults."""
-        import yaml
+        """The effective settings a training recipe (YAML) would save, with the trainer's defaults; a missing
+        or malformed file is a :class:`~routing_grpo.recipe_file.RecipeFileError` (a ValueError)."""
+        from routing_grpo.recipe_file import read_recipe_file
 
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"config not found: {path}")
-        try:
-            recipe = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ValueError(f"{path}: not valid YAML ({err})") from None
-        if not isinstance(recipe, dict):
-            raise ValueError(f"{path}: a recipe must be a mapping of keys to values")
+        recipe = read_recipe_file(path)
         try:
             modes = parse_modes(recipe["modes"]) if recipe.get("modes") is not None else DEFAULT_MODES
             single = recipe.get("single_mode")
@@ -229,8 +222,8 @@ def _default_max_completion_length() -> int:
 
 def local_model_path(model: str) -> str:
     """``offline:NAME`` models resolve to their folders; anything else is returned as is."""
-    if not model.startswith("offline:"):
-        return model
-    from routing_grpo.offline_models import resolve_model_path
+    from routing_grpo.offline_models import is_offline_name, resolve_model_path
 
+    if not is_offline_name(model):
+        return model
     return resolve_model_path(model)

@@ -110,8 +110,8 @@ def main(
     from trl import get_peft_config
 
     from routing_grpo import loading, runs
-    from routing_grpo.callbacks import exit_if_preempted
     from routing_grpo.hub import check_hub_card, hub_dataset_name, install_model_card
+    from routing_grpo.preemption import exit_if_preempted
     from routing_grpo.recipe import preflight
     from routing_grpo.trainer import RoutingGRPOTrainer, forced_word_ids
 

@@ -40,7 +40,7 @@ from trl import GRPOTrainer
 from routing_grpo import paper
 from routing_grpo.advantages import compute_advantages, decoupled_word_advantages
 from routing_grpo.batching import plan_length_buckets, row_widths, split_to_count
-from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks, preemption_exit_code
+from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks
 from routing_grpo.capped_generation import (
     TransformersBudgetGenerator,
     free_budget,
@@ -65,16 +65,17 @@ from routing_grpo.early_tell import (
 from routing_grpo.generation import (
     RolloutFacts,
     finalize_rollouts,
-    plan_budget_requests,
+    generate_rows,
     plan_forced_modes,
     run_server_requests,
-    scatter_vllm_outputs,
 )
 from routing_grpo.grading import generation_prompt_opens_reasoning
 from routing_grpo.modes import INVALID, ModeDetector, word_first_token_ids, word_token_id_forms
+from routing_grpo.preemption import preemption_exit_code
 from routing_grpo.prompting import add_routing_instruction, forcing_text
-from routing_grpo.rewards import RoutingReward, Verifier, resolve_verifier
+from routing_grpo.rewards import RoutingReward
 from routing_grpo.schedules import balance_coef_at, in_warmup, reward_phase, routing_word_weight_at
+from routing_grpo.verifiers import Verifier, resolve_verifier
 
 __all__ = ["RoutingGRPOTrainer", "GenerationRecord"]
 
@@ -135,7 +136,7 @@ class RoutingGRPOTrainer(GRPOTrainer):
     Args are those of ``GRPOTrainer``; ``args`` must be a :class:`RoutingGRPOConfig`. ``reward_funcs``
     defaults to one :class:`RoutingReward` built from the config; if given, it must contain exactly one.
     ``verifier`` (``(completion_text, reference) -> bool``) overrides ``args.verifier`` (e.g.
-    :func:`~routing_grpo.rewards.countdown_verifier` for Countdown).
+    :func:`~routing_grpo.verifiers.countdown_verifier` for Countdown).
     Tools, environments and custom ``rollout_func`` are not supported (the routing word must be the first
     thing the model writes).
     """
@@ -639,8 +640,7 @@ class RoutingGRPOTrainer(GRPOTrainer):
         """(ids, logprobs) per row through ``run(requests) -> per-request samples`` (server or colocate)."""
 
         def generate(row_prompts, budgets):
-            requests = plan_budget_requests(row_prompts, budgets)
-            return scatter_vllm_outputs(requests, run(requests), len(row_prompts))
+            return generate_rows(run, row_prompts, budgets)
 
         if not caps:
             return generate(prompts, [self.max_completion_length] * len(prompts))

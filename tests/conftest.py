@@ -25,9 +25,10 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import torch  # noqa: E402
 
+from tests.helpers import REPO_ROOT  # noqa: E402
+
 torch.set_num_threads(1)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 

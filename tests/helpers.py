@@ -125,12 +125,19 @@ class StandInHub:
     """Records what transformers asks of the Hub API; the namespace of a bare repo name is the user's.
 
     ``cards`` (repo id -> README.md text) are the model cards already on the stand-in Hub; an upload of a
-    folder with a README.md replaces the repo's card.
+    folder with a README.md replaces the repo's card. Each upload records the folder's README.md text under
+    ``"card"`` and, when ``record_files`` names files, their text under ``"files"`` (None for one absent).
     """
 
-    def __init__(self, cards: dict[str, str] | None = None, folder: Path | None = None):
+    def __init__(
+        self,
+        cards: dict[str, str] | None = None,
+        folder: Path | None = None,
+        record_files: tuple[str, ...] = (),
+    ):
         self.calls: list[tuple[str, dict]] = []
         self.cards: dict[str, str] = dict(cards or {})
+        self.record_files = tuple(record_files)
         # Downloaded cards land in a folder of their own, never in the working directory.
         self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="stand-in-hub-"))
 
@@ -157,6 +164,11 @@ class StandInHub:
     def upload_folder(self, **kwargs):
         card = Path(kwargs["folder_path"]) / "README.md"
         kwargs["card"] = card.read_text() if card.exists() else ""
+        if self.record_files:
+            files = {name: Path(kwargs["folder_path"]) / name for name in self.record_files}
+            kwargs["files"] = {
+                name: path.read_text() if path.is_file() else None for name, path in files.items()
+            }
         self.calls.append(("upload_folder", kwargs))
         if kwargs["card"] and not kwargs.get("path_in_repo"):
             self.cards[kwargs["repo_id"]] = kwargs["card"]
@@ -356,7 +368,7 @@ def unpad(ids: Any, mask: Any) -> list[list[int]]:
 
 # --- the package's import graph (test_structure, test_mini) ---
 
-PACKAGE = Path(__file__).resolve().parent.parent / "routing_grpo"  # the package's source folder
+PACKAGE = REPO_ROOT / "routing_grpo"  # the package's source folder
 
 
 def module_name(path: Path) -> str:

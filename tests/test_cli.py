@@ -3,13 +3,11 @@
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from routing_grpo.cli import main
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO_ROOT
 
 
 def run_cli(capsys, *argv):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from routing_grpo.config import (
-    RoutingGRPOConfig,
+from routing_grpo.config import RoutingGRPOConfig
+from routing_grpo.geometry import (
     derive_batch_geometry,
     launch_process_count,
     optimizer_steps_per_generation_batch,

@@ -19,23 +19,14 @@ import pytest
 from routing_grpo import data
 from routing_grpo.data import (
     DEFAULT_INSTRUCTION,
-    SYNTHETIC_LEVELS,
     DatasetUnavailableError,
     load_task,
     load_task_with_report,
-    synthetic_rows,
     task_grader,
 )
+from routing_grpo.synthetic import SYNTHETIC_LEVELS, synthetic_rows
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 NORMALISED_COLUMNS = ["prompt", "problem", "answer", "level", "subject", "id"]
-
-
-@pytest.fixture(scope="module")
-def shared_data() -> Path:
-    if not (SHARED_DATA / "math500_test.jsonl").is_file():
-        pytest.skip(f"local dataset copies not found at {SHARED_DATA}")
-    return SHARED_DATA
 
 
 def read_jsonl(path: Path) -> list[dict]:

@@ -13,8 +13,8 @@ from routing_grpo.countdown import (
     grade_countdown,
     parse_expression,
 )
-from routing_grpo.data import synthetic_rows
 from routing_grpo.grading import last_boxed
+from routing_grpo.synthetic import synthetic_rows
 
 # Generous per-example deadline: the point is "bounded", not a benchmark.
 FAST = settings(max_examples=300, deadline=500, suppress_health_check=[HealthCheck.too_slow])

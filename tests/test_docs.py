@@ -18,30 +18,30 @@ from pathlib import Path
 import pytest
 
 from routing_grpo import paper
+from tests.helpers import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
-README = (ROOT / "README.md").read_text()
-METHOD = (ROOT / "docs" / "method.md").read_text()
+README = (REPO_ROOT / "README.md").read_text()
+METHOD = (REPO_ROOT / "docs" / "method.md").read_text()
 # The paper's source is not in the repository; the tests that compare against its text read the copy beside
 # the checkout and skip without it.
-PAPER_SOURCE = ROOT.parent / "shared" / "paper" / "learning-when-to-think.tex"
+PAPER_SOURCE = REPO_ROOT.parent / "shared" / "paper" / "learning-when-to-think.tex"
 PAPER = PAPER_SOURCE.read_text() if PAPER_SOURCE.is_file() else None
-MAKEFILE = (ROOT / "Makefile").read_text()
+MAKEFILE = (REPO_ROOT / "Makefile").read_text()
 CODE_DIRS = ("routing_grpo", "tests", "benchmarks", "recipes", "scripts")
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOCS = [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").rglob("*.md"))]
 README_MAX_LINES = 350  # the front door; reference material goes to docs/
 
 
 def doc_id(path: Path) -> str:
-    return str(path.relative_to(ROOT))
+    return str(path.relative_to(REPO_ROOT))
 
 
 def code_files():
     for folder in CODE_DIRS:
-        for path in (ROOT / folder).rglob("*"):
+        for path in (REPO_ROOT / folder).rglob("*"):
             if path.suffix in (".py", ".yaml") and path.name != "test_docs.py":
                 yield path
-    yield ROOT / "Makefile"
+    yield REPO_ROOT / "Makefile"
 
 
 def without_code_blocks(text: str) -> str:
@@ -74,7 +74,7 @@ def anchors(path: Path) -> set[str]:
 
 
 def test_nothing_cites_a_spec_outside_the_repository():
-    offenders = [str(p.relative_to(ROOT)) for p in code_files() if "SPEC.md" in p.read_text()]
+    offenders = [str(p.relative_to(REPO_ROOT)) for p in code_files() if "SPEC.md" in p.read_text()]
     assert not offenders, f"cite docs/method.md instead: {offenders}"
 
 
@@ -83,10 +83,12 @@ def test_every_docs_citation_names_a_section_that_exists():
     cited: dict[str, set[str]] = {}
     for path in code_files():
         for doc, section in re.findall(r"(docs/[\w/.-]+\.md)[\"' ,]+[\"']([^\"'\n]+)[\"']", path.read_text()):
-            assert (ROOT / doc).is_file(), f"{path.relative_to(ROOT)} cites {doc}, which does not exist"
-            names = headings(ROOT / doc)
+            assert (REPO_ROOT / doc).is_file(), (
+                f"{path.relative_to(REPO_ROOT)} cites {doc}, which does not exist"
+            )
+            names = headings(REPO_ROOT / doc)
             assert any(h == section or h.startswith(section) for h in names), (
-                f"{path.relative_to(ROOT)} cites {doc} {section!r}; its sections: {names}"
+                f"{path.relative_to(REPO_ROOT)} cites {doc} {section!r}; its sections: {names}"
             )
             cited.setdefault(doc, set()).add(section)
     assert {"Caps", "Advantage", "Loss and steps", "Mode detection"} <= cited["docs/method.md"]
@@ -96,7 +98,7 @@ def test_the_code_cites_docs_not_readme_sections():
     """The README is the front door and changes shape; reference material the code points to is in docs/."""
     pattern = re.compile(r"README,? [\"']|README \(|the README's")
     offenders = [
-        f"{p.relative_to(ROOT)}:{n}"
+        f"{p.relative_to(REPO_ROOT)}:{n}"
         for p in code_files()
         for n, line in enumerate(p.read_text().splitlines(), 1)
         if pattern.search(line)
@@ -123,16 +125,26 @@ def test_links_resolve(doc: Path):
             assert anchor in anchors(linked), f"{doc_id(doc)}: no heading #{anchor} in {linked.name}"
 
 
+def named_paths(doc: Path) -> list[str]:
+    """The repository paths (or globs) a page names in backticks."""
+    pattern = r"`((?:recipes|routing_grpo|docs|tests|benchmarks|accelerate_configs)/[\w./*-]*)`"
+    return re.findall(pattern, doc.read_text())
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=doc_id)
 def test_named_files_exist(doc: Path):
     """Recipes, modules, docs and tests named in backticks exist (globs match at least one file)."""
-    text = doc.read_text()
-    pattern = r"`((?:recipes|routing_grpo|docs|tests|benchmarks|accelerate_configs)/[\w./*-]*)`"
-    for path in re.findall(pattern, text):
+    for path in named_paths(doc):
         if "*" in path:
-            assert list(ROOT.glob(path)), f"{doc_id(doc)}: {path} matches nothing"
+            assert list(REPO_ROOT.glob(path)), f"{doc_id(doc)}: {path} matches nothing"
         else:
-            assert (ROOT / path).exists(), f"{doc_id(doc)}: {path} does not exist"
+            assert (REPO_ROOT / path).exists(), f"{doc_id(doc)}: {path} does not exist"
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/method.md", "docs/training.md", "docs/mini/index.md"])
+def test_the_named_files_are_checked(page: str):
+    """The pages that name repository paths have them found (else the check above passes on nothing)."""
+    assert named_paths(REPO_ROOT / page), f"{page}: no repository paths found in backticks"
 
 
 def bash_commands(text: str) -> list[list[str]]:
@@ -237,9 +249,9 @@ def test_every_option_in_the_commands_exists(doc: Path):
 
 
 def test_the_commands_are_checked():
-    assert checked_options(ROOT / "README.md") > 20
-    assert checked_options(ROOT / "docs" / "training.md") > 10
-    assert checked_options(ROOT / "docs" / "evaluation.md") > 10
+    assert checked_options(REPO_ROOT / "README.md") > 20
+    assert checked_options(REPO_ROOT / "docs" / "training.md") > 10
+    assert checked_options(REPO_ROOT / "docs" / "evaluation.md") > 10
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -248,7 +260,7 @@ def test_the_commands_are_checked():
 
 
 def test_every_doc_is_reachable_from_the_readme():
-    reached, todo = set(), [ROOT / "README.md"]
+    reached, todo = set(), [REPO_ROOT / "README.md"]
     while todo:
         page = todo.pop()
         if page in reached:

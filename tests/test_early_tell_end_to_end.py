@@ -20,8 +20,8 @@ import pytest
 
 from routing_grpo.early_tell import FANOUT_ROUTING, trailing_mean
 from routing_grpo.mini.plugin import MINI_GRADED_BLIND_CHECKPOINT, MINI_GRADED_CHECKPOINT
+from tests.helpers import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPE = REPO_ROOT / "recipes" / "mini_graded" / "graded_router.yaml"
 BATCHES = 30
 

@@ -21,10 +21,10 @@ from routing_grpo.emergence import (
     verdict,
 )
 from routing_grpo.modes import ModeSpec, parse_modes
+from tests.helpers import REPO_ROOT
 
-REPO = Path(__file__).resolve().parent.parent
 PAPER_MODES = parse_modes(
-    yaml.safe_load((REPO / "recipes" / "router_r1_distill_qwen_1.5b.yaml").read_text())["modes"]
+    yaml.safe_load((REPO_ROOT / "recipes" / "router_r1_distill_qwen_1.5b.yaml").read_text())["modes"]
 )
 
 
@@ -182,7 +182,7 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, change, message):
     elif change == "free_rows":
         rows = [{**r, "routing": "free", "forced": False} for r in rows]
     folder = write_forced(tmp_path / "s", rows)
-    recipe = REPO / "recipes" / "router_r1_distill_qwen_1.5b.yaml"
+    recipe = REPO_ROOT / "recipes" / "router_r1_distill_qwen_1.5b.yaml"
     code = main(
         ["oracle", "--samples", str(folder), "--config", str(recipe), *by, "--output", str(tmp_path / "o")]
     )
@@ -196,7 +196,7 @@ def test_every_mode_forced_in_one_file_is_read_as_three_modes(tmp_path, capsys):
     one = tmp_path / "all" / "samples.jsonl"
     one.parent.mkdir()
     one.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    recipe = REPO / "recipes" / "router_r1_distill_qwen_1.5b.yaml"
+    recipe = REPO_ROOT / "recipes" / "router_r1_distill_qwen_1.5b.yaml"
     code = main(
         [
             "oracle",
@@ -220,7 +220,7 @@ def test_countdown_samples_through_the_real_commands(tmp_path, tiny_model_path, 
     """The tiny random model forced into Short and Long on Countdown (routing-grpo eval), then routing-grpo
     oracle: no mode is ever right, so Short is best everywhere and the verdict says the accuracy gap is
     missing (the paper's Countdown finding)."""
-    recipe = REPO / "recipes" / "countdown_router.yaml"
+    recipe = REPO_ROOT / "recipes" / "countdown_router.yaml"
     for mode in ("Short", "Long"):
         code = main(["eval", "--model", str(tiny_model_path), "--benchmarks", "countdown", "--limit", "8",
                      "--samples", "countdown=2", "--max-tokens", "8", "--backend", "transformers",

@@ -7,14 +7,12 @@ from pathlib import Path
 import pytest
 
 from routing_grpo.backends import TransformersBackend
-from routing_grpo.evaluate import (
-    EvalConfig,
-    evaluate_benchmark,
-    read_samples,
-    summarize,
-)
+from routing_grpo.evaluate import EvalConfig, evaluate_benchmark, summarize
 from routing_grpo.offline_models import build_tiny_qwen2
 from routing_grpo.prompting import PromptPlan
+from routing_grpo.sample_store import read_samples
+from tests import fake_vllm
+from tests.helpers import REPO_ROOT
 
 PROMPT = [{"role": "user", "content": "What is 2 + 2?"}]
 
@@ -209,7 +207,6 @@ def test_eval_killed_and_restarted_keeps_one_result_per_sample(tmp_path):
     import subprocess
     import sys
     import time
-    from pathlib import Path
 
     model_dir = build_tiny_qwen2(tmp_path / "model")
     out = tmp_path / "out"
@@ -219,7 +216,7 @@ def test_eval_killed_and_restarted_keeps_one_result_per_sample(tmp_path):
         "--limit", str(prompts), "--samples", f"synthetic={samples}", "--max-tokens", "24",
         "--backend", "transformers", "--batch-size", "1", "--output", str(out),
     ]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)}
     samples_file = out / "synthetic" / "samples.jsonl"
 
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -248,9 +245,6 @@ def test_eval_killed_and_restarted_keeps_one_result_per_sample(tmp_path):
 # GPU scale: engine options, one call per benchmark, data-parallel engines, checks before the model loads
 # (vLLM stand-ins from tests/fake_vllm.py; no vllm import)
 # ---------------------------------------------------------------------------------------------------------
-
-
-from tests import fake_vllm  # noqa: E402
 
 
 @pytest.fixture
@@ -351,14 +345,13 @@ def test_replica_devices_and_shards():
     assert shard(1, 3) == [[0], [], []]
 
 
-@pytest.mark.multiprocess
 def test_data_parallel_engines_each_on_their_gpus(tmp_path, monkeypatch):
-    from routing_grpo.backends import SampleRequest
+    from routing_grpo.generation import GenerationRequest
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     gen = vllm_generator(config(tmp_path, data_parallel_size=2, tensor_parallel_size=2))
     try:
-        requests = [SampleRequest(tuple(range(10 + i)), n=1 + i % 3, max_tokens=8) for i in range(5)]
+        requests = [GenerationRequest(tuple(range(10 + i)), n=1 + i % 3, max_tokens=8) for i in range(5)]
         out = gen.sample(requests, seed=0)
         # Request i went to engine i % 2 (GPUs 4,5 or 6,7, tensor parallel 2), answers in request order.
         assert out == [[[4 if i % 2 == 0 else 6, s, 10 + i, 2] for s in range(1 + i % 3)] for i in range(5)]
@@ -373,7 +366,7 @@ def test_data_parallel_engines_each_on_their_gpus(tmp_path, monkeypatch):
     gen = vllm_generator(config(tmp_path, data_parallel_size=2))
     procs = list(gen.engine.procs)
     with pytest.raises(RuntimeError, match="(?s)engine 1 .*empty prompt"):
-        gen.sample([SampleRequest((1, 2), 1, 8), SampleRequest((), 1, 8)], seed=0)
+        gen.sample([GenerationRequest((1, 2), 1, 8), GenerationRequest((), 1, 8)], seed=0)
     assert not any(p.is_alive() for p in procs)
     with pytest.raises(RuntimeError, match="stopped"):
         gen.sample(requests, seed=0)
@@ -472,22 +465,19 @@ def test_cli_passes_the_engine_options_to_vllm(tmp_path, capsys, monkeypatch, fa
 
 
 @pytest.mark.slow
-@pytest.mark.multiprocess
 def test_cli_data_parallel_run_in_a_process_of_its_own(tmp_path, tiny_model_path):
     """``python -m routing_grpo eval --data-parallel-size 2`` with a stand-in ``vllm`` package on the path:
     the engines are spawned (the package's ``__main__`` is not run again in them), the run completes."""
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
     package = tmp_path / "fake" / "vllm"
     package.mkdir(parents=True)
     (package / "__init__.py").write_text("from tests.fake_vllm import FakeLLM as LLM, SamplingParams\n")
     env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(root)]),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "fake"), str(REPO_ROOT)]),
         "CUDA_VISIBLE_DEVICES": "0,1",
         "HF_HUB_OFFLINE": "1",
     }
@@ -559,13 +549,10 @@ def test_cli_checks_names_files_and_config_before_the_model_loads(tmp_path, caps
 @pytest.mark.skipif(__import__("shutil").which("make") is None, reason="make is not installed")
 def test_make_eval_uses_the_nodes_gpus_and_report_the_training_folders(tmp_path):
     import subprocess
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
 
     def dry_run(*args):
         return subprocess.run(
-            ["make", "-n", "-s", *args], cwd=root, capture_output=True, text=True, check=True
+            ["make", "-n", "-s", *args], cwd=REPO_ROOT, capture_output=True, text=True, check=True
         ).stdout
 
     evals = [line for line in dry_run("eval", "NUM_PROCESSES=4").splitlines() if "routing-grpo eval" in line]

@@ -1,7 +1,7 @@
 """Training fault tolerance: preemption (SIGTERM -> checkpoint -> resume) and the non-finite guard.
 
 * unit tests of :class:`~routing_grpo.callbacks.NonFiniteGuard` and the signal / flag logic of
-  :class:`~routing_grpo.callbacks.PreemptionCallback`;
+  :class:`~routing_grpo.preemption.PreemptionCallback`;
 * in-process runs of the tiny offline model: a NaN loss or an inf reward stops training before the bad
   step is checkpointed; a SIGTERM writes a checkpoint at the current step and stops;
 * fault injection on 2 CPU processes (gloo, ``torch.distributed.run``): SIGTERM to one rank mid-run, resume
@@ -24,16 +24,10 @@ from types import SimpleNamespace
 import pytest
 from transformers import TrainerCallback, TrainerControl
 
-from routing_grpo.callbacks import (
-    NonFiniteGuard,
-    NonFiniteTrainingError,
-    PreemptionCallback,
-    default_callbacks,
-    exit_if_preempted,
-    preemption_exit_code,
-)
+from routing_grpo.callbacks import NonFiniteGuard, NonFiniteTrainingError, default_callbacks
+from routing_grpo.preemption import PreemptionCallback, exit_if_preempted, preemption_exit_code
+from tests.helpers import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 FAULT_RUN = REPO_ROOT / "tests" / "scripts" / "fault_run.py"
 SCHEDULE_KEYS = ("routing/batch_step", "routing/forced_share", "routing/balance_coef", "routing/phase")
 TINY_MODES = [
@@ -523,7 +517,6 @@ def _wait(proc: subprocess.Popen, log: Path, timeout: float) -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.multiprocess
 def test_sigterm_to_one_rank_then_resume_matches_uninterrupted_run(tiny_model_path, tmp_path):
     records = tmp_path / "records.jsonl"
     run_dir, ref_dir = tmp_path / "run", tmp_path / "reference"

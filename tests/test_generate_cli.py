@@ -17,8 +17,8 @@ from routing_grpo import inference
 from routing_grpo.cli import main
 from routing_grpo.modes import ModeSpec
 from routing_grpo.settings import RoutingSettings
+from tests.helpers import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = RoutingSettings(
     modes=(
         ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),

@@ -13,10 +13,10 @@ from routing_grpo.generation import (
     finalize_rollouts,
     generation_budget,
     plan_forced_modes,
-    plan_vllm_requests,
+    plan_requests,
     promote_forced_word,
     run_server_requests,
-    scatter_vllm_outputs,
+    scatter_outputs,
 )
 from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.prompting import add_routing_instruction, forcing_text
@@ -197,19 +197,19 @@ def _warmup_batch(groups: int = 2, g: int = 4):
     return prompts, forced
 
 
-def test_plan_vllm_requests_keeps_forced_rows_apart():
+def test_plan_requests_keeps_forced_rows_apart():
     prompts, forced = _warmup_batch()
-    requests = plan_vllm_requests(prompts, forced, modes=MODES, max_completion_length=50)
+    requests = plan_requests(prompts, forced, modes=MODES, max_completion_length=50)
     # Per group: NoThink, Short, Long forced rows and one free row -> 4 requests each.
     assert [r.rows for r in requests] == [(0,), (1,), (2,), (3,), (4,), (5,), (6,), (7,)]
     assert [r.max_tokens for r in requests[:4]] == [3, 6, 50, 50]
     assert requests[0].prompt_ids == (100, 7, 90, 91) and requests[3].prompt_ids == (100, 7)
     # After warmup every row of a group shares one request with n = G.
     free = [[100 + row // 4, 7] for row in range(8)]
-    requests = plan_vllm_requests(free, [None] * 8, modes=MODES, max_completion_length=50)
+    requests = plan_requests(free, [None] * 8, modes=MODES, max_completion_length=50)
     assert [(r.rows, r.n) for r in requests] == [((0, 1, 2, 3), 4), ((4, 5, 6, 7), 4)]
     with pytest.raises(ValueError, match="same length"):
-        plan_vllm_requests(free, [None], modes=MODES, max_completion_length=50)
+        plan_requests(free, [None], modes=MODES, max_completion_length=50)
 
 
 class FakeServer:
@@ -236,10 +236,10 @@ def test_server_path_sends_per_row_requests_not_one_prompt_per_group():
     trl_prompts = prompts[::4]
     assert trl_prompts == [prompts[0], prompts[4]] and all(p[-1] == 91 for p in trl_prompts)
 
-    requests = plan_vllm_requests(prompts, forced, modes=MODES, max_completion_length=50)
+    requests = plan_requests(prompts, forced, modes=MODES, max_completion_length=50)
     server = FakeServer()
     results = run_server_requests(server, requests, {"temperature": 1.0})
-    rows = scatter_vllm_outputs(requests, results, len(prompts))
+    rows = scatter_outputs(requests, results, len(prompts))
     # Every row got a sample generated from its own prompt (its last id) with its own budget.
     for row, (ids, lps) in enumerate(rows):
         assert ids[0] == prompts[row][0] and ids[1] == prompts[row][-1]
@@ -254,19 +254,19 @@ def test_server_path_sends_per_row_requests_not_one_prompt_per_group():
 
 def test_server_path_groups_free_rows_with_n_equal_g():
     free = [[100 + row // 4, 7] for row in range(8)]
-    requests = plan_vllm_requests(free, [None] * 8, modes=MODES, max_completion_length=50)
+    requests = plan_requests(free, [None] * 8, modes=MODES, max_completion_length=50)
     server = FakeServer()
-    rows = scatter_vllm_outputs(requests, run_server_requests(server, requests, {}), 8)
+    rows = scatter_outputs(requests, run_server_requests(server, requests, {}), 8)
     assert server.calls[0]["n"] == 4 and server.calls[0]["prompts"] == [[100, 7], [101, 7]]
     assert [ids[2] for ids, _ in rows] == [0, 1, 2, 3, 0, 1, 2, 3]
 
 
-def test_scatter_vllm_outputs_checks_counts():
-    requests = [GenerationRequest((0, 1), (1,), 2, 5)]
+def test_scatter_outputs_checks_counts():
+    requests = [GenerationRequest(prompt_ids=(1,), n=2, max_tokens=5, rows=(0, 1))]
     with pytest.raises(ValueError, match="n=2"):
-        scatter_vllm_outputs(requests, [["a"]], 2)
+        scatter_outputs(requests, [["a"]], 2)
     with pytest.raises(ValueError, match="no sample"):
-        scatter_vllm_outputs(requests, [["a", "b"]], 3)
+        scatter_outputs(requests, [["a", "b"]], 3)
 
 
 def test_decode_completions():

@@ -27,9 +27,8 @@ from routing_grpo.grading import (
     opens_reasoning,
     verify_answer,
 )
-from tests.helpers import R1_DISTILL_TEMPLATE
+from tests.helpers import R1_DISTILL_TEMPLATE, REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
 GRADED_DATA = REPO_ROOT.parent / "shared" / "data" / "graded"
 
 # A final answer whose parse or comparison makes sympy work far longer than any test may wait.

@@ -7,13 +7,13 @@ import argparse
 import dataclasses
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from routing_grpo import __version__, arguments
 from routing_grpo.cli import build_parser, main
 from routing_grpo.train_help import full_help
+from tests.helpers import REPO_ROOT
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -112,7 +112,7 @@ def test_train_help_with_a_recipe_shows_the_recipes_values(capsys):
     """`--config R --help`: each key the recipe sets shows the recipe's value in place of the default."""
     from routing_grpo import train
 
-    recipe = Path(__file__).resolve().parent.parent / "recipes" / "mini_graded" / "graded_router.yaml"
+    recipe = REPO_ROOT / "recipes" / "mini_graded" / "graded_router.yaml"
     assert train.train_command(["--config", str(recipe), "--help"]) == 0
     out = capsys.readouterr().out
     assert "(recipe: 5e-05)" in out and "(recipe: offline:mini_graded)" in out

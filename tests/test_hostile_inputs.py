@@ -25,9 +25,8 @@ import pytest
 import yaml
 
 from routing_grpo import cli, loading, train
-from tests.helpers import tiny_recipe
+from tests.helpers import REPO_ROOT, tiny_recipe
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 CONSOLE_SCRIPT = Path(sys.executable).with_name("routing-grpo")
 ENV = {
     **os.environ,

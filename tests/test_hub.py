@@ -12,9 +12,9 @@ import yaml
 from routing_grpo import paper, train
 from routing_grpo.errors import UsageError
 from routing_grpo.hub import card_run_identity, card_run_marker, hub_repo_name, model_card
-from tests.helpers import StandInHub, tiny_recipe, write_recipe
+from tests.helpers import REPO_ROOT, StandInHub, tiny_recipe, write_recipe
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = REPO_ROOT / "recipes"
 ALL_RECIPES = sorted(RECIPES.rglob("*.yaml"))
 # The paper's GPU recipes, which state their Hub settings.
 GPU_RECIPES = sorted(p for p in RECIPES.glob("*.yaml") if p.name != "demo_smollm2_cpu.yaml")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -27,6 +27,7 @@ from routing_grpo.inference import (
 )
 from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, Detection, ModeDetector, ModeSpec
 from routing_grpo.settings import SETTINGS_FILE, RoutingSettings, SettingsNotFoundError
+from tests.fake_vllm import FakeLLM
 
 MODES = (
     ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
@@ -238,37 +239,6 @@ def test_row_budgets():
 # ---------------------------------------------------------------------------------------------------------
 
 
-class FakeSample:
-    def __init__(self, token_ids):
-        self.token_ids = token_ids
-
-
-class FakeOutput:
-    def __init__(self, samples):
-        self.outputs = samples
-
-
-class FakeLLM:
-    """Stands in for ``vllm.LLM``: records requests; a word step writes the first allowed token (or
-    ``free_token``), a budgeted request writes ``filler`` up to its max_tokens."""
-
-    def __init__(self, free_token, filler=5):
-        self.free_token, self.filler = free_token, filler
-        self.requests = []
-
-    def generate(self, prompts, sampling_params, use_tqdm=False):
-        outputs = []
-        for prompt, params in zip(prompts, sampling_params, strict=True):
-            self.requests.append((list(prompt["prompt_token_ids"]), dict(params)))
-            if params["max_tokens"] == 1:
-                allowed = params.get("allowed_token_ids")
-                ids = [allowed[0] if allowed else self.free_token]
-            else:
-                ids = [self.filler] * params["max_tokens"]
-            outputs.append(FakeOutput([FakeSample(ids) for _ in range(params["n"])]))
-        return outputs
-
-
 @pytest.fixture(scope="module")
 def tiny_tokenizer(tiny_model_path):
     from transformers import AutoTokenizer
@@ -333,7 +303,10 @@ def test_vllm_backend_merges_identical_rows_and_cuts_at_eos():
     class EosLLM(FakeLLM):
         def generate(self, prompts, sampling_params, use_tqdm=False):
             outs = super().generate(prompts, sampling_params, use_tqdm)
-            return [FakeOutput([FakeSample([5, 0, 5]) for _ in o.outputs]) for o in outs]
+            return [
+                SimpleNamespace(outputs=[SimpleNamespace(token_ids=[5, 0, 5]) for _ in o.outputs])
+                for o in outs
+            ]
 
     llm = EosLLM(free_token=5)
     backend = VLLMBackend(llm, eos_token_ids=[0], sampling_params=dict)
@@ -566,27 +539,10 @@ def test_settings_round_trip_through_a_trained_checkpoint(tmp_path, tiny_model_p
     import transformers.trainer
 
     from routing_grpo import train
-    from tests.helpers import TINY_MODES, tiny_recipe, write_recipe
+    from tests.helpers import TINY_MODES, StandInHub, tiny_recipe, write_recipe
 
-    uploaded: list[dict] = []
-
-    class FakeRepo:
-        repo_id = "someone/tiny-router"
-
-    class FakeHubApi:
-        def create_repo(self, repo_id, **kwargs):
-            return FakeRepo()
-
-        def hf_hub_download(self, repo_id, filename, **kwargs):  # a new repo: no model card yet
-            from huggingface_hub.errors import EntryNotFoundError
-
-            raise EntryNotFoundError(f"{filename} not in {repo_id}")
-
-        def upload_folder(self, **kwargs):
-            settings = Path(kwargs["folder_path"]) / SETTINGS_FILE
-            uploaded.append(json.loads(settings.read_text()) if settings.is_file() else None)
-
-    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: FakeHubApi())
+    hub = StandInHub(folder=tmp_path / "hub", record_files=(SETTINGS_FILE,))  # a new repo: no model card yet
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
     monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)  # the stand-in Hub is reachable
     out = tmp_path / "out"
     recipe = write_recipe(
@@ -609,7 +565,9 @@ def test_settings_round_trip_through_a_trained_checkpoint(tmp_path, tiny_model_p
     assert saved.routing_instruction == trainer.args.effective_routing_instruction
     assert saved.routing_question == "Pick:" and saved.max_completion_length == 16
     assert saved.single_mode is None
-    assert uploaded and uploaded[-1] == saved.to_dict()  # the push carries the file
+    uploaded = [kw["files"][SETTINGS_FILE] for kw in hub.named("upload_folder")]
+    assert uploaded and uploaded[-1] is not None  # the push carries the file
+    assert json.loads(uploaded[-1]) == saved.to_dict()
 
     router = Router.from_pretrained(out, seed=0)
     assert router.settings == saved

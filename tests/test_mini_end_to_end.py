@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 
 from routing_grpo.mini.plugin import MINI_CHECKPOINT, SHIPPED_CHECKPOINTS
+from tests.helpers import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 # The reduced miniature: the router as its recipe trains it (60 generation batches) and the level-mix router
 # for 90 of its 180 (schedule scaled in proportion), in parallel; 20 held-out problems per level, 2 samples
 # each.

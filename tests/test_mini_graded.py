@@ -8,15 +8,15 @@ from __future__ import annotations
 import json
 import random
 import re
-from pathlib import Path
 
 import pytest
 import yaml
 
 from routing_grpo.mini import graded, teach
 from routing_grpo.modes import gammas_from_caps
+from tests.helpers import REPO_ROOT
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes" / "mini_graded"
+RECIPES = REPO_ROOT / "recipes" / "mini_graded"
 ROUTER = RECIPES / "graded_router.yaml"
 VARIANTS = {
     "graded_baseline_nothink.yaml": {"single_mode": "NoThink"},

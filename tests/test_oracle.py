@@ -1,4 +1,5 @@
-"""The miniature's oracle table, router figures, regret and targets on hand-written samples.
+"""The miniature's oracle table (routing_grpo.emergence's, by level), router figures, regret and targets on
+hand-written samples.
 
 Modes of these tests (every reward below is computed by hand from them):
 
@@ -9,13 +10,13 @@ Modes of these tests (every reward below is computed by hand from them):
 
 import pytest
 
-from routing_grpo.mini.oracle import (
-    best_mode,
+from routing_grpo.emergence import best_mode, best_modes
+from routing_grpo.mini.targets import (
     correct_within_cap,
+    level_table,
     miniature_targets,
-    oracle_choice,
+    oracle_cell_dict,
     oracle_overall,
-    oracle_table,
     regret_of,
     router_levels,
     routing_regret,
@@ -94,29 +95,46 @@ def test_sample_reward_and_cap():
 
 
 def test_oracle_table_by_hand():
-    table = oracle_table(FORCED, MODES)
-    assert sorted(table) == [1, 2, 3, 4]
+    table = level_table(FORCED, MODES)
+    assert list(table) == [1, 2, 3, 4]
     nothink = table[1]["NoThink"]
-    assert nothink.count == 4
-    assert nothink.accuracy == 1.0
-    assert nothink.accuracy_capped == 0.75
-    assert nothink.mean_tokens == 1.75
-    assert nothink.expected_reward == 0.625
+    assert nothink.samples == 4
+    assert nothink.accuracy_uncapped == 1.0
+    assert nothink.accuracy == 0.75
+    assert nothink.mean_length == 1.75
+    assert nothink.reward == 0.625
     short = table[1]["Short"]
-    assert (short.count, short.accuracy, short.accuracy_capped) == (4, 0.5, 0.25)
-    assert (short.mean_tokens, short.expected_reward) == (3.75, 0.375)
-    assert table[1]["Long"].expected_reward == 0.5
-    assert table[2]["Short"].expected_reward == 1.125
-    assert table[3]["NoThink"].accuracy == 1.0 and table[3]["NoThink"].accuracy_capped == 0.0
-    assert table[3]["Short"].expected_reward == table[3]["Long"].expected_reward == 0.5
+    assert (short.samples, short.accuracy_uncapped, short.accuracy) == (4, 0.5, 0.25)
+    assert (short.mean_length, short.reward) == (3.75, 0.375)
+    assert table[1]["Long"].reward == 0.5
+    assert table[2]["Short"].reward == 1.125
+    assert table[3]["NoThink"].accuracy_uncapped == 1.0 and table[3]["NoThink"].accuracy == 0.0
+    assert table[3]["Short"].reward == table[3]["Long"].reward == 0.5
     assert list(table[4]) == ["Short", "Long"]
-    assert oracle_choice(table, MODES) == {1: "NoThink", 2: "Short", 3: "Short", 4: "Long"}
-    assert best_mode(table[3], MODES) == "Short"  # the tie goes to the briefer mode
+    assert best_modes(table) == {1: "NoThink", 2: "Short", 3: "Short", 4: "Long"}
+    assert best_mode(table[3]) == "Short"  # the tie goes to the briefer mode
+    # As the report writes a cell (mini.json, mini_oracle.csv): these keys, in this order.
+    assert oracle_cell_dict(1, "NoThink", nothink) == {
+        "level": 1, "mode": "NoThink", "count": 4, "accuracy": 1.0, "accuracy_capped": 0.75,
+        "mean_tokens": 1.75, "expected_reward": 0.625,
+    }  # fmt: skip
+    assert list(oracle_cell_dict(1, "NoThink", nothink)) == [
+        "level", "mode", "count", "accuracy", "accuracy_capped", "mean_tokens", "expected_reward",
+    ]  # fmt: skip
+
+
+def test_level_table_skips_rows_without_a_mode_or_level():
+    rows = [
+        *FORCED,
+        {**forced(1, "Short", 1, True), "mode": None},
+        {**forced(5, "Long", 1, True), "level": None},
+    ]
+    assert level_table(rows, MODES) == level_table(FORCED, MODES)
 
 
 def test_oracle_overall_by_hand():
-    table = oracle_table(FORCED, MODES)
-    choice = oracle_choice(table, MODES)
+    table = level_table(FORCED, MODES)
+    choice = best_modes(table)
     equal = oracle_overall(table, choice, {1: 1, 2: 1, 3: 1, 4: 1})
     assert equal.expected_reward == pytest.approx((0.625 + 1.125 + 0.5 + 1.0) / 4)
     assert equal.accuracy == pytest.approx((1.0 + 0.75 + 2 / 3 + 1.0) / 4)
@@ -150,8 +168,8 @@ def test_router_levels_by_hand():
 
 
 def test_regret_by_hand():
-    table = oracle_table(FORCED, MODES)
-    regret = regret_of(router_levels(ROUTER, MODES), table, oracle_choice(table, MODES))
+    table = level_table(FORCED, MODES)
+    regret = regret_of(router_levels(ROUTER, MODES), table, best_modes(table))
     # Level shares of the router's prompts: 2/4, 1/4, 1/4 (level 4 has no router prompt).
     assert regret.per_level == pytest.approx({1: 0.5 * 0.25, 2: 0.25 * 0.375, 3: 0.25 * -0.5})
     assert regret.absolute == pytest.approx(0.09375)

@@ -26,9 +26,8 @@ import pytest
 from transformers import TrainerCallback
 
 from routing_grpo import train
-from tests.helpers import tiny_recipe, write_recipe
+from tests.helpers import REPO_ROOT, tiny_recipe, write_recipe
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 STARTED = "Preemption: training started on process"
 SCHEDULE_KEYS = ("routing/batch_step", "routing/forced_share", "routing/balance_coef", "routing/phase")
 TOTAL_BATCHES = 6
@@ -253,13 +252,11 @@ def test_sigusr1_is_opt_in(tmp_path, tiny_model_path):
 
 
 @pytest.mark.slow
-@pytest.mark.multiprocess
 def test_two_process_sigterm_to_the_launcher_then_resume_bit_identically(tmp_path, tiny_model_path):
     _signal_then_resume(tmp_path, tiny_model_path, 2, "SIGTERM")
 
 
 @pytest.mark.slow
-@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", ["SIGINT", "SIGUSR1"])
 def test_two_process_sigint_and_sigusr1_checkpoint_on_every_process(tmp_path, tiny_model_path, name):
     out = tmp_path / "run"

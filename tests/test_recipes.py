@@ -12,8 +12,9 @@ import yaml
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.recipe import check_recipe
 from routing_grpo.train import parse_args
+from tests.helpers import REPO_ROOT
 
-RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = REPO_ROOT / "recipes"
 ROUTER = RECIPES / "router_r1_distill_qwen_1.5b.yaml"
 BASELINES = {
     m: RECIPES / f"baseline_{m.lower()}_r1_distill_qwen_1.5b.yaml" for m in ("NoThink", "Short", "Long")

@@ -7,7 +7,7 @@ import ast
 
 from tests.helpers import PACKAGE, import_graph
 
-# Circles still tolerated (none: the frontier, which report and mini.oracle both read, is a module of its own).
+# Circles still tolerated (none: the frontier, which report and mini.targets both read, is a module of its own).
 KNOWN: set[frozenset[str]] = set()
 
 
@@ -68,7 +68,7 @@ def test_the_two_broken_circles_stay_broken():
 
 def test_the_miniature_has_no_import_cycle():
     graph = import_graph()
-    assert "routing_grpo.report" not in graph["routing_grpo.mini.oracle"]  # the frontier is its own module
+    assert "routing_grpo.report" not in graph["routing_grpo.mini.targets"]  # the frontier is its own module
     assert not [c for c in cycles(graph) if any(m.startswith("routing_grpo.mini") for m in c)]
 
 
@@ -80,17 +80,20 @@ FLOORS = {
     0: {
         "paper", "modes", "rewards", "advantages", "schedules", "collapse", "batching", "frontier",
         "emergence", "grading", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
-        "early_tell",
+        "early_tell", "verifiers", "geometry", "synthetic", "sample_store",
     },
     1: {
         "prompting", "config", "settings", "tasks", "data", "offline_models", "generation",
-        "capped_generation", "arguments",
+        "capped_generation", "arguments", "recipe_file",
     },
     2: {
-        "trainer", "callbacks", "backends", "evaluate", "inference", "report", "plots", "recipe", "hub",
+        "trainer", "callbacks", "preemption", "backends", "evaluate", "inference", "report", "plots", "recipe", "hub",
         "runs", "loading", "train_help",
     },
-    3: {"train", "cli", "demo", "demo_smollm2", "__main__"},
+    3: {
+        "train", "cli", "demo", "demo_smollm2", "__main__", "commands", "commands.reward_table", "commands.oracle",
+        "commands.grade", "commands.eval", "commands.generate", "commands.report",
+    },
 }  # fmt: skip
 MINI = "routing_grpo.mini"
 
@@ -154,3 +157,104 @@ def test_no_private_names_cross_modules():
 
 def is_private(name: str) -> bool:
     return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _calls(tree: ast.AST, attribute: str) -> list[ast.Call]:
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == attribute
+    ]
+
+
+def test_a_recipe_file_is_parsed_in_one_place():
+    """Only routing_grpo.recipe_file turns a file's text into YAML (one loader, duplicate keys refused);
+    other modules parse short option values (``--modes``, a level mix), never a file."""
+    readers = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for call in _calls(tree, "safe_load") + _calls(tree, "load"):
+            reads_a_file = any(
+                isinstance(n, ast.Call)
+                and isinstance(n.func, ast.Attribute)
+                and n.func.attr in ("read_text", "open")
+                for arg in call.args
+                for n in ast.walk(arg)
+            )
+            if reads_a_file and path.name != "recipe_file.py":
+                readers.append(f"{path.relative_to(PACKAGE)}:{call.lineno}")
+    assert not readers, f"read recipes with routing_grpo.recipe_file.read_recipe_file: {readers}"
+
+
+def test_the_offline_prefix_lives_in_one_module():
+    """``offline:NAME`` is recognised by offline_models.is_offline_name alone: no other module spells the
+    bare prefix (names such as ``offline:mini`` are fine)."""
+    spelled = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Constant)
+                and node.value == "offline:"
+                and path.name != "offline_models.py"
+            ):
+                spelled.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert not spelled, f"use routing_grpo.offline_models.is_offline_name: {spelled}"
+
+
+def test_one_registry_of_answer_checks():
+    """Training (the recipe's ``verifier``), evaluation and tasks (``grader``) take their checks from
+    routing_grpo.verifiers; the Countdown check is one function."""
+    from routing_grpo import data, rewards, verifiers
+    from routing_grpo.modes import DEFAULT_MODES
+
+    assert data.task_grader("countdown") is verifiers.row_grader("countdown")
+    assert rewards.RoutingReward(DEFAULT_MODES, verifier="countdown").verifier is verifiers.countdown_verifier
+    defined = [
+        f"{path.relative_to(PACKAGE)}:{node.name}"
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef)
+        and node.name.endswith("_verifier")
+        and path.name != "verifiers.py"
+    ]
+    assert not defined, defined
+
+
+def test_the_public_surface_is_light_and_complete():
+    """``from routing_grpo import RoutingGRPOTrainer, ...`` as TRL's; ``import routing_grpo`` loads none of torch,
+    TRL, transformers or datasets until a name is used."""
+    import subprocess
+    import sys
+
+    import routing_grpo
+
+    code = "import sys, routing_grpo; print(sorted(m for m in ('torch', 'trl', 'transformers', 'datasets') if m in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "[]"
+    assert {"RoutingGRPOTrainer", "RoutingGRPOConfig", "Router", "ModeSpec", "DEFAULT_MODES"} <= set(
+        routing_grpo.__all__
+    )
+    assert all(getattr(routing_grpo, name) is not None for name in routing_grpo.__all__)
+    from routing_grpo import DEFAULT_MODES, ModeSpec, RoutingGRPOConfig, RoutingGRPOTrainer
+    from routing_grpo.config import RoutingGRPOConfig as defined_config
+    from routing_grpo.trainer import RoutingGRPOTrainer as defined_trainer
+
+    assert RoutingGRPOTrainer is defined_trainer and RoutingGRPOConfig is defined_config
+    assert all(isinstance(m, ModeSpec) for m in DEFAULT_MODES)
+
+
+def test_one_command_per_module():
+    """Each subcommand but ``train`` (routing_grpo.train) is a module of routing_grpo.commands with
+    ``make_parser(subparsers)`` and ``run(args)``, as TRL's scripts; cli.py only lists and dispatches them."""
+    import importlib
+
+    from routing_grpo import cli
+
+    modules = sorted(p.stem for p in (PACKAGE / "commands").glob("*.py") if p.stem != "__init__")
+    assert sorted(cli.COMMANDS) == modules
+    for name in modules:
+        module = importlib.import_module(f"routing_grpo.commands.{name}")
+        assert callable(module.make_parser) and callable(module.run), name
+    cli_tree = ast.parse((PACKAGE / "cli.py").read_text())
+    options = [call.args[0].value for call in _calls(cli_tree, "add_argument")]
+    assert options == ["--version"], "cli.py defines no command's options, only routing-grpo's own --version"

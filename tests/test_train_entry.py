@@ -23,9 +23,7 @@ import pytest
 
 from routing_grpo import loading, runs, train
 from routing_grpo.errors import UsageError
-from tests.helpers import tiny_recipe, write_recipe
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import REPO_ROOT, StandInHub, tiny_recipe, write_recipe
 
 
 @pytest.fixture
@@ -303,28 +301,8 @@ def test_push_to_hub_uploads_the_output_with_the_model_card(tmp_path, tiny_model
     """The push path runs against a stand-in for the Hub API; the token is never passed from the recipe."""
     import transformers.trainer
 
-    calls: list[tuple[str, dict]] = []
-
-    class FakeRepo:
-        repo_id = "someone/tiny-router"
-
-    class FakeHubApi:
-        def create_repo(self, repo_id, **kwargs):
-            calls.append(("create_repo", {"repo_id": repo_id, **kwargs}))
-            return FakeRepo()
-
-        def hf_hub_download(self, repo_id, filename, **kwargs):  # a new repo: no model card yet
-            from huggingface_hub.errors import EntryNotFoundError
-
-            raise EntryNotFoundError(f"{filename} not in {repo_id}")
-
-        def upload_folder(self, **kwargs):
-            folder = Path(kwargs["folder_path"])
-            card = folder / "README.md"
-            kwargs["card"] = card.read_text() if card.exists() else ""
-            calls.append(("upload_folder", kwargs))
-
-    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: FakeHubApi())
+    hub = StandInHub(folder=tmp_path / "hub")  # a new repo: no model card yet
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
     monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)  # the stand-in Hub is reachable
     out = tmp_path / "out"
     recipe = write_recipe(
@@ -340,8 +318,8 @@ def test_push_to_hub_uploads_the_output_with_the_model_card(tmp_path, tiny_model
         ),
     )
     train.main(*train.parse_args(["--config", str(recipe)]))
-    creates = [kw for name, kw in calls if name == "create_repo"]
-    uploads = [kw for name, kw in calls if name == "upload_folder"]
+    creates = hub.named("create_repo")
+    uploads = hub.named("upload_folder")
     assert creates and creates[0]["repo_id"] == "someone/tiny-router" and creates[0]["token"] is None
     assert uploads and all(kw["token"] is None for kw in uploads)
     final = uploads[-1]
@@ -356,7 +334,6 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.multiprocess
 def test_two_process_cpu_launch_finishes_and_saves(tmp_path, tiny_model_path):
     out = tmp_path / "out"
     # Per process 4 rollouts x 2 processes x steps_per_generation 2 = 16 rollouts = 4 prompts per batch.

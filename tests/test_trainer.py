@@ -18,9 +18,10 @@ from routing_grpo.advantages import compute_advantages
 from routing_grpo.countdown import countdown_rows
 from routing_grpo.grading import extract_answer, grade
 from routing_grpo.modes import INVALID
-from routing_grpo.rewards import RoutingReward, countdown_verifier, routing_reward
+from routing_grpo.rewards import RoutingReward, routing_reward
 from routing_grpo.schedules import balance_coef_at
 from routing_grpo.trainer import RoutingGRPOTrainer
+from routing_grpo.verifiers import countdown_verifier
 from tests.helpers import (
     WORDS,
     OutputSpy,

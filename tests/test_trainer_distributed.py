@@ -62,7 +62,6 @@ def launch(num_processes: int, model: Path, out: Path, output_dir: Path) -> dict
 
 
 @pytest.mark.slow
-@pytest.mark.multiprocess
 def test_two_processes_match_one(tiny_model_path, tmp_path):
     from tests.scripts import distributed_routing_run
 

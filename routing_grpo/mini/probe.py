@@ -32,6 +32,7 @@ import torch
 
 from routing_grpo.mini import graded, task
 from routing_grpo.modes import word_first_token_ids
+from routing_grpo.offline_models import is_offline_name, resolve_model_path
 
 
 @dataclass(frozen=True)
@@ -114,9 +115,8 @@ def routing_state_spread(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from routing_grpo.mini.teach import routed_prompt
-    from routing_grpo.offline_models import resolve_model_path
 
-    path = resolve_model_path(model) if model.startswith("offline:") else model
+    path = resolve_model_path(model) if is_offline_name(model) else model
     tokenizer = AutoTokenizer.from_pretrained(path)
     lm = AutoModelForCausalLM.from_pretrained(path).eval()
     tasks = WORLDS[world]
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.problems_per_level < 4:
         parser.error("--problems-per-level: at least 4")
-    if not args.model.startswith("offline:") and not (Path(args.model) / "config.json").is_file():
+    if not is_offline_name(args.model) and not (Path(args.model) / "config.json").is_file():
         parser.error(f"--model: no model folder at {args.model} (a folder with config.json, or offline:mini)")
     world = args.world or ("graded" if args.model == "offline:mini_graded" else "cliff")
     spread = routing_state_spread(args.model, args.problems_per_level, args.seed, world)

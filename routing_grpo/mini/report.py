@@ -3,7 +3,7 @@
 With forced-mode evaluations of the taught model (``oracle_dirs``) the general report
 (:func:`routing_grpo.report.write_report`) gets a "Miniature" part: the oracle table (best mode per level),
 the router's split per level against it, the routing regret, the miniature's targets and the ablations
-(figures: :mod:`routing_grpo.mini.oracle`), in results.md, ``mini.json`` and the ``mini_*.csv`` tables.
+(figures: :mod:`routing_grpo.mini.targets` on :mod:`routing_grpo.emergence`'s table), in results.md, ``mini.json`` and the ``mini_*.csv`` tables.
 ``routing-grpo report --oracle`` writes it through :func:`write_report` here.
 """
 
@@ -16,8 +16,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from routing_grpo.emergence import best_modes
 from routing_grpo.frontier import Point
-from routing_grpo.mini import oracle as orc
+from routing_grpo.mini.targets import (
+    free_mode_figures,
+    graded_world_checks,
+    level_shares,
+    level_table,
+    mix_figures,
+    oracle_cell_dict,
+    oracle_overall,
+    regret_of,
+    router_levels,
+    targets_for,
+)
 from routing_grpo.report import (
     ABLATION_METHODS,
     BASELINE_METHODS,
@@ -105,8 +117,8 @@ def miniature(
 
     modes = oracle.modes
     names = [m.name for m in modes]
-    table = orc.oracle_table(oracle.rows, modes)
-    choice = orc.oracle_choice(table, modes)
+    table = level_table(oracle.rows, modes)
+    choice = best_modes(table)
     notes: list[str] = []
     baselines = [p for m, p in method_points(methods).items() if m in BASELINE_METHODS]
 
@@ -126,7 +138,7 @@ def miniature(
     weights = None
     if seeds and all(lv in choice for lv in level_keys):
         weights = {lv: levels_mean[str(lv)]["level_share"]["mean"] for lv in level_keys}
-    overall = orc.oracle_overall(table, choice, weights)
+    overall = oracle_overall(table, choice, weights)
 
     regrets = [s["regret"] for s in seeds.values() if s["regret"] is not None]
     mean_targets = None
@@ -142,7 +154,7 @@ def miniature(
             m: {k: Stat([s["free_modes"][m][k] for s in seeds.values()]).mean for k in ("share", "accuracy")}
             for m in names
         }
-        mean_targets = orc.targets_for(
+        mean_targets = targets_for(
             benchmark, mean_point, baselines, mean_splits, mean_free, modes,
             relative.mean if relative.values else None,
         )  # fmt: skip
@@ -154,7 +166,10 @@ def miniature(
             "oracle": {
                 "sources": oracle.sources,
                 "levels": {
-                    str(lv): {"cells": {m: c.to_dict() for m, c in cells.items()}, "best": choice[lv]}
+                    str(lv): {
+                        "cells": {m: oracle_cell_dict(lv, m, c) for m, c in cells.items()},
+                        "best": choice[lv],
+                    }
                     for lv, cells in table.items()
                 },
                 "overall": {
@@ -199,26 +214,24 @@ def miniature(
 def world_section(world: OracleData) -> dict[str, Any]:
     """The world's table from forced samples at the training temperature: per level and mode, each mode on
     the uniform mix, the mode with the highest expected reward on the mix (where a routing state shared
-    across problems moves first) and the graded world's checks (:func:`routing_grpo.mini.oracle.graded_world_checks`)."""
+    across problems moves first) and the graded world's checks (:func:`routing_grpo.mini.targets.graded_world_checks`)."""
 
     modes = world.modes
-    table = orc.oracle_table(world.rows, modes)
-    mix = orc.mix_figures(table, modes)
+    table = level_table(world.rows, modes)
+    best = best_modes(table)
+    mix = mix_figures(table, modes)
     ranked = sorted(mix.values(), key=lambda f: f.expected_reward, reverse=True)
     return {
         "sources": world.sources,
         "temperatures": sorted(world.temperatures),
         "levels": {
-            str(lv): {
-                "cells": {m: c.to_dict() for m, c in cells.items()},
-                "best": orc.best_mode(cells, modes),
-            }
+            str(lv): {"cells": {m: oracle_cell_dict(lv, m, c) for m, c in cells.items()}, "best": best[lv]}
             for lv, cells in table.items()
         },
         "mix": {name: f.to_dict() for name, f in mix.items()},
         "favoured": ranked[0].mode,
         "favoured_lead": ranked[0].expected_reward - ranked[1].expected_reward,
-        "checks": [t.to_dict() for t in orc.graded_world_checks(table, modes)],
+        "checks": [t.to_dict() for t in graded_world_checks(table, modes)],
     }
 
 
@@ -249,20 +262,20 @@ def _routed_seeds(
             notes.append(f"{method} seed {seed}: no samples.jsonl beside {summary.get('_path')}")
             continue
         rows = load_samples(samples)
-        levels = orc.router_levels(rows, modes)
+        levels = router_levels(rows, modes)
         if not levels:
             notes.append(f"{method} seed {seed}: no free samples with a level in {samples}")
             continue
         try:
-            regret = orc.regret_of(levels, table, choice)
+            regret = regret_of(levels, table, choice)
         except ValueError as err:
             notes.append(f"{method} seed {seed}: {err}")
             regret = None
         point = Point(method, float(summary["mean_length"]), float(summary["accuracy"]))
-        free_modes = orc.free_mode_figures(rows, modes)
+        free_modes = free_mode_figures(rows, modes)
         targets = None
         if baselines is not None:
-            targets = orc.targets_for(
+            targets = targets_for(
                 benchmark,
                 point,
                 baselines,
@@ -274,7 +287,7 @@ def _routed_seeds(
         seeds[seed] = {
             "accuracy": point.accuracy,
             "mean_length": point.length,
-            "level_shares": orc.level_shares(levels),
+            "level_shares": level_shares(levels),
             "levels": levels,
             "free_modes": free_modes,
             "regret": regret,
@@ -337,7 +350,7 @@ def _level_over_seeds(
         "shares": {m: _over_seeds(r.shares[m] for r in per_seed) for m in names},
         **{key: _over_seeds(getattr(r, key) for r in per_seed) for key in _LEVEL_FIGURES},
         "oracle_choice": best,
-        "oracle_expected_reward": None if best is None else table[level][best].expected_reward,
+        "oracle_expected_reward": None if best is None else table[level][best].reward,
     }
 
 

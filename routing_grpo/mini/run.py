@@ -50,6 +50,7 @@ from typing import Any
 from routing_grpo.errors import OneLineParser, UsageError, run_entry
 from routing_grpo.mini import task
 from routing_grpo.mini.plugin import SHIPPED_CHECKPOINTS, mini_checkpoint_path
+from routing_grpo.recipe_file import read_recipe_file
 
 # The recipes folder of the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPES = Path("recipes")
@@ -372,9 +373,7 @@ SCHEDULE_KEYS = ("routing_warmup_steps", "balance_anneal_start", "balance_anneal
 
 def scaled_schedule(recipe: Path, batch_steps: int) -> list[str]:
     """Overrides that shorten a recipe to ``batch_steps`` generation batches, every schedule in proportion."""
-    import yaml
-
-    values = yaml.safe_load(recipe.read_text())
+    values = read_recipe_file(recipe)
     total = values["total_batch_steps"]
     out = ["--total_batch_steps", str(batch_steps)]
     for key in SCHEDULE_KEYS:

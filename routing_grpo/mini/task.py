@@ -23,7 +23,7 @@ operation. Short copies each operation by its letter and writes the state it lea
 takes the state to 7): as reliable as Long's working, at less than half its tokens, but its cap
 (``recipes/mini``) cuts it off at the last level. Long also writes the state each operation applies to,
 after a preamble, and checks the chain once more: reliable at every level, at the most tokens. So the best
-mode per level differs by level (the oracle table, :mod:`routing_grpo.mini.oracle`).
+mode per level differs by level (the oracle table, :func:`routing_grpo.mini.targets.level_table`).
 """
 
 from __future__ import annotations

@@ -215,9 +215,9 @@ def load_taught(init: str) -> tuple[Any, Any]:
     """The tokenizer and model of a taught folder (or ``offline:NAME``), to continue teaching from."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from routing_grpo.offline_models import resolve_model_path
+    from routing_grpo.offline_models import is_offline_name, resolve_model_path
 
-    path = resolve_model_path(init) if init.startswith("offline:") else init
+    path = resolve_model_path(init) if is_offline_name(init) else init
     return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
 
 
@@ -462,9 +462,9 @@ def greedy_check(
         raise FileNotFoundError(
             f"{recipe}: no such recipe; run from the source checkout or pass --recipes DIR"
         )
-    import yaml
+    from routing_grpo.recipe_file import read_recipe_file
 
-    modes = yaml.safe_load(recipe.read_text())["modes"]
+    modes = read_recipe_file(recipe)["modes"]
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for mode in task.MODE_NAMES:

@@ -45,10 +45,11 @@ from accelerate.utils import gather_object  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed  # noqa: E402
 from transformers.trainer_utils import get_last_checkpoint  # noqa: E402
 
-from routing_grpo.callbacks import PreemptionCallback, default_callbacks, exit_if_preempted  # noqa: E402
+from routing_grpo.callbacks import default_callbacks  # noqa: E402
 from routing_grpo.config import RoutingGRPOConfig  # noqa: E402
 from routing_grpo.data import load_task  # noqa: E402
 from routing_grpo.offline_models import build_tiny_qwen2  # noqa: E402
+from routing_grpo.preemption import PreemptionCallback, exit_if_preempted  # noqa: E402
 from routing_grpo.trainer import RoutingGRPOTrainer  # noqa: E402
 
 SCHEDULE_KEYS = ("routing/batch_step", "routing/forced_share", "routing/balance_coef", "routing/phase")

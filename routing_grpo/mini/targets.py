@@ -1,4 +1,4 @@
-"""The miniature's oracle table, the router's per-level figures, routing regret and the targets (pure).
+"""The miniature's router figures per level, routing regret against the oracle and the targets (pure).
 
 Input: per-sample rows as ``routing-grpo eval`` writes them (``level``, ``mode``, ``L``, ``tokens``,
 ``correct``, ``routing``, ``prompt_id``) and the recipe's modes. The reward of one sample is the training
@@ -8,7 +8,8 @@ reward (:func:`routing_grpo.rewards.routing_reward`)::
     r = 0                      wrong, or past the cap C_m (a capped sample is wrong)
     r = -0.5                   no valid routing word (free samples only)
 
-Oracle (forced samples of the taught model, one evaluation per mode), per level l and mode m::
+Oracle (forced samples of the taught model, one evaluation per mode), per level l and mode m: the table of
+``routing-grpo oracle`` (:mod:`routing_grpo.emergence`) binned by level (:func:`level_table`)::
 
     R(l, m)   = mean of r over the forced samples of mode m at level l     (expected reward)
     best(l)   = argmax_m R(l, m), ties to the briefer mode                 (what a perfect router picks)
@@ -23,6 +24,10 @@ router's prompts::
 Token counts: an oracle cell's mean tokens is the mean L (a forced sample's word is in the prompt, so L is
 all it generated); the router's mean tokens is the mean of ``tokens`` (the routing word included), as the
 evaluation summary's ``mean_length``.
+
+The miniature's report keeps its own names for a cell's figures (:func:`oracle_cell_dict`): count, accuracy
+(uncapped), accuracy_capped, mean_tokens, expected_reward for emergence's samples, accuracy_uncapped,
+accuracy (within the cap), mean_length, reward.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from routing_grpo.emergence import Cell, table_by
 from routing_grpo.frontier import Point, frontier_accuracy_at, pareto_frontier
 from routing_grpo.modes import INVALID, ModeSpec, mode_index
 from routing_grpo.rewards import DEFAULT_INVALID_REWARD, exceeds_cap, routing_reward
@@ -87,79 +93,30 @@ def _mean(values: Sequence[float]) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The oracle table: forced samples, per level and mode
+# The oracle table: forced samples, per level and mode (routing_grpo.emergence's table)
 # ---------------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ModeCell:
-    """One mode at one level, from its forced samples."""
-
-    level: int
-    mode: str
-    count: int
-    accuracy: float
-    """Uncapped: ``correct`` as graded."""
-    accuracy_capped: float
-    """Correct and L <= cap."""
-    mean_tokens: float
-    """Mean L."""
-    expected_reward: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def mode_cell(
-    level: int, mode: ModeSpec, rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]
-) -> ModeCell:
-    """The figures of ``rows`` (all forced in ``mode``, all at ``level``)."""
-    return ModeCell(
-        level=level,
-        mode=mode.name,
-        count=len(rows),
-        accuracy=_mean([float(bool(r["correct"])) for r in rows]),
-        accuracy_capped=_mean([float(correct_within_cap(r, modes)) for r in rows]),
-        mean_tokens=_mean([float(r["L"]) for r in rows]),
-        expected_reward=_mean([sample_reward(r, modes) for r in rows]),
-    )
-
-
-def oracle_table(
+def level_table(
     forced_rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]
-) -> dict[int, dict[str, ModeCell]]:
-    """level -> mode name -> :class:`ModeCell`, from forced rows (rows without a mode or level are skipped)."""
-    groups: dict[tuple[int, int], list[Mapping[str, Any]]] = defaultdict(list)
-    for row in forced_rows:
-        level, m = _level(row), sample_mode(row, modes)
-        if level is not None and m != INVALID:
-            groups[(level, m)].append(row)
-    table: dict[int, dict[str, ModeCell]] = {}
-    for (level, m), rows in sorted(groups.items()):
-        table.setdefault(level, {})[modes[m].name] = mode_cell(level, modes[m], rows, modes)
-    # Cells in mode order, briefest first.
-    return {lv: {m.name: cells[m.name] for m in modes if m.name in cells} for lv, cells in table.items()}
+) -> dict[int, dict[str, Cell]]:
+    """level -> mode name -> :class:`routing_grpo.emergence.Cell` (modes briefest first), from forced rows
+    (rows without a mode or a level are left out; levels are whole numbers); best(l):
+    :func:`routing_grpo.emergence.best_modes`."""
+    return {int(level): cells for level, cells in table_by(forced_rows, modes, "level").items()}
 
 
-def best_mode(cells: Mapping[str, ModeCell], modes: Sequence[ModeSpec]) -> str:
-    """The mode with the highest expected reward at one level; a tie goes to the briefer mode."""
-    best: ModeCell | None = None
-    for m in modes:  # briefest first: a later mode must beat the best so far strictly
-        cell = cells.get(m.name)
-        if (
-            cell is not None
-            and cell.count
-            and (best is None or cell.expected_reward > best.expected_reward + _TIE)
-        ):
-            best = cell
-    if best is None:
-        raise ValueError("best_mode: no mode has samples at this level")
-    return best.mode
-
-
-def oracle_choice(table: Mapping[int, Mapping[str, ModeCell]], modes: Sequence[ModeSpec]) -> dict[int, str]:
-    """level -> best mode."""
-    return {level: best_mode(cells, modes) for level, cells in sorted(table.items())}
+def oracle_cell_dict(level: int, mode: str, cell: Cell) -> dict[str, Any]:
+    """One cell as the miniature's report writes it (``mini.json``, ``mini_oracle.csv``)."""
+    return {
+        "level": level,
+        "mode": mode,
+        "count": cell.samples,
+        "accuracy": cell.accuracy_uncapped,
+        "accuracy_capped": cell.accuracy,
+        "mean_tokens": cell.mean_length,
+        "expected_reward": cell.reward,
+    }
 
 
 @dataclass(frozen=True)
@@ -176,7 +133,7 @@ class OracleOverall:
 
 
 def oracle_overall(
-    table: Mapping[int, Mapping[str, ModeCell]],
+    table: Mapping[int, Mapping[str, Cell]],
     choice: Mapping[int, str],
     weights: Mapping[int, float] | None = None,
 ) -> OracleOverall:
@@ -184,7 +141,7 @@ def oracle_overall(
     shares); without ``weights``, over every level, each weighted by its best cell's sample count."""
     cells = {lv: table[lv][m] for lv, m in choice.items()}
     if weights is None:
-        w = {lv: float(c.count) for lv, c in cells.items()}
+        w = {lv: float(c.samples) for lv, c in cells.items()}
     else:
         missing = sorted(set(weights) - set(cells))
         if missing:
@@ -198,7 +155,7 @@ def oracle_overall(
     def avg(key: str) -> float:
         return math.fsum(w[lv] * getattr(c, key) for lv, c in cells.items()) / total
 
-    return OracleOverall(avg("accuracy"), avg("accuracy_capped"), avg("mean_tokens"), avg("expected_reward"))
+    return OracleOverall(avg("accuracy_uncapped"), avg("accuracy"), avg("mean_length"), avg("reward"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -322,11 +279,11 @@ def routing_regret(
 
 def regret_of(
     router: Mapping[int, RouterLevel],
-    table: Mapping[int, Mapping[str, ModeCell]],
+    table: Mapping[int, Mapping[str, Cell]],
     choice: Mapping[int, str],
 ) -> Regret:
     """:func:`routing_regret` from the router's levels and the oracle table."""
-    best = {lv: table[lv][m].expected_reward for lv, m in choice.items()}
+    best = {lv: table[lv][m].reward for lv, m in choice.items()}
     return routing_regret(level_shares(router), best, {lv: r.expected_reward for lv, r in router.items()})
 
 
@@ -474,9 +431,7 @@ class MixFigures:
         return asdict(self)
 
 
-def mix_figures(
-    table: Mapping[int, Mapping[str, ModeCell]], modes: Sequence[ModeSpec]
-) -> dict[str, MixFigures]:
+def mix_figures(table: Mapping[int, Mapping[str, Cell]], modes: Sequence[ModeSpec]) -> dict[str, MixFigures]:
     """mode -> its figures on the uniform mix: the mean over levels of each cell's figure."""
     out = {}
     for m in modes:
@@ -485,17 +440,17 @@ def mix_figures(
             raise ValueError(f"mix_figures: mode {m.name} has no forced samples at some level")
         out[m.name] = MixFigures(
             m.name,
-            _mean([c.accuracy_capped for c in cells]),
-            _mean([c.mean_tokens for c in cells]),
-            _mean([c.expected_reward for c in cells]),
+            _mean([c.accuracy for c in cells]),
+            _mean([c.mean_length for c in cells]),
+            _mean([c.reward for c in cells]),
         )
     return out
 
 
-def best_margin(cells: Mapping[str, ModeCell], mode: str) -> float:
+def best_margin(cells: Mapping[str, Cell], mode: str) -> float:
     """R(l, mode) - max over the other modes of R(l, m): positive where ``mode`` is best by that much."""
-    others = [c.expected_reward for name, c in cells.items() if name != mode]
-    return cells[mode].expected_reward - max(others)
+    others = [c.reward for name, c in cells.items() if name != mode]
+    return cells[mode].reward - max(others)
 
 
 def _range_target(key: str, rule: str, value: float | None, low: float, high: float) -> Target:
@@ -504,9 +459,7 @@ def _range_target(key: str, rule: str, value: float | None, low: float, high: fl
     return Target(key, rule, value, low, low - _TIE <= value <= high + _TIE)
 
 
-def graded_world_checks(
-    table: Mapping[int, Mapping[str, ModeCell]], modes: Sequence[ModeSpec]
-) -> list[Target]:
+def graded_world_checks(table: Mapping[int, Mapping[str, Cell]], modes: Sequence[ModeSpec]) -> list[Target]:
     """The graded world's oracle table (forced samples at the training temperature) against the paper's
     regime. With R_m the expected phase-1 reward and a_m the accuracy of mode m on the uniform mix:
 
@@ -566,7 +519,7 @@ def graded_world_checks(
         )  # fmt: skip
     )
     for name in names[:-1]:
-        below_top = min(table[lv][name].accuracy_capped for lv in levels[:-1])
+        below_top = min(table[lv][name].accuracy for lv in levels[:-1])
         out.append(
             _target(
                 f"graded_{name}_floor",
@@ -576,7 +529,7 @@ def graded_world_checks(
                 True,
             )  # fmt: skip
         )
-        fall = table[levels[0]][name].accuracy_capped - table[levels[-1]][name].accuracy_capped
+        fall = table[levels[0]][name].accuracy - table[levels[-1]][name].accuracy
         out.append(
             _target(
                 f"graded_{name}_falls",
@@ -586,7 +539,7 @@ def graded_world_checks(
                 True,
             )
         )
-    hardest = table[levels[-1]][longest].accuracy_capped
+    hardest = table[levels[-1]][longest].accuracy
     out.append(
         Target(
             f"{longest}_hardest_accuracy",

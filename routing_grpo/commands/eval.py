@@ -1,0 +1,283 @@
+"""``routing-grpo eval``: a router (free routing), one forced mode or a plain model on the benchmarks."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from routing_grpo.errors import UsageError, model_file_errors
+
+
+def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
+    """``a=1,b=2`` -> {"a": 1, "b": 2}."""
+    out: dict[str, Any] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise UsageError(f"{flag}: expected NAME=VALUE[,NAME=VALUE...], got {text!r}")
+        try:
+            out[key.strip()] = cast(value.strip())
+        except ValueError:
+            raise UsageError(f"{flag}: bad value for {key.strip()!r}: {value.strip()!r}") from None
+    return out
+
+
+def _check_model_location(model: str) -> None:
+    """A ``--model`` that is neither a local folder nor something the Hub could serve: one line, before
+    anything loads (a path that is not there, a file, a Hub id while the Hub is offline)."""
+    from routing_grpo.locations import hub_offline, looks_local
+
+    path = Path(model).expanduser()
+    if path.is_file():
+        raise UsageError(f"--model: {model} is a file; give a checkpoint folder or a Hub id")
+    if path.exists():
+        return
+    if looks_local(model):
+        raise UsageError(f"--model: no such folder: {model} (a checkpoint folder or a Hub id owner/name)")
+    if hub_offline():
+        raise UsageError(
+            f"--model: {model} is not a local folder, and the Hub is offline here (HF_HUB_OFFLINE is set); "
+            "give a checkpoint folder"
+        )
+
+
+def _saved_routing_settings(model: str, revision: str | None = None) -> dict[str, Any]:
+    """The modes, instruction, question and completion limit saved with a trained checkpoint ({} when it
+    has none)."""
+    from routing_grpo.settings import RoutingSettings, SettingsNotFoundError
+
+    try:
+        settings = RoutingSettings.load(model, revision=revision)
+    except SettingsNotFoundError:
+        return {}
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    data = settings.to_dict()
+    return {k: data[k] for k in ("modes", "routing_instruction", "routing_question", "max_completion_length")}
+
+
+# Without --max-tokens and without a saved completion limit: long enough for the paper's Long mode.
+DEFAULT_EVAL_MAX_TOKENS = 16384
+
+
+def _model_context(model: str) -> int | None:
+    """max_position_embeddings of a local model folder's config.json (None for a Hub id or when absent)."""
+    config = Path(model).expanduser() / "config.json"
+    if not config.is_file():
+        return None
+    try:
+        value = json.loads(config.read_text()).get("max_position_embeddings")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return value if isinstance(value, int) and value > 0 else None
+
+
+def run(args: argparse.Namespace) -> int:
+    from routing_grpo.backends import check_sampling, resolve_backend
+    from routing_grpo.data import DatasetUnavailableError
+    from routing_grpo.evaluate import EvalConfig, check_benchmarks, check_engine, run_eval
+
+    try:  # a bad sampling option is its own one-line error, before anything is read or loaded
+        check_sampling(args.temperature, args.top_p, flags=True)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    # An offline model name (as recipes write it, e.g. offline:mini) evaluates the same folder training loads.
+    from routing_grpo.offline_models import is_offline_name, resolve_model_path
+
+    if is_offline_name(args.model):
+        try:
+            args.model = resolve_model_path(args.model)
+        except ValueError as err:
+            raise UsageError(str(err).replace("model_name_or_path", "--model")) from None
+    _check_model_location(args.model)
+    if args.output and Path(args.output).exists() and not Path(args.output).is_dir():
+        raise UsageError(f"--output: {args.output} is a file; give a folder for the evaluation")
+    # Everything the command line names is checked before the model loads: the recipe, the options, the
+    # benchmark names and data files (run_eval then loads the benchmarks before the model).
+    recipe: dict[str, Any] = {}
+    need_saved = not args.config or args.max_tokens is None
+    saved = _saved_routing_settings(args.model, args.revision) if need_saved else {}
+    if args.config:
+        from routing_grpo.recipe import load_recipe_modes, read_recipe
+
+        load_recipe_modes(args.config)  # a missing file, bad YAML or bad modes: one clear line
+        recipe = read_recipe(args.config)
+    else:
+        recipe = saved
+    # --max-tokens: the run's own completion limit by default, and never past the model's context.
+    max_tokens = args.max_tokens
+    if max_tokens is None:
+        max_tokens = saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
+    context = _model_context(args.model)
+    clamped = None
+    if context is not None and max_tokens > context:
+        # Said only when asked for explicitly, and only once the command line has been checked.
+        if args.max_tokens is not None:
+            clamped = f"--max-tokens: {max_tokens} is past the model's context; using {context}"
+        max_tokens = context
+    try:
+        config = EvalConfig(
+            model=args.model,
+            benchmarks=[b.strip() for b in args.benchmarks.split(",") if b.strip()],
+            output=args.output or "",
+            samples=_parse_mapping(args.samples, "--samples", int),
+            temperature=args.temperature,
+            top_p=args.top_p,
+            max_tokens=max_tokens,
+            backend=args.backend,
+            limit=args.limit,
+            force_mode=args.force_mode,
+            no_routing=args.no_routing,
+            data=_parse_mapping(args.data, "--data"),
+            batch_size=args.batch_size,
+            seed=args.seed,
+            method=args.method,
+            run_seed=args.run_seed,
+            revision=args.revision,
+            dtype=args.dtype,
+            device=args.device,
+            tensor_parallel_size=args.tensor_parallel_size,
+            data_parallel_size=args.data_parallel_size,
+            max_model_len=args.max_model_len,
+            gpu_memory_utilization=args.gpu_memory_utilization,
+            overwrite=args.overwrite,
+            **{
+                k: recipe[k]
+                for k in ("modes", "routing_instruction", "routing_question")
+                if recipe.get(k) is not None
+            },
+        )
+        if not args.output:  # docs/evaluation.md's layout: outputs/eval/<method>/seed<N>
+            seed = config.run_seed if config.run_seed is not None else 0
+            config.output = str(Path("outputs") / "eval" / config.effective_method / f"seed{seed}")
+        check_benchmarks(config)
+        for flag, mapping in (("--samples", config.samples), ("--data", config.data)):
+            stray = sorted(set(mapping) - set(config.benchmarks))
+            if stray:
+                raise UsageError(
+                    f"{flag}: {', '.join(stray)} not in --benchmarks ({', '.join(config.benchmarks)})"
+                )
+        check_engine(config, resolve_backend(config.backend))
+    except (FileNotFoundError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    if clamped:
+        print(clamped, file=sys.stderr)
+    model = Path(args.model).expanduser()
+    if args.model.startswith(("/", ".", "~")) and not model.exists():
+        raise UsageError(f"--model: no such folder: {args.model} (a checkpoint folder or a Hub name)")
+    try:
+        summaries = run_eval(config)
+    except (FileNotFoundError, ValueError, DatasetUnavailableError) as err:
+        raise UsageError(str(err)) from None
+    except (OSError, *model_file_errors()) as err:  # the model or tokenizer could not be loaded
+        reason = " ".join(str(err).split())
+        raise UsageError(f"{args.model}: the model could not be loaded ({reason})") from None
+    for bench, summary in summaries.items():
+        shares = summary.get("mode_shares")
+        if config.force_mode is not None:
+            split = f"forced {config.force_mode}"
+        elif config.no_routing:
+            split = "none (plain prompt)"
+        else:
+            split = " ".join(f"{m}={v:.2f}" for m, v in shares.items()) if shares else "-"
+        print(
+            f"{bench}: accuracy {summary['accuracy']:.3f}, mean length {summary['mean_length']:.0f} tokens, "
+            f"routing {split}, samples {summary['num_samples']}"
+        )
+    return 0
+
+
+def make_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds this command to ``routing-grpo``'s subcommands (as TRL's scripts do)."""
+    p = subparsers.add_parser(
+        "eval",
+        help="evaluate a model on math500 / gsm8k / aime24 / aime25",
+        description="Evaluate a router (free routing), one forced mode, or a plain model. Benchmarks, "
+        "--samples, --data and --config are checked before the model loads. With vLLM each benchmark's "
+        "prompts go to the engine in one call; --tensor-parallel-size x --data-parallel-size GPUs are used.",
+    )
+    p.add_argument("--model", required=True, help="checkpoint directory or Hub name")
+    p.add_argument("--benchmarks", default="math500,gsm8k,aime24,aime25", help="comma-separated benchmarks")
+    p.add_argument("--samples", help="samples per prompt, e.g. gsm8k=5,aime24=16 (paper defaults otherwise)")
+    p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: keep this probability mass")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        default=None,
+        help="uncapped generation up to this many tokens (default: the checkpoint's training completion "
+        f"limit from routing_config.json, else {16384}; never past the model's context)",
+    )
+    p.add_argument(
+        "--backend",
+        choices=["auto", "vllm", "transformers"],
+        default="auto",
+        help="auto: vLLM when it is installed and there is a GPU, else transformers",
+    )
+    p.add_argument("--limit", type=int, help="first N problems of each benchmark")
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--force-mode", help="evaluate one mode: its word is appended after the routing question"
+    )
+    group.add_argument("--no-routing", action="store_true", help="plain prompt (base model or a baseline)")
+    p.add_argument("--config", help="training recipe: its modes, routing instruction and question are used")
+    p.add_argument("--data", help="local files per benchmark, e.g. math500=data/math500.jsonl (default: Hub)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        help="prompts per generation call (default: vLLM gets each benchmark's prompts in one call, "
+        "transformers 16); each call's samples are saved when graded, so a rerun resumes after the last one",
+    )
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (seeds the vLLM engines)")
+    p.add_argument("--method", help="label for reports (default: router / base / the forced mode)")
+    p.add_argument("--run-seed", type=int, help="training seed of the checkpoint, for reports")
+    p.add_argument(
+        "--output",
+        help="directory: <benchmark>/samples.jsonl and summary.json (default outputs/eval/<method>/seed<N>); "
+        "a rerun resumes its samples, and samples of another model, data or settings are refused",
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="start each benchmark's samples afresh instead of resuming"
+    )
+    engine = p.add_argument_group("model and engine")
+    engine.add_argument("--revision", help="Hub revision (branch, tag or commit) of the model and tokenizer")
+    engine.add_argument(
+        "--dtype",
+        choices=["auto", "bfloat16", "float16", "float32"],
+        default="auto",
+        help="weights and activations (auto: the checkpoint's)",
+    )
+    engine.add_argument(
+        "--device", help="transformers backend: device (default: cuda when there is a GPU, else cpu)"
+    )
+    engine.add_argument(
+        "--tensor-parallel-size",
+        type=int,
+        default=1,
+        help="vLLM: GPUs each engine splits the model over",
+    )
+    engine.add_argument(
+        "--data-parallel-size",
+        type=int,
+        default=1,
+        help="vLLM: engines, each on its own --tensor-parallel-size GPUs and process, sharing each call's "
+        "prompts (needs tensor x data parallel size GPUs)",
+    )
+    engine.add_argument(
+        "--max-model-len",
+        type=int,
+        help="vLLM: context length of the engine, prompt + completion (default: the model's)",
+    )
+    engine.add_argument(
+        "--gpu-memory-utilization",
+        type=float,
+        default=0.9,
+        help="vLLM: share of each GPU's memory the engine may take (weights, activations, KV cache)",
+    )
+    p.set_defaults(func=run)
+    return p

@@ -1,0 +1,65 @@
+"""``routing-grpo report``: tables and figures across eval runs (router vs single-mode baselines)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from routing_grpo.errors import UsageError
+
+
+def run(args: argparse.Namespace) -> int:
+    # The miniature's report is the general one with its part added (the general one has no miniature).
+    from routing_grpo.mini.report import write_report
+
+    if args.no_plots:
+        figures = None
+    else:
+        from routing_grpo.plots import draw_all as figures
+    try:
+        tables = write_report(
+            args.runs,
+            args.output,
+            plots=figures,
+            oracle_dirs=args.oracle or (),
+            training_dirs=args.training or (),
+            world_oracle_dirs=args.world_oracle or (),
+        )
+    except (FileNotFoundError, ValueError) as err:
+        raise UsageError(str(err)) from None
+    print((Path(args.output) / "results.md").read_text(), end="")
+    for figure in tables.get("figures", []):
+        print(f"wrote {figure}")
+    return 0
+
+
+def make_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds this command to ``routing-grpo``'s subcommands (as TRL's scripts do)."""
+    p = subparsers.add_parser(
+        "report", help="tables and figures across eval runs (router vs single-mode baselines)"
+    )
+    p.add_argument("--runs", nargs="+", required=True, help="run directories holding summary.json files")
+    p.add_argument("--output", required=True, help="directory for results.md, CSV tables and PNG figures")
+    p.add_argument(
+        "--oracle",
+        nargs="+",
+        help="forced-mode evaluations of the taught model (one per mode, samples.jsonl + summary.json): "
+        "adds the miniature's oracle table, routing regret, targets and ablations, and mini.json; they are "
+        "left out of the results even when they lie under --runs",
+    )
+    p.add_argument(
+        "--world-oracle",
+        nargs="+",
+        help="forced-mode evaluations at the training temperature (with --oracle): the world's table, each "
+        "mode's expected reward on the uniform mix and the checks of the paper's regime, in mini.json",
+    )
+    p.add_argument(
+        "--training",
+        nargs="+",
+        help="training output folders (trainer_state.json): training-dynamics figures and the ablations' "
+        "logs (folders named after no_balance / no_warmup)",
+    )
+    p.add_argument("--no-plots", action="store_true", help="tables only")
+    p.set_defaults(func=run)
+    return p
