@@ -194,6 +194,15 @@ SMALL_MODES = [
 WORDS = [m["word"] for m in SMALL_MODES]
 
 
+def use_stand_in_hub(monkeypatch: Any, hub: StandInHub) -> StandInHub:
+    """Routes the trainer's Hub calls to ``hub`` and lets the push preflight pass (the stand-in is reachable)."""
+    import transformers.trainer
+
+    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
+    monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)
+    return hub
+
+
 def arithmetic_rows(n: int = 24) -> list[dict[str, Any]]:
     rows = []
     for i in range(n):

@@ -12,7 +12,7 @@ import yaml
 from routing_grpo import paper, train
 from routing_grpo.errors import UsageError
 from routing_grpo.hub import card_run_identity, card_run_marker, hub_repo_name, model_card
-from tests.helpers import REPO_ROOT, StandInHub, tiny_recipe, write_recipe
+from tests.helpers import REPO_ROOT, StandInHub, tiny_recipe, use_stand_in_hub, write_recipe
 
 RECIPES = REPO_ROOT / "recipes"
 ALL_RECIPES = sorted(RECIPES.rglob("*.yaml"))
@@ -73,11 +73,8 @@ def test_the_makefile_passes_hub_org():
 def test_runs_push_to_their_own_repo_with_the_recipes_strategy(
     tmp_path, tiny_model_path, monkeypatch, seed, strategy
 ):
-    import transformers.trainer
 
-    hub = StandInHub()
-    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
-    monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)  # the stand-in Hub is reachable
+    hub = use_stand_in_hub(monkeypatch, StandInHub())
     recipe = write_recipe(
         tmp_path / "tiny_router.yaml",
         tiny_recipe(
@@ -157,11 +154,8 @@ def test_the_model_card_names_only_the_phases_the_run_reached():
 
 def _push_run(tmp_path, tiny_model_path, monkeypatch, cards, **recipe_changes):
     """A 2-batch tiny run with push_to_hub against a stand-in Hub already holding ``cards``."""
-    import transformers.trainer
 
-    hub = StandInHub(cards, folder=tmp_path / "hub")
-    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
-    monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)  # the stand-in Hub is reachable
+    hub = use_stand_in_hub(monkeypatch, StandInHub(cards, folder=tmp_path / "hub"))
     out = tmp_path / "out"
     recipe = write_recipe(
         tmp_path / "tiny_router.yaml",

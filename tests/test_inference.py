@@ -536,14 +536,12 @@ def test_a_single_mode_checkpoint_answers_in_its_mode(tiny_router_path):
 
 
 def test_settings_round_trip_through_a_trained_checkpoint(tmp_path, tiny_model_path, monkeypatch):
-    import transformers.trainer
-
     from routing_grpo import train
-    from tests.helpers import TINY_MODES, StandInHub, tiny_recipe, write_recipe
+    from tests.helpers import TINY_MODES, StandInHub, tiny_recipe, use_stand_in_hub, write_recipe
 
-    hub = StandInHub(folder=tmp_path / "hub", record_files=(SETTINGS_FILE,))  # a new repo: no model card yet
-    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
-    monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)  # the stand-in Hub is reachable
+    hub = use_stand_in_hub(
+        monkeypatch, StandInHub(folder=tmp_path / "hub", record_files=(SETTINGS_FILE,))
+    )  # a new repo: no model card yet
     out = tmp_path / "out"
     recipe = write_recipe(
         tmp_path / "r.yaml",

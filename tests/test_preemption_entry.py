@@ -26,7 +26,7 @@ import pytest
 from transformers import TrainerCallback
 
 from routing_grpo import train
-from tests.helpers import REPO_ROOT, tiny_recipe, write_recipe
+from tests.helpers import REPO_ROOT, StandInHub, tiny_recipe, use_stand_in_hub, write_recipe
 
 STARTED = "Preemption: training started on process"
 SCHEDULE_KEYS = ("routing/batch_step", "routing/forced_share", "routing/balance_coef", "routing/phase")
@@ -272,13 +272,7 @@ def test_two_process_sigint_and_sigusr1_checkpoint_on_every_process(tmp_path, ti
 
 
 def test_a_preempted_run_pushes_nothing_and_writes_no_card(tmp_path, tiny_model_path, monkeypatch):
-    import transformers.trainer
-
-    from tests.helpers import StandInHub
-
-    hub = StandInHub(folder=tmp_path)
-    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
-    monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)  # the stand-in Hub is reachable
+    hub = use_stand_in_hub(monkeypatch, StandInHub(folder=tmp_path))
     out = tmp_path / "run"
     recipe = write_recipe(
         tmp_path / "pushed.yaml",

@@ -23,7 +23,7 @@ import pytest
 
 from routing_grpo import loading, runs, train
 from routing_grpo.errors import UsageError
-from tests.helpers import REPO_ROOT, StandInHub, tiny_recipe, write_recipe
+from tests.helpers import REPO_ROOT, StandInHub, tiny_recipe, use_stand_in_hub, write_recipe
 
 
 @pytest.fixture
@@ -299,11 +299,8 @@ def test_tiny_lora_run_saves_an_adapter(tmp_path, tiny_model_path):
 
 def test_push_to_hub_uploads_the_output_with_the_model_card(tmp_path, tiny_model_path, monkeypatch):
     """The push path runs against a stand-in for the Hub API; the token is never passed from the recipe."""
-    import transformers.trainer
 
-    hub = StandInHub(folder=tmp_path / "hub")  # a new repo: no model card yet
-    monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
-    monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)  # the stand-in Hub is reachable
+    hub = use_stand_in_hub(monkeypatch, StandInHub(folder=tmp_path / "hub"))  # a new repo: no model card yet
     out = tmp_path / "out"
     recipe = write_recipe(
         tmp_path / "r.yaml",
