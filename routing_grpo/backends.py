@@ -265,6 +265,81 @@ def vllm_request_params(request: GenerationRequest, sampling: Mapping[str, Any])
     return {**sampling, "n": int(request.n), "max_tokens": int(request.max_tokens)}
 
 
+# ---------------------------------------------------------------------------------------------------------
+# vLLM in training: the colocated engine and the server, behind the same requests
+# ---------------------------------------------------------------------------------------------------------
+
+
+def colocated_vllm_runner(
+    llm: Any, sampling: Mapping[str, Any], generation_kwargs: Mapping[str, Any] | None = None
+) -> Callable[[Sequence[GenerationRequest]], list[list[tuple[list[int], list[float | None] | None]]]]:
+    """A colocated ``vllm.LLM`` (TRL's, in training) behind the request interface: ``run(requests)`` gives,
+    per request, its ``n`` samples as (completion ids, sampled-token logprobs or None), in one engine call."""
+    from trl.generation.vllm_generation import extract_logprobs
+    from vllm import SamplingParams
+
+    def run(requests: Sequence[GenerationRequest]) -> list[list[tuple[list[int], list[float | None] | None]]]:
+        params = [
+            SamplingParams(n=r.n, max_tokens=r.max_tokens, **sampling, **(generation_kwargs or {}))
+            for r in requests
+        ]
+        results = llm.generate(
+            [{"prompt_token_ids": list(r.prompt_ids)} for r in requests],
+            sampling_params=params,
+            use_tqdm=False,
+        )
+        outputs = []
+        for result in results:
+            lps, _ = extract_logprobs([result])
+            outputs.append(
+                [
+                    (list(sample.token_ids), None if lps is None else [lp[0] for lp in lps[k]])
+                    for k, sample in enumerate(result.outputs)
+                ]
+            )
+        return outputs
+
+    return run
+
+
+def batch_requests_by_sampling(requests: Sequence[GenerationRequest]) -> dict[tuple[int, int], list[int]]:
+    """Indices of requests sharing (n, max_tokens): one vLLM server call each (its API takes one of each)."""
+    batches: dict[tuple[int, int], list[int]] = {}
+    for j, request in enumerate(requests):
+        batches.setdefault((request.n, request.max_tokens), []).append(j)
+    return batches
+
+
+def run_server_requests(
+    client: Any, requests: Sequence[GenerationRequest], sampling: dict[str, Any]
+) -> list[list[tuple[list[int], list[float | None] | None]]]:
+    """Sends ``requests`` to a vLLM server client (``trl``'s ``VLLMClient``), one call per (n, max_tokens).
+
+    Returns, per request, its ``n`` samples as (completion ids, sampled-token logprobs or None).
+    """
+    results: list[list[tuple[list[int], list[float | None] | None]]] = [[] for _ in requests]
+    for (n, max_tokens), indices in batch_requests_by_sampling(requests).items():
+        output = client.generate(
+            prompts=[list(requests[j].prompt_ids) for j in indices], n=n, max_tokens=max_tokens, **sampling
+        )
+        completions = output["completion_ids"]
+        logprobs = output.get("logprobs")
+        if len(completions) != n * len(indices):
+            raise ValueError(
+                f"vLLM server returned {len(completions)} completions for {len(indices)} x n={n}"
+            )
+        for k, j in enumerate(indices):
+            for s in range(n):
+                flat = k * n + s
+                lps = (
+                    None
+                    if logprobs is None
+                    else [lp[0] if isinstance(lp, list) else lp for lp in logprobs[flat]]
+                )
+                results[j].append((list(completions[flat]), lps))
+    return results
+
+
 def visible_gpus() -> list[str]:
     """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every GPU torch counts."""
     env = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -279,14 +279,6 @@ def generate_rows(
     return scatter_outputs(requests, run(requests), len(prompt_ids))
 
 
-def batch_requests_by_sampling(requests: Sequence[GenerationRequest]) -> dict[tuple[int, int], list[int]]:
-    """Indices of requests sharing (n, max_tokens): one vLLM server call each (its API takes one of each)."""
-    batches: dict[tuple[int, int], list[int]] = {}
-    for j, request in enumerate(requests):
-        batches.setdefault((request.n, request.max_tokens), []).append(j)
-    return batches
-
-
 def decode_completions(
     completion_ids: Sequence[Sequence[int]], decode: Callable[[Sequence[int]], str], conversational: bool
 ) -> list[Any]:
@@ -295,33 +287,3 @@ def decode_completions(
     if conversational:
         return [[{"role": "assistant", "content": t}] for t in texts]
     return texts
-
-
-def run_server_requests(
-    client: Any, requests: Sequence[GenerationRequest], sampling: dict[str, Any]
-) -> list[list[tuple[list[int], list[float | None] | None]]]:
-    """Sends ``requests`` to a vLLM server client (``trl``'s ``VLLMClient``), one call per (n, max_tokens).
-
-    Returns, per request, its ``n`` samples as (completion ids, sampled-token logprobs or None).
-    """
-    results: list[list[tuple[list[int], list[float | None] | None]]] = [[] for _ in requests]
-    for (n, max_tokens), indices in batch_requests_by_sampling(requests).items():
-        output = client.generate(
-            prompts=[list(requests[j].prompt_ids) for j in indices], n=n, max_tokens=max_tokens, **sampling
-        )
-        completions = output["completion_ids"]
-        logprobs = output.get("logprobs")
-        if len(completions) != n * len(indices):
-            raise ValueError(
-                f"vLLM server returned {len(completions)} completions for {len(indices)} x n={n}"
-            )
-        for k, j in enumerate(indices):
-            for s in range(n):
-                flat = k * n + s
-                lps = (
-                    None
-                    if logprobs is None
-                    else [lp[0] if isinstance(lp, list) else lp for lp in logprobs[flat]]
-                )
-                results[j].append((list(completions[flat]), lps))
-    return results

@@ -49,6 +49,7 @@ from typing import Any
 from routing_grpo.backends import (
     DEFAULT_TEMPERATURE,
     Backend,
+    LocalVLLM,
     TransformersBackend,
     VLLMBackend,
     check_sampling,
@@ -463,12 +464,13 @@ class Router:
         tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
         sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
         if resolve_backend(backend) == "vllm":
-            from vllm import LLM
-
             kwargs = {"seed": seed} if seed is not None else {}
-            llm = LLM(model=name, revision=revision, **kwargs, **engine_kwargs)
+            local = LocalVLLM.start(
+                {"model": name, "revision": revision, **kwargs, **engine_kwargs}, use_tqdm=False
+            )
+            llm = local.llm
             eos = stop_token_ids(read_generation_config(name, revision), tokenizer)
-            engine: Backend = VLLMBackend(llm, eos_token_ids=eos, **sampling)
+            engine: Backend = VLLMBackend(local, eos_token_ids=eos, **sampling)
             context = getattr(
                 getattr(getattr(llm, "llm_engine", None), "model_config", None), "max_model_len", None
             )

@@ -39,6 +39,7 @@ from trl import GRPOTrainer
 
 from routing_grpo import paper
 from routing_grpo.advantages import compute_advantages, decoupled_word_advantages
+from routing_grpo.backends import colocated_vllm_runner, run_server_requests
 from routing_grpo.batching import plan_length_buckets, row_widths, split_to_count
 from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks
 from routing_grpo.capped_generation import (
@@ -67,7 +68,6 @@ from routing_grpo.generation import (
     finalize_rollouts,
     generate_rows,
     plan_forced_modes,
-    run_server_requests,
 )
 from routing_grpo.grading import generation_prompt_opens_reasoning
 from routing_grpo.modes import INVALID, ModeDetector, word_first_token_ids, word_token_id_forms
@@ -600,31 +600,7 @@ class RoutingGRPOTrainer(GRPOTrainer):
                 raise NotImplementedError(
                     "RoutingGRPOTrainer: vLLM colocate with tensor parallelism is not supported"
                 )
-            from trl.generation.vllm_generation import extract_logprobs
-            from vllm import SamplingParams
-
-            def run(requests):
-                params = [
-                    SamplingParams(
-                        n=r.n, max_tokens=r.max_tokens, **sampling, **(vllm.generation_kwargs or {})
-                    )
-                    for r in requests
-                ]
-                results = vllm.llm.generate(
-                    [{"prompt_token_ids": list(r.prompt_ids)} for r in requests],
-                    sampling_params=params,
-                    use_tqdm=False,
-                )
-                outputs = []
-                for result in results:
-                    lps, _ = extract_logprobs([result])
-                    outputs.append(
-                        [
-                            (list(sample.token_ids), None if lps is None else [lp[0] for lp in lps[k]])
-                            for k, sample in enumerate(result.outputs)
-                        ]
-                    )
-                return outputs
+            run = colocated_vllm_runner(vllm.llm, sampling, vllm.generation_kwargs)
 
             if vllm.enable_sleep_mode:
                 vllm.llm.wake_up(tags=["kv_cache"])

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import pytest
 
+from routing_grpo.backends import batch_requests_by_sampling, run_server_requests
 from routing_grpo.generation import (
     GenerationRequest,
     apply_caps,
-    batch_requests_by_sampling,
     decode_completions,
     finalize_rollouts,
     generation_budget,
     plan_forced_modes,
     plan_requests,
     promote_forced_word,
-    run_server_requests,
     scatter_outputs,
 )
 from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
@@ -272,3 +271,49 @@ def test_scatter_outputs_checks_counts():
 def test_decode_completions():
     assert decode_completions([[1, 2]], lambda ids: "x" * len(ids), False) == ["xx"]
     assert decode_completions([[1]], lambda ids: "y", True) == [[{"role": "assistant", "content": "y"}]]
+
+
+def test_the_colocated_runner_sends_each_request_with_its_budget_and_reads_logprobs(monkeypatch):
+    """The trainer's colocated vLLM engine behind the request interface: one engine call, each request its
+    own ``n`` and ``max_tokens`` beside the shared sampling, each sample's sampled-token logprobs read back."""
+    import sys
+    from types import SimpleNamespace
+
+    import trl.generation.vllm_generation  # noqa: F401 - loaded before vllm is stood in for (it probes vllm)
+
+    from routing_grpo.backends import colocated_vllm_runner
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kwargs: kwargs))
+
+    class StandInLLM:
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, prompts, sampling_params, use_tqdm):
+            self.calls.append((prompts, sampling_params, use_tqdm))
+            token = SimpleNamespace(rank=1, logprob=-0.25)
+            return [
+                SimpleNamespace(
+                    outputs=[
+                        SimpleNamespace(
+                            token_ids=[7] * p["max_tokens"], logprobs=[{7: token}] * p["max_tokens"]
+                        )
+                        for _ in range(p["n"])
+                    ]
+                )
+                for p in sampling_params
+            ]
+
+    llm = StandInLLM()
+    run = colocated_vllm_runner(llm, {"temperature": 1.0, "logprobs": 0}, {"min_p": 0.1})
+    out = run(
+        [
+            GenerationRequest(prompt_ids=(1, 2), n=2, max_tokens=3),
+            GenerationRequest(prompt_ids=(4,), n=1, max_tokens=1),
+        ]
+    )
+    ((prompts, params, use_tqdm),) = llm.calls
+    assert [p["prompt_token_ids"] for p in prompts] == [[1, 2], [4]] and use_tqdm is False
+    shared = {"temperature": 1.0, "logprobs": 0, "min_p": 0.1}
+    assert params == [{"n": 2, "max_tokens": 3, **shared}, {"n": 1, "max_tokens": 1, **shared}]
+    assert out == [[([7, 7, 7], [-0.25] * 3)] * 2, [([7], [-0.25])]]

@@ -258,3 +258,21 @@ def test_one_command_per_module():
     cli_tree = ast.parse((PACKAGE / "cli.py").read_text())
     options = [call.args[0].value for call in _calls(cli_tree, "add_argument")]
     assert options == ["--version"], "cli.py defines no command's options, only routing-grpo's own --version"
+
+
+def test_only_the_generation_layer_talks_to_vllm():
+    """vLLM is imported by routing_grpo.backends alone: the trainer, evaluation and inference reach it through
+    the generation layer's engines and request runners (the trainer keeps TRL's engine objects only)."""
+    importers = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
+            if any(n == "vllm" or n.startswith("vllm.") for n in names) and path.name != "backends.py":
+                importers.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert not importers, importers
