@@ -199,8 +199,8 @@ def main(
     trainer.save_state()
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
+        from routing_grpo.routing_metrics import routing_summary
         from routing_grpo.settings import save_routing_settings
-        from routing_grpo.trainer import routing_summary
 
         if not training_args.single_mode:
             print(

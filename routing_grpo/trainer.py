@@ -24,12 +24,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import sys
 import time
-from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -52,15 +50,6 @@ from routing_grpo.capped_generation import (
 )
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.early_tell import (
-    FANOUT_WINDOW,
-    PASS_PREFIX,
-    advantage_split,
-    early_tell_readings,
-    early_tell_verdict,
-    fanout,
-    level_mode_advantages,
-    logodds_by_level,
-    pass_rate_difficulty,
     word_loss_share,
 )
 from routing_grpo.generation import (
@@ -74,10 +63,11 @@ from routing_grpo.modes import INVALID, ModeDetector, word_first_token_ids, word
 from routing_grpo.preemption import preemption_exit_code
 from routing_grpo.prompting import add_routing_instruction, forcing_text
 from routing_grpo.rewards import RoutingReward
+from routing_grpo.routing_metrics import GenerationRecord, batch_line, batch_metrics, free_split
 from routing_grpo.schedules import balance_coef_at, in_warmup, reward_phase, routing_word_weight_at
 from routing_grpo.verifiers import Verifier, resolve_verifier
 
-__all__ = ["RoutingGRPOTrainer", "GenerationRecord"]
+__all__ = ["RoutingGRPOTrainer"]
 
 logger = logging.getLogger(__name__)
 
@@ -95,39 +85,6 @@ class _BatchState:
     correct: list[bool] | None = None
     past_caps: list[int] | None = None  # tokens generated past each row's cap
     finished: list[bool] | None = None  # ended with EOS (not at the completion limit or a cap)
-
-
-@dataclass
-class GenerationRecord:
-    """Summary of one generation batch of the global batch (kept in ``trainer.routing_history``).
-
-    The lists hold one entry per rollout of the global batch, in the order of the gathered batch. ``levels``
-    is the dataset's ``level`` of each rollout's prompt as text (None for a row without one), or None when
-    the data has no ``level`` column. ``truncated``: the rollout stopped at ``max_completion_length`` without
-    EOS and was not capped (an unfinished answer, scored wrong).
-    """
-
-    mode: str
-    batch_step: int
-    global_step: int
-    balance_coef: float
-    phase: int
-    modes: list[int] = field(default_factory=list)
-    forced: list[bool] = field(default_factory=list)
-    lengths: list[int] = field(default_factory=list)
-    capped: list[bool] = field(default_factory=list)
-    correct: list[bool] = field(default_factory=list)
-    rewards: list[float] = field(default_factory=list)
-    advantages: list[float] = field(default_factory=list)
-    tokens_past_caps: list[int] = field(default_factory=list)
-    levels: list[str | None] | None = None
-    truncated: list[bool] = field(default_factory=list)
-    group_size: int = 1
-    # The early tell (routing_grpo.early_tell): each rollout's routing log-odds (its prompt's), the routing
-    # words' share of the loss weight, and the fanout over the batch's prompts (None where not read).
-    logodds: list[float] | None = None
-    word_loss_share: float | None = None
-    fanout: float | None = None
 
 
 class RoutingGRPOTrainer(GRPOTrainer):
@@ -788,121 +745,20 @@ class RoutingGRPOTrainer(GRPOTrainer):
     # ------------------------------------------------------------------------------------------------------
 
     def _log_routing_metrics(self, record: GenerationRecord) -> None:
+        """The batch's ``routing/...`` metrics (routing_grpo.routing_metrics) into TRL's metrics, and the
+        collapse alarm fed with the free split of a training batch."""
+        values = batch_metrics(record, self.modes, early_tell=self.single_mode is None)
+        record.fanout = values.get("routing/fanout", record.fanout)
         metrics = self._metrics[record.mode]
-        n = len(record.modes)
-        free = [i for i in range(n) if not record.forced[i]]
-        free_valid = [i for i in free if record.modes[i] != INVALID]
-        metrics["routing/batch_step"].append(float(record.batch_step))
-        metrics["routing/optimizer_step"].append(float(record.global_step))
-        metrics["routing/balance_coef"].append(record.balance_coef)
-        metrics["routing/phase"].append(float(record.phase))
-        metrics["routing/forced_share"].append(sum(record.forced) / n)
-        metrics["routing/tokens_past_caps"].append(float(sum(record.tokens_past_caps)))
-        metrics["routing/invalid_share"].append(sum(m == INVALID for m in record.modes) / n)
-        metrics["routing/free_invalid_share"].append(
-            sum(record.modes[i] == INVALID for i in free) / len(free) if free else float("nan")
-        )
-        # Every answer counts, those without a routing word too (the paper's validation curve grades answers
-        # whatever the routing); their reward stays invalid_routing_reward.
-        metrics["routing/accuracy"].append(sum(record.correct) / n)
-        truncated = record.truncated or [False] * n
-        metrics["routing/truncated_share"].append(sum(truncated) / n)
-        entropy = 0.0
-        free_shares: dict[str, float] = {}
-        for m, spec in enumerate(self.modes):
-            share = sum(record.modes[i] == m for i in free_valid) / len(free_valid) if free_valid else 0.0
-            if free_valid:
-                free_shares[spec.name] = share
-            metrics[f"routing/share/{spec.name}"].append(share if free else float("nan"))
-            if share > 0:
-                entropy -= share * math.log(share)
-            for kind, rows in (("forced", [i for i in range(n) if record.forced[i]]), ("free", free_valid)):
-                in_mode = [i for i in rows if record.modes[i] == m]
-                suffix = "" if kind == "free" else "_forced"
-                metrics[f"routing/accuracy{suffix}/{spec.name}"].append(
-                    _mean([record.correct[i] for i in in_mode])
-                )
-                metrics[f"routing/length{suffix}/{spec.name}"].append(
-                    _mean([record.lengths[i] for i in in_mode])
-                )
-                metrics[f"routing/capped_share{suffix}/{spec.name}"].append(
-                    _mean([record.capped[i] for i in in_mode])
-                )
-                # Unfinished at max_completion_length (no EOS, not capped): scored wrong.
-                metrics[f"routing/truncated_share{suffix}/{spec.name}"].append(
-                    _mean([truncated[i] for i in in_mode])
-                )
-        metrics["routing/entropy"].append(entropy if free_valid else float("nan"))
-        if record.levels is not None:
-            self._log_level_metrics(record, metrics)
-        if record.word_loss_share is not None:
-            metrics["routing/word_loss_share"].append(record.word_loss_share)
-        if self.single_mode is None:
-            self._log_early_tell(record, metrics)
+        for name, value in values.items():
+            metrics[name].append(value)
         if record.mode == "train":
             alarm = self.collapse_alarm
             if alarm is not None:
-                firing = alarm.observe(record.batch_step, free_shares, global_step=record.global_step)
-                metrics["routing/collapse_alarm"].append(float(firing))
-
-    def _log_level_metrics(self, record: GenerationRecord, metrics: dict[str, list[float]]) -> None:
-        """``routing/level/<L>/...``: accuracy and length over all rollouts of level L, the share of each mode
-        among its free rollouts with a valid mode (NaN when it has none). Rows without a level are skipped."""
-        by_level: dict[str, list[int]] = defaultdict(list)
-        for i, level in enumerate(record.levels):
-            if level is not None:
-                by_level[level].append(i)
-        for level, rows in sorted(by_level.items()):
-            metrics[f"routing/level/{level}/accuracy"].append(_mean([record.correct[i] for i in rows]))
-            metrics[f"routing/level/{level}/length"].append(_mean([record.lengths[i] for i in rows]))
-            free_valid = [i for i in rows if not record.forced[i] and record.modes[i] != INVALID]
-            for m, spec in enumerate(self.modes):
-                metrics[f"routing/level/{level}/share/{spec.name}"].append(
-                    _mean([record.modes[i] == m for i in free_valid])
+                firing = alarm.observe(
+                    record.batch_step, free_split(record, self.modes), global_step=record.global_step
                 )
-
-    def _log_early_tell(self, record: GenerationRecord, metrics: dict[str, list[float]]) -> None:
-        """The early tell of one generation batch (routing_grpo.early_tell; docs/method.md "The early tell"):
-        advantages per difficulty and mode with their shared / per-level split, the routing log-odds per
-        difficulty and their fanout. Difficulty: the data's ``level`` (``routing/level/<L>/...``), else the
-        group's pass-rate fifth (``routing/pass_rate/<fifth>/...``)."""
-        levels, prefix = record.levels, "routing/level"
-        if levels is None:
-            levels = pass_rate_difficulty(
-                record.modes, record.correct, group_size=record.group_size, num_modes=len(self.modes)
-            )
-            prefix = "routing/pass_rate"
-
-        def key(level: str, what: str) -> str:
-            return f"{prefix}/{level.removeprefix(PASS_PREFIX)}/{what}"
-
-        names = [m.name for m in self.modes]
-        for kind, suffix in (("free", ""), ("forced", "_forced")):
-            table = level_mode_advantages(
-                levels, record.modes, record.forced, record.advantages, num_modes=len(self.modes), kind=kind
-            )
-            if not table:
-                continue
-            for level, means in table.items():
-                for name, value in zip(names, means, strict=True):
-                    metrics[key(level, f"advantage{suffix}/{name}")].append(value)
-            shared, per_level = advantage_split(table)
-            metrics[f"routing/advantage_rms{suffix}/shared"].append(shared)
-            metrics[f"routing/advantage_rms{suffix}/level"].append(per_level)
-        if record.logodds is None:
-            return
-        # One value per prompt: the rollouts of a group share their prompt and its routing state.
-        firsts = range(0, len(record.logodds), record.group_size)
-        prompt_levels = [levels[i] for i in firsts if levels[i] is not None]
-        prompt_logodds = [record.logodds[i] for i in firsts if levels[i] is not None]
-        if not prompt_levels:
-            return
-        by_level = logodds_by_level(prompt_levels, prompt_logodds)
-        for level, value in by_level.items():
-            metrics[key(level, "logodds")].append(value)
-        record.fanout, rank = fanout(prompt_levels, prompt_logodds)
-        metrics["routing/fanout"].append(record.fanout)
-        metrics["routing/fanout_rank"].append(rank)
+                metrics["routing/collapse_alarm"].append(float(firing))
 
     def _show_batch(self, record: GenerationRecord) -> None:
         """The console's view of training: one line per generation batch (a progress bar in generation
@@ -947,54 +803,6 @@ class RoutingGRPOTrainer(GRPOTrainer):
         super().log(logs, start_time)
 
 
-def routing_summary(history: list[GenerationRecord], mode_names: list[str]) -> str:
-    """The end-of-training summary: the last training generation batch's free split, accuracy and length."""
-    train = [r for r in history if r.mode == "train"]
-    if not train:
-        return "Routing: no training generation batch"
-    last = train[-1]
-    free = [i for i in range(len(last.modes)) if not last.forced[i] and last.modes[i] != INVALID]
-    n = len(last.modes)
-    text = f"Routing at generation batch {last.batch_step + 1}: accuracy {sum(last.correct) / n:.3f}, "
-    text += f"mean length {_mean(last.lengths):.1f} tokens"
-    if free:
-        shares = [sum(last.modes[i] == m for i in free) / len(free) for m in range(len(mode_names))]
-        entropy = -sum(f * math.log(f) for f in shares if f > 0)
-        text += (
-            ", free split "
-            + " / ".join(f"{name} {f:.2f}" for name, f in zip(mode_names, shares))
-            + f", entropy {entropy:.2f}"
-        )
-    invalid = sum(m == INVALID for m in last.modes) / n
-    text += f", no routing word {invalid:.2f}"
-    tell = early_tell_summary(history)
-    return text if tell is None else f"{text}\n{tell}"
-
-
-def batch_line(
-    record: GenerationRecord, mode_names: list[str], total: int | None, seconds: float | None
-) -> str:
-    """One console line per generation batch: batch k/N, mean reward, accuracy, the free split (shares of
-    the free rollouts with a valid mode), its entropy and the seconds the batch took."""
-    n = len(record.modes)
-    free = [m for m, f in zip(record.modes, record.forced) if not f and m != INVALID]
-    parts = [f"[routing] batch {record.batch_step + 1}/{total if total is not None else '?'}"]
-    parts.append(f"reward {_mean(record.rewards):.3f} acc {sum(record.correct) / n:.2f}")
-    if free:
-        shares = [free.count(i) / len(free) for i in range(len(mode_names))]
-        entropy = -sum(f * math.log(f) for f in shares if f > 0)
-        parts.append(
-            f"free {'/'.join(mode_names)} " + "/".join(f"{f:.2f}" for f in shares) + f" H {entropy:.2f}"
-        )
-    elif any(record.forced):
-        parts.append("all forced")
-    if record.fanout is not None and not math.isnan(record.fanout):
-        parts.append(f"fan {record.fanout:+.2f}")
-    if seconds is not None:
-        parts.append(f"{seconds:.1f}s")
-    return " ".join(parts)
-
-
 def early_tell_word_ids(modes: Any, tokenizer: Any) -> tuple[list[int], list[int]] | None:
     """The first token ids of the briefest and the longest mode's words, in both spellings (with and without
     a leading space): what the early tell's log-odds read. None, with a warning, when the two share a first
@@ -1009,17 +817,6 @@ def early_tell_word_ids(modes: Any, tokenizer: Any) -> tuple[list[int], list[int
         )
         return None
     return brief, longest
-
-
-def early_tell_summary(history: list[GenerationRecord]) -> str | None:
-    """The training fanout's trailing mean at generation batches 20, 45 and the last one (docs/method.md
-    "The early tell"); None when it was never read."""
-    points = [(r.batch_step + 1, r.fanout) for r in history if r.mode == "train" and r.fanout is not None]
-    readings = early_tell_readings(points)
-    if not readings:
-        return None
-    text = ", ".join(f"batch {b} {v:+.2f}" for b, v in readings)
-    return f"Early tell (fanout, mean of the last {FANOUT_WINDOW} batches): {text}; {early_tell_verdict(readings[-1][1])}"
 
 
 def forced_word_ids(modes: Any, tokenizer: Any, question: str) -> list[list[int]]:
@@ -1042,8 +839,3 @@ def forced_word_ids(modes: Any, tokenizer: Any, question: str) -> list[list[int]
             )
         out.append(list(ids))
     return out
-
-
-def _mean(values: list) -> float:
-    """Mean, NaN for an empty list (TRL's ``log`` drops NaNs before averaging over a logging window)."""
-    return sum(float(v) for v in values) / len(values) if values else float("nan")

@@ -80,7 +80,7 @@ FLOORS = {
     0: {
         "paper", "modes", "rewards", "advantages", "schedules", "collapse", "batching", "frontier",
         "emergence", "grading", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
-        "early_tell", "verifiers", "geometry", "synthetic", "sample_store",
+        "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics",
     },
     1: {
         "prompting", "config", "settings", "tasks", "data", "offline_models", "generation",
