@@ -11,7 +11,7 @@ import random
 import pytest
 import yaml
 
-from routing_grpo.mini import task, teach
+from routing_grpo.mini import cliff, teach
 from routing_grpo.modes import gammas_from_caps
 from tests.helpers import REPO_ROOT
 
@@ -40,22 +40,22 @@ def tokenizer():
 
 
 def test_problem_text_states_and_answer_by_hand():
-    p = task.Problem(4, ("+3", "*7", "+1"), ("q", "f", "x"))
+    p = cliff.Problem(4, ("+3", "*7", "+1"), ("q", "f", "x"))
     assert p.text == "L3: 4 q+3 f*7 x+1"
     assert p.states == [7, 9, 0]  # 4+3=7, 7*7=49 -> 9, 9+1=10 -> 0
     assert p.answer == 0 and p.level == 3
-    assert task.parse_problem(p.text) == p
+    assert cliff.parse_problem(p.text) == p
 
 
 def test_solutions_by_hand():
-    p = task.Problem(4, ("+3", "*7"), ("q", "f"))
-    assert task.solution(p, "NoThink") == " \\boxed{9}"
-    assert task.solution(p, "Short") == " q+37 f*79 \\boxed{9}"
-    assert task.solution(p, "Long") == (
+    p = cliff.Problem(4, ("+3", "*7"), ("q", "f"))
+    assert cliff.solution(p, "NoThink") == " \\boxed{9}"
+    assert cliff.solution(p, "Short") == " q+37 f*79 \\boxed{9}"
+    assert cliff.solution(p, "Long") == (
         " Let us work through it step by step. q:4+3=7 f:7*7=9 check q7 f9 \\boxed{9}"
     )
     with pytest.raises(ValueError, match="unknown mode"):
-        task.solution(p, "Medium")
+        cliff.solution(p, "Medium")
 
 
 @pytest.mark.parametrize(
@@ -69,45 +69,45 @@ def test_solutions_by_hand():
 )
 def test_malformed_problems_are_refused(bad):
     with pytest.raises(ValueError):
-        task.Problem(**bad)
+        cliff.Problem(**bad)
 
 
 def test_parse_refuses_a_wrong_level():
     with pytest.raises(ValueError, match="level"):
-        task.parse_problem("L2: 4 q+3")
+        cliff.parse_problem("L2: 4 q+3")
 
 
 def test_splits_never_share_a_problem_and_levels_cycle():
-    train = task.problems(600, split="train")
-    test = task.problems(task.TEST_SIZE, split="test")
+    train = cliff.problems(600, split="train")
+    test = cliff.problems(cliff.TEST_SIZE, split="test")
     assert not {p.text for p in train} & {p.text for p in test}
     assert [p.level for p in test[:12]] == [1, 2, 3, 4, 5, 6] * 2
     assert len({p.text for p in test}) == len(test)
-    assert task.problems(30, split="test") == test[:30]  # prefix-stable
+    assert cliff.problems(30, split="test") == test[:30]  # prefix-stable
 
 
 def test_level_one_space_is_finite_and_distinct_draws_say_so():
     with pytest.raises(ValueError, match="distinct"):
-        task.problems(200, split="test", levels=(1,))
-    assert len(task.problems(2000, split="train", levels=(1,), distinct=False)) == 2000
+        cliff.problems(200, split="test", levels=(1,))
+    assert len(cliff.problems(2000, split="train", levels=(1,), distinct=False)) == 2000
 
 
 def test_mini_rows_schema():
-    rows = task.mini_rows(12, split="test")
+    rows = cliff.mini_rows(12, split="test")
     assert rows[0]["level"] == 1 and rows[5]["level"] == 6
     for row in rows:
-        p = task.parse_problem(row["problem"])
+        p = cliff.parse_problem(row["problem"])
         assert row["answer"] == str(p.answer)
         assert row["level"] == p.level
 
 
-@pytest.mark.parametrize("level", task.LEVELS)
+@pytest.mark.parametrize("level", cliff.LEVELS)
 def test_token_lengths_match_the_recipe(tokenizer, level):
     """L (tokens after the routing word, EOS counted) is 4 / 4k+4 / 9k+14, as recipes/mini/router.yaml says."""
-    p = task.random_problem(random.Random(level), level)
+    p = cliff.random_problem(random.Random(level), level)
     lengths = {
-        m: len(tokenizer(task.solution(p, m) + teach.EOS, add_special_tokens=False)["input_ids"])
-        for m in task.MODE_NAMES
+        m: len(tokenizer(cliff.solution(p, m) + teach.EOS, add_special_tokens=False)["input_ids"])
+        for m in cliff.MODE_NAMES
     }
     assert lengths == {"NoThink": 4, "Short": 4 * level + 4, "Long": 9 * level + 14}
 
@@ -118,7 +118,7 @@ def test_caps_separate_the_levels():
     caps = {m["name"]: m["cap"] for m in recipe["modes"]}
     assert caps["NoThink"] >= 4
     assert 4 * 5 + 4 <= caps["Short"] < 4 * 6 + 4
-    assert caps["Long"] is None and 1 + 9 * max(task.LEVELS) + 14 <= recipe["max_completion_length"]
+    assert caps["Long"] is None and 1 + 9 * max(cliff.LEVELS) + 14 <= recipe["max_completion_length"]
 
 
 def test_recipe_gammas_follow_the_caps_rule():
@@ -189,11 +189,13 @@ def test_teaching_rows_hold_every_mode_after_its_word(tokenizer):
     routed = [r for r in rows if r["prompt"].endswith(teach.ROUTING_QUESTION)]
     plain = [r for r in rows if not r["prompt"].endswith(teach.ROUTING_QUESTION)]
     words = [r["completion"].split()[0] for r in routed]
-    assert len(routed) == 3 * 20 * len(task.LEVELS)
-    assert {w: words.count(w) for w in task.MODE_NAMES} == {w: 20 * len(task.LEVELS) for w in task.MODE_NAMES}
+    assert len(routed) == 3 * 20 * len(cliff.LEVELS)
+    assert {w: words.count(w) for w in cliff.MODE_NAMES} == {
+        w: 20 * len(cliff.LEVELS) for w in cliff.MODE_NAMES
+    }
     assert 0 < len(plain) < len(routed) / 3
     assert all(r["completion"].endswith(teach.EOS) for r in rows)
-    assert not any(r["completion"].split()[0] in task.MODE_NAMES for r in plain)
+    assert not any(r["completion"].split()[0] in cliff.MODE_NAMES for r in plain)
 
 
 def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps():
@@ -242,20 +244,20 @@ def test_demo_summary_shows_the_graded_router_per_level_beside_the_oracle():
 
     def level(shares, best):
         return {
-            "shares": {m: {"mean": v} for m, v in zip(task.MODE_NAMES, shares)},
+            "shares": {m: {"mean": v} for m, v in zip(cliff.MODE_NAMES, shares)},
             "accuracy": {"mean": 1.0},
             "mean_tokens": {"mean": 10.0},
             "oracle_choice": best,
         }
 
     mini = {
-        "modes": [{"name": m} for m in task.MODE_NAMES],
+        "modes": [{"name": m} for m in cliff.MODE_NAMES],
         "oracle": {"overall": {"accuracy_capped": 0.99, "mean_tokens": 24.0}},
         "router": {
             "levels": {"1": level((0.6, 0.3, 0.1), "NoThink"), "6": level((0.0, 0.2, 0.8), "Long")},
             "regret": {"relative": {"mean": 0.11}},
         },
-        "world": {"mix": {m: {"expected_reward": r} for m, r in zip(task.MODE_NAMES, (0.91, 0.92, 0.9))}},
+        "world": {"mix": {m: {"expected_reward": r} for m, r in zip(cliff.MODE_NAMES, (0.91, 0.92, 0.9))}},
     }
     text = render_summary(
         mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}
@@ -422,7 +424,7 @@ def test_make_mini_into_a_folder_from_an_older_version_reuses_and_overwrites_not
     from routing_grpo.mini.run import main
 
     world = tmp_path / "graded" / "eval" / "world"
-    for mode in task.MODE_NAMES:
+    for mode in cliff.MODE_NAMES:
         (world / mode / "mini_graded").mkdir(parents=True)
         (world / mode / "mini_graded" / "summary.json").write_text("{}")
     code = main(["--output", str(tmp_path), "--worlds", "graded", "--runs", "graded_router", "--seeds", "0"])
@@ -431,7 +433,7 @@ def test_make_mini_into_a_folder_from_an_older_version_reuses_and_overwrites_not
     assert f"remove {tmp_path / 'graded'}" in err
     # The training run that started beside the world's table was stopped with it.
     assert not (tmp_path / "graded" / "runs" / "graded_router" / "seed0" / "model.safetensors").exists()
-    for mode in task.MODE_NAMES:
+    for mode in cliff.MODE_NAMES:
         assert (world / mode / "mini_graded" / "summary.json").read_text() == "{}"
         assert sorted(p.name for p in (world / mode / "mini_graded").iterdir()) == ["summary.json"]
 
@@ -466,7 +468,7 @@ def test_the_miniature_registers_its_tasks_and_models_through_entry_points():
 
     assert {"mini", "mini_graded"} <= set(entry_point_names("routing_grpo.tasks"))
     assert {"mini", "mini_graded"} <= set(task_names())
-    assert dict(get_task("mini").generated_sizes) == {"train": task.TRAIN_SIZE, "test": task.TEST_SIZE}
+    assert dict(get_task("mini").generated_sizes) == {"train": cliff.TRAIN_SIZE, "test": cliff.TEST_SIZE}
     assert get_task("mini_graded").instruction == ""
     rows = load_task("mini", split="test", limit=2)
     assert rows["prompt"][0][0]["content"] == rows["problem"][0].strip()  # the problem text alone

@@ -1,6 +1,6 @@
 """The miniature: a small world on a laptop CPU in which the method's result can be reproduced end to end.
 
-* :mod:`routing_grpo.mini.task`: the task family (state tracking mod 10, levels 1..6) and each problem's
+* :mod:`routing_grpo.mini.cliff`: the task family (state tracking mod 10, levels 1..6) and each problem's
   solution in every mode (pure).
 * :mod:`routing_grpo.mini.teach`: the tiny model and its teaching (cold start) with TRL's ``SFTTrainer``.
 * :mod:`routing_grpo.mini.targets`: the router per level, routing regret against the oracle table

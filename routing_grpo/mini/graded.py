@@ -1,6 +1,6 @@
 """The miniature's graded world: state tracking mod 10 with operations that set the state (pure).
 
-The cliff world (:mod:`routing_grpo.mini.task`) fails its brief modes like a cliff above their level, so
+The cliff world (:mod:`routing_grpo.mini.cliff`) fails its brief modes like a cliff above their level, so
 on the uniform mix of levels Long is worth most on average and a routing state shared across levels moves
 to Long. This world is built to the paper's regime instead: on the uniform mix the three modes are worth
 about the same, while the best mode differs from problem to problem and, on average, from level to level.
@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from routing_grpo.mini.task import draw_problems
+from routing_grpo.mini.cliff import draw_problems
 
 LEVELS = (1, 2, 3, 4, 5, 6)
 MODULUS = 10

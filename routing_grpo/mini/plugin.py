@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from routing_grpo.mini import graded, task
+from routing_grpo.mini import cliff, graded
 
 MINI_CHECKPOINT = Path(__file__).resolve().parent / "checkpoint"
 MINI_GRADED_CHECKPOINT = Path(__file__).resolve().parent / "checkpoint_graded"
@@ -36,8 +36,8 @@ def mini_task():
         "mini",
         "math",
         "train",
-        generate=task.mini_rows,
-        generated_sizes={"train": task.TRAIN_SIZE, "test": task.TEST_SIZE},
+        generate=cliff.mini_rows,
+        generated_sizes={"train": cliff.TRAIN_SIZE, "test": cliff.TEST_SIZE},
         instruction="",
     )
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from routing_grpo.mini import graded, task
+from routing_grpo.mini import cliff, graded
 from routing_grpo.modes import word_first_token_ids
 from routing_grpo.offline_models import is_offline_name, resolve_model_path
 
@@ -104,7 +104,7 @@ def mode_word_ids(tokenizer: Any, words: Sequence[str]) -> dict[str, list[int]]:
     return {word: word_first_token_ids(tokenizer, word) for word in words}
 
 
-WORLDS = {"cliff": task, "graded": graded}
+WORLDS = {"cliff": cliff, "graded": graded}
 
 
 def routing_state_spread(

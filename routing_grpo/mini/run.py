@@ -2,7 +2,7 @@
 
 The miniature has two worlds (``--worlds``, default both): the **graded** world
 (:mod:`routing_grpo.mini.graded`, ``recipes/mini_graded``), built to the paper's regime, in which the router
-is expected to sort problems by difficulty; and the **cliff** world (:mod:`routing_grpo.mini.task`,
+is expected to sort problems by difficulty; and the **cliff** world (:mod:`routing_grpo.mini.cliff`,
 ``recipes/mini``), the negative control, in which the brief modes fail like a cliff above their level and
 a routing state shared across levels is expected to move to Long. Per world, stages, each a subprocess of
 a real entry point, its output in ``OUT/<world>/logs/<stage>.log`` and one progress line here:
@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.errors import OneLineParser, UsageError, run_entry
-from routing_grpo.mini import task
+from routing_grpo.mini import cliff
 from routing_grpo.mini.plugin import SHIPPED_CHECKPOINTS, mini_checkpoint_path
 from routing_grpo.recipe_file import read_recipe_file
 
@@ -646,7 +646,7 @@ def run_world(
             # The world's table at the training temperature, the verdict (routing-grpo oracle), the oracle's
             # samples at the evaluation temperature and the plain prompt, one after another beside the first
             # training run, which needs none of them (on 2 cores: off the critical path).
-            for m in task.MODE_NAMES:
+            for m in cliff.MODE_NAMES:
                 oracle(m, "world", TRAINING_TEMPERATURE)
             stages.run(
                 "oracle",
@@ -658,7 +658,7 @@ def run_world(
                 inputs=(out / "eval" / "world", router_recipe),
             )  # fmt: skip
             stages.say(f"verdict: {_verdict_line(out / 'oracle' / 'oracle.json')}")
-            for m in task.MODE_NAMES:
+            for m in cliff.MODE_NAMES:
                 oracle(m, "oracle", None)
             base()
 

@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.mini import graded, task
+from routing_grpo.mini import cliff, graded
 from routing_grpo.modes import routing_instruction
 from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION as ROUTING_QUESTION
 from routing_grpo.prompting import add_routing_instruction, forcing_text
@@ -45,7 +45,7 @@ from routing_grpo.prompting import add_routing_instruction, forcing_text
 logger = logging.getLogger(__name__)
 
 # The miniature's worlds: the task module each teaches, and the benchmark and recipe folder it is run with.
-WORLDS = {"cliff": task, "graded": graded}
+WORLDS = {"cliff": cliff, "graded": graded}
 BENCHMARKS = {"cliff": "mini", "graded": "mini_graded"}
 # Teaching steps of each world's shipped checkpoint, so that the command with no options makes it: the first
 # stage's, and the difficulty-aware second stage's (module docstring).
@@ -127,7 +127,7 @@ def routing_instruction_text() -> str:
     from routing_grpo.modes import parse_modes
 
     return routing_instruction(
-        parse_modes([{"name": n, "word": n, "base": 1.0, "gamma": 1.0} for n in task.MODE_NAMES])
+        parse_modes([{"name": n, "word": n, "base": 1.0, "gamma": 1.0} for n in cliff.MODE_NAMES])
     )
 
 
@@ -467,7 +467,7 @@ def greedy_check(
     modes = read_recipe_file(recipe)["modes"]
     out: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for mode in task.MODE_NAMES:
+        for mode in cliff.MODE_NAMES:
             config = EvalConfig(
                 model=str(model_dir), benchmarks=[BENCHMARKS[world]], output=f"{tmp}/{mode}", samples={BENCHMARKS[world]: 1},
                 temperature=0.0, max_tokens=80, backend="transformers", limit=problems, force_mode=mode,
