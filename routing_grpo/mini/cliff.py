@@ -31,12 +31,13 @@ from __future__ import annotations
 import hashlib
 import random
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
+
+from routing_grpo.mini.world import MODULUS, StateProblem, draw_problems
 
 LEVELS = (1, 2, 3, 4, 5, 6)
-MODULUS = 10
 # A small operation table (40 single-step facts) is learnt in a few hundred teaching steps; a large one is
 # not (about 0.16 of `+d` steps right after 1,700 steps with d in 1..9).
 OPERATIONS = ("+1", "+3", "*3", "*7")
@@ -50,45 +51,15 @@ TEST_SIZE = 300
 
 
 @dataclass(frozen=True)
-class Problem:
-    """One problem: start digit, the operations (e.g. ``"+3"``) and their letters, in order."""
+class Problem(StateProblem):
+    """One cliff-world problem: ``+d`` and ``*d`` operations, written ``L<k>: ...``."""
 
-    start: int
-    operations: tuple[str, ...]
-    labels: tuple[str, ...]
+    PREFIX: ClassVar[str] = "L"
+    KIND: ClassVar[str] = "miniature"
+    KNOWN_OPERATIONS: ClassVar[tuple[str, ...]] = OPERATIONS
 
-    def __post_init__(self) -> None:
-        if not 0 <= self.start < MODULUS:
-            raise ValueError(f"start must be a digit, got {self.start}")
-        if not self.operations or len(self.operations) != len(self.labels):
-            raise ValueError("a problem needs one label per operation and at least one operation")
-        if len(set(self.labels)) != len(self.labels):
-            raise ValueError(f"labels must be distinct, got {self.labels}")
-        for op in self.operations:
-            if op not in OPERATIONS:
-                raise ValueError(f"unknown operation {op!r}; known: {OPERATIONS}")
-
-    @property
-    def level(self) -> int:
-        return len(self.operations)
-
-    @property
-    def states(self) -> list[int]:
-        """The state after each operation; the last one is the answer."""
-        out, state = [], self.start
-        for op in self.operations:
-            state = apply(state, op)
-            out.append(state)
-        return out
-
-    @property
-    def answer(self) -> int:
-        return self.states[-1]
-
-    @property
-    def text(self) -> str:
-        ops = " ".join(f"{label}{op}" for label, op in zip(self.labels, self.operations, strict=True))
-        return f"L{self.level}: {self.start} {ops}"
+    def apply_operation(self, state: int, operation: str) -> int:
+        return apply(state, operation)
 
 
 def apply(state: int, operation: str) -> int:
@@ -99,15 +70,7 @@ def apply(state: int, operation: str) -> int:
 
 def parse_problem(text: str) -> Problem:
     """The :class:`Problem` written as ``text`` (inverse of :attr:`Problem.text`)."""
-    head, _, body = text.partition(": ")
-    parts = body.split()
-    if not head.startswith("L") or len(parts) < 2:
-        raise ValueError(f"not a miniature problem: {text!r}")
-    ops = parts[1:]
-    problem = Problem(int(parts[0]), tuple(p[1:] for p in ops), tuple(p[0] for p in ops))
-    if int(head[1:]) != problem.level:
-        raise ValueError(f"level {head[1:]} does not match {problem.level} operations in {text!r}")
-    return problem
+    return Problem.parse(text)
 
 
 def solution(problem: Problem, mode: str) -> str:
@@ -168,40 +131,6 @@ def problems(
         levels=levels,
         distinct=distinct,
     )
-
-
-def draw_problems(
-    draw: Callable[[random.Random, int], Any],
-    split_of_text: Callable[[str], str],
-    n: int,
-    *,
-    rng_key: str,
-    split: str,
-    levels: Sequence[int],
-    distinct: bool,
-) -> list[Any]:
-    """``n`` problems from ``draw(rng, level)``, levels cycling through ``levels``, kept when
-    ``split_of_text(problem.text)`` is ``split`` (and, if ``distinct``, not seen before); shared by the
-    miniature's worlds."""
-    if split not in ("train", "test"):
-        raise ValueError(f"split must be 'train' or 'test', not {split!r}")
-    rng = random.Random(rng_key)
-    out: list[Any] = []
-    seen: set[str] = set()
-    attempts_left = 1000 * max(n, 1)
-    while len(out) < n:
-        if attempts_left == 0:
-            raise ValueError(
-                f"could not draw {n} distinct problems of split {split!r} at levels {list(levels)}"
-            )
-        attempts_left -= 1
-        level = levels[len(out) % len(levels)]
-        p = draw(rng, level)
-        if (distinct and p.text in seen) or split_of_text(p.text) != split:
-            continue
-        seen.add(p.text)
-        out.append(p)
-    return out
 
 
 def mini_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:

@@ -50,12 +50,11 @@ import random
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from routing_grpo.mini.cliff import draw_problems
+from routing_grpo.mini.world import MODULUS, StateProblem, draw_problems
 
 LEVELS = (1, 2, 3, 4, 5, 6)
-MODULUS = 10
 CHANGES = ("+1", "+3", "+7", "*3", "*7")
 SETS = tuple(f"={d}" for d in range(MODULUS))
 # A changing operation multiplies with this probability (additions are learnt sooner).
@@ -79,40 +78,15 @@ PREFIX = "G"
 
 
 @dataclass(frozen=True)
-class Problem:
-    """One problem: start digit, the operations (``"+3"``, ``"=5"``) and their letters, in order."""
+class Problem(StateProblem):
+    """One graded-world problem: changing (``+d``, ``*d``) and set (``=d``) operations, written ``G<k>: ...``."""
 
-    start: int
-    operations: tuple[str, ...]
-    labels: tuple[str, ...]
+    PREFIX: ClassVar[str] = PREFIX
+    KIND: ClassVar[str] = "graded miniature"
+    KNOWN_OPERATIONS: ClassVar[tuple[str, ...]] = CHANGES + SETS
 
-    def __post_init__(self) -> None:
-        if not 0 <= self.start < MODULUS:
-            raise ValueError(f"start must be a digit, got {self.start}")
-        if not self.operations or len(self.operations) != len(self.labels):
-            raise ValueError("a problem needs one label per operation and at least one operation")
-        if len(set(self.labels)) != len(self.labels):
-            raise ValueError(f"labels must be distinct, got {self.labels}")
-        for op in self.operations:
-            if op not in CHANGES and op not in SETS:
-                raise ValueError(f"unknown operation {op!r}; known: {CHANGES + SETS}")
-
-    @property
-    def level(self) -> int:
-        return len(self.operations)
-
-    @property
-    def states(self) -> list[int]:
-        """The state after each operation; the last one is the answer."""
-        out, state = [], self.start
-        for op in self.operations:
-            state = apply(state, op)
-            out.append(state)
-        return out
-
-    @property
-    def answer(self) -> int:
-        return self.states[-1]
+    def apply_operation(self, state: int, operation: str) -> int:
+        return apply(state, operation)
 
     @property
     def anchor(self) -> int:
@@ -123,11 +97,6 @@ class Problem:
     def tail(self) -> int:
         """Changing operations after the last set operation: the work the answer needs."""
         return self.level - 1 - self.anchor
-
-    @property
-    def text(self) -> str:
-        ops = " ".join(f"{label}{op}" for label, op in zip(self.labels, self.operations, strict=True))
-        return f"{PREFIX}{self.level}: {self.start} {ops}"
 
 
 def apply(state: int, operation: str) -> int:
@@ -140,15 +109,7 @@ def apply(state: int, operation: str) -> int:
 
 def parse_problem(text: str) -> Problem:
     """The :class:`Problem` written as ``text`` (inverse of :attr:`Problem.text`)."""
-    head, _, body = text.partition(": ")
-    parts = body.split()
-    if not head.startswith(PREFIX) or len(parts) < 2:
-        raise ValueError(f"not a graded miniature problem: {text!r}")
-    ops = parts[1:]
-    problem = Problem(int(parts[0]), tuple(p[1:] for p in ops), tuple(p[0] for p in ops))
-    if int(head[len(PREFIX) :]) != problem.level:
-        raise ValueError(f"level {head[len(PREFIX) :]} does not match {problem.level} operations in {text!r}")
-    return problem
+    return Problem.parse(text)
 
 
 def steps_worked(problem: Problem, mode: str) -> int:
