@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from routing_grpo.capped_generation import (
     cut_at_eos,
+    last_logits_only,
     logits_processors,
     sample_with_budgets,
     stop_token_ids,
@@ -194,7 +195,9 @@ class TransformersBackend:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.no_grad():
             logits = (
-                self.model(input_ids=seq, attention_mask=mask, position_ids=positions)
+                self.model(
+                    input_ids=seq, attention_mask=mask, position_ids=positions, **last_logits_only(self.model)
+                )
                 .logits[:, -1, :]
                 .float()
             )

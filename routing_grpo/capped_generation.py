@@ -282,6 +282,19 @@ def logits_processors(config: Any) -> Any:
     return processors
 
 
+def last_logits_only(model: Any) -> dict[str, int]:
+    """``{"logits_to_keep": 1}`` where the model's forward takes it (transformers' causal LMs, and wrappers
+    that pass keyword arguments on), else ``{}``."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    passes_on = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
+    return {"logits_to_keep": 1} if "logits_to_keep" in parameters or passes_on else {}
+
+
 def sample_with_budgets(
     model: Any,
     prompt_ids: Sequence[Sequence[int]],
@@ -330,7 +343,16 @@ def sample_with_budgets(
     generated = torch.zeros(n, dtype=torch.long, device=device)
 
     with torch.no_grad():
-        out = model(input_ids=seq, attention_mask=mask, position_ids=positions, use_cache=True)
+        # The prefill's logits at the last position only: the full (rows x prompt x vocabulary) tensor is
+        # large (about 1 GB in bf16 for 32 rows of 100 tokens at a 152k vocabulary) and only its last column
+        # is read.
+        out = model(
+            input_ids=seq,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=True,
+            **last_logits_only(model),
+        )
         # transformers >= 5.2x names the KV cache `cache` (the old name prints a deprecation notice).
         cache_name = "cache" if "cache" in out else "past_key_values"
         cache = out[cache_name]

@@ -279,6 +279,33 @@ def test_shrinking_loop_stops_rows_at_their_budgets(tiny_qwen2):
     assert set(seen_heads) == {1, 3} and all(len(h) == DETECTION_HEAD_TOKENS for h in seen_heads.values())
 
 
+def test_the_prefill_computes_the_last_position_only(tiny_qwen2):
+    """The decode loop's prefill asks the model for the last position's logits alone (the full prompt x
+    vocabulary tensor is large at a real vocabulary and never read); a forward without the option gets none."""
+    from transformers import GenerationConfig
+
+    from routing_grpo.capped_generation import last_logits_only, sample_with_budgets
+
+    model, tok = tiny_qwen2
+    widths = []
+    hook = model.register_forward_hook(lambda _m, _a, out: widths.append(out.logits.shape[1]))
+    try:
+        config = GenerationConfig(do_sample=False, max_new_tokens=4, pad_token_id=tok.pad_token_id)
+        sample_with_budgets(
+            model, _chat_prompts(tok, 2), [4, 4], generation_config=config, eos_token_ids=[tok.eos_token_id],
+            pad_token_id=tok.pad_token_id, max_completion_length=4,
+        )  # fmt: skip
+    finally:
+        hook.remove()
+    assert widths and set(widths) == {1}  # the prefill too, not only the one-token decoding steps
+
+    class PlainForward:
+        def forward(self, input_ids, attention_mask=None):
+            return None
+
+    assert last_logits_only(model) == {"logits_to_keep": 1} and last_logits_only(PlainForward()) == {}
+
+
 def test_shrinking_loop_declines_settings_it_cannot_reproduce():
     from transformers import GenerationConfig
 
