@@ -1,22 +1,24 @@
-"""The generation backends of evaluation and inference: transformers (CPU or GPU) and vLLM, behind one
-interface (:class:`Backend`).
+"""The generation backends of training, evaluation and inference: transformers (CPU or GPU) and vLLM (an
+engine of evaluation's or inference's own, TRL's colocated engine, or a vLLM server), behind one interface.
 
-A backend answers two questions about token ids and nothing else (prompts, modes and caps are the callers'):
+A backend answers questions about token ids and nothing else (prompts, modes and caps are the callers'):
 
-* ``next_tokens(prompts, allowed)``: one sampled token per prompt, optionally restricted to given ids
-  (inference's word phase, where the routing word is kept to an allowed set);
-* ``sample(requests, seed)``: ``n`` completions per :class:`GenerationRequest`, each of at most its
-  ``max_tokens`` tokens, ending with EOS (kept: training counts it in L and against the caps) when the model
-  finished. Evaluation draws its samples with it; inference gives every row its own budget through
-  :func:`generate_within_budgets`.
+* ``sample(requests, seed)``: ``n`` samples per :class:`~routing_grpo.generation.GenerationRequest`, each
+  (completion ids, sampled-token logprobs or None) of at most its ``max_tokens`` tokens, ending with EOS
+  (kept: training counts it in L and against the caps) when the model finished. Training's rollouts go
+  through :func:`routing_grpo.generation.generate_rollouts` (the caps' two phases); evaluation draws its
+  samples with it; inference gives every row its own budget through :func:`generate_within_budgets`.
+* ``next_tokens(prompts, allowed)`` (evaluation's and inference's backends): one sampled token per prompt,
+  optionally restricted to given ids (inference's word phase, where the routing word is kept to a set).
 
-Both backends stop at the same tokens (:func:`routing_grpo.capped_generation.stop_token_ids`).
-:class:`TransformersBackend` samples with the shrinking decode loop of
-:func:`routing_grpo.capped_generation.sample_with_budgets` (rows leave the batch at EOS or at their budget,
-so no token past a cap is computed). :class:`VLLMBackend` turns the same calls into vLLM requests (pure
-builders: :func:`vllm_word_params`, :func:`vllm_request_params`); its engine is one ``vllm.LLM`` in this
-process (:class:`LocalVLLM`) or ``data_parallel_size`` of them, each in its own process on its own GPUs
-(:class:`DataParallelEngines`).
+Every backend stops at the same tokens (:func:`routing_grpo.capped_generation.stop_token_ids`).
+:class:`TransformersBackend` decodes with :mod:`routing_grpo.decoding` (rows leave the batch at EOS or at
+their budget, so no token past a cap is computed). :class:`VLLMBackend` turns the same calls into vLLM
+requests (pure builders: :func:`vllm_word_params`, :func:`vllm_request_params`); its engine is one
+``vllm.LLM`` in this process (:class:`LocalVLLM`) or ``data_parallel_size`` of them, each in its own process
+on its own GPUs (:class:`DataParallelEngines`). In training, :class:`ColocatedVLLMBackend` and
+:class:`VLLMServerBackend` put TRL's engine and server client behind the same ``sample``. This is the only
+module that imports vLLM.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from routing_grpo.capped_generation import (
-    cut_at_eos,
+from routing_grpo.capped_generation import Completion, cut_at_eos, stop_token_ids
+from routing_grpo.decoding import (
+    generate_in_budget_groups,
     last_logits_only,
     logits_processors,
     sample_with_budgets,
-    stop_token_ids,
+    shrinking_loop_supported,
 )
 from routing_grpo.generation import GenerationRequest, generate_rows
 
@@ -55,8 +58,11 @@ class Backend(Protocol):
         """One sampled token per row; ``allowed[i]`` restricts row i to those token ids (None = free)."""
         ...
 
-    def sample(self, requests: Sequence[GenerationRequest], seed: int | None = None) -> list[list[list[int]]]:
-        """``request.n`` completions per request, in request order (EOS kept when the model finished)."""
+    def sample(
+        self, requests: Sequence[GenerationRequest], seed: int | None = None
+    ) -> list[list[Completion]]:
+        """``request.n`` samples per request, in request order: (completion ids, sampled-token logprobs or
+        None), EOS kept when the model finished."""
         ...
 
     def close(self) -> None: ...
@@ -68,7 +74,7 @@ def generate_within_budgets(
     """One completion per row within its own token budget, in row order. Consecutive identical rows (same
     prompt and budget) go as one request of ``n`` samples; each completion ends at its first EOS."""
     rows = generate_rows(backend.sample, prompts, budgets)
-    return [cut_at_eos(ids, backend.eos_token_ids) for ids in rows]
+    return [cut_at_eos(ids, backend.eos_token_ids) for ids, _ in rows]
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -151,8 +157,13 @@ def load_transformers_model(
 
 
 class TransformersBackend:
-    """transformers on CPU or GPU: a (masked) forward per word token, and the shrinking budgeted decode
-    loop for completions."""
+    """transformers on CPU or GPU: a (masked) forward per word token, and budgeted decoding for completions:
+    the shrinking decode loop (:func:`routing_grpo.decoding.sample_with_budgets`) where it reproduces the
+    sampling settings (``continues_rows``), else ``model.generate`` per budget group.
+
+    Evaluation and inference build it from sampling options (``TransformersBackend(model, tokenizer,
+    temperature=...)``); the trainer from its own generation config (:meth:`from_generation_config`).
+    """
 
     default_batch_size = TRANSFORMERS_BATCH_SIZE
 
@@ -168,17 +179,52 @@ class TransformersBackend:
         from transformers import GenerationConfig
 
         check_sampling(temperature, top_p, top_k)
-        self.model, self.tokenizer = model, tokenizer
         if temperature == 0:
-            self.generation_config = GenerationConfig(do_sample=False)
+            generation_config = GenerationConfig(do_sample=False)
         else:
-            self.generation_config = GenerationConfig(
+            generation_config = GenerationConfig(
                 do_sample=True, temperature=temperature, top_p=top_p, top_k=max(int(top_k), 0)
             )
-        self.pad_token_id = (
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self._setup(
+            model,
+            generation_config,
+            pad_token_id=pad,
+            eos_token_ids=stop_token_ids(getattr(model, "generation_config", None), tokenizer),
         )
-        self.eos_token_ids = stop_token_ids(getattr(model, "generation_config", None), tokenizer)
+
+    @classmethod
+    def from_generation_config(
+        cls,
+        model: Any,
+        generation_config: Any,
+        *,
+        pad_token_id: int,
+        eos_token_ids: Sequence[int],
+        prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> TransformersBackend:
+        """A backend with these sampling settings (a trainer's); ``prepare`` moves ``model.generate``'s inputs
+        to the device (a trainer's ``_prepare_inputs``)."""
+        backend = cls.__new__(cls)
+        backend._setup(
+            model, generation_config, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids, prepare=prepare
+        )
+        return backend
+
+    def _setup(
+        self,
+        model: Any,
+        generation_config: Any,
+        *,
+        pad_token_id: int,
+        eos_token_ids: Sequence[int],
+        prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        self.model, self.generation_config, self.prepare = model, generation_config, prepare
+        self.pad_token_id = int(pad_token_id)
+        self.eos_token_ids = [int(t) for t in eos_token_ids]
+        # The shrinking loop sets a free row's budget once its head is written, in the same pass.
+        self.continues_rows = shrinking_loop_supported(generation_config)
 
     def next_tokens(
         self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int] | None]
@@ -211,8 +257,10 @@ class TransformersBackend:
             return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1).tolist()
         return scores.argmax(dim=-1).tolist()
 
-    def sample(self, requests: Sequence[GenerationRequest], seed: int | None = None) -> list[list[list[int]]]:
-        """Every sample of every request in one decode loop (``n`` rows per request), seeded with ``seed``."""
+    def sample(
+        self, requests: Sequence[GenerationRequest], seed: int | None = None
+    ) -> list[list[Completion]]:
+        """Every sample of every request in one decoding call (``n`` rows per request), seeded with ``seed``."""
         if not requests:
             return []
         import torch
@@ -221,20 +269,48 @@ class TransformersBackend:
             torch.manual_seed(seed)
         prompts = [list(r.prompt_ids) for r in requests for _ in range(r.n)]
         budgets = [int(r.max_tokens) for r in requests for _ in range(r.n)]
-        rows = sample_with_budgets(
-            self.model,
-            prompts,
-            budgets,
-            generation_config=self.generation_config,
-            eos_token_ids=self.eos_token_ids,
-            pad_token_id=int(self.pad_token_id),
-            max_completion_length=max(budgets),
-        )
+        rows = self.sample_rows(prompts, budgets, max_tokens=max(budgets))
         out, start = [], 0
         for r in requests:
             out.append(rows[start : start + r.n])
             start += r.n
         return out
+
+    def sample_rows(
+        self,
+        prompts: Sequence[Sequence[int]],
+        budgets: Sequence[int | None],
+        *,
+        max_tokens: int,
+        head_budget: Callable[[int, list[int]], int] | None = None,
+    ) -> list[Completion]:
+        """One completion per row (no logprobs: the trainer computes them), within ``budgets[i]`` tokens, or
+        for a None budget within ``head_budget(i, head)`` once the row's head is written (``continues_rows``
+        only); never more than ``max_tokens``."""
+        if self.continues_rows:
+            rows = sample_with_budgets(
+                self.model,
+                prompts,
+                budgets,
+                generation_config=self.generation_config,
+                eos_token_ids=self.eos_token_ids,
+                pad_token_id=self.pad_token_id,
+                max_completion_length=max_tokens,
+                head_budget=head_budget,
+            )
+        else:
+            if head_budget is not None or any(b is None for b in budgets):
+                raise ValueError("sample_rows: budgets set after the head need the shrinking decode loop")
+            rows = generate_in_budget_groups(
+                self.model,
+                prompts,
+                [min(int(b), max_tokens) for b in budgets],
+                generation_config=self.generation_config,
+                pad_token_id=self.pad_token_id,
+                eos_token_ids=self.eos_token_ids,
+                prepare=self.prepare,
+            )
+        return [(ids, None) for ids in rows]
 
     def close(self) -> None:
         pass
@@ -273,22 +349,41 @@ def vllm_request_params(request: GenerationRequest, sampling: Mapping[str, Any])
 # ---------------------------------------------------------------------------------------------------------
 
 
-def colocated_vllm_runner(
-    llm: Any, sampling: Mapping[str, Any], generation_kwargs: Mapping[str, Any] | None = None
-) -> Callable[[Sequence[GenerationRequest]], list[list[tuple[list[int], list[float | None] | None]]]]:
-    """A colocated ``vllm.LLM`` (TRL's, in training) behind the request interface: ``run(requests)`` gives,
-    per request, its ``n`` samples as (completion ids, sampled-token logprobs or None), in one engine call."""
-    from trl.generation.vllm_generation import extract_logprobs
-    from vllm import SamplingParams
+class ColocatedVLLMBackend:
+    """A colocated ``vllm.LLM`` (TRL's, in training) behind the backend interface: ``sample(requests)`` is one
+    engine call, each sample (completion ids, sampled-token logprobs or None).
 
-    def run(requests: Sequence[GenerationRequest]) -> list[list[tuple[list[int], list[float | None] | None]]]:
-        params = [
-            SamplingParams(n=r.n, max_tokens=r.max_tokens, **sampling, **(generation_kwargs or {}))
-            for r in requests
-        ]
-        results = llm.generate(
+    ``sampling``: the shared SamplingParams arguments (temperature, top_p, ..., logprobs); ``generation_kwargs``:
+    the config's extra ones. The trainer keeps TRL's engine (weight sync, sleep mode); this only samples.
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        sampling: Mapping[str, Any],
+        *,
+        eos_token_ids: Sequence[int],
+        generation_kwargs: Mapping[str, Any] | None = None,
+        sampling_params: Callable[..., Any] | None = None,
+    ) -> None:
+        if sampling_params is None:
+            from vllm import SamplingParams as sampling_params  # noqa: N811
+        self.llm, self.sampling_params = llm, sampling_params
+        self.sampling = {**sampling, **(generation_kwargs or {})}
+        self.eos_token_ids = [int(t) for t in eos_token_ids]
+
+    def sample(
+        self, requests: Sequence[GenerationRequest], seed: int | None = None
+    ) -> list[list[Completion]]:
+        from trl.generation.vllm_generation import extract_logprobs
+
+        if not requests:
+            return []
+        results = self.llm.generate(
             [{"prompt_token_ids": list(r.prompt_ids)} for r in requests],
-            sampling_params=params,
+            sampling_params=[
+                self.sampling_params(n=r.n, max_tokens=r.max_tokens, **self.sampling) for r in requests
+            ],
             use_tqdm=False,
         )
         outputs = []
@@ -302,8 +397,6 @@ def colocated_vllm_runner(
             )
         return outputs
 
-    return run
-
 
 def batch_requests_by_sampling(requests: Sequence[GenerationRequest]) -> dict[tuple[int, int], list[int]]:
     """Indices of requests sharing (n, max_tokens): one vLLM server call each (its API takes one of each)."""
@@ -313,34 +406,41 @@ def batch_requests_by_sampling(requests: Sequence[GenerationRequest]) -> dict[tu
     return batches
 
 
-def run_server_requests(
-    client: Any, requests: Sequence[GenerationRequest], sampling: dict[str, Any]
-) -> list[list[tuple[list[int], list[float | None] | None]]]:
-    """Sends ``requests`` to a vLLM server client (``trl``'s ``VLLMClient``), one call per (n, max_tokens).
+class VLLMServerBackend:
+    """A vLLM server (``trl vllm-serve``, through TRL's ``VLLMClient``) behind the backend interface: one
+    server call per (n, max_tokens), each sample (completion ids, sampled-token logprobs or None)."""
 
-    Returns, per request, its ``n`` samples as (completion ids, sampled-token logprobs or None).
-    """
-    results: list[list[tuple[list[int], list[float | None] | None]]] = [[] for _ in requests]
-    for (n, max_tokens), indices in batch_requests_by_sampling(requests).items():
-        output = client.generate(
-            prompts=[list(requests[j].prompt_ids) for j in indices], n=n, max_tokens=max_tokens, **sampling
-        )
-        completions = output["completion_ids"]
-        logprobs = output.get("logprobs")
-        if len(completions) != n * len(indices):
-            raise ValueError(
-                f"vLLM server returned {len(completions)} completions for {len(indices)} x n={n}"
+    def __init__(self, client: Any, sampling: Mapping[str, Any], *, eos_token_ids: Sequence[int]) -> None:
+        self.client, self.sampling = client, dict(sampling)
+        self.eos_token_ids = [int(t) for t in eos_token_ids]
+
+    def sample(
+        self, requests: Sequence[GenerationRequest], seed: int | None = None
+    ) -> list[list[Completion]]:
+        results: list[list[Completion]] = [[] for _ in requests]
+        for (n, max_tokens), indices in batch_requests_by_sampling(requests).items():
+            output = self.client.generate(
+                prompts=[list(requests[j].prompt_ids) for j in indices],
+                n=n,
+                max_tokens=max_tokens,
+                **self.sampling,
             )
-        for k, j in enumerate(indices):
-            for s in range(n):
-                flat = k * n + s
-                lps = (
-                    None
-                    if logprobs is None
-                    else [lp[0] if isinstance(lp, list) else lp for lp in logprobs[flat]]
+            completions = output["completion_ids"]
+            logprobs = output.get("logprobs")
+            if len(completions) != n * len(indices):
+                raise ValueError(
+                    f"vLLM server returned {len(completions)} completions for {len(indices)} x n={n}"
                 )
-                results[j].append((list(completions[flat]), lps))
-    return results
+            for k, j in enumerate(indices):
+                for s in range(n):
+                    flat = k * n + s
+                    lps = (
+                        None
+                        if logprobs is None
+                        else [lp[0] if isinstance(lp, list) else lp for lp in logprobs[flat]]
+                    )
+                    results[j].append((list(completions[flat]), lps))
+        return results
 
 
 def visible_gpus() -> list[str]:
@@ -605,12 +705,15 @@ class VLLMBackend:
         outputs = self.engine.run(prompts, [vllm_word_params(a, self.sampling) for a in allowed])
         return [int(samples[0][0]) for samples in outputs]
 
-    def sample(self, requests: Sequence[GenerationRequest], seed: int | None = None) -> list[list[list[int]]]:
+    def sample(
+        self, requests: Sequence[GenerationRequest], seed: int | None = None
+    ) -> list[list[Completion]]:
         if not requests:
             return []
-        return self.engine.run(
+        outputs = self.engine.run(
             [r.prompt_ids for r in requests], [vllm_request_params(r, self.sampling) for r in requests]
         )
+        return [[(list(ids), None) for ids in samples] for samples in outputs]
 
     def close(self) -> None:
         self.engine.close()

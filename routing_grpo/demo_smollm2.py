@@ -260,7 +260,8 @@ def run(argv: Sequence[str] | None = None) -> str:
 
     from routing_grpo import train
     from routing_grpo.errors import UsageError
-    from routing_grpo.evaluate import EvalConfig, run_eval
+    from routing_grpo.eval_config import EvalConfig
+    from routing_grpo.evaluate import run_eval
     from routing_grpo.offline_models import resolve_model_path
     from routing_grpo.recipe import read_recipe
     from routing_grpo.runs import RUN_FILE

@@ -11,16 +11,18 @@ docs/method.md "Prompt layout", "Rollouts and the routing warmup" and "Caps":
 :func:`finalize_rollouts` runs those last three steps on a batch. :func:`plan_requests` builds the generation
 requests every backend takes (forced rows cannot share a request with free rows: their prompts differ) with
 per-request token budgets, and :func:`scatter_outputs` puts the answers back in row order
-(:func:`generate_rows` does both around a backend's call).
+(:func:`generate_rows` does both around a backend's call). :func:`generate_rollouts` is the trainer's one
+call into any backend of :mod:`routing_grpo.backends`, with the caps' two phases
+(:mod:`routing_grpo.capped_generation`) when caps hold.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from routing_grpo.capped_generation import known_budget
+from routing_grpo.capped_generation import Completion, free_budget, generate_with_caps, known_budget
 from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
 
 # ---------------------------------------------------------------------------------------------------------
@@ -277,6 +279,63 @@ def generate_rows(
         return []
     requests = plan_budget_requests(prompt_ids, budgets)
     return scatter_outputs(requests, run(requests), len(prompt_ids))
+
+
+class Sampler(Protocol):
+    """What the caps driver needs of a backend (:class:`routing_grpo.backends.Backend` has more)."""
+
+    eos_token_ids: list[int]
+
+    def sample(
+        self, requests: Sequence[GenerationRequest], seed: int | None = None
+    ) -> list[list[Completion]]:
+        """``request.n`` samples per request, in request order."""
+        ...
+
+
+def generate_rollouts(
+    backend: Sampler,
+    prompt_ids: Sequence[Sequence[int]],
+    forced_modes: Sequence[int | None],
+    *,
+    modes: Sequence[ModeSpec],
+    detector: ModeDetector | None,
+    max_completion_length: int,
+    single_mode: int | None = None,
+    caps: bool = True,
+) -> list[Completion]:
+    """A batch of rollouts through one backend: (completion ids, logprobs or None) per row, in row order.
+
+    With ``caps`` every row stays within its mode's budget (:func:`generate_with_caps`; in one pass when the
+    backend ``continues_rows``); without, every row may use the completion limit.
+    """
+
+    def generate(prompts: Sequence[Sequence[int]], budgets: Sequence[int]) -> list[Completion]:
+        return generate_rows(backend.sample, prompts, budgets)
+
+    if not caps:
+        return generate(prompt_ids, [max_completion_length] * len(prompt_ids))
+    if getattr(backend, "continues_rows", False):
+        if detector is None and any(
+            known_budget(f, modes, max_completion_length, single_mode) is None for f in forced_modes
+        ):
+            raise ValueError("generate_rollouts: free rows need a detector")
+        return backend.sample_rows(
+            prompt_ids,
+            [known_budget(f, modes, max_completion_length, single_mode) for f in forced_modes],
+            max_tokens=max_completion_length,
+            head_budget=lambda _row, head: free_budget(head, detector, modes, max_completion_length),
+        )
+    return generate_with_caps(
+        prompt_ids,
+        forced_modes,
+        modes=modes,
+        detector=detector,
+        max_completion_length=max_completion_length,
+        eos_token_ids=backend.eos_token_ids,
+        generate=generate,
+        single_mode=single_mode,
+    )
 
 
 def decode_completions(

@@ -3,17 +3,21 @@
 docs/method.md "Prompt layout": the routing instruction goes at the end of the last user turn
 (:func:`add_routing_instruction`); after the chat template's generation prompt comes the routing question Q
 (:data:`DEFAULT_ROUTING_QUESTION`), and a forced prompt has its mode word there too (:func:`forcing_text`).
-:class:`PromptPlan` is that layout for a whole run, and :meth:`PromptPlan.render` the prompt text. One
-module, so that a model is asked in evaluation and inference exactly as it was in training.
+:class:`PromptPlan` is that layout for a whole run, and :meth:`PromptPlan.render` the prompt text;
+:func:`forced_word_ids` and :func:`early_tell_word_ids` are the words' token ids the trainer appends and reads.
+One module, so that a model is asked in evaluation and inference exactly as it was in training.
 """
 
 from __future__ import annotations
 
 import copy
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from routing_grpo.modes import mode_index, routing_instruction
+from routing_grpo.modes import mode_index, routing_instruction, word_first_token_ids, word_token_id_forms
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_ROUTING_QUESTION = "Mode:"
 """The routing question's default: short, and inviting the routing word as the answer's first token."""
@@ -116,3 +120,41 @@ def render_prompt(settings: Any, tokenizer: Any, question: Any, forced: int | No
     forced when given), and the forced text."""
     plan = PromptPlan.forcing(settings.routing_instruction, settings.routing_question, settings.modes, forced)
     return plan.render(tokenizer, question), plan.forced_text
+
+
+def early_tell_word_ids(modes: Any, tokenizer: Any) -> tuple[list[int], list[int]] | None:
+    """The first token ids of the briefest and the longest mode's words, in both spellings (with and without
+    a leading space): what the early tell's log-odds read. None, with a warning, when the two share a first
+    token (their log-odds cannot be read at one position)."""
+    brief, longest = (word_first_token_ids(tokenizer, m.word) for m in (modes[0], modes[-1]))
+    if set(brief) & set(longest):
+        logger.warning(
+            "early tell: the routing words %r and %r begin with the same token; routing/logodds and "
+            "routing/fanout are not logged",
+            modes[0].word,
+            modes[-1].word,
+        )
+        return None
+    return brief, longest
+
+
+def forced_word_ids(modes: Any, tokenizer: Any, question: str) -> list[list[int]]:
+    """The token ids that force each mode after the routing question ``question``.
+
+    Raises ValueError naming the mode when its word tokenizes to nothing, or to ids that differ from the
+    word's own (with or without a leading space) after the question, so detection would not read it back.
+    The training entry calls this once the tokenizer is loaded, before the model.
+    """
+    out = []
+    for m in modes:
+        ids = tokenizer.encode(forcing_text(m.word, question), add_special_tokens=False)
+        if not ids:
+            raise ValueError(f"modes: the routing word {m.word!r} of {m.name!r} tokenizes to nothing")
+        if ids not in word_token_id_forms(tokenizer, m.word):
+            raise ValueError(
+                f"modes: the routing word {m.word!r} of {m.name!r} does not tokenize after the routing question "
+                f"{question!r} as it does on its own, so forcing and detection would disagree; choose another "
+                "word or routing_question"
+            )
+        out.append(list(ids))
+    return out

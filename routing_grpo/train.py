@@ -112,8 +112,9 @@ def main(
     from routing_grpo import loading, runs
     from routing_grpo.hub import check_hub_card, hub_dataset_name, install_model_card
     from routing_grpo.preemption import exit_if_preempted
+    from routing_grpo.prompting import forced_word_ids
     from routing_grpo.recipe import preflight
-    from routing_grpo.trainer import RoutingGRPOTrainer, forced_word_ids
+    from routing_grpo.trainer import RoutingGRPOTrainer
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
 

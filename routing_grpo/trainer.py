@@ -5,15 +5,18 @@ One generation batch (the paper's step s) goes:
 1. ``_generate_and_score_completions``: routing instruction appended to each prompt; forced modes planned
    per row from the row's place in the global batch (warmup only).
 2. ``_tokenize_prompts``: routing question Q after the generation prompt, and a forced row's mode word.
-3. ``_generate_single_turn``: TRL generates (transformers) or the vLLM requests of
-   :mod:`routing_grpo.generation` run; then promotion, detection, caps and L (``finalize_rollouts``).
+3. ``_generate_single_turn``: rollouts through the generation layer (:func:`routing_grpo.generation.
+   generate_rollouts` over a backend of :mod:`routing_grpo.backends`: the policy's transformers decoding, or
+   TRL's colocated vLLM engine or server), with caps inside generation in training; TRL's own generation
+   where nothing is capped; then promotion, detection, caps and L (``finalize_rollouts``).
 4. ``_calculate_rewards``: the rollout facts go to :class:`~routing_grpo.rewards.RoutingReward` as columns.
 5. back in ``_generate_and_score_completions``: TRL's advantages are replaced by
    :func:`~routing_grpo.advantages.compute_advantages` over the gathered global batch, sliced back to this
    process; routing metrics are logged (per dataset ``level`` too, when the data has one) and the collapse
    alarm (:class:`~routing_grpo.callbacks.CollapseAlarmCallback`) is fed the batch's free shares.
-6. TRL's loss, with its log-prob forwards run on length buckets of rows (``logprob_length_buckets``), so rows
-   cut at a short cap are not padded to the longest row of the micro-batch.
+6. TRL's loss, with its log-prob forwards run on length buckets of rows (``logprob_length_buckets``,
+   :class:`~routing_grpo.bucketed_logprobs.LengthBucketedLogprobs`), so rows cut at a short cap are not padded
+   to the longest row of the micro-batch.
 
 Steps: ``s = (global_step * grad_accum + micro-step in the accumulation) // (steps_per_generation *
 num_iterations)`` counts generation batches, survives checkpoint resumption (``global_step`` is restored)
@@ -37,31 +40,18 @@ from trl import GRPOTrainer
 
 from routing_grpo import paper
 from routing_grpo.advantages import compute_advantages, decoupled_word_advantages
-from routing_grpo.backends import colocated_vllm_runner, run_server_requests
-from routing_grpo.batching import plan_length_buckets, row_widths, split_to_count
+from routing_grpo.backends import ColocatedVLLMBackend, TransformersBackend, VLLMServerBackend
+from routing_grpo.bucketed_logprobs import LengthBucketedLogprobs
 from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks
-from routing_grpo.capped_generation import (
-    TransformersBudgetGenerator,
-    free_budget,
-    generate_with_caps,
-    known_budget,
-    sample_with_budgets,
-    shrinking_loop_supported,
-)
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.early_tell import (
     word_loss_share,
 )
-from routing_grpo.generation import (
-    RolloutFacts,
-    finalize_rollouts,
-    generate_rows,
-    plan_forced_modes,
-)
+from routing_grpo.generation import RolloutFacts, finalize_rollouts, generate_rollouts, plan_forced_modes
 from routing_grpo.grading import generation_prompt_opens_reasoning
-from routing_grpo.modes import INVALID, ModeDetector, word_first_token_ids, word_token_id_forms
+from routing_grpo.modes import INVALID, ModeDetector
 from routing_grpo.preemption import preemption_exit_code
-from routing_grpo.prompting import add_routing_instruction, forcing_text
+from routing_grpo.prompting import add_routing_instruction, early_tell_word_ids, forced_word_ids
 from routing_grpo.rewards import RoutingReward
 from routing_grpo.routing_metrics import GenerationRecord, batch_line, batch_metrics, free_split
 from routing_grpo.schedules import balance_coef_at, in_warmup, reward_phase, routing_word_weight_at
@@ -87,7 +77,7 @@ class _BatchState:
     finished: list[bool] | None = None  # ended with EOS (not at the completion limit or a cap)
 
 
-class RoutingGRPOTrainer(GRPOTrainer):
+class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
     """GRPO in which the policy writes a routing word (NoThink / Short / Long) first (docs/method.md).
 
     Args are those of ``GRPOTrainer``; ``args`` must be a :class:`RoutingGRPOConfig`. ``reward_funcs``
@@ -412,10 +402,10 @@ class RoutingGRPOTrainer(GRPOTrainer):
                 prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
             )
         caps_in_generation = self._caps_in_generation(batch)
-        if self.use_vllm:
-            completion_ids, logprobs = self._generate_vllm(prompt_ids, images, batch, caps_in_generation)
-        elif caps_in_generation and images is None and not self.use_transformers_continuous_batching:
-            completion_ids, logprobs = self._generate_transformers_capped(prompt_ids, batch), None
+        if self.use_vllm or (
+            caps_in_generation and images is None and not self.use_transformers_continuous_batching
+        ):
+            completion_ids, logprobs = self._generate_routed(prompt_ids, images, batch, caps_in_generation)
         else:
             completion_ids, logprobs = super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
@@ -454,76 +444,72 @@ class RoutingGRPOTrainer(GRPOTrainer):
             and any(m.cap is not None for m in self.modes)
         )
 
-    def _row_budgets(self) -> dict[str, Any]:
-        return dict(
-            modes=self.modes,
-            max_completion_length=self.max_completion_length,
-            single_mode=self.single_mode,
-        )
-
-    def _generate_transformers_capped(
-        self, prompt_ids: list[list[int]], batch: _BatchState
-    ) -> list[list[int]]:
-        """transformers generation in which no row generates past its cap (docs/method.md "Caps").
-
-        The shrinking decode loop of :mod:`routing_grpo.capped_generation` drops rows from the batch as they
-        finish, so compute follows the tokens kept; with sampling settings it does not reproduce, rows are
-        generated in budget groups with ``model.generate`` instead.
-        """
-        from trl.models import unwrap_model_for_generation
-
-        budgets = [known_budget(f, **self._row_budgets()) for f in batch.forced_modes]
-        with (
-            unwrap_model_for_generation(
-                self.model_wrapped,
-                self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                generation_kwargs=self.generation_kwargs,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as model,
-            torch.no_grad(),
-            self._dist.summon_full_params(self.model_wrapped, recurse=False),
-        ):
-            if shrinking_loop_supported(self.generation_config):
-                return sample_with_budgets(
-                    model,
-                    prompt_ids,
-                    budgets,
-                    generation_config=self.generation_config,
-                    eos_token_ids=self.eos_token_ids,
-                    pad_token_id=self._tokenizer.pad_token_id,
-                    max_completion_length=self.max_completion_length,
-                    head_budget=lambda _row, head: free_budget(
-                        head, self.detector, self.modes, self.max_completion_length
-                    ),
-                )
-            backend = TransformersBudgetGenerator(
-                model,
-                self.generation_config,
-                pad_token_id=self._tokenizer.pad_token_id,
-                eos_token_ids=self.eos_token_ids,
-                # The base Trainer's: moves tensors to the device. GRPOTrainer's would generate rollouts again.
-                prepare=lambda inputs: Trainer._prepare_inputs(self, inputs),
-            )
-            rows = generate_with_caps(
-                prompt_ids,
-                batch.forced_modes,
-                detector=self.detector,
-                eos_token_ids=self.eos_token_ids,
-                generate=backend,
-                **self._row_budgets(),
-            )
-        return [ids for ids, _ in rows]
-
-    def _generate_vllm(self, prompt_ids: list[list[int]], images: Any, batch: _BatchState, caps: bool):
-        """vLLM generation: per-row token budgets, forced rows never merged with free ones, and (with caps)
-        the two phases of :func:`~routing_grpo.capped_generation.generate_with_caps`."""
+    def _generate_routed(self, prompt_ids: list[list[int]], images: Any, batch: _BatchState, caps: bool):
+        """Rollouts through the generation layer (:func:`~routing_grpo.generation.generate_rollouts`): per-row
+        token budgets, forced rows never merged with free ones, and with ``caps`` no token past a cap."""
         if images is not None:
             raise ValueError("RoutingGRPOTrainer: images are not supported with vLLM routing")
-        vllm = self.vllm_generation
-        if self.state.global_step != self._last_loaded_step:
-            vllm.sync_weights()
+        if self.use_vllm and self.state.global_step != self._last_loaded_step:
+            self.vllm_generation.sync_weights()  # every process: the weights are gathered
             self._last_loaded_step = self.state.global_step
+        if self.use_vllm and self.vllm_generation.mode == "server":
+            # The main process generates the whole global batch and hands each process its rows.
+            all_prompts, all_forced = gather_object(prompt_ids), gather_object(batch.forced_modes)
+            holder = [None]
+            if self.accelerator.is_main_process:
+                with self._rollout_backend() as backend:
+                    holder[0] = self._rollouts(backend, all_prompts, all_forced, caps)
+            broadcast_object_list(holder, from_process=0)
+            start = self.accelerator.process_index * len(prompt_ids)
+            rows = holder[0][start : start + len(prompt_ids)]
+        else:
+            with self._rollout_backend() as backend:
+                rows = self._rollouts(backend, prompt_ids, batch.forced_modes, caps)
+        completion_ids = [list(ids) for ids, _ in rows]
+        logprobs = None if any(lp is None for _, lp in rows) else [list(lp) for _, lp in rows]
+        return completion_ids, logprobs
+
+    def _rollouts(self, backend: Any, prompts: list[list[int]], forced: list[int | None], caps: bool) -> list:
+        return generate_rollouts(
+            backend,
+            prompts,
+            forced,
+            modes=self.modes,
+            detector=self.detector,
+            max_completion_length=self.max_completion_length,
+            single_mode=self.single_mode,
+            caps=caps,
+        )
+
+    @contextlib.contextmanager
+    def _rollout_backend(self) -> Iterator[Any]:
+        """The backend of this run's rollouts (:mod:`routing_grpo.backends`), around TRL's engine objects:
+        vLLM's server client or colocated engine (woken and put back to sleep in sleep mode), or the policy
+        itself unwrapped for generation."""
+        if not self.use_vllm:
+            from trl.models import unwrap_model_for_generation
+
+            with (
+                unwrap_model_for_generation(
+                    self.model_wrapped,
+                    self.accelerator,
+                    gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                    generation_kwargs=self.generation_kwargs,
+                    gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+                ) as model,
+                torch.no_grad(),
+                self._dist.summon_full_params(self.model_wrapped, recurse=False),
+            ):
+                yield TransformersBackend.from_generation_config(
+                    model,
+                    self.generation_config,
+                    pad_token_id=self._tokenizer.pad_token_id,
+                    eos_token_ids=self.eos_token_ids,
+                    # The base Trainer's: moves tensors to the device. GRPOTrainer's would generate rollouts again.
+                    prepare=lambda inputs: Trainer._prepare_inputs(self, inputs),
+                )
+            return
+        vllm = self.vllm_generation
         sampling = {
             "repetition_penalty": vllm.repetition_penalty,
             "temperature": vllm.temperature,
@@ -533,58 +519,25 @@ class RoutingGRPOTrainer(GRPOTrainer):
             "logprobs": vllm.logprobs,
         }
         if vllm.mode == "server":
-            # The main process generates the whole global batch and hands each process its rows.
-            all_prompts = gather_object(prompt_ids)
-            all_forced = gather_object(batch.forced_modes)
-            payload = None
-            if self.accelerator.is_main_process:
-                server_sampling = {
-                    **sampling,
-                    "structured_outputs_regex": vllm.structured_outputs_regex,
-                    "generation_kwargs": vllm.generation_kwargs,
-                }
-
-                def run(requests):
-                    return run_server_requests(vllm.vllm_client, requests, server_sampling)
-
-                payload = self._vllm_rows(all_prompts, all_forced, run, caps)
-            holder = [payload]
-            broadcast_object_list(holder, from_process=0)
-            start = self.accelerator.process_index * len(prompt_ids)
-            rows = holder[0][start : start + len(prompt_ids)]
-        else:
-            if vllm.tensor_parallel_size > 1:
-                raise NotImplementedError(
-                    "RoutingGRPOTrainer: vLLM colocate with tensor parallelism is not supported"
-                )
-            run = colocated_vllm_runner(vllm.llm, sampling, vllm.generation_kwargs)
-
-            if vllm.enable_sleep_mode:
-                vllm.llm.wake_up(tags=["kv_cache"])
-            rows = self._vllm_rows(prompt_ids, batch.forced_modes, run, caps)
-            if vllm.enable_sleep_mode:
-                vllm.llm.sleep(level=2)
-                vllm._llm_weights_sleeping = True
-        completion_ids = [list(ids) for ids, _ in rows]
-        logprobs = None if any(lp is None for _, lp in rows) else [list(lp) for _, lp in rows]
-        return completion_ids, logprobs
-
-    def _vllm_rows(self, prompts: list[list[int]], forced: list[int | None], run: Any, caps: bool) -> list:
-        """(ids, logprobs) per row through ``run(requests) -> per-request samples`` (server or colocate)."""
-
-        def generate(row_prompts, budgets):
-            return generate_rows(run, row_prompts, budgets)
-
-        if not caps:
-            return generate(prompts, [self.max_completion_length] * len(prompts))
-        return generate_with_caps(
-            prompts,
-            forced,
-            detector=self.detector,
-            eos_token_ids=self.eos_token_ids,
-            generate=generate,
-            **self._row_budgets(),
+            sampling = {
+                **sampling,
+                "structured_outputs_regex": vllm.structured_outputs_regex,
+                "generation_kwargs": vllm.generation_kwargs,
+            }
+            yield VLLMServerBackend(vllm.vllm_client, sampling, eos_token_ids=self.eos_token_ids)
+            return
+        if vllm.tensor_parallel_size > 1:
+            raise NotImplementedError(
+                "RoutingGRPOTrainer: vLLM colocate with tensor parallelism is not supported"
+            )
+        if vllm.enable_sleep_mode:
+            vllm.llm.wake_up(tags=["kv_cache"])
+        yield ColocatedVLLMBackend(
+            vllm.llm, sampling, eos_token_ids=self.eos_token_ids, generation_kwargs=vllm.generation_kwargs
         )
+        if vllm.enable_sleep_mode:
+            vllm.llm.sleep(level=2)
+            vllm._llm_weights_sleeping = True
 
     @contextlib.contextmanager
     def _eval_sampling(self, active: bool) -> Iterator[None]:
@@ -649,99 +602,7 @@ class RoutingGRPOTrainer(GRPOTrainer):
         return rewards_per_func
 
     # ------------------------------------------------------------------------------------------------------
-    # 5. Loss forwards in length buckets
-    # ------------------------------------------------------------------------------------------------------
-
-    def _get_per_token_logps_and_entropies(
-        self,
-        model,
-        input_ids,
-        attention_mask,
-        logits_to_keep,
-        batch_size=None,
-        compute_entropy=False,
-        compute_aux_loss=False,
-        **model_kwargs,
-    ):
-        """TRL's log-prob forward, run on length buckets of rows (:mod:`routing_grpo.batching`).
-
-        Each bucket's forward sees its rows' prompt columns from the first real token and completion columns up
-        to the last real one; the results are padded back to ``logits_to_keep`` (padded positions hold 0 and
-        are masked by every use TRL makes of them) and returned in the original row order, so the loss, its
-        gradient and TRL's metrics are those of the single padded forward up to floating-point rounding.
-        Image inputs and MoE auxiliary losses take TRL's path unchanged.
-        """
-        plan = None
-        if not compute_aux_loss and all(v is None for v in model_kwargs.values()):
-            plan = self._logprob_buckets(attention_mask, logits_to_keep, batch_size)
-        if plan is None:
-            return super()._get_per_token_logps_and_entropies(
-                model,
-                input_ids,
-                attention_mask,
-                logits_to_keep,
-                batch_size=batch_size,
-                compute_entropy=compute_entropy,
-                compute_aux_loss=compute_aux_loss,
-                **model_kwargs,
-            )
-        buckets, prompt_widths, completion_widths = plan
-        prompt_width = input_ids.size(1) - logits_to_keep
-        logps_parts, entropy_parts, order = [], [], []
-        for rows in buckets:
-            p = max(prompt_widths[r] for r in rows)
-            c = max(completion_widths[r] for r in rows)
-            index = torch.tensor(rows, device=input_ids.device)
-            span = slice(prompt_width - p, prompt_width + c)
-            logps, entropies, _ = super()._get_per_token_logps_and_entropies(
-                model, input_ids[index, span], attention_mask[index, span], c, compute_entropy=compute_entropy
-            )
-            logps_parts.append(torch.nn.functional.pad(logps, (0, logits_to_keep - c)))
-            if compute_entropy:
-                entropy_parts.append(torch.nn.functional.pad(entropies, (0, logits_to_keep - c)))
-            order.extend(rows)
-        n = input_ids.size(0)
-        inverse = torch.empty(n, dtype=torch.long, device=input_ids.device)
-        inverse[torch.tensor(order, device=input_ids.device)] = torch.arange(n, device=input_ids.device)
-        logps = torch.cat(logps_parts)[inverse]
-        entropies = torch.cat(entropy_parts)[inverse] if compute_entropy else None
-        return logps, entropies, None
-
-    def _logprob_buckets(self, attention_mask, logits_to_keep, batch_size):
-        """(buckets, prompt widths, completion widths), or None where one forward as TRL runs it is right."""
-        if self.args.logprob_length_buckets <= 1 or attention_mask.size(0) <= 1:
-            return None
-        # With sharded parameters (ZeRO-3, FSDP) every forward gathers the weights again: a forward that needs a
-        # backward stays whole; no-grad passes (old and reference log-probs) are chunked by TRL anyway.
-        if torch.is_grad_enabled() and self._parameters_sharded():
-            return None
-        prompt_widths, completion_widths = row_widths(attention_mask, logits_to_keep)
-        buckets = plan_length_buckets(
-            prompt_widths,
-            completion_widths,
-            max_buckets=self.args.logprob_length_buckets,
-            max_rows=batch_size,
-        )
-        if self.accelerator.num_processes > 1:
-            # Every process runs as many forwards as the one that needs most (forwards are collective).
-            most = gather(torch.tensor([len(buckets)], device=self.accelerator.device)).max().item()
-            buckets = split_to_count(buckets, int(most))
-        prompt_width = attention_mask.size(1) - logits_to_keep
-        untrimmed = max(prompt_widths) == prompt_width and max(completion_widths) == logits_to_keep
-        if len(buckets) == 1 and untrimmed:
-            return None
-        return buckets, prompt_widths, completion_widths
-
-    def _parameters_sharded(self) -> bool:
-        if getattr(self, "is_fsdp_enabled", False):
-            return True
-        plugin = getattr(self.accelerator.state, "deepspeed_plugin", None)
-        return bool(
-            getattr(self, "is_deepspeed_enabled", False) and plugin is not None and plugin.zero_stage == 3
-        )
-
-    # ------------------------------------------------------------------------------------------------------
-    # 6. Metrics
+    # 5. Metrics
     # ------------------------------------------------------------------------------------------------------
 
     def _log_routing_metrics(self, record: GenerationRecord) -> None:
@@ -801,41 +662,3 @@ class RoutingGRPOTrainer(GRPOTrainer):
             if alarm:
                 logs["routing/collapse_alarm"] = max(alarm)
         super().log(logs, start_time)
-
-
-def early_tell_word_ids(modes: Any, tokenizer: Any) -> tuple[list[int], list[int]] | None:
-    """The first token ids of the briefest and the longest mode's words, in both spellings (with and without
-    a leading space): what the early tell's log-odds read. None, with a warning, when the two share a first
-    token (their log-odds cannot be read at one position)."""
-    brief, longest = (word_first_token_ids(tokenizer, m.word) for m in (modes[0], modes[-1]))
-    if set(brief) & set(longest):
-        logger.warning(
-            "early tell: the routing words %r and %r begin with the same token; routing/logodds and "
-            "routing/fanout are not logged",
-            modes[0].word,
-            modes[-1].word,
-        )
-        return None
-    return brief, longest
-
-
-def forced_word_ids(modes: Any, tokenizer: Any, question: str) -> list[list[int]]:
-    """The token ids that force each mode after the routing question ``question``.
-
-    Raises ValueError naming the mode when its word tokenizes to nothing, or to ids that differ from the
-    word's own (with or without a leading space) after the question, so detection would not read it back.
-    The training entry calls this once the tokenizer is loaded, before the model.
-    """
-    out = []
-    for m in modes:
-        ids = tokenizer.encode(forcing_text(m.word, question), add_special_tokens=False)
-        if not ids:
-            raise ValueError(f"modes: the routing word {m.word!r} of {m.name!r} tokenizes to nothing")
-        if ids not in word_token_id_forms(tokenizer, m.word):
-            raise ValueError(
-                f"modes: the routing word {m.word!r} of {m.name!r} does not tokenize after the routing question "
-                f"{question!r} as it does on its own, so forcing and detection would disagree; choose another "
-                "word or routing_question"
-            )
-        out.append(list(ids))
-    return out

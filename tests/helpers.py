@@ -310,14 +310,14 @@ class ScriptedGeneration:
         def fake(trainer, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
             return script(trainer, prompt_ids, num_generations)
 
-        def fake_capped(trainer, prompt_ids, batch):
+        def fake_routed(trainer, prompt_ids, images, batch, caps):
             # The caps-in-generation path: the same script, cut afterwards by the exact post-hoc rule.
-            return script(trainer, prompt_ids, trainer.num_generations)[0]
+            return script(trainer, prompt_ids, trainer.num_generations)[0], None
 
         from routing_grpo.trainer import RoutingGRPOTrainer
 
         monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", fake)
-        monkeypatch.setattr(RoutingGRPOTrainer, "_generate_transformers_capped", fake_capped)
+        monkeypatch.setattr(RoutingGRPOTrainer, "_generate_routed", fake_routed)
         return self
 
     def __call__(self, trainer: Any, prompt_ids: list[list[int]], num_generations: int):

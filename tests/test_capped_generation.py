@@ -7,15 +7,14 @@ import pytest
 
 from routing_grpo.capped_generation import (
     CappedGenerationStats,
-    TransformersBudgetGenerator,
     cut_at_eos,
     free_budget,
     generate_with_caps,
-    group_rows_by_budget,
     known_budget,
     stop_token_ids,
 )
-from routing_grpo.generation import apply_caps
+from routing_grpo.decoding import generate_in_budget_groups, group_rows_by_budget
+from routing_grpo.generation import apply_caps, generate_rollouts
 from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, ModeDetector, ModeSpec
 
 MODES = (
@@ -172,7 +171,7 @@ def test_transformers_backend_matches_one_pass_greedy(tiny_qwen2):
     detector = ModeDetector.from_tokenizer(modes, tok)
     config = GenerationConfig(do_sample=False, max_new_tokens=24, pad_token_id=tok.pad_token_id)
     eos = [tok.eos_token_id] if tok.eos_token_id is not None else []
-    backend = TransformersBudgetGenerator(model, config, pad_token_id=tok.pad_token_id, eos_token_ids=eos)
+    backend = budget_groups(model, config, tok.pad_token_id, eos)
     prompts = [
         tok.encode(f"<|im_start|>user\nWhat is {i} + {i}?<|im_end|>\n<|im_start|>assistant\n")
         for i in range(4)
@@ -194,6 +193,18 @@ def test_transformers_backend_matches_one_pass_greedy(tiny_qwen2):
             cap = modes[det.mode].cap if det.mode != INVALID else None
             expect, _ = apply_caps(full, det.word_tokens, cap)
         assert ids == expect, row
+
+
+def budget_groups(model, config, pad_token_id, eos):
+    """``generate(prompts, budgets) -> [(ids, None)]`` through model.generate per budget group."""
+
+    def generate(prompts, budgets):
+        rows = generate_in_budget_groups(
+            model, prompts, budgets, generation_config=config, pad_token_id=pad_token_id, eos_token_ids=eos
+        )
+        return [(ids, None) for ids in rows]
+
+    return generate
 
 
 @pytest.fixture(scope="module")
@@ -229,7 +240,7 @@ def test_shrinking_loop_samples_like_generate(tiny_qwen2, do_sample):
     import torch
     from transformers import GenerationConfig
 
-    from routing_grpo.capped_generation import sample_with_budgets
+    from routing_grpo.decoding import sample_with_budgets
 
     model, tok = tiny_qwen2
     prompts = _chat_prompts(tok, 3)
@@ -240,7 +251,7 @@ def test_shrinking_loop_samples_like_generate(tiny_qwen2, do_sample):
         max_new_tokens=20, min_new_tokens=5, pad_token_id=tok.pad_token_id,
     )  # fmt: skip
     eos = [tok.eos_token_id]
-    backend = TransformersBudgetGenerator(model, config, pad_token_id=tok.pad_token_id, eos_token_ids=eos)
+    backend = budget_groups(model, config, tok.pad_token_id, eos)
     torch.manual_seed(3)
     reference = [ids for ids, _ in backend(prompts, [20] * 3)]
     torch.manual_seed(3)
@@ -256,7 +267,7 @@ def test_shrinking_loop_stops_rows_at_their_budgets(tiny_qwen2):
     the head; nothing past a budget is generated."""
     from transformers import GenerationConfig
 
-    from routing_grpo.capped_generation import sample_with_budgets
+    from routing_grpo.decoding import sample_with_budgets
 
     model, tok = tiny_qwen2
     prompts = _chat_prompts(tok, 4)
@@ -272,7 +283,7 @@ def test_shrinking_loop_stops_rows_at_their_budgets(tiny_qwen2):
         model, prompts, [5, None, 17, None], generation_config=config, eos_token_ids=eos,
         pad_token_id=tok.pad_token_id, max_completion_length=30, head_budget=head_budget,
     )  # fmt: skip
-    backend = TransformersBudgetGenerator(model, config, pad_token_id=tok.pad_token_id, eos_token_ids=eos)
+    backend = budget_groups(model, config, tok.pad_token_id, eos)
     for row, budget in enumerate([5, 12, 17, 30]):
         full = backend([prompts[row]], [30])[0][0]
         assert ours[row] == full[:budget], row
@@ -284,7 +295,7 @@ def test_the_prefill_computes_the_last_position_only(tiny_qwen2):
     vocabulary tensor is large at a real vocabulary and never read); a forward without the option gets none."""
     from transformers import GenerationConfig
 
-    from routing_grpo.capped_generation import last_logits_only, sample_with_budgets
+    from routing_grpo.decoding import last_logits_only, sample_with_budgets
 
     model, tok = tiny_qwen2
     widths = []
@@ -309,14 +320,14 @@ def test_the_prefill_computes_the_last_position_only(tiny_qwen2):
 def test_shrinking_loop_declines_settings_it_cannot_reproduce():
     from transformers import GenerationConfig
 
-    from routing_grpo.capped_generation import shrinking_loop_supported
+    from routing_grpo.decoding import shrinking_loop_supported
 
     assert shrinking_loop_supported(GenerationConfig(do_sample=True, temperature=0.6, top_p=0.95))
     assert not shrinking_loop_supported(GenerationConfig(no_repeat_ngram_size=3))
     assert not shrinking_loop_supported(GenerationConfig(num_beams=4))
 
 
-def test_trainer_vllm_rows_two_phases_through_requests(tiny_model_path, tmp_path):
+def test_trainer_rollouts_two_phases_through_requests(tiny_model_path, tmp_path):
     """The vLLM path (server or colocate) plans per-row budget requests for both phases; a fake engine that
     answers requests like vLLM (n samples, max_tokens) gets no request past a cap, and rows stay in order."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -345,15 +356,53 @@ def test_trainer_vllm_rows_two_phases_through_requests(tiny_model_path, tmp_path
     stream = MarkovStream({1002: nothink[0], 1003: short[0]})
     requests_seen = []
 
-    def run(requests):
-        requests_seen.extend(requests)
-        return [[ids for ids in stream([list(r.prompt_ids)] * r.n, [r.max_tokens] * r.n)] for r in requests]
+    class Engine:  # answers requests like vLLM: n samples of at most max_tokens each
+        eos_token_ids = [EOS]
+
+        def sample(self, requests, seed=None):
+            requests_seen.extend(requests)
+            return [list(stream([list(r.prompt_ids)] * r.n, [r.max_tokens] * r.n)) for r in requests]
 
     prompts = [[1000 + r, 7, 999] for r in range(4)]
-    rows = trainer._vllm_rows(prompts, [0, 1, None, None], run, caps=True)
+    rows = trainer._rollouts(Engine(), prompts, [0, 1, None, None], caps=True)
     assert [len(ids) for ids, _ in rows][:2] == [10, 30]
     # Free rows: head, then the rest of the detected mode's budget (NoThink word + 10) or the limit.
     assert all(r.max_tokens <= MAX_LEN for r in requests_seen)
     assert len(rows[2][0]) == len(nothink) + 10 and len(rows[3][0]) == len(short) + 30
-    uncapped = trainer._vllm_rows(prompts, [None] * 4, run, caps=False)
+    uncapped = trainer._rollouts(Engine(), prompts, [None] * 4, caps=False)
     assert [len(ids) for ids, _ in uncapped] == [MAX_LEN] * 4
+
+
+def test_generate_rollouts_lets_a_continuing_backend_do_both_phases_in_one_pass():
+    """A backend that sets a free row's budget inside its decode loop (``continues_rows``) gets one call:
+    known budgets for forced rows, None for free rows, and the head rule that gives theirs."""
+    calls, decided = [], []
+    head = [902, 5, 5]  # Short's word, then text
+
+    class Continuing:
+        eos_token_ids = [EOS]
+        continues_rows = True
+
+        def sample(self, requests, seed=None):
+            raise AssertionError("a continuing backend is not asked for two phases")
+
+        def sample_rows(self, prompts, budgets, *, max_tokens, head_budget):
+            calls.append((list(budgets), max_tokens))
+            decided.extend(head_budget(i, head) for i, b in enumerate(budgets) if b is None)
+            return [(head, None) if b is None else ([5] * b, None) for b in budgets]
+
+    rows = generate_rollouts(
+        Continuing(),
+        [[1], [2], [3]],
+        [0, None, 2],
+        modes=MODES,
+        detector=DETECTOR,
+        max_completion_length=MAX_LEN,
+    )
+    assert calls == [([10, None, MAX_LEN], MAX_LEN)]  # NoThink's cap, free, Long uncapped
+    assert decided == [1 + 30]  # the free row: its word and Short's cap
+    assert [len(ids) for ids, _ in rows] == [10, 3, MAX_LEN]
+    with pytest.raises(ValueError, match="detector"):
+        generate_rollouts(
+            Continuing(), [[1]], [None], modes=MODES, detector=None, max_completion_length=MAX_LEN
+        )

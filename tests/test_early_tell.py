@@ -22,8 +22,9 @@ from routing_grpo.early_tell import (
     word_loss_share,
 )
 from routing_grpo.modes import INVALID
+from routing_grpo.prompting import early_tell_word_ids
 from routing_grpo.schedules import routing_word_weight_at
-from routing_grpo.trainer import RoutingGRPOTrainer, early_tell_word_ids
+from routing_grpo.trainer import RoutingGRPOTrainer
 from tests.helpers import OutputSpy, ScriptedGeneration, arithmetic_rows, build_trainer, make_args, unpad
 from tests.test_level_metrics import level_dataset
 

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from routing_grpo.backends import TransformersBackend
-from routing_grpo.evaluate import EvalConfig, evaluate_benchmark, summarize
+from routing_grpo.eval_config import EvalConfig
+from routing_grpo.eval_summary import summarize
+from routing_grpo.evaluate import evaluate_benchmark
 from routing_grpo.offline_models import build_tiny_qwen2
 from routing_grpo.prompting import PromptPlan
 from routing_grpo.sample_store import read_samples
@@ -255,7 +257,7 @@ def fake_llm():
 
 
 def vllm_generator(cfg, **kw):
-    from routing_grpo.evaluate import make_vllm_backend
+    from routing_grpo.eval_engines import make_vllm_backend
 
     return make_vllm_backend(
         cfg, llm_factory=fake_vllm.FakeLLM, sampling_params=fake_vllm.SamplingParams, use_tqdm=False, **kw
@@ -318,7 +320,7 @@ def test_vllm_gets_each_benchmarks_prompts_in_one_call(tmp_path, tiny, fake_llm)
 
 def test_prompts_per_call():
     from routing_grpo.backends import TRANSFORMERS_BATCH_SIZE
-    from routing_grpo.evaluate import prompts_per_call
+    from routing_grpo.eval_engines import prompts_per_call
 
     class Plain:
         pass
@@ -354,9 +356,11 @@ def test_data_parallel_engines_each_on_their_gpus(tmp_path, monkeypatch):
         requests = [GenerationRequest(tuple(range(10 + i)), n=1 + i % 3, max_tokens=8) for i in range(5)]
         out = gen.sample(requests, seed=0)
         # Request i went to engine i % 2 (GPUs 4,5 or 6,7, tensor parallel 2), answers in request order.
-        assert out == [[[4 if i % 2 == 0 else 6, s, 10 + i, 2] for s in range(1 + i % 3)] for i in range(5)]
+        assert out == [
+            [([4 if i % 2 == 0 else 6, s, 10 + i, 2], None) for s in range(1 + i % 3)] for i in range(5)
+        ]
         assert gen.sample([], seed=0) == []
-        assert gen.sample(requests[:1], seed=0) == [[[4, 0, 10, 2]]]  # one engine idle
+        assert gen.sample(requests[:1], seed=0) == [[([4, 0, 10, 2], None)]]  # one engine idle
         procs = list(gen.engine.procs)
     finally:
         gen.close()
@@ -372,7 +376,7 @@ def test_data_parallel_engines_each_on_their_gpus(tmp_path, monkeypatch):
         gen.sample(requests, seed=0)
 
     # An engine that fails to start: the error comes back, the other engines are stopped.
-    from routing_grpo.evaluate import make_vllm_backend
+    from routing_grpo.eval_engines import make_vllm_backend
 
     with pytest.raises(RuntimeError, match="CUDA out of memory"):
         make_vllm_backend(
@@ -386,7 +390,7 @@ def test_data_parallel_engines_each_on_their_gpus(tmp_path, monkeypatch):
 
 
 def test_engine_options_need_vllm_and_are_checked(tmp_path):
-    from routing_grpo.evaluate import check_engine
+    from routing_grpo.eval_engines import check_engine
 
     with pytest.raises(ValueError, match="need the vLLM backend"):
         check_engine(config(tmp_path, data_parallel_size=2), "transformers")
@@ -407,7 +411,7 @@ def test_transformers_backend_goes_to_the_gpu_when_there_is_one(tmp_path, monkey
     import torch
 
     from routing_grpo.backends import transformers_device
-    from routing_grpo.evaluate import make_backend
+    from routing_grpo.eval_engines import make_backend
 
     assert transformers_device("cuda:1") == "cuda:1"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -596,7 +600,7 @@ def test_unfinished_samples_are_graded_wrong(tmp_path, tiny, template, accuracy)
         def sample(self, requests, seed=None):
             return [
                 [
-                    tok.encode(text, add_special_tokens=False) + ([eos] if done else [])
+                    (tok.encode(text, add_special_tokens=False) + ([eos] if done else []), None)
                     for text, done in scripted
                 ]
                 for _ in requests

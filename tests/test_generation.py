@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing_grpo.backends import batch_requests_by_sampling, run_server_requests
+from routing_grpo.backends import VLLMServerBackend, batch_requests_by_sampling
 from routing_grpo.generation import (
     GenerationRequest,
     apply_caps,
@@ -237,7 +237,7 @@ def test_server_path_sends_per_row_requests_not_one_prompt_per_group():
 
     requests = plan_requests(prompts, forced, modes=MODES, max_completion_length=50)
     server = FakeServer()
-    results = run_server_requests(server, requests, {"temperature": 1.0})
+    results = VLLMServerBackend(server, {"temperature": 1.0}, eos_token_ids=[0]).sample(requests)
     rows = scatter_outputs(requests, results, len(prompts))
     # Every row got a sample generated from its own prompt (its last id) with its own budget.
     for row, (ids, lps) in enumerate(rows):
@@ -255,7 +255,7 @@ def test_server_path_groups_free_rows_with_n_equal_g():
     free = [[100 + row // 4, 7] for row in range(8)]
     requests = plan_requests(free, [None] * 8, modes=MODES, max_completion_length=50)
     server = FakeServer()
-    rows = scatter_outputs(requests, run_server_requests(server, requests, {}), 8)
+    rows = scatter_outputs(requests, VLLMServerBackend(server, {}, eos_token_ids=[0]).sample(requests), 8)
     assert server.calls[0]["n"] == 4 and server.calls[0]["prompts"] == [[100, 7], [101, 7]]
     assert [ids[2] for ids, _ in rows] == [0, 1, 2, 3, 0, 1, 2, 3]
 
@@ -273,7 +273,7 @@ def test_decode_completions():
     assert decode_completions([[1]], lambda ids: "y", True) == [[{"role": "assistant", "content": "y"}]]
 
 
-def test_the_colocated_runner_sends_each_request_with_its_budget_and_reads_logprobs(monkeypatch):
+def test_the_colocated_backend_sends_each_request_with_its_budget_and_reads_logprobs(monkeypatch):
     """The trainer's colocated vLLM engine behind the request interface: one engine call, each request its
     own ``n`` and ``max_tokens`` beside the shared sampling, each sample's sampled-token logprobs read back."""
     import sys
@@ -281,7 +281,7 @@ def test_the_colocated_runner_sends_each_request_with_its_budget_and_reads_logpr
 
     import trl.generation.vllm_generation  # noqa: F401 - loaded before vllm is stood in for (it probes vllm)
 
-    from routing_grpo.backends import colocated_vllm_runner
+    from routing_grpo.backends import ColocatedVLLMBackend
 
     monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kwargs: kwargs))
 
@@ -305,8 +305,11 @@ def test_the_colocated_runner_sends_each_request_with_its_budget_and_reads_logpr
             ]
 
     llm = StandInLLM()
-    run = colocated_vllm_runner(llm, {"temperature": 1.0, "logprobs": 0}, {"min_p": 0.1})
-    out = run(
+    backend = ColocatedVLLMBackend(
+        llm, {"temperature": 1.0, "logprobs": 0}, eos_token_ids=[0], generation_kwargs={"min_p": 0.1}
+    )
+    assert backend.sample([]) == []
+    out = backend.sample(
         [
             GenerationRequest(prompt_ids=(1, 2), n=2, max_tokens=3),
             GenerationRequest(prompt_ids=(4,), n=1, max_tokens=1),

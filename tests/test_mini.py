@@ -156,7 +156,7 @@ def test_teaching_prompts_are_the_prompts_training_and_eval_render(tokenizer):
     """The taught prompt text is what the trainer and `routing-grpo eval` build from the task's rows."""
     from routing_grpo.config import RoutingGRPOConfig
     from routing_grpo.data import load_task
-    from routing_grpo.evaluate import EvalConfig
+    from routing_grpo.eval_config import EvalConfig
     from routing_grpo.prompting import PromptPlan, add_routing_instruction, forcing_text
 
     recipe = yaml.safe_load(ROUTER.read_text())

@@ -23,7 +23,8 @@ from dataclasses import asdict
 
 import pytest
 
-from routing_grpo.evaluate import EvalConfig, summarize
+from routing_grpo.eval_config import EvalConfig
+from routing_grpo.eval_summary import summarize
 from routing_grpo.mini.report import write_report
 from routing_grpo.report import find_training_runs, training_group, training_summary
 

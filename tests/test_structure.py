@@ -80,15 +80,15 @@ FLOORS = {
     0: {
         "paper", "modes", "rewards", "advantages", "schedules", "collapse", "batching", "frontier",
         "emergence", "grading", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
-        "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics",
+        "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics", "eval_summary",
     },
     1: {
         "prompting", "config", "settings", "tasks", "data", "offline_models", "generation",
-        "capped_generation", "arguments", "recipe_file",
+        "capped_generation", "decoding", "arguments", "recipe_file",
     },
     2: {
-        "trainer", "callbacks", "preemption", "backends", "evaluate", "inference", "report", "plots", "recipe", "hub",
-        "runs", "loading", "train_help",
+        "trainer", "bucketed_logprobs", "callbacks", "preemption", "backends", "evaluate", "eval_config", "eval_engines", "inference",
+        "report", "plots", "recipe", "hub", "runs", "loading", "train_help",
     },
     3: {
         "train", "cli", "demo", "demo_smollm2", "__main__", "commands", "commands.reward_table", "commands.oracle",
@@ -276,3 +276,18 @@ def test_only_the_generation_layer_talks_to_vllm():
             if any(n == "vllm" or n.startswith("vllm.") for n in names) and path.name != "backends.py":
                 importers.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert not importers, importers
+
+
+def test_only_the_generation_layer_calls_a_model_or_engine_to_generate():
+    """``model.generate``, ``llm.generate`` and a vLLM client's ``generate`` are called by the backends and the
+    transformers decode loops alone: the trainer, evaluation and inference get their tokens through
+    ``routing_grpo.backends`` (a router's or a task's own ``generate`` is not a model call)."""
+    receivers = {"model", "llm", "client", "engine", "vllm_client"}
+    callers = []
+    for path in PACKAGE.rglob("*.py"):
+        for call in _calls(ast.parse(path.read_text()), "generate"):
+            owner = call.func.value
+            name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
+            if name in receivers and path.name not in ("backends.py", "decoding.py"):
+                callers.append(f"{path.relative_to(PACKAGE)}:{call.lineno}")
+    assert not callers, callers

@@ -410,16 +410,16 @@ def test_evaluation_samples_at_eval_temperature_with_real_generation(tiny_model_
         seen.append(("generate", self.training, k["generation_config"].temperature))
         return original(self, *a, **k)
 
-    import routing_grpo.trainer as trainer_module
+    import routing_grpo.backends as backends_module
 
-    capped_loop = trainer_module.sample_with_budgets
+    capped_loop = backends_module.sample_with_budgets
 
     def sample(model, *a, **k):
         seen.append(("capped", model.training, k["generation_config"].temperature))
         return capped_loop(model, *a, **k)
 
     monkeypatch.setattr(type(model), "generate", generate)
-    monkeypatch.setattr(trainer_module, "sample_with_budgets", sample)
+    monkeypatch.setattr(backends_module, "sample_with_budgets", sample)
     trainer.train()
     assert ("capped", True, 1.0) in seen  # training: default temperature, caps in generation
     assert ("generate", False, 0.6) in seen  # evaluation: eval temperature, plain (uncapped) generate
@@ -604,22 +604,22 @@ def test_the_fallback_generator_runs_inside_the_trainer(tiny_model_path, tmp_pat
     """Sampling settings the shrinking decode loop declines (no_repeat_ngram_size) take the budget-grouped
     model.generate path, whose inputs the base Trainer moves to the device (GRPOTrainer's _prepare_inputs
     would start generating rollouts again)."""
-    import routing_grpo.trainer as trainer_module
-    from routing_grpo.capped_generation import TransformersBudgetGenerator, shrinking_loop_supported
+    import routing_grpo.backends as backends_module
+    from routing_grpo.decoding import shrinking_loop_supported
 
     calls = []
+    grouped = backends_module.generate_in_budget_groups
 
-    class Recording(TransformersBudgetGenerator):
-        def __call__(self, prompts, budgets):
-            out = super().__call__(prompts, budgets)
-            calls.append((list(budgets), out))
-            return out
+    def recording(model, prompts, budgets, **kwargs):
+        out = grouped(model, prompts, budgets, **kwargs)
+        calls.append((list(budgets), out))
+        return out
 
     def refuse(*a, **k):
         raise AssertionError("the shrinking decode loop must decline no_repeat_ngram_size")
 
-    monkeypatch.setattr(trainer_module, "TransformersBudgetGenerator", Recording)
-    monkeypatch.setattr(trainer_module, "sample_with_budgets", refuse)
+    monkeypatch.setattr(backends_module, "generate_in_budget_groups", recording)
+    monkeypatch.setattr(backends_module, "sample_with_budgets", refuse)
     args = make_args(
         tmp_path, max_steps=1, routing_warmup_steps=1, generation_kwargs={"no_repeat_ngram_size": 3}
     )

@@ -80,7 +80,9 @@ def _model_context(model: str) -> int | None:
 def run(args: argparse.Namespace) -> int:
     from routing_grpo.backends import check_sampling, resolve_backend
     from routing_grpo.data import DatasetUnavailableError
-    from routing_grpo.evaluate import EvalConfig, check_benchmarks, check_engine, run_eval
+    from routing_grpo.eval_config import EvalConfig
+    from routing_grpo.eval_engines import check_engine
+    from routing_grpo.evaluate import check_benchmarks, run_eval
 
     try:  # a bad sampling option is its own one-line error, before anything is read or loaded
         check_sampling(args.temperature, args.top_p, flags=True)

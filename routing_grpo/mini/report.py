@@ -4,13 +4,13 @@ With forced-mode evaluations of the taught model (``oracle_dirs``) the general r
 (:func:`routing_grpo.report.write_report`) gets a "Miniature" part: the oracle table (best mode per level),
 the router's split per level against it, the routing regret, the miniature's targets and the ablations
 (figures: :mod:`routing_grpo.mini.targets` on :mod:`routing_grpo.emergence`'s table), in results.md, ``mini.json`` and the ``mini_*.csv`` tables.
-``routing-grpo report --oracle`` writes it through :func:`write_report` here.
+``routing-grpo report --oracle`` writes it through :func:`write_report` here; the Markdown is rendered by
+:mod:`routing_grpo.mini.report_markdown`.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +18,7 @@ from typing import Any
 
 from routing_grpo.emergence import best_modes
 from routing_grpo.frontier import Point
+from routing_grpo.mini.report_markdown import miniature_markdown
 from routing_grpo.mini.targets import (
     free_mode_figures,
     graded_world_checks,
@@ -34,7 +35,6 @@ from routing_grpo.report import (
     ABLATION_METHODS,
     BASELINE_METHODS,
     LEVEL_MIX_METHOD,
-    METHOD_LABELS,
     WORD_WEIGHT_METHOD,
     ReportPart,
     Stat,
@@ -42,7 +42,6 @@ from routing_grpo.report import (
     find_summaries,
     load_samples,
     method_points,
-    number_text,
     samples_of,
     stats,
     training_summary,
@@ -401,281 +400,8 @@ def _json_ready(obj: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The miniature: markdown and CSV
+# The miniature as CSV tables
 # ---------------------------------------------------------------------------------------------------------
-
-
-def _ms(d: dict[str, Any] | None, digits: int = 3) -> str:
-    """``mean ± std`` of a stat dict (just the mean for one seed)."""
-    if not d or d.get("mean") is None:
-        return "-"
-    if d.get("n", 0) > 1:
-        return f"{d['mean']:.{digits}f} ± {d['std']:.{digits}f}"
-    return f"{d['mean']:.{digits}f}"
-
-
-def _met(met: bool | None) -> str:
-    return {True: "yes", False: "NO", None: "n/a"}[met]
-
-
-def _target_value(t: dict[str, Any]) -> str:
-    return "-" if t["value"] is None else f"{t['value']:.3f}"
-
-
-def miniature_markdown(mini: dict[str, Any]) -> str:
-    bench = mini["benchmark"]
-    names = [m["name"] for m in mini["modes"]]
-    caps = ", ".join(f"{m['name']} {m['cap'] if m['cap'] is not None else 'none'}" for m in mini["modes"])
-    lines = [f"## Miniature ({bench})", ""]
-    if mini.get("world"):
-        lines += [*_world_lines(mini["world"], names), ""]
-    lines += [
-        "### Oracle: the taught model forced into each mode, per level",
-        "",
-        f"Per mode: accuracy under the cap (uncapped in brackets; caps: {caps}), mean tokens L, expected "
-        "reward (b·γ^L if correct within the cap, else 0). Best: the mode with the highest expected reward "
-        "(ties to the briefer mode), what a perfect router picks.",
-        "",
-        "| level | " + " | ".join(f"{n} acc | {n} tokens | {n} reward" for n in names) + " | best |",
-        "|---|" + "---|" * (3 * len(names) + 1),
-    ]
-    for lv, entry in mini["oracle"]["levels"].items():
-        cells = []
-        for n in names:
-            c = entry["cells"].get(n)
-            if c is None:
-                cells += ["-", "-", "-"]
-            else:
-                cells += [
-                    f"{c['accuracy_capped']:.3f} ({c['accuracy']:.3f})",
-                    f"{c['mean_tokens']:.1f}",
-                    f"{c['expected_reward']:.3f}",
-                ]
-        lines.append(f"| {lv} | " + " | ".join(cells) + f" | {entry['best']} |")
-    o = mini["oracle"]["overall"]
-    lines += [
-        "",
-        f"Oracle router (each level in its best mode, levels weighted by {o['weights']}): accuracy "
-        f"{o['accuracy_capped']:.3f} under the caps ({o['accuracy']:.3f} uncapped), mean tokens "
-        f"{o['mean_tokens']:.1f}, expected reward {o['expected_reward']:.3f}.",
-    ]
-
-    router = mini["router"]
-    n_seeds = len(router["seeds"])
-    if router["levels"]:
-        lines += [
-            "",
-            f"### Routing split per level: router vs oracle (mean ± std over {n_seeds} seed(s))",
-            "",
-            "Shares of the router's valid free samples; reward: mean reward of all its free samples (-0.5 "
-            "without a routing word, 0 past the cap).",
-            "",
-            *_level_split_rows(router["levels"], names),
-        ]
-        lines += ["", "### Routing regret", ""]
-        lines += [
-            "regret = Σ_level share_level · (oracle reward_level − router reward_level); relative to "
-            "Σ_level share_level · oracle reward_level (target ≤ 10%).",
-            "",
-            "| seed | regret | oracle reward | relative |",
-            "|---|---|---|---|",
-        ]
-        for seed, s in router["seeds"].items():
-            r = s["regret"]
-            if r is None:
-                lines.append(f"| {seed} | - | - | - |")
-            else:
-                lines.append(
-                    f"| {seed} | {r['absolute']:.4f} | {r['oracle_reward']:.4f} | {_pct1(r['relative'])} |"
-                )
-        reg = router["regret"]
-        rel = reg["relative"]
-        rel_text = "-" if rel["mean"] is None else f"{_pct1(rel['mean'])} ± {_pct1(rel['std'])}"
-        lines.append(f"| mean | {_ms(reg['absolute'], 4)} | {_ms(reg['oracle_reward'], 4)} | {rel_text} |")
-
-    mix = mini.get("level_mix") or {}
-    if mix.get("levels"):
-        lines += [
-            "",
-            f"### Routing split per level: the router trained on a level mix ({LEVEL_MIX_METHOD}, mean ± std "
-            f"over {len(mix['seeds'])} seed(s))",
-            "",
-            "Its training rows are resampled by level (`train_level_mix` of its recipe); levels outside the mix "
-            "are held-out problems of levels it never trained on. Columns as in the router's table.",
-            "",
-            *_level_split_rows(mix["levels"], names),
-        ]
-
-    lever = mini.get("word_weight") or {}
-    if lever.get("levels"):
-        seeds = list(lever["targets"])
-        lines += [
-            "",
-            f"### Routing split per level: the router with the routing word weighted ({WORD_WEIGHT_METHOD}, "
-            f"beyond the paper; mean ± std over {len(lever['seeds'])} seed(s))",
-            "",
-            *_level_split_rows(lever["levels"], names),
-        ]
-        if seeds and lever["targets"][seeds[0]]:
-            lines += [
-                "",
-                "| target | " + " | ".join(f"seed {s}" for s in seeds) + " |",
-                "|---|" + "---|" * len(seeds),
-            ]
-            for i, t in enumerate(lever["targets"][seeds[0]]):
-                cells = [
-                    f"{_target_value(lever['targets'][s][i])} ({_met(lever['targets'][s][i]['met'])})"
-                    for s in seeds
-                ]
-                lines.append(f"| {t['rule']} | " + " | ".join(cells) + " |")
-
-    targets = mini["targets"]
-    if targets["mean"]:
-        seeds = list(targets["per_seed"])
-        lines += ["", "### Targets", ""]
-        lines += [
-            "| target | mean over seeds | met | " + " | ".join(f"seed {s}" for s in seeds) + " |",
-            "|---|---|---|" + "---|" * len(seeds),
-        ]
-        for i, t in enumerate(targets["mean"]):
-            per_seed = [targets["per_seed"][s][i] for s in seeds]
-            cells = [f"{_target_value(x)} ({_met(x['met'])})" for x in per_seed]
-            lines.append(
-                f"| {t['rule']} | {_target_value(t)} | {_met(t['met'])} | " + " | ".join(cells) + " |"
-            )
-        met = sum(t["met"] is True for t in targets["mean"])
-        lines += ["", f"{met} of {len(targets['mean'])} targets met (mean over seeds)."]
-
-    abl = mini["ablations"]
-    if abl:
-        middle = names[1:-1]
-        lines += ["", "### Ablations", ""]
-        lines += [
-            "Evaluation of the final model (free routing, mean ± std over seeds) and the training logs: "
-            "last logged free split, whether the collapse alarm fired (runs where it fired / runs that "
-            "logged it)"
-            + (
-                f", and in how many runs {', '.join(middle)} was ever chosen in free rollouts."
-                if middle
-                else "."
-            ),
-            "",
-            _md_row(
-                ["method", "seeds", "free split (eval)", "entropy", "accuracy", "mean tokens"]
-                + ["last free split (training)", "collapse alarm"]
-                + [f"{m} ever chosen" for m in middle]
-            ),
-            "|---|" + "---|" * (7 + len(middle)),
-        ]
-        for method, a in abl.items():
-            ev, tr = a["eval"], a["training"]
-            split = (
-                " / ".join(number_text(ev["mode_shares"][n]["mean"], 2) for n in names)
-                if ev["seeds"]
-                else "-"
-            )
-            finals = [r["final_split"] for r in tr["runs"] if r["final_split"]]
-            last = (
-                " / ".join(number_text(_mean_or_none([f.get(n) for f in finals]), 2) for n in names)
-                if finals
-                else "-"
-            )
-            ca, runs = tr["collapse_alarm"], tr["collapse_alarm"]["runs"]
-            if not runs:
-                alarm = "no training logs"
-            elif not ca["logged"]:
-                alarm = "not logged"
-            else:
-                alarm = f"{'yes' if ca['fired'] else 'no'} ({ca['fired']}/{ca['logged']})"
-            chosen = [
-                f"{'yes' if tr['ever_chosen'][m] else 'no'} ({tr['ever_chosen'][m]}/{runs})" if runs else "-"
-                for m in middle
-            ]
-            lines.append(
-                _md_row(
-                    [METHOD_LABELS.get(method, method), str(ev["seeds"]), split, _ms(ev["entropy"])]
-                    + [_ms(ev["accuracy"]), _ms(ev["mean_length"], 1), last, alarm, *chosen]
-                )
-            )
-        lines += ["", f"Splits are {' / '.join(names)}."]
-    for note in mini["notes"]:
-        lines += ["", f"Note: {note}"]
-    return "\n".join(lines) + "\n"
-
-
-def _world_lines(world: dict[str, Any], names: Sequence[str]) -> list[str]:
-    """The world's table at the training temperature, its mix figures, the mode it favours and its checks."""
-    temps = ", ".join(f"{t:g}" for t in world["temperatures"]) or "?"
-    lines = [
-        f"### The world at the training temperature ({temps})",
-        "",
-        "The taught model forced into each mode, sampled as training samples: accuracy under the cap and "
-        "expected phase-1 reward per level, then on the uniform mix of levels.",
-        "",
-        "| level | " + " | ".join(f"{n} acc | {n} reward" for n in names) + " | best |",
-        "|---|" + "---|" * (2 * len(names) + 1),
-    ]
-    for lv, entry in world["levels"].items():
-        cells = []
-        for n in names:
-            c = entry["cells"].get(n)
-            cells += (
-                ["-", "-"] if c is None else [f"{c['accuracy_capped']:.3f}", f"{c['expected_reward']:.3f}"]
-            )
-        lines.append(f"| {lv} | " + " | ".join(cells) + f" | {entry['best']} |")
-    mix = world["mix"]
-    lines.append(
-        "| mix | "
-        + " | ".join(f"{mix[n]['accuracy']:.3f} | {mix[n]['expected_reward']:.3f}" for n in names)
-        + f" | {world['favoured']} |"
-    )
-    worth = " / ".join(f"{mix[n]['expected_reward']:.2f}" for n in names)
-    lines += [
-        "",
-        f"On the mix the modes are worth {worth} "
-        f"({' / '.join(names)}): a routing state shared across problems moves first towards "
-        f"{world['favoured']}, {world['favoured_lead']:.3f} ahead of the next mode.",
-        "",
-        "| check | value | met |",
-        "|---|---|---|",
-    ]
-    for t in world["checks"]:
-        lines.append(f"| {t['rule']} | {_target_value(t)} | {_met(t['met'])} |")
-    met = sum(t["met"] is True for t in world["checks"])
-    lines += ["", f"{met} of {len(world['checks'])} checks of the paper's regime met."]
-    return lines
-
-
-def _level_split_rows(levels: dict[str, Any], names: Sequence[str]) -> list[str]:
-    """A routed method's split per level beside the oracle's choice: table header and one row per level."""
-    rows = [
-        "| level | prompt share | " + " | ".join(names) + " | invalid | mean mode index | router acc | "
-        "router tokens | router reward | oracle choice | oracle reward |",
-        "|---|" + "---|" * (len(names) + 8),
-    ]
-    for lv, e in levels.items():
-        shares = [_ms(e["shares"][n], 2) for n in names]
-        rows.append(
-            f"| {lv} | {_ms(e['level_share'], 2)} | "
-            + " | ".join(shares)
-            + f" | {_ms(e['invalid_share'], 2)} | "
-            f"{_ms(e['mean_mode_index'], 2)} | {_ms(e['accuracy'])} | {_ms(e['mean_tokens'], 1)} | "
-            f"{_ms(e['expected_reward'])} | {e['oracle_choice'] or '-'} | {number_text(e['oracle_expected_reward'])} |"
-        )
-    return rows
-
-
-def _md_row(cells: Sequence[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
-def _pct1(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.1f}%"
-
-
-def _mean_or_none(values: Sequence[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return statistics.fmean(vals) if vals else None
 
 
 def miniature_tables(mini: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

@@ -455,7 +455,8 @@ def greedy_check(
     by the tests. (The oracle table itself is sampled at temperature 0.6 by ``make mini``.)"""
     import tempfile
 
-    from routing_grpo.evaluate import EvalConfig, run_eval
+    from routing_grpo.eval_config import EvalConfig
+    from routing_grpo.evaluate import run_eval
 
     recipe = Path(recipes) / ROUTER_RECIPES[world]
     if not recipe.is_file():
