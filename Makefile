@@ -19,7 +19,7 @@ SEEDS ?= 0 1 2
 $(VENV)/.installed: pyproject.toml $(if $(HAS_CUDA),constraints-gpu.txt,constraints-cpu.txt)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet $(CONSTRAINTS) -e ".[dev]"
+	$(PY) -m pip install --quiet --no-compile $(CONSTRAINTS) -e ".[dev]"
 	touch $@
 
 install: $(VENV)/.installed
@@ -31,10 +31,13 @@ $(VENV)/.installed-gpu: $(VENV)/.installed constraints-gpu.txt
 
 install-gpu: $(VENV)/.installed-gpu
 
-# Two test tiers. `make test`: the fast tier (-m "not slow"), a few minutes on 2 cores. `make test-all`: both
-# tiers (the slow one trains models for minutes and starts processes of the entry points) and lint; CI runs it.
+# Two test tiers. `make test`: the fast tier (-m "not slow"), about 2 minutes on 2 cores from a fresh clone,
+# install included, on PYTEST_WORKERS processes (pytest-xdist; "auto": one per core, 0: none). `make test-all`:
+# both tiers (the slow one trains models for minutes and starts processes of the entry points) and lint; CI
+# runs it. The install skips byte-compiling (--no-compile): Python compiles what a run imports, once.
+PYTEST_WORKERS ?= auto
 test: install
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow" -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 test-slow: install
 	$(PY) -m pytest -m slow $(PYTEST_ARGS)
