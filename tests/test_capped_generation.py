@@ -406,3 +406,32 @@ def test_generate_rollouts_lets_a_continuing_backend_do_both_phases_in_one_pass(
         generate_rollouts(
             Continuing(), [[1]], [None], modes=MODES, detector=None, max_completion_length=MAX_LEN
         )
+
+
+def test_the_transformers_backend_takes_model_generate_where_the_loop_declines(tiny_qwen2):
+    """Settings the shrinking loop cannot reproduce: the backend samples with model.generate per budget
+    group (no logprobs), and refuses budgets that would be set after the head (the one-pass path)."""
+    from transformers import GenerationConfig
+
+    from routing_grpo.backends import TransformersBackend
+    from routing_grpo.generation import GenerationRequest
+
+    model, tok = tiny_qwen2
+    config = GenerationConfig(do_sample=False, no_repeat_ngram_size=3, pad_token_id=tok.pad_token_id)
+    eos = [tok.eos_token_id]
+    backend = TransformersBackend.from_generation_config(
+        model, config, pad_token_id=tok.pad_token_id, eos_token_ids=eos
+    )
+    assert not backend.continues_rows
+    prompts = _chat_prompts(tok, 2)
+    out = backend.sample(
+        [GenerationRequest(tuple(prompts[0]), 2, 6), GenerationRequest(tuple(prompts[1]), 1, 3)]
+    )
+    grouped = generate_in_budget_groups(
+        model, [prompts[0], prompts[0], prompts[1]], [6, 6, 3], generation_config=config,
+        pad_token_id=tok.pad_token_id, eos_token_ids=eos,
+    )  # fmt: skip
+    assert out == [[(grouped[0], None), (grouped[1], None)], [(grouped[2], None)]]
+    assert all(len(ids) <= 6 for ids, _ in out[0]) and len(out[1][0][0]) <= 3
+    with pytest.raises(ValueError, match="shrinking decode loop"):
+        backend.sample_rows(prompts, [None, 4], max_tokens=6, head_budget=lambda row, head: 6)
