@@ -327,9 +327,9 @@ def test_shrinking_loop_declines_settings_it_cannot_reproduce():
     assert not shrinking_loop_supported(GenerationConfig(num_beams=4))
 
 
-def test_trainer_rollouts_two_phases_through_requests(tiny_model_path, tmp_path):
-    """The vLLM path (server or colocate) plans per-row budget requests for both phases; a fake engine that
-    answers requests like vLLM (n samples, max_tokens) gets no request past a cap, and rows stay in order."""
+def three_mode_trainer(tiny_model_path, tmp_path):
+    """A routing trainer on the tiny model: caps 10 / 30 / none, one forced rollout per mode in a group of 4."""
+    from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from routing_grpo.config import RoutingGRPOConfig
@@ -343,15 +343,19 @@ def test_trainer_rollouts_two_phases_through_requests(tiny_model_path, tmp_path)
         output_dir=str(tmp_path), use_cpu=True, report_to="none", num_generations=4,
         per_device_train_batch_size=4, max_completion_length=MAX_LEN, modes=modes, forced_per_mode=1,
     )  # fmt: skip
-    from datasets import Dataset
-
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"}] * 4)
-    trainer = RoutingGRPOTrainer(
+    return RoutingGRPOTrainer(
         AutoModelForCausalLM.from_pretrained(tiny_model_path),
         args=args,
         train_dataset=data,
         processing_class=tok,
     )
+
+
+def test_trainer_rollouts_two_phases_through_requests(tiny_model_path, tmp_path):
+    """The vLLM path (server or colocate) plans per-row budget requests for both phases; a fake engine that
+    answers requests like vLLM (n samples, max_tokens) gets no request past a cap, and rows stay in order."""
+    trainer = three_mode_trainer(tiny_model_path, tmp_path)
     nothink, short = trainer.forced_word_ids[0], trainer.forced_word_ids[1]
     stream = MarkovStream({1002: nothink[0], 1003: short[0]})
     requests_seen = []
@@ -435,3 +439,92 @@ def test_the_transformers_backend_takes_model_generate_where_the_loop_declines(t
     assert all(len(ids) <= 6 for ids, _ in out[0]) and len(out[1][0][0]) <= 3
     with pytest.raises(ValueError, match="shrinking decode loop"):
         backend.sample_rows(prompts, [None, 4], max_tokens=6, head_budget=lambda row, head: 6)
+
+
+def test_the_trainer_samples_through_trls_colocated_engine(tiny_model_path, tmp_path, monkeypatch):
+    """With vLLM colocated, the trainer syncs the weights once per optimizer step (in every process), wakes the
+    engine, runs both phases as requests through ``ColocatedVLLMBackend`` with TRL's sampling settings, puts the
+    engine back to sleep, and returns each row's sampled-token logprobs aligned with its ids."""
+    import sys
+    from types import SimpleNamespace
+
+    import trl.generation.vllm_generation  # noqa: F401 - loaded before vllm is stood in for (it probes vllm)
+
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kwargs: kwargs))
+    trainer = three_mode_trainer(tiny_model_path, tmp_path)
+    nothink = trainer.forced_word_ids[0]
+    events, params_seen = [], []
+    token = SimpleNamespace(rank=1, logprob=-0.5)
+
+    class StandInLLM:  # a free row (prompt ends with 999) writes NoThink's word; everything else token 7
+        def generate(self, prompts, sampling_params, use_tqdm):
+            events.append("generate")
+            params_seen.extend(sampling_params)
+            out = []
+            for prompt, p in zip(prompts, sampling_params, strict=True):
+                ids = prompt["prompt_token_ids"]
+                text = (nothink + [7] * p["max_tokens"]) if ids[-1] == 999 else [7] * p["max_tokens"]
+                sample = SimpleNamespace(
+                    token_ids=text[: p["max_tokens"]], logprobs=[{7: token}] * p["max_tokens"]
+                )
+                out.append(SimpleNamespace(outputs=[sample] * p["n"]))
+            return out
+
+        def wake_up(self, tags):
+            events.append("wake")
+
+        def sleep(self, level):
+            events.append("sleep")
+
+    trainer.use_vllm, trainer._last_loaded_step = True, -1  # as TRL's init leaves them with vLLM
+    trainer.vllm_generation = SimpleNamespace(
+        mode="colocate", llm=StandInLLM(), enable_sleep_mode=True, tensor_parallel_size=1,
+        repetition_penalty=1.0, temperature=0.9, top_p=0.95, top_k=-1, min_p=None, logprobs=0,
+        generation_kwargs={"seed": 3}, sync_weights=lambda: events.append("sync"),
+    )  # fmt: skip
+    prompts = [[1000, 7, 999, *nothink], [1001, 7, 999, *trainer.forced_word_ids[1]], [1002, 7, 999]]
+    batch = SimpleNamespace(forced_modes=[0, 1, None])
+    ids, logprobs = trainer._generate_routed([list(p) for p in prompts], None, batch, caps=True)
+    assert [len(row) for row in ids] == [10, 30, len(nothink) + 10]  # caps held in generation
+    assert ids[2][: len(nothink)] == nothink and [len(lp) for lp in logprobs] == [len(row) for row in ids]
+    assert events == ["sync", "wake", "generate", "generate", "sleep"]  # heads, then the free row's rest
+    assert all(p["temperature"] == 0.9 and p["min_p"] == 0.0 and p["seed"] == 3 for p in params_seen)
+    trainer._generate_routed([list(p) for p in prompts], None, batch, caps=True)
+    assert events.count("sync") == 1  # the same optimizer step: the engine has these weights already
+
+
+def test_the_trainer_samples_through_a_vllm_server(tiny_model_path, tmp_path):
+    """With a vLLM server, the main process sends the batch's requests (one call per n and max_tokens, with
+    TRL's sampling settings and structured-output regex) and every row gets its own capped sample back."""
+    from types import SimpleNamespace
+
+    trainer = three_mode_trainer(tiny_model_path, tmp_path)
+    nothink = trainer.forced_word_ids[0]
+    calls = []
+
+    class StandInClient:  # like trl's VLLMClient.generate: flat lists, n samples per prompt
+        def generate(self, prompts, n, max_tokens, **sampling):
+            calls.append({"n": n, "max_tokens": max_tokens, **sampling})
+            ids = [
+                (nothink + [7] * max_tokens if p[-1] == 999 else [7] * max_tokens)[:max_tokens]
+                for p in prompts
+            ]
+            flat = [row for row in ids for _ in range(n)]
+            return {"completion_ids": flat, "logprobs": [[[-0.5]] * len(row) for row in flat]}
+
+    trainer.use_vllm, trainer._last_loaded_step = True, -1
+    trainer.vllm_generation = SimpleNamespace(
+        mode="server", vllm_client=StandInClient(), repetition_penalty=1.0, temperature=0.9, top_p=0.95,
+        top_k=-1, min_p=0.05, logprobs=0, structured_outputs_regex=None, generation_kwargs={},
+        sync_weights=lambda: calls.append("sync"),
+    )  # fmt: skip
+    prompts = [[1000, 7, 999, *nothink], [1001, 7, 999, *trainer.forced_word_ids[1]], [1002, 7, 999]]
+    ids, logprobs = trainer._generate_routed(
+        prompts, None, SimpleNamespace(forced_modes=[0, 1, None]), caps=True
+    )
+    assert [len(row) for row in ids] == [10, 30, len(nothink) + 10]
+    assert logprobs == [[-0.5] * len(row) for row in ids]
+    assert calls[0] == "sync" and all(
+        c["min_p"] == 0.05 and "structured_outputs_regex" in c for c in calls[1:]
+    )
+    assert all(c["max_tokens"] <= MAX_LEN for c in calls[1:]) and len(calls) >= 3  # forced rows, head, rest
