@@ -1,15 +1,21 @@
 """Caps enforced during generation: no token past a mode's cap is ever generated (docs/method.md "Caps").
 
 A rollout's budget depends on its mode, and a free rollout's mode is only known once it has written its
-routing word. Generation therefore runs in two phases, the same way for every backend:
+routing word. Generation therefore runs in two calls, the same way for every backend:
 
-1. Rows whose mode is known before generation (forced rows, whose word sits at the end of the prompt, and
-   single-mode rows) generate with their own budget: ``min(C_m, max_completion_length)``. Free rows
-   generate only their *head*, the first :data:`~routing_grpo.modes.DETECTION_HEAD_TOKENS` tokens, which is
-   all the detector ever reads.
-2. Each unfinished free row's mode is detected from its head, exactly as it will be after generation. It then
-   continues from prompt + head with the rest of its budget: ``word_tokens + C_m`` in total for a valid mode,
-   ``max_completion_length`` for an uncapped mode or an invalid row.
+1. The free rows write only their *head*, the first :data:`~routing_grpo.modes.DETECTION_HEAD_TOKENS` tokens,
+   which is all the detector ever reads (a few tokens: this call is short).
+2. Each unfinished free row's mode is detected from its head, exactly as it will be after generation. One
+   call then generates, together, the rows whose mode was known before generation (forced rows, whose word
+   sits at the end of the prompt, and single-mode rows) with their own budget ``min(C_m,
+   max_completion_length)``, and the free rows' continuations from prompt + head with the rest of theirs:
+   ``word_tokens + C_m`` in total for a valid mode, ``max_completion_length`` for an uncapped mode or an
+   invalid row.
+
+A step's generation is thus one pass plus the heads. During the routing warmup a forced Long row and a
+free Long row both run to the completion limit; in one call they run side by side, where generating the
+forced rows beside the heads and the continuations after them would run them one after the other and
+take up to two passes (docs/benchmarks.md "One pass per step").
 
 Rows with equal budgets are generated together, so a batch is never held open by rows of a longer mode:
 the compute saved is the tokens past caps that post-hoc truncation would have generated. Post-hoc
@@ -19,10 +25,10 @@ used its whole budget without EOS is one whose length would exceed the cap.
 
 Every backend of :mod:`routing_grpo.backends` (transformers, vLLM colocated, vLLM server) takes the same
 :class:`~routing_grpo.generation.GenerationRequest`s and returns (completion ids, logprobs or None) per sample;
-each completion stops at EOS (kept) or after its budget. :func:`routing_grpo.generation.generate_rollouts` is the one entry the
-trainer uses: it runs the two phases through any backend's ``sample``, or lets a backend that can set a
-row's budget inside its decode loop (the transformers shrinking loop, ``continues_rows``) do both phases in
-one pass, with no second prefill.
+each completion stops at EOS (kept) or after its budget. :func:`routing_grpo.generation.generate_rollouts` is
+the one entry the trainer uses: it makes the two calls through any backend's ``sample``, or lets a backend
+that can set a row's budget inside its decode loop (the transformers shrinking loop, ``continues_rows``) do
+all of it in one decode loop, with no second prefill.
 """
 
 from __future__ import annotations
@@ -65,7 +71,8 @@ def free_budget(
 
 @dataclass
 class CappedGenerationStats:
-    """What a capped generation did: tokens generated, and how many backend calls of each phase."""
+    """What a capped generation did: tokens generated, free rows that wrote a head, and how many of them
+    were continued."""
 
     generated_tokens: int = 0
     head_rows: int = 0
@@ -93,20 +100,26 @@ def generate_with_caps(
         raise ValueError("generate_with_caps: prompt_ids and forced_modes must have the same length")
     eos = {int(t) for t in eos_token_ids}
     head_len = min(DETECTION_HEAD_TOKENS, max_completion_length)
-    budgets = []
-    for forced in forced_modes:
-        budget = known_budget(forced, modes, max_completion_length, single_mode)
-        if budget is None and detector is None:
-            raise ValueError("generate_with_caps: free rows need a detector")
-        budgets.append(head_len if budget is None else budget)
+    known = [known_budget(f, modes, max_completion_length, single_mode) for f in forced_modes]
+    free = [row for row, budget in enumerate(known) if budget is None]
+    if free and detector is None:
+        raise ValueError("generate_with_caps: free rows need a detector")
 
-    first = generate(prompt_ids, budgets)
-    results: list[Completion] = [(list(ids), None if lps is None else list(lps)) for ids, lps in first]
+    # Call 1: the free rows' heads.
+    results: list[Completion | None] = [None] * len(prompt_ids)
+    if free:
+        heads = generate([prompt_ids[row] for row in free], [head_len] * len(free))
+        for row, (ids, lps) in zip(free, heads, strict=True):
+            results[row] = (list(ids), None if lps is None else list(lps))
 
-    # Phase 2: free rows that neither ended nor used up their budget within the head.
-    rows, prompts, rest = [], [], []
-    for row, forced in enumerate(forced_modes):
-        if known_budget(forced, modes, max_completion_length, single_mode) is not None:
+    # Call 2, in row order (a group's identical rows stay one request): the rows with a known budget, and
+    # the free rows that neither ended nor used up their budget within the head, continued from it.
+    rows, prompts, budgets, continued = [], [], [], 0
+    for row, budget in enumerate(known):
+        if budget is not None:
+            rows.append(row)
+            prompts.append(prompt_ids[row])
+            budgets.append(budget)
             continue
         head, _ = results[row]
         if (head and head[-1] in eos) or len(head) < head_len:
@@ -115,16 +128,20 @@ def generate_with_caps(
         if remaining > 0:
             rows.append(row)
             prompts.append([*prompt_ids[row], *head])
-            rest.append(remaining)
+            budgets.append(remaining)
+            continued += 1
     if rows:
-        for row, (ids, lps) in zip(rows, generate(prompts, rest), strict=True):
+        for row, (ids, lps) in zip(rows, generate(prompts, budgets), strict=True):
+            if results[row] is None:
+                results[row] = (list(ids), None if lps is None else list(lps))
+                continue
             head, head_lps = results[row]
             merged_lps = None if head_lps is None or lps is None else head_lps + list(lps)
             results[row] = (head + list(ids), merged_lps)
     if stats is not None:
         stats.generated_tokens += sum(len(ids) for ids, _ in results)
-        stats.head_rows += sum(1 for f in forced_modes if known_budget(f, modes, 1, single_mode) is None)
-        stats.continued_rows += len(rows)
+        stats.head_rows += len(free)
+        stats.continued_rows += continued
     return results
 
 
