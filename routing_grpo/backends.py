@@ -406,9 +406,15 @@ def batch_requests_by_sampling(requests: Sequence[GenerationRequest]) -> dict[tu
     return batches
 
 
+# Server calls in flight at once: TRL's client keeps this many pooled connections.
+SERVER_CONCURRENCY = 64
+
+
 class VLLMServerBackend:
     """A vLLM server (``trl vllm-serve``, through TRL's ``VLLMClient``) behind the backend interface: one
-    server call per (n, max_tokens), each sample (completion ids, sampled-token logprobs or None)."""
+    server call per (n, max_tokens), since the client's call takes one of each, all of a ``sample`` sent at
+    once so the server batches them as one; each sample (completion ids, sampled-token logprobs or None).
+    A call that fails fails the whole ``sample``, naming its request, once the others have returned."""
 
     def __init__(self, client: Any, sampling: Mapping[str, Any], *, eos_token_ids: Sequence[int]) -> None:
         self.client, self.sampling = client, dict(sampling)
@@ -417,14 +423,28 @@ class VLLMServerBackend:
     def sample(
         self, requests: Sequence[GenerationRequest], seed: int | None = None
     ) -> list[list[Completion]]:
+        from concurrent.futures import ThreadPoolExecutor
+
+        batches = list(batch_requests_by_sampling(requests).items())
+        if not batches:
+            return []
+
+        def call(batch: tuple[tuple[int, int], list[int]]) -> dict[str, Any]:
+            (n, max_tokens), indices = batch
+            prompts = [list(requests[j].prompt_ids) for j in indices]
+            return self.client.generate(prompts=prompts, n=n, max_tokens=max_tokens, **self.sampling)
+
+        with ThreadPoolExecutor(max_workers=min(len(batches), SERVER_CONCURRENCY)) as pool:
+            futures = [pool.submit(call, batch) for batch in batches]
         results: list[list[Completion]] = [[] for _ in requests]
-        for (n, max_tokens), indices in batch_requests_by_sampling(requests).items():
-            output = self.client.generate(
-                prompts=[list(requests[j].prompt_ids) for j in indices],
-                n=n,
-                max_tokens=max_tokens,
-                **self.sampling,
-            )
+        for ((n, max_tokens), indices), future in zip(batches, futures, strict=True):
+            try:
+                output = future.result()
+            except Exception as err:
+                raise RuntimeError(
+                    f"vLLM server call for {len(indices)} prompt(s) x n={n}, max_tokens={max_tokens} "
+                    f"failed: {err}"
+                ) from err
             completions = output["completion_ids"]
             logprobs = output.get("logprobs")
             if len(completions) != n * len(indices):

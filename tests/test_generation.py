@@ -260,6 +260,52 @@ def test_server_path_groups_free_rows_with_n_equal_g():
     assert [ids[2] for ids, _ in rows] == [0, 1, 2, 3, 0, 1, 2, 3]
 
 
+class BarrierServer(FakeServer):
+    """A server whose calls each wait until ``parties`` calls are in flight at once (a barrier): calls sent one
+    after another would time out on it. ``fail_at``: the max_tokens of a call that fails after the barrier."""
+
+    def __init__(self, parties: int, fail_at: int | None = None):
+        import threading
+
+        super().__init__()
+        self.barrier, self.fail_at = threading.Barrier(parties, timeout=10), fail_at
+        self.lock, self.returned = threading.Lock(), []
+
+    def generate(self, prompts, n, max_tokens, **sampling):
+        self.barrier.wait()  # BrokenBarrierError after 10 s unless every call is in flight together
+        if max_tokens == self.fail_at:
+            raise RuntimeError("Request failed: 500, out of KV cache blocks (stand-in)")
+        with self.lock:
+            output = super().generate(prompts, n, max_tokens, **sampling)
+            self.returned.append(max_tokens)
+        return output
+
+
+def test_server_calls_go_out_at_once_and_come_back_in_order():
+    """A warmup batch's (n, max_tokens) groups are sent concurrently (the server batches whatever arrives
+    together); each row still gets its own sample, in request order."""
+    prompts, forced = _warmup_batch()
+    requests = plan_requests(prompts, forced, modes=MODES, max_completion_length=50)
+    groups = len(batch_requests_by_sampling(requests))
+    assert groups == 3
+    server = BarrierServer(parties=groups)
+    rows = scatter_outputs(requests, VLLMServerBackend(server, {}, eos_token_ids=[0]).sample(requests), 8)
+    for row, (ids, lps) in enumerate(rows):
+        assert ids[:2] == [prompts[row][0], prompts[row][-1]]
+        assert ids[3] == generation_budget(forced[row], MODES, 50) and lps == [-0.1] * 4
+
+
+def test_a_failing_server_call_fails_the_step_with_its_message():
+    """One group's call fails: ``sample`` raises, naming that call and the server's message, after the other
+    calls have returned (none is left running behind the error)."""
+    prompts, forced = _warmup_batch()
+    requests = plan_requests(prompts, forced, modes=MODES, max_completion_length=50)
+    server = BarrierServer(parties=3, fail_at=3)  # NoThink's cap
+    with pytest.raises(RuntimeError, match=r"2 prompt\(s\) x n=1, max_tokens=3 failed: .*out of KV cache"):
+        VLLMServerBackend(server, {}, eos_token_ids=[0]).sample(requests)
+    assert sorted(server.returned) == [6, 50]
+
+
 def test_scatter_outputs_checks_counts():
     requests = [GenerationRequest(prompt_ids=(1,), n=2, max_tokens=5, rows=(0, 1))]
     with pytest.raises(ValueError, match="n=2"):
