@@ -34,13 +34,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from accelerate.utils import broadcast_object_list, gather, gather_object
+from accelerate.utils import gather, gather_object
 from transformers import Trainer
 from trl import GRPOTrainer
 
 from routing_grpo import paper
 from routing_grpo.advantages import compute_advantages, decoupled_word_advantages
-from routing_grpo.backends import ColocatedVLLMBackend, TransformersBackend, VLLMServerBackend
+from routing_grpo.backends import TransformersBackend
 from routing_grpo.bucketed_logprobs import LengthBucketedLogprobs
 from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks
 from routing_grpo.config import RoutingGRPOConfig
@@ -55,6 +55,8 @@ from routing_grpo.prompting import add_routing_instruction, early_tell_word_ids,
 from routing_grpo.rewards import RoutingReward
 from routing_grpo.routing_metrics import GenerationRecord, batch_line, batch_metrics, free_split
 from routing_grpo.schedules import balance_coef_at, in_warmup, reward_phase, routing_word_weight_at
+from routing_grpo.trl_private import check_trainer as check_trl_private_names
+from routing_grpo.trl_vllm import generate_on_vllm
 from routing_grpo.verifiers import Verifier, resolve_verifier
 
 __all__ = ["RoutingGRPOTrainer"]
@@ -144,6 +146,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
         self.remove_callback(ProgressCallback)
         self.remove_callback(PrinterCallback)
+        check_trl_private_names(self)  # a TRL release that moved one fails here, by name, not mid-run
         # The process count of this launch is known now; schedules stated in generation batches follow it.
         args.check_generation_batch_units(self.accelerator.num_processes)
         if self.accelerator.is_main_process:
@@ -446,25 +449,21 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
     def _generate_routed(self, prompt_ids: list[list[int]], images: Any, batch: _BatchState, caps: bool):
         """Rollouts through the generation layer (:func:`~routing_grpo.generation.generate_rollouts`): per-row
-        token budgets, forced rows never merged with free ones, and with ``caps`` no token past a cap."""
+        token budgets, forced rows never merged with free ones, and with ``caps`` no token past a cap. On TRL's
+        vLLM engine through :func:`routing_grpo.trl_vllm.generate_on_vllm` (weight sync, sleep mode, the
+        server's gather and broadcast), else on the policy itself."""
         if images is not None:
             raise ValueError("RoutingGRPOTrainer: images are not supported with vLLM routing")
-        if self.use_vllm and self.state.global_step != self._last_loaded_step:
-            self.vllm_generation.sync_weights()  # every process: the weights are gathered
-            self._last_loaded_step = self.state.global_step
-        if self.use_vllm and self.vllm_generation.mode == "server":
-            # The main process generates the whole global batch and hands each process its rows.
-            all_prompts, all_forced = gather_object(prompt_ids), gather_object(batch.forced_modes)
-            holder = [None]
-            if self.accelerator.is_main_process:
-                with self._rollout_backend() as backend:
-                    holder[0] = self._rollouts(backend, all_prompts, all_forced, caps)
-            broadcast_object_list(holder, from_process=0)
-            start = self.accelerator.process_index * len(prompt_ids)
-            rows = holder[0][start : start + len(prompt_ids)]
+
+        def rollouts(backend: Any, rows: list[tuple[list[int], int | None]]) -> list:
+            return self._rollouts(backend, [p for p, _ in rows], [f for _, f in rows], caps)
+
+        rows_in = list(zip(prompt_ids, batch.forced_modes, strict=True))
+        if self.use_vllm:
+            rows = generate_on_vllm(self, rows_in, rollouts)
         else:
-            with self._rollout_backend() as backend:
-                rows = self._rollouts(backend, prompt_ids, batch.forced_modes, caps)
+            with self._policy_backend() as backend:
+                rows = rollouts(backend, rows_in)
         completion_ids = [list(ids) for ids, _ in rows]
         logprobs = None if any(lp is None for _, lp in rows) else [list(lp) for _, lp in rows]
         return completion_ids, logprobs
@@ -482,62 +481,29 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         )
 
     @contextlib.contextmanager
-    def _rollout_backend(self) -> Iterator[Any]:
-        """The backend of this run's rollouts (:mod:`routing_grpo.backends`), around TRL's engine objects:
-        vLLM's server client or colocated engine (woken and put back to sleep in sleep mode), or the policy
-        itself unwrapped for generation."""
-        if not self.use_vllm:
-            from trl.models import unwrap_model_for_generation
+    def _policy_backend(self) -> Iterator[Any]:
+        """The policy itself, unwrapped for generation, behind the transformers backend."""
+        from trl.models import unwrap_model_for_generation
 
-            with (
-                unwrap_model_for_generation(
-                    self.model_wrapped,
-                    self.accelerator,
-                    gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                    generation_kwargs=self.generation_kwargs,
-                    gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-                ) as model,
-                torch.no_grad(),
-                self._dist.summon_full_params(self.model_wrapped, recurse=False),
-            ):
-                yield TransformersBackend.from_generation_config(
-                    model,
-                    self.generation_config,
-                    pad_token_id=self._tokenizer.pad_token_id,
-                    eos_token_ids=self.eos_token_ids,
-                    # The base Trainer's: moves tensors to the device. GRPOTrainer's would generate rollouts again.
-                    prepare=lambda inputs: Trainer._prepare_inputs(self, inputs),
-                )
-            return
-        vllm = self.vllm_generation
-        sampling = {
-            "repetition_penalty": vllm.repetition_penalty,
-            "temperature": vllm.temperature,
-            "top_p": vllm.top_p,
-            "top_k": vllm.top_k,
-            "min_p": 0.0 if vllm.min_p is None else vllm.min_p,
-            "logprobs": vllm.logprobs,
-        }
-        if vllm.mode == "server":
-            sampling = {
-                **sampling,
-                "structured_outputs_regex": vllm.structured_outputs_regex,
-                "generation_kwargs": vllm.generation_kwargs,
-            }
-            yield VLLMServerBackend(vllm.vllm_client, sampling, eos_token_ids=self.eos_token_ids)
-            return
-        if vllm.tensor_parallel_size > 1:
-            raise NotImplementedError(
-                "RoutingGRPOTrainer: vLLM colocate with tensor parallelism is not supported"
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            yield TransformersBackend.from_generation_config(
+                model,
+                self.generation_config,
+                pad_token_id=self._tokenizer.pad_token_id,
+                eos_token_ids=self.eos_token_ids,
+                # The base Trainer's: moves tensors to the device. GRPOTrainer's would generate rollouts again.
+                prepare=lambda inputs: Trainer._prepare_inputs(self, inputs),
             )
-        if vllm.enable_sleep_mode:
-            vllm.llm.wake_up(tags=["kv_cache"])
-        yield ColocatedVLLMBackend(
-            vllm.llm, sampling, eos_token_ids=self.eos_token_ids, generation_kwargs=vllm.generation_kwargs
-        )
-        if vllm.enable_sleep_mode:
-            vllm.llm.sleep(level=2)
-            vllm._llm_weights_sleeping = True
 
     @contextlib.contextmanager
     def _eval_sampling(self, active: bool) -> Iterator[None]:

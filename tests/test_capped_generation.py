@@ -442,9 +442,12 @@ def test_the_transformers_backend_takes_model_generate_where_the_loop_declines(t
 
 
 def test_the_trainer_samples_through_trls_colocated_engine(tiny_model_path, tmp_path, monkeypatch):
-    """With vLLM colocated, the trainer syncs the weights once per optimizer step (in every process), wakes the
-    engine, runs both phases as requests through ``ColocatedVLLMBackend`` with TRL's sampling settings, puts the
-    engine back to sleep, and returns each row's sampled-token logprobs aligned with its ids."""
+    """With vLLM colocated, the trainer syncs the weights (in every process) when TRL would: at a new optimizer
+    step, and whenever level-2 sleep has dropped them, as after any earlier generation in sleep mode (a second
+    generation inside one optimizer step, or a validation pass at the same step). It wakes the engine, runs
+    the heads and then the rest as requests through ``ColocatedVLLMBackend`` with TRL's sampling settings,
+    puts the engine back to sleep (also when the call fails), and returns each row's sampled-token logprobs
+    aligned with its ids."""
     import sys
     from types import SimpleNamespace
 
@@ -457,8 +460,12 @@ def test_the_trainer_samples_through_trls_colocated_engine(tiny_model_path, tmp_
     token = SimpleNamespace(rank=1, logprob=-0.5)
 
     class StandInLLM:  # a free row (prompt ends with 999) writes NoThink's word; everything else token 7
+        fail = False
+
         def generate(self, prompts, sampling_params, use_tqdm):
             events.append("generate")
+            if self.fail:
+                raise RuntimeError("CUDA out of memory (stand-in)")
             params_seen.extend(sampling_params)
             out = []
             for prompt, p in zip(prompts, sampling_params, strict=True):
@@ -474,23 +481,55 @@ def test_the_trainer_samples_through_trls_colocated_engine(tiny_model_path, tmp_
             events.append("wake")
 
         def sleep(self, level):
-            events.append("sleep")
+            events.append(f"sleep {level}")
+
+    def sync_weights():  # as TRL's: a sleeping engine's weights are woken and filled
+        events.append("sync")
+        engine._llm_weights_sleeping = False
 
     trainer.use_vllm, trainer._last_loaded_step = True, -1  # as TRL's init leaves them with vLLM
-    trainer.vllm_generation = SimpleNamespace(
+    engine = SimpleNamespace(
         mode="colocate", llm=StandInLLM(), enable_sleep_mode=True, tensor_parallel_size=1,
         repetition_penalty=1.0, temperature=0.9, top_p=0.95, top_k=-1, min_p=None, logprobs=0,
-        generation_kwargs={"seed": 3}, sync_weights=lambda: events.append("sync"),
+        generation_kwargs={"seed": 3}, sync_weights=sync_weights, _llm_weights_sleeping=True,
     )  # fmt: skip
+    trainer.vllm_generation = engine
     prompts = [[1000, 7, 999, *nothink], [1001, 7, 999, *trainer.forced_word_ids[1]], [1002, 7, 999]]
     batch = SimpleNamespace(forced_modes=[0, 1, None])
-    ids, logprobs = trainer._generate_routed([list(p) for p in prompts], None, batch, caps=True)
+
+    def generate():
+        events.clear()
+        return trainer._generate_routed([list(p) for p in prompts], None, batch, caps=True)
+
+    ids, logprobs = generate()
     assert [len(row) for row in ids] == [10, 30, len(nothink) + 10]  # caps held in generation
     assert ids[2][: len(nothink)] == nothink and [len(lp) for lp in logprobs] == [len(row) for row in ids]
-    assert events == ["sync", "wake", "generate", "generate", "sleep"]  # heads, then the free row's rest
+    assert events == [
+        "sync",
+        "wake",
+        "generate",
+        "generate",
+        "sleep 2",
+    ]  # heads, then forced rows and the rest
+    assert engine._llm_weights_sleeping  # level 2 dropped the weights
     assert all(p["temperature"] == 0.9 and p["min_p"] == 0.0 and p["seed"] == 3 for p in params_seen)
-    trainer._generate_routed([list(p) for p in prompts], None, batch, caps=True)
-    assert events.count("sync") == 1  # the same optimizer step: the engine has these weights already
+    # The same optimizer step: the weights slept, so they are pushed again before the engine samples.
+    generate()
+    assert events == ["sync", "wake", "generate", "generate", "sleep 2"]
+    # Without sleep mode the engine keeps them: no sync within the step; a new step syncs.
+    engine.enable_sleep_mode, engine._llm_weights_sleeping = False, False
+    generate()
+    assert events == ["generate", "generate"]
+    trainer.state.global_step += 1
+    generate()
+    assert (
+        events == ["sync", "generate", "generate"] and trainer._last_loaded_step == trainer.state.global_step
+    )
+    # A failing call still puts a sleep-mode engine back to sleep, and its weights count as dropped.
+    engine.enable_sleep_mode, engine.llm.fail = True, True
+    with pytest.raises(RuntimeError, match="out of memory"):
+        generate()
+    assert events == ["wake", "generate", "sleep 2"] and engine._llm_weights_sleeping
 
 
 def test_the_trainer_samples_through_a_vllm_server(tiny_model_path, tmp_path):
@@ -528,3 +567,15 @@ def test_the_trainer_samples_through_a_vllm_server(tiny_model_path, tmp_path):
         c["min_p"] == 0.05 and "structured_outputs_regex" in c for c in calls[1:]
     )
     assert all(c["max_tokens"] <= MAX_LEN for c in calls[1:]) and len(calls) >= 3  # forced rows, head, rest
+    # The same optimizer step: a server keeps its weights (no sleep), so no second sync.
+    calls.clear()
+    trainer._generate_routed(prompts, None, SimpleNamespace(forced_modes=[0, 1, None]), caps=True)
+    assert "sync" not in calls
+
+    # A failing server call fails the step on every process, with the server's message.
+    def unavailable(**request):
+        raise RuntimeError("Request failed: 503, Service Unavailable")
+
+    trainer.vllm_generation.vllm_client.generate = unavailable
+    with pytest.raises(RuntimeError, match="server generation failed on the main process: .*503"):
+        trainer._generate_routed(prompts, None, SimpleNamespace(forced_modes=[0, 1, None]), caps=True)

@@ -81,14 +81,15 @@ FLOORS = {
         "paper", "modes", "rewards", "advantages", "schedules", "collapse", "batching", "frontier",
         "emergence", "grading", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
         "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics", "eval_summary",
+        "importance_sampling",
     },
     1: {
         "prompting", "config", "settings", "tasks", "data", "offline_models", "generation",
-        "capped_generation", "decoding", "arguments", "recipe_file",
+        "capped_generation", "decoding", "arguments", "recipe_file", "trl_private",
     },
     2: {
         "trainer", "bucketed_logprobs", "callbacks", "preemption", "backends", "evaluate", "eval_config", "eval_engines", "inference",
-        "report", "plots", "recipe", "hub", "runs", "loading", "train_help",
+        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm",
     },
     3: {
         "train", "cli", "demo", "demo_smollm2", "__main__", "commands", "commands.reward_table", "commands.oracle",
