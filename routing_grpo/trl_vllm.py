@@ -15,6 +15,8 @@ therefore done here, the way TRL does them:
   after it, even when the call fails; the weights are then gone, and the flag says so.
 * **Server mode**: the main process generates the whole global batch (every process's rows gathered) and
   broadcasts the result; each process takes its own rows back.
+* **Profiling**: the sync and the generation are timed under TRL's names (``profiling/Time taken:
+  RoutingGRPOTrainer.sync_weights`` and ``....vLLM.generate``) in the trackers, as TRL's own are.
 
 The private names used here and in the trainer are listed in :mod:`routing_grpo.trl_private`.
 """
@@ -71,7 +73,10 @@ def sync_weights_if_needed(trainer: Any) -> bool:
         weights_sleeping=bool(getattr(vllm, "_llm_weights_sleeping", False)),
     ):
         return False
-    vllm.sync_weights()  # wakes a sleeping colocated engine's weights first, as TRL's does
+    from trl.extras.profiling import profiling_context
+
+    with profiling_context(trainer, "sync_weights"):  # TRL's metric name for it
+        vllm.sync_weights()  # wakes a sleeping colocated engine's weights first, as TRL's does
     trainer._last_loaded_step = trainer.state.global_step
     return True
 
@@ -113,19 +118,20 @@ def generate_on_vllm(
     returns one result per row. Weights synced first where needed; in server mode the main process runs
     ``rollouts`` over every process's rows and each process gets its own results back, in order."""
     from accelerate.utils import broadcast_object_list, gather_object
+    from trl.extras.profiling import profiling_context
 
     sync_weights_if_needed(trainer)
     vllm = trainer.vllm_generation
     eos = trainer.eos_token_ids
     if vllm.mode != "server":
-        with vllm_backend(vllm, eos) as backend:
+        with profiling_context(trainer, "vLLM.generate"), vllm_backend(vllm, eos) as backend:
             return rollouts(backend, list(rows))
     accelerator = trainer.accelerator
     every_row = gather_object(list(rows))
     holder: list[Any] = [None]
     if accelerator.is_main_process:
         try:
-            with vllm_backend(vllm, eos) as backend:
+            with profiling_context(trainer, "vLLM.generate"), vllm_backend(vllm, eos) as backend:
                 holder[0] = ("ok", rollouts(backend, every_row))
         except Exception as err:  # every process fails with it, rather than wait on the broadcast
             holder[0] = ("error", f"{type(err).__name__}: {err}")
