@@ -20,6 +20,7 @@ from routing_grpo.geometry import (
     launch_process_count,
     optimizer_steps_per_generation_batch,
 )
+from routing_grpo.importance_sampling import CORRECTION_MODES
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index, parse_modes
 from routing_grpo.modes import routing_instruction as build_routing_instruction
 from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION
@@ -40,7 +41,9 @@ class RoutingGRPOConfig(GRPOConfig):
     """Configuration of :class:`~routing_grpo.trainer.RoutingGRPOTrainer`.
 
     Defaults follow the paper's MATH recipe where TRL's defaults differ: token-mean loss (``dapo``), no
-    KL term (``beta=0``) and no std division (``scale_rewards="none"``).
+    KL term (``beta=0``) and no std division (``scale_rewards="none"``). TRL's vLLM importance-sampling
+    correction, which the paper does not name, is per token (``vllm_importance_sampling_mode=
+    "token_truncate"``) so its effect does not grow with a mode's length.
     """
 
     modes: list[dict] = field(
@@ -74,7 +77,7 @@ class RoutingGRPOConfig(GRPOConfig):
     )
     forced_per_mode: int | None = field(
         default=None,
-        metadata={"help": "Rollouts of every group forced into each mode during warmup. Default floor(G/4)."},
+        metadata={"help": "Rollouts of a group forced into each mode in the warmup. Default floor(G/4)."},
     )
     invalid_routing_reward: float = field(
         default=-0.5,
@@ -82,7 +85,7 @@ class RoutingGRPOConfig(GRPOConfig):
     )
     balance_coef: float = field(
         default=1.0,
-        metadata={"help": "beta_bal: coefficient of the gated balance term before its anneal starts."},
+        metadata={"help": "beta_bal, the balance term's coefficient before its anneal."},
     )
     balance_target: float | None = field(
         default=None,
@@ -121,7 +124,7 @@ class RoutingGRPOConfig(GRPOConfig):
     )
     balance_anneal_start: int = field(
         default=60,
-        metadata={"help": "Generation batch at which beta_bal starts its linear anneal to 0."},
+        metadata={"help": "Generation batch at which beta_bal starts a linear anneal to 0."},
     )
     balance_anneal_end: int = field(
         default=85,
@@ -218,8 +221,8 @@ class RoutingGRPOConfig(GRPOConfig):
     eval_every_batch_steps: int | None = field(
         default=None,
         metadata={
-            "help": "Validate every N generation batches (the paper: 10). When set, eval_strategy='steps' and "
-            "eval_steps = N x optimizer steps per generation batch."
+            "help": "Validate every N generation batches (the paper: 10): eval_strategy='steps' and eval_steps = "
+            "N x optimizer steps per generation batch."
         },
     )
     save_every_batch_steps: int | None = field(
@@ -253,12 +256,21 @@ class RoutingGRPOConfig(GRPOConfig):
     # Method defaults that differ from TRL's.
     loss_type: str = field(
         default="dapo",
-        metadata={"help": "GRPO loss aggregation; the method uses token-mean over the batch ('dapo')."},
+        metadata={"help": "GRPO loss aggregation: the method's token mean ('dapo')."},
     )
     beta: float = field(default=0.0, metadata={"help": "KL coefficient; the method uses none (0.0)."})
     scale_rewards: str = field(
         default="none",
-        metadata={"help": "Must be 'none': the method centres rewards per group without std division."},
+        metadata={"help": "Must be 'none': group mean-centring without std division."},
+    )
+    vllm_importance_sampling_mode: str = field(
+        default="token_truncate",
+        metadata={
+            "help": "TRL's vLLM importance-sampling rule: token_truncate, token_mask, sequence_truncate or "
+            "sequence_mask (TRL's default). Per token here: a rollout's summed log-ratio grows with its length, "
+            "so a sequence rule drops long rollouts more often, a per-mode bias "
+            "(docs/method.md 'Differences from the paper')."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -290,7 +302,8 @@ class RoutingGRPOConfig(GRPOConfig):
     # ------------------------------------------------------------------------------------------------------
 
     def _check_numbers(self) -> None:
-        """Ranges of the counts and rates GRPOConfig divides by or hands to torch, checked before it does."""
+        """Ranges of the counts and rates GRPOConfig divides by or hands to torch, checked before it does; and
+        ``vllm_importance_sampling_mode``, which TRL checks only once training has started."""
         counts = (
             ("num_generations", self.num_generations, 2),
             ("per_device_train_batch_size", self.per_device_train_batch_size, 1),
@@ -321,6 +334,11 @@ class RoutingGRPOConfig(GRPOConfig):
                 raise ValueError(
                     f"{name}: must be a finite number {'>' if strict else '>='} {lowest}, got {value!r}"
                 )
+        if self.vllm_importance_sampling_mode not in CORRECTION_MODES:
+            raise ValueError(
+                f"vllm_importance_sampling_mode: expected one of {list(CORRECTION_MODES)}, got "
+                f"{self.vllm_importance_sampling_mode!r}"
+            )
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
             raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
         if getattr(self, "enable_jit_checkpoint", False):

@@ -49,6 +49,7 @@ from routing_grpo.early_tell import (
 )
 from routing_grpo.generation import RolloutFacts, finalize_rollouts, generate_rollouts, plan_forced_modes
 from routing_grpo.grading import generation_prompt_opens_reasoning
+from routing_grpo.importance_sampling import correction_counts, correction_metrics
 from routing_grpo.modes import INVALID, ModeDetector
 from routing_grpo.preemption import preemption_exit_code
 from routing_grpo.prompting import add_routing_instruction, early_tell_word_ids, forced_word_ids
@@ -257,6 +258,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             with self._eval_sampling(mode == "eval"):
                 output = super()._generate_and_score_completions(inputs)
             self._replace_advantages(output, inputs, group_size)
+            self._log_importance_sampling(output)
         finally:
             self._batch = None
         return output
@@ -354,6 +356,32 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self._log_routing_metrics(record)
         if record.mode == "train" and self.accelerator.is_main_process and self.show_batches:
             self._show_batch(record)
+
+    def _log_importance_sampling(self, output: dict[str, Any]) -> None:
+        """Per mode, what TRL's vLLM importance-sampling correction did to this batch (``routing/is/<mode>/...``,
+        :mod:`routing_grpo.importance_sampling`; docs/method.md "Differences from the paper"): a sequence-level
+        rule cuts long rollouts more often, and the split per mode shows it."""
+        if not (self.use_vllm and self.vllm_importance_sampling_correction):
+            return
+        old, sampled = output.get("old_per_token_logps"), output.get("sampling_per_token_logps")
+        if old is None or sampled is None:
+            return
+        batch = self._batch
+        counts = correction_counts(
+            old - sampled,
+            output["completion_mask"],
+            torch.tensor([f.mode for f in batch.facts], device=old.device),
+            num_modes=len(self.modes),
+            correction_mode=self.vllm_importance_sampling_mode,
+            clip_min=self.vllm_importance_sampling_clip_min,
+            clip_max=self.vllm_importance_sampling_clip_max,
+        )
+        counts = gather(counts.unsqueeze(0)).sum(dim=0)  # every process's sums
+        metrics = self._metrics[batch.mode]
+        for name, value in correction_metrics(
+            counts, [m.name for m in self.modes], self.vllm_importance_sampling_mode
+        ).items():
+            metrics[name].append(value)
 
     def _routing_logodds(self, output: dict[str, Any]) -> torch.Tensor:
         """z = log pi(longest word) - log pi(briefest word) at the routing position, for each local rollout
