@@ -285,11 +285,21 @@ def load_benchmarks(config: EvalConfig) -> dict[str, Any]:
 
 def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
     """Checks and loads the benchmarks, then loads the model once and evaluates every benchmark; returns
-    the summaries."""
-    from transformers import AutoTokenizer
+    the summaries. The output folder is locked first (one evaluation writes it at a time: another one
+    running there is refused at once, naming it)."""
+    from routing_grpo.output_lock import OutputLock, folder_lock_path
 
     backend = resolve_backend(config.backend)
     check_engine(config, backend)
+    lock = folder_lock_path(config.output)
+    with OutputLock(lock, flag="--output", output=config.output, command="routing-grpo eval"):
+        return evaluate_all(config, backend)
+
+
+def evaluate_all(config: EvalConfig, backend: str) -> dict[str, dict[str, Any]]:
+    """:func:`run_eval`'s work, under the folder's lock."""
+    from transformers import AutoTokenizer
+
     datasets = load_benchmarks(config)
     for bench in datasets:  # every output folder is checked before the model loads
         claim_samples(config, bench)

@@ -14,7 +14,19 @@ from routing_grpo.errors import UsageError, model_file_errors, one_line
 
 def run(args: argparse.Namespace) -> int:
     """Answers questions with a trained router; with --output, resumable (an answer is reused only for the
-    same request)."""
+    same request) and one writer at a time: the answers file is locked (``FILE.lock`` beside it) before it
+    is read, and another process writing it is refused at once, naming it."""
+    from routing_grpo.output_lock import OutputLock, file_lock_path
+
+    output = args.output
+    if not output or not output.strip() or Path(output).is_dir():  # refused as such by answer()
+        return answer(args)
+    with OutputLock(file_lock_path(output), flag="--output", output=output, command="routing-grpo generate"):
+        return answer(args)
+
+
+def answer(args: argparse.Namespace) -> int:
+    """The command's work: checks everything before the model loads, then answers what is not answered."""
     from routing_grpo.backends import check_sampling
     from routing_grpo.inference import (
         Request,
