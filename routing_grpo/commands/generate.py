@@ -37,6 +37,7 @@ def answer(args: argparse.Namespace) -> int:
         request_differences,
         request_record,
         resolve_routing,
+        resolved_record,
     )
     from routing_grpo.jsonl import append_jsonl
     from routing_grpo.sample_store import model_fingerprint
@@ -110,6 +111,8 @@ def answer(args: argparse.Namespace) -> int:
         answered = read_answered_requests(output) if output else {}
     except ValueError as err:
         raise UsageError(f"--output: {err}") from None
+    # Compared by the modes they resolve to, not their spelling (nothink is NoThink, Long,Long is Long).
+    answered = {i: (line, resolved_record(record, settings)) for i, (line, record) in answered.items()}
     conflicts = [
         (answered[i][0], i, request_differences(answered[i][1], records[i]))
         for i in requests
