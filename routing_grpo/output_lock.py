@@ -100,10 +100,11 @@ def holder_alive(holder: dict[str, Any]) -> bool | None:
     return started is None or process_start(pid) in (None, started)
 
 
-def read_holder(lock: Path, wait: float = UNWRITTEN_WAIT_S) -> dict[str, Any] | None:
+def read_holder(lock: Path, wait: float | None = None) -> dict[str, Any] | None:
     """The holder a lock file names; None when the file is gone. A file that names no holder (its creator
-    has not written it yet) is waited for ``wait`` seconds, then taken as it is (an empty record)."""
-    deadline = time.monotonic() + wait
+    has not written it yet) is waited for ``wait`` seconds (default :data:`UNWRITTEN_WAIT_S`), then taken
+    as it is (an empty record)."""
+    deadline = time.monotonic() + (UNWRITTEN_WAIT_S if wait is None else wait)
     while True:
         try:
             text = lock.read_text(encoding="utf-8", errors="replace")
