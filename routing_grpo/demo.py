@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = OneLineParser(prog="python -m routing_grpo.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--output-dir", default=str(DEFAULT_OUTPUT), help="runs, evaluations, report, summary.md")
-    p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
+    p.add_argument("--seed", type=whole_number(0), default=0, help="training seed (default 0)")
     p.add_argument(
         "--batch-steps",
         type=whole_number(1),
@@ -54,10 +54,16 @@ def build_parser() -> argparse.ArgumentParser:
         "recipe's 90; 90 for the recipe as written)",
     )
     p.add_argument(
-        "--samples", type=int, default=4, help="evaluation samples per held-out problem (default 4)"
+        "--samples",
+        type=whole_number(1),
+        default=4,
+        help="evaluation samples per held-out problem (default 4)",
     )
     p.add_argument(
-        "--limit", type=int, default=None, help="held-out problems (default all 300: 50 per level)"
+        "--limit",
+        type=whole_number(1),
+        default=None,
+        help="held-out problems (default all 300: 50 per level)",
     )
     p.add_argument("--taught", default=None, help="a taught model folder instead of the shipped one")
     p.add_argument(
@@ -171,6 +177,35 @@ def _recipe_batches(recipe: Path) -> int | None:
     return read_recipe_file(recipe).get("total_batch_steps") if recipe.is_file() else None
 
 
+def check_args(args: argparse.Namespace, recipe: Path) -> None:
+    """What the numbers' types cannot check, before any work, under the demo's own flag names (the
+    miniature's runner would say it later, under its own): the output folder, the taught model and the
+    recipe, and a GPU for ``--device cuda``."""
+    from routing_grpo.errors import UsageError
+
+    out = Path(args.output_dir)
+    if not args.output_dir.strip():
+        raise UsageError("--output-dir: empty path; give a folder")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--output-dir: {out} is a file; give a folder")
+    if args.taught is not None:
+        taught = Path(args.taught).expanduser()
+        if not taught.is_dir():
+            raise UsageError(f"--taught: no such folder: {args.taught} (a taught model of the graded world)")
+        if not (taught / "config.json").is_file():
+            raise UsageError(f"--taught: {args.taught} holds no config.json; give a taught model's folder")
+    if not recipe.is_file():
+        raise UsageError(
+            f"--recipes: no {recipe}; run from the source checkout or pass --recipes DIR (the folder holding "
+            "mini_graded/)"
+        )
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UsageError("--device cuda: no GPU is visible here (torch.cuda.is_available() is False)")
+
+
 def run(argv: Sequence[str] | None = None) -> str:
     from routing_grpo.mini import run as mini_run
 
@@ -178,19 +213,21 @@ def run(argv: Sequence[str] | None = None) -> str:
     out = Path(args.output_dir)
     world = mini_run.WORLDS[WORLD]
     router_run = world.run(ROUTER_RECIPE)
+    check_args(args, world.recipe(Path(args.recipes), router_run.recipe))
     cmd = [
         "--output", str(out), "--worlds", WORLD, "--seeds", str(args.seed), "--runs", router_run.recipe,
         "--samples", str(args.samples), "--progress-every", f"{PROGRESS_EVERY:g}", "--recipes", args.recipes,
         "--device", args.device,
     ]  # fmt: skip
-    cmd += ["--taught", args.taught] if args.taught else ["--shipped"]
+    cmd += ["--taught", str(Path(args.taught).expanduser())] if args.taught else ["--shipped"]
     recipe_batches = _recipe_batches(world.recipe(Path(args.recipes), router_run.recipe))
     if args.batch_steps != recipe_batches:
         cmd += ["--batch-steps", str(args.batch_steps)]
     if args.limit is not None:
         cmd += ["--limit", str(args.limit)]
-    if mini_run.main(cmd) != 0:
-        raise SystemExit(1)
+    code = mini_run.main(cmd)
+    if code != 0:  # its lines are printed; a usage error keeps its exit code 2
+        raise SystemExit(code if code == 2 else 1)
     runs = out / WORLD
     bench = world.benchmark
     mini = json.loads((runs / "report" / "mini.json").read_text())["benchmarks"][bench]

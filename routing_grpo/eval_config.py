@@ -12,6 +12,7 @@ from typing import Any
 
 from routing_grpo.backends import check_sampling
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index
+from routing_grpo.path_names import check_name
 from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION
 
 # The paper's protocol: MATH-500 once, GSM8K avg@5, AIME avg@16.
@@ -88,6 +89,8 @@ class EvalConfig:
         for bench, k in self.samples.items():
             if k < 1:
                 raise ValueError(f"--samples: {bench}={k}: need at least one sample")
+        # The method names the default output folder (outputs/eval/<method>/seed<N>) and the report's rows.
+        check_name(self.effective_method, "--method" if self.method is not None else "--force-mode")
 
     @property
     def mode_specs(self) -> tuple[ModeSpec, ...]:
@@ -98,7 +101,7 @@ class EvalConfig:
     @property
     def effective_method(self) -> str:
         """router, base, or the forced mode's name (lower case), unless ``method`` says otherwise."""
-        if self.method:
+        if self.method is not None:
             return self.method
         if self.force_mode:
             return self.force_mode.lower()

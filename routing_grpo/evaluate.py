@@ -34,6 +34,7 @@ from routing_grpo.eval_summary import summarize
 from routing_grpo.generation import GenerationRequest
 from routing_grpo.locations import looks_local
 from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
+from routing_grpo.path_names import under
 from routing_grpo.prompting import PromptPlan
 from routing_grpo.sample_store import (
     append_samples,
@@ -87,7 +88,7 @@ def samples_record(config: EvalConfig, benchmark: str) -> dict[str, Any]:
 def claim_samples(config: EvalConfig, benchmark: str) -> None:
     """Binds ``OUTPUT/<benchmark>/`` to this evaluation before anything is generated (``overwrite``: afresh)."""
     claim_folder(
-        Path(config.output) / benchmark, samples_record(config, benchmark), overwrite=config.overwrite
+        under(config.output, benchmark), samples_record(config, benchmark), overwrite=config.overwrite
     )
 
 
@@ -106,7 +107,7 @@ def evaluate_benchmark(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Generates the missing samples of one benchmark, appends them, and writes its summary."""
-    out_dir = Path(config.output) / benchmark
+    out_dir = under(config.output, benchmark)
     out_dir.mkdir(parents=True, exist_ok=True)
     samples_path = out_dir / "samples.jsonl"
     done = read_samples(samples_path)
@@ -285,11 +286,21 @@ def load_benchmarks(config: EvalConfig) -> dict[str, Any]:
 
 def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
     """Checks and loads the benchmarks, then loads the model once and evaluates every benchmark; returns
-    the summaries."""
-    from transformers import AutoTokenizer
+    the summaries. The output folder is locked first (one evaluation writes it at a time: another one
+    running there is refused at once, naming it)."""
+    from routing_grpo.output_lock import OutputLock, folder_lock_path
 
     backend = resolve_backend(config.backend)
     check_engine(config, backend)
+    lock = folder_lock_path(config.output)
+    with OutputLock(lock, flag="--output", output=config.output, command="routing-grpo eval"):
+        return evaluate_all(config, backend)
+
+
+def evaluate_all(config: EvalConfig, backend: str) -> dict[str, dict[str, Any]]:
+    """:func:`run_eval`'s work, under the folder's lock."""
+    from transformers import AutoTokenizer
+
     datasets = load_benchmarks(config)
     for bench in datasets:  # every output folder is checked before the model loads
         claim_samples(config, bench)

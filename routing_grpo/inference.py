@@ -672,17 +672,47 @@ def request_record(
     import hashlib
     import json
 
-    allow = request.allow.split(",") if isinstance(request.allow, str) else request.allow
+    mode, allow = resolved_modes(settings, request.mode, request.allow)
     digest = hashlib.sha256(json.dumps(settings.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
     return {
         "question": request.question,
-        "mode": request.mode,
-        "allow": sorted(a.strip() for a in allow) if allow is not None else None,
+        "mode": mode,
+        "allow": allow,
         "caps": bool(request.caps),
         "model": dict(model),
         "settings": digest[:16],
         "sampling": dict(sampling),
     }
+
+
+def resolved_modes(settings: RoutingSettings, mode: Any, allow: Any) -> tuple[str | None, list[str] | None]:
+    """A request's forced mode and allowed set as the mode names they resolve to: matched case-insensitively
+    (as :func:`resolve_routing` matches them), each once, in the modes' order. ``nothink`` is ``NoThink``
+    and ``Long,Long`` is ``Long``: the same request. A name that matches no mode is kept as written."""
+    modes = settings.modes
+    order = [m.name for m in modes]
+
+    def name(value: Any) -> str:
+        text = str(value).strip()
+        try:
+            return order[mode_index(modes, text)]
+        except ValueError:
+            return text
+
+    allowed = None
+    if allow is not None:
+        chosen = {name(a) for a in parse_allow(allow if isinstance(allow, str | list | tuple) else [allow])}
+        allowed = sorted(chosen, key=lambda n: (order.index(n) if n in order else len(order), n))
+    return (name(mode) if mode is not None else None), allowed
+
+
+def resolved_record(record: Mapping[str, Any] | None, settings: RoutingSettings) -> dict[str, Any] | None:
+    """A stored request record (:func:`request_record`) with its mode and allowed set resolved against
+    ``settings``: rows written with another spelling of the same modes compare equal."""
+    if not isinstance(record, Mapping):
+        return None
+    mode, allow = resolved_modes(settings, record.get("mode"), record.get("allow"))
+    return {**record, "mode": mode, "allow": allow}
 
 
 def request_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:

@@ -26,6 +26,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from routing_grpo.early_tell import FANOUT_ROUTING, trailing_mean  # noqa: E402
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, crossovers, parse_modes  # noqa: E402
+from routing_grpo.path_names import under  # noqa: E402
 from routing_grpo.report import (  # noqa: E402
     ABLATION_METHODS,
     BASELINE_METHODS,
@@ -390,10 +391,10 @@ def draw_all(
         if mini is not None:
             o = mini["oracle"]["overall"]
             oracle = Point("oracle", o["mean_tokens"], o["accuracy"])
-        written.append(plot_pareto(bench, methods, output / f"pareto_{bench}.png", oracle=oracle))
+        written.append(plot_pareto(bench, methods, under(output, f"pareto_{bench}.png"), oracle=oracle))
         router = list(methods.get("router", {}).values())
         choice = {lv: e["best"] for lv, e in mini["oracle"]["levels"].items()} if mini is not None else None
-        levels = plot_levels(bench, router, output / f"levels_{bench}.png", oracle_choice=choice)
+        levels = plot_levels(bench, router, under(output, f"levels_{bench}.png"), oracle_choice=choice)
         if levels:
             written.append(levels)
     seen = set()

@@ -37,6 +37,7 @@ from routing_grpo.frontier import (  # noqa: F401  (part of this module's interf
     token_saving,
 )
 from routing_grpo.jsonl import read_jsonl
+from routing_grpo.path_names import check_name, under
 
 BASELINE_METHODS = ("nothink", "short", "long")
 ABLATION_METHODS = ("no_balance", "no_warmup")
@@ -123,6 +124,8 @@ def _check_summary(summary: Any, path: Path) -> None:
     missing = [k for k in required if k not in summary]
     if missing:
         raise ValueError(f"{path}: summary is missing {missing} (schema: docs/evaluation.md)")
+    for key in ("benchmark", "method"):  # figures and tables are named after them
+        check_name(summary[key], f"{path}: {key}")
 
 
 def group_by_method(
@@ -560,11 +563,11 @@ def write_report(
     training runs (the miniature adds its part this way, in ``mini/report.py``).
     """
     output = Path(output)
-    output.mkdir(parents=True, exist_ok=True)
     excluded = [Path(d).resolve() for d in exclude_dirs]
     summaries = [s for s in find_summaries(run_dirs) if not _under(s["_path"], excluded)]
     if not summaries:
         raise ValueError(f"no summary.json found under {[str(r) for r in run_dirs]}")
+    output.mkdir(parents=True, exist_ok=True)  # once the summaries are read: a refused report makes nothing
     training = find_training_runs(training_dirs)
     grouped = group_by_method(summaries)
     tables: dict[str, Any] = {
@@ -580,11 +583,11 @@ def write_report(
     csv_names = list(tables)
     for name, document in added.documents.items():
         tables[name] = document
-        (output / f"{name}.json").write_text(json.dumps(document, indent=2, allow_nan=False))
+        under(output, f"{name}.json").write_text(json.dumps(document, indent=2, allow_nan=False))
     skipped = []
     for name in csv_names:
         rows = tables[name]
-        path = output / f"{name}.csv"
+        path = under(output, f"{name}.csv")
         if rows:
             path.write_text(to_csv(rows))
         else:
@@ -592,7 +595,7 @@ def write_report(
             skipped.append(f"- `{name}.csv`: {EMPTY_TABLE_REASONS.get(name, 'no rows')}")
     if skipped:
         markdown += "\n## Tables not written\n\n" + "\n".join(skipped) + "\n"
-    (output / "results.md").write_text(markdown)
+    under(output, "results.md").write_text(markdown)
     if plots is True:
         raise TypeError(
             "plots: pass the figure writer (routing_grpo.plots.draw_all), or None for tables only"

@@ -2,18 +2,22 @@
 
 A recipe's run writes to ``outputs/<recipe name>/seed<seed>`` unless told otherwise; another recipe's or
 seed's folder or checkpoint is never trained into or resumed from, and a finished run is not trained again.
-Each refusal is a :class:`~routing_grpo.errors.UsageError` naming both runs.
+Each refusal is a :class:`~routing_grpo.errors.UsageError` naming both runs. One process trains into a
+folder at a time: :func:`run_folder_lock` (the lock of :mod:`routing_grpo.output_lock`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import UsageError
+from routing_grpo.output_lock import FOLDER_LOCK_NAME, OutputLock, folder_lock_path
 
 DEFAULT_OUTPUT_ROOT = "outputs"
 RUN_FILE = "routing_run.json"
@@ -96,11 +100,11 @@ def _folder_identity(folder: str | Path) -> dict[str, Any] | None:
 def check_output_folder(output_dir: str | Path, overwrite: bool = False) -> None:
     """A run trains into a new or empty folder, or one holding a run of this project (its ``routing_run.json``);
     a folder of other files (a model, an evaluation, the user's own) is refused (:class:`UsageError`, naming
-    some of them) unless ``overwrite``."""
+    some of them) unless ``overwrite``. The run's own lock file is not one of them."""
     folder = Path(output_dir)
     if overwrite or not folder.is_dir() or (folder / RUN_FILE).is_file():
         return
-    others = sorted(p.name for p in folder.iterdir())
+    others = sorted(p.name for p in folder.iterdir() if p.name != FOLDER_LOCK_NAME)
     if others:
         shown = ", ".join(others[:5]) + (f" and {len(others) - 5} more" if len(others) > 5 else "")
         raise UsageError(
@@ -174,3 +178,46 @@ def finished_note(output_dir: str | Path, identity: dict[str, Any]) -> str:
         "nothing to train, the final model is left as it is. Remove the folder or give another --output_dir to "
         "train again."
     )
+
+
+@contextlib.contextmanager
+def run_folder_lock(training_args: RoutingGRPOConfig) -> Iterator[None]:
+    """Holds the run folder's lock (``output_dir/_routing_grpo.lock``) for a ``with`` block: another
+    training into the same folder is refused at once, naming the holder (:class:`UsageError`).
+
+    Under ``accelerate launch`` only the main process takes it; every process learns the outcome (a
+    broadcast from the main process), so a refused run stops on all of them with the same line, before any
+    model loads.
+    """
+    lock = None
+    problem = None
+    if training_args.process_index == 0:
+        lock = OutputLock(
+            folder_lock_path(training_args.output_dir),
+            flag="output_dir",
+            output=training_args.output_dir,
+            command="routing-grpo train",
+        )
+        try:
+            lock.acquire()
+        except UsageError as err:
+            lock, problem = None, str(err)
+    problem = from_main_process(problem)
+    if problem:
+        raise UsageError(problem)
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def from_main_process(value: str | None) -> str | None:
+    """The main process's ``value`` on every process (itself without a process group)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return value
+    shared = [value]
+    dist.broadcast_object_list(shared, src=0)
+    return shared[0]

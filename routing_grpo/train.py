@@ -104,8 +104,28 @@ def main(
     had finished already in its folder and nothing was trained).
 
     ``callbacks`` (``transformers.TrainerCallback``) are handed to the trainer (the demo's progress lines);
-    ``progress_bar=False`` drops the trainer's line (or bar) per generation batch.
+    ``progress_bar=False`` drops the trainer's line (or bar) per generation batch. One process trains into
+    a folder at a time: the run folder is locked once the settings are checked, before anything is loaded.
     """
+    from routing_grpo.recipe import preflight
+    from routing_grpo.runs import run_folder_lock
+
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
+    # A bad name, path, file or column fails here with one line, before the model is loaded.
+    level_mix = preflight(script_args, training_args, model_args)
+    with run_folder_lock(training_args):
+        return train_in_folder(script_args, training_args, model_args, level_mix, callbacks, progress_bar)
+
+
+def train_in_folder(
+    script_args: RoutingScriptArguments,
+    training_args: RoutingGRPOConfig,
+    model_args: ModelConfig,
+    level_mix: dict[int, float] | None,
+    callbacks: list[Any] | None = None,
+    progress_bar: bool = True,
+) -> Any:
+    """:func:`main`'s stages once the settings are checked and the run folder is locked."""
     from transformers import set_seed
     from trl import get_peft_config
 
@@ -113,16 +133,11 @@ def main(
     from routing_grpo.hub import check_hub_card, hub_dataset_name, install_model_card
     from routing_grpo.preemption import exit_if_preempted
     from routing_grpo.prompting import forced_word_ids
-    from routing_grpo.recipe import preflight
     from routing_grpo.trainer import RoutingGRPOTrainer
 
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-
     ###############################################################
-    # Check what the settings and this machine can tell, load data
+    # Load data
     ###############################################################
-    # A bad name, path, file or column fails here with one line, before the model is loaded.
-    level_mix = preflight(script_args, training_args, model_args)
     set_seed(training_args.seed)
     loading.configure_tracking(training_args)
     train_dataset, eval_dataset = loading.load_datasets(script_args, training_args, level_mix)

@@ -245,6 +245,55 @@ def test_a_rerun_reuses_an_answer_only_for_the_same_request(model, tmp_path, cap
     assert len(rows) == 1 and rows[0]["question"] == "G2: 3 a+1" and rows[0]["mode"] == "Long"
 
 
+@pytest.mark.parametrize(
+    "first, again",
+    [
+        (["--mode", "nothink"], ["--mode", "NoThink"]),
+        (["--mode", "LONG"], ["--mode", "long"]),
+        (["--allow", "Long,Long"], ["--allow", "Long"]),
+        (["--allow", "Short,NoThink"], ["--allow", "nothink, short,SHORT"]),
+    ],
+    ids=["mode-case", "mode-upper", "allow-repeated", "allow-order-case"],
+)
+def test_a_request_is_its_resolved_modes_not_their_spelling(
+    model, tmp_path, capsys, monkeypatch, first, again
+):
+    """The same modes spelled another way are the same request: the answer is reused, the model not loaded."""
+    answers = tmp_path / "a.jsonl"
+    base = ["generate", "--model", model, "--output", answers, "--max-new-tokens", "4"]
+    code, _, err = run(capsys, *base, *first, "G1: 2 r*7")
+    assert code == 0, err
+    written = answers.read_text()
+    monkeypatch.setattr(inference.Router, "from_pretrained", lambda *a, **k: pytest.fail("model loaded"))
+    code, out, err = run(capsys, *base, *again, "G1: 2 r*7")
+    assert code == 0, err
+    assert out.strip() == f"1 of 1 questions already answered in {answers}"
+    assert answers.read_text() == written
+    request = json.loads(written)["request"]
+    flag = first[0].lstrip("-")
+    resolved = {"mode": {"nothink": "NoThink", "LONG": "Long"}, "allow": {"Long,Long": ["Long"]}}
+    resolved["allow"]["Short,NoThink"] = ["NoThink", "Short"]  # the modes' order
+    assert request[flag] == resolved[flag][first[1]]
+
+
+def test_answers_recorded_with_another_spelling_are_reused(model, tmp_path, capsys, monkeypatch):
+    """A row an older version wrote keeps the spelling it was asked with (mode "nothink", an allowed set
+    sorted by name): the same modes, so reused; other modes are still another request."""
+    answers = tmp_path / "a.jsonl"
+    base = ["generate", "--model", model, "--output", answers, "--max-new-tokens", "4", "G1: 2 r*7"]
+    code, _, err = run(capsys, *base, "--allow", "NoThink,Long")
+    assert code == 0, err
+    row = json.loads(answers.read_text())
+    assert row["request"]["allow"] == ["NoThink", "Long"]
+    row["request"]["allow"] = ["long", "Long", "nothink"]
+    answers.write_text(json.dumps(row) + "\n")
+    monkeypatch.setattr(inference.Router, "from_pretrained", lambda *a, **k: pytest.fail("model loaded"))
+    code, out, _ = run(capsys, *base, "--allow", "Long,NoThink")
+    assert code == 0 and out.strip() == f"1 of 1 questions already answered in {answers}"
+    code, _, err = run(capsys, *base, "--allow", "Long,Short")
+    assert code == 2 and f"{answers}:1 answers question 1 for another request (allow)" in err
+
+
 def test_answers_of_an_older_version_or_onto_the_input_are_refused(model, tmp_path, capsys, no_model_loading):
     questions = write_questions(tmp_path / "q.jsonl", 2)
     code, _, err = run(capsys, "generate", "--model", model, "--input", questions, "--output", questions)

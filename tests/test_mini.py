@@ -525,6 +525,43 @@ def test_make_demo_refuses_a_length_below_one_batch(capsys):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
+        (["--seed", "-1"], "argument --seed: must be >= 0, got -1"),
+        (["--seed", "x"], "argument --seed: expected a whole number, got 'x'"),
+        (["--samples", "0"], "argument --samples: must be >= 1, got 0"),
+        (["--limit", "0"], "argument --limit: must be >= 1, got 0"),
+        (
+            ["--taught", "/nonexistent"],
+            "--taught: no such folder: /nonexistent (a taught model of the graded world)",
+        ),
+        (["--taught", "EMPTY"], "--taught: EMPTY holds no config.json; give a taught model's folder"),
+        (["--output-dir", "FILE"], "--output-dir: FILE is a file; give a folder"),
+        (
+            ["--recipes", "EMPTY"],
+            "--recipes: no EMPTY/mini_graded/graded_router.yaml; run from the source checkout",
+        ),
+    ],
+)
+def test_the_demo_checks_its_own_flags_before_any_work(tmp_path, capsys, monkeypatch, argv, message):
+    """``python -m routing_grpo.demo`` says a bad flag under its own name, in one line with exit code 2,
+    before the miniature's runner (which would say it later, under its flag names) is started."""
+    from routing_grpo import demo
+    from routing_grpo.mini import run as mini_run
+
+    monkeypatch.setattr(mini_run, "main", lambda *a, **k: pytest.fail("the runner was started"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("")
+    names = {"EMPTY": str(tmp_path / "empty"), "FILE": str(tmp_path / "file")}
+    argv = [names.get(a, a) for a in argv]
+    message = message.replace("EMPTY", names["EMPTY"]).replace("FILE", names["FILE"])
+    assert demo.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"python -m routing_grpo.demo: error: {message}"), err
+    assert len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
         (["--seeds", "a"], "argument --seeds: expected whole numbers separated by commas, got 'a'"),
         (["--seeds", ""], "argument --seeds: give at least one seed"),
         (["--seeds", "0,0"], "argument --seeds: seeds must be distinct and >= 0"),

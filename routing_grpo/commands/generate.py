@@ -14,7 +14,19 @@ from routing_grpo.errors import UsageError, model_file_errors, one_line
 
 def run(args: argparse.Namespace) -> int:
     """Answers questions with a trained router; with --output, resumable (an answer is reused only for the
-    same request)."""
+    same request) and one writer at a time: the answers file is locked (``FILE.lock`` beside it) before it
+    is read, and another process writing it is refused at once, naming it."""
+    from routing_grpo.output_lock import OutputLock, file_lock_path
+
+    output = args.output
+    if not output or not output.strip() or Path(output).is_dir():  # refused as such by answer()
+        return answer(args)
+    with OutputLock(file_lock_path(output), flag="--output", output=output, command="routing-grpo generate"):
+        return answer(args)
+
+
+def answer(args: argparse.Namespace) -> int:
+    """The command's work: checks everything before the model loads, then answers what is not answered."""
     from routing_grpo.backends import check_sampling
     from routing_grpo.inference import (
         Request,
@@ -25,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
         request_differences,
         request_record,
         resolve_routing,
+        resolved_record,
     )
     from routing_grpo.jsonl import append_jsonl
     from routing_grpo.sample_store import model_fingerprint
@@ -98,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
         answered = read_answered_requests(output) if output else {}
     except ValueError as err:
         raise UsageError(f"--output: {err}") from None
+    # Compared by the modes they resolve to, not their spelling (nothink is NoThink, Long,Long is Long).
+    answered = {i: (line, resolved_record(record, settings)) for i, (line, record) in answered.items()}
     conflicts = [
         (answered[i][0], i, request_differences(answered[i][1], records[i]))
         for i in requests
