@@ -26,6 +26,7 @@ from routing_grpo.errors import OneLineParser, UsageError, one_line, user_errors
 from routing_grpo.locations import hub_offline, looks_local
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, parse_modes
 from routing_grpo.recipe_file import RecipeFileError, read_recipe_file
+from routing_grpo.storage import check_output_folder
 
 # ----------------------------------------------------------------------------------------------------------
 # Reading and checking the recipe (its keys against the three argument classes)
@@ -429,6 +430,7 @@ def preflight(
     output_dir = Path(training_args.output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(f"output_dir: {output_dir} exists and is not a folder")
+    check_output_folder(output_dir, "output_dir")  # read-only, or under a file: before anything loads
     report_to = training_args.report_to or []
     report_to = [report_to] if isinstance(report_to, str) else list(report_to)
     try:
