@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from routing_grpo.backends import check_sampling
+from routing_grpo.backends import check_sampling, check_seed
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index
-from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION
+from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
 
 # The paper's protocol: MATH-500 once, GSM8K avg@5, AIME avg@16.
 DEFAULT_SAMPLES = {"math500": 1, "gsm8k": 5, "aime24": 16, "aime25": 16}
@@ -60,6 +60,8 @@ class EvalConfig:
         if not self.benchmarks:
             raise ValueError("--benchmarks: name at least one benchmark")
         check_sampling(self.temperature, self.top_p, flags=True)
+        check_seed(self.seed, "--seed")
+        check_seed(self.run_seed, "--run-seed")
         if self.max_tokens < 1:
             raise ValueError(f"--max-tokens must be >= 1, got {self.max_tokens}")
         if self.backend not in ("auto", "vllm", "transformers"):
@@ -88,6 +90,11 @@ class EvalConfig:
         for bench, k in self.samples.items():
             if k < 1:
                 raise ValueError(f"--samples: {bench}={k}: need at least one sample")
+        for name in ("routing_question", "routing_instruction"):
+            value = getattr(self, name)
+            problem = prompt_text_problem(name, value) if value is not None else None
+            if problem:
+                raise ValueError(f"--config: {problem}")
 
     @property
     def mode_specs(self) -> tuple[ModeSpec, ...]:
