@@ -324,8 +324,10 @@ def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
     backend = resolve_backend(config.backend)
     check_engine(config, backend)
     datasets = load_benchmarks(config)
-    for bench in datasets:  # every output folder is checked before the model loads
+    for bench in datasets:  # every output folder, and the samples to resume, checked before the model loads
         claim_samples(config, bench)
+        if not config.overwrite:
+            read_samples(Path(config.output) / bench / "samples.jsonl")
     with model_loading(config.model):
         tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
     check_prompt_lengths(config, datasets, tokenizer, evaluation_context(config, backend))
