@@ -25,7 +25,7 @@ from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import OneLineParser, UsageError, one_line, user_errors
 from routing_grpo.locations import hub_offline, looks_local
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, parse_modes
-from routing_grpo.recipe_file import RecipeFileError, read_recipe_file
+from routing_grpo.recipe_file import RecipeFileError, located, read_recipe_file
 from routing_grpo.storage import check_output_folder
 
 # ----------------------------------------------------------------------------------------------------------
@@ -470,4 +470,7 @@ def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
     try:
         return parse_modes(recipe["modes"])
     except (TypeError, ValueError) as err:
-        raise UsageError(f"{path}: {err}") from None
+        message = str(err)
+        raise UsageError(
+            located(path, message if message.startswith("modes") else f"modes: {message}")
+        ) from None

@@ -122,3 +122,23 @@ def read_recipe_file(path: str | Path) -> dict[str, Any]:
     if not isinstance(recipe, dict):
         raise RecipeFileError(f"{path}: a recipe must be a mapping of keys to values")
     return recipe
+
+
+def key_lines(path: str | Path) -> dict[str, int]:
+    """The line (1-based) of each top-level key of a recipe file that :func:`read_recipe_file` has read ({}
+    when it cannot be composed): where an error about a key's value points."""
+    try:
+        node = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
+        return {}
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {str(k.value): k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
+
+
+def located(path: str | Path, message: str) -> str:
+    """``path:line: message`` when the message is about a top-level key of the recipe (it starts with the
+    key's name, as ``modes[0]: ...`` does), else ``path: message``."""
+    lines = key_lines(path)
+    key = max((k for k in lines if message.startswith(k)), key=len, default=None)
+    return f"{path}:{lines[key]}: {message}" if key is not None else f"{path}: {message}"

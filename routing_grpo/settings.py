@@ -149,7 +149,9 @@ class RoutingSettings:
                 single_mode=single,
             )
         except (TypeError, ValueError) as err:
-            raise ValueError(f"{path}: {err}") from None
+            from routing_grpo.recipe_file import located
+
+            raise ValueError(located(path, str(err))) from None
 
     @classmethod
     def from_file(cls, path: str | Path) -> RoutingSettings:
