@@ -463,9 +463,11 @@ def parse_level_mix(value: Any) -> dict[int, float]:
     if isinstance(value, str):
         import yaml
 
+        from routing_grpo.recipe_file import load_yaml_text
+
         text = value
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml_text(text)
         except yaml.YAMLError:
             raise ValueError(f"expected a mapping of level to share ({example}), got {text!r}") from None
         try:

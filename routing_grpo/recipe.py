@@ -25,7 +25,7 @@ from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import OneLineParser, UsageError, one_line, user_errors
 from routing_grpo.locations import hub_offline, looks_local
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, parse_modes
-from routing_grpo.recipe_file import RecipeFileError, located, read_recipe_file
+from routing_grpo.recipe_file import RecipeFileError, load_yaml_text, located, read_recipe_file
 from routing_grpo.storage import check_output_folder
 
 # ----------------------------------------------------------------------------------------------------------
@@ -320,7 +320,7 @@ def set_modes_text(training_args: RoutingGRPOConfig, text: str) -> None:
     """``--modes`` from the command line: a list of mappings as JSON or YAML text."""
 
     try:
-        modes = yaml.safe_load(text)
+        modes = load_yaml_text(text)
     except yaml.YAMLError as err:
         raise UsageError(f"--modes: not valid JSON or YAML ({one_line(err)})") from None
     with user_errors("", ValueError, TypeError):

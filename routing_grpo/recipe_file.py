@@ -94,6 +94,17 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+def load_yaml_text(text: str) -> Any:
+    """YAML text given on a command line (``--modes``, ``train_level_mix``), read as a recipe file is: a key
+    written twice and aliases past :data:`MAX_RECIPE_NODES` values are a ``yaml.YAMLError``."""
+    if len(text) > MAX_RECIPE_BYTES:
+        raise yaml.YAMLError(f"{len(text):,} characters; at most {MAX_RECIPE_BYTES:,}")
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+    except RecursionError:
+        raise yaml.YAMLError("nested too deep to read") from None
+
+
 def read_recipe_file(path: str | Path) -> dict[str, Any]:
     """The recipe's mapping; :class:`RecipeFileError` for a missing, unreadable or malformed file."""
     path = Path(path)

@@ -641,9 +641,12 @@ def train_case(
         ({"routing_instruction": "x" * 501}, (), "routing_instruction: 501 characters; at most 500"),
         ({"modes": [{"name": "Short", "base": 1.2, "gamma": 0.9, "cap": math.inf}, {"name": "Long", "base": 1.0, "gamma": 1.0}]},
          (), "modes[0]: `cap` must be a positive integer or null, got inf"),
+        ({}, ("--modes", "{" + ALIAS_BOMB.strip().replace("\n", ", ") + "}"),
+         "--modes: not valid JSON or YAML (its aliases expand to more than 100,000 values"),
     ],
     ids=["balance-nan", "invalid-reward-nan", "lr-inf", "weight-decay-nan-cli", "max-grad-norm-nan",
-         "word-weight-steps-past-the-run", "routing-question-10k", "routing-instruction-501", "cap-inf"],
+         "word-weight-steps-past-the-run", "routing-question-10k", "routing-instruction-501", "cap-inf",
+         "modes-alias-bomb-cli"],
 )  # fmt: skip
 def test_training_settings_are_refused_before_loading(
     tiny_model_path, tmp_path, capfd, no_model_loading, changes, args, expected
