@@ -12,6 +12,7 @@ the keys. Errors name ``path:line``.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -147,9 +148,17 @@ def key_lines(path: str | Path) -> dict[str, int]:
     return {str(k.value): k.start_mark.line + 1 for k, _ in node.value if isinstance(k, yaml.ScalarNode)}
 
 
-def located(path: str | Path, message: str) -> str:
-    """``path:line: message`` when the message is about a top-level key of the recipe (it starts with the
-    key's name, as ``modes[0]: ...`` does), else ``path: message``."""
-    lines = key_lines(path)
+def message_key_line(path: str | Path, message: str, skip: Collection[str] = ()) -> int | None:
+    """The line of the recipe's top-level key a message is about (it starts with the key's name, as
+    ``modes[0]: ...`` does), None when it is about no key of the file or one in ``skip`` (given elsewhere,
+    such as on the command line)."""
+    lines = {k: v for k, v in key_lines(path).items() if k not in skip}
     key = max((k for k in lines if message.startswith(k)), key=len, default=None)
-    return f"{path}:{lines[key]}: {message}" if key is not None else f"{path}: {message}"
+    return lines[key] if key is not None else None
+
+
+def located(path: str | Path, message: str) -> str:
+    """``path:line: message`` when the message is about a top-level key of the recipe, else ``path:
+    message``."""
+    line = message_key_line(path, message)
+    return f"{path}:{line}: {message}" if line is not None else f"{path}: {message}"

@@ -655,6 +655,21 @@ def test_training_settings_are_refused_before_loading(
     one_line(code, err, "routing-grpo train", expected)
 
 
+def test_a_recipe_value_is_named_by_its_line(tiny_model_path, tmp_path, capfd, no_model_loading):
+    """A refused value from the recipe file names ``recipe:line``; the same value given on the command line
+    names the key only (the file does not hold it)."""
+    code, err = train_case(tmp_path, tiny_model_path, capfd, {"balance_coef": math.nan})
+    lines = (tmp_path / "r.yaml").read_text().splitlines()
+    line = next(i for i, text in enumerate(lines, start=1) if text.startswith("balance_coef:"))
+    one_line(
+        code, err, "routing-grpo train", f"r.yaml:{line}: balance_coef: must be a finite number, got nan"
+    )
+    code, err = train_case(tmp_path, tiny_model_path, capfd, args=("--balance_coef", "nan"))
+    assert "r.yaml" not in one_line(
+        code, err, "routing-grpo train", "error: balance_coef: must be a finite number"
+    )
+
+
 def test_training_inputs_are_refused_before_loading(
     tiny_model_path, broken_models, tmp_path, capfd, no_model_loading
 ):
