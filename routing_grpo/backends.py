@@ -112,6 +112,74 @@ def check_sampling(temperature: float, top_p: float, top_k: int = 0, *, flags: b
         raise ValueError(f"{name('top_k')} must be a positive integer, or 0 or -1 for off, got {top_k}")
 
 
+# The device types the transformers backend runs on, and how torch says whether one is present.
+DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
+SEED_LIMIT = 2**32  # numpy's and vLLM's seeds are 32-bit; training's seed has the same range
+
+
+def check_device(device: str | None, name: str = "device") -> None:
+    """Raises ValueError naming ``name`` for a device torch does not know, or one this machine does not
+    have (``cuda`` without a CUDA GPU, ``cuda:3`` on two GPUs): checked before a model loads."""
+    if device is None:
+        return
+    import torch
+
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{name}: {device!r} is not a device (cpu, cuda, cuda:N, mps, xpu)") from None
+    if parsed.type not in DEVICE_TYPES:
+        raise ValueError(f"{name}: {device!r}: models run on one of {', '.join(DEVICE_TYPES)}")
+    if parsed.type == "cpu":
+        return
+    if parsed.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        why = "this torch is built without CUDA" if torch.version.cuda is None else "torch sees no CUDA GPU"
+    else:
+        module = getattr(torch, parsed.type, None) or getattr(torch.backends, parsed.type, None)
+        available = module is not None and module.is_available()
+        count = (getattr(module, "device_count", lambda: 1)() or 1) if available else 0
+        why = f"torch sees no {parsed.type} device"
+    if count == 0:
+        raise ValueError(f"{name}: {device}, but there is none here ({why}); use cpu")
+    if parsed.index is not None and parsed.index >= count:
+        raise ValueError(
+            f"{name}: {device}, but this machine has {count} {parsed.type} device(s) (0-{count - 1})"
+        )
+
+
+def check_backend(backend: str, name: str = "backend") -> None:
+    """Raises ValueError naming ``name`` for an unknown backend, or ``vllm`` where vLLM is not installed:
+    checked before a model loads (vLLM itself says which devices it can run on)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"{name}: must be auto, transformers or vllm, got {backend!r}")
+    if backend == "vllm" and not vllm_installed():
+        raise ValueError(
+            f"{name}: vllm, but vLLM is not installed here (`make install-gpu`); use transformers"
+        )
+
+
+def vllm_installed() -> bool:
+    """Whether ``import vllm`` can work here (an imported module counts, whatever its spec)."""
+    import importlib.util
+    import sys
+
+    if sys.modules.get("vllm") is not None:
+        return True
+    try:
+        return importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def check_seed(seed: int | None, name: str = "seed") -> None:
+    """Raises ValueError naming ``name`` unless ``seed`` is None or an integer in [0, 2**32)."""
+    if seed is None:
+        return
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"{name}: must be an integer in [0, 2**32), got {seed!r}")
+
+
 def transformers_device(device: str | None) -> str:
     """The transformers backend's device: the one given, else ``cuda`` when there is a GPU, else ``cpu``."""
     if device:

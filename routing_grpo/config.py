@@ -9,8 +9,11 @@ The config stays parseable by ``trl.TrlParser`` from YAML: ``modes`` is a list o
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import typing
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from trl import GRPOConfig
@@ -23,13 +26,29 @@ from routing_grpo.geometry import (
 from routing_grpo.importance_sampling import CORRECTION_MODES
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index, parse_modes
 from routing_grpo.modes import routing_instruction as build_routing_instruction
-from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION
+from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
+from routing_grpo.schedules import balance_coef_at
 from routing_grpo.verifiers import VERIFIERS
 
 BATCH_STEP_FIELDS = ("total_batch_steps", "eval_every_batch_steps", "save_every_batch_steps")
 # Signals a run may turn into a preemption checkpoint (`preemption_signals`); the first two by default.
 PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP")
 DEFAULT_PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT")
+# Float settings where +inf means something (no clipping of the logged norm, no time-out); every other
+# float setting, the method's and TRL's, must be finite, and NaN is refused everywhere.
+INFINITE_ALLOWED = frozenset({"max_grad_norm", "vllm_server_timeout"})
+
+
+@cache
+def float_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a config dataclass whose type holds ``float`` (``float``, ``float | None``,
+    ``list[float] | None``, ...), TRL's and transformers' inherited ones included."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls) if _holds_float(hints.get(f.name)))
+
+
+def _holds_float(tp: Any) -> bool:
+    return tp is float or any(_holds_float(arg) for arg in typing.get_args(tp))
 
 
 def _default_modes() -> list[dict[str, Any]]:
@@ -274,6 +293,7 @@ class RoutingGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        self._check_finite_floats()
         self._check_numbers()
         for name in BATCH_STEP_FIELDS:
             value = getattr(self, name)
@@ -300,6 +320,21 @@ class RoutingGRPOConfig(GRPOConfig):
         self.apply_generation_batch_units()
 
     # ------------------------------------------------------------------------------------------------------
+
+    def _check_finite_floats(self) -> None:
+        """NaN (and infinity, but for :data:`INFINITE_ALLOWED`) refused in every float setting, the method's
+        and the inherited TRL / transformers ones: a NaN compares false with every bound, so it would pass
+        the range checks below and be used (``balance_coef: .nan`` would train as 0, ``invalid_routing_reward:
+        .nan`` make the rewards NaN)."""
+        for name in float_fields(type(self)):
+            value = getattr(self, name, None)
+            values = value if isinstance(value, list | tuple) else [value]
+            for item in values:
+                if not isinstance(item, float) or math.isfinite(item):
+                    continue
+                if math.isinf(item) and item > 0 and name in INFINITE_ALLOWED:
+                    continue
+                raise ValueError(f"{name}: must be a finite number, got {value!r}")
 
     def _check_numbers(self) -> None:
         """Ranges of the counts and rates GRPOConfig divides by or hands to torch, checked before it does; and
@@ -461,6 +496,13 @@ class RoutingGRPOConfig(GRPOConfig):
                 raise ValueError(
                     "routing_word_weight_steps: set routing_word_weight too (the weight it keeps for those batches)"
                 )
+            total = self.total_generation_batches
+            if total is not None and steps > total:
+                raise ValueError(
+                    f"routing_word_weight_steps: {steps} is past the end of the run ({total} generation batches), "
+                    "where it means every batch; leave it unset for that, or count generation batches, not "
+                    "optimizer steps"
+                )
         if self.flatten_reward_step is not None and self.flatten_reward_step < 0:
             raise ValueError(f"flatten_reward_step: must be >= 0 or null, got {self.flatten_reward_step}")
         entropy = self.collapse_alarm_entropy
@@ -487,6 +529,11 @@ class RoutingGRPOConfig(GRPOConfig):
             )
         if not self.answer_column:
             raise ValueError("answer_column: must name the dataset column with reference answers")
+        for name in ("routing_question", "routing_instruction"):
+            value = getattr(self, name)
+            problem = prompt_text_problem(name, value) if value is not None else None
+            if problem:
+                raise ValueError(problem)
         if self.mask_truncated_completions:
             raise ValueError(
                 "mask_truncated_completions: must be False; a rollout cut at its mode's cap keeps its first "
@@ -499,6 +546,55 @@ class RoutingGRPOConfig(GRPOConfig):
             )
 
     # ------------------------------------------------------------------------------------------------------
+
+    @property
+    def total_generation_batches(self) -> int | None:
+        """The run's length in generation batches: ``total_batch_steps``, or ``max_steps`` converted (None
+        when neither says: the run ends with its epochs)."""
+        if self.total_batch_steps is not None:
+            return self.total_batch_steps
+        if self.max_steps is not None and self.max_steps > 0:
+            return math.ceil(self.max_steps / self.optimizer_steps_per_generation_batch)
+        return None
+
+    def schedule_warning(self) -> str | None:
+        """One line for the schedules that reach past the end of the run, each with what it means for this
+        run (None when all fit). Not refused: a shortened run of a recipe (a smoke test, the miniature's
+        ``--batch-steps``) keeps the paper's schedules, and what they then do is well defined; it is said."""
+        total = self.total_generation_batches
+        if total is None:
+            return None
+        notes = []
+        routing = self.single_mode is None
+        if routing and self.routing_warmup_steps >= total:
+            notes.append(
+                f"routing_warmup_steps {self.routing_warmup_steps}: every batch is a warmup batch (forced "
+                "rollouts throughout; no batch trains on free routing alone)"
+            )
+        if self.flatten_reward_step is not None and self.flatten_reward_step >= total:
+            notes.append(
+                f"flatten_reward_step {self.flatten_reward_step}: the reward is never flattened (no phase 2)"
+            )
+        if routing and self.balance_coef > 0:
+            if self.balance_anneal_start >= total:
+                notes.append(
+                    f"balance_anneal_start {self.balance_anneal_start}: the balance term keeps its full coefficient "
+                    f"{self.balance_coef} to the end"
+                )
+            elif self.balance_anneal_end > total:
+                last = balance_coef_at(
+                    total - 1,
+                    coef=self.balance_coef,
+                    anneal_start=self.balance_anneal_start,
+                    anneal_end=self.balance_anneal_end,
+                )
+                notes.append(
+                    f"balance_anneal_end {self.balance_anneal_end}: the balance coefficient is still {last:.3g} "
+                    "in the last batch, not 0"
+                )
+        if not notes:
+            return None
+        return f"schedules past the end of the run ({total} generation batches): " + "; ".join(notes)
 
     @property
     def uses_batch_geometry(self) -> bool:

@@ -45,7 +45,6 @@ packages add tasks through the registry (:mod:`routing_grpo.tasks`); the miniatu
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -61,7 +60,7 @@ from datasets import Dataset, Features, List, Value
 
 from routing_grpo import countdown
 from routing_grpo.grading import find_last_boxed
-from routing_grpo.jsonl import read_jsonl
+from routing_grpo.jsonl import read_json_file, read_jsonl
 from routing_grpo.locations import DATA_SUFFIXES, looks_local
 from routing_grpo.synthetic import synthetic_rows
 from routing_grpo.tasks import (  # noqa: F401  (part of this module's interface)
@@ -168,7 +167,7 @@ def _read_json_lines(path: Path) -> list[dict[str, Any]]:
     if path.suffix == ".json":
         text = path.read_text(encoding="utf-8")
         if text.lstrip().startswith("["):
-            rows = json.loads(text)
+            rows = read_json_file(path)
             for number, row in enumerate(rows, start=1):
                 if not isinstance(row, dict):
                     raise ValueError(f"{path}:{number}: expected a JSON object, got {type(row).__name__}")
@@ -464,9 +463,11 @@ def parse_level_mix(value: Any) -> dict[int, float]:
     if isinstance(value, str):
         import yaml
 
+        from routing_grpo.recipe_file import load_yaml_text
+
         text = value
         try:
-            value = yaml.safe_load(text)
+            value = load_yaml_text(text)
         except yaml.YAMLError:
             raise ValueError(f"expected a mapping of level to share ({example}), got {text!r}") from None
         try:

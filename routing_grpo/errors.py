@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -51,6 +52,19 @@ def model_file_errors() -> tuple[type[BaseException], ...]:
     return (StrictDataclassError,)
 
 
+@contextlib.contextmanager
+def model_loading(model: str):
+    """Inside, what loading a model or its tokenizer raises (OSError, ValueError, the Hub library's config
+    errors) becomes one line ``MODEL: the model could not be loaded (why)``; only the loading goes in, so
+    that an output or data problem is never blamed on the model."""
+    try:
+        yield
+    except UsageError:
+        raise
+    except (OSError, ValueError, *model_file_errors()) as err:
+        raise UsageError(f"{model}: the model could not be loaded ({one_line(err)})") from None
+
+
 def debug_requested() -> bool:
     return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
@@ -59,6 +73,63 @@ def one_line(err: BaseException) -> str:
     """An error's message on one line (library messages often span several), at most 800 characters."""
     text = " ".join(str(err).split()) or type(err).__name__
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
+
+
+# What an OS error means for the file it names, in words (the code name follows in brackets).
+OS_ERROR_WORDS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EROFS: "on a read-only file system",
+    errno.EISDIR: "is a folder, not a file",
+    errno.ENOTDIR: "a part of this path is a file, not a folder",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.ENOENT: "no such file or folder",
+    errno.EEXIST: "already exists",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.ENAMETOOLONG: "file name too long",
+    errno.EFBIG: "file too large",
+}
+
+
+def file_size_limit() -> int | None:
+    """This process's file-size limit in bytes (``ulimit -f``; RLIMIT_FSIZE), None when there is none."""
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - not POSIX
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def os_error_line(err: OSError, path: str | os.PathLike | None = None) -> str:
+    """An OS error as one line saying what it is and where: ``PATH: no space left on the device (ENOSPC)``.
+
+    ``path`` is used when the error does not name its file (a failed flush or fsync does not); EFBIG names
+    the file-size limit that caused it. Errors without an errno are their message on one line."""
+    code = err.errno
+    where = err.filename if err.filename is not None else path
+    if code is None:
+        return one_line(err)
+    name = errno.errorcode.get(code, str(code))
+    text = f"{OS_ERROR_WORDS.get(code) or os.strerror(code).lower()} ({name})"
+    limit = file_size_limit() if code == errno.EFBIG else None
+    if limit is not None:
+        text += f": this process may write files of at most {limit} bytes (ulimit -f)"
+    if err.filename2 is not None:
+        text += f" -> {os.fsdecode(err.filename2)}"
+    return f"{os.fsdecode(where)}: {text}" if where is not None else text
+
+
+@contextlib.contextmanager
+def naming_path(path: str | os.PathLike):
+    """Inside, an OS error that names no file (a write, flush or fsync) is raised again naming ``path``, so
+    that :func:`os_error_line` can say where it happened."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is None and err.errno is not None:
+            raise OSError(err.errno, os.strerror(err.errno), os.fspath(path)) from err
+        raise
 
 
 @contextlib.contextmanager
@@ -84,7 +155,8 @@ def run_entry(
     """Runs ``entry(arg)`` (a command line, or its parsed namespace) and returns its exit code.
 
     A :class:`UsageError` (and ``input_errors``: problems no check named) is one line ``PROG: error: ...``
-    and exit code 2; Ctrl-C one line and 130.
+    and exit code 2; so is an OS error with its code (a full disk, a read-only file system, a file-size
+    limit, a folder where a file was due: :func:`os_error_line`); Ctrl-C one line and 130.
     """
     try:
         return entry(arg) or 0
@@ -92,6 +164,11 @@ def run_entry(
         if debug_requested():
             raise
         print(f"{err.prog or prog}: error: {one_line(err)}", file=sys.stderr, flush=True)
+        return USAGE_EXIT_CODE
+    except OSError as err:
+        if debug_requested() or (err.errno is None and not isinstance(err, input_errors)):
+            raise
+        print(f"{prog}: error: {one_line(OSError(os_error_line(err)))}", file=sys.stderr, flush=True)
         return USAGE_EXIT_CODE
     except input_errors as err:
         if debug_requested():

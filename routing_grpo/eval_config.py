@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from routing_grpo.backends import check_sampling
+from routing_grpo.backends import check_sampling, check_seed
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index
 from routing_grpo.path_names import check_name
-from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION
+from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
 
 # The paper's protocol: MATH-500 once, GSM8K avg@5, AIME avg@16.
 DEFAULT_SAMPLES = {"math500": 1, "gsm8k": 5, "aime24": 16, "aime25": 16}
@@ -61,6 +61,8 @@ class EvalConfig:
         if not self.benchmarks:
             raise ValueError("--benchmarks: name at least one benchmark")
         check_sampling(self.temperature, self.top_p, flags=True)
+        check_seed(self.seed, "--seed")
+        check_seed(self.run_seed, "--run-seed")
         if self.max_tokens < 1:
             raise ValueError(f"--max-tokens must be >= 1, got {self.max_tokens}")
         if self.backend not in ("auto", "vllm", "transformers"):
@@ -91,6 +93,11 @@ class EvalConfig:
                 raise ValueError(f"--samples: {bench}={k}: need at least one sample")
         # The method names the default output folder (outputs/eval/<method>/seed<N>) and the report's rows.
         check_name(self.effective_method, "--method" if self.method is not None else "--force-mode")
+        for name in ("routing_question", "routing_instruction"):
+            value = getattr(self, name)
+            problem = prompt_text_problem(name, value) if value is not None else None
+            if problem:
+                raise ValueError(f"--config: {problem}")
 
     @property
     def mode_specs(self) -> tuple[ModeSpec, ...]:

@@ -28,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.backends import Backend, resolve_backend
+from routing_grpo.errors import model_loading, naming_path
 from routing_grpo.eval_config import SAMPLE_SETTINGS, EvalConfig
 from routing_grpo.eval_engines import check_engine, make_backend, prompts_per_call
 from routing_grpo.eval_summary import summarize
 from routing_grpo.generation import GenerationRequest
 from routing_grpo.locations import looks_local
+from routing_grpo.model_files import context_length
 from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.path_names import under
 from routing_grpo.prompting import PromptPlan
@@ -149,7 +151,8 @@ def evaluate_benchmark(
                     _sample_row(row, sample_index, ids, tokenizer, plan, detector, modes, eos_ids)
                 )
         _grade_rows(new_rows, verifier, rows_by_id, reasoning_open)
-        append_samples(samples_path, new_rows)
+        with naming_path(samples_path):  # a full disk or the file-size limit names the file
+            append_samples(samples_path, new_rows)
         if progress:
             finished = min(start + per_call, len(todo))
             rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
@@ -284,6 +287,36 @@ def load_benchmarks(config: EvalConfig) -> dict[str, Any]:
     return datasets
 
 
+def evaluation_context(config: EvalConfig, backend: str) -> int | None:
+    """The context a prompt and its sample must fit: vLLM's ``--max-model-len`` when given, else the model's
+    own (a local folder's config.json; None when unknown)."""
+    if backend == "vllm" and config.max_model_len is not None:
+        return config.max_model_len
+    return context_length(config.model)
+
+
+def check_prompt_lengths(
+    config: EvalConfig, datasets: dict[str, Any], tokenizer: Any, context: int | None
+) -> None:
+    """Every benchmark prompt, rendered as it will be generated from, against the model's context, before
+    the model loads: a prompt with no room left for a sample is a ValueError naming the benchmark and the
+    problem's id (generating from it would take minutes and give nothing)."""
+    if context is None:
+        return
+    plan = PromptPlan.from_config(config)
+    for bench, dataset in datasets.items():
+        for i in range(len(dataset)):
+            row = dataset[i]
+            text = plan.render(tokenizer, row["prompt"])
+            tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            if tokens >= context:
+                raise ValueError(
+                    f"{bench}: problem {row['id']}: its prompt ({tokens} tokens) is past the model's context "
+                    f"({context} positions), leaving no room for a sample; leave it out (--data) or use a "
+                    "model with a longer context"
+                )
+
+
 def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
     """Checks and loads the benchmarks, then loads the model once and evaluates every benchmark; returns
     the summaries. The output folder is locked first (one evaluation writes it at a time: another one
@@ -302,10 +335,15 @@ def evaluate_all(config: EvalConfig, backend: str) -> dict[str, dict[str, Any]]:
     from transformers import AutoTokenizer
 
     datasets = load_benchmarks(config)
-    for bench in datasets:  # every output folder is checked before the model loads
+    for bench in datasets:  # every output folder, and the samples to resume, checked before the model loads
         claim_samples(config, bench)
-    tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
-    engine = make_backend(config, backend, tokenizer)
+        if not config.overwrite:
+            read_samples(Path(config.output) / bench / "samples.jsonl")
+    with model_loading(config.model):
+        tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
+    check_prompt_lengths(config, datasets, tokenizer, evaluation_context(config, backend))
+    with model_loading(config.model):
+        engine = make_backend(config, backend, tokenizer)
     try:
         return {
             bench: evaluate_benchmark(config, bench, dataset, tokenizer, engine)

@@ -66,7 +66,7 @@ from typing import Any
 
 from math_verify import parse, verify
 
-from routing_grpo.jsonl import read_jsonl
+from routing_grpo.jsonl import id_text, read_jsonl
 
 DEFAULT_TIMEOUT_S = 5.0
 # Real final answers (matrices and long polynomials included) are far shorter; longer ones come from
@@ -606,5 +606,10 @@ def _read_rows(path: Path, label_column: str) -> list[dict[str, Any]]:
             raise ValueError(f"{where}: column 'reference_answer' is missing or not a string or number")
         if row.get(label_column) is not None and not isinstance(row[label_column], bool):
             raise ValueError(f"{where}: column {label_column!r} must be true or false")
+        if "id" in row:
+            try:
+                id_text(row["id"])
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}") from None
         rows.append(row)
     return rows

@@ -52,14 +52,18 @@ from routing_grpo.backends import (
     LocalVLLM,
     TransformersBackend,
     VLLMBackend,
+    check_backend,
+    check_device,
     check_sampling,
+    check_seed,
     generate_within_budgets,
     load_transformers_model,
     read_generation_config,
     resolve_backend,
 )
 from routing_grpo.capped_generation import free_budget, known_budget, stop_token_ids
-from routing_grpo.jsonl import read_jsonl
+from routing_grpo.jsonl import id_text, read_jsonl
+from routing_grpo.model_files import weight_file_problem
 from routing_grpo.modes import (
     DETECTION_HEAD_TOKENS,
     INVALID,
@@ -108,9 +112,21 @@ class Routing:
 
 
 def parse_allow(allow: Sequence[str] | str) -> list[str]:
-    """``"NoThink,Short"`` or ``["NoThink", "Short"]`` -> the names (stripped, empty items dropped)."""
+    """``"NoThink,Short"`` or ``["NoThink", "Short"]`` -> the names (stripped, empty items dropped); a
+    ValueError for anything else (a number, a mapping, a list holding something other than names)."""
+    if not isinstance(allow, str | list | tuple) or not all(isinstance(a, str) for a in allow):
+        raise ValueError(f"allow: expected mode names (a list, or one comma-separated string), got {allow!r}")
     items = allow.split(",") if isinstance(allow, str) else list(allow)
-    return [str(name).strip() for name in items if str(name).strip()]
+    return [name.strip() for name in items if name.strip()]
+
+
+def check_count(value: Any, name: str, *, optional: bool = True) -> None:
+    """Raises ValueError naming ``name`` unless ``value`` is a positive integer (or None when ``optional``):
+    the Router's ``max_new_tokens`` and ``batch_size``, checked as the command line checks its flags."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: must be a positive integer{' or None' if optional else ''}, got {value!r}")
 
 
 def resolve_routing(
@@ -127,6 +143,8 @@ def resolve_routing(
         if not chosen:
             raise ValueError(f"the allowed set is empty; name at least one of {names}")
         allowed = tuple(sorted({mode_index(modes, name) for name in chosen}))
+    if mode is not None and not isinstance(mode, str):
+        raise ValueError(f"mode: expected a mode name (one of {names}), got {mode!r}")
     forced = mode_index(modes, mode) if mode is not None else None
     single = settings.single_mode_index
     if single is not None:
@@ -386,13 +404,22 @@ def context_problem(prompt_tokens: int, max_new_tokens: int, context: int | None
     if not context or prompt_tokens + max_new_tokens <= context:
         return None
     if prompt_tokens >= context:
-        return (
-            f"its prompt ({prompt_tokens} tokens) is past the model's context ({context} positions); expect no "
-            "useful answer: shorten the question"
-        )
+        return prompt_past_context(prompt_tokens, context)
     return (
         f"its prompt ({prompt_tokens} tokens) and max_new_tokens ({max_new_tokens}) pass the model's context "
         f"({context}); the answer may be cut short or degrade near the end"
+    )
+
+
+def prompt_past_context(prompt_tokens: int, context: int | None) -> str | None:
+    """Why a prompt leaves no room for an answer in the model's context (None when it does, or the context
+    is unknown): such a prompt is refused, as generating past the context gives no useful answer and can
+    take minutes."""
+    if not context or prompt_tokens < context:
+        return None
+    return (
+        f"its prompt ({prompt_tokens} tokens) is past the model's context ({context} positions), leaving no "
+        "room for an answer; shorten the question"
     )
 
 
@@ -412,13 +439,12 @@ class Router:
         max_new_tokens: int | None = None,
         context: int | None = None,
     ) -> None:
-        """``context``: the model's context in tokens (None: unknown), for the warning when a prompt and
-        its answer would not fit."""
+        """``context``: the model's context in tokens (None: unknown): a prompt past it is refused, and one
+        whose answer would not fit is warned about. ``max_new_tokens`` None: the training run's limit."""
+        check_count(max_new_tokens, "max_new_tokens")
         self.backend, self.tokenizer, self.settings = backend, tokenizer, settings
         self.context = context
-        self.max_new_tokens = int(max_new_tokens or settings.max_completion_length)
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        self.max_new_tokens = settings.max_completion_length if max_new_tokens is None else max_new_tokens
         self.forms = {i: word_token_id_forms(tokenizer, m.word) for i, m in enumerate(settings.modes)}
         self.detector = ModeDetector.from_tokenizer(settings.modes, tokenizer)
 
@@ -452,11 +478,22 @@ class Router:
             temperature / top_p / top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off); checked
                 before anything loads (:func:`routing_grpo.backends.check_sampling`).
             max_new_tokens: tokens the model may generate per answer (default: the training run's limit).
-            seed: seeds torch (transformers) or the vLLM engine.
+            seed: seeds torch (transformers) or the vLLM engine, an integer in [0, 2**32).
             engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``).
+
+        Every argument is checked before anything loads (a ValueError naming it), as ``routing-grpo generate``
+        checks its flags: the sampling options, ``max_new_tokens``, ``seed``, the backend (vLLM installed,
+        a GPU for it), the device (known, and present here) and a local model's weight files (whole).
         """
         check_sampling(temperature, top_p, top_k)
+        check_count(max_new_tokens, "max_new_tokens")
+        check_seed(seed)
+        check_backend(backend)
+        check_device(device)
         name = local_model_path(str(model))
+        problem = weight_file_problem(name)
+        if problem:
+            raise ValueError(f"model: {problem}")
         if not isinstance(settings, RoutingSettings):
             settings = RoutingSettings.resolve(name, settings, revision=revision)
         from transformers import AutoTokenizer
@@ -485,11 +522,43 @@ class Router:
         return cls(engine, tokenizer, settings, max_new_tokens=max_new_tokens, context=context)
 
     def plan(self, request: Request) -> Row:
-        """The row of a request: routing checked against the modes, prompt rendered and tokenized."""
-        routing = resolve_routing(self.settings, request.mode, request.allow)
+        """The row of a request: routing checked against the modes (an error names ``mode`` or ``allow``),
+        prompt rendered and tokenized."""
+        try:
+            routing = resolve_routing(self.settings, request.mode, request.allow)
+        except ValueError as err:
+            given = [name for name in ("mode", "allow") if getattr(request, name) is not None]
+            message, argument = str(err), "/".join(given) or "mode"
+            raise ValueError(message if message.startswith(argument) else f"{argument}: {message}") from None
+        if not isinstance(request.caps, bool):
+            raise ValueError(f"caps: expected true or false, got {request.caps!r}")
         text, forced_text = render_prompt(self.settings, self.tokenizer, request.question, routing.forced)
         prompt_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return Row(request.question, routing, bool(request.caps), prompt_ids, forced_text)
+        return Row(request.question, routing, request.caps, prompt_ids, forced_text)
+
+    def plan_all(
+        self,
+        requests: Sequence[Request],
+        names: Sequence[str],
+        max_new_tokens: int | None = None,
+        *,
+        warn: bool = True,
+    ) -> list[Row]:
+        """The rows of requests (``names``: how errors and warnings call them), each prompt checked against
+        the model's context before anything is generated: one past it is a ValueError naming the question,
+        one whose answer may not fit a warning (unless ``warn`` is false: a check of a whole file whose
+        batches warn as they are generated)."""
+        limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        rows = [self.plan(r) for r in requests]
+        for name, row in zip(names, rows, strict=True):
+            past = prompt_past_context(len(row.prompt_ids), self.context)
+            if past:
+                raise ValueError(f"question {name}: {past}")
+        for name, row in zip(names, rows, strict=True):
+            problem = context_problem(len(row.prompt_ids), limit, self.context) if warn else None
+            if problem:
+                logger.warning("question %s: %s", name, problem)
+        return rows
 
     def generate(
         self,
@@ -501,26 +570,37 @@ class Router:
         max_new_tokens: int | None = None,
         seed: int | None = None,
         batch_size: int | None = None,
+        names: Sequence[str] | None = None,
     ) -> list[Answer]:
-        """Answers questions, ``batch_size`` at a time (default: all in one batch), in order.
+        """Answers questions, ``batch_size`` at a time (default: all in one batch), in order; ``names``
+        (default: their numbers from 1) is how errors and warnings call them.
 
         Each item is a question (text or chat messages), routed by ``mode`` / ``allow`` / ``caps``, or a
-        :class:`Request` carrying its own. Raises ValueError for an unknown mode or an empty allowed set
-        (before anything is generated).
+        :class:`Request` carrying its own. Raises ValueError before anything is generated for an unknown
+        mode, an empty allowed set, a prompt past the model's context (naming the question by its number),
+        and an argument out of range (``max_new_tokens`` and ``batch_size`` positive integers or None,
+        ``seed`` in [0, 2**32), ``caps`` true or false), each naming the argument.
         """
+        check_count(max_new_tokens, "max_new_tokens")
+        check_count(batch_size, "batch_size")
+        check_seed(seed)
+        if isinstance(questions, str | bytes):
+            raise ValueError(
+                "questions: expected a list of questions, got one text (router(question) asks one)"
+            )
         requests = [
             q if isinstance(q, Request) else Request(q, mode=mode, allow=allow, caps=caps) for q in questions
         ]
-        rows = [self.plan(r) for r in requests]
+        limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if names is None:
+            names = [str(n) for n in range(1, len(requests) + 1)]
+        elif len(names) != len(requests):
+            raise ValueError(f"names: {len(names)} names for {len(requests)} questions")
+        rows = self.plan_all(requests, [str(n) for n in names], limit)
         if seed is not None:
             import torch
 
             torch.manual_seed(seed)
-        limit = int(max_new_tokens or self.max_new_tokens)
-        for number, row in enumerate(rows, start=1):
-            problem = context_problem(len(row.prompt_ids), limit, self.context)
-            if problem:
-                logger.warning("question %d: %s", number, problem)
         step = batch_size or max(len(rows), 1)
         answers: list[Answer] = []
         for start in range(0, len(rows), step):
@@ -619,7 +699,10 @@ def read_questions(path: str | Path) -> list[dict[str, Any]]:
         mode = item.get("mode")
         if mode is not None and not isinstance(mode, str):
             raise ValueError(f"{path}:{lineno}: `mode` must be a mode name")
-        row_id = str(item.get("id", lineno))
+        try:
+            row_id = id_text(item["id"]) if "id" in item else str(lineno)
+        except ValueError as err:
+            raise ValueError(f"{path}:{lineno}: {err}") from None
         if row_id in seen:
             raise ValueError(f"{path}:{lineno}: id {row_id!r} appears twice")
         seen.add(row_id)
@@ -657,8 +740,12 @@ def read_answered_requests(path: str | Path) -> dict[str, tuple[int, dict[str, A
     for lineno, row in read_jsonl(path, torn="repair"):
         if "id" not in row:
             raise ValueError(f"{path}:{lineno}: not an answer row (no id); fix or remove that line")
+        try:
+            answered = id_text(row["id"])
+        except ValueError as err:
+            raise ValueError(f"{path}:{lineno}: {err}") from None
         request = row.get("request")
-        done[str(row["id"])] = (lineno, request if isinstance(request, dict) else None)
+        done[answered] = (lineno, request if isinstance(request, dict) else None)
     return done
 
 

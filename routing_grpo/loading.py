@@ -21,6 +21,7 @@ from routing_grpo.arguments import RoutingScriptArguments
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import UsageError, model_file_errors, user_errors
 from routing_grpo.locations import looks_local
+from routing_grpo.model_files import weight_file_problem
 from routing_grpo.offline_models import is_offline_name, resolve_model_path
 
 logger = logging.getLogger(__name__)
@@ -239,6 +240,9 @@ def resolve_model(
         )
     with user_errors("model_name_or_path", ValueError):
         model_path = resolve_model_path(name, script_args.offline_cache_dir)
+    weights = weight_file_problem(model_path)
+    if weights:
+        raise UsageError(f"model_name_or_path: {weights}")
     # A malformed config.json (a field of the wrong type) is the model's fault, said in one line.
     with user_errors(
         f"model_name_or_path: {name} could not be loaded", OSError, ValueError, *model_file_errors()

@@ -25,6 +25,8 @@ DETECTION_HEAD_TOKENS = 8
 """The detector reads at most this many tokens of a completion (so a head this long decides the mode)."""
 _MAX_WORD_TOKENS = DETECTION_HEAD_TOKENS
 _MAX_HEAD_CHARS = 64
+MAX_WORD_CHARS = 64
+"""A mode's name and routing word are at most this long (a word the detector can find in its head)."""
 
 
 @dataclass(frozen=True)
@@ -97,8 +99,18 @@ def parse_modes(raw: Sequence[ModeSpec | Mapping[str, Any]]) -> tuple[ModeSpec, 
         for key in ("name", "word"):
             if not isinstance(kwargs[key], str):
                 raise ValueError(f"modes[{i}]: `{key}` must be text, got {kwargs[key]!r}")
+            if len(kwargs[key]) > MAX_WORD_CHARS:
+                raise ValueError(
+                    f"modes[{i}]: `{key}` is {len(kwargs[key])} characters; at most {MAX_WORD_CHARS} (a routing "
+                    "word is the answer's first word)"
+                )
         cap = kwargs.get("cap")
-        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int | float) or cap != int(cap)):
+        if cap is not None and (
+            isinstance(cap, bool)
+            or not isinstance(cap, int | float)
+            or not math.isfinite(cap)
+            or cap != int(cap)
+        ):
             raise ValueError(f"modes[{i}]: `cap` must be a positive integer or null, got {cap!r}")
         try:
             kwargs["base"] = float(kwargs["base"])
@@ -142,7 +154,10 @@ def _word_key(word: str) -> str:
 
 
 def mode_index(modes: Sequence[ModeSpec], name: str) -> int:
-    """Index of the mode called ``name`` (case-insensitive), with a clear error otherwise."""
+    """Index of the mode called ``name`` (case-insensitive), with a clear error otherwise (also for a
+    name that is not text, such as an index)."""
+    if not isinstance(name, str):
+        raise ValueError(f"expected a mode name, got {name!r}; modes are {[m.name for m in modes]}")
     for i, m in enumerate(modes):
         if m.name.lower() == name.lower():
             return i

@@ -21,6 +21,25 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ROUTING_QUESTION = "Mode:"
 """The routing question's default: short, and inviting the routing word as the answer's first token."""
+MAX_PROMPT_TEXT_CHARS = 500
+"""The routing question and the routing instruction are at most this many characters (the paper's are 5
+and 92): each is in every prompt of a run, so a pasted document there would be generated against in every
+rollout, or exhaust memory before the first."""
+
+
+def prompt_text_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` cannot be the routing question or instruction ``name`` (None when it can): text, at
+    most :data:`MAX_PROMPT_TEXT_CHARS` characters."""
+    if not isinstance(value, str):
+        return f"{name}: must be text, got {type(value).__name__}"
+    if len(value) > MAX_PROMPT_TEXT_CHARS:
+        return (
+            f"{name}: {len(value)} characters; at most {MAX_PROMPT_TEXT_CHARS} (it is in every prompt: a short "
+            "question or sentence)"
+        )
+    return None
+
+
 INSTRUCTION_SEPARATOR = "\n\n"
 
 

@@ -25,7 +25,8 @@ from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import OneLineParser, UsageError, one_line, user_errors
 from routing_grpo.locations import hub_offline, looks_local
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, parse_modes
-from routing_grpo.recipe_file import RecipeFileError, read_recipe_file
+from routing_grpo.recipe_file import RecipeFileError, load_yaml_text, located, read_recipe_file
+from routing_grpo.storage import check_output_folder
 
 # ----------------------------------------------------------------------------------------------------------
 # Reading and checking the recipe (its keys against the three argument classes)
@@ -319,7 +320,7 @@ def set_modes_text(training_args: RoutingGRPOConfig, text: str) -> None:
     """``--modes`` from the command line: a list of mappings as JSON or YAML text."""
 
     try:
-        modes = yaml.safe_load(text)
+        modes = load_yaml_text(text)
     except yaml.YAMLError as err:
         raise UsageError(f"--modes: not valid JSON or YAML ({one_line(err)})") from None
     with user_errors("", ValueError, TypeError):
@@ -429,6 +430,7 @@ def preflight(
     output_dir = Path(training_args.output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(f"output_dir: {output_dir} exists and is not a folder")
+    check_output_folder(output_dir, "output_dir")  # read-only, or under a file: before anything loads
     report_to = training_args.report_to or []
     report_to = [report_to] if isinstance(report_to, str) else list(report_to)
     try:
@@ -468,4 +470,7 @@ def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
     try:
         return parse_modes(recipe["modes"])
     except (TypeError, ValueError) as err:
-        raise UsageError(f"{path}: {err}") from None
+        message = str(err)
+        raise UsageError(
+            located(path, message if message.startswith("modes") else f"modes: {message}")
+        ) from None

@@ -36,8 +36,9 @@ from routing_grpo.frontier import (  # noqa: F401  (part of this module's interf
     polyline_length_for,
     token_saving,
 )
-from routing_grpo.jsonl import read_jsonl
+from routing_grpo.jsonl import read_json_file, read_jsonl, top_level_key_line
 from routing_grpo.path_names import check_name, under
+from routing_grpo.sample_store import sample_key
 
 BASELINE_METHODS = ("nothink", "short", "long")
 ABLATION_METHODS = ("no_balance", "no_warmup")
@@ -107,11 +108,13 @@ def find_summaries(run_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
             raise FileNotFoundError(f"--runs: no such file or directory: {run}")
         paths = [run] if run.is_file() else sorted(run.rglob("summary.json"))
         for path in paths:
-            try:
-                summary = json.loads(path.read_text())
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}: not valid JSON ({err})") from None
+            summary = read_json_file(path)
             _check_summary(summary, path)
+            problem = summary_figure_problem(summary)
+            if problem:
+                key, message = problem
+                line = top_level_key_line(path.read_text(encoding="utf-8-sig"), key)
+                raise ValueError(f"{path}:{line}: {message}" if line else f"{path}: {message}")
             summary.setdefault("_path", str(path))
             summaries.append(summary)
     return summaries
@@ -126,6 +129,72 @@ def _check_summary(summary: Any, path: Path) -> None:
         raise ValueError(f"{path}: summary is missing {missing} (schema: docs/evaluation.md)")
     for key in ("benchmark", "method"):  # figures and tables are named after them
         check_name(summary[key], f"{path}: {key}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _figure_problem(key: str, value: Any, kind: str, *, optional: bool = False) -> str | None:
+    """Why a summary figure cannot be reported (None when it can): ``kind`` ``share`` (a finite number in
+    [0, 1]), ``length`` (finite, >= 0), ``count`` (an integer >= 0) or ``entropy`` (finite, >= 0)."""
+    if value is None and optional:
+        return None
+    if kind == "count":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return f"{key} must be an integer >= 0, got {json.dumps(value)}"
+        return None
+    if not _number(value) or not math.isfinite(value):
+        return f"{key} must be a finite number, got {json.dumps(value)}"
+    if kind == "share" and not 0 <= value <= 1:
+        return f"{key} must be in [0, 1], got {value}"
+    if kind in ("length", "entropy") and value < 0:
+        return f"{key} must be >= 0, got {value}"
+    return None
+
+
+# The figures of a summary (docs/evaluation.md) and what each must be; the first two are required.
+SUMMARY_FIGURES = {
+    "accuracy": "share", "mean_length": "length", "truncated_share": "share", "invalid_share": "share",
+    "routing_entropy": "entropy", "num_samples": "count", "num_prompts": "count", "samples_per_prompt": "count",
+}  # fmt: skip
+GROUP_FIGURES = {"count": "count", "accuracy": "share", "mean_length": "length"}
+
+
+def summary_figure_problem(summary: dict[str, Any]) -> tuple[str, str] | None:
+    """(top-level key, why) for the first figure of a summary that a report cannot use: NaN or Infinity, an
+    accuracy or share outside [0, 1], a negative length, a count that is not a whole number, a seed that is
+    not an integer; None when every figure is usable."""
+    seed = summary.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        return "seed", f"seed must be an integer (the training seed), got {json.dumps(seed)}"
+    for key, kind in SUMMARY_FIGURES.items():
+        if key in summary:
+            problem = _figure_problem(
+                key, summary[key], kind, optional=key not in ("accuracy", "mean_length")
+            )
+            if problem:
+                return key, problem
+    shares = summary.get("mode_shares")
+    if shares is not None:
+        if not isinstance(shares, dict):
+            return "mode_shares", f"mode_shares must be an object of mode -> share, got {json.dumps(shares)}"
+        for mode, share in shares.items():
+            problem = _figure_problem(f"mode_shares.{mode}", share, "share")
+            if problem:
+                return "mode_shares", problem
+    for table in ("per_mode", "per_level"):
+        groups = summary.get(table)
+        if groups is None:
+            continue
+        if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
+            return table, f"{table} must be an object of name -> figures, got {json.dumps(groups)[:80]}"
+        for name, group in groups.items():
+            for key, kind in GROUP_FIGURES.items():
+                problem = _figure_problem(f"{table}.{name}.{key}", group.get(key), kind, optional=True)
+                if problem:
+                    return table, problem
+    return None
 
 
 def group_by_method(
@@ -415,13 +484,13 @@ def load_sample_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
     rows: dict[tuple[str, int, str | None], tuple[int, dict[str, Any]]] = {}
     for number, row in read_jsonl(path, torn="drop"):
         try:
-            forced = row.get("forced") or row.get("routing") == "forced"
-            key = (str(row["prompt_id"]), int(row["sample_index"]), str(row.get("mode")) if forced else None)
-        except (KeyError, TypeError, ValueError):
+            prompt, index = sample_key(row)
+        except ValueError as err:
             raise ValueError(
-                f"{path}:{number}: a sample needs prompt_id and an integer sample_index"
+                f"{path}:{number}: a sample needs prompt_id and an integer sample_index ({err})"
             ) from None
-        rows.setdefault(key, (number, row))
+        forced = row.get("forced") or row.get("routing") == "forced"
+        rows.setdefault((prompt, index, str(row.get("mode")) if forced else None), (number, row))
     return list(rows.values())
 
 
@@ -481,7 +550,8 @@ def find_training_runs(dirs: Iterable[str | Path]) -> list[TrainingRun]:
             if root not in by_dir or state.parent == root:
                 by_dir[root] = state
         for root, state in sorted(by_dir.items()):
-            history = json.loads(state.read_text()).get("log_history", [])
+            state_data = read_json_file(state)
+            history = state_data.get("log_history", []) if isinstance(state_data, dict) else []
             if any(str(k).startswith("routing/") for row in history for k in row):
                 # The recipe's folder names the group: OUT/runs/<recipe>/seed<N>.
                 name = root.relative_to(top).as_posix() if root != top else top.as_posix()

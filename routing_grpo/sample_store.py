@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.jsonl import read_jsonl
+from routing_grpo.jsonl import id_text, read_json_file, read_jsonl
 
 
 def read_samples(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
@@ -26,11 +26,22 @@ def read_samples(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
         return done
     for lineno, row in read_jsonl(path, torn="repair"):
         try:
-            key = (str(row["prompt_id"]), int(row["sample_index"]))
-        except (KeyError, TypeError, ValueError):
-            raise ValueError(f"{path}:{lineno}: not a sample row (prompt_id and sample_index)") from None
+            key = sample_key(row)
+        except ValueError as err:
+            raise ValueError(f"{path}:{lineno}: not a sample row ({err})") from None
         done.setdefault(key, row)
     return done
+
+
+def sample_key(row: dict[str, Any]) -> tuple[str, int]:
+    """(prompt id, sample index) of a sample row: ``prompt_id`` a string or an integer, ``sample_index`` an
+    integer >= 0; a ValueError naming the column otherwise."""
+    if "prompt_id" not in row or "sample_index" not in row:
+        raise ValueError("it needs prompt_id and sample_index")
+    index = row["sample_index"]
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ValueError(f"`sample_index` must be an integer >= 0, got {json.dumps(index)}")
+    return id_text(row["prompt_id"], "prompt_id"), index
 
 
 SAMPLES_RECORD = "samples_record.json"
@@ -114,7 +125,7 @@ def claim_folder(out_dir: Path, record: dict[str, Any], *, overwrite: bool = Fal
                 "choose another --output, or pass --overwrite to start afresh"
             )
         try:
-            old = json.loads(record_path.read_text())
+            old = read_json_file(record_path)
             if not isinstance(old, dict):
                 raise ValueError("not a JSON object")
         except (OSError, ValueError) as err:

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from routing_grpo.jsonl import read_json_file
 from routing_grpo.locations import looks_local
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index, parse_modes, routing_instruction
-from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION
+from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
 
 SETTINGS_FILE = "routing_config.json"
 """The routing settings the trainer saves beside the model (see :class:`RoutingSettings`)."""
@@ -59,6 +60,10 @@ class RoutingSettings:
         object.__setattr__(self, "modes", parse_modes(self.modes))
         if not isinstance(self.routing_instruction, str) or not isinstance(self.routing_question, str):
             raise ValueError("routing_instruction and routing_question must be strings")
+        for name in ("routing_question", "routing_instruction"):
+            problem = prompt_text_problem(name, getattr(self, name))
+            if problem:
+                raise ValueError(problem)
         if (
             isinstance(self.max_completion_length, bool)
             or not isinstance(self.max_completion_length, int)
@@ -144,7 +149,9 @@ class RoutingSettings:
                 single_mode=single,
             )
         except (TypeError, ValueError) as err:
-            raise ValueError(f"{path}: {err}") from None
+            from routing_grpo.recipe_file import located
+
+            raise ValueError(located(path, str(err))) from None
 
     @classmethod
     def from_file(cls, path: str | Path) -> RoutingSettings:
@@ -152,12 +159,9 @@ class RoutingSettings:
         path = Path(path)
         if path.suffix.lower() != ".json":
             return cls.from_recipe(path)
-        if not path.is_file():
+        if not path.exists():
             raise FileNotFoundError(f"config not found: {path}")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}: not valid JSON ({err})") from None
+        data = read_json_file(path)  # path:line for bad JSON, a key written twice, a folder (EISDIR)
         return cls.from_dict(data, source=str(path))
 
     @classmethod

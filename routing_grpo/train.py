@@ -63,6 +63,7 @@ def parse_args(
         set_modes_text,
         take_option,
     )
+    from routing_grpo.recipe_file import message_key_line
     from routing_grpo.runs import run_output_dir
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -75,7 +76,10 @@ def parse_args(
     except UsageError:
         raise
     except ValueError as err:
-        raise UsageError(parser_problem(" ".join(str(err).split()))) from None
+        message = parser_problem(" ".join(str(err).split()))
+        # A value of the recipe file (not one the command line overrides) is named by its line.
+        line = message_key_line(path, message, skip=cli_values) if path is not None else None
+        raise UsageError(f"{path}:{line}: {message}" if line else message) from None
     if modes_text is not None:
         set_modes_text(training_args, modes_text)
     if not model_args.model_name_or_path:

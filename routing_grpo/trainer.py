@@ -111,6 +111,9 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
                 raise ValueError(f"{unsupported}: not supported by RoutingGRPOTrainer")
         self.modes = args.mode_specs
         self.single_mode = args.single_mode_index
+        schedules = args.schedule_warning()  # once, as the run starts: schedules that reach past its end
+        if schedules and args.process_index == 0:
+            logger.warning(schedules)
         if reward_funcs is None:
             reward_funcs = [
                 RoutingReward(

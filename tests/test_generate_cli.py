@@ -417,7 +417,10 @@ def test_generate_prints_and_writes_no_answer_for_a_capped_response(model, tmp_p
     cap or the length limit (the grader scores it wrong), and the answer of a finished one."""
 
     class StubRouter:
-        def generate(self, requests):
+        def plan_all(self, requests, names, warn=True):
+            return []
+
+        def generate(self, requests, names=None):
             return [short_answer([5] * 6), short_answer([5, 5, 0])][: len(requests)]
 
     monkeypatch.setattr(inference.Router, "from_pretrained", lambda *a, **k: StubRouter())
@@ -434,20 +437,34 @@ def test_generate_prints_and_writes_no_answer_for_a_capped_response(model, tmp_p
     assert finished["answer"] == "7" and finished["model_output"] == "Short \\boxed{7}"
 
 
-def test_a_prompt_past_the_models_context_is_warned_about(model, capsys, caplog):
-    """The tiny model's context is 1,024 positions: a longer question still gets its answer line, with a
-    warning naming the question; a short one gets none."""
+def test_a_prompt_past_the_models_context_is_refused_before_generating(model, tmp_path, capsys, caplog):
+    """The tiny model's context is 1,024 positions: a question past it is refused by its id before any
+    answer is generated (nothing printed, nothing written); one whose answer may not fit is warned about
+    by its id, and answered."""
     from routing_grpo.inference import context_problem
 
     assert context_problem(100, 50, 1024) is None and context_problem(100, 50, None) is None
     assert "may be cut short" in context_problem(1000, 50, 1024)
     assert "is past the model's context (1024 positions)" in context_problem(1024, 1, 1024)
-    long_question = "What is " + " + ".join(["1"] * 700) + "?"
+    questions = tmp_path / "q.jsonl"
+    past = "What is " + " + ".join(["1"] * 700) + "?"
+    questions.write_text(
+        json.dumps({"id": "short", "question": "1 + 1?"})
+        + "\n"
+        + json.dumps({"id": "far", "question": past})
+        + "\n"
+    )
+    answers = tmp_path / "a.jsonl"
+    code, out, err = run(capsys, "generate", "--model", model, "--input", questions, "--output", answers)
+    assert code == 2 and out == "" and not answers.exists()
+    assert err.splitlines() == [
+        "routing-grpo generate: error: question far: its prompt (2126 tokens) is past the model's context (1024 "
+        "positions), leaving no room for an answer; shorten the question"
+    ]
+    near = "What is " + " + ".join(["1"] * 330) + "?"  # about 1,010 tokens: its 12-token answer does not fit
     with caplog.at_level("WARNING"):
-        code, out, _ = run(
-            capsys, "generate", "--model", model, "--mode", "Long", "What is 1 + 1?", long_question
-        )
+        code, out, _ = run(capsys, "generate", "--model", model, "--mode", "Long", "What is 1 + 1?", near)
     assert code == 0 and [line[:3] for line in out.splitlines()] == ["[1]", "[2]"]
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and warnings[0].startswith("question 2: its prompt (")
-    assert "past the model's context (1024 positions)" in warnings[0]
+    assert "and max_new_tokens (12) pass the model's context (1024)" in warnings[0]

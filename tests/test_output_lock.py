@@ -185,7 +185,10 @@ def test_an_output_under_a_file_is_one_line_before_loading(model, tmp_path, caps
     blocker.write_text("")
     code, _, err = run(capsys, "generate", "--model", model, "--output", blocker / "answers.jsonl", "q")
     assert code == 2
-    assert err.splitlines() == [f"routing-grpo generate: error: --output: {blocker}: File exists (EEXIST)"]
+    assert err.splitlines() == [
+        f"routing-grpo generate: error: --output: {blocker / 'answers.jsonl'}: a part of this path is a file, "
+        f"not a folder (ENOTDIR) ({blocker} is a file)"
+    ]  # said before a lock file is made beside it
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.errors import UsageError, model_file_errors
+from routing_grpo.errors import UsageError
+from routing_grpo.model_files import context_length
 
 
 def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
@@ -65,27 +65,28 @@ def _saved_routing_settings(model: str, revision: str | None = None) -> dict[str
 DEFAULT_EVAL_MAX_TOKENS = 16384
 
 
-def _model_context(model: str) -> int | None:
-    """max_position_embeddings of a local model folder's config.json (None for a Hub id or when absent)."""
-    config = Path(model).expanduser() / "config.json"
-    if not config.is_file():
-        return None
-    try:
-        value = json.loads(config.read_text()).get("max_position_embeddings")
-    except (json.JSONDecodeError, AttributeError):
-        return None
-    return value if isinstance(value, int) and value > 0 else None
+def _check_output(output: str, benchmarks: list[str]) -> None:
+    """The output folder and each benchmark's samples file can be written (not read-only, not a folder
+    where the samples file goes, not at the file-size limit), before the model loads."""
+    from routing_grpo.storage import check_output_file, check_output_folder
+
+    check_output_folder(output)
+    for bench in benchmarks:
+        check_output_file(Path(output) / bench / "samples.jsonl")
 
 
 def run(args: argparse.Namespace) -> int:
-    from routing_grpo.backends import check_sampling, resolve_backend
+    from routing_grpo.backends import check_backend, check_device, check_sampling, resolve_backend
     from routing_grpo.data import DatasetUnavailableError
     from routing_grpo.eval_config import EvalConfig
     from routing_grpo.eval_engines import check_engine
     from routing_grpo.evaluate import check_benchmarks, run_eval
+    from routing_grpo.model_files import weight_file_problem
 
-    try:  # a bad sampling option is its own one-line error, before anything is read or loaded
+    try:  # a bad sampling or engine option is its own one-line error, before anything is read or loaded
         check_sampling(args.temperature, args.top_p, flags=True)
+        check_backend(args.backend, "--backend")
+        check_device(args.device, "--device")
     except ValueError as err:
         raise UsageError(str(err)) from None
     # An offline model name (as recipes write it, e.g. offline:mini) evaluates the same folder training loads.
@@ -97,6 +98,9 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as err:
             raise UsageError(str(err).replace("model_name_or_path", "--model")) from None
     _check_model_location(args.model)
+    weights = weight_file_problem(args.model)
+    if weights:
+        raise UsageError(f"--model: {weights}")
     if args.output and Path(args.output).exists() and not Path(args.output).is_dir():
         raise UsageError(f"--output: {args.output} is a file; give a folder for the evaluation")
     # Everything the command line names is checked before the model loads: the recipe, the options, the
@@ -115,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     max_tokens = args.max_tokens
     if max_tokens is None:
         max_tokens = saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
-    context = _model_context(args.model)
+    context = context_length(args.model)
     clamped = None
     if context is not None and max_tokens > context:
         # Said only when asked for explicitly, and only once the command line has been checked.
@@ -167,18 +171,16 @@ def run(args: argparse.Namespace) -> int:
         check_engine(config, resolve_backend(config.backend))
     except (FileNotFoundError, ValueError) as err:
         raise UsageError(str(err)) from None
+    _check_output(config.output, config.benchmarks)
     if clamped:
         print(clamped, file=sys.stderr)
     model = Path(args.model).expanduser()
     if args.model.startswith(("/", ".", "~")) and not model.exists():
         raise UsageError(f"--model: no such folder: {args.model} (a checkpoint folder or a Hub name)")
-    try:
+    try:  # a model that cannot be loaded is said so by run_eval; an OS error is said as what it is
         summaries = run_eval(config)
     except (FileNotFoundError, ValueError, DatasetUnavailableError) as err:
         raise UsageError(str(err)) from None
-    except (OSError, *model_file_errors()) as err:  # the model or tokenizer could not be loaded
-        reason = " ".join(str(err).split())
-        raise UsageError(f"{args.model}: the model could not be loaded ({reason})") from None
     for bench, summary in summaries.items():
         shares = summary.get("mode_shares")
         if config.force_mode is not None:

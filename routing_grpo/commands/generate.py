@@ -9,25 +9,30 @@ import time
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.errors import UsageError, model_file_errors, one_line
+from routing_grpo.errors import UsageError, model_file_errors, naming_path, one_line, os_error_line
 
 
 def run(args: argparse.Namespace) -> int:
     """Answers questions with a trained router; with --output, resumable (an answer is reused only for the
-    same request) and one writer at a time: the answers file is locked (``FILE.lock`` beside it) before it
-    is read, and another process writing it is refused at once, naming it."""
+    same request) and one writer at a time: the answers file is checked for writing, then locked
+    (``FILE.lock`` beside it) before it is read, and another process writing it is refused at once, naming
+    it."""
     from routing_grpo.output_lock import OutputLock, file_lock_path
+    from routing_grpo.storage import check_output_file
 
     output = args.output
     if not output or not output.strip() or Path(output).is_dir():  # refused as such by answer()
         return answer(args)
+    # A device, a read-only place, a path through a file, a file at the size limit: said before a lock
+    # file is made beside it.
+    check_output_file(output)
     with OutputLock(file_lock_path(output), flag="--output", output=output, command="routing-grpo generate"):
         return answer(args)
 
 
 def answer(args: argparse.Namespace) -> int:
     """The command's work: checks everything before the model loads, then answers what is not answered."""
-    from routing_grpo.backends import check_sampling
+    from routing_grpo.backends import check_backend, check_device, check_sampling, check_seed
     from routing_grpo.inference import (
         Request,
         Router,
@@ -40,13 +45,17 @@ def answer(args: argparse.Namespace) -> int:
         resolved_record,
     )
     from routing_grpo.jsonl import append_jsonl
+    from routing_grpo.model_files import weight_file_problem
     from routing_grpo.sample_store import model_fingerprint
-    from routing_grpo.settings import RoutingSettings
+    from routing_grpo.settings import RoutingSettings, local_model_path
 
     if args.mode is not None and args.allow is not None:
         raise UsageError("--mode and --allow exclude each other")
-    try:  # a bad sampling option is its own one-line error, before the model loads
+    try:  # a bad sampling or engine option is its own one-line error, before the model loads
         check_sampling(args.temperature, args.top_p, args.top_k, flags=True)
+        check_seed(args.seed, "--seed")
+        check_backend(args.backend, "--backend")
+        check_device(args.device, "--device")
     except ValueError as err:
         raise UsageError(str(err)) from None
     if bool(args.questions) == bool(args.input):
@@ -64,6 +73,9 @@ def answer(args: argparse.Namespace) -> int:
         settings = RoutingSettings.resolve(args.model, args.config, revision=args.revision)
     except (FileNotFoundError, ValueError) as err:
         raise UsageError(str(err)) from None
+    weights = weight_file_problem(local_model_path(args.model))
+    if weights:
+        raise UsageError(f"--model: {weights}")
     try:
         resolve_routing(settings, args.mode, args.allow)
     except ValueError as err:
@@ -79,6 +91,8 @@ def answer(args: argparse.Namespace) -> int:
         )
     except FileNotFoundError as err:
         raise UsageError(f"--input: {err}") from None
+    except OSError as err:  # a folder, an unreadable file
+        raise UsageError(f"--input: {os_error_line(err, args.input)}") from None
     except ValueError as err:
         raise UsageError(str(err)) from None
     if not rows:
@@ -151,6 +165,10 @@ def answer(args: argparse.Namespace) -> int:
         )
     except (OSError, ValueError, *model_file_errors()) as err:
         raise UsageError(f"{args.model}: the model could not be loaded ({one_line(err)})") from None
+    try:  # every prompt against the model's context, before the first batch is generated
+        router.plan_all([requests[i] for i in todo], todo, warn=False)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
         if replace:  # only now that the model has loaded: a failed start leaves the old file as it was
@@ -160,16 +178,17 @@ def answer(args: argparse.Namespace) -> int:
         ids = todo[start : start + args.batch_size]
         call_started = time.perf_counter()
         try:
-            answers = router.generate([requests[i] for i in ids])
+            answers = router.generate([requests[i] for i in ids], names=ids)
         except ValueError as err:  # e.g. a tokenizer without a chat template
             raise UsageError(str(err)) from None
         generated["seconds"] += time.perf_counter() - call_started
         generated["answers"] += len(answers)
         generated["tokens"] += sum(a.tokens for a in answers)
         if output:  # each row also as `routing-grpo grade` reads it: model_output (+ reference_answer)
-            append_jsonl(
-                output, [graded_row(i, a, references.get(i), records[i]) for i, a in zip(ids, answers)]
-            )
+            with naming_path(output):  # a full disk or the file-size limit names the file
+                append_jsonl(
+                    output, [graded_row(i, a, references.get(i), records[i]) for i, a in zip(ids, answers)]
+                )
         for i, answer in zip(ids, answers):
             print(
                 json.dumps({"id": i, **answer.to_dict()}, ensure_ascii=False)

@@ -4,52 +4,98 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.errors import UsageError
+from routing_grpo.errors import UsageError, os_error_line
+
+logger = logging.getLogger(__name__)
+
+
+def _sample_files(paths: Sequence[str]) -> list[Path]:
+    """The ``samples.jsonl`` files ``--samples`` names (files, or every one under folders), each once: a file
+    named twice (directly, through a folder above it, or by a link) is read once, and so is a copy with
+    the same bytes under another path (a warning names both), as counting it twice would weigh its samples
+    double."""
+    files: list[Path] = []
+    seen_paths: set[Path] = set()
+    seen_digests: dict[str, Path] = {}
+    for item in paths:
+        path = Path(item)
+        if not path.exists():
+            raise UsageError(f"--samples: no such file or folder: {item}")
+        found = [path] if not path.is_dir() else sorted(path.rglob("samples.jsonl"))
+        if not found:
+            raise UsageError(f"--samples: no samples.jsonl under {item}")
+        for f in found:
+            resolved = f.resolve()
+            if resolved in seen_paths:
+                continue
+            seen_paths.add(resolved)
+            digest = _digest(f)
+            if digest in seen_digests:
+                logger.warning(
+                    "--samples: %s holds the same bytes as %s (a copy); its samples are counted once",
+                    f,
+                    seen_digests[digest],
+                )
+                continue
+            seen_digests[digest] = f
+            files.append(f)
+    return files
+
+
+def _digest(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in blocks; an unreadable path is left to the reader to report."""
+    import hashlib
+
+    sha = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                sha.update(block)
+    except OSError:
+        return f"unreadable:{path.resolve()}"
+    return sha.hexdigest()
 
 
 def _forced_rows(
     paths: Sequence[str], limit: int | None = None, by: str | None = None
 ) -> list[dict[str, Any]]:
-    """Forced-mode sample rows of ``samples.jsonl`` files, or of every one under folders, each checked before
-    anything is computed (:func:`routing_grpo.emergence.sample_row_problem`; ``limit``: the recipe's
-    completion limit), and the bin column ``by`` of one type throughout. Errors name ``path:line``."""
+    """Forced-mode sample rows of ``samples.jsonl`` files, or of every one under folders (each file once:
+    :func:`_sample_files`), each checked before anything is computed
+    (:func:`routing_grpo.emergence.sample_row_problem`; ``limit``: the recipe's completion limit), and the
+    bin column ``by`` of one type throughout. Errors name ``path:line``."""
     from routing_grpo.emergence import sample_row_problem
     from routing_grpo.report import load_sample_lines
 
     rows: list[dict[str, Any]] = []
     bin_type: tuple[str, str] | None = None  # the bin column's type, and where it was first seen
-    for item in paths:
-        path = Path(item)
-        if not path.exists():
-            raise UsageError(f"--samples: no such file or folder: {item}")
-        files = [path] if path.is_file() else sorted(path.rglob("samples.jsonl"))
-        if not files:
-            raise UsageError(f"--samples: no samples.jsonl under {item}")
-        for f in files:
-            try:
-                samples = load_sample_lines(f)
-            except ValueError as err:
-                raise UsageError(f"--samples: {err}") from None
-            for line, row in samples:
-                if not (row.get("forced") or row.get("routing") == "forced"):
-                    continue
-                problem = sample_row_problem(row, limit, by)
-                if problem:
-                    raise UsageError(f"--samples: {f}:{line}: {problem}")
-                if by is not None:
-                    kind = type(row[by]).__name__
-                    if bin_type is None:
-                        bin_type = (kind, f"{f}:{line}")
-                    elif kind != bin_type[0]:
-                        raise UsageError(
-                            f"--samples: {f}:{line}: {by} is {json.dumps(row[by])} ({kind}), but a {bin_type[0]} "
-                            f"at {bin_type[1]}: write the bin column the same way in every file"
-                        )
-                rows.append(row)
+    for f in _sample_files(paths):
+        try:
+            samples = load_sample_lines(f)
+        except ValueError as err:
+            raise UsageError(f"--samples: {err}") from None
+        except OSError as err:  # a folder named samples.jsonl, an unreadable file
+            raise UsageError(f"--samples: {os_error_line(err, f)}") from None
+        for line, row in samples:
+            if not (row.get("forced") or row.get("routing") == "forced"):
+                continue
+            problem = sample_row_problem(row, limit, by)
+            if problem:
+                raise UsageError(f"--samples: {f}:{line}: {problem}")
+            if by is not None:
+                kind = type(row[by]).__name__
+                if bin_type is None:
+                    bin_type = (kind, f"{f}:{line}")
+                elif kind != bin_type[0]:
+                    raise UsageError(
+                        f"--samples: {f}:{line}: {by} is {json.dumps(row[by])} ({kind}), but a {bin_type[0]} "
+                        f"at {bin_type[1]}: write the bin column the same way in every file"
+                    )
+            rows.append(row)
     if not rows:
         raise UsageError(
             "--samples: no forced-mode samples (evaluate with routing-grpo eval --force-mode MODE)"
@@ -71,9 +117,11 @@ def _tolerance(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     from routing_grpo.emergence import analyse, render_markdown
     from routing_grpo.recipe import load_recipe_modes, read_recipe
+    from routing_grpo.storage import check_output_folder
 
     modes = load_recipe_modes(args.config)
     limit = read_recipe(args.config).get("max_completion_length")
+    check_output_folder(args.output)  # a file there, or a read-only place: said before the analysis
     rows = _forced_rows(args.samples, limit if isinstance(limit, int) else None, args.by)
     try:
         result = analyse(rows, modes, by=args.by, tolerance=args.tolerance)

@@ -12,7 +12,9 @@ from routing_grpo.errors import UsageError
 def run(args: argparse.Namespace) -> int:
     # The miniature's report is the general one with its part added (the general one has no miniature).
     from routing_grpo.mini.report import write_report
+    from routing_grpo.storage import check_output_folder
 
+    check_output_folder(args.output)  # a file there, or a read-only place: before anything is read
     if args.no_plots:
         figures = None
     else:
