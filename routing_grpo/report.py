@@ -37,6 +37,7 @@ from routing_grpo.frontier import (  # noqa: F401  (part of this module's interf
     token_saving,
 )
 from routing_grpo.jsonl import read_jsonl
+from routing_grpo.sample_store import files_under
 
 BASELINE_METHODS = ("nothink", "short", "long")
 ABLATION_METHODS = ("no_balance", "no_warmup")
@@ -104,7 +105,7 @@ def find_summaries(run_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
         run = Path(run)
         if not run.exists():
             raise FileNotFoundError(f"--runs: no such file or directory: {run}")
-        paths = [run] if run.is_file() else sorted(run.rglob("summary.json"))
+        paths = [run] if run.is_file() else files_under(run, "summary.json")
         for path in paths:
             try:
                 summary = json.loads(path.read_text())

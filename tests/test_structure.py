@@ -81,7 +81,7 @@ FLOORS = {
         "paper", "modes", "rewards", "advantages", "schedules", "collapse", "batching", "frontier",
         "emergence", "grading", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
         "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics", "eval_summary",
-        "importance_sampling",
+        "importance_sampling", "checkpoints",
     },
     1: {
         "prompting", "config", "settings", "tasks", "data", "offline_models", "generation",

@@ -19,6 +19,7 @@ def _forced_rows(
     completion limit), and the bin column ``by`` of one type throughout. Errors name ``path:line``."""
     from routing_grpo.emergence import sample_row_problem
     from routing_grpo.report import load_sample_lines
+    from routing_grpo.sample_store import files_under
 
     rows: list[dict[str, Any]] = []
     bin_type: tuple[str, str] | None = None  # the bin column's type, and where it was first seen
@@ -26,7 +27,7 @@ def _forced_rows(
         path = Path(item)
         if not path.exists():
             raise UsageError(f"--samples: no such file or folder: {item}")
-        files = [path] if path.is_file() else sorted(path.rglob("samples.jsonl"))
+        files = [path] if path.is_file() else files_under(path, "samples.jsonl")
         if not files:
             raise UsageError(f"--samples: no samples.jsonl under {item}")
         for f in files:
