@@ -170,7 +170,7 @@ def staging_folder(out_dir: Path) -> Path:
     return out_dir.with_name(f".{out_dir.name}.overwrite")
 
 
-def _replaced_folder(out_dir: Path) -> Path:
+def replaced_folder(out_dir: Path) -> Path:
     """Where the old folder waits, for the moment of the swap, before it is removed."""
     return out_dir.with_name(f".{out_dir.name}.replaced")
 
@@ -198,7 +198,7 @@ def commit_replacement(out_dir: Path) -> None:
     """Puts a finished staging folder (samples, record and summary) in the place of ``out_dir``, then removes
     the old folder. Each step is a rename, and :func:`recover_replacement` finishes a swap cut short."""
     out_dir = Path(out_dir)
-    staged, old = staging_folder(out_dir), _replaced_folder(out_dir)
+    staged, old = staging_folder(out_dir), replaced_folder(out_dir)
     if old.exists() and out_dir.exists():
         shutil.rmtree(old)
     if out_dir.exists():
@@ -212,7 +212,7 @@ def recover_replacement(out_dir: Path) -> None:
     it had finished), or puts the old folder back (the new one had not finished); removes what a finished
     swap left behind."""
     out_dir = Path(out_dir)
-    staged, old = staging_folder(out_dir), _replaced_folder(out_dir)
+    staged, old = staging_folder(out_dir), replaced_folder(out_dir)
     if (staged / "summary.json").is_file():
         logger.warning("%s: finishing the replacement an interrupted --overwrite run had drawn", out_dir)
         commit_replacement(out_dir)
