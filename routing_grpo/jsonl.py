@@ -131,15 +131,10 @@ def repair_tail(path: str | Path) -> None:
     naming the path."""
     path = Path(path)
     try:
-        if not path.is_file():  # absent, or not a file: the write that follows names the problem
+        if not path.is_file() or _ends_whole(path):  # absent or not a file: the write that follows says so
             return
         with path.open("r+b") as f:
             size = f.seek(0, os.SEEK_END)
-            if size == 0:
-                return
-            f.seek(size - 1)
-            if f.read(1) == b"\n":
-                return
             start = _tail_start(f, size)
             f.seek(start)
             tail = f.read()
@@ -170,6 +165,17 @@ def repair_tail(path: str | Path) -> None:
             )
     except OSError as err:
         raise UsageError(os_error_line(path, err, "cannot be repaired")) from None
+
+
+def _ends_whole(path: Path) -> bool:
+    """Whether a file is empty or ends with a newline (read only: a file that needs no repair may be
+    read-only)."""
+    with path.open("rb") as f:
+        size = f.seek(0, os.SEEK_END)
+        if size == 0:
+            return True
+        f.seek(size - 1)
+        return f.read(1) == b"\n"
 
 
 def _line_number(f: Any, offset: int) -> int:

@@ -371,6 +371,35 @@ def test_which_checkpoints_are_complete(tmp_path):
     assert [s for s, _ in checkpoints.checkpoint_folders(tmp_path)] == [2, 4, 6]
 
 
+def test_the_checkpoint_a_run_resumes_from(tmp_path, caplog):
+    from types import SimpleNamespace
+
+    from routing_grpo.errors import UsageError
+    from routing_grpo.runs import resume_checkpoint
+
+    for step in (2, 4):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    checkpoints.mark_complete(tmp_path / "checkpoint-2", 2)
+
+    def asked(value):
+        return SimpleNamespace(resume_from_checkpoint=value, output_dir=str(tmp_path), process_index=0)
+
+    for value in (None, "true", "True"):
+        assert resume_checkpoint(asked(value)) == str(tmp_path / "checkpoint-2")
+    assert (
+        "checkpoint-4 (no checkpoint_complete.json: its writing was cut short); resuming from " in caplog.text
+    )
+    assert resume_checkpoint(asked("false")) is None
+    assert resume_checkpoint(asked(str(tmp_path / "checkpoint-2"))) == str(tmp_path / "checkpoint-2")
+    with pytest.raises(UsageError) as err:
+        resume_checkpoint(asked(str(tmp_path / "checkpoint-4")))
+    assert str(err.value) == (
+        f"resume_from_checkpoint: {tmp_path / 'checkpoint-4'} is an incomplete checkpoint (no "
+        f"checkpoint_complete.json: its writing was cut short); {tmp_path / 'checkpoint-2'} is the latest "
+        "complete one"
+    )
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Slow: the real commands in subprocesses (a file-size limit, kill -9, SIGTERM)
 # ----------------------------------------------------------------------------------------------------------
