@@ -282,8 +282,10 @@ class MetricsFileCallback(TrainerCallback):
     JSONL writer (:func:`routing_grpo.jsonl.append_jsonl`: a torn last line is repaired first).
 
     A run that starts at optimizer step N (resumed from ``checkpoint-N``, or N = 0) trains the steps after
-    N again, so the rows a killed run logged past N are moved to ``metrics.jsonl.rolled-back-<n>`` first:
-    each optimizer step appears once in the file."""
+    N again, so the rows a killed or preempted run logged past N, and the end-of-training summary it logged
+    at N (``train_runtime``, ...: the resumed run logs its own at its end), are moved to
+    ``metrics.jsonl.rolled-back-<n>`` first: each optimizer step appears once in the file, as in a run
+    that was never stopped."""
 
     FILE = "metrics.jsonl"
 
@@ -292,12 +294,12 @@ class MetricsFileCallback(TrainerCallback):
             return
         path = os.path.join(args.output_dir, self.FILE)
         step = int(state.global_step)
-        moved = remove_rows(path, lambda row: not _logged_after(row, step), "rolled-back")
+        moved = remove_rows(path, lambda row: not _logged_again(row, step), "rolled-back")
         if moved:
             aside, count = moved
             logger.warning(
-                "%s: %d %s logged past optimizer step %d, where this run starts, moved to %s; those steps "
-                "are trained and logged again",
+                "%s: %d %s logged past optimizer step %d, where this run starts, moved to %s; they are "
+                "logged again",
                 path,
                 count,
                 "row" if count == 1 else "rows",
@@ -313,10 +315,13 @@ class MetricsFileCallback(TrainerCallback):
         append_jsonl(os.path.join(args.output_dir, self.FILE), [row], default=float)
 
 
-def _logged_after(row: dict[str, Any], step: int) -> bool:
-    """Whether a metrics row was logged after optimizer step ``step`` (a row without a step is kept)."""
+def _logged_again(row: dict[str, Any], step: int) -> bool:
+    """Whether a run starting at optimizer step ``step`` logs this metrics row again: a row of a later step,
+    or the end-of-training summary of a run stopped at ``step`` (a row without a step is kept)."""
     logged = row.get("optimizer_step")
-    return isinstance(logged, int) and not isinstance(logged, bool) and logged > step
+    if not isinstance(logged, int) or isinstance(logged, bool):
+        return False
+    return logged > step or (logged == step and "train_runtime" in row)
 
 
 def default_callbacks(args: Any = None) -> list[TrainerCallback]:

@@ -284,9 +284,10 @@ class KillAfterStep(TrainerCallback):
             raise Killed
 
 
-def logged_steps(run: Path) -> list[int]:
+def logged_steps(run: Path) -> list[int | str]:
+    """The optimizer step of each metrics row ("end" for the end-of-training summary)."""
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [r["optimizer_step"] for r in rows if "loss" in r]
+    return ["end" if "train_runtime" in r else r["optimizer_step"] for r in rows]
 
 
 @contextlib.contextmanager
@@ -326,7 +327,7 @@ def test_a_killed_run_resumes_from_its_latest_complete_checkpoint_each_step_logg
     caplog.set_level("INFO")
     with handlers_kept():
         train.main(*train.parse_args(["--config", str(recipe)]))
-    assert logged_steps(run) == [1, 2, 3, 4, 5, 6]
+    assert logged_steps(run) == [1, 2, 3, 4, 5, 6, "end"]
     assert "checkpoint-4 (no checkpoint_complete.json: its writing was cut short)" in caplog.text
     assert f"Resuming from {run / 'checkpoint-2'}, the latest complete checkpoint" in caplog.text
     assert (run / "metrics.jsonl.torn-1").read_text() == '{"optimizer_step": 6, "lo'
@@ -335,6 +336,28 @@ def test_a_killed_run_resumes_from_its_latest_complete_checkpoint_each_step_logg
     assert [s for s, _ in checkpoints.checkpoint_folders(run)] == [2, 4, 6]
     assert (run / "checkpoint-4.incomplete-1" / "config.json").is_file()
     assert all(checkpoints.checkpoint_problem(p) is None for _, p in checkpoints.checkpoint_folders(run))
+
+
+def test_metrics_rows_a_resumed_run_logs_again_are_moved_aside(tmp_path, caplog):
+    """A run preempted at step 6 logged steps 1-6 and its end-of-training summary at 6: resumed from
+    checkpoint-6, the summary goes aside (the resumed run logs its own); resumed from checkpoint-4 (the
+    preemption's checkpoint lost), steps 5 and 6 go too."""
+    from types import SimpleNamespace
+
+    from routing_grpo.callbacks import MetricsFileCallback
+
+    rows = [{"optimizer_step": s, "loss": 0.1} for s in range(1, 7)]
+    rows.append({"optimizer_step": 6, "train_runtime": 1.0, "train_loss": 0.1})
+    text = "".join(json.dumps(r) + "\n" for r in rows)
+    args = SimpleNamespace(output_dir=str(tmp_path))
+    for step, kept in ((6, [1, 2, 3, 4, 5, 6]), (4, [1, 2, 3, 4])):
+        (tmp_path / "metrics.jsonl").write_text(text)
+        state = SimpleNamespace(global_step=step, is_world_process_zero=True)
+        MetricsFileCallback().on_train_begin(args, state, None)
+        assert logged_steps(tmp_path) == kept
+    aside = [json.loads(line) for line in (tmp_path / "metrics.jsonl.rolled-back-2").open()]
+    assert aside == rows[4:]
+    assert "3 rows logged past optimizer step 4, where this run starts, moved to" in caplog.text
 
 
 def test_which_checkpoints_are_complete(tmp_path):
@@ -544,6 +567,6 @@ def test_a_stopped_training_resumes_with_each_step_logged_once(tiny_model_path, 
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "the latest complete checkpoint" in resumed.stderr
-    assert logged_steps(run) == list(range(1, 9))
+    assert logged_steps(run) == [*range(1, 9), "end"]  # as in a run never stopped
     assert [s for s, _ in checkpoints.checkpoint_folders(run)] == [2, 4, 6, 8]
     assert all(checkpoints.checkpoint_problem(p) is None for _, p in checkpoints.checkpoint_folders(run))
