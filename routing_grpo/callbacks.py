@@ -18,7 +18,7 @@ empty, the collapse alarm and the metrics file only when given a
   batches after the warmup (rule: :mod:`routing_grpo.collapse`); the trainer feeds it and logs
   ``routing/collapse_alarm``.
 * :class:`MetricsFileCallback`: on the main process, appends every logged metrics dict as one JSON line to
-  ``OUTPUT/metrics.jsonl``.
+  ``OUTPUT/metrics.jsonl``; a resumed run first moves aside the rows logged past its checkpoint.
 
 Where the hooks fire (``transformers.Trainer._inner_training_loop``): after each optimizer step,
 ``global_step`` is incremented, ``on_step_end`` runs, then ``_maybe_log_save_evaluate`` logs (``on_log``),
@@ -30,7 +30,6 @@ paper's steps, when ``steps_per_generation == gradient_accumulation_steps`` as b
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -39,7 +38,9 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from routing_grpo.checkpoints import latest_complete
 from routing_grpo.collapse import CollapseState, routing_entropy, update_collapse_alarm
+from routing_grpo.jsonl import append_jsonl, remove_rows
 from routing_grpo.preemption import PreemptionCallback
 
 logger = logging.getLogger(__name__)
@@ -161,9 +162,7 @@ class NonFiniteGuard(TrainerCallback):
         last = None
         output_dir = getattr(args, "output_dir", None)
         if output_dir and os.path.isdir(output_dir):
-            from transformers.trainer_utils import get_last_checkpoint
-
-            last = get_last_checkpoint(output_dir)
+            last = latest_complete(output_dir)[0]
         kept = (
             f"the last checkpoint, {last}, predates it and is kept"
             if last
@@ -279,18 +278,50 @@ class CollapseAlarmCallback(TrainerCallback):
 
 class MetricsFileCallback(TrainerCallback):
     """Every logged metrics dict, one JSON line each, in ``OUTPUT/metrics.jsonl`` (the console shows one
-    line per generation batch instead; trackers get the same dicts)."""
+    line per generation batch instead; trackers get the same dicts), appended whole and synced by the one
+    JSONL writer (:func:`routing_grpo.jsonl.append_jsonl`: a torn last line is repaired first).
+
+    A run that starts at optimizer step N (resumed from ``checkpoint-N``, or N = 0) trains the steps after
+    N again, so the rows a killed or preempted run logged past N, and the end-of-training summary it logged
+    at N (``train_runtime``, ...: the resumed run logs its own at its end), are moved to
+    ``metrics.jsonl.rolled-back-<n>`` first: each optimizer step appears once in the file, as in a run
+    that was never stopped."""
 
     FILE = "metrics.jsonl"
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not state.is_world_process_zero:
+            return
+        path = os.path.join(args.output_dir, self.FILE)
+        step = int(state.global_step)
+        moved = remove_rows(path, lambda row: not _logged_again(row, step), "rolled-back")
+        if moved:
+            aside, count = moved
+            logger.warning(
+                "%s: %d %s logged past optimizer step %d, where this run starts, moved to %s; they are "
+                "logged again",
+                path,
+                count,
+                "row" if count == 1 else "rows",
+                step,
+                aside,
+            )
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or not state.is_world_process_zero:
             return
-        path = os.path.join(args.output_dir, self.FILE)
         os.makedirs(args.output_dir, exist_ok=True)
         row = {"optimizer_step": state.global_step, **logs}
-        with open(path, "a") as fh:
-            fh.write(json.dumps(row, default=float, allow_nan=True) + "\n")
+        append_jsonl(os.path.join(args.output_dir, self.FILE), [row], default=float)
+
+
+def _logged_again(row: dict[str, Any], step: int) -> bool:
+    """Whether a run starting at optimizer step ``step`` logs this metrics row again: a row of a later step,
+    or the end-of-training summary of a run stopped at ``step`` (a row without a step is kept)."""
+    logged = row.get("optimizer_step")
+    if not isinstance(logged, int) or isinstance(logged, bool):
+        return False
+    return logged > step or (logged == step and "train_runtime" in row)
 
 
 def default_callbacks(args: Any = None) -> list[TrainerCallback]:

@@ -6,7 +6,9 @@ validation and evaluation are free and uncapped, temperature 0.6). ``force_mode`
 
 Per benchmark, ``OUTPUT/<benchmark>/samples.jsonl`` gets one line per (prompt, sample) as soon as its batch
 is graded, so an interrupted run resumes without redoing finished samples, and ``summary.json`` (written
-atomically) holds accuracy (avg@k), mean length, the routing split and per-mode / per-level figures.
+atomically) holds accuracy (avg@k), mean length, the routing split and per-mode / per-level figures. With
+``--overwrite`` both are drawn beside the old folder and replace it once the benchmark's summary is written
+(:mod:`routing_grpo.sample_store`): a run that fails before that leaves the old output as it was.
 
 At GPU scale (:func:`run_eval`): the benchmark names, ``--samples`` / ``--data`` entries and data files are
 checked, and the benchmarks loaded, before the model is; with vLLM each benchmark's prompts go to the
@@ -40,7 +42,9 @@ from routing_grpo.path_names import under
 from routing_grpo.prompting import PromptPlan
 from routing_grpo.sample_store import (
     append_samples,
+    begin_replacement,
     claim_folder,
+    commit_replacement,
     data_fingerprint,
     model_fingerprint,
     read_samples,
@@ -88,7 +92,8 @@ def samples_record(config: EvalConfig, benchmark: str) -> dict[str, Any]:
 
 
 def claim_samples(config: EvalConfig, benchmark: str) -> None:
-    """Binds ``OUTPUT/<benchmark>/`` to this evaluation before anything is generated (``overwrite``: afresh)."""
+    """Binds ``OUTPUT/<benchmark>/`` to this evaluation before anything is generated (``overwrite``: nothing
+    is touched; the new samples are drawn beside it once the model has loaded)."""
     claim_folder(
         under(config.output, benchmark), samples_record(config, benchmark), overwrite=config.overwrite
     )
@@ -108,9 +113,14 @@ def evaluate_benchmark(
     *,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Generates the missing samples of one benchmark, appends them, and writes its summary."""
-    out_dir = under(config.output, benchmark)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Generates the missing samples of one benchmark, appends them, and writes its summary (with
+    ``overwrite``: into a staging folder that replaces the benchmark's folder once the summary is there)."""
+    final_dir = under(config.output, benchmark)
+    if config.overwrite:
+        out_dir = begin_replacement(final_dir, samples_record(config, benchmark))
+    else:
+        out_dir = final_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
     samples_path = out_dir / "samples.jsonl"
     done = read_samples(samples_path)
     k = config.samples_for(benchmark)
@@ -178,6 +188,8 @@ def evaluate_benchmark(
         "config": asdict(config),
     }
     write_json_atomic(out_dir / "summary.json", summary)
+    if out_dir != final_dir:
+        commit_replacement(final_dir)
     return summary
 
 

@@ -38,7 +38,7 @@ from routing_grpo.frontier import (  # noqa: F401  (part of this module's interf
 )
 from routing_grpo.jsonl import read_json_file, read_jsonl, top_level_key_line
 from routing_grpo.path_names import check_name, under
-from routing_grpo.sample_store import sample_key
+from routing_grpo.sample_store import files_under, sample_key
 
 BASELINE_METHODS = ("nothink", "short", "long")
 ABLATION_METHODS = ("no_balance", "no_warmup")
@@ -106,7 +106,7 @@ def find_summaries(run_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
         run = Path(run)
         if not run.exists():
             raise FileNotFoundError(f"--runs: no such file or directory: {run}")
-        paths = [run] if run.is_file() else sorted(run.rglob("summary.json"))
+        paths = [run] if run.is_file() else files_under(run, "summary.json")
         for path in paths:
             summary = read_json_file(path)
             _check_summary(summary, path)

@@ -3,21 +3,25 @@
 A recipe's run writes to ``outputs/<recipe name>/seed<seed>`` unless told otherwise; another recipe's or
 seed's folder or checkpoint is never trained into or resumed from, and a finished run is not trained again.
 Each refusal is a :class:`~routing_grpo.errors.UsageError` naming both runs. One process trains into a
-folder at a time: :func:`run_folder_lock` (the lock of :mod:`routing_grpo.output_lock`).
+folder at a time: :func:`run_folder_lock` (the lock of :mod:`routing_grpo.output_lock`). A run resumes only
+from a complete checkpoint (:mod:`routing_grpo.checkpoints`), the latest one, and says which.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from routing_grpo import checkpoints
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import UsageError
 from routing_grpo.output_lock import FOLDER_LOCK_NAME, OutputLock, folder_lock_path
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_OUTPUT_ROOT = "outputs"
 RUN_FILE = "routing_run.json"
@@ -131,9 +135,7 @@ def check_run_folder(output_dir: str | Path, identity: dict[str, Any], max_steps
     if not finished:
         return False
     if finished.get("max_steps") != max_steps:
-        from transformers.trainer_utils import get_last_checkpoint
-
-        if get_last_checkpoint(str(output_dir)):
+        if checkpoints.latest_complete(output_dir)[0] is not None:
             return False  # a longer (or shorter) run resumes from the last checkpoint, as asked
         raise UsageError(
             f"output_dir: {output_dir} holds this run finished at {finished.get('global_step')} optimizer steps "
@@ -144,29 +146,55 @@ def check_run_folder(output_dir: str | Path, identity: dict[str, Any], max_steps
 
 
 def resume_checkpoint(training_args: RoutingGRPOConfig) -> str | None:
-    """The checkpoint this run resumes from: the one asked for, else the last one in the output folder."""
-    from transformers.trainer_utils import get_last_checkpoint
+    """The checkpoint this run resumes from: the one asked for (refused in one line when incomplete), else
+    the latest complete one in the output folder (``resume_from_checkpoint: true`` too), incomplete ones
+    after it skipped with a warning naming each; None to start afresh (also ``resume_from_checkpoint:
+    false``)."""
+    asked = training_args.resume_from_checkpoint
+    if isinstance(asked, str) and asked.strip().lower() == "false":
+        return None
+    if asked is not None and not (isinstance(asked, str) and asked.strip().lower() == "true"):
+        problem = checkpoints.checkpoint_problem(asked)
+        if problem is not None:
+            latest = checkpoints.latest_complete(Path(asked).parent)[0]
+            instead = f"; {latest} is the latest complete one" if latest is not None else ""
+            raise UsageError(
+                f"resume_from_checkpoint: {asked} is an incomplete checkpoint ({problem}){instead}"
+            )
+        return str(asked)
+    latest, skipped = checkpoints.latest_complete(training_args.output_dir)
+    if skipped and training_args.process_index == 0:
+        logger.warning(
+            "Skipping incomplete checkpoints (a run stopped while saving them): %s; %s",
+            "; ".join(f"{path.name} ({problem})" for path, problem in skipped),
+            f"resuming from {latest.name}, the latest complete one" if latest else "starting afresh",
+        )
+    return str(latest) if latest is not None else None
 
-    if training_args.resume_from_checkpoint is not None:
-        return training_args.resume_from_checkpoint
-    if os.path.isdir(training_args.output_dir):
-        return get_last_checkpoint(training_args.output_dir)
-    return None
+
+def set_aside_incomplete_checkpoints(output_dir: str | Path, resumed: str | None) -> None:
+    """Once the run has started (main process): the incomplete checkpoints past the one it resumes from are
+    renamed out of the Trainer's way (:func:`routing_grpo.checkpoints.set_aside_incomplete`), with a note."""
+    for old, new in checkpoints.set_aside_incomplete(output_dir, resumed):
+        logger.warning("%s is incomplete: renamed %s, and its step is saved afresh", old, new.name)
 
 
 def run_identity_callback(identity: dict[str, Any]) -> Any:
-    """A callback that stores the run identity and the routing settings in every checkpoint saved."""
+    """A callback that stores the run identity and the routing settings in every checkpoint saved, then marks
+    it complete (:func:`routing_grpo.checkpoints.mark_complete`)."""
     from transformers import TrainerCallback
 
     class RunIdentityCallback(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            checkpoints.wait_for_every_process()  # every process's part of the checkpoint is written
             if state.is_world_process_zero and folder.is_dir():
                 write_run_identity(folder, identity)
                 # A checkpoint routes like the final model: eval and generate need no --config for it.
                 from routing_grpo.settings import save_routing_settings
 
                 save_routing_settings(args, folder)
+                checkpoints.mark_complete(folder, state.global_step)  # last: the checkpoint is whole
 
     return RunIdentityCallback()
 

@@ -201,8 +201,9 @@ def train_in_folder(
     # The folder is claimed only now that the run has started: a run that failed to load claims nothing.
     if training_args.process_index == 0:
         runs.write_run_identity(training_args.output_dir, identity)
+        runs.set_aside_incomplete_checkpoints(training_args.output_dir, checkpoint)
     if checkpoint and training_args.resume_from_checkpoint is None:
-        logger.info("Resuming from %s", checkpoint)
+        logger.info("Resuming from %s, the latest complete checkpoint", checkpoint)
     try:
         result = trainer.train(resume_from_checkpoint=checkpoint)
     finally:

@@ -68,6 +68,8 @@ def _deliver(signum: int) -> None:
 
 def test_guard_raises_on_nan_loss_naming_metric_step_and_last_checkpoint(tmp_path):
     (tmp_path / "checkpoint-4").mkdir()
+    (tmp_path / "checkpoint-4" / "trainer_state.json").write_text('{"global_step": 4}')
+    (tmp_path / "checkpoint-6").mkdir()  # cut short while saving: not the last checkpoint
     guard = NonFiniteGuard()
     state = SimpleNamespace(global_step=7)
     with pytest.raises(NonFiniteTrainingError) as err:
@@ -75,7 +77,7 @@ def test_guard_raises_on_nan_loss_naming_metric_step_and_last_checkpoint(tmp_pat
     message = str(err.value)
     assert "loss=nan" in message and "global step 7" in message
     assert "reward" not in message.split(":")[1].split(".")[0]  # the finite reward is not blamed
-    assert "checkpoint-4" in message and "kept" in message
+    assert "checkpoint-4" in message and "kept" in message and "checkpoint-6" not in message
     assert err.value.step == 7 and set(err.value.metrics) == {"loss"}
 
 

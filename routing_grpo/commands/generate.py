@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -36,7 +37,6 @@ def answer(args: argparse.Namespace) -> int:
     from routing_grpo.inference import (
         Request,
         Router,
-        answer_line,
         read_answered_requests,
         read_questions,
         request_differences,
@@ -44,7 +44,6 @@ def answer(args: argparse.Namespace) -> int:
         resolve_routing,
         resolved_record,
     )
-    from routing_grpo.jsonl import append_jsonl
     from routing_grpo.model_files import weight_file_problem
     from routing_grpo.sample_store import model_fingerprint
     from routing_grpo.settings import RoutingSettings, local_model_path
@@ -169,10 +168,45 @@ def answer(args: argparse.Namespace) -> int:
         router.plan_all([requests[i] for i in todo], todo, warn=False)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    writing = output
     if output:
         output.parent.mkdir(parents=True, exist_ok=True)
-        if replace:  # only now that the model has loaded: a failed start leaves the old file as it was
-            output.unlink()
+        if replace:  # the new answers go beside the old file and replace it once all are written
+            writing = output.with_name(f".{output.name}.overwrite")
+            writing.unlink(missing_ok=True)
+    try:
+        generated = _answer_in_batches(router, requests, todo, args, writing, references, records)
+    except BaseException:
+        if writing != output:  # a run that fails or is stopped leaves the old file as it was
+            writing.unlink(missing_ok=True)
+        raise
+    if writing != output:
+        os.replace(writing, output)
+    # On stderr: stdout stays one line (or JSON object) per answer.
+    rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
+    print(
+        f"generated {generated['answers']} answers, {generated['tokens']} tokens in {generated['seconds']:.1f}s "
+        f"({rate:.0f} tokens/s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 0
+
+
+def _answer_in_batches(
+    router: Any,
+    requests: dict[str, Any],
+    todo: list[str],
+    args: argparse.Namespace,
+    output: Path | None,
+    references: dict[str, Any],
+    records: dict[str, Any],
+) -> dict[str, Any]:
+    """Answers ``todo`` in batches of ``--batch-size``: each batch's rows appended to ``output`` (whole,
+    synced) and its answers printed as they come; returns the generation's counts and seconds."""
+    from routing_grpo.inference import answer_line
+    from routing_grpo.jsonl import append_jsonl
+
     generated = {"answers": 0, "tokens": 0, "seconds": 0.0}
     for start in range(0, len(todo), args.batch_size):
         ids = todo[start : start + args.batch_size]
@@ -196,15 +230,7 @@ def answer(args: argparse.Namespace) -> int:
                 else answer_line(i, answer),
                 flush=True,
             )
-    # On stderr: stdout stays one line (or JSON object) per answer.
-    rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
-    print(
-        f"generated {generated['answers']} answers, {generated['tokens']} tokens in {generated['seconds']:.1f}s "
-        f"({rate:.0f} tokens/s)",
-        file=sys.stderr,
-        flush=True,
-    )
-    return 0
+    return generated
 
 
 def graded_row(
@@ -253,7 +279,8 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--overwrite",
         action="store_true",
-        help="start the --output file afresh when it answers other requests (replaced once the model loads)",
+        help="start the --output file afresh when it answers other requests (the new answers replace it "
+        "once all are written; a run that fails leaves it as it was)",
     )
     p.add_argument("--max-new-tokens", type=int, help="tokens per answer (default: the training run's limit)")
     p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")

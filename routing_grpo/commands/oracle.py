@@ -18,7 +18,9 @@ def _sample_files(paths: Sequence[str]) -> list[Path]:
     """The ``samples.jsonl`` files ``--samples`` names (files, or every one under folders), each once: a file
     named twice (directly, through a folder above it, or by a link) is read once, and so is a copy with
     the same bytes under another path (a warning names both), as counting it twice would weigh its samples
-    double."""
+    double. Folders whose names start with a dot (an ``--overwrite`` in progress) are not searched."""
+    from routing_grpo.sample_store import files_under
+
     files: list[Path] = []
     seen_paths: set[Path] = set()
     seen_digests: dict[str, Path] = {}
@@ -26,7 +28,7 @@ def _sample_files(paths: Sequence[str]) -> list[Path]:
         path = Path(item)
         if not path.exists():
             raise UsageError(f"--samples: no such file or folder: {item}")
-        found = [path] if not path.is_dir() else sorted(path.rglob("samples.jsonl"))
+        found = [path] if not path.is_dir() else files_under(path, "samples.jsonl")
         if not found:
             raise UsageError(f"--samples: no samples.jsonl under {item}")
         for f in found:
