@@ -489,8 +489,8 @@ def test_generate_under_a_file_size_limit_then_rerun(router, tmp_path):
             continue
         assert limited.returncode == 2, (cut, limited.stderr)
         assert limited.stderr.strip().splitlines()[-1] == (
-            f"routing-grpo generate: error: {out} cannot be written: File too large (EFBIG); the file ends "
-            "on its last whole row, as before this write"
+            f"routing-grpo generate: error: {out}: file too large (EFBIG): this process may write files of at "
+            f"most {before + cut} bytes (ulimit -f); the file ends on its last whole row, as before this write"
         )
         assert out.read_bytes() == full[:before], cut
         rerun = subprocess.run(generate_command(router, q, out), env=ENV, capture_output=True, text=True)
@@ -506,6 +506,75 @@ def test_generate_under_a_file_size_limit_then_rerun(router, tmp_path):
         assert out.read_bytes() == full, cut
         kept = "the last row had no newline" if cut == len(row) - 1 else "a torn last line"
         assert f"{out}:3: {kept}" in rerun.stderr
+
+
+# The real command, in-process in a child process, once per byte offset of one row: a file-size limit (soft,
+# so the child can lift it again) cuts the append there. Prints one JSON line per offset, then the rerun's.
+EVERY_BYTE = """
+import contextlib, io, json, resource, signal, sys
+from pathlib import Path
+from routing_grpo.cli import main
+
+argv, out, before, row_length = json.loads(sys.argv[1])
+out = Path(out)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+for cut in range(row_length):
+    out.write_bytes(out.read_bytes()[:before])  # the first two rows, as the run before left them
+    err = io.StringIO()
+    resource.setrlimit(resource.RLIMIT_FSIZE, (before + cut, hard))
+    try:
+        with contextlib.redirect_stderr(err):
+            code = main(argv)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+    lines = err.getvalue().strip().splitlines()
+    print(json.dumps({"cut": cut, "code": code, "last": lines[-1] if lines else "", "size": out.stat().st_size}))
+code = main(argv)
+print(json.dumps({"rerun": code}))
+"""
+
+
+@pytest.mark.slow
+def test_generate_cut_by_a_file_size_limit_at_every_byte_of_a_row(router, tmp_path):
+    """The answers file's size limit at every byte of its third row, the real command each time (in one child
+    process, the model loaded each time as a run loads it): every append the OS cuts short ends in one line
+    naming the file and leaves the two whole rows before it; the rerun without a limit ends with every row
+    once, byte for byte as an unlimited run's."""
+    q = questions(tmp_path / "q.jsonl", 3)
+    full_path = tmp_path / "full.jsonl"
+    done = subprocess.run(generate_command(router, q, full_path), env=ENV, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    full = full_path.read_bytes()
+    lines = full.splitlines(keepends=True)
+    before, row = len(b"".join(lines[:2])), lines[2]
+    out = tmp_path / "a.jsonl"
+    out.write_bytes(full[:before])
+    argv = generate_command(router, q, out)[3:]  # after python -m routing_grpo
+    child = subprocess.run(
+        [sys.executable, "-c", EVERY_BYTE, json.dumps([argv, str(out), before, len(row)])],
+        env=ENV, capture_output=True, text=True, timeout=1200,
+    )  # fmt: skip
+    assert child.returncode == 0, child.stderr[-3000:]
+    results = [json.loads(line) for line in child.stdout.splitlines() if line.startswith("{")]
+    cuts = [r for r in results if "cut" in r]
+    assert [r["cut"] for r in cuts] == list(range(len(row)))
+    for r in cuts:
+        assert r["code"] == 2 and r["size"] == before, r
+        limit = f"{out}: file too large (EFBIG): this process may write files of at most {before + r['cut']} bytes"
+        if r["cut"] == 0:  # the file is at its limit already: refused before the model loads
+            assert (
+                r["last"]
+                == f"routing-grpo generate: error: --output: {limit} (ulimit -f): it already holds {before} bytes"
+            )
+            continue
+        assert r["last"] == (
+            f"routing-grpo generate: error: {limit} (ulimit -f); the file ends on its last whole row, as before "
+            "this write"
+        ), r
+    assert results[-1] == {"rerun": 0}
+    assert out.read_bytes() == full
+    assert not list(tmp_path.glob("a.jsonl.torn-*"))  # nothing was ever torn: each cut write was taken back
 
 
 def train_and_stop(recipe: Path, run: Path, signum: int, when) -> int:
