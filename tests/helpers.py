@@ -408,3 +408,29 @@ def import_graph() -> dict[str, set[str]]:
                 if target and target != name and target != "routing_grpo":
                     graph[name].add(target)
     return graph
+
+
+def router_settings(max_completion_length: int = 12) -> Any:
+    """The routing settings of the tests' tiny router: NoThink / Short / Long with caps 3 / 6 / none."""
+    from routing_grpo.modes import ModeSpec
+    from routing_grpo.settings import RoutingSettings
+
+    return RoutingSettings(
+        modes=(
+            ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
+            ModeSpec("Short", "Short", 1.2, 0.995, cap=6),
+            ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
+        ),
+        routing_instruction="Output NoThink, Short or Long.",
+        routing_question="Pick:",
+        max_completion_length=max_completion_length,
+    )
+
+
+def save_tiny_router(model_path: Path, folder: Path, settings: Any) -> Path:
+    """The tiny model at ``folder`` with ``settings`` saved beside it (as a trained checkpoint has them)."""
+    import shutil
+
+    shutil.copytree(model_path, folder)
+    settings.save(folder)
+    return folder

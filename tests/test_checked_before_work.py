@@ -25,20 +25,9 @@ import pytest
 import yaml
 
 from routing_grpo import cli, loading, train
-from routing_grpo.modes import ModeSpec
-from routing_grpo.settings import RoutingSettings
-from tests.helpers import REPO_ROOT, tiny_recipe
+from tests.helpers import REPO_ROOT, router_settings, save_tiny_router, tiny_recipe
 
-SETTINGS = RoutingSettings(
-    modes=(
-        ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
-        ModeSpec("Short", "Short", 1.2, 0.995, cap=6),
-        ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
-    ),
-    routing_instruction="Output NoThink, Short or Long.",
-    routing_question="Pick:",
-    max_completion_length=12,
-)
+SETTINGS = router_settings(12)
 CUDA = importlib.util.find_spec("torch") is not None and __import__("torch").cuda.is_available()
 VLLM = importlib.util.find_spec("vllm") is not None
 # A question far past the tiny model's 1,024 positions (about 2,100 tokens).
@@ -52,10 +41,7 @@ ALIAS_BOMB = "".join(
 @pytest.fixture(scope="module")
 def router_path(tiny_model_path, tmp_path_factory) -> Path:
     """The tiny model with routing settings saved beside it (as a trained checkpoint has)."""
-    path = tmp_path_factory.mktemp("checked") / "router"
-    shutil.copytree(tiny_model_path, path)
-    SETTINGS.save(path)
-    return path
+    return save_tiny_router(tiny_model_path, tmp_path_factory.mktemp("checked") / "router", SETTINGS)
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,29 +14,15 @@ import pytest
 
 from routing_grpo import inference
 from routing_grpo.cli import main
-from routing_grpo.modes import ModeSpec
-from routing_grpo.settings import RoutingSettings
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, router_settings, save_tiny_router
 
-SETTINGS = RoutingSettings(
-    modes=(
-        ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
-        ModeSpec("Short", "Short", 1.2, 0.995, cap=6),
-        ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
-    ),
-    routing_instruction="Output NoThink, Short or Long.",
-    routing_question="Pick:",
-    max_completion_length=12,
-)
+SETTINGS = router_settings(12)
 
 
 @pytest.fixture(scope="module")
 def model(tiny_model_path, tmp_path_factory) -> Path:
     """The tiny model with routing settings saved beside it (as a trained checkpoint has)."""
-    path = tmp_path_factory.mktemp("cli") / "router"
-    shutil.copytree(tiny_model_path, path)
-    SETTINGS.save(path)
-    return path
+    return save_tiny_router(tiny_model_path, tmp_path_factory.mktemp("cli") / "router", SETTINGS)
 
 
 def run(capsys, *argv):

@@ -24,35 +24,21 @@ from transformers import TrainerCallback
 from routing_grpo import checkpoints, inference, train
 from routing_grpo.cli import main
 from routing_grpo.inference import Answer
-from routing_grpo.modes import ModeSpec
 from routing_grpo.sample_store import (
     claim_folder,
     files_under,
     replaced_folder,
     staging_folder,
 )
-from routing_grpo.settings import RoutingSettings
-from tests.helpers import REPO_ROOT, tiny_recipe, write_recipe
+from tests.helpers import REPO_ROOT, router_settings, save_tiny_router, tiny_recipe, write_recipe
 
-SETTINGS = RoutingSettings(
-    modes=(
-        ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
-        ModeSpec("Short", "Short", 1.2, 0.995, cap=6),
-        ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
-    ),
-    routing_instruction="Output NoThink, Short or Long.",
-    routing_question="Pick:",
-    max_completion_length=8,
-)
+SETTINGS = router_settings(8)
 
 
 @pytest.fixture(scope="module")
 def router(tiny_model_path, tmp_path_factory) -> Path:
     """The tiny model with routing settings saved beside it (as a trained checkpoint has)."""
-    path = tmp_path_factory.mktemp("torn") / "router"
-    shutil.copytree(tiny_model_path, path)
-    SETTINGS.save(path)
-    return path
+    return save_tiny_router(tiny_model_path, tmp_path_factory.mktemp("torn") / "router", SETTINGS)
 
 
 def questions(path: Path, n: int) -> Path:
@@ -462,11 +448,10 @@ def generate_command(model: Path, q: Path, out: Path) -> list[str]:
 
 
 @pytest.mark.slow
-def test_generate_under_a_file_size_limit_then_rerun(router, tmp_path):
-    """The answers file's limit falls at bytes across its third row: the real command appends what fits,
-    the OS refuses the rest (EFBIG), the write is taken back to the whole rows and the error is one line
-    naming the file; the rerun without the limit ends with every row once, byte for byte as an unlimited
-    run's. Then what a kill -9 in the middle of that row leaves (the file cut there): the same."""
+def test_generate_at_its_file_size_limit_and_after_a_kill_mid_row(router, tmp_path):
+    """A limit that the answers fit exactly stops nothing; what a kill -9 in the middle of the third row leaves
+    (the file cut there) is repaired by the rerun, which ends with every row once, byte for byte as an
+    unlimited run's. (A limit at every byte of the row: the next test.)"""
     q = questions(tmp_path / "q.jsonl", 3)
     full_path = tmp_path / "full.jsonl"
     done = subprocess.run(generate_command(router, q, full_path), env=ENV, capture_output=True, text=True)
@@ -474,28 +459,13 @@ def test_generate_under_a_file_size_limit_then_rerun(router, tmp_path):
     full = full_path.read_bytes()
     lines = full.splitlines(keepends=True)
     before, row = len(b"".join(lines[:2])), lines[2]
-    for cut in (0, 1, len(row) // 2, len(row) - 1, len(row)):
-        out = tmp_path / f"limit{cut}" / "a.jsonl"
-        out.parent.mkdir()
-        limited = subprocess.run(
-            generate_command(router, q, out),
-            env=ENV,
-            capture_output=True,
-            text=True,
-            preexec_fn=file_size_limit(before + cut),
-        )
-        if cut == len(row):  # the file fits exactly
-            assert limited.returncode == 0 and out.read_bytes() == full, limited.stderr
-            continue
-        assert limited.returncode == 2, (cut, limited.stderr)
-        assert limited.stderr.strip().splitlines()[-1] == (
-            f"routing-grpo generate: error: {out}: file too large (EFBIG): this process may write files of at "
-            f"most {before + cut} bytes (ulimit -f); the file ends on its last whole row, as before this write"
-        )
-        assert out.read_bytes() == full[:before], cut
-        rerun = subprocess.run(generate_command(router, q, out), env=ENV, capture_output=True, text=True)
-        assert rerun.returncode == 0, rerun.stderr
-        assert out.read_bytes() == full, cut
+    out = tmp_path / "exact" / "a.jsonl"
+    out.parent.mkdir()
+    limited = subprocess.run(
+        generate_command(router, q, out), env=ENV, capture_output=True, text=True,
+        preexec_fn=file_size_limit(len(full)),
+    )  # fmt: skip
+    assert limited.returncode == 0 and out.read_bytes() == full, limited.stderr
 
     for cut in (len(row) // 3, len(row) - 1):  # as a kill -9 in the middle of the write leaves it
         out = tmp_path / f"killed{cut}" / "a.jsonl"

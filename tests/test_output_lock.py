@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,7 +21,6 @@ from transformers import TrainerCallback
 from routing_grpo import inference, loading, train
 from routing_grpo.cli import main
 from routing_grpo.errors import UsageError
-from routing_grpo.modes import ModeSpec
 from routing_grpo.output_lock import (
     FOLDER_LOCK_NAME,
     OutputLock,
@@ -30,28 +28,15 @@ from routing_grpo.output_lock import (
     holder_record,
     process_start,
 )
-from routing_grpo.settings import RoutingSettings
-from tests.helpers import REPO_ROOT, tiny_recipe, write_recipe
+from tests.helpers import REPO_ROOT, router_settings, save_tiny_router, tiny_recipe, write_recipe
 
-SETTINGS = RoutingSettings(
-    modes=(
-        ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
-        ModeSpec("Short", "Short", 1.2, 0.995, cap=6),
-        ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
-    ),
-    routing_instruction="Output NoThink, Short or Long.",
-    routing_question="Pick:",
-    max_completion_length=8,
-)
+SETTINGS = router_settings(8)
 
 
 @pytest.fixture(scope="module")
 def model(tiny_model_path, tmp_path_factory) -> Path:
     """The tiny model with routing settings saved beside it (as a trained checkpoint has)."""
-    path = tmp_path_factory.mktemp("lock") / "router"
-    shutil.copytree(tiny_model_path, path)
-    SETTINGS.save(path)
-    return path
+    return save_tiny_router(tiny_model_path, tmp_path_factory.mktemp("lock") / "router", SETTINGS)
 
 
 @pytest.fixture

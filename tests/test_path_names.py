@@ -6,26 +6,15 @@ that points out is refused). Through the entry points, in-process."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from routing_grpo.cli import main
-from routing_grpo.modes import ModeSpec
 from routing_grpo.path_names import check_name, name_problem, under
-from routing_grpo.settings import RoutingSettings
+from tests.helpers import router_settings, save_tiny_router
 
-SETTINGS = RoutingSettings(
-    modes=(
-        ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
-        ModeSpec("Short", "Short", 1.2, 0.995, cap=6),
-        ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
-    ),
-    routing_instruction="Output NoThink, Short or Long.",
-    routing_question="Pick:",
-    max_completion_length=8,
-)
+SETTINGS = router_settings(8)
 
 
 def run(capsys, *argv):
@@ -124,10 +113,7 @@ def test_under_joins_names_and_refuses_what_leaves_the_folder(tmp_path):
 
 @pytest.fixture(scope="module")
 def model(tiny_model_path, tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("names") / "router"
-    shutil.copytree(tiny_model_path, path)
-    SETTINGS.save(path)
-    return path
+    return save_tiny_router(tiny_model_path, tmp_path_factory.mktemp("names") / "router", SETTINGS)
 
 
 @pytest.mark.parametrize(
