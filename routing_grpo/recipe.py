@@ -25,7 +25,13 @@ from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import OneLineParser, UsageError, one_line, user_errors
 from routing_grpo.locations import hub_offline, looks_local
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, parse_modes
-from routing_grpo.recipe_file import RecipeFileError, load_yaml_text, located, read_recipe_file
+from routing_grpo.recipe_file import (
+    RecipeFileError,
+    load_yaml_text,
+    located,
+    message_key_line,
+    read_recipe_file,
+)
 from routing_grpo.storage import check_output_folder
 
 # ----------------------------------------------------------------------------------------------------------
@@ -286,6 +292,15 @@ class TrainParser(OneLineParser, TrlParser):
 def train_parser(prog: str = "routing-grpo train") -> TrainParser:
     # No abbreviations: `--total_batch_step 6` is an unknown option, not total_batch_steps.
     return TrainParser(DATACLASS_TYPES, prog=prog, allow_abbrev=False)
+
+
+def parse_error_line(err: ValueError, recipe: Path | None, command_line: Any = ()) -> str:
+    """A settings error while parsing, as one line in recipe terms (:func:`parser_problem`); a value the
+    recipe file holds (not one the command line overrides) is named by its ``recipe:line``."""
+
+    message = parser_problem(" ".join(str(err).split()))
+    line = message_key_line(recipe, message, skip=command_line) if recipe is not None else None
+    return f"{recipe}:{line}: {message}" if line else message
 
 
 def parser_problem(message: str) -> str:

@@ -249,3 +249,23 @@ def from_main_process(value: str | None) -> str | None:
     shared = [value]
     dist.broadcast_object_list(shared, src=0)
     return shared[0]
+
+
+def finish_run_folder(trainer: Any, training_args: RoutingGRPOConfig, identity: dict[str, Any]) -> None:
+    """The main process's last words on a finished run, after the model is saved: the routing summary on the
+    console, the model card, the model config (KV cache on), ``routing_config.json`` (modes, caps,
+    instruction and question, so eval and generate need no recipe), and the run marked finished, so that a
+    rerun of the same command trains nothing (:func:`check_run_folder`)."""
+    from routing_grpo.routing_metrics import routing_summary
+    from routing_grpo.settings import save_routing_settings
+
+    if not training_args.single_mode:
+        print(
+            routing_summary(trainer.routing_history, [m.name for m in training_args.mode_specs]), flush=True
+        )
+    trainer.create_model_card()
+    trainer.model.config.use_cache = True
+    trainer.model.config.save_pretrained(training_args.output_dir)
+    save_routing_settings(training_args, training_args.output_dir)
+    finished = {"global_step": trainer.state.global_step, "max_steps": training_args.max_steps}
+    write_run_identity(training_args.output_dir, {**identity, "finished": finished})

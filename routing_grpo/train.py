@@ -59,11 +59,10 @@ def parse_args(
     from routing_grpo.recipe import (
         check_command_line,
         command_line_values,
-        parser_problem,
+        parse_error_line,
         set_modes_text,
         take_option,
     )
-    from routing_grpo.recipe_file import message_key_line
     from routing_grpo.runs import run_output_dir
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -76,10 +75,7 @@ def parse_args(
     except UsageError:
         raise
     except ValueError as err:
-        message = parser_problem(" ".join(str(err).split()))
-        # A value of the recipe file (not one the command line overrides) is named by its line.
-        line = message_key_line(path, message, skip=cli_values) if path is not None else None
-        raise UsageError(f"{path}:{line}: {message}" if line else message) from None
+        raise UsageError(parse_error_line(err, path, cli_values)) from None
     if modes_text is not None:
         set_modes_text(training_args, modes_text)
     if not model_args.model_name_or_path:
@@ -220,22 +216,7 @@ def train_in_folder(
     trainer.save_state()
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
-        from routing_grpo.routing_metrics import routing_summary
-        from routing_grpo.settings import save_routing_settings
-
-        if not training_args.single_mode:
-            print(
-                routing_summary(trainer.routing_history, [m.name for m in training_args.mode_specs]),
-                flush=True,
-            )
-        trainer.create_model_card()
-        trainer.model.config.use_cache = True
-        trainer.model.config.save_pretrained(training_args.output_dir)
-        # routing_config.json: modes, caps, instruction and question, so eval and generate need no recipe.
-        save_routing_settings(training_args, training_args.output_dir)
-        # Finished: a rerun of the same command trains nothing (check_run_folder).
-        finished = {"global_step": trainer.state.global_step, "max_steps": training_args.max_steps}
-        runs.write_run_identity(training_args.output_dir, {**identity, "finished": finished})
+        runs.finish_run_folder(trainer, training_args, identity)
     if training_args.push_to_hub:
         check_hub_card(trainer, training_args, script_args)
         # The Hub token comes from the environment (HF_TOKEN) or `hf auth login`, never from a recipe.
