@@ -757,24 +757,29 @@ def _limit_file_size(limit: int):
 
 @pytest.mark.slow
 def test_a_file_size_limit_is_said_as_efbig_naming_the_file(router_path, tmp_path):
-    """``ulimit -f``: the append that passes it fails with one line naming the file and the limit; a rerun
-    with the file at the limit is refused before the model loads."""
+    """``ulimit -f``: the append that passes it fails with one line naming the file and the limit, and is taken
+    back to the file's whole rows; a rerun with the file at the limit is refused before the model loads, and
+    one without a limit answers every question once."""
     questions = jsonl(
         tmp_path / "q.jsonl", [{"id": f"q{i}", "question": f"What is {i} + {i}?"} for i in range(12)]
     )
     answers = tmp_path / "answers.jsonl"
     command = [sys.executable, "-m", "routing_grpo", "generate", "--model", str(router_path), "--input", str(questions),
                "--output", str(answers), "--batch-size", "4", "--temperature", "0"]  # fmt: skip
-    limit = 3000  # below one batch of four rows
+    limit = 3000  # below the twelve rows
     first = subprocess.run(
         command, env=ENV, capture_output=True, text=True, timeout=300, preexec_fn=_limit_file_size(limit)
     )
     assert first.returncode == 2, first.stderr
     assert first.stderr.strip().splitlines()[-1] == (
         f"routing-grpo generate: error: {answers}: file too large (EFBIG): this process may write files of at "
-        f"most {limit} bytes (ulimit -f)"
+        f"most {limit} bytes (ulimit -f); the file ends on its last whole row, as before this write"
     )
-    assert answers.stat().st_size == limit
+    kept = answers.read_bytes()  # whole batches of whole rows: the batch that did not fit is taken back
+    ids = [json.loads(line)["id"] for line in kept.decode().splitlines()]
+    assert len(kept) <= limit and kept.endswith(b"\n") and ids == [f"q{i}" for i in range(len(ids))]
+    assert len(ids) % 4 == 0 and len(ids) < 12
+    answers.write_bytes(b" " * limit)  # a file already at its limit
     again = subprocess.run(
         command, env=ENV, capture_output=True, text=True, timeout=300, preexec_fn=_limit_file_size(limit)
     )
@@ -783,6 +788,11 @@ def test_a_file_size_limit_is_said_as_efbig_naming_the_file(router_path, tmp_pat
         f"routing-grpo generate: error: --output: {answers}: file too large (EFBIG): this process may write files "
         f"of at most {limit} bytes (ulimit -f): it already holds {limit} bytes"
     ]
+    answers.write_bytes(b"")
+    done = subprocess.run(command, env=ENV, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line)["id"] for line in answers.read_text().splitlines()]
+    assert rows == [f"q{i}" for i in range(12)]
 
 
 @pytest.mark.slow
