@@ -434,3 +434,23 @@ def save_tiny_router(model_path: Path, folder: Path, settings: Any) -> Path:
     shutil.copytree(model_path, folder)
     settings.save(folder)
     return folder
+
+
+def offline_env(**extra: str) -> dict[str, str]:
+    """The environment of an entry point started as a subprocess: this checkout importable, no Hub, no tracker,
+    one thread, no debug tracebacks; ``extra`` on top."""
+    import os
+
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "WANDB_MODE": "disabled",
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        **extra,
+    }
+    env.pop("ROUTING_GRPO_DEBUG", None)
+    return env

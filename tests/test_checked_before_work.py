@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from routing_grpo import cli, loading, train
-from tests.helpers import REPO_ROOT, router_settings, save_tiny_router, tiny_recipe
+from tests.helpers import offline_env, router_settings, save_tiny_router, tiny_recipe
 
 SETTINGS = router_settings(12)
 CUDA = importlib.util.find_spec("torch") is not None and __import__("torch").cuda.is_available()
@@ -743,9 +743,7 @@ def test_a_failed_write_names_its_file_and_what_the_os_said():
 # In a process of their own: the file-size limit and a read-only mount
 # ---------------------------------------------------------------------------------------------------------
 
-ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-       "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}  # fmt: skip
-ENV.pop("ROUTING_GRPO_DEBUG", None)
+ENV = offline_env()
 
 
 def _limit_file_size(limit: int):
@@ -777,7 +775,12 @@ def test_a_file_size_limit_is_said_as_efbig_naming_the_file(router_path, tmp_pat
     )
     kept = answers.read_bytes()  # whole batches of whole rows: the batch that did not fit is taken back
     ids = [json.loads(line)["id"] for line in kept.decode().splitlines()]
-    assert len(kept) <= limit and kept.endswith(b"\n") and ids == [f"q{i}" for i in range(len(ids))]
+    # (a row holds the model's path, so how many batches fit depends on where the test runs: none may)
+    assert (
+        len(kept) <= limit
+        and (kept == b"" or kept.endswith(b"\n"))
+        and ids == [f"q{i}" for i in range(len(ids))]
+    )
     assert len(ids) % 4 == 0 and len(ids) < 12
     answers.write_bytes(b" " * limit)  # a file already at its limit
     again = subprocess.run(

@@ -15,7 +15,6 @@ both commands (marked slow), with the traceback shown on request.
 from __future__ import annotations
 
 import importlib.util
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -25,20 +24,10 @@ import pytest
 import yaml
 
 from routing_grpo import cli, loading, train
-from tests.helpers import REPO_ROOT, tiny_recipe
+from tests.helpers import offline_env, tiny_recipe
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("routing-grpo")
-ENV = {
-    **os.environ,
-    "PYTHONPATH": str(REPO_ROOT),
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "WANDB_MODE": "disabled",
-    "OMP_NUM_THREADS": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
-ENV.pop("ROUTING_GRPO_DEBUG", None)
+ENV = offline_env()
 MODES = [
     {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 0.99, "cap": 4},
     {"name": "Short", "word": "Short", "base": 1.2, "gamma": 0.995, "cap": 8},

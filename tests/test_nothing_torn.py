@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import resource
 import shutil
 import signal
@@ -30,7 +29,7 @@ from routing_grpo.sample_store import (
     replaced_folder,
     staging_folder,
 )
-from tests.helpers import REPO_ROOT, router_settings, save_tiny_router, tiny_recipe, write_recipe
+from tests.helpers import offline_env, router_settings, save_tiny_router, tiny_recipe, write_recipe
 
 SETTINGS = router_settings(8)
 
@@ -416,17 +415,7 @@ def test_the_checkpoint_a_run_resumes_from(tmp_path, caplog):
 # Slow: the real commands in subprocesses (a file-size limit, kill -9, SIGTERM)
 # ----------------------------------------------------------------------------------------------------------
 
-ENV = {
-    **os.environ,
-    "PYTHONPATH": str(REPO_ROOT),
-    "PYTHONDONTWRITEBYTECODE": "1",  # under a file-size limit, only the answers file is written
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "WANDB_MODE": "disabled",
-    "OMP_NUM_THREADS": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
+ENV = offline_env(PYTHONDONTWRITEBYTECODE="1")  # under a file-size limit, only the answers file is written
 
 
 def file_size_limit(limit: int):
@@ -447,18 +436,24 @@ def generate_command(model: Path, q: Path, out: Path) -> list[str]:
     ]  # fmt: skip
 
 
-@pytest.mark.slow
-def test_generate_at_its_file_size_limit_and_after_a_kill_mid_row(router, tmp_path):
-    """A limit that the answers fit exactly stops nothing; what a kill -9 in the middle of the third row leaves
-    (the file cut there) is repaired by the rerun, which ends with every row once, byte for byte as an
-    unlimited run's. (A limit at every byte of the row: the next test.)"""
+def unlimited_run(router: Path, tmp_path: Path) -> tuple[Path, bytes, int, bytes]:
+    """Three questions answered by the real command without a limit: the questions file, the answers' bytes,
+    the length of the first two rows, and the third row."""
     q = questions(tmp_path / "q.jsonl", 3)
     full_path = tmp_path / "full.jsonl"
     done = subprocess.run(generate_command(router, q, full_path), env=ENV, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     full = full_path.read_bytes()
     lines = full.splitlines(keepends=True)
-    before, row = len(b"".join(lines[:2])), lines[2]
+    return q, full, len(b"".join(lines[:2])), lines[2]
+
+
+@pytest.mark.slow
+def test_generate_at_its_file_size_limit_and_after_a_kill_mid_row(router, tmp_path):
+    """A limit that the answers fit exactly stops nothing; what a kill -9 in the middle of the third row leaves
+    (the file cut there) is repaired by the rerun, which ends with every row once, byte for byte as an
+    unlimited run's. (A limit at every byte of the row: the next test.)"""
+    q, full, before, row = unlimited_run(router, tmp_path)
     out = tmp_path / "exact" / "a.jsonl"
     out.parent.mkdir()
     limited = subprocess.run(
@@ -511,13 +506,7 @@ def test_generate_cut_by_a_file_size_limit_at_every_byte_of_a_row(router, tmp_pa
     process, the model loaded each time as a run loads it): every append the OS cuts short ends in one line
     naming the file and leaves the two whole rows before it; the rerun without a limit ends with every row
     once, byte for byte as an unlimited run's."""
-    q = questions(tmp_path / "q.jsonl", 3)
-    full_path = tmp_path / "full.jsonl"
-    done = subprocess.run(generate_command(router, q, full_path), env=ENV, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    full = full_path.read_bytes()
-    lines = full.splitlines(keepends=True)
-    before, row = len(b"".join(lines[:2])), lines[2]
+    q, full, before, row = unlimited_run(router, tmp_path)
     out = tmp_path / "a.jsonl"
     out.write_bytes(full[:before])
     argv = generate_command(router, q, out)[3:]  # after python -m routing_grpo

@@ -26,25 +26,15 @@ import pytest
 from transformers import TrainerCallback
 
 from routing_grpo import train
-from tests.helpers import REPO_ROOT, StandInHub, tiny_recipe, use_stand_in_hub, write_recipe
+from tests.helpers import REPO_ROOT, StandInHub, offline_env, tiny_recipe, use_stand_in_hub, write_recipe
 
 STARTED = "Preemption: training started on process"
 SCHEDULE_KEYS = ("routing/batch_step", "routing/forced_share", "routing/balance_coef", "routing/phase")
 TOTAL_BATCHES = 6
 OPTIMIZER_STEPS_PER_BATCH = 2  # steps_per_generation 2, gradient_accumulation_steps 1
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGINT": signal.SIGINT, "SIGUSR1": signal.SIGUSR1}
-ENV = {
-    **os.environ,
-    "PYTHONPATH": str(REPO_ROOT),
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "WANDB_MODE": "disabled",
-    "OMP_NUM_THREADS": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-    # accelerate launch (torch elastic) forwards SIGTERM and SIGINT to its workers; SIGUSR1 only when told.
-    "PET_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1",
-}
+# accelerate launch (torch elastic) forwards SIGTERM and SIGINT to its workers; SIGUSR1 only when told.
+ENV = offline_env(PET_SIGNALS_TO_HANDLE="SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1")
 
 
 def preemption_recipe(model: Path, output_dir: Path, **overrides) -> dict:
