@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from routing_grpo.backends import check_sampling, check_seed
+from routing_grpo.generation.factory import check_backend_name
+from routing_grpo.generation.options import check_sampling, check_seed
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index
 from routing_grpo.path_names import check_name
 from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
@@ -65,8 +66,7 @@ class EvalConfig:
         check_seed(self.run_seed, "--run-seed")
         if self.max_tokens < 1:
             raise ValueError(f"--max-tokens must be >= 1, got {self.max_tokens}")
-        if self.backend not in ("auto", "vllm", "transformers"):
-            raise ValueError(f"--backend must be vllm, transformers or auto, got {self.backend!r}")
+        check_backend_name(self.backend, "--backend")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit must be >= 1 (or left out for every problem), got {self.limit}")
         if self.batch_size is not None and self.batch_size < 1:

@@ -14,7 +14,7 @@ At GPU scale (:func:`run_eval`): the benchmark names, ``--samples`` / ``--data``
 checked, and the benchmarks loaded, before the model is; with vLLM each benchmark's prompts go to the
 engine in one generation call (vLLM schedules them), on ``tensor_parallel_size`` GPUs per engine and
 ``data_parallel_size`` engines; the transformers backend runs on the GPU when there is one, ``batch_size``
-prompts per call. The backends are inference's too (:mod:`routing_grpo.backends`).
+prompts per call. The backends are inference's too (:mod:`routing_grpo.generation`).
 
 The run's settings are :mod:`routing_grpo.eval_config`'s, its engine :mod:`routing_grpo.eval_engines`' and
 the summary's figures :mod:`routing_grpo.eval_summary`'s; this module draws, grades and keeps the samples.
@@ -29,12 +29,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.backends import Backend, resolve_backend
 from routing_grpo.errors import model_loading, naming_path
 from routing_grpo.eval_config import SAMPLE_SETTINGS, EvalConfig
-from routing_grpo.eval_engines import check_engine, make_backend, prompts_per_call
+from routing_grpo.eval_engines import check_engine, make_eval_backend, prompts_per_call
 from routing_grpo.eval_summary import summarize
-from routing_grpo.generation import GenerationRequest
+from routing_grpo.generation.factory import VLLM, resolve_backend
+from routing_grpo.generation.interface import Backend, GenerationRequest
 from routing_grpo.locations import looks_local
 from routing_grpo.model_files import context_length
 from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
@@ -302,7 +302,7 @@ def load_benchmarks(config: EvalConfig) -> dict[str, Any]:
 def evaluation_context(config: EvalConfig, backend: str) -> int | None:
     """The context a prompt and its sample must fit: vLLM's ``--max-model-len`` when given, else the model's
     own (a local folder's config.json; None when unknown)."""
-    if backend == "vllm" and config.max_model_len is not None:
+    if backend == VLLM and config.max_model_len is not None:
         return config.max_model_len
     return context_length(config.model)
 
@@ -355,7 +355,7 @@ def evaluate_all(config: EvalConfig, backend: str) -> dict[str, dict[str, Any]]:
         tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
     check_prompt_lengths(config, datasets, tokenizer, evaluation_context(config, backend))
     with model_loading(config.model):
-        engine = make_backend(config, backend, tokenizer)
+        engine = make_eval_backend(config, backend, tokenizer)
     try:
         return {
             bench: evaluate_benchmark(config, bench, dataset, tokenizer, engine)

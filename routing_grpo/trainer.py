@@ -5,8 +5,8 @@ One generation batch (the paper's step s) goes:
 1. ``_generate_and_score_completions``: routing instruction appended to each prompt; forced modes planned
    per row from the row's place in the global batch (warmup only).
 2. ``_tokenize_prompts``: routing question Q after the generation prompt, and a forced row's mode word.
-3. ``_generate_single_turn``: rollouts through the generation layer (:func:`routing_grpo.generation.
-   generate_rollouts` over a backend of :mod:`routing_grpo.backends`: the policy's transformers decoding, or
+3. ``_generate_single_turn``: rollouts through the generation layer (:func:`routing_grpo.generation.caps.
+   generate_rollouts` over a backend of :mod:`routing_grpo.generation`: the policy's transformers decoding, or
    TRL's colocated vLLM engine or server), with caps inside generation in training; TRL's own generation
    where nothing is capped; then promotion, detection, caps and L (``finalize_rollouts``).
 4. ``_calculate_rewards``: the rollout facts go to :class:`~routing_grpo.rewards.RoutingReward` as columns.
@@ -40,20 +40,21 @@ from trl import GRPOTrainer
 
 from routing_grpo import paper
 from routing_grpo.advantages import compute_advantages, decoupled_word_advantages
-from routing_grpo.backends import TransformersBackend
 from routing_grpo.bucketed_logprobs import LengthBucketedLogprobs
 from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.early_tell import (
     word_loss_share,
 )
-from routing_grpo.generation import RolloutFacts, finalize_rollouts, generate_rollouts, plan_forced_modes
+from routing_grpo.generation.caps import generate_rollouts
+from routing_grpo.generation.factory import policy_backend
 from routing_grpo.grading import generation_prompt_opens_reasoning
 from routing_grpo.importance_sampling import correction_counts, correction_metrics
 from routing_grpo.modes import INVALID, ModeDetector
 from routing_grpo.preemption import preemption_exit_code
 from routing_grpo.prompting import add_routing_instruction, early_tell_word_ids, forced_word_ids
 from routing_grpo.rewards import RoutingReward
+from routing_grpo.rollouts import RolloutFacts, finalize_rollouts, plan_forced_modes
 from routing_grpo.routing_metrics import GenerationRecord, batch_line, batch_metrics, free_split
 from routing_grpo.schedules import balance_coef_at, in_warmup, reward_phase, routing_word_weight_at
 from routing_grpo.trl_private import check_trainer as check_trl_private_names
@@ -479,7 +480,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         )
 
     def _generate_routed(self, prompt_ids: list[list[int]], images: Any, batch: _BatchState, caps: bool):
-        """Rollouts through the generation layer (:func:`~routing_grpo.generation.generate_rollouts`): per-row
+        """Rollouts through the generation layer (:func:`~routing_grpo.generation.caps.generate_rollouts`): per-row
         token budgets, forced rows never merged with free ones, and with ``caps`` no token past a cap. On TRL's
         vLLM engine through :func:`routing_grpo.trl_vllm.generate_on_vllm` (weight sync, sleep mode, the
         server's gather and broadcast), else on the policy itself."""
@@ -527,7 +528,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
-            yield TransformersBackend.from_generation_config(
+            yield policy_backend(
                 model,
                 self.generation_config,
                 pad_token_id=self._tokenizer.pad_token_id,

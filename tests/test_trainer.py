@@ -410,7 +410,7 @@ def test_evaluation_samples_at_eval_temperature_with_real_generation(tiny_model_
         seen.append(("generate", self.training, k["generation_config"].temperature))
         return original(self, *a, **k)
 
-    import routing_grpo.backends as backends_module
+    import routing_grpo.generation.transformers_backend as backends_module
 
     capped_loop = backends_module.sample_with_budgets
 
@@ -604,8 +604,8 @@ def test_the_fallback_generator_runs_inside_the_trainer(tiny_model_path, tmp_pat
     """Sampling settings the shrinking decode loop declines (no_repeat_ngram_size) take the budget-grouped
     model.generate path, whose inputs the base Trainer moves to the device (GRPOTrainer's _prepare_inputs
     would start generating rollouts again)."""
-    import routing_grpo.backends as backends_module
-    from routing_grpo.decoding import shrinking_loop_supported
+    import routing_grpo.generation.transformers_backend as backends_module
+    from routing_grpo.generation.transformers_decoding import shrinking_loop_supported
 
     calls = []
     grouped = backends_module.generate_in_budget_groups

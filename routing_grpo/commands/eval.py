@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.errors import UsageError
+from routing_grpo.generation.factory import BACKEND_NAMES
 from routing_grpo.model_files import context_length
 
 
@@ -76,11 +77,12 @@ def _check_output(output: str, benchmarks: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from routing_grpo.backends import check_backend, check_device, check_sampling, resolve_backend
     from routing_grpo.data import DatasetUnavailableError
     from routing_grpo.eval_config import EvalConfig
     from routing_grpo.eval_engines import check_engine
     from routing_grpo.evaluate import check_benchmarks, run_eval
+    from routing_grpo.generation.factory import check_backend, resolve_backend
+    from routing_grpo.generation.options import check_device, check_sampling
     from routing_grpo.model_files import weight_file_problem
 
     try:  # a bad sampling or engine option is its own one-line error, before anything is read or loaded
@@ -219,7 +221,7 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--backend",
-        choices=["auto", "vllm", "transformers"],
+        choices=list(BACKEND_NAMES),
         default="auto",
         help="auto: vLLM when it is installed and there is a GPU, else transformers",
     )

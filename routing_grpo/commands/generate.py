@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.errors import UsageError, model_file_errors, naming_path, one_line, os_error_line
+from routing_grpo.generation.factory import BACKEND_NAMES
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
 
 def answer(args: argparse.Namespace) -> int:
     """The command's work: checks everything before the model loads, then answers what is not answered."""
-    from routing_grpo.backends import check_backend, check_device, check_sampling, check_seed
+    from routing_grpo.generation.factory import check_backend
+    from routing_grpo.generation.options import check_device, check_sampling, check_seed
     from routing_grpo.inference import (
         Request,
         Router,
@@ -290,7 +292,7 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8, help="questions per generation batch")
     p.add_argument(
         "--backend",
-        choices=["auto", "vllm", "transformers"],
+        choices=list(BACKEND_NAMES),
         default="auto",
         help="auto: vLLM when it is installed and there is a GPU, else transformers",
     )
