@@ -143,6 +143,9 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         missing = [c for c in default_callbacks(args) if not any(isinstance(x, type(c)) for x in callbacks)]
         kwargs["callbacks"] = missing + callbacks
 
+        # The batch geometry settled for this launch before TRL reads it (its sampler, vLLM's max_num_seqs, its
+        # logs): a no-op for a config built in this launch; a geometry field changed since is refused here.
+        args.settle_geometry(args.world_size)
         super().__init__(model, reward_funcs, args, **kwargs)
         # The console gets one line (or a bar) per generation batch from this trainer, not a metrics dict per
         # optimizer step: those go to the trackers and metrics.jsonl.
@@ -151,8 +154,10 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self.remove_callback(ProgressCallback)
         self.remove_callback(PrinterCallback)
         check_trl_private_names(self)  # a TRL release that moved one fails here, by name, not mid-run
-        # The process count of this launch is known now; schedules stated in generation batches follow it.
-        args.check_generation_batch_units(self.accelerator.num_processes)
+        # The accelerator's process count is known now: a config settled for another one is refused, not changed.
+        problem = args.geometry_problem(self.accelerator.num_processes)
+        if problem:
+            raise ValueError(problem)
         if self.accelerator.is_main_process:
             logger.info(args.geometry_summary(self.accelerator.num_processes))
 
