@@ -44,6 +44,7 @@ from routing_grpo.backends import TransformersBackend
 from routing_grpo.bucketed_logprobs import LengthBucketedLogprobs
 from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks
 from routing_grpo.config import RoutingGRPOConfig
+from routing_grpo.data import check_columns
 from routing_grpo.early_tell import (
     word_loss_share,
 )
@@ -135,8 +136,8 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self.routing_reward = routing_rewards[0]
         if verifier is not None:
             self.routing_reward.verifier = resolve_verifier(verifier)
-        for split in ("train_dataset", "eval_dataset"):
-            self._check_dataset(kwargs.get(split), split, args.answer_column)
+        for key, split in (("train_dataset", "train"), ("eval_dataset", "eval")):
+            check_columns(kwargs.get(key), split, args.answer_column)
 
         # Preemption checkpoints and the non-finite stop come with every run (once, if also passed in).
         callbacks = list(kwargs.pop("callbacks", None) or [])
@@ -188,21 +189,6 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
     def _reads_early_tell(self) -> bool:
         return self.args.early_tell and self.single_mode is None and len(self.modes) > 1
-
-    @staticmethod
-    def _check_dataset(dataset: Any, split: str, answer_column: str) -> None:
-        datasets = dataset.values() if isinstance(dataset, dict) else [dataset]
-        for ds in datasets:
-            columns = getattr(ds, "column_names", None)
-            if columns is None:
-                continue
-            if "prompt" not in columns:
-                raise ValueError(f"{split}: needs a 'prompt' column, has {columns}")
-            if answer_column not in columns:
-                raise ValueError(
-                    f"answer_column: {split} has no column {answer_column!r} with reference answers "
-                    f"(columns: {columns})"
-                )
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         """transformers pushes each checkpoint under hub_strategy every_save / checkpoint / all_checkpoints; not

@@ -71,6 +71,17 @@ def test_unknown_recipe_key_fails_before_the_model_loads(tmp_path, no_model_load
     assert "did you mean 'num_generations'" in message
 
 
+def test_a_recipe_without_a_model_is_refused_before_parsing(tmp_path, no_model_loading):
+    recipe = tiny_recipe(tmp_path / "m", tmp_path / "out")
+    del recipe["model_name_or_path"]
+    path = write_recipe(tmp_path / "r.yaml", recipe)
+    message = run_cli_expecting_error(["--config", str(path)])
+    assert "model_name_or_path: required" in message
+    # Given on the command line instead, the same recipe gets past that check (to the missing folder).
+    message = run_cli_expecting_error(["--config", str(path), "--model_name_or_path", str(tmp_path / "m")])
+    assert "model_name_or_path: no such folder" in message
+
+
 def test_the_routing_grpo_train_command_reports_the_same_error(tmp_path, no_model_loading):
     from routing_grpo.cli import main as cli_main
 
