@@ -19,17 +19,15 @@ from typing import Any
 from trl import GRPOConfig
 
 from routing_grpo.geometry import (
-    batch_steps_to_optimizer_steps,
-    check_geometry_fields,
-    derive_batch_geometry,
-    generation_batch_on,
+    GEOMETRY_FIELDS,
+    derive_given_geometry,
     geometry_line,
     geometry_table,
-    given_geometry_conflict,
     launch_process_count,
-    optimizer_steps_per_generation_batch,
+    settle_batch_geometry,
     settled_geometry_problem,
     steps_per_generation_batch,
+    uses_paper_units,
 )
 from routing_grpo.importance_sampling import CORRECTION_MODES
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index, parse_modes
@@ -318,11 +316,9 @@ class RoutingGRPOConfig(GRPOConfig):
         )
         # Geometry in the paper's units: derived before GRPOConfig works out the generation batch from it.
         self._settled: tuple[int, int, int, int] | None = None
-        if self.uses_batch_geometry:
-            self._derive_geometry(launch_process_count(), check_given=True)
+        for name, value in derive_given_geometry(self._geometry_fields(), launch_process_count()).items():
+            setattr(self, name, value)
         super().__post_init__()
-        if self.uses_batch_geometry:
-            self._derive_geometry(self.world_size)
         self._mode_specs = self._parse_modes()
         self._validate()
         self.settle_geometry(self.world_size)
@@ -607,70 +603,36 @@ class RoutingGRPOConfig(GRPOConfig):
     @property
     def uses_batch_geometry(self) -> bool:
         """The generation batch is stated in the paper's units (``generation_batch_prompts``)."""
-        return self.generation_batch_prompts is not None or self.minibatches_per_generation is not None
+        return uses_paper_units(self._geometry_fields())
 
-    def _derive_geometry(self, num_processes: int, check_given: bool = False) -> None:
-        """Sets steps_per_generation, gradient_accumulation_steps (and the generation batch size, once
-        GRPOConfig has one) from ``generation_batch_prompts`` / ``minibatches_per_generation``
-        (:func:`~routing_grpo.geometry.derive_batch_geometry`)."""
-        prompts, k = self.generation_batch_prompts, self.minibatches_per_generation
-        check_geometry_fields(prompts, k)
-        spg, ga = derive_batch_geometry(
-            generation_batch_prompts=prompts,
-            minibatches_per_generation=k,
-            num_generations=self.num_generations,
-            per_device_train_batch_size=self.per_device_train_batch_size,
-            num_processes=num_processes,
-        )
-        if check_given:
-            conflict = given_geometry_conflict(
-                generation_batch_prompts=prompts,
-                minibatches_per_generation=k,
-                num_processes=num_processes,
-                generation_batch_size=self.generation_batch_size,
-                steps_per_generation=self.steps_per_generation,
-                gradient_accumulation_steps=self.gradient_accumulation_steps,
-                derived=(spg, ga),
-            )
-            if conflict:
-                raise ValueError(conflict)
-        self.steps_per_generation, self.gradient_accumulation_steps = spg, ga
-        if not check_given:
-            self.generation_batch_size = self.per_device_train_batch_size * num_processes * spg
-
-    def settle_geometry(self, num_processes: int) -> None:
-        """Settles the batch geometry for a launch of ``num_processes`` processes, then the schedules stated in
-        generation batches (``max_steps``, ``eval_steps``, ``save_steps``).
-
-        Done when the config is built (for the ``world_size`` GRPOConfig sees, under ``accelerate launch`` the
-        launched count) and by the trainer before TRL reads the config, so TRL's sampler, vLLM's
-        ``max_num_seqs`` and its logs see the settled values. Another count re-derives the generation batch as
-        GRPOConfig does (:func:`~routing_grpo.geometry.generation_batch_on`, or the paper's units); a geometry
-        field changed since the last settling is refused (:meth:`geometry_problem`).
-        """
-        settled = getattr(self, "_settled", None)
-        if settled is not None:
-            problem = self.geometry_problem(settled[0])
-            if problem:
-                raise ValueError(problem)
-        if self.uses_batch_geometry:
-            self._derive_geometry(num_processes)
-        else:
-            self.generation_batch_size, self.steps_per_generation = generation_batch_on(
-                generation_batch_size=self.generation_batch_size,
-                steps_per_generation=self.steps_per_generation,
-                size_given=self._generation_batch_size_given,
-                per_device_train_batch_size=self.per_device_train_batch_size,
-                num_processes=num_processes,
-            )
-        self._settled = (num_processes, *self._geometry_values())
-        problem = self.geometry_problem(num_processes)
-        if problem:
-            raise ValueError(problem)
-        self.apply_generation_batch_units()
+    def _geometry_fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in GEOMETRY_FIELDS}
 
     def _geometry_values(self) -> tuple[int, int, int]:
         return self.generation_batch_size, self.steps_per_generation, self.gradient_accumulation_steps
+
+    def settle_geometry(self, num_processes: int) -> None:
+        """Settles the batch geometry for a launch of ``num_processes`` processes, and the schedules stated in
+        generation batches (:func:`~routing_grpo.geometry.settle_batch_geometry`).
+
+        Done when the config is built (for the ``world_size`` GRPOConfig sees, under ``accelerate launch`` the
+        launched count) and by the trainer before TRL reads the config, so TRL's sampler, vLLM's
+        ``max_num_seqs`` and its logs see the settled values. A geometry field changed since the last settling
+        is refused (:meth:`geometry_problem`).
+        """
+        settled = getattr(self, "_settled", None)
+        problem = self.geometry_problem(settled[0]) if settled is not None else None
+        if problem is None:
+            fields = self._geometry_fields()
+            values = settle_batch_geometry(
+                fields, num_processes, size_given=self._generation_batch_size_given
+            )
+            for name, value in values.items():
+                setattr(self, name, value)
+            self._settled = (num_processes, *self._geometry_values())
+            problem = self.geometry_problem(num_processes)
+        if problem:
+            raise ValueError(problem)
 
     def geometry_problem(self, num_processes: int) -> str | None:
         """Why this config's batch geometry does not fit a launch of ``num_processes`` processes (None when it
@@ -690,36 +652,14 @@ class RoutingGRPOConfig(GRPOConfig):
     def batch_geometry(self, num_processes: int) -> dict[str, Any]:
         """The batch geometry of a launch on ``num_processes`` processes, in rollouts and steps
         (:func:`~routing_grpo.geometry.geometry_table`)."""
-        return geometry_table(
-            num_processes=num_processes,
-            per_device_train_batch_size=self.per_device_train_batch_size,
-            num_generations=self.num_generations,
-            steps_per_generation=self.steps_per_generation,
-            gradient_accumulation_steps=self.gradient_accumulation_steps,
-            num_iterations=self.num_iterations,
-        )
+        fields = self._geometry_fields()
+        names = ("per_device_train_batch_size", "num_generations", "steps_per_generation")
+        names += ("gradient_accumulation_steps", "num_iterations")
+        return geometry_table(num_processes=num_processes, **{name: fields[name] for name in names})
 
     def geometry_summary(self, num_processes: int) -> str:
         """One line for the start of a run: processes, rollouts per generation batch and per optimizer step."""
         return geometry_line(self.batch_geometry(num_processes), self.num_iterations)
-
-    @property
-    def uses_generation_batch_units(self) -> bool:
-        return any(getattr(self, name) is not None for name in BATCH_STEP_FIELDS)
-
-    def apply_generation_batch_units(self) -> None:
-        """Sets max_steps / eval_steps / save_steps from the ``*_batch_steps`` fields (no-op when unset;
-        :func:`~routing_grpo.geometry.batch_steps_to_optimizer_steps`); part of :meth:`settle_geometry`."""
-        if not self.uses_generation_batch_units:
-            return
-        per_batch = optimizer_steps_per_generation_batch(
-            self.steps_per_generation, self.num_iterations, self.gradient_accumulation_steps
-        )
-        steps = batch_steps_to_optimizer_steps(
-            {name: getattr(self, name) for name in BATCH_STEP_FIELDS}, per_batch
-        )
-        for name, value in steps.items():
-            setattr(self, name, value)
 
     @property
     def optimizer_steps_per_generation_batch(self) -> int | float:

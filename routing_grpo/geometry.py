@@ -7,6 +7,7 @@ Pure arithmetic; :class:`routing_grpo.config.RoutingGRPOConfig` applies it to it
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -277,3 +278,97 @@ def geometry_line(table: dict[str, Any], num_iterations: int = 1) -> str:
         f"{g['gradient_accumulation_steps']}); {g['optimizer_steps_per_generation_batch']} optimizer steps per "
         f"generation batch" + (f" x num_iterations {num_iterations}" if num_iterations > 1 else "")
     )
+
+
+# The config fields the geometry reads (RoutingGRPOConfig's and TRL's).
+GEOMETRY_FIELDS = (
+    "generation_batch_prompts",
+    "minibatches_per_generation",
+    "num_generations",
+    "per_device_train_batch_size",
+    "generation_batch_size",
+    "steps_per_generation",
+    "gradient_accumulation_steps",
+    "num_iterations",
+    "total_batch_steps",
+    "eval_every_batch_steps",
+    "save_every_batch_steps",
+)
+
+
+def uses_paper_units(fields: Mapping[str, Any]) -> bool:
+    """The generation batch is stated in the paper's units (either of the pair set)."""
+    return fields["generation_batch_prompts"] is not None or fields["minibatches_per_generation"] is not None
+
+
+def derive_given_geometry(fields: Mapping[str, Any], num_processes: int) -> dict[str, int]:
+    """``steps_per_generation`` and ``gradient_accumulation_steps`` from the paper's units as the config is
+    built, before GRPOConfig works out the generation batch from them ({} without the paper's units).
+
+    Rule: the pair must be complete (:func:`check_geometry_fields`), divide (:func:`derive_batch_geometry`)
+    and agree with any per-device setting given beside it (:func:`given_geometry_conflict`).
+    """
+    if not uses_paper_units(fields):
+        return {}
+    prompts, k = fields["generation_batch_prompts"], fields["minibatches_per_generation"]
+    check_geometry_fields(prompts, k)
+    spg, ga = derive_batch_geometry(
+        generation_batch_prompts=prompts,
+        minibatches_per_generation=k,
+        num_generations=fields["num_generations"],
+        per_device_train_batch_size=fields["per_device_train_batch_size"],
+        num_processes=num_processes,
+    )
+    conflict = given_geometry_conflict(
+        generation_batch_prompts=prompts,
+        minibatches_per_generation=k,
+        num_processes=num_processes,
+        generation_batch_size=fields["generation_batch_size"],
+        steps_per_generation=fields["steps_per_generation"],
+        gradient_accumulation_steps=fields["gradient_accumulation_steps"],
+        derived=(spg, ga),
+    )
+    if conflict:
+        raise ValueError(conflict)
+    return {"steps_per_generation": spg, "gradient_accumulation_steps": ga}
+
+
+def settle_batch_geometry(
+    fields: Mapping[str, Any], num_processes: int, *, size_given: bool
+) -> dict[str, int]:
+    """The geometry fields settled for a launch of ``num_processes`` processes: ``generation_batch_size``,
+    ``steps_per_generation``, ``gradient_accumulation_steps``, and ``max_steps`` / ``eval_steps`` /
+    ``save_steps`` for the schedules stated in generation batches.
+
+    Rule: with the paper's units, ``(steps_per_generation, gradient_accumulation_steps)`` are
+    :func:`derive_batch_geometry`'s and the generation batch is ``per-device batch x processes x
+    steps_per_generation``; otherwise the generation batch follows what was given
+    (:func:`generation_batch_on`, ``size_given``: ``generation_batch_size`` rather than
+    ``steps_per_generation``). The schedules are then ``N x`` :func:`optimizer_steps_per_generation_batch`
+    (:func:`batch_steps_to_optimizer_steps`).
+    """
+    per_device = fields["per_device_train_batch_size"]
+    if uses_paper_units(fields):
+        spg, ga = derive_batch_geometry(
+            generation_batch_prompts=fields["generation_batch_prompts"],
+            minibatches_per_generation=fields["minibatches_per_generation"],
+            num_generations=fields["num_generations"],
+            per_device_train_batch_size=per_device,
+            num_processes=num_processes,
+        )
+        size = per_device * num_processes * spg
+    else:
+        ga = fields["gradient_accumulation_steps"]
+        size, spg = generation_batch_on(
+            generation_batch_size=fields["generation_batch_size"],
+            steps_per_generation=fields["steps_per_generation"],
+            size_given=size_given,
+            per_device_train_batch_size=per_device,
+            num_processes=num_processes,
+        )
+    settled = {"generation_batch_size": size, "steps_per_generation": spg, "gradient_accumulation_steps": ga}
+    batch_steps = {name: fields[name] for name in GEOMETRY_FIELDS if name.endswith("batch_steps")}
+    if any(n is not None for n in batch_steps.values()):
+        per_batch = optimizer_steps_per_generation_batch(spg, fields["num_iterations"], ga)
+        settled.update(batch_steps_to_optimizer_steps(batch_steps, per_batch))
+    return settled

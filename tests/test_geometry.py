@@ -5,17 +5,21 @@ from __future__ import annotations
 import pytest
 
 from routing_grpo.geometry import (
+    GEOMETRY_FIELDS,
     batch_steps_to_optimizer_steps,
     check_geometry_fields,
     derive_batch_geometry,
+    derive_given_geometry,
     generation_batch_on,
     geometry_line,
     geometry_table,
     given_geometry_conflict,
     launch_process_count,
     optimizer_steps_per_generation_batch,
+    settle_batch_geometry,
     settled_geometry_problem,
     steps_per_generation_batch,
+    uses_paper_units,
 )
 
 
@@ -200,3 +204,85 @@ def test_the_geometry_table_and_its_line():
     assert "generation batch 1024 rollouts (128 prompts x G 8, steps_per_generation 32)" in line
     assert line.endswith("4 optimizer steps per generation batch")
     assert geometry_line(table, num_iterations=2).endswith("x num_iterations 2")
+
+
+def fields(**kwargs):
+    base = {
+        "generation_batch_prompts": None,
+        "minibatches_per_generation": None,
+        "num_generations": 8,
+        "per_device_train_batch_size": 8,
+        "generation_batch_size": None,
+        "steps_per_generation": None,
+        "gradient_accumulation_steps": 1,
+        "num_iterations": 1,
+        "total_batch_steps": None,
+        "eval_every_batch_steps": None,
+        "save_every_batch_steps": None,
+    }
+    assert set(base) == set(GEOMETRY_FIELDS)
+    return {**base, **kwargs}
+
+
+def test_the_paper_units_are_derived_before_grpo_config():
+    assert derive_given_geometry(fields(), 4) == {}  # per-device settings: nothing to derive
+    paper = fields(generation_batch_prompts=128, minibatches_per_generation=4)
+    assert uses_paper_units(paper) and not uses_paper_units(fields())
+    assert derive_given_geometry(paper, 4) == {"steps_per_generation": 32, "gradient_accumulation_steps": 8}
+    with pytest.raises(ValueError, match="steps_per_generation: 16 conflicts"):
+        derive_given_geometry({**paper, "steps_per_generation": 16}, 4)
+    with pytest.raises(ValueError, match="minibatches_per_generation: set"):
+        derive_given_geometry({**paper, "minibatches_per_generation": None}, 4)
+
+
+@pytest.mark.parametrize(
+    ("given", "processes", "expected"),
+    [
+        # The paper's units: 1,024 rollouts in 4 optimizer steps on any count that divides.
+        (
+            {"generation_batch_prompts": 128, "minibatches_per_generation": 4, "total_batch_steps": 90},
+            4,
+            {"generation_batch_size": 1024, "steps_per_generation": 32, "gradient_accumulation_steps": 8},
+        ),
+        (
+            {"generation_batch_prompts": 128, "minibatches_per_generation": 4, "total_batch_steps": 90},
+            8,
+            {"generation_batch_size": 1024, "steps_per_generation": 16, "gradient_accumulation_steps": 4},
+        ),
+        # generation_batch_size given: the batch stays, steps_per_generation follows the count.
+        (
+            {"generation_batch_size": 1024, "gradient_accumulation_steps": 8, "total_batch_steps": 90},
+            4,
+            {"generation_batch_size": 1024, "steps_per_generation": 32, "gradient_accumulation_steps": 8},
+        ),
+        # steps_per_generation given: it stays, the batch follows the count.
+        (
+            {"steps_per_generation": 32, "gradient_accumulation_steps": 8, "total_batch_steps": 90},
+            2,
+            {"generation_batch_size": 512, "steps_per_generation": 32, "gradient_accumulation_steps": 8},
+        ),
+    ],
+)
+def test_the_geometry_settles_for_a_launch(given, processes, expected):
+    size_given = "generation_batch_size" in given
+    settled = settle_batch_geometry(fields(**given), processes, size_given=size_given)
+    assert {k: settled[k] for k in expected} == expected
+    assert settled["max_steps"] == 90 * 4  # 4 optimizer steps per generation batch in each layout
+    assert "eval_steps" not in settled and "save_steps" not in settled
+
+
+def test_settling_without_schedules_leaves_the_steps_alone():
+    settled = settle_batch_geometry(
+        fields(steps_per_generation=3, gradient_accumulation_steps=2), 1, size_given=False
+    )
+    assert settled == {
+        "generation_batch_size": 24,
+        "steps_per_generation": 3,
+        "gradient_accumulation_steps": 2,
+    }
+    with pytest.raises(ValueError, match="whole number of optimizer steps"):
+        settle_batch_geometry(
+            fields(steps_per_generation=3, gradient_accumulation_steps=2, total_batch_steps=5),
+            1,
+            size_given=False,
+        )
