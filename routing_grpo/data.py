@@ -532,3 +532,19 @@ def mix_levels(dataset: Dataset, mix: Mapping[int, float], *, seed: int, size: i
         indices += drawn[: counts[level]]
     rng.shuffle(indices)
     return dataset.select(indices)
+
+
+def check_columns(dataset: Any, split: str, answer_column: str) -> None:
+    """The columns the trainer reads exist in ``dataset`` (a dataset, a mapping of them, or None): ``prompt``
+    and ``answer_column``; otherwise a ValueError naming the key and listing the columns there are. Datasets
+    that do not say their columns (``column_names`` None, e.g. some iterable ones) are left to the trainer."""
+    for ds in dataset.values() if isinstance(dataset, Mapping) else [dataset]:
+        columns = getattr(ds, "column_names", None)
+        if columns is None:
+            continue
+        columns = list(columns)
+        for key, column in (("prompt", "prompt"), ("answer_column", answer_column)):
+            if column not in columns:
+                raise ValueError(
+                    f"{key}: the {split} data has no column {column!r}; its columns are {columns}"
+                )

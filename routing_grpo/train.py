@@ -78,10 +78,6 @@ def parse_args(
         raise UsageError(parse_error_line(err, path, cli_values)) from None
     if modes_text is not None:
         set_modes_text(training_args, modes_text)
-    if not model_args.model_name_or_path:
-        raise UsageError(
-            "model_name_or_path: required (a Hub name, a folder, or offline:smollm2 / offline:tiny / offline:mini)"
-        )
     if path is not None:
         # One run, one folder and one Hub repo: the recipe and seed name them unless the recipe or command
         # line does.
@@ -130,6 +126,7 @@ def train_in_folder(
     from trl import get_peft_config
 
     from routing_grpo import loading, runs
+    from routing_grpo.data import check_columns
     from routing_grpo.hub import check_hub_card, hub_dataset_name, install_model_card
     from routing_grpo.preemption import exit_if_preempted
     from routing_grpo.prompting import forced_word_ids
@@ -142,8 +139,8 @@ def train_in_folder(
     loading.configure_tracking(training_args)
     train_dataset, eval_dataset = loading.load_datasets(script_args, training_args, level_mix)
     with user_errors("", ValueError):
-        loading.check_columns(train_dataset, "train", training_args)
-        loading.check_columns(eval_dataset, "validation", training_args)
+        check_columns(train_dataset, "train", training_args.answer_column)
+        check_columns(eval_dataset, "validation", training_args.answer_column)
 
     ###############################################################
     # One run, one folder

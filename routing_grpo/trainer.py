@@ -43,6 +43,7 @@ from routing_grpo.advantages import compute_advantages, decoupled_word_advantage
 from routing_grpo.bucketed_logprobs import LengthBucketedLogprobs
 from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks
 from routing_grpo.config import RoutingGRPOConfig
+from routing_grpo.data import check_columns
 from routing_grpo.early_tell import (
     word_loss_share,
 )
@@ -136,14 +137,17 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self.routing_reward = routing_rewards[0]
         if verifier is not None:
             self.routing_reward.verifier = resolve_verifier(verifier)
-        for split in ("train_dataset", "eval_dataset"):
-            self._check_dataset(kwargs.get(split), split, args.answer_column)
+        for key, split in (("train_dataset", "train"), ("eval_dataset", "eval")):
+            check_columns(kwargs.get(key), split, args.answer_column)
 
         # Preemption checkpoints and the non-finite stop come with every run (once, if also passed in).
         callbacks = list(kwargs.pop("callbacks", None) or [])
         missing = [c for c in default_callbacks(args) if not any(isinstance(x, type(c)) for x in callbacks)]
         kwargs["callbacks"] = missing + callbacks
 
+        # The batch geometry settled for this launch before TRL reads it (its sampler, vLLM's max_num_seqs, its
+        # logs): a no-op for a config built in this launch; a geometry field changed since is refused here.
+        args.settle_geometry(args.world_size)
         super().__init__(model, reward_funcs, args, **kwargs)
         # The console gets one line (or a bar) per generation batch from this trainer, not a metrics dict per
         # optimizer step: those go to the trackers and metrics.jsonl.
@@ -152,8 +156,10 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self.remove_callback(ProgressCallback)
         self.remove_callback(PrinterCallback)
         check_trl_private_names(self)  # a TRL release that moved one fails here, by name, not mid-run
-        # The process count of this launch is known now; schedules stated in generation batches follow it.
-        args.check_generation_batch_units(self.accelerator.num_processes)
+        # The accelerator's process count is known now: a config settled for another one is refused, not changed.
+        problem = args.geometry_problem(self.accelerator.num_processes)
+        if problem:
+            raise ValueError(problem)
         if self.accelerator.is_main_process:
             logger.info(args.geometry_summary(self.accelerator.num_processes))
 
@@ -184,21 +190,6 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
     def _reads_early_tell(self) -> bool:
         return self.args.early_tell and self.single_mode is None and len(self.modes) > 1
-
-    @staticmethod
-    def _check_dataset(dataset: Any, split: str, answer_column: str) -> None:
-        datasets = dataset.values() if isinstance(dataset, dict) else [dataset]
-        for ds in datasets:
-            columns = getattr(ds, "column_names", None)
-            if columns is None:
-                continue
-            if "prompt" not in columns:
-                raise ValueError(f"{split}: needs a 'prompt' column, has {columns}")
-            if answer_column not in columns:
-                raise ValueError(
-                    f"answer_column: {split} has no column {answer_column!r} with reference answers "
-                    f"(columns: {columns})"
-                )
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         """transformers pushes each checkpoint under hub_strategy every_save / checkpoint / all_checkpoints; not

@@ -79,7 +79,7 @@ def test_the_miniature_has_no_import_cycle():
 FLOORS = {
     0: {
         "paper", "modes", "rewards", "advantages", "schedules", "collapse", "length_buckets", "frontier",
-        "emergence", "grading", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
+        "emergence", "grading", "grading_pool", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
         "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics", "eval_summary",
         "importance_sampling", "output_lock", "path_names", "storage", "model_files", "checkpoints",
     },
