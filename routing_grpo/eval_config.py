@@ -152,8 +152,9 @@ class EvalConfig:
         """The evaluation of ``model`` with ``routing-grpo eval``'s defaults (the module's docstring):
         ``config`` a training recipe whose modes and routing texts are used, ``max_tokens`` and ``output``
         None for their defaults; ``options`` the other fields. Raises ValueError (naming the command's
-        option) for a model that is not there, a recipe or saved settings that cannot be read, and a
-        ``samples`` or ``data`` entry for a benchmark not in ``benchmarks``. An explicit ``max_tokens``
+        option) for a model that is not there and a recipe or saved settings that cannot be read (the
+        benchmarks and their ``samples`` and ``data`` are checked by
+        :func:`routing_grpo.evaluate.check_benchmarks`, which ``run_eval`` calls first). An explicit ``max_tokens``
         past the model's context is lowered to it and said in :attr:`notes`."""
         from routing_grpo.model_files import context_length, weight_file_problem
         from routing_grpo.offline_models import is_offline_name, resolve_model_path
@@ -198,12 +199,6 @@ class EvalConfig:
         if not output:  # docs/evaluation.md's layout: outputs/eval/<method>/seed<N>
             seed = made.run_seed if made.run_seed is not None else 0
             made.output = str(Path("outputs") / "eval" / made.effective_method / f"seed{seed}")
-        for flag, mapping in (("--samples", made.samples), ("--data", made.data)):
-            stray = sorted(set(mapping) - set(made.benchmarks))
-            if stray:
-                raise ValueError(
-                    f"{flag}: {', '.join(stray)} not in --benchmarks ({', '.join(made.benchmarks)})"
-                )
         made.notes = tuple(notes)
         return made
 

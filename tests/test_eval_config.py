@@ -82,8 +82,12 @@ def test_a_model_that_is_not_there_is_refused_before_anything_loads(tmp_path, ch
     out.write_text("")
     with pytest.raises(ValueError, match="is a file; give a folder for the evaluation"):
         EvalConfig.for_checkpoint(str(checkpoint), ["mini"], output=str(out))
+    # Samples for a benchmark not evaluated: refused by the benchmarks' check, which run_eval makes first.
+    from routing_grpo.evaluate import check_benchmarks
+
+    stray = EvalConfig.for_checkpoint(str(checkpoint), ["mini"], samples={"gsm8k": 2})
     with pytest.raises(ValueError, match=r"^--samples: gsm8k not in --benchmarks \(mini\)$"):
-        EvalConfig.for_checkpoint(str(checkpoint), ["mini"], samples={"gsm8k": 2})
+        check_benchmarks(stray)
 
 
 def test_an_offline_name_is_its_folder():
