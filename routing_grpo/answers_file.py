@@ -10,8 +10,8 @@ Resuming: a rerun over the same file keeps each answer made for the same request
 (:func:`plan_answers`); an answered id asked with another request is refused before the model loads, naming
 the line and what differs, unless the file is started afresh (``overwrite``: the new answers go beside it
 and replace it once all are written, so a run that fails leaves it as it was). Rows are appended a batch at
-a time, whole and synced (:func:`write_answers`); a torn last line (a run killed mid-write) is removed and
-its answer generated again. :func:`answer_questions` is the whole run, one writer at a time (the file is
+a time, whole and synced (:func:`write_answers`); a torn last line (a run killed mid-write) is set aside
+(``FILE.torn-<n>``) and its answer generated again. :func:`answer_questions` is the whole run, one writer at a time (the file is
 locked, ``FILE.lock`` beside it, while it is written).
 
     from routing_grpo.answers_file import answer_questions, read_questions
