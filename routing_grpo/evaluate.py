@@ -262,7 +262,8 @@ def _sample_row(
 
 
 def check_benchmarks(config: EvalConfig) -> None:
-    """The benchmark names, the ``--samples`` and ``--data`` entries and the local data files, checked
+    """The benchmark names, the ``--samples`` and ``--data`` entries (each a known benchmark, and one of
+    ``--benchmarks``) and the local data files, checked
     before anything is loaded; raises ValueError naming the option (FileNotFoundError for a missing file)."""
     from routing_grpo.data import TASKS
 
@@ -283,6 +284,12 @@ def check_benchmarks(config: EvalConfig) -> None:
             raise ValueError(f"--data: {bench} is generated (seeded, no download); it takes no file")
         if looks_local(path) and not Path(path).expanduser().exists():
             raise FileNotFoundError(f"--data: {bench}={path}: no such file or directory")
+    for flag, entries in (("--samples", config.samples), ("--data", config.data)):
+        stray = sorted(set(entries) - set(config.benchmarks))
+        if stray:
+            raise ValueError(
+                f"{flag}: {', '.join(stray)} not in --benchmarks ({', '.join(config.benchmarks)})"
+            )
 
 
 def load_benchmarks(config: EvalConfig) -> dict[str, Any]:

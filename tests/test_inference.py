@@ -19,8 +19,6 @@ from routing_grpo.inference import (
     Row,
     head_row_budget,
     known_row_budget,
-    read_answered_ids,
-    read_questions,
     resolve_routing,
 )
 from routing_grpo.modes import ModeDetector, ModeSpec
@@ -159,46 +157,6 @@ def test_row_budgets():
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Files
-# ---------------------------------------------------------------------------------------------------------
-
-
-def test_read_questions(tmp_path):
-    path = tmp_path / "q.jsonl"
-    path.write_text(
-        '{"question": "a"}\n\n{"id": 7, "prompt": [{"role": "user", "content": "b"}], "allow": "Short"}\n'
-        '{"question": "c", "mode": "Long", "caps": false}\n'
-    )
-    rows = read_questions(path)
-    assert [r["id"] for r in rows] == ["1", "7", "4"]
-    assert rows[1]["question"] == [{"role": "user", "content": "b"}] and rows[1]["allow"] == "Short"
-    assert rows[2]["mode"] == "Long" and rows[2]["caps"] is False
-    for text, match in [
-        ('{"question": "a"}\n{"question": ', ":2: not valid JSON"),
-        ('{"question": ""}\n', ":1: needs a non-empty"),
-        ("[1, 2]\n", ":1: expected a JSON object"),
-        ('{"id": 1, "question": "a"}\n{"id": 1, "question": "b"}\n', "id '1' appears twice"),
-        ('{"question": "a", "caps": "no"}\n', "caps"),
-    ]:
-        path.write_text(text)
-        with pytest.raises(ValueError, match=match):
-            read_questions(path)
-    with pytest.raises(FileNotFoundError):
-        read_questions(tmp_path / "missing.jsonl")
-
-
-def test_read_answered_ids_drops_a_torn_last_line(tmp_path):
-    path = tmp_path / "a.jsonl"
-    assert read_answered_ids(path) == set()
-    path.write_text('{"id": "1"}\n{"id": "2"}\n{"id": "3", "te')
-    assert read_answered_ids(path) == {"1", "2"}
-    assert path.read_text() == '{"id": "1"}\n{"id": "2"}\n'
-    path.write_text('{"id": "1"}\nnot json\n{"id": "3"}\n')
-    with pytest.raises(ValueError, match=":2: not valid JSON"):
-        read_answered_ids(path)
-    path.write_text('{"id": "1"}\n{"text": "no id"}\n{"id": "3"}\n')
-    with pytest.raises(ValueError, match=":2: not an answer row"):
-        read_answered_ids(path)
 
 
 # ---------------------------------------------------------------------------------------------------------

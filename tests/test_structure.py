@@ -72,6 +72,25 @@ def test_the_miniature_has_no_import_cycle():
     assert not [c for c in cycles(graph) if any(m.startswith("routing_grpo.mini") for m in c)]
 
 
+def test_the_general_commands_do_not_import_the_miniature():
+    """``routing-grpo report`` and every other command reach no module of the miniature, even through others:
+    the miniature adds its part (the report's oracle part, its tasks, its models) through the entry points
+    it declares (routing_grpo/mini/plugin.py, pyproject.toml)."""
+    graph = import_graph()
+    reached = []
+    for command in [m for m in graph if m.startswith("routing_grpo.commands") or m == "routing_grpo.cli"]:
+        seen, todo = set(), [command]
+        while todo:
+            module = todo.pop()
+            for target in graph.get(module, ()):
+                if target.startswith(MINI):
+                    reached.append(f"{command} reaches {target} through {module}")
+                elif target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+    assert not reached, reached
+
+
 # Doors one way: a module imports only from its own floor or below. The pure method modules and small
 # utilities at the bottom; prompting, data, the config and the routing settings file above them; trainer,
 # evaluation, inference, report and the training stages above those; the entries on top. The miniature
@@ -89,7 +108,7 @@ FLOORS = {
     },
     2: {
         "trainer", "bucketed_logprobs", "callbacks", "preemption", "evaluate", "eval_config", "eval_engines", "inference",
-        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm",
+        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm", "answers_file",
     },
     3: {
         "train", "cli", "demo", "demo_smollm2", "__main__", "commands", "commands.reward_table", "commands.oracle",
