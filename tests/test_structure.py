@@ -89,7 +89,7 @@ FLOORS = {
     },
     2: {
         "trainer", "bucketed_logprobs", "callbacks", "preemption", "backends", "evaluate", "eval_config", "eval_engines", "inference",
-        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm",
+        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm", "launch_checks",
     },
     3: {
         "train", "cli", "demo", "demo_smollm2", "__main__", "commands", "commands.reward_table", "commands.oracle",
