@@ -206,6 +206,7 @@ def _answer_in_batches(
     synced) and its answers printed as they come; returns the generation's counts and seconds."""
     from routing_grpo.inference import answer_line
     from routing_grpo.jsonl import append_jsonl
+    from routing_grpo.routing_metrics import duration_text
 
     generated = {"answers": 0, "tokens": 0, "seconds": 0.0}
     for start in range(0, len(todo), args.batch_size):
@@ -228,6 +229,15 @@ def _answer_in_batches(
                 json.dumps({"id": i, **answer.to_dict()}, ensure_ascii=False)
                 if args.json
                 else answer_line(i, answer),
+                flush=True,
+            )
+        done = min(start + args.batch_size, len(todo))
+        if done < len(todo):  # progress on stderr (stdout holds the answers): the prompts left at this pace
+            seconds = generated["seconds"]
+            eta = duration_text(seconds / done * (len(todo) - done))
+            print(
+                f"[generate] {done}/{len(todo)} prompts ({seconds:.0f}s, ETA {eta})",
+                file=sys.stderr,
                 flush=True,
             )
     return generated
