@@ -82,7 +82,7 @@ gpu-check: install
 #                              # 3 baselines and 2 ablations; the cliff world's router and 3 baselines
 #                              # (the negative control); per seed; a report per world
 #   make mini SEEDS="0" TEACH=1   # teach both worlds' models from scratch first (about 23 + 42 min)
-# The SmolLM2-135M demo of the machinery: make demo-smollm2 (DEMO_ARGS="--steps 6" to vary it).
+# The SmolLM2-135M demo of the machinery: make demo-smollm2 -> outputs/demo_smollm2/summary.md (DEMO_ARGS="--steps 6").
 # ------------------------------------------------------------------------------------------------------
 DEMO_ARGS ?=
 MINI_ARGS ?=
