@@ -81,7 +81,7 @@ FLOORS = {
         "paper", "modes", "rewards", "advantages", "schedules", "collapse", "batching", "frontier",
         "emergence", "grading", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
         "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics", "eval_summary",
-        "importance_sampling", "output_lock", "path_names", "storage", "model_files", "checkpoints",
+        "importance_sampling", "output_lock", "path_names", "storage", "model_files", "checkpoints", "demo_summary",
     },
     1: {
         "prompting", "config", "settings", "tasks", "data", "offline_models", "generation",
