@@ -27,10 +27,12 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 from routing_grpo.demo_summary import COLD_START, render_summary  # noqa: E402, F401  (render_summary: this module's too)
 from routing_grpo.routing_metrics import duration_text  # noqa: E402
@@ -119,6 +121,44 @@ def expected_total(expected: dict[str, float]) -> float:
     return max(beside, training) + evaluation + report
 
 
+# The demo's stages in the four groups above (the miniature runner's stage names), for the lines of stages left.
+STAGE_GROUPS = (("world_", "oracle", "base"), ("train_",), ("eval_",), ("report",))
+STAGE_COUNTS = (8, 1, 1, 1)  # 3 world evaluations, the oracle, 3 forced evaluations, the plain prompt; ...
+# A stage's last line from the runner: "[graded   209s] eval_router_seed0: 46s - ..." or "...: done before ...".
+STAGE_DONE = re.compile(r"^\[\S+\s+\d+s\] (\w+): (?:\d+s\b|done before)")
+
+
+def stages_left_line(done: Sequence[int], expected: dict[str, float]) -> str:
+    """``[demo] k/n stages done, about T left``: each group's expected seconds in proportion to its stages
+    left (training beside the first group, as they run)."""
+    left = [sec * (n - min(d, n)) / n for sec, n, d in zip(expected.values(), STAGE_COUNTS, done)]
+    total = max(left[0], left[1]) + left[2] + left[3]
+    return (
+        f"[demo] {min(sum(done), sum(STAGE_COUNTS))}/{sum(STAGE_COUNTS)} stages done, about "
+        f"{duration_text(total)} left"
+    )
+
+
+class StagesLeft:
+    """Passes the runner's lines through and, after each that ends a stage, prints the stages left."""
+
+    def __init__(self, stream: Any, expected: dict[str, float]) -> None:
+        self.stream, self.expected, self.done = stream, expected, [0] * len(STAGE_GROUPS)
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        for line in text.splitlines():
+            match = STAGE_DONE.match(line)
+            group = next((i for i, g in enumerate(STAGE_GROUPS) if match and match[1].startswith(g)), None)
+            if group is not None:
+                self.done[group] += 1
+                self.stream.write(stages_left_line(self.done, self.expected) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
 def plan_line(expected: dict[str, float]) -> str:
     """The demo's stages with the expected duration of each, and the total."""
     stages = "; ".join(
@@ -196,7 +236,11 @@ def run(argv: Sequence[str] | None = None) -> str:
     )
     print(plan_line(expected), flush=True)
     started = time.time()
-    code = mini_run.main(cmd)
+    stdout, sys.stdout = sys.stdout, StagesLeft(sys.stdout, expected)
+    try:
+        code = mini_run.main(cmd)
+    finally:
+        sys.stdout = stdout
     if code != 0:  # its lines are printed; a usage error keeps its exit code 2
         raise SystemExit(code if code == 2 else 1)
     runs = out / WORLD

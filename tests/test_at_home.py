@@ -363,3 +363,20 @@ def test_figures_span_the_caps_and_show_routing_per_level_for_the_router(tmp_pat
     assert [p.method for p in points] == MODES
     assert points[1].accuracy == pytest.approx(0.99) and points[2].length == pytest.approx(41.0)
     assert plots.moving_mean([0, 2, 4, 6], 2) == [0, 1, 3, 5]
+
+
+def test_the_demo_counts_down_its_stages_as_the_runner_ends_them():
+    import io
+
+    from routing_grpo.demo import RECORDED_SECONDS, StagesLeft
+
+    out = io.StringIO()
+    stream = StagesLeft(out, dict(RECORDED_SECONDS))
+    stream.write("[graded      3s] world_NoThink: [mini_graded] 10/50 prompts (3s, ETA 12s)\n")
+    assert "stages done" not in out.getvalue()  # a progress line, not the end of a stage
+    stream.write("[graded     40s] world_NoThink: 40s — accuracy 0.8\n")
+    assert out.getvalue().splitlines()[-1] == "[demo] 1/11 stages done, about 4m38s left"  # 245 + 30 + 3
+    stream.write("[graded    250s] train_graded_router_seed0: 250s\n")
+    stream.write("[graded    251s] eval_router_seed0: done before (same command and inputs), skipped\n")
+    last = out.getvalue().splitlines()[-1]
+    assert last.startswith("[demo] 3/11 stages done, about 2m59s left")  # 201 x 7/8 of the first group + 3
