@@ -64,7 +64,8 @@ def process_count_warning(
         return None
     count = f"{asked} processes" if asked is not None else "several processes"
     return (
-        f"warning: accelerate launch was asked for {count} but runs {world_size}: with this config and without "
+        f"routing-grpo train: warning: accelerate launch was asked for {count} but runs {world_size}: with this "
+        "config and without "
         "--multi_gpu its simple launcher starts the script once; add --multi_gpu (torch's launcher; the recipe's "
         "use_cpu: true keeps it on CPU) to train in every process"
     )
