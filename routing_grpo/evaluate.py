@@ -40,6 +40,7 @@ from routing_grpo.model_files import context_length
 from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.path_names import under
 from routing_grpo.prompting import PromptPlan
+from routing_grpo.routing_metrics import duration_text
 from routing_grpo.sample_store import (
     append_samples,
     begin_replacement,
@@ -166,9 +167,11 @@ def evaluate_benchmark(
         if progress:
             finished = min(start + per_call, len(todo))
             rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
+            elapsed = time.time() - started
+            left = len(todo) - finished  # the prompts left at this run's pace so far
+            eta = f", ETA {duration_text(elapsed / finished * left)}" if left and finished else ""
             print(
-                f"[{benchmark}] {finished}/{len(todo)} prompts ({time.time() - started:.0f}s, "
-                f"{rate:.0f} tokens/s generated)",
+                f"[{benchmark}] {finished}/{len(todo)} prompts ({elapsed:.0f}s, {rate:.0f} tokens/s generated{eta})",
                 flush=True,
             )
 

@@ -386,14 +386,18 @@ def check_chat_template_setting(value: str | None) -> None:
 
 def hub_push_problem() -> str | None:
     """Why a push to the Hub cannot work from here (None when it can): the Hub switched off
-    (``HF_HUB_OFFLINE``), or no token (``HF_TOKEN`` or ``hf auth login``)."""
+    (``HF_HUB_OFFLINE``), no token (``HF_TOKEN`` or ``hf auth login``), or a Hub that does not answer or
+    refuses the token (:func:`routing_grpo.hub.hub_unreachable`, a short authenticated call)."""
     if hub_offline():
         return "the Hub is offline here (HF_HUB_OFFLINE is set)"
     from huggingface_hub import get_token
 
-    if not get_token():
+    token = get_token()
+    if not token:
         return "no Hub token (set HF_TOKEN or run `hf auth login`)"
-    return None
+    from routing_grpo.hub import hub_unreachable
+
+    return hub_unreachable(token)
 
 
 def preflight(

@@ -100,7 +100,7 @@ FLOORS = {
         "paper", "modes", "rewards", "advantages", "schedules", "collapse", "length_buckets", "frontier",
         "emergence", "grading", "grading_pool", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
         "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics", "eval_summary",
-        "importance_sampling", "output_lock", "path_names", "storage", "model_files", "checkpoints",
+        "importance_sampling", "output_lock", "path_names", "storage", "model_files", "checkpoints", "demo_summary",
     },
     1: {
         "prompting", "config", "settings", "tasks", "data", "offline_models", "rollouts", "arguments",
@@ -108,7 +108,7 @@ FLOORS = {
     },
     2: {
         "trainer", "bucketed_logprobs", "callbacks", "preemption", "evaluate", "eval_config", "eval_engines", "inference",
-        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm", "answers_file",
+        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm", "answers_file", "launch_checks",
     },
     3: {
         "train", "cli", "demo", "demo_smollm2", "__main__", "commands", "commands.reward_table", "commands.oracle",

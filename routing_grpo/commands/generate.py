@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ def run(args: argparse.Namespace) -> int:
     from routing_grpo.generation.options import check_device, check_sampling, check_seed
     from routing_grpo.inference import resolve_routing
     from routing_grpo.model_files import weight_file_problem
+    from routing_grpo.routing_metrics import duration_text
     from routing_grpo.settings import RoutingSettings, local_model_path
 
     if args.mode is not None and args.allow is not None:
@@ -65,7 +67,10 @@ def run(args: argparse.Namespace) -> int:
     if not rows:
         raise UsageError(f"--input: {args.input} holds no questions")
 
+    progress: dict[str, Any] = {"todo": 0, "done": 0, "first": None}
+
     def resumed(plan: Any) -> None:
+        progress["todo"] = len(plan.todo)
         if plan.resumed:
             print(
                 f"{plan.reused} of {len(plan.requests)} questions already answered in {plan.output}",
@@ -78,6 +83,19 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps({"id": i, **answer.to_dict()}, ensure_ascii=False), flush=True)
             else:
                 print(answer_line(i, answer), flush=True)
+        # Progress on stderr (stdout holds the answers): the prompts left at the pace since the first batch.
+        progress["done"] += len(ids)
+        done, todo, now = progress["done"], progress["todo"], time.perf_counter()
+        if progress["first"] is None:
+            progress["first"] = (now, done)
+        elif done < todo:
+            started, first_done = progress["first"]
+            eta = duration_text((now - started) / (done - first_done) * (todo - done))
+            print(
+                f"[generate] {done}/{todo} prompts ({now - started:.0f}s, ETA {eta})",
+                file=sys.stderr,
+                flush=True,
+            )
 
     try:
         done = answer_questions(
