@@ -101,6 +101,7 @@ FLOORS = {
         "emergence", "grading", "grading_pool", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
         "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics", "eval_summary",
         "importance_sampling", "output_lock", "path_names", "storage", "model_files", "checkpoints", "demo_summary",
+        "adapters",
     },
     1: {
         "prompting", "config", "settings", "tasks", "data", "offline_models", "rollouts", "arguments",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from routing_grpo.adapters import is_adapter_folder, load_adapter_model
 from routing_grpo.generation.interface import BackendBase, Completion, GenerationRequest, stop_token_ids
 from routing_grpo.generation.options import (
     DEFAULT_TEMPERATURE,
@@ -44,7 +45,8 @@ def build(options: BackendOptions, tokenizer: Any) -> TransformersBackend:
 def load_transformers_model(
     model: str, *, revision: str | None = None, dtype: str = "auto", device: str | None = None
 ) -> Any:
-    """The causal LM in eval mode on ``device`` (default: the GPU when there is one)."""
+    """The causal LM in eval mode on ``device`` (default: the GPU when there is one); a LoRA adapter folder
+    is its base with the adapter merged in (:func:`routing_grpo.adapters.load_adapter_model`, through PEFT)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as transformers_logging
 
@@ -52,7 +54,10 @@ def load_transformers_model(
     bars = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
     try:
-        loaded = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype=dtype)
+        if is_adapter_folder(model):
+            loaded = load_adapter_model(model, dtype=dtype)
+        else:
+            loaded = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype=dtype)
     finally:
         if bars:
             transformers_logging.enable_progress_bar()
