@@ -43,7 +43,9 @@ SYNC_EVERY = 8  # decoding steps between two reads of the done flags by the host
 def row_limits(budgets: Sequence[int | None], max_completion_length: int) -> list[int]:
     """Each row's token limit before its head is read: its budget within the completion limit; a free row
     (None) the completion limit itself; a budget at or below 0 allows no token."""
-    return [max_completion_length if b is None else max(0, min(int(b), max_completion_length)) for b in budgets]
+    return [
+        max_completion_length if b is None else max(0, min(int(b), max_completion_length)) for b in budgets
+    ]
 
 
 def graph_blocker(model: Any) -> str | None:
@@ -68,7 +70,9 @@ def graph_blocker(model: Any) -> str | None:
         return "the model has no parameters to place it"
     if hasattr(parameter, "ds_id") or hasattr(parameter, "ds_status"):
         return "the parameters are ZeRO-3 partitioned"
-    if "DTensor" in (type(parameter).__name__, type(parameter.data).__name__) or hasattr(parameter, "_is_sharded"):
+    if "DTensor" in (type(parameter).__name__, type(parameter.data).__name__) or hasattr(
+        parameter, "_is_sharded"
+    ):
         return "the parameters are FSDP sharded"
     if getattr(model, "_can_compile_fullgraph", True) is False:
         return "the model does not support a static cache"
@@ -144,7 +148,9 @@ class DeviceDecoder:
         try:
             self.cache = StaticCache(config=self.model.config, max_cache_len=length)
         except (TypeError, ValueError, AttributeError) as error:
-            logger.warning("device decoding: no static cache for this model (%s); the model's own cache", error)
+            logger.warning(
+                "device decoding: no static cache for this model (%s); the model's own cache", error
+            )
             self.static_cache = False
             return None
         self.cache_shape = (rows, length)
@@ -226,7 +232,10 @@ class DeviceDecoder:
             self.compiled = torch.compile(step_forward, mode="reduce-overhead", dynamic=False)
         with torch.no_grad():
             prefill: dict[str, Any] = dict(
-                input_ids=seq[:, :width], attention_mask=mask[:, :width], position_ids=positions, use_cache=True
+                input_ids=seq[:, :width],
+                attention_mask=mask[:, :width],
+                position_ids=positions,
+                use_cache=True,
             )
             if cache is not None:
                 prefill[cache_name] = cache

@@ -43,7 +43,9 @@ def generate_rows(model, tok, config, prompts, budget):
 
 @pytest.mark.parametrize("sync_every", [1, 3, 8])
 @pytest.mark.parametrize("static_cache", [True, False])
-def test_greedy_gives_generates_and_the_shrinking_loops_tokens_per_row_and_budget(tiny, sync_every, static_cache):
+def test_greedy_gives_generates_and_the_shrinking_loops_tokens_per_row_and_budget(
+    tiny, sync_every, static_cache
+):
     from transformers import GenerationConfig
 
     model, tok = tiny
