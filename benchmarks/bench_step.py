@@ -275,8 +275,8 @@ def run_routing(
     decode: str = "shrinking",
 ) -> dict[str, Any]:
     """The routing trainer's step; ``decode``: the transformers backend's decode loop, ``shrinking`` (the
-    library's, routing_grpo.decoding) or ``device`` (routing_grpo.device_decode, put in by
-    :func:`device_decoding`)."""
+    library's, routing_grpo.decoding) or ``device`` (routing_grpo.device_decode) or ``generate``
+    (routing_grpo.generate_budgets), put in by :func:`decode_path`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -305,9 +305,7 @@ def run_routing(
     )
     meter = GenerationMeter(model)
     meter.wrap(trainer)
-    if decode not in DECODE_PATHS:
-        raise ValueError(f"decode: {decode!r} is not one of {', '.join(DECODE_PATHS)}")
-    with device_decoding(decode == "device") as holder:
+    with decode_path(decode) as holder:
         result = _measure(trainer, meter, args.steps)
     result["decode"] = decode
     decoder = holder.get("decoder")
@@ -326,27 +324,34 @@ def run_routing(
     return result
 
 
-DECODE_PATHS = ("shrinking", "device")
+# The transformers backend's decode loops: the shrinking loop (routing_grpo.decoding), the device-side loop
+# (routing_grpo.device_decode) and transformers' own generate with a per-row budget criterion and a static
+# cache (routing_grpo.generate_budgets; compiled by generate on CUDA).
+DECODE_PATHS = ("shrinking", "device", "generate")
 
 
 @contextlib.contextmanager
-def device_decoding(active: bool) -> Iterator[dict[str, Any]]:
-    """While active, the transformers backend decodes with one :class:`routing_grpo.device_decode.DeviceDecoder`
-    per model (kept across steps, so its CUDA graphs are captured once) in place of
-    ``routing_grpo.decoding.sample_with_budgets``: the name is replaced in every loaded module of the package
-    that imported it (wherever the backend lives), and restored after. Yields ``{"decoder": the decoder}``
-    once one was made (empty when off)."""
+def decode_path(name: str) -> Iterator[dict[str, Any]]:
+    """While open, the transformers backend decodes with the loop ``name`` of :data:`DECODE_PATHS` in place of
+    ``routing_grpo.decoding.sample_with_budgets`` (``device``: one ``DeviceDecoder`` per model, kept across
+    steps so that its CUDA graphs are captured once): the name is replaced in every loaded module of the
+    package that imported it (wherever the backend lives), and restored after. Yields ``{"decoder": ...}``
+    once a device decoder was made."""
     holder: dict[str, Any] = {}
-    if not active:
+    if name not in DECODE_PATHS:
+        raise ValueError(f"decode: {name!r} is not one of {', '.join(DECODE_PATHS)}")
+    if name == "shrinking":
         yield holder
         return
     from routing_grpo.device_decode import DeviceDecoder, shrinking_loop_supported
+    from routing_grpo.generate_budgets import generate_with_budgets
 
-    decoding = sys.modules[
-        shrinking_loop_supported.__module__
-    ]  # the shrinking loop's module, wherever it lives
+    # The shrinking loop's module, wherever it lives.
+    decoding = sys.modules[shrinking_loop_supported.__module__]
 
     def sample(model: Any, prompt_ids: Any, budgets: Any, **kwargs: Any) -> list[list[int]]:
+        if name == "generate":
+            return generate_with_budgets(model, prompt_ids, budgets, static_cache=True, **kwargs)
         if holder.get("decoder") is None or holder["decoder"].model is not model:
             holder["decoder"] = DeviceDecoder(model)
         return holder["decoder"].sample(prompt_ids, budgets, **kwargs)
@@ -354,12 +359,12 @@ def device_decoding(active: bool) -> Iterator[dict[str, Any]]:
     original = decoding.sample_with_budgets
     patched = [
         module
-        for name, module in list(sys.modules.items())
-        if name.startswith("routing_grpo.") and module is not decoding
+        for module_name, module in list(sys.modules.items())
+        if module_name.startswith("routing_grpo.") and module is not decoding
         and getattr(module, "sample_with_budgets", None) is original
     ]  # fmt: skip
     if not patched:
-        raise RuntimeError("device decoding: no module of the package calls decoding.sample_with_budgets")
+        raise RuntimeError(f"decode {name}: no module of the package calls decoding.sample_with_budgets")
     for module in patched:
         module.sample_with_budgets = sample
 

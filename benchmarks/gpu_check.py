@@ -20,9 +20,9 @@ serving      ``routing-grpo eval`` and ``routing-grpo generate`` with the transf
              miniature's router (the one the miniature section trained, else the shipped taught model).
 
 ``--quick`` runs the step section alone (a few minutes on one H100, model build included): 3 measured steps,
-every one listed, of (a) TRL's step on (b)'s rollouts and (b) the routing step with the shrinking decode loop
-and with the device-side one (routing_grpo.device_decode; ``--decode`` runs one of them), with the
-milliseconds per decoding forward beside the memory-bandwidth floor (the model's bytes read once per step at
+every one listed, of (a) TRL's step on (b)'s rollouts and (b) the routing step with each decode loop: the
+shrinking loop, the device-side loop (routing_grpo.device_decode) and transformers' ``generate`` with per-row
+budgets and a static cache (routing_grpo.generate_budgets); ``--decode`` runs one of them. With the milliseconds per decoding forward beside the memory-bandwidth floor (the model's bytes read once per step at
 the GPU's bandwidth, from a table of known cards).
 
 DIR/gpu_check.json and DIR/gpu_check.md are written after every section. ``--device cpu --small`` runs every
@@ -271,7 +271,7 @@ def step(check: Check) -> dict[str, Any]:
 
 
 def quick_step(check: Check) -> dict[str, Any]:
-    """``--quick``: (a) and (b) with the shrinking and the device-side decode loop, 3 measured steps each, the
+    """``--quick``: (a) and (b) with each decode loop of ``--decode``, 3 measured steps each, the
     milliseconds per decoding forward beside the memory-bandwidth floor."""
     from benchmarks import bench_step
 
@@ -283,7 +283,7 @@ def quick_step(check: Check) -> dict[str, Any]:
         max_completion_length=size["max_len"], caps=size["caps"], seed=0, output=check.out / "step",
         device=check.args.device, dtype="bfloat16" if cuda else "float32", gradient_checkpointing=True,
     )  # fmt: skip
-    paths = bench_step.DECODE_PATHS if check.args.decode == "both" else (check.args.decode,)
+    paths = bench_step.DECODE_PATHS if check.args.decode == "all" else (check.args.decode,)
     rows: dict[str, Any] = {}
     started = time.perf_counter()
     replay = None
@@ -582,6 +582,7 @@ def _render_quick_step(r: dict[str, Any]) -> list[str]:
         "a_plain": "(a) TRL GRPO, (b)'s rollouts",
         "b_shrinking": "(b) routing, shrinking decode loop",
         "b_device": "(b) routing, device decode loop",
+        "b_generate": "(b) routing, transformers' generate with per-row budgets",
     }
     for key, label in labels.items():
         if key not in rows:
@@ -603,7 +604,7 @@ def _render_quick_step(r: dict[str, Any]) -> list[str]:
         else "No floor: no known memory bandwidth (a CPU, or a card not in the table).",
     ]
     a = rows.get("a_plain")
-    for key in ("b_shrinking", "b_device"):
+    for key in ("b_shrinking", "b_device", "b_generate"):
         if a and key in rows:
             b = rows[key]
             lines.append(
@@ -722,8 +723,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--small", action="store_true", help="small shapes: minutes on CPU (the slow test tier)")
     p.add_argument("--quick", action="store_true",
                    help="the step section alone: (a) and (b) with each decode loop, 3 measured steps")  # fmt: skip
-    p.add_argument("--decode", choices=("both", "shrinking", "device"), default="both",
-                   help="--quick's routing rows: both decode loops (default) or one")  # fmt: skip
+    p.add_argument("--decode", choices=("all", "shrinking", "device", "generate"), default="all",
+                   help="--quick's routing rows: every decode loop (default: the shrinking loop, the device-side "
+                   "loop, transformers' generate with per-row budgets) or one")  # fmt: skip
     p.add_argument(
         "--only",
         default=",".join(SECTIONS),

@@ -129,14 +129,15 @@ def test_quick_check_times_each_step_of_both_decode_loops_on_cpu(tmp_path):
     sections = json.loads((out / "gpu_check.json").read_text())["sections"]
     assert list(sections) == ["environment", "step"]
     step = sections["step"]
-    assert set(step["rows"]) == {"a_plain", "b_shrinking", "b_device"}
+    assert set(step["rows"]) == {"a_plain", "b_shrinking", "b_device", "b_generate"}
     for row in step["rows"].values():
         assert len(row["step_times"]) == len(row["generation_times"]) == 3
         assert row["tokens_past_caps"] == 0 and row["ms_per_forward"] > 0
     # The same rollouts: both loops read the same heads and keep the same tokens per step.
-    b, d = step["rows"]["b_shrinking"], step["rows"]["b_device"]
-    assert b["completion_tokens"] == d["completion_tokens"]
+    b, d, g = step["rows"]["b_shrinking"], step["rows"]["b_device"], step["rows"]["b_generate"]
+    assert b["completion_tokens"] == d["completion_tokens"] == g["completion_tokens"]
     assert d["cuda_graphs"].startswith("off (the model is on cpu")
     assert step["floor_ms_per_decoding_step"] is None
     text = (out / "gpu_check.md").read_text()
     assert "(b) routing, device decode loop" in text and "No floor" in text
+    assert "(b) routing, transformers' generate with per-row budgets" in text

@@ -85,7 +85,7 @@ FLOORS = {
     },
     1: {
         "prompting", "config", "settings", "tasks", "data", "offline_models", "generation",
-        "capped_generation", "decoding", "device_decode", "arguments", "recipe_file", "trl_private",
+        "capped_generation", "decoding", "device_decode", "generate_budgets", "arguments", "recipe_file", "trl_private",
     },
     2: {
         "trainer", "bucketed_logprobs", "callbacks", "preemption", "backends", "evaluate", "eval_config", "eval_engines", "inference",
