@@ -185,8 +185,12 @@ class DeviceDecoder:
         max_completion_length: int,
         head_budget: Callable[[int, list[int]], int] | None = None,
         head_tokens: int = DETECTION_HEAD_TOKENS,
+        on_prefill: Callable[[Any], None] | None = None,
     ) -> list[list[int]]:
-        """One completion per row; see the module's docstring for the contract."""
+        """One completion per row; see the module's docstring for the contract. ``on_prefill`` gets the
+        prefill's last-position logits (rows x vocabulary, before any processor): for a free row that is the
+        policy at the routing position, which the early tell (docs/method.md "The early tell") otherwise
+        computes with a forward of its own."""
         import torch
 
         if not shrinking_loop_supported(generation_config):
@@ -245,6 +249,8 @@ class DeviceDecoder:
                 cache = out[cache_name]
                 step_forward = self._forward(cache_name)
             logits = out.logits[:, -1, :]
+            if on_prefill is not None:
+                on_prefill(logits.detach().clone())
             for t in range(max_completion_length):
                 scores = logits.float()
                 if min_new and eos.numel():

@@ -315,3 +315,22 @@ def test_generate_with_a_budget_criterion_gives_the_device_loops_tokens(tiny, st
         ours = sample_on_device(model, prompts, budgets, **kw)
         assert library == ours, do_sample
         assert all(len(r) <= b for r, b in zip(library, [5, 12, 17, 30]))
+
+
+def test_the_prefill_logits_are_the_policy_at_each_rows_last_prompt_position(tiny):
+    """``on_prefill`` hands over what the early tell's own forward computes: the last position's logits."""
+    import torch
+    from transformers import GenerationConfig
+
+    model, tok = tiny
+    prompts = prompts_of(tok, 3)
+    seen = []
+    DeviceDecoder(model).sample(
+        prompts, [3, 3, 3], generation_config=GenerationConfig(do_sample=False), eos_token_ids=[tok.eos_token_id],
+        pad_token_id=tok.pad_token_id, max_completion_length=3, on_prefill=seen.append,
+    )  # fmt: skip
+    assert len(seen) == 1 and seen[0].shape == (3, model.config.vocab_size)
+    for row, ids in enumerate(prompts):
+        with torch.no_grad():
+            alone = model(torch.tensor([ids])).logits[0, -1]
+        torch.testing.assert_close(seen[0][row], alone, rtol=1e-4, atol=1e-4)
