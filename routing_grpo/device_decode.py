@@ -207,13 +207,15 @@ class DeviceDecoder:
         total = width + max_completion_length
         pad = int(pad_token_id)
 
-        # Preallocated: the sequences (prompts left-padded, then the completion's slots) and the mask.
-        seq = torch.full((n, total), pad, dtype=torch.long, device=device)
-        mask = torch.zeros((n, total), dtype=torch.long, device=device)
+        # Preallocated: the sequences (prompts left-padded, then the completion's slots) and the mask, built on
+        # the host and moved in one copy each.
+        seq = torch.full((n, total), pad, dtype=torch.long)
+        mask = torch.zeros((n, total), dtype=torch.long)
         for i, ids in enumerate(prompt_ids):
             if ids:
-                seq[i, width - len(ids) : width] = torch.tensor(list(ids), dtype=torch.long, device=device)
+                seq[i, width - len(ids) : width] = torch.tensor(list(ids), dtype=torch.long)
                 mask[i, width - len(ids) : width] = 1
+        seq, mask = seq.to(device), mask.to(device)
         prompt_lengths = mask[:, :width].sum(-1)
         positions = (mask[:, :width].cumsum(-1) - 1).clamp(min=0)
         mask[:, width:] = 1  # causal attention hides the slots not yet written
