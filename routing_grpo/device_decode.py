@@ -157,7 +157,7 @@ class DeviceDecoder:
         self.compiled = None  # graphs captured on another cache would read its buffers
         return self.cache
 
-    def _forward(self, cache_name: str) -> Callable[..., Any]:
+    def _decode_forward(self, cache_name: str) -> Callable[..., Any]:
         model = self.model
         last_only = last_logits_only(model)
 
@@ -233,7 +233,7 @@ class DeviceDecoder:
         cache = self._new_cache(n, total)
         cache_name = cache_keyword(model)
         graphs = self._graphs_on() and cache is not None
-        step_forward = self._forward(cache_name)
+        step_forward = self._decode_forward(cache_name)
         if graphs and self.compiled is None:
             self.compiled = torch.compile(step_forward, mode="reduce-overhead", dynamic=False)
         with torch.no_grad():
@@ -249,7 +249,7 @@ class DeviceDecoder:
             if cache is None:
                 cache_name = "cache" if "cache" in out else "past_key_values"
                 cache = out[cache_name]
-                step_forward = self._forward(cache_name)
+                step_forward = self._decode_forward(cache_name)
             logits = out.logits[:, -1, :]
             if on_prefill is not None:
                 on_prefill(logits.detach().clone())
