@@ -20,7 +20,7 @@ nothing in it waits for the host (a GPU's decoding step is bound by launching ke
 * on CUDA, the one-token forward can be captured as CUDA graphs (``torch.compile``'s ``reduce-overhead``).
   Where graphs would break or be wrong (gradient checkpointing on a model in training mode, PEFT adapters,
   ZeRO-3 or FSDP sharded parameters, a model without a static cache) the loop stays eager with one log line
-  saying why.
+  saying why; a capture that fails mid-call logs its error and starts the call again eagerly.
 
 Every row draws its sample from the same full-batch ``torch.multinomial`` call as in ``model.generate``, so on
 prompts of equal length a seeded run gives ``model.generate``'s samples token for token.
@@ -190,7 +190,8 @@ class DeviceDecoder:
         """One completion per row; see the module's docstring for the contract. ``on_prefill`` gets the
         prefill's last-position logits (rows x vocabulary, before any processor): for a free row that is the
         policy at the routing position, which the early tell (docs/method.md "The early tell") otherwise
-        computes with a forward of its own."""
+        computes with a forward of its own. A CUDA-graph failure mid-call starts the call again eagerly
+        (``on_prefill`` and ``head_budget`` are then called again)."""
         import torch
 
         if not shrinking_loop_supported(generation_config):
@@ -292,9 +293,16 @@ class DeviceDecoder:
                         # A copy: the graph's output buffer is overwritten by its next replay.
                         logits = self.compiled(*step_inputs).logits[:, -1, :].clone()
                         continue
-                    except Exception as error:  # noqa: BLE001 - a graph that fails to build is not fatal
+                    except Exception as error:  # noqa: BLE001 - a graph that fails is not fatal
+                        # The failed call may have written the cache: the whole call starts again, eagerly.
                         logger.warning("device decoding: CUDA graphs off, eager decoding loop (%s)", error)
-                        graphs, self.graphs_wanted, self.graphs_note = False, False, str(error)
+                        self.graphs_wanted, self.graphs_note, self.compiled = False, str(error), None
+                        self.cache, self.cache_shape = None, None
+                        return self.sample(
+                            prompt_ids, budgets, generation_config=generation_config, eos_token_ids=eos_token_ids,
+                            pad_token_id=pad_token_id, max_completion_length=max_completion_length,
+                            head_budget=head_budget, head_tokens=head_tokens, on_prefill=on_prefill,
+                        )  # fmt: skip
                 logits = step_forward(*step_inputs).logits[:, -1, :]
         self.host_syncs += 1
         kept = length.tolist()

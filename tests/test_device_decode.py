@@ -334,3 +334,37 @@ def test_the_prefill_logits_are_the_policy_at_each_rows_last_prompt_position(tin
         with torch.no_grad():
             alone = model(torch.tensor([ids])).logits[0, -1]
         torch.testing.assert_close(seen[0][row], alone, rtol=1e-4, atol=1e-4)
+
+
+def test_a_graph_that_fails_restarts_the_call_eagerly_with_one_log_line(tiny, monkeypatch, caplog):
+    """Where capture fails mid-call (the cache may hold the failed step), the call starts again eagerly and
+    returns the eager loop's tokens; the reason is logged once and graphs stay off for the decoder."""
+    import torch
+    from transformers import GenerationConfig
+
+    from routing_grpo import device_decode
+
+    model, tok = tiny
+    compiled = []
+
+    def failing_compile(fn, **kwargs):
+        def run(*args):
+            fn(*args)  # the step runs and writes the cache, then the capture fails
+            raise RuntimeError("capture failed")
+
+        compiled.append(kwargs)
+        return run
+
+    monkeypatch.setattr(device_decode, "graph_blocker", lambda model: None)
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    config = GenerationConfig(do_sample=False, pad_token_id=tok.pad_token_id)
+    kw = dict(generation_config=config, eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
+              max_completion_length=12)  # fmt: skip
+    decoder = DeviceDecoder(model)
+    with caplog.at_level(logging.WARNING, logger="routing_grpo.device_decode"):
+        out = decoder.sample(prompts_of(tok, 3), [12, 5, 9], **kw)
+        again = decoder.sample(prompts_of(tok, 3), [12, 5, 9], **kw)
+    assert compiled == [{"mode": "reduce-overhead", "dynamic": False}]
+    lines = [r.getMessage() for r in caplog.records if r.name == "routing_grpo.device_decode"]
+    assert len(lines) == 1 and "capture failed" in lines[0]
+    assert out == again == sample_with_budgets(model, prompts_of(tok, 3), [12, 5, 9], **kw)
