@@ -14,7 +14,8 @@ nothing in it waits for the host (a GPU's decoding step is bound by launching ke
   a finished row is fed the pad token and its samples are dropped;
 * the host reads the device every ``sync_every`` steps (is every row done?), once at the step the free rows'
   heads are complete (``head_budget`` is a host callback), and once at the end (the tokens);
-* the KV cache is transformers' ``StaticCache`` of the prompt width plus ``max_completion_length``, and the
+* the KV cache is transformers' ``StaticCache`` of the prompt width (rounded up to ``width_multiple``, so that
+  batches of other prompt widths reuse the cache and its captured graphs) plus ``max_completion_length``; the
   tokens go into a preallocated buffer: no ``torch.cat`` of sequences or masks per step; the attention mask
   is built once (the completion's slots open from the start; causal attention hides the ones ahead);
 * on CUDA, the one-token forward can be captured as CUDA graphs (``torch.compile``'s ``reduce-overhead``).
@@ -98,7 +99,8 @@ class DeviceDecoder:
     ``sync_every``: decoding steps between two host reads of the done flags. ``cuda_graphs``: None captures
     the decoding forward as CUDA graphs where :func:`graph_blocker` finds nothing against it, False never,
     True asks for it (a blocked request logs its reason and decodes eagerly). ``static_cache``: decode into a
-    preallocated ``StaticCache`` (False: the model's own growing cache)."""
+    preallocated ``StaticCache`` (False: the model's own growing cache), its prompt part ``width_multiple``
+    slots at a time (prompts are left-padded to it)."""
 
     def __init__(
         self,
@@ -107,9 +109,13 @@ class DeviceDecoder:
         sync_every: int = SYNC_EVERY,
         cuda_graphs: bool | None = None,
         static_cache: bool = True,
+        width_multiple: int = 64,
     ) -> None:
         if sync_every < 1:
             raise ValueError(f"sync_every must be at least 1, got {sync_every}")
+        if width_multiple < 1:
+            raise ValueError(f"width_multiple must be at least 1, got {width_multiple}")
+        self.width_multiple = int(width_multiple)
         self.model = model
         self.sync_every = int(sync_every)
         self.static_cache = static_cache
@@ -204,7 +210,10 @@ class DeviceDecoder:
             return [[] for _ in range(n)]
         model = self.model
         device = next(model.parameters()).device
-        width = max(len(p) for p in prompt_ids)
+        longest = max(len(p) for p in prompt_ids)
+        multiple = self.width_multiple if self.static_cache else 1
+        width = -(-longest // multiple) * multiple
+        origin = width - longest  # the processors see the prompts as generate would: from the longest's start
         total = width + max_completion_length
         pad = int(pad_token_id)
 
@@ -259,7 +268,7 @@ class DeviceDecoder:
                 if min_new and eos.numel():
                     early = (length < min_new).unsqueeze(1)
                     scores[:, eos] = scores[:, eos].masked_fill(early, -float("inf"))
-                scores = processors(seq[:, : width + t], scores)
+                scores = processors(seq[:, origin : width + t], scores)
                 if sampling:
                     tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
                 else:

@@ -71,7 +71,8 @@ def generate_with_budgets(
 ) -> list[list[int]]:
     """One completion per row from one ``model.generate`` call, row ``i`` within ``budgets[i]`` tokens (None:
     the completion limit until its head gives a budget). ``static_cache``: ``cache_implementation="static"``
-    (compiled by ``generate`` on CUDA)."""
+    (compiled by ``generate`` on CUDA), the prompts left-padded to a multiple of 64 tokens so that the cache's
+    shape, and with it the compiled graph, repeats from batch to batch."""
     import torch
 
     from routing_grpo.device_decode import row_limits
@@ -83,6 +84,8 @@ def generate_with_budgets(
         return [[] for _ in range(n)]
     device = next(model.parameters()).device
     width = max(len(p) for p in prompt_ids)
+    if static_cache:  # left-padded to a multiple of 64: batches of other widths keep the cache's shape
+        width = -(-width // 64) * 64
     input_ids = torch.full((n, width), int(pad_token_id), dtype=torch.long, device=device)
     attention_mask = torch.zeros((n, width), dtype=torch.long, device=device)
     for i, ids in enumerate(prompt_ids):

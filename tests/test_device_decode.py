@@ -208,6 +208,11 @@ def test_the_decoder_reuses_its_static_cache_between_calls(tiny):
     cache = decoder.cache
     second = decoder.sample(prompts_of(tok, 3), [12, 4, 8], **kw)
     assert decoder.cache is cache and first == second
+    # Prompts of another width within the same multiple of 64 slots: the same cache, generate's tokens.
+    shorter = [p[4:] for p in prompts_of(tok, 3)]
+    third = decoder.sample(shorter, [12, 12, 12], **kw)
+    assert decoder.cache is cache
+    assert third == generate_rows(model, tok, config, shorter, 12)
 
 
 def test_row_limits():
