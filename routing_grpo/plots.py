@@ -241,7 +241,7 @@ def plot_training_dynamics(
         ("mean length per mode (tokens)", "routing/length/"),
     ]
     if "routing/fanout" in series:
-        panels.append(("early tell: fanout (nats)", "routing/fanout"))
+        panels.append(("early tell: fanout (nats per level step)", "routing/fanout"))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4))
     for ax, (title, prefix) in zip(axes, panels):
         keys = sorted(k for k in series if k == prefix or (prefix.endswith("/") and k.startswith(prefix)))
@@ -310,7 +310,7 @@ def plot_early_tell(
     )
     ax.axhline(0.0, color="black", linewidth=0.5)
     ax.set_xlabel("generation batch")
-    ax.set_ylabel(f"fanout, nats (mean of the last {window} batches)")
+    ax.set_ylabel(f"fanout, nats per level step (mean of the last {window} batches)")
     ax.legend(fontsize=8)
     ax.set_title(heading)
     return _save(fig, path)
