@@ -23,8 +23,7 @@ from routing_grpo.early_tell import (
     word_logprob,
     word_loss_share,
 )
-from routing_grpo.modes import INVALID
-from routing_grpo.modes import word_token_id_forms
+from routing_grpo.modes import INVALID, word_token_id_forms
 from routing_grpo.prompting import early_tell_word_ids
 from routing_grpo.schedules import routing_word_weight_at
 from routing_grpo.trainer import RoutingGRPOTrainer
@@ -340,6 +339,25 @@ def test_the_trainer_logs_the_early_tell(tiny_model_path, tmp_path, monkeypatch)
                 key = f"routing/level/{level}/advantage{'_forced' if kind == 'forced' else ''}/{name}"
                 assert (log[key] is None) if math.isnan(value) else log[key] == pytest.approx(value)
     assert finite > 0
+
+
+def test_the_trainer_reads_words_of_several_tokens(tiny_model_path, tmp_path, monkeypatch):
+    # The tiny tokenizer writes each word as one token; spellings of two and three tokens take the
+    # trainer's other path ([P | Q | w] forwards), checked against one unpadded forward per spelling.
+    args = make_args(
+        tmp_path, max_steps=1, routing_warmup_steps=1, per_device_train_batch_size=8, learning_rate=0.0
+    )
+    ScriptedGeneration().install(monkeypatch)
+    spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
+    trainer = build_trainer(tiny_model_path, args, train_dataset=three_level_dataset())
+    brief, longest = trainer.tell_word_ids
+    trainer.tell_word_ids = ([brief[0] + longest[1], brief[1]], [longest[0] + brief[0] + brief[1]])
+    trainer.train()
+    record = next(r for r in trainer.routing_history if r.mode == "train")
+    brief, longest = trainer.tell_word_ids
+    for row, prompt in enumerate(unpad(spy.outputs[0]["prompt_ids"], spy.outputs[0]["prompt_mask"])):
+        z = word_lp(trainer.model, prompt, longest) - word_lp(trainer.model, prompt, brief)
+        assert record.logodds[row] == pytest.approx(z, abs=1e-4)
 
 
 def test_the_word_weight_schedule_in_the_trainer(tiny_model_path, tmp_path, monkeypatch):

@@ -74,4 +74,7 @@ def test_the_early_tell_separates_a_routing_run_from_a_flat_one(runs):
     for name, verdict in (("aware", "routing by difficulty is being learnt"), ("blind", "flat so far")):
         text = runs[name][1]
         assert f"[routing] batch {BATCHES}/{BATCHES}" in text and " fan " in text
-        assert "Early tell (fanout in nats per level step, mean of the last 10 batches): batch 20 " in text and verdict in text
+        assert (
+            "Early tell (fanout in nats per level step, mean of the last 10 batches): batch 20 " in text
+            and verdict in text
+        )
