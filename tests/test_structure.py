@@ -82,6 +82,7 @@ FLOORS = {
         "emergence", "grading", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
         "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics", "eval_summary",
         "importance_sampling", "output_lock", "path_names", "storage", "model_files", "checkpoints",
+        "state_probe",
     },
     1: {
         "prompting", "config", "settings", "tasks", "data", "offline_models", "generation",
@@ -89,11 +90,11 @@ FLOORS = {
     },
     2: {
         "trainer", "bucketed_logprobs", "callbacks", "preemption", "backends", "evaluate", "eval_config", "eval_engines", "inference",
-        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm",
+        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm", "probe",
     },
     3: {
         "train", "cli", "demo", "demo_smollm2", "__main__", "commands", "commands.reward_table", "commands.oracle",
-        "commands.grade", "commands.eval", "commands.generate", "commands.report",
+        "commands.grade", "commands.eval", "commands.generate", "commands.report", "commands.probe",
     },
 }  # fmt: skip
 MINI = "routing_grpo.mini"
