@@ -12,9 +12,11 @@ log pi(briefest word), each word over all its tokens (:mod:`routing_grpo.early_t
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import re
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -134,16 +136,21 @@ def read_states(
     with torch.no_grad():
         for row in rows:
             ids = tokenizer(plan.render(tokenizer, row.prompt), add_special_tokens=False)["input_ids"]
-            out = model(input_ids=torch.tensor([ids]), output_hidden_states=True)
+            out = model(input_ids=torch.tensor([ids]), output_hidden_states=True, use_cache=True)
             states.append(out.hidden_states[-1][0, -1].float())
             lengths.append(len(ids))
             at_word = out.logits[0, -1].float().log_softmax(-1)
 
-            def form_logprobs(form: list[int], ids=ids, at_word=at_word) -> list[float]:
+            def form_logprobs(form: list[int], out=out, at_word=at_word) -> list[float]:
                 if len(form) == 1:
                     return [float(at_word[form[0]])]
-                logp = model(input_ids=torch.tensor([ids + form[:-1]])).logits[0].float().log_softmax(-1)
-                return [float(logp[len(ids) - 1 + t, token]) for t, token in enumerate(form)]
+                # The word's later tokens read on from the prompt's cache (a copy: each spelling its own).
+                with warnings.catch_warnings():  # the argument's newer name is not in every transformers
+                    warnings.simplefilter("ignore", FutureWarning)
+                    cache = copy.deepcopy(out.past_key_values)
+                    logits = model(input_ids=torch.tensor([form[:-1]]), past_key_values=cache).logits
+                rest = logits[0].float().log_softmax(-1)
+                return [float(at_word[form[0]])] + [float(rest[t, form[t + 1]]) for t in range(len(form) - 1)]
 
             logodds.append(
                 word_logprob([form_logprobs(f) for f in longest])

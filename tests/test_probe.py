@@ -149,3 +149,41 @@ def test_probe_end_to_end_on_the_tiny_model(tiny_model_path, tmp_path):
         timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "neither a task" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_read_states_reads_words_of_several_tokens_as_a_full_forward(tiny_model_path):
+    # Words of two and three tokens in the tiny tokenizer: the probe's cached reading of a word's later
+    # tokens equals one unpadded forward over [prompt | word] per spelling.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from routing_grpo.early_tell import word_logprob
+    from routing_grpo.modes import parse_modes, routing_instruction, word_token_id_forms
+    from routing_grpo.probe import read_states
+    from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION, PromptPlan
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path).eval()
+    modes = parse_modes(
+        [
+            {"name": "A", "word": "NoThinkShort", "base": 1.2, "gamma": 1.0, "cap": 10},
+            {"name": "B", "word": "LongShortNoThink", "base": 1.0, "gamma": 1.0},
+        ]
+    )
+    assert all(len(f) > 1 for m in modes for f in word_token_id_forms(tokenizer, m.word))
+    rows = [ProbeRow("What is 3 + 4?", 1.0), ProbeRow([{"role": "user", "content": "What is 9 + 9?"}], 2.0)]
+    states, lengths, logodds = read_states(model, tokenizer, rows, modes)
+    plan = PromptPlan(routing_instruction(modes), DEFAULT_ROUTING_QUESTION)
+    for row, length, z in zip(rows, lengths, logodds):
+        ids = tokenizer(plan.render(tokenizer, row.prompt), add_special_tokens=False)["input_ids"]
+        assert length == len(ids)
+
+        def full(word, ids=ids):
+            per_form = []
+            for form in word_token_id_forms(tokenizer, word):
+                with torch.no_grad():
+                    logp = model(input_ids=torch.tensor([ids + form])).logits[0].log_softmax(-1)
+                per_form.append([logp[len(ids) - 1 + t, tok].item() for t, tok in enumerate(form)])
+            return word_logprob(per_form)
+
+        assert z == pytest.approx(full("LongShortNoThink") - full("NoThinkShort"), abs=1e-4)
+    assert states.shape == (2, model.config.hidden_size)
