@@ -21,7 +21,7 @@ writes the level, the very variable the world's targets measure, into the state 
 a state that tells easy problems from hard ones before any choice depends on it. That a pretrained LLM
 brings such a state was assumed, never measured here; ``routing-grpo probe`` measures it, and on
 SmolLM2-135M-Instruct with MATH-500 the state looks like the blind first stage's, not this one's
-(docs/mini/cold_start.md "A real model's routing state"). The first stage alone (``--state-level-steps 0``) is the level-blind checkpoint ``offline:mini_graded_blind``.
+(docs/mini/cold_start.md "The routing state of a real model"). The first stage alone (``--state-level-steps 0``) is the level-blind checkpoint ``offline:mini_graded_blind``.
 
 Everything is seeded; the same command gives the same checkpoint on the same software. The folder holds the
 model, the tokenizer (with a ChatML template) and ``teaching.json`` (settings, steps, time, final loss).
