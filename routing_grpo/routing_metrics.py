@@ -217,7 +217,8 @@ def batch_line(
     record: GenerationRecord, mode_names: list[str], total: int | None, seconds: float | None
 ) -> str:
     """One console line per generation batch: batch k/N, mean reward, accuracy, the free split (shares of
-    the free rollouts with a valid mode), its entropy and the seconds the batch took."""
+    the free rollouts with a valid mode), its entropy, the seconds the batch took and the time left at that
+    pace (the batches left times this batch's seconds)."""
     n = len(record.modes)
     free = [m for m, f in zip(record.modes, record.forced) if not f and m != INVALID]
     parts = [f"[routing] batch {record.batch_step + 1}/{total if total is not None else '?'}"]
@@ -234,7 +235,20 @@ def batch_line(
         parts.append(f"fan {record.fanout:+.3f}/step")
     if seconds is not None:
         parts.append(f"{seconds:.1f}s")
+        left = total - record.batch_step - 1 if total is not None else 0
+        if left > 0:  # the batches left at this batch's time
+            parts.append(f"(ETA {duration_text(left * seconds)})")
     return " ".join(parts)
+
+
+def duration_text(seconds: float) -> str:
+    """``45s``, ``12m05s``, ``3h07m``: a duration for a progress line."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def early_tell_summary(history: list[GenerationRecord]) -> str | None:
