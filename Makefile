@@ -35,8 +35,8 @@ install-gpu: $(VENV)/.installed-gpu
 
 # Two test tiers. `make test`: the fast tier (-m "not slow"), about 2 minutes on 2 cores from a fresh clone,
 # install included, on PYTEST_WORKERS processes (pytest-xdist; "auto": one per core, 0: none). `make test-all`:
-# both tiers (the slow one trains models for minutes and starts processes of the entry points) and lint; CI
-# runs it.
+# both tiers (the slow one trains models and starts processes of the entry points: about 18-19 minutes on 2 CPU
+# cores) and lint; CI runs it.
 PYTEST_WORKERS ?= auto
 test: install
 	$(PY) -m pytest -m "not slow" -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
@@ -62,6 +62,8 @@ clean:
 # post-hoc truncation, tokens past caps, and grading agreement / throughput. BENCH_ARGS to vary it.
 BENCH_ARGS ?=
 bench: install demo-deps
+	@echo "make bench: 2 steps, about 15-20 minutes on 2 CPU cores (docs/benchmarks.md): 1/2 the step benchmark," \
+		"6 configurations x 3 training steps of 30-90 s each; 2/2 the grader's agreement and throughput (seconds)"
 	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.bench_step $(BENCH_ARGS)
 	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.grading_agreement
 
@@ -80,7 +82,7 @@ gpu-check: install
 #                              # 3 baselines and 2 ablations; the cliff world's router and 3 baselines
 #                              # (the negative control); per seed; a report per world
 #   make mini SEEDS="0" TEACH=1   # teach both worlds' models from scratch first (about 23 + 42 min)
-# The SmolLM2-135M demo of the machinery: make demo-smollm2 (DEMO_ARGS="--steps 6" to vary it).
+# The SmolLM2-135M demo of the machinery: make demo-smollm2 -> outputs/demo_smollm2/summary.md (DEMO_ARGS="--steps 6").
 # ------------------------------------------------------------------------------------------------------
 DEMO_ARGS ?=
 MINI_ARGS ?=

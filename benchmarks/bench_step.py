@@ -275,8 +275,8 @@ def run_routing(
     decode: str = "shrinking",
 ) -> dict[str, Any]:
     """The routing trainer's step; ``decode``: the transformers backend's decode loop, ``shrinking`` (the
-    library's, routing_grpo.decoding) or ``device`` (routing_grpo.device_decode) or ``generate``
-    (routing_grpo.generate_budgets), put in by :func:`decode_path`."""
+    library's, routing_grpo.generation.transformers_decoding) or ``device`` (routing_grpo.generation.device_decoding) or ``generate``
+    (routing_grpo.generation.generate_budgets), put in by :func:`decode_path`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -324,16 +324,16 @@ def run_routing(
     return result
 
 
-# The transformers backend's decode loops: the shrinking loop (routing_grpo.decoding), the device-side loop
-# (routing_grpo.device_decode) and transformers' own generate with a per-row budget criterion and a static
-# cache (routing_grpo.generate_budgets; compiled by generate on CUDA).
+# The transformers backend's decode loops: the shrinking loop (routing_grpo.generation.transformers_decoding), the device-side loop
+# (routing_grpo.generation.device_decoding) and transformers' own generate with a per-row budget criterion and a static
+# cache (routing_grpo.generation.generate_budgets; compiled by generate on CUDA).
 DECODE_PATHS = ("shrinking", "device", "generate")
 
 
 @contextlib.contextmanager
 def decode_path(name: str) -> Iterator[dict[str, Any]]:
     """While open, the transformers backend decodes with the loop ``name`` of :data:`DECODE_PATHS` in place of
-    ``routing_grpo.decoding.sample_with_budgets`` (``device``: one ``DeviceDecoder`` per model, kept across
+    ``routing_grpo.generation.transformers_decoding.sample_with_budgets`` (``device``: one ``DeviceDecoder`` per model, kept across
     steps so that its CUDA graphs are captured once): the name is replaced in every loaded module of the
     package that imported it (wherever the backend lives), and restored after. Yields ``{"decoder": ...}``
     once a device decoder was made."""
@@ -343,8 +343,8 @@ def decode_path(name: str) -> Iterator[dict[str, Any]]:
     if name == "shrinking":
         yield holder
         return
-    from routing_grpo.device_decode import DeviceDecoder, shrinking_loop_supported
-    from routing_grpo.generate_budgets import generate_with_budgets
+    from routing_grpo.generation.device_decoding import DeviceDecoder, shrinking_loop_supported
+    from routing_grpo.generation.generate_budgets import generate_with_budgets
 
     # The shrinking loop's module, wherever it lives.
     decoding = sys.modules[shrinking_loop_supported.__module__]
@@ -439,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--decode", choices=DECODE_PATHS, default="shrinking",
                         help="the routing rows' transformers decode loop: shrinking (the library's) or device "
-                        "(routing_grpo.device_decode); default shrinking")  # fmt: skip
+                        "(routing_grpo.generation.device_decoding); default shrinking")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
 

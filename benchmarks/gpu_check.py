@@ -21,8 +21,8 @@ serving      ``routing-grpo eval`` and ``routing-grpo generate`` with the transf
 
 ``--quick`` runs the step section alone (a few minutes on one H100, model build included): 3 measured steps,
 every one listed, of (a) TRL's step on (b)'s rollouts and (b) the routing step with each decode loop: the
-shrinking loop, the device-side loop (routing_grpo.device_decode) and transformers' ``generate`` with per-row
-budgets and a static cache (routing_grpo.generate_budgets); ``--decode`` runs one of them. With the milliseconds per decoding forward beside the memory-bandwidth floor (the model's bytes read once per step at
+shrinking loop, the device-side loop (routing_grpo.generation.device_decoding) and transformers' ``generate`` with per-row
+budgets and a static cache (routing_grpo.generation.generate_budgets); ``--decode`` runs one of them. With the milliseconds per decoding forward beside the memory-bandwidth floor (the model's bytes read once per step at
 the GPU's bandwidth, from a table of known cards).
 
 DIR/gpu_check.json and DIR/gpu_check.md are written after every section. ``--device cpu --small`` runs every

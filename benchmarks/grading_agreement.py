@@ -34,7 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from routing_grpo import grading
+from routing_grpo import grading, grading_pool
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / "graded"
@@ -117,10 +117,10 @@ def _cpu_s() -> float:
     Wall-clock rates depend on what else the machine runs; rows per CPU-second do not (much).
     """
     total = time.process_time()
-    pool = grading._POOL
-    for worker in pool._workers if pool is not None else []:
+    pool = grading_pool.current_pool()
+    for pid in pool.worker_pids() if pool is not None else []:
         try:
-            fields = Path(f"/proc/{worker.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError):
             pass
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print only the final JSON line")
     args = parser.parse_args(argv)
-    workers = args.workers or grading._available_cpus()
+    workers = args.workers or grading_pool.available_cpus()
     if workers < 1:
         parser.error("--workers must be at least 1")
     try:

@@ -87,6 +87,13 @@ class RoutingScriptArguments:
         metadata={"help": "Train into an output_dir of other files (else refused)."},
     )
 
+    def __post_init__(self) -> None:
+        # Field values are checked where the fields live (docs/method.md "Where each check lives").
+        for key in ("train_limit", "eval_limit"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ValueError(f"{key}: must be >= 1 (or null for every row), got {value}")
+
 
 DATACLASS_TYPES = (RoutingScriptArguments, RoutingGRPOConfig, ModelConfig)
 

@@ -2,7 +2,7 @@
 
 Rows cut at a short cap would otherwise be padded to the longest row of the micro-batch in every loss
 forward. :class:`LengthBucketedLogprobs` overrides ``GRPOTrainer._get_per_token_logps_and_entropies`` to run
-each bucket of rows of similar prompt and completion widths (:func:`routing_grpo.batching.plan_length_buckets`)
+each bucket of rows of similar prompt and completion widths (:func:`routing_grpo.length_buckets.plan_length_buckets`)
 on its own columns and put the results back in row order, so the loss is that of the single padded forward up
 to floating-point rounding.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from accelerate.utils import gather
 
-from routing_grpo.batching import plan_length_buckets, row_widths, split_to_count
+from routing_grpo.length_buckets import plan_length_buckets, row_widths, split_to_count
 
 __all__ = ["LengthBucketedLogprobs"]
 
@@ -32,7 +32,7 @@ class LengthBucketedLogprobs:
         compute_aux_loss=False,
         **model_kwargs,
     ):
-        """TRL's log-prob forward, run on length buckets of rows (:mod:`routing_grpo.batching`).
+        """TRL's log-prob forward, run on length buckets of rows (:mod:`routing_grpo.length_buckets`).
 
         Each bucket's forward sees its rows' prompt columns from the first real token and completion columns up
         to the last real one; the results are padded back to ``logits_to_keep`` (padded positions hold 0 and

@@ -1,4 +1,4 @@
-"""``routing-grpo`` command line: train, reward-table, oracle, grade, eval, generate, report.
+"""``routing-grpo`` command line: train, reward-table, oracle, probe, grade, eval, generate, report.
 
 Every command's bad input is one line and exit code 2 (:mod:`routing_grpo.errors`).
 """
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from routing_grpo.errors import OneLineParser, run_entry
 
 # The subcommands after `train`, in the order `routing-grpo --help` lists them: routing_grpo.commands.<name>.
-COMMANDS = ("reward_table", "oracle", "grade", "eval", "generate", "report")
+COMMANDS = ("reward_table", "oracle", "probe", "grade", "eval", "generate", "report")
 
 
 def build_parser() -> OneLineParser:
@@ -31,6 +31,7 @@ def build_parser() -> OneLineParser:
     train.make_parser(sub)
     for name in COMMANDS:
         importlib.import_module(f"routing_grpo.commands.{name}").make_parser(sub)
+    parser.set_defaults(command_parsers=sub.choices)  # whose --help an error names
     return parser
 
 
@@ -52,8 +53,9 @@ def run_command(argv: list[str]) -> int:
     args, rest = parser.parse_known_args(argv)
     if hasattr(args, "entry"):
         return args.entry(rest)
-    if rest:
-        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    command = args.__dict__.pop("command_parsers")[args.command]
+    if rest:  # named by the command's parser: its --help lists its options
+        command.error(f"unrecognized arguments: {' '.join(rest)}")
     return run_entry(f"routing-grpo {args.command}", args.func, args, input_errors=INPUT_ERRORS)
 
 

@@ -19,9 +19,15 @@ from typing import Any
 from trl import GRPOConfig
 
 from routing_grpo.geometry import (
-    derive_batch_geometry,
+    GEOMETRY_FIELDS,
+    derive_given_geometry,
+    geometry_line,
+    geometry_table,
     launch_process_count,
-    optimizer_steps_per_generation_batch,
+    settle_batch_geometry,
+    settled_geometry_problem,
+    steps_per_generation_batch,
+    uses_paper_units,
 )
 from routing_grpo.importance_sampling import CORRECTION_MODES
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index, parse_modes
@@ -309,15 +315,13 @@ class RoutingGRPOConfig(GRPOConfig):
             self.generation_batch_size is not None and self.steps_per_generation is None
         )
         # Geometry in the paper's units: derived before GRPOConfig works out the generation batch from it.
-        self._geometry_processes: int | None = None
-        if self.uses_batch_geometry:
-            self._derive_geometry(launch_process_count(), check_given=True)
+        self._settled: tuple[int, int, int, int] | None = None
+        for name, value in derive_given_geometry(self._geometry_fields(), launch_process_count()).items():
+            setattr(self, name, value)
         super().__post_init__()
-        if self.uses_batch_geometry and self.world_size != self._geometry_processes:
-            self._derive_geometry(self.world_size)
         self._mode_specs = self._parse_modes()
         self._validate()
-        self.apply_generation_batch_units()
+        self.settle_geometry(self.world_size)
 
     # ------------------------------------------------------------------------------------------------------
 
@@ -599,151 +603,71 @@ class RoutingGRPOConfig(GRPOConfig):
     @property
     def uses_batch_geometry(self) -> bool:
         """The generation batch is stated in the paper's units (``generation_batch_prompts``)."""
-        return self.generation_batch_prompts is not None or self.minibatches_per_generation is not None
+        return uses_paper_units(self._geometry_fields())
 
-    def _derive_geometry(self, num_processes: int, check_given: bool = False) -> None:
-        """Sets steps_per_generation, gradient_accumulation_steps (and the generation batch size, once
-        GRPOConfig has one) from ``generation_batch_prompts`` / ``minibatches_per_generation``."""
-        prompts, k = self.generation_batch_prompts, self.minibatches_per_generation
-        for name, value in (("generation_batch_prompts", prompts), ("minibatches_per_generation", k)):
-            if value is None:
-                raise ValueError(
-                    f"{name}: set generation_batch_prompts and minibatches_per_generation together (or "
-                    "neither, to give steps_per_generation and gradient_accumulation_steps per device)"
-                )
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
-        spg, ga = derive_batch_geometry(
-            generation_batch_prompts=prompts,
-            minibatches_per_generation=k,
-            num_generations=self.num_generations,
-            per_device_train_batch_size=self.per_device_train_batch_size,
-            num_processes=num_processes,
-        )
-        if check_given:
-            # Per-device settings are derived here; one given as well must agree (1 is the GA default).
-            if self.generation_batch_size is not None:
-                raise ValueError(
-                    "generation_batch_size: not with generation_batch_prompts, which states the generation batch"
-                )
-            given = (
-                ("steps_per_generation", self.steps_per_generation, spg, None),
-                ("gradient_accumulation_steps", self.gradient_accumulation_steps, ga, 1),
+    def _geometry_fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in GEOMETRY_FIELDS}
+
+    def _geometry_values(self) -> tuple[int, int, int]:
+        return self.generation_batch_size, self.steps_per_generation, self.gradient_accumulation_steps
+
+    def settle_geometry(self, num_processes: int) -> None:
+        """Settles the batch geometry for a launch of ``num_processes`` processes, and the schedules stated in
+        generation batches (:func:`~routing_grpo.geometry.settle_batch_geometry`).
+
+        Done when the config is built (for the ``world_size`` GRPOConfig sees, under ``accelerate launch`` the
+        launched count) and by the trainer before TRL reads the config, so TRL's sampler, vLLM's
+        ``max_num_seqs`` and its logs see the settled values. A geometry field changed since the last settling
+        is refused (:meth:`geometry_problem`).
+        """
+        settled = getattr(self, "_settled", None)
+        problem = self.geometry_problem(settled[0]) if settled is not None else None
+        if problem is None:
+            fields = self._geometry_fields()
+            values = settle_batch_geometry(
+                fields, num_processes, size_given=self._generation_batch_size_given
             )
-            for name, value, derived, default in given:
-                if value not in (default, derived):
-                    raise ValueError(
-                        f"{name}: {value} conflicts with generation_batch_prompts {prompts} / "
-                        f"minibatches_per_generation {k}, from which it is derived ({derived} on "
-                        f"{num_processes} process(es)); remove it, or unset those two to give the per-device "
-                        "geometry yourself"
-                    )
-        self.steps_per_generation, self.gradient_accumulation_steps = spg, ga
-        if self.generation_batch_size is not None or not check_given:
-            self.generation_batch_size = self.per_device_train_batch_size * num_processes * spg
-        self._geometry_processes = num_processes
+            for name, value in values.items():
+                setattr(self, name, value)
+            self._settled = (num_processes, *self._geometry_values())
+            problem = self.geometry_problem(num_processes)
+        if problem:
+            raise ValueError(problem)
+
+    def geometry_problem(self, num_processes: int) -> str | None:
+        """Why this config's batch geometry does not fit a launch of ``num_processes`` processes (None when it
+        does; :func:`~routing_grpo.geometry.settled_geometry_problem`). The trainer refuses a config with one
+        once its accelerator exists, instead of changing what TRL has read."""
+        settled = getattr(self, "_settled", None)
+        if settled is None:
+            return "batch geometry: not settled; build the config with RoutingGRPOConfig(...)"
+        return settled_geometry_problem(
+            settled=settled,
+            current=self._geometry_values(),
+            num_processes=num_processes,
+            per_device_train_batch_size=self.per_device_train_batch_size,
+            num_generations=self.num_generations,
+        )
 
     def batch_geometry(self, num_processes: int) -> dict[str, Any]:
-        """The batch geometry of a launch on ``num_processes`` processes, in rollouts and steps."""
-        micro = self.per_device_train_batch_size * num_processes
-        rollouts = micro * self.steps_per_generation
-        return {
-            "processes": num_processes,
-            "per_device_train_batch_size": self.per_device_train_batch_size,
-            "num_generations": self.num_generations,
-            "prompts_per_generation_batch": rollouts / self.num_generations,
-            "rollouts_per_generation_batch": rollouts,
-            "rollouts_per_optimizer_step": micro * self.gradient_accumulation_steps,
-            "steps_per_generation": self.steps_per_generation,
-            "gradient_accumulation_steps": self.gradient_accumulation_steps,
-            "optimizer_steps_per_generation_batch": self.optimizer_steps_per_generation_batch,
-        }
+        """The batch geometry of a launch on ``num_processes`` processes, in rollouts and steps
+        (:func:`~routing_grpo.geometry.geometry_table`)."""
+        fields = self._geometry_fields()
+        names = ("per_device_train_batch_size", "num_generations", "steps_per_generation")
+        names += ("gradient_accumulation_steps", "num_iterations")
+        return geometry_table(num_processes=num_processes, **{name: fields[name] for name in names})
 
     def geometry_summary(self, num_processes: int) -> str:
         """One line for the start of a run: processes, rollouts per generation batch and per optimizer step."""
-        g = self.batch_geometry(num_processes)
-        prompts = g["prompts_per_generation_batch"]
-        prompts = int(prompts) if float(prompts).is_integer() else prompts
-        return (
-            f"batch geometry: {g['processes']} process(es) x per-device batch {g['per_device_train_batch_size']}; "
-            f"generation batch {g['rollouts_per_generation_batch']} rollouts ({prompts} prompts x G "
-            f"{g['num_generations']}, steps_per_generation {g['steps_per_generation']}); optimizer step "
-            f"{g['rollouts_per_optimizer_step']} rollouts (gradient_accumulation_steps "
-            f"{g['gradient_accumulation_steps']}); {g['optimizer_steps_per_generation_batch']} optimizer steps per "
-            f"generation batch"
-            + (f" x num_iterations {self.num_iterations}" if self.num_iterations > 1 else "")
-        )
-
-    @property
-    def uses_generation_batch_units(self) -> bool:
-        return any(getattr(self, name) is not None for name in BATCH_STEP_FIELDS)
-
-    def apply_generation_batch_units(self) -> None:
-        """Sets max_steps / eval_steps / save_steps from the ``*_batch_steps`` fields (no-op when unset).
-
-        ``steps_per_generation`` is fixed by ``GRPOConfig.__post_init__`` from the process count it sees
-        (``world_size``) when only ``generation_batch_size`` is given; the trainer calls this again with the
-        launched process count (:meth:`check_generation_batch_units`).
-        """
-        if not self.uses_generation_batch_units:
-            return
-        per_batch = optimizer_steps_per_generation_batch(
-            self.steps_per_generation, self.num_iterations, self.gradient_accumulation_steps
-        )
-        if self.total_batch_steps is not None:
-            self.max_steps = self.total_batch_steps * per_batch
-        if self.eval_every_batch_steps is not None:
-            self.eval_steps = self.eval_every_batch_steps * per_batch
-        if self.save_every_batch_steps is not None:
-            self.save_steps = self.save_every_batch_steps * per_batch
-
-    def check_generation_batch_units(self, num_processes: int) -> None:
-        """Re-derives the generation batch for the process count of the actual launch.
-
-        ``GRPOConfig`` fixes ``steps_per_generation`` (when ``generation_batch_size`` was given) or
-        ``generation_batch_size`` (when ``steps_per_generation`` was given) from the ``world_size`` it sees when
-        the config is built. Under ``accelerate launch`` that is already the launched count; a config built
-        elsewhere is brought in line here, and the ``*_batch_steps`` conversion is redone.
-        """
-        if self.uses_batch_geometry:
-            if num_processes != self._geometry_processes:
-                built_ga = self.gradient_accumulation_steps
-                _, ga = derive_batch_geometry(
-                    generation_batch_prompts=self.generation_batch_prompts,
-                    minibatches_per_generation=self.minibatches_per_generation,
-                    num_generations=self.num_generations,
-                    per_device_train_batch_size=self.per_device_train_batch_size,
-                    num_processes=num_processes,
-                )
-                if ga != built_ga:
-                    raise ValueError(
-                        f"batch geometry: the config was built for {self._geometry_processes} process(es) "
-                        f"(gradient_accumulation_steps {built_ga}) but this launch has {num_processes}, which needs "
-                        f"{ga}; build the config inside the launch (accelerate launch ... -m routing_grpo.train)"
-                    )
-                self._derive_geometry(num_processes)
-            self.apply_generation_batch_units()
-            return
-        if num_processes == self.world_size:
-            return
-        global_batch = self.per_device_train_batch_size * num_processes
-        if self._generation_batch_size_given:
-            if self.generation_batch_size % global_batch:
-                raise ValueError(
-                    f"generation_batch_size ({self.generation_batch_size}) must be divisible by "
-                    f"per_device_train_batch_size x processes ({global_batch})"
-                )
-            self.steps_per_generation = self.generation_batch_size // global_batch
-        else:
-            self.generation_batch_size = global_batch * self.steps_per_generation
-        self.apply_generation_batch_units()
+        return geometry_line(self.batch_geometry(num_processes), self.num_iterations)
 
     @property
     def optimizer_steps_per_generation_batch(self) -> int | float:
         """Optimizer steps (TRL's ``global_step``) per generation batch: the paper's 4 (1,024 rollouts in 4
         mini-batches of 256)."""
-        per = self.steps_per_generation * self.num_iterations / self.gradient_accumulation_steps
-        return int(per) if float(per).is_integer() else per
+        return steps_per_generation_batch(
+            self.steps_per_generation, self.num_iterations, self.gradient_accumulation_steps
+        )
 
     @property
     def mode_specs(self) -> tuple[ModeSpec, ...]:

@@ -16,7 +16,7 @@ directory of them (one dataset; when some file names contain the split as a word
 ``gsm8k_test.jsonl`` or ``test-00000-of-00001.parquet``, only those are read). By default the registry's
 Hub name is used. Columns are found by name, so both the Hub schemas and re-exported copies load:
 
-* problem: ``problem`` or ``question``;
+* problem: ``problem`` or ``question`` (row by row: one file may mix the two, and ``answer`` / ``solution``);
 * answer: ``answer``; without it, the last ``\\boxed{}`` of ``solution`` (brace matched; MATH-lighteval).
   For GSM8K the text after the last ``####`` is taken (when present) and commas are stripped;
 * level: ``level``, an int or a string such as ``"Level 3"``; ``"Level ?"`` (2 MATH train rows) and null
@@ -51,7 +51,7 @@ import os
 import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -304,9 +304,21 @@ def _text_or_none(value: Any, column: str) -> str | None:
     raise _RowError(column, f"expected a string, got {type(value).__name__}")
 
 
+def _row_columns(raw: Mapping[str, Any], cols: _Columns) -> _Columns:
+    """The file's columns as this row fills them: one file may mix rows that name the problem ``problem``
+    and rows that name it ``question``, or give ``answer`` in some rows and ``solution`` in others (the first
+    name present in a row, in the order of the file-wide rule)."""
+    problem = next((c for c in PROBLEM_COLUMNS if raw.get(c) is not None), cols.problem)
+    answer = next((c for c in ("answer", "solution") if raw.get(c) is not None), cols.answer)
+    if (problem, answer) == (cols.problem, cols.answer):
+        return cols
+    return replace(cols, problem=problem, answer=answer, derive_answer=answer == "solution")
+
+
 def _normalise_row(
     raw: Mapping[str, Any], index: int, cols: _Columns, spec: TaskSpec, split: str
 ) -> dict[str, Any]:
+    cols = _row_columns(raw, cols)
     problem = raw.get(cols.problem)
     if problem is None:
         raise _RowError(cols.problem, "missing problem")
@@ -532,3 +544,19 @@ def mix_levels(dataset: Dataset, mix: Mapping[int, float], *, seed: int, size: i
         indices += drawn[: counts[level]]
     rng.shuffle(indices)
     return dataset.select(indices)
+
+
+def check_columns(dataset: Any, split: str, answer_column: str) -> None:
+    """The columns the trainer reads exist in ``dataset`` (a dataset, a mapping of them, or None): ``prompt``
+    and ``answer_column``; otherwise a ValueError naming the key and listing the columns there are. Datasets
+    that do not say their columns (``column_names`` None, e.g. some iterable ones) are left to the trainer."""
+    for ds in dataset.values() if isinstance(dataset, Mapping) else [dataset]:
+        columns = getattr(ds, "column_names", None)
+        if columns is None:
+            continue
+        columns = list(columns)
+        for key, column in (("prompt", "prompt"), ("answer_column", answer_column)):
+            if column not in columns:
+                raise ValueError(
+                    f"{key}: the {split} data has no column {column!r}; its columns are {columns}"
+                )

@@ -9,10 +9,13 @@ free routing, balance term and reward flattening; no lever beyond the paper), it
 halved to 45 with every schedule in proportion so that the demo fits in 8 minutes on 2 cores (a line per
 few generation batches on the screen, with the early tell's fanout; ``--batch-steps 90`` for the recipe as
 written, which ``make mini`` trains), and the router is evaluated on the held-out problems (free routing,
-uncapped, temperature 0.6). ``OUT/summary.md`` is written and printed: what was trained, accuracy and
-tokens of the router beside the taught model forced into Long, the routing per level beside the oracle's
-choice, and the early tell of the run. ``make mini`` runs the whole study (both worlds, baselines,
-ablations, seeds).
+uncapped, temperature 0.6). Before the stages start a line gives each one's expected duration (from this
+folder's recorded timings, else the shipped ones); the training batches' lines carry an ETA.
+``OUT/summary.md`` is written and printed (:mod:`routing_grpo.demo_summary`): what the cold start carries,
+what was trained, the router beside the taught model forced into each mode, the oracle router (with the
+temperature of each oracle figure) and the single-mode frontier, the router's accuracy per mode, the targets
+it missed, the routing per level beside the oracle's choice, the early tell in plain words, and every figure
+linked with what it shows. ``make mini`` runs the whole study (both worlds, baselines, ablations, seeds).
 """
 
 from __future__ import annotations
@@ -24,10 +27,15 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
+import re  # noqa: E402
 import sys  # noqa: E402
+import time  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
+
+from routing_grpo.demo_summary import COLD_START, render_summary  # noqa: E402, F401  (render_summary: this module's too)
+from routing_grpo.routing_metrics import duration_text  # noqa: E402
 
 DEFAULT_OUTPUT = Path("outputs") / "demo"
 WORLD = "graded"
@@ -80,92 +88,89 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _pct(x: float | None, digits: int = 0) -> str:
-    return "-" if x is None else f"{100 * x:.{digits}f}%"
+# The demo's stages on 2 CPU cores (docs/mini/cold_start.md "Timings": make demo from a fresh clone): training
+# 245 s for 45 generation batches, beside it the world's table, the oracle, the oracle's samples and the plain
+# prompt (201 s); after both, the router's evaluation (30 s) and the report (3 s). A previous run's
+# OUT/graded/timings.json, when there, replaces these.
+RECORDED_SECONDS = {
+    "the world's table, the oracle, forced evaluations (beside training)": 201.0,
+    "training": 245.0,
+    "the router's evaluation": 30.0,
+    "the report": 3.0,
+}
+RECORDED_BATCHES = 45
 
 
-def _f(x: Any, digits: int = 2) -> str:
-    if isinstance(x, dict):
-        x = x.get("mean")
-    return "-" if x is None else f"{x:.{digits}f}"
+def expected_stages(batch_steps: int, timings: dict[str, float] | None = None) -> dict[str, float]:
+    """Seconds each stage of the demo is expected to take: the recorded timings (this folder's previous run's
+    ``timings.json``, else the shipped ones), training scaled to ``batch_steps``."""
+    beside, training, evaluation, report = RECORDED_SECONDS.values()
+    training *= batch_steps / RECORDED_BATCHES
+    if timings:
+        train = [v for k, v in timings.items() if k.startswith("train_")]
+        before = [v for k, v in timings.items() if k.startswith(("world_", "oracle", "base"))]
+        evals = [v for k, v in timings.items() if k.startswith("eval_")]
+        if train and before and evals and "report" in timings:
+            beside, training, evaluation, report = sum(before), max(train), max(evals), timings["report"]
+    return dict(zip(RECORDED_SECONDS, (beside, training, evaluation, report)))
 
 
-def _level_table(levels: dict[str, Any], modes: Sequence[str], accuracy: str, tokens: str) -> list[str]:
-    """Markdown rows: per level, the free share of each mode, accuracy, tokens and the oracle's choice."""
-    rows = [
-        "| level | " + " | ".join(modes) + f" | {accuracy} | {tokens} | oracle choice |",
-        "|---|" + "---:|" * (len(modes) + 2) + "---|",
-    ]
-    for level, row in levels.items():
-        shares = " | ".join(_f(row["shares"].get(m)) for m in modes)
-        rows.append(
-            f"| {level} | {shares} | {_f(row['accuracy'])} | {_f(row['mean_tokens'], 1)} | {row['oracle_choice']} |"
-        )
-    return rows
+def expected_total(expected: dict[str, float]) -> float:
+    """Training and the evaluations before it run side by side; the router's evaluation and the report after."""
+    beside, training, evaluation, report = expected.values()
+    return max(beside, training) + evaluation + report
 
 
-def render_summary(
-    mini: dict[str, Any],
-    long_forced: dict[str, Any],
-    router: dict[str, Any],
-    trained: str = "",
-    early_tell: Sequence[str] = (),
-    section: str = "router",
-) -> str:
-    """Markdown: what was trained, router vs the taught model forced into Long, routing per level beside
-    the oracle, and the run's early tell (lines of :func:`routing_grpo.hub.early_tell_lines`). ``section``:
-    the miniature report's section of the router ("router", or "word_weight" for the lever's)."""
-    modes = [m["name"] for m in mini["modes"]]
-    routed = mini[section]
-    acc, tokens = router["accuracy"], router["mean_length"]
-    long_acc, long_tokens = long_forced["accuracy"], long_forced["mean_length"]
-    lines = [
-        "# routing-grpo demo: the miniature's graded world",
-        "",
-        *([trained, ""] if trained else []),
-        "| | accuracy | mean tokens |",
-        "|---|---:|---:|",
-        f"| taught model forced into Long | {long_acc:.3f} | {long_tokens:.1f} |",
-        f"| oracle router (best mode per level) | {mini['oracle']['overall']['accuracy_capped']:.3f} | "
-        f"{mini['oracle']['overall']['mean_tokens']:.1f} |",
-        f"| trained router (free routing) | {acc:.3f} | {tokens:.1f} |",
-        "",
-        f"The router's accuracy is {100 * (acc - long_acc):+.1f} points from Long's with "
-        f"{_pct(1 - tokens / long_tokens if long_tokens else None)} fewer tokens.",
-    ]
-    world = mini.get("world")
-    if world:
-        worth = " / ".join(f"{world['mix'][m]['expected_reward']:.2f}" for m in modes)
-        lines += [
-            "",
-            f"On the uniform mix of levels the modes are worth {worth} ({' / '.join(modes)}; expected reward "
-            "of the taught model at the training temperature): close on average, best at different levels.",
-        ]
-    lines += [
-        "",
-        "## Routing per level: router (held-out, free) beside the oracle",
-        "",
-        *_level_table(routed["levels"], modes, "router acc", "router tokens"),
-    ]
-    regret = routed["regret"]["relative"]
-    regret = regret.get("mean") if isinstance(regret, dict) else regret
-    # Below zero is possible: the oracle picks one mode per level, the router per problem.
-    beats = (
-        "; below zero: the router beats the best single mode per level"
-        if regret is not None and regret < 0
-        else ""
+# The demo's stages in the four groups above (the miniature runner's stage names), for the lines of stages left.
+STAGE_GROUPS = (("world_", "oracle", "base"), ("train_",), ("eval_",), ("report",))
+STAGE_COUNTS = (8, 1, 1, 1)  # 3 world evaluations, the oracle, 3 forced evaluations, the plain prompt; ...
+# A stage's last line from the runner: "[graded   209s] eval_router_seed0: 46s - ..." or "...: done before ...".
+STAGE_DONE = re.compile(r"^\[\S+\s+\d+s\] (\w+): (?:\d+s\b|done before)")
+
+
+def stages_left_line(done: Sequence[int], expected: dict[str, float]) -> str:
+    """``[demo] k/n stages done, about T left``: each group's expected seconds in proportion to its stages
+    left (training beside the first group, as they run)."""
+    left = [sec * (n - min(d, n)) / n for sec, n, d in zip(expected.values(), STAGE_COUNTS, done)]
+    total = max(left[0], left[1]) + left[2] + left[3]
+    return (
+        f"[demo] {min(sum(done), sum(STAGE_COUNTS))}/{sum(STAGE_COUNTS)} stages done, about "
+        f"{duration_text(total)} left"
     )
-    lines += ["", f"Routing regret: {_pct(regret, 1)} of the oracle's expected reward (levels weighted by "
-              f"their share{beats})."]  # fmt: skip
-    if early_tell:
-        lines += ["", "## Early tell (in training: is routing by difficulty being learnt?)", "", *early_tell]
-    return "\n".join(lines) + "\n"
+
+
+class StagesLeft:
+    """Passes the runner's lines through and, after each that ends a stage, prints the stages left."""
+
+    def __init__(self, stream: Any, expected: dict[str, float]) -> None:
+        self.stream, self.expected, self.done = stream, expected, [0] * len(STAGE_GROUPS)
+
+    def write(self, text: str) -> int:
+        self.stream.write(text)
+        for line in text.splitlines():
+            match = STAGE_DONE.match(line)
+            group = next((i for i, g in enumerate(STAGE_GROUPS) if match and match[1].startswith(g)), None)
+            if group is not None:
+                self.done[group] += 1
+                self.stream.write(stages_left_line(self.done, self.expected) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+
+def plan_line(expected: dict[str, float]) -> str:
+    """The demo's stages with the expected duration of each, and the total."""
+    stages = "; ".join(
+        f"{i}/4 {name} ~{duration_text(sec)}" for i, (name, sec) in enumerate(expected.items(), 1)
+    )
+    return f"[demo] 4 stages, about {duration_text(expected_total(expected))} in all on 2 CPU cores: {stages}"
 
 
 TRAINED = (
     "Trained: the paper's recipe (`recipes/mini_graded/{recipe}.yaml`: forced warmup, free routing, balance "
     "term, reward flattening; no lever beyond the paper), {batches} generation batches{scaled}, seed {seed}, "
-    "from `{taught}`{cold_start}."
+    "from `{taught}`."
 )
 
 
@@ -225,7 +230,17 @@ def run(argv: Sequence[str] | None = None) -> str:
         cmd += ["--batch-steps", str(args.batch_steps)]
     if args.limit is not None:
         cmd += ["--limit", str(args.limit)]
-    code = mini_run.main(cmd)
+    timings_path = out / WORLD / "timings.json"
+    expected = expected_stages(
+        args.batch_steps, json.loads(timings_path.read_text()) if timings_path.is_file() else None
+    )
+    print(plan_line(expected), flush=True)
+    started = time.time()
+    stdout, sys.stdout = sys.stdout, StagesLeft(sys.stdout, expected)
+    try:
+        code = mini_run.main(cmd)
+    finally:
+        sys.stdout = stdout
     if code != 0:  # its lines are printed; a usage error keeps its exit code 2
         raise SystemExit(code if code == 2 else 1)
     runs = out / WORLD
@@ -249,13 +264,40 @@ def run(argv: Sequence[str] | None = None) -> str:
         else " (the recipe as written)"
     )
     trained = TRAINED.format(
-        recipe=router_run.recipe, batches=batches, scaled=scaled, seed=args.seed, taught=taught,
-        cold_start="" if args.taught else ", the graded world's difficulty-aware cold start (docs/mini/cold_start.md)",
+        recipe=router_run.recipe, batches=batches, scaled=scaled, seed=args.seed, taught=taught
+    )
+    forced = {
+        m: json.loads(path.read_text())
+        for m in [mode["name"] for mode in mini["modes"]]
+        if (path := runs / "eval" / "oracle" / m / bench / "summary.json").is_file()
+    }
+    world_long = runs / "eval" / "world" / "Long" / bench / "summary.json"
+    temperatures = {
+        "evaluation": (long_forced.get("config") or {}).get("temperature"),
+        "training": (json.loads(world_long.read_text()).get("config") or {}).get("temperature")
+        if world_long.is_file()
+        else None,
+    }
+    oracle_json = runs / "oracle" / "oracle.json"
+    training_oracle = (
+        json.loads(oracle_json.read_text()).get("oracle_router") if oracle_json.is_file() else None
+    )
+    report = runs / "report"
+    made = [*sorted((runs / "oracle").glob("*.png")), *sorted(report.glob("*.png"))]
+    figures = [str(p.relative_to(out)) for p in made]
+    text = render_summary(
+        mini, long_forced, router, trained, early_tell_lines(history), forced=forced,
+        cold_start="" if args.taught else COLD_START, temperatures=temperatures, training_oracle=training_oracle,
+        seed=args.seed, figures=figures,
     )  # fmt: skip
-    text = render_summary(mini, long_forced, router, trained, early_tell_lines(history))
     (out / "summary.md").write_text(text)
     print(text, flush=True)
     print(f"Full report: {runs / 'report' / 'results.md'} (figures beside it)", flush=True)
+    took = time.time() - started
+    print(
+        f"[demo] done in {duration_text(took)} (expected about {duration_text(expected_total(expected))})",
+        flush=True,
+    )
     return text
 
 

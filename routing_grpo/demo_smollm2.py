@@ -32,7 +32,7 @@ from typing import Any
 
 # In the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPE = Path("recipes") / "demo_smollm2_cpu.yaml"
-DEFAULT_OUTPUT = Path("outputs") / "demo"
+DEFAULT_OUTPUT = Path("outputs") / "demo_smollm2"  # make demo writes outputs/demo
 DEFAULT_EVAL_PROBLEMS = 20  # 4 per level
 
 

@@ -36,10 +36,47 @@ class UsageError(ValueError):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are a :class:`UsageError` (one line, exit code 2), not the usage block."""
+    """argparse whose errors are a :class:`UsageError` (one line, exit code 2), not the usage block, naming
+    the command's own ``--help``. Each long option is taken in both spellings, ``--max-tokens`` and
+    ``--max_tokens`` (as TRL's parser takes training's options): :func:`as_declared`; ``--help`` shows the
+    one it was declared with."""
 
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(f"{message} (`{self.prog} --help` lists the options)", prog=self.prog)
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        words = list(sys.argv[1:] if args is None else args)
+        if self._subparsers is None:  # a parser of commands leaves each command's words to its parser
+            words = as_declared(words, self._option_string_actions, abbreviations=self.allow_abbrev)
+        return super().parse_known_args(words, namespace)
+
+
+def option_key(option: str) -> str:
+    """What both spellings of a long option share: ``--max_tokens`` and ``--max-tokens`` are ``--max-tokens``."""
+    return "--" + option[2:].replace("_", "-")
+
+
+def as_declared(words: list[str], options: Any, *, abbreviations: bool = True) -> list[str]:
+    """``words`` with each long option (``--name`` or ``--name=value``) spelled as one of ``options`` is
+    declared: dashes for underscores or the other way round, and (with ``abbreviations``, as argparse's
+    ``allow_abbrev``) an unambiguous abbreviation completed in the declared spelling. Words after ``--``,
+    and options no spelling of which is declared, are left as they are (argparse then names the unknown
+    one)."""
+    declared = {option_key(o): o for o in options if o.startswith("--")}
+    out = []
+    for i, word in enumerate(words):
+        if word == "--":
+            return out + words[i:]
+        name, sep, value = word.partition("=")
+        if word.startswith("--") and len(name) > 2 and name not in options:
+            key = option_key(name)
+            found = [declared[key]] if key in declared else []
+            if not found and abbreviations:
+                found = [o for k, o in declared.items() if k.startswith(key)]
+            if len(found) == 1:
+                word = found[0] + sep + value
+        out.append(word)
+    return out
 
 
 def model_file_errors() -> tuple[type[BaseException], ...]:

@@ -3,14 +3,28 @@
 :class:`EvalConfig` checks its values when made (each error names the command's option);
 :data:`DEFAULT_SAMPLES` is the paper's samples per benchmark, and :data:`SAMPLE_SETTINGS` the settings a
 sample depends on (what a resumed evaluation must not change: :func:`routing_grpo.evaluate.samples_record`).
+
+:meth:`EvalConfig.for_checkpoint` is the configuration ``routing-grpo eval`` makes for a checkpoint, with its
+defaults, so that a Python call and the command agree:
+
+* the model: an offline name (``offline:mini``) is its folder; a path that is not there, a file, a Hub id while
+  the Hub is offline, or a weight file cut short is refused before anything loads;
+* the modes, routing instruction and question: the recipe's (``config``) or else the ones saved with the
+  checkpoint (``routing_config.json``);
+* ``max_tokens``: the checkpoint's training completion limit, else :data:`DEFAULT_EVAL_MAX_TOKENS`; never
+  past the model's context (``max_position_embeddings`` of its config.json,
+  :func:`routing_grpo.model_files.context_length`);
+* ``output``: ``outputs/eval/<method>/seed<run_seed or 0>`` (docs/evaluation.md's layout).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
-from routing_grpo.backends import check_sampling, check_seed
+from routing_grpo.generation.factory import check_backend_name
+from routing_grpo.generation.options import check_sampling, check_seed
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index
 from routing_grpo.path_names import check_name
 from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
@@ -18,6 +32,10 @@ from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
 # The paper's protocol: MATH-500 once, GSM8K avg@5, AIME avg@16.
 DEFAULT_SAMPLES = {"math500": 1, "gsm8k": 5, "aime24": 16, "aime25": 16}
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+# Without max_tokens and without a saved completion limit: long enough for the paper's Long mode.
+DEFAULT_EVAL_MAX_TOKENS = 16384
+# What a recipe or a checkpoint's routing settings give an evaluation.
+ROUTING_KEYS = ("modes", "routing_instruction", "routing_question")
 
 
 @dataclass
@@ -28,7 +46,7 @@ class EvalConfig:
     samples: dict[str, int] = field(default_factory=dict)
     temperature: float = 0.6
     top_p: float = 1.0
-    max_tokens: int = 16384
+    max_tokens: int = DEFAULT_EVAL_MAX_TOKENS
     backend: str = "auto"
     limit: int | None = None
     force_mode: str | None = None
@@ -54,6 +72,9 @@ class EvalConfig:
     gpu_memory_utilization: float = 0.9
     # Start a benchmark's samples afresh instead of resuming them (never part of what a sample records).
     overwrite: bool = False
+    # What :meth:`for_checkpoint` decided that its caller may say (an explicit max_tokens lowered to the
+    # model's context); not a setting, so never saved with the samples.
+    notes: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
         if self.force_mode and self.no_routing:
@@ -65,8 +86,7 @@ class EvalConfig:
         check_seed(self.run_seed, "--run-seed")
         if self.max_tokens < 1:
             raise ValueError(f"--max-tokens must be >= 1, got {self.max_tokens}")
-        if self.backend not in ("auto", "vllm", "transformers"):
-            raise ValueError(f"--backend must be vllm, transformers or auto, got {self.backend!r}")
+        check_backend_name(self.backend, "--backend")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit must be >= 1 (or left out for every problem), got {self.limit}")
         if self.batch_size is not None and self.batch_size < 1:
@@ -116,6 +136,104 @@ class EvalConfig:
 
     def samples_for(self, benchmark: str) -> int:
         return self.samples.get(benchmark, DEFAULT_SAMPLES.get(benchmark, 1))
+
+    @classmethod
+    def for_checkpoint(
+        cls,
+        model: str,
+        benchmarks: list[str],
+        *,
+        output: str | None = None,
+        max_tokens: int | None = None,
+        config: str | None = None,
+        revision: str | None = None,
+        **options: Any,
+    ) -> EvalConfig:
+        """The evaluation of ``model`` with ``routing-grpo eval``'s defaults (the module's docstring):
+        ``config`` a training recipe whose modes and routing texts are used, ``max_tokens`` and ``output``
+        None for their defaults; ``options`` the other fields. Raises ValueError (naming the command's
+        option) for a model that is not there and a recipe or saved settings that cannot be read (the
+        benchmarks and their ``samples`` and ``data`` are checked by
+        :func:`routing_grpo.evaluate.check_benchmarks`, which ``run_eval`` calls first). An explicit ``max_tokens``
+        past the model's context is lowered to it and said in :attr:`notes`."""
+        from routing_grpo.model_files import context_length, weight_file_problem
+        from routing_grpo.offline_models import is_offline_name, resolve_model_path
+
+        if is_offline_name(model):
+            try:
+                model = resolve_model_path(model)
+            except ValueError as err:
+                raise ValueError(str(err).replace("model_name_or_path", "--model")) from None
+        check_model_location(model)
+        weights = weight_file_problem(model)
+        if weights:
+            raise ValueError(f"--model: {weights}")
+        if output and Path(output).exists() and not Path(output).is_dir():
+            raise ValueError(f"--output: {output} is a file; give a folder for the evaluation")
+        saved = saved_routing_settings(model, revision) if not config or max_tokens is None else {}
+        if config:
+            from routing_grpo.recipe import load_recipe_modes, read_recipe
+
+            load_recipe_modes(config)  # a missing file, bad YAML or bad modes: one clear line
+            routing = read_recipe(config)
+        else:
+            routing = saved
+        limit = max_tokens
+        if limit is None:
+            limit = saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
+        notes = []
+        context = context_length(model)
+        if context is not None and limit > context:
+            if max_tokens is not None:  # said only when asked for explicitly
+                notes.append(f"--max-tokens: {limit} is past the model's context; using {context}")
+            limit = context
+        made = cls(
+            model=model,
+            benchmarks=benchmarks,
+            output=output or "",
+            max_tokens=limit,
+            revision=revision,
+            **options,
+            **{k: routing[k] for k in ROUTING_KEYS if routing.get(k) is not None},
+        )
+        if not output:  # docs/evaluation.md's layout: outputs/eval/<method>/seed<N>
+            seed = made.run_seed if made.run_seed is not None else 0
+            made.output = str(Path("outputs") / "eval" / made.effective_method / f"seed{seed}")
+        made.notes = tuple(notes)
+        return made
+
+
+def check_model_location(model: str) -> None:
+    """A model that is neither a local folder nor something the Hub could serve is a ValueError naming
+    ``--model``, before anything loads (a path that is not there, a file, a Hub id while the Hub is
+    offline)."""
+    from routing_grpo.locations import hub_offline, looks_local
+
+    path = Path(model).expanduser()
+    if path.is_file():
+        raise ValueError(f"--model: {model} is a file; give a checkpoint folder or a Hub id")
+    if path.exists():
+        return
+    if looks_local(model):
+        raise ValueError(f"--model: no such folder: {model} (a checkpoint folder or a Hub id owner/name)")
+    if hub_offline():
+        raise ValueError(
+            f"--model: {model} is not a local folder, and the Hub is offline here (HF_HUB_OFFLINE is set); "
+            "give a checkpoint folder"
+        )
+
+
+def saved_routing_settings(model: str, revision: str | None = None) -> dict[str, Any]:
+    """The modes, instruction, question and completion limit saved with a trained checkpoint ({} when it
+    has none; a ValueError when they cannot be read)."""
+    from routing_grpo.settings import RoutingSettings, SettingsNotFoundError
+
+    try:
+        settings = RoutingSettings.load(model, revision=revision)
+    except SettingsNotFoundError:
+        return {}
+    data = settings.to_dict()
+    return {k: data[k] for k in (*ROUTING_KEYS, "max_completion_length")}
 
 
 # What a sample depends on besides the model and the data: resuming with any of these changed would mix

@@ -1,7 +1,7 @@
-"""The generation engine of an evaluation: its backend (vLLM engines or the transformers model) made from an
-:class:`routing_grpo.eval_config.EvalConfig`, the engine options checked against it, and prompts per call.
-
-The backends themselves are inference's too (:mod:`routing_grpo.backends`).
+"""The backend of an evaluation: its :class:`~routing_grpo.generation.options.BackendOptions` made from an
+:class:`routing_grpo.eval_config.EvalConfig` (the backend itself built by
+:func:`routing_grpo.generation.factory.make_backend`, the Router's and the trainer's factory too), the engine
+options checked against it, and prompts per call.
 """
 
 from __future__ import annotations
@@ -10,16 +10,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from routing_grpo.backends import (
-    Backend,
-    TransformersBackend,
-    VLLMBackend,
-    load_transformers_model,
-    read_generation_config,
-    start_vllm_engines,
-)
-from routing_grpo.capped_generation import stop_token_ids
 from routing_grpo.eval_config import EvalConfig
+from routing_grpo.generation.factory import VLLM
+from routing_grpo.generation.factory import make_backend as build_backend
+from routing_grpo.generation.interface import Backend
+from routing_grpo.generation.options import BackendOptions
+from routing_grpo.generation.vllm_backend import VLLMBackend
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +23,7 @@ logger = logging.getLogger(__name__)
 def vllm_engine_kwargs(config: EvalConfig) -> dict[str, Any]:
     """``vllm.LLM(**kwargs)`` of one engine. ``data_parallel_size`` is not among them: vLLM's offline
     ``LLM`` does not take it in one process, so each data-parallel replica is an engine of its own
-    (:class:`routing_grpo.backends.DataParallelEngines`); the engine is seeded with ``--seed``."""
+    (:class:`routing_grpo.generation.vllm_engines.DataParallelEngines`); the engine is seeded with ``--seed``."""
     kwargs: dict[str, Any] = {
         "model": config.model,
         "tensor_parallel_size": config.tensor_parallel_size,
@@ -42,6 +38,24 @@ def vllm_engine_kwargs(config: EvalConfig) -> dict[str, Any]:
     return kwargs
 
 
+def backend_options(config: EvalConfig, **stand_ins: Any) -> BackendOptions:
+    """The run's backend options: the model, the sampling options, the transformers device and dtype, and
+    the vLLM engine options (``stand_ins``: ``llm_factory``, ``sampling_params``, ``progress``, ``visible``
+    for tests)."""
+    return BackendOptions(
+        model=config.model,
+        revision=config.revision,
+        dtype=config.dtype,
+        device=config.device,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        engine_kwargs=vllm_engine_kwargs(config),
+        data_parallel_size=config.data_parallel_size,
+        tensor_parallel_size=config.tensor_parallel_size,
+        **stand_ins,
+    )
+
+
 def make_vllm_backend(
     config: EvalConfig,
     tokenizer: Any = None,
@@ -54,39 +68,22 @@ def make_vllm_backend(
     """The vLLM backend of a run: one engine, or ``data_parallel_size`` engines of ``tensor_parallel_size``
     GPUs each (``visible``: the GPUs to use, default ``CUDA_VISIBLE_DEVICES``). ``llm_factory`` /
     ``sampling_params`` stand in for ``vllm.LLM`` / ``vllm.SamplingParams`` (tests)."""
-    engine = start_vllm_engines(
-        vllm_engine_kwargs(config),
-        data_parallel_size=config.data_parallel_size,
-        tensor_parallel_size=config.tensor_parallel_size,
-        visible=visible,
-        llm_factory=llm_factory,
-        sampling_params=sampling_params,
-        use_tqdm=use_tqdm,
+    options = backend_options(
+        config, llm_factory=llm_factory, sampling_params=sampling_params, progress=use_tqdm, visible=visible
     )
-    # vLLM stops at the model's generation-config EOS tokens (and the tokenizer's).
-    eos = stop_token_ids(read_generation_config(config.model, config.revision), tokenizer)
-    try:
-        return VLLMBackend(engine, eos_token_ids=eos, temperature=config.temperature, top_p=config.top_p)
-    except BaseException:
-        engine.close()
-        raise
+    return build_backend(VLLM, options, tokenizer)
 
 
-def make_backend(config: EvalConfig, backend: str, tokenizer: Any) -> Backend:
+def make_eval_backend(config: EvalConfig, backend: str, tokenizer: Any) -> Backend:
     """The run's backend: vLLM engine(s) with the engine options, or the transformers model moved to
     ``--device`` (default: the GPU when there is one)."""
-    if backend == "vllm":
-        return make_vllm_backend(config, tokenizer)
-    model = load_transformers_model(
-        config.model, revision=config.revision, dtype=config.dtype, device=config.device
-    )
-    return TransformersBackend(model, tokenizer, temperature=config.temperature, top_p=config.top_p)
+    return build_backend(backend, backend_options(config), tokenizer)
 
 
 def check_engine(config: EvalConfig, backend: str) -> None:
     """The engine options against the backend: tensor / data parallel need vLLM (a silent single-GPU run
     would not be what was asked); vLLM's memory options are only noted as unused under transformers."""
-    if backend != "vllm":
+    if backend != VLLM:
         if config.tensor_parallel_size > 1 or config.data_parallel_size > 1:
             raise ValueError(
                 "--tensor-parallel-size / --data-parallel-size need the vLLM backend (--backend vllm); "
@@ -101,6 +98,6 @@ def check_engine(config: EvalConfig, backend: str) -> None:
 
 def prompts_per_call(config: EvalConfig, backend: Any, todo: int) -> int:
     """Prompts per generation call: ``--batch-size`` when given, else the backend's default (vLLM: none,
-    so all ``todo`` prompts in one call; transformers: :data:`routing_grpo.backends.TRANSFORMERS_BATCH_SIZE`)."""
-    size = config.batch_size or getattr(backend, "default_batch_size", None)
+    so all ``todo`` prompts in one call; transformers: :data:`routing_grpo.generation.transformers_backend.TRANSFORMERS_BATCH_SIZE`)."""
+    size = config.batch_size or backend.default_batch_size
     return max(1, size or todo)

@@ -14,7 +14,7 @@ At GPU scale (:func:`run_eval`): the benchmark names, ``--samples`` / ``--data``
 checked, and the benchmarks loaded, before the model is; with vLLM each benchmark's prompts go to the
 engine in one generation call (vLLM schedules them), on ``tensor_parallel_size`` GPUs per engine and
 ``data_parallel_size`` engines; the transformers backend runs on the GPU when there is one, ``batch_size``
-prompts per call. The backends are inference's too (:mod:`routing_grpo.backends`).
+prompts per call. The backends are inference's too (:mod:`routing_grpo.generation`).
 
 The run's settings are :mod:`routing_grpo.eval_config`'s, its engine :mod:`routing_grpo.eval_engines`' and
 the summary's figures :mod:`routing_grpo.eval_summary`'s; this module draws, grades and keeps the samples.
@@ -29,17 +29,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.backends import Backend, resolve_backend
 from routing_grpo.errors import model_loading, naming_path
 from routing_grpo.eval_config import SAMPLE_SETTINGS, EvalConfig
-from routing_grpo.eval_engines import check_engine, make_backend, prompts_per_call
+from routing_grpo.eval_engines import check_engine, make_eval_backend, prompts_per_call
 from routing_grpo.eval_summary import summarize
-from routing_grpo.generation import GenerationRequest
+from routing_grpo.generation.factory import VLLM, resolve_backend
+from routing_grpo.generation.interface import Backend, GenerationRequest
 from routing_grpo.locations import looks_local
 from routing_grpo.model_files import context_length
 from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.path_names import under
 from routing_grpo.prompting import PromptPlan
+from routing_grpo.routing_metrics import duration_text
 from routing_grpo.sample_store import (
     append_samples,
     begin_replacement,
@@ -166,9 +167,11 @@ def evaluate_benchmark(
         if progress:
             finished = min(start + per_call, len(todo))
             rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
+            elapsed = time.time() - started
+            left = len(todo) - finished  # the prompts left at this run's pace so far
+            eta = f", ETA {duration_text(elapsed / finished * left)}" if left and finished else ""
             print(
-                f"[{benchmark}] {finished}/{len(todo)} prompts ({time.time() - started:.0f}s, "
-                f"{rate:.0f} tokens/s generated)",
+                f"[{benchmark}] {finished}/{len(todo)} prompts ({elapsed:.0f}s, {rate:.0f} tokens/s generated{eta})",
                 flush=True,
             )
 
@@ -262,7 +265,8 @@ def _sample_row(
 
 
 def check_benchmarks(config: EvalConfig) -> None:
-    """The benchmark names, the ``--samples`` and ``--data`` entries and the local data files, checked
+    """The benchmark names, the ``--samples`` and ``--data`` entries (each a known benchmark, and one of
+    ``--benchmarks``) and the local data files, checked
     before anything is loaded; raises ValueError naming the option (FileNotFoundError for a missing file)."""
     from routing_grpo.data import TASKS
 
@@ -283,6 +287,12 @@ def check_benchmarks(config: EvalConfig) -> None:
             raise ValueError(f"--data: {bench} is generated (seeded, no download); it takes no file")
         if looks_local(path) and not Path(path).expanduser().exists():
             raise FileNotFoundError(f"--data: {bench}={path}: no such file or directory")
+    for flag, entries in (("--samples", config.samples), ("--data", config.data)):
+        stray = sorted(set(entries) - set(config.benchmarks))
+        if stray:
+            raise ValueError(
+                f"{flag}: {', '.join(stray)} not in --benchmarks ({', '.join(config.benchmarks)})"
+            )
 
 
 def load_benchmarks(config: EvalConfig) -> dict[str, Any]:
@@ -302,7 +312,7 @@ def load_benchmarks(config: EvalConfig) -> dict[str, Any]:
 def evaluation_context(config: EvalConfig, backend: str) -> int | None:
     """The context a prompt and its sample must fit: vLLM's ``--max-model-len`` when given, else the model's
     own (a local folder's config.json; None when unknown)."""
-    if backend == "vllm" and config.max_model_len is not None:
+    if backend == VLLM and config.max_model_len is not None:
         return config.max_model_len
     return context_length(config.model)
 
@@ -355,7 +365,7 @@ def evaluate_all(config: EvalConfig, backend: str) -> dict[str, dict[str, Any]]:
         tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
     check_prompt_lengths(config, datasets, tokenizer, evaluation_context(config, backend))
     with model_loading(config.model):
-        engine = make_backend(config, backend, tokenizer)
+        engine = make_eval_backend(config, backend, tokenizer)
     try:
         return {
             bench: evaluate_benchmark(config, bench, dataset, tokenizer, engine)

@@ -34,38 +34,39 @@ its timeouts disabled (``None``) and bound the work ourselves:
 
 * answers longer than :data:`MAX_ANSWER_CHARS` are scored False without parsing;
 * on the main thread a ``SIGALRM`` interval timer interrupts a slow parse or comparison after ``timeout_s``;
-* off the main thread the item goes to the worker pool below, whose workers run it on their own main thread
-  under the same timer;
+* off the main thread the item goes to the worker pool of :mod:`routing_grpo.grading_pool`, whose workers run
+  it on their own main thread under the same timer;
 * the pool parent also keeps a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck
   in C code, where a signal handler cannot run, or a worker that died is killed and replaced, and its item is
   scored False.
 
-:func:`grade_batch` uses one module-level pool of ``forkserver`` workers (safe when torch or other threads live
-in the parent), created on first use, reused across calls and stopped by :func:`shutdown_pool` (also at exit).
+:func:`grade_batch` uses that module's one shared pool of ``forkserver`` workers, created on first use, reused
+across calls and stopped by :func:`shutdown_pool` (also at exit).
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
-import multiprocessing as mp
-import os
 import re
-import signal
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from multiprocessing.connection import wait as wait_for_ready
 from pathlib import Path
 from typing import Any
 
 from math_verify import parse, verify
 
+from routing_grpo.grading_pool import HARD_DEADLINE_GRACE_S as HARD_DEADLINE_GRACE_S  # re-exported
+from routing_grpo.grading_pool import (
+    TimedOut,
+    run_in_pool,
+    signal_timer_usable,
+    time_limit,
+)
+from routing_grpo.grading_pool import shutdown_pool as shutdown_pool  # re-exported
 from routing_grpo.jsonl import id_text, read_jsonl
 
 DEFAULT_TIMEOUT_S = 5.0
@@ -74,9 +75,10 @@ DEFAULT_TIMEOUT_S = 5.0
 MAX_ANSWER_CHARS = 1_000
 # Below this many items a pool's round trips cost more than they save.
 MIN_POOL_BATCH = 32
+# The pool's forkserver imports this module (sympy, math_verify) once: a replacement worker starts in
+# milliseconds instead of re-importing them.
+PRELOAD = (__name__,)
 # Time the pool parent allows on top of a worker's own timer before it kills the worker.
-HARD_DEADLINE_GRACE_S = 2.0
-WORKER_START_TIMEOUT_S = 120.0
 
 # We disable math_verify's signal timeouts on purpose (see the module docstring); its warning about it is noise.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -259,48 +261,24 @@ def _last_number(text: str) -> str | None:
 # ----------------------------------------------------------------------------------------------------------
 
 
-class _Timeout(BaseException):
-    """Raised by the alarm; a BaseException so sympy's broad `except Exception` blocks cannot swallow it."""
-
-
-def _signal_timer_usable() -> bool:
-    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-
-
-@contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    """Raise _Timeout in the main thread after `seconds` (SIGALRM interval timer, sub-second resolution)."""
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise _Timeout
-
-    previous = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        try:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        finally:
-            signal.signal(signal.SIGALRM, previous)
-
-
 def verify_answer(extracted: str | None, reference: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
     """True when `extracted` is mathematically equivalent to `reference`. Never raises; False on error/timeout.
 
     On the main thread the check runs here under a SIGALRM timer; on other threads it runs in the worker pool.
     """
-    if not _signal_timer_usable():
-        return bool(_run_in_pool(None, _verify_limited, [(extracted, reference, timeout_s)], timeout_s)[0])
+    if not signal_timer_usable():
+        return bool(
+            run_in_pool(None, _verify_limited, [(extracted, reference, timeout_s)], timeout_s, PRELOAD)[0]
+        )
     return _verify_limited(extracted, reference, timeout_s)
 
 
 def _verify_limited(extracted: str | None, reference: str, timeout_s: float) -> bool:
     """verify_answer for the main thread of this process."""
     try:
-        with _time_limit(timeout_s):
+        with time_limit(timeout_s):
             return _verify(extracted, reference)
-    except (Exception, _Timeout):  # an answer we cannot parse or compare in time is not a correct one
+    except (Exception, TimedOut):  # an answer we cannot parse or compare in time is not a correct one
         return False
 
 
@@ -384,171 +362,13 @@ def grade_batch(
             f"{n} completions but {len(done)} finished flags and {len(opened)} reasoning_open flags"
         )
     items = [(c, r, timeout_s, f, o) for c, r, f, o in zip(completions, references, done, opened)]
-    if _signal_timer_usable() and (n < MIN_POOL_BATCH or num_workers == 0):
+    if signal_timer_usable() and (n < MIN_POOL_BATCH or num_workers == 0):
         return [_grade_limited(*item) for item in items]
-    results = _run_in_pool(num_workers, _grade_limited, items, timeout_s)
+    results = run_in_pool(num_workers, _grade_limited, items, timeout_s, PRELOAD)
     return [
         result if result is not None else GradeResult(False, extract_answer(c, finished=f, reasoning_open=o))
         for result, (c, _, _, f, o) in zip(results, items)
     ]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Worker pool
-# ----------------------------------------------------------------------------------------------------------
-
-
-def _worker_main(conn: Any) -> None:
-    """Worker loop: receive (func, items), send back one result per item as soon as it is done."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    conn.send("ready")
-    while True:
-        try:
-            func, items = conn.recv()
-        except EOFError:  # the parent is gone
-            return
-        for args in items:
-            conn.send(func(*args))
-
-
-class _Worker:
-    def __init__(self, ctx: Any) -> None:
-        self.conn, child_conn = ctx.Pipe()
-        self.process = ctx.Process(target=_worker_main, args=(child_conn,), daemon=True)
-        self.process.start()
-        child_conn.close()
-
-    def wait_ready(self) -> None:
-        try:
-            ready = self.conn.poll(WORKER_START_TIMEOUT_S) and self.conn.recv() == "ready"
-        except (EOFError, OSError):  # the worker died while starting
-            ready = False
-        if not ready:
-            raise RuntimeError(
-                "a grading worker process did not start (a script that grades with a pool must run its "
-                "work under `if __name__ == '__main__':`, as the workers re-import the main module)"
-            )
-
-    def kill(self) -> None:
-        self.process.kill()
-        self.process.join()
-        self.conn.close()
-
-
-class _WorkerPool:
-    """Fixed-size process pool with a deadline per item; unlike concurrent.futures it can kill one stuck worker."""
-
-    def __init__(self, size: int) -> None:
-        method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-        self._ctx = mp.get_context(method)
-        if method == "forkserver":
-            # Workers fork from a server that has imported sympy and math_verify once: a replacement worker
-            # starts in milliseconds instead of re-importing them. (No effect if the server already runs.)
-            self._ctx.set_forkserver_preload([__name__])
-        self.size = size
-        self.pid = os.getpid()
-        self._workers = [_Worker(self._ctx) for _ in range(size)]
-        try:
-            for worker in self._workers:
-                worker.wait_ready()
-        except RuntimeError:
-            self.close()
-            raise
-
-    def _replace(self, worker: _Worker) -> _Worker:
-        worker.kill()
-        fresh = _Worker(self._ctx)
-        self._workers[self._workers.index(worker)] = fresh
-        fresh.wait_ready()
-        return fresh
-
-    def run(self, func: Callable[..., Any], items: list[tuple[Any, ...]], timeout_s: float) -> list[Any]:
-        """`func(*item)` for each item, in order; None where an item hung past its deadline or killed its worker."""
-        results: list[Any] = [None] * len(items)
-        # Chunks amortise the round trips; several per worker keep the load balanced.
-        chunk = max(1, min(16, len(items) // (4 * self.size)))
-        todo = deque(deque(range(i, min(i + chunk, len(items)))) for i in range(0, len(items), chunk))
-        idle = list(self._workers)
-        busy: dict[Any, tuple[_Worker, deque[int], float]] = {}  # conn -> (worker, its items left, deadline)
-        per_item_s = timeout_s + HARD_DEADLINE_GRACE_S
-        while todo or busy:
-            while idle and todo:
-                worker, pending = idle.pop(), todo.popleft()
-                worker.conn.send((func, [items[i] for i in pending]))
-                busy[worker.conn] = (worker, pending, time.monotonic() + per_item_s)
-            next_deadline = min(deadline for _, _, deadline in busy.values())
-            ready = set(wait_for_ready(list(busy), max(0.0, next_deadline - time.monotonic())))
-            now = time.monotonic()
-            for conn, (worker, pending, deadline) in list(busy.items()):
-                if conn in ready:  # a result, or EOF if the worker died
-                    try:
-                        results[pending[0]] = conn.recv()
-                        ok = True
-                    except (EOFError, OSError):
-                        ok = False
-                elif deadline <= now:  # stuck where its own timer cannot reach
-                    ok = False
-                else:
-                    continue
-                del busy[conn]
-                pending.popleft()  # done, or left as None
-                if not ok:
-                    worker = self._replace(worker)
-                if ok and pending:
-                    busy[conn] = (worker, pending, time.monotonic() + per_item_s)
-                    continue
-                if pending:
-                    todo.appendleft(pending)
-                idle.append(worker)
-        return results
-
-    def close(self) -> None:
-        for worker in self._workers:
-            worker.kill()
-
-
-_POOL: _WorkerPool | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _available_cpus() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
-def _run_in_pool(
-    size: int | None, func: Callable[..., Any], items: list[tuple[Any, ...]], timeout_s: float
-) -> list[Any]:
-    """Run on the shared pool, (re)creating it as needed; the lock keeps two callers off the same pipes."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is not None and _POOL.pid != os.getpid():
-            _POOL = None  # inherited through fork: those workers belong to the parent
-        wanted = max(1, size or (_POOL.size if _POOL else _available_cpus()))
-        if _POOL is not None and _POOL.size != wanted:
-            _POOL.close()
-            _POOL = None
-        if _POOL is None:
-            _POOL = _WorkerPool(wanted)
-        try:
-            return _POOL.run(func, items, timeout_s)
-        except BaseException:
-            # Interrupted mid-run (Ctrl-C, a worker that cannot restart): the workers may still send results
-            # for this run, which the next run would misread, so the pool goes.
-            _POOL.close()
-            _POOL = None
-            raise
-
-
-def shutdown_pool() -> None:
-    """Stop the shared worker pool; the next call that needs one starts a new one."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is not None and _POOL.pid == os.getpid():
-            _POOL.close()
-        _POOL = None
-
-
-atexit.register(shutdown_pool)
 
 
 # ----------------------------------------------------------------------------------------------------------

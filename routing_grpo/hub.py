@@ -144,7 +144,7 @@ def early_tell_lines(log_history: list[dict[str, Any]]) -> list[str]:
         if isinstance(value, int | float) and isinstance(batch, int | float) and math.isfinite(value):
             points[round(batch) + 1] = float(value)
     return [
-        f"- generation batch {b}: fanout {v:+.2f} over the last {FANOUT_WINDOW} batches ({early_tell_verdict(v)})"
+        f"- generation batch {b}: fanout {v:+.3f} nats per level step over the last {FANOUT_WINDOW} batches ({early_tell_verdict(v)})"
         for b, v in early_tell_readings(sorted(points.items()))
     ]
 
@@ -405,3 +405,42 @@ def install_model_card(
         card.write_text(text)
 
     trainer.create_model_card = create_model_card
+
+
+# A push's first look at the Hub: long enough for a slow network, short enough that no one waits on a dead one.
+HUB_CHECK_TIMEOUT = 10.0
+
+
+def hub_unreachable(token: str, timeout: float = HUB_CHECK_TIMEOUT) -> str | None:
+    """Why the Hub cannot take a push from here (None when it can): one authenticated call (``whoami``) with a
+    short timeout. No network, a refused connection, a proxy that blocks it or a token the Hub rejects are
+    known now, before training, instead of as a traceback when the trainer creates the repo."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    url = f"{constants.ENDPOINT}/api/whoami-v2"
+    try:
+        response = get_session().get(url, headers=build_hf_headers(token=token), timeout=timeout)
+    except Exception as err:  # httpx / requests / OS errors: each library names them differently
+        return f"the Hub ({constants.ENDPOINT}) cannot be reached from here ({type(err).__name__}: {one_line(err)})"
+    if response.status_code == 401:
+        return "the Hub refuses the token (HTTP 401; check HF_TOKEN or run `hf auth login`)"
+    if response.status_code >= 400:
+        return f"the Hub answered HTTP {response.status_code} to a check of the token ({url})"
+    return None
+
+
+def push_saved_model(trainer: Any, training_args: RoutingGRPOConfig) -> None:
+    """The final push; when it fails, one line naming the saved folder and how to upload it later (the model
+    is on disk: nothing is lost)."""
+    try:
+        trainer.push_to_hub()
+    except (UsageError, KeyboardInterrupt):
+        raise
+    except Exception as err:
+        repo = getattr(trainer, "hub_model_id", None) or training_args.hub_model_id or "<repo>"
+        folder = training_args.output_dir
+        raise UsageError(
+            f"push_to_hub: the push to {repo} failed ({type(err).__name__}: {one_line(err)}); the trained "
+            f"model is saved in {folder}: upload it later with `hf upload {repo} {folder}`"
+        ) from err

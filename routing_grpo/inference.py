@@ -16,14 +16,14 @@ How one request is generated (the prompt is laid out as in training and evaluati
 :class:`routing_grpo.prompting.PromptPlan`):
 
 * **forced**: the mode's forcing text follows the routing question (:func:`routing_grpo.prompting.forcing_text`)
-  and the answer is generated with the mode's budget (:func:`routing_grpo.capped_generation.known_budget`).
+  and the answer is generated with the mode's budget (:func:`routing_grpo.generation.caps.known_budget`).
 * **allowed set**: the routing word is generated first, token by token, with every token masked out that
   does not continue one of the allowed words' token forms (:func:`routing_grpo.modes.word_token_id_forms`),
   until one is complete (a word of several tokens is always completed); then the answer continues within
   the chosen mode's budget.
 * **free**: the first tokens are sampled unrestricted. As soon as the mode is known (an exact token form
   of a word is complete, or the detector's text rule finds a word) the rest is generated within that mode's
-  budget (:func:`routing_grpo.capped_generation.free_budget`), so a small cap is never overrun while the
+  budget (:func:`routing_grpo.generation.caps.free_budget`), so a small cap is never overrun while the
   detector's head is still being read. A completion with no routing word within the detection head
   (:data:`routing_grpo.modes.DETECTION_HEAD_TOKENS` tokens) has no mode and no cap.
 
@@ -32,46 +32,33 @@ With caps on (the default) no token past a mode's cap is generated: L, the token
 ``max_completion_length``) bounds the tokens the model generates for each answer (a forced word is not
 generated). The answer reports whether EOS, the cap or that limit ended it.
 
-The backends are evaluation's (:mod:`routing_grpo.backends`): ``next_tokens`` samples the word phase, one
-token per row, optionally restricted to given token ids, and
-:func:`routing_grpo.backends.generate_within_budgets` samples each row within its own token budget, on
-transformers (CPU or GPU) or vLLM.
+Generation is the caps driver's (:func:`routing_grpo.generation.caps.generate_with_caps`), the trainer's
+too, with the word phase (:mod:`routing_grpo.generation.word_phase`: the backend's ``next_tokens``, one
+token per row, optionally restricted to given token ids) as the heads; the backends are evaluation's
+(built by :func:`routing_grpo.generation.factory.make_backend`), on transformers (CPU or GPU) or vLLM.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.backends import (
+from routing_grpo.generation.caps import apply_caps, free_budget, generate_with_caps, known_budget
+from routing_grpo.generation.factory import check_backend, make_backend
+from routing_grpo.generation.interface import Backend
+from routing_grpo.generation.options import (
     DEFAULT_TEMPERATURE,
-    Backend,
-    LocalVLLM,
-    TransformersBackend,
-    VLLMBackend,
-    check_backend,
+    BackendOptions,
     check_device,
     check_sampling,
     check_seed,
-    generate_within_budgets,
-    load_transformers_model,
-    read_generation_config,
-    resolve_backend,
 )
-from routing_grpo.capped_generation import free_budget, known_budget, stop_token_ids
-from routing_grpo.jsonl import id_text, read_jsonl
+from routing_grpo.generation.word_phase import choose_words
 from routing_grpo.model_files import weight_file_problem
-from routing_grpo.modes import (
-    DETECTION_HEAD_TOKENS,
-    INVALID,
-    Detection,
-    ModeDetector,
-    mode_index,
-    word_token_id_forms,
-)
+from routing_grpo.modes import INVALID, Detection, ModeDetector, mode_index, word_token_id_forms
 from routing_grpo.prompting import render_prompt
 from routing_grpo.settings import RoutingSettings, local_model_path
 
@@ -196,115 +183,6 @@ class Answer:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The routing word (pure)
-# ---------------------------------------------------------------------------------------------------------
-
-
-def allowed_next_tokens(
-    forms: Mapping[int, Sequence[Sequence[int]]], allowed: Sequence[int], prefix: Sequence[int]
-) -> list[int]:
-    """Tokens that continue ``prefix`` towards a token form of an allowed mode's word (sorted)."""
-    prefix = list(prefix)
-    out = set()
-    for mode in allowed:
-        for form in forms.get(mode, ()):
-            form = list(form)
-            if len(form) > len(prefix) and form[: len(prefix)] == prefix:
-                out.add(int(form[len(prefix)]))
-    return sorted(out)
-
-
-def word_decision(
-    prefix: Sequence[int],
-    *,
-    allowed: Sequence[int] | None,
-    forms: Mapping[int, Sequence[Sequence[int]]],
-    detector: ModeDetector,
-    eos_token_ids: Sequence[int],
-    head_tokens: int = DETECTION_HEAD_TOKENS,
-) -> Detection | None:
-    """The mode once the first tokens decide it, else None (generate another word token).
-
-    Allowed set: decided when the tokens form a complete allowed word (the mask keeps them on one).
-    Free: decided as the detector will decide after generation, as early as that is certain: an exact token
-    form is complete and no longer form continues it, or no form can match and the text rule finds a word,
-    or EOS, or the detection head is full (then INVALID when no word was found).
-    """
-    prefix = [int(t) for t in prefix]
-    if allowed is not None:
-        for mode in allowed:
-            if any(list(form) == prefix for form in forms.get(mode, ())):
-                return Detection(mode, len(prefix))
-        if not allowed_next_tokens(forms, allowed, prefix):
-            return detector.detect(prefix)  # off every allowed form (cannot happen under the mask)
-        return None
-    if prefix and prefix[-1] in set(eos_token_ids):
-        return detector.detect(prefix)
-    longer = any(
-        len(form) > len(prefix) and list(form[: len(prefix)]) == prefix
-        for mode_forms in forms.values()
-        for form in mode_forms
-    )
-    if longer and len(prefix) < head_tokens:
-        return None
-    detection = detector.detect(prefix)
-    if detection.valid or len(prefix) >= head_tokens:
-        return detection
-    return None
-
-
-NextTokens = Callable[[Sequence[Sequence[int]], Sequence[Sequence[int] | None]], list[int]]
-"""``next_tokens(prompts, allowed) -> one token per row``; ``allowed[i]`` restricts row i (None = free)."""
-
-
-def choose_words(
-    next_tokens: NextTokens,
-    prompt_ids: Sequence[Sequence[int]],
-    allowed: Sequence[Sequence[int] | None],
-    *,
-    forms: Mapping[int, Sequence[Sequence[int]]],
-    detector: ModeDetector,
-    eos_token_ids: Sequence[int],
-    max_tokens: int,
-    head_tokens: int = DETECTION_HEAD_TOKENS,
-) -> list[tuple[list[int], Detection]]:
-    """The word phase: per row, the tokens generated until its mode is decided, and the decision.
-
-    Rows are advanced one token per ``next_tokens`` call, the finished ones dropped; at most ``max_tokens``
-    tokens per row (the row's generation limit).
-    """
-    n = len(prompt_ids)
-    prefixes: list[list[int]] = [[] for _ in range(n)]
-    decisions: list[Detection | None] = [None] * n
-    active = list(range(n)) if max_tokens > 0 else []
-    while active:
-        masks = [
-            None if allowed[i] is None else allowed_next_tokens(forms, allowed[i], prefixes[i])
-            for i in active
-        ]
-        tokens = next_tokens([[*prompt_ids[i], *prefixes[i]] for i in active], masks)
-        still = []
-        for i, token in zip(active, tokens, strict=True):
-            prefixes[i].append(int(token))
-            decision = word_decision(
-                prefixes[i],
-                allowed=allowed[i],
-                forms=forms,
-                detector=detector,
-                eos_token_ids=eos_token_ids,
-                head_tokens=head_tokens,
-            )
-            if decision is None and len(prefixes[i]) >= max_tokens:
-                decision = detector.detect(prefixes[i])
-            if decision is None:
-                still.append(i)
-            else:
-                decisions[i] = decision
-        active = still
-    return [(p, d if d is not None else Detection(INVALID, 0)) for p, d in zip(prefixes, decisions)]
-
-
-# ---------------------------------------------------------------------------------------------------------
 # Rows: prompts, budgets, answers (pure)
 # ---------------------------------------------------------------------------------------------------------
 
@@ -328,32 +206,31 @@ def needs_word_phase(row: Row) -> bool:
     return row.routing.kind == "allowed" or (row.routing.kind == "free" and row.caps)
 
 
-def row_budget(
-    row: Row,
-    settings: RoutingSettings,
-    detector: ModeDetector,
-    max_new_tokens: int,
-    eos_token_ids: Sequence[int],
-) -> int:
-    """Tokens the row may still generate after its word phase (0 = it is finished)."""
-    modes = settings.modes
-    if row.prefix and row.prefix[-1] in {int(t) for t in eos_token_ids}:
-        return 0
-    used = len(row.prefix)
+def known_row_budget(row: Row, settings: RoutingSettings, max_new_tokens: int) -> int | None:
+    """Tokens the row may generate when that is known before generation: a forced or single-mode row's cap,
+    the limit for an uncapped row; None for a row whose word phase sets it (:func:`head_row_budget`)."""
+    if needs_word_phase(row):
+        return None
     if not row.caps:
-        return max_new_tokens - used
+        return max_new_tokens
     if row.routing.kind == "forced":
-        return int(known_budget(row.routing.forced, modes, max_new_tokens))
-    if row.routing.kind == "single":
-        return int(known_budget(None, modes, max_new_tokens, settings.single_mode_index))
-    return free_budget(row.prefix, detector, modes, max_new_tokens) - used
+        return int(known_budget(row.routing.forced, settings.modes, max_new_tokens))
+    return int(known_budget(None, settings.modes, max_new_tokens, settings.single_mode_index))
+
+
+def head_row_budget(
+    row: Row, head: Sequence[int], settings: RoutingSettings, detector: ModeDetector, max_new_tokens: int
+) -> int:
+    """Total tokens (the word phase's included) of a row once its word phase has written ``head``."""
+    if not row.caps:
+        return max_new_tokens
+    return free_budget(head, detector, settings.modes, max_new_tokens)
 
 
 def finish_row(
     row: Row, settings: RoutingSettings, tokenizer: Any, detector: ModeDetector, eos_token_ids: Sequence[int]
 ) -> Answer:
     """The answer of a generated row: mode, L, what stopped it, text and extracted answer."""
-    from routing_grpo.generation import apply_caps
     from routing_grpo.grading import extract_answer
 
     modes = settings.modes
@@ -476,7 +353,7 @@ class Router:
             device: transformers device (default: ``cuda`` when there is a GPU, else ``cpu``).
             dtype: transformers ``dtype`` (default ``auto``: the checkpoint's).
             temperature / top_p / top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off); checked
-                before anything loads (:func:`routing_grpo.backends.check_sampling`).
+                before anything loads (:func:`routing_grpo.generation.options.check_sampling`).
             max_new_tokens: tokens the model may generate per answer (default: the training run's limit).
             seed: seeds torch (transformers) or the vLLM engine, an integer in [0, 2**32).
             engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``).
@@ -499,27 +376,20 @@ class Router:
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
-        sampling = {"temperature": temperature, "top_p": top_p, "top_k": top_k}
-        if resolve_backend(backend) == "vllm":
-            kwargs = {"seed": seed} if seed is not None else {}
-            local = LocalVLLM.start(
-                {"model": name, "revision": revision, **kwargs, **engine_kwargs}, use_tqdm=False
-            )
-            llm = local.llm
-            eos = stop_token_ids(read_generation_config(name, revision), tokenizer)
-            engine: Backend = VLLMBackend(local, eos_token_ids=eos, **sampling)
-            context = getattr(
-                getattr(getattr(llm, "llm_engine", None), "model_config", None), "max_model_len", None
-            )
-        else:
-            import torch
-
-            if seed is not None:
-                torch.manual_seed(seed)
-            loaded = load_transformers_model(name, revision=revision, dtype=dtype, device=device)
-            engine = TransformersBackend(loaded, tokenizer, **sampling)
-            context = getattr(loaded.config, "max_position_embeddings", None)
-        return cls(engine, tokenizer, settings, max_new_tokens=max_new_tokens, context=context)
+        options = BackendOptions(
+            model=name,
+            revision=revision,
+            dtype=dtype,
+            device=device,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            seed=seed,
+            engine_kwargs=engine_kwargs,
+            progress=False,
+        )
+        built = make_backend(backend, options, tokenizer)
+        return cls(built, tokenizer, settings, max_new_tokens=max_new_tokens, context=built.context_length())
 
     def plan(self, request: Request) -> Row:
         """The row of a request: routing checked against the modes (an error names ``mode`` or ``allow``),
@@ -608,224 +478,38 @@ class Router:
         return answers
 
     def _generate_rows(self, rows: list[Row], limit: int) -> list[Answer]:
-        """One generation batch: the word phase, then every row within its budget."""
+        """One generation batch through the caps driver: the rows that need one write their word phase as
+        their head (:func:`~routing_grpo.generation.word_phase.choose_words`), then every row runs within
+        its budget."""
         eos = self.backend.eos_token_ids
 
-        word_rows = [i for i, row in enumerate(rows) if needs_word_phase(row)]
-        if word_rows:
+        def write_heads(indices: list[int], prompts: list[list[int]]) -> list[list[int]]:
             chosen = choose_words(
                 self.backend.next_tokens,
-                [rows[i].prompt_ids for i in word_rows],
-                [rows[i].routing.allowed for i in word_rows],
+                prompts,
+                [rows[i].routing.allowed for i in indices],
                 forms=self.forms,
                 detector=self.detector,
                 eos_token_ids=eos,
                 max_tokens=limit,
             )
-            for i, (prefix, decision) in zip(word_rows, chosen, strict=True):
+            for i, (prefix, decision) in zip(indices, chosen, strict=True):
                 rows[i].prefix, rows[i].decision = prefix, decision
+            return [prefix for prefix, _ in chosen]
 
-        budgets = [row_budget(row, self.settings, self.detector, limit, eos) for row in rows]
-        todo = [i for i, b in enumerate(budgets) if b > 0]
-        if todo:
-            outputs = generate_within_budgets(
-                self.backend,
-                [[*rows[i].prompt_ids, *rows[i].prefix] for i in todo],
-                [budgets[i] for i in todo],
-            )
-            for i, ids in zip(todo, outputs, strict=True):
-                rows[i].rest = list(ids)[: budgets[i]]
+        completions = generate_with_caps(
+            self.backend,
+            [row.prompt_ids for row in rows],
+            [known_row_budget(row, self.settings, limit) for row in rows],
+            max_tokens=limit,
+            head_budget=lambda i, head: head_row_budget(rows[i], head, self.settings, self.detector, limit),
+            write_heads=write_heads,
+            cut_at_stop=True,
+        )
+        for row, (ids, _) in zip(rows, completions, strict=True):
+            row.rest = list(ids[len(row.prefix) :])
         return [finish_row(row, self.settings, self.tokenizer, self.detector, eos) for row in rows]
 
     def __call__(self, question: Any, **kwargs: Any) -> Answer:
         """One question: ``router("...", mode="Short")``."""
         return self.generate([question], **kwargs)[0]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Question and answer files (``routing-grpo generate --input Q.jsonl --output A.jsonl``)
-# ---------------------------------------------------------------------------------------------------------
-
-
-CHAT_ROLES = ("system", "user", "assistant")
-
-
-def chat_messages_problem(messages: Sequence[Any]) -> str | None:
-    """Why a list of chat messages cannot be a question (None when it can): each a {role, content} mapping
-    with a known role and text content, the last one the user's (the routing prompt follows it)."""
-    for i, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            return f"chat message {i + 1} must be a {{role, content}} object, got {message!r}"
-        role, content = message.get("role"), message.get("content")
-        if role not in CHAT_ROLES:
-            return f"chat message {i + 1}: role must be one of {list(CHAT_ROLES)}, got {role!r}"
-        if not isinstance(content, str):
-            return f"chat message {i + 1}: content must be text, got {content!r}"
-    if messages[-1].get("role") != "user":
-        return "the last chat message must be the user's (the routing prompt follows it)"
-    return None
-
-
-def read_questions(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a questions JSONL file: ``question`` (or ``prompt``: text or chat messages), and optionally
-    ``id`` (default: the line number), ``mode``, ``allow`` (list or comma-separated), ``caps`` and the
-    reference answer (``reference_answer`` or ``answer``), which the answers file carries on for
-    ``routing-grpo grade``.
-
-    Blank lines are skipped. Raises FileNotFoundError, or ValueError naming the line of a malformed row or
-    a repeated id.
-    """
-    rows, seen = [], set()
-    for lineno, item in read_jsonl(path, torn="error"):
-        question = item.get("question", item.get("prompt"))
-        if not (isinstance(question, str) and question.strip()) and not (
-            isinstance(question, list) and question
-        ):
-            raise ValueError(
-                f"{path}:{lineno}: needs a non-empty `question` (text or a list of chat messages)"
-            )
-        if isinstance(question, list):
-            problem = chat_messages_problem(question)
-            if problem:
-                raise ValueError(f"{path}:{lineno}: {problem}")
-        caps = item.get("caps", True)
-        if not isinstance(caps, bool):
-            raise ValueError(f"{path}:{lineno}: `caps` must be true or false")
-        allow = item.get("allow")
-        if allow is not None and not isinstance(allow, str | list):
-            raise ValueError(
-                f"{path}:{lineno}: `allow` must be a list of mode names or a comma-separated string"
-            )
-        mode = item.get("mode")
-        if mode is not None and not isinstance(mode, str):
-            raise ValueError(f"{path}:{lineno}: `mode` must be a mode name")
-        try:
-            row_id = id_text(item["id"]) if "id" in item else str(lineno)
-        except ValueError as err:
-            raise ValueError(f"{path}:{lineno}: {err}") from None
-        if row_id in seen:
-            raise ValueError(f"{path}:{lineno}: id {row_id!r} appears twice")
-        seen.add(row_id)
-        reference = item.get("reference_answer", item.get("answer"))
-        if reference is not None and (
-            not isinstance(reference, str | int | float) or isinstance(reference, bool)
-        ):
-            raise ValueError(f"{path}:{lineno}: the reference answer must be a string or a number")
-        rows.append(
-            {
-                "id": row_id,
-                "question": question,
-                "mode": mode,
-                "allow": allow,
-                "caps": caps,
-                "reference": reference,
-            }
-        )
-    return rows
-
-
-def read_answered_ids(path: str | Path) -> set[str]:
-    """Ids already in an answers JSONL file. A torn last line (a run killed mid-write) is removed so that
-    its answer is generated again; a malformed line elsewhere raises ValueError."""
-    return set(read_answered_requests(path))
-
-
-def read_answered_requests(path: str | Path) -> dict[str, tuple[int, dict[str, Any] | None]]:
-    """Id -> (line, the request that answer was made for: :func:`request_record`, None in a row written
-    before requests were recorded) of an answers JSONL file. A torn last line is removed (its answer is
-    generated again); a malformed line elsewhere raises ValueError naming ``path:line``."""
-    if not Path(path).exists():
-        return {}
-    done: dict[str, tuple[int, dict[str, Any] | None]] = {}
-    for lineno, row in read_jsonl(path, torn="repair"):
-        if "id" not in row:
-            raise ValueError(f"{path}:{lineno}: not an answer row (no id); fix or remove that line")
-        try:
-            answered = id_text(row["id"])
-        except ValueError as err:
-            raise ValueError(f"{path}:{lineno}: {err}") from None
-        request = row.get("request")
-        done[answered] = (lineno, request if isinstance(request, dict) else None)
-    return done
-
-
-def request_record(
-    request: Request, model: Mapping[str, Any], settings: RoutingSettings, sampling: Mapping[str, Any]
-) -> dict[str, Any]:
-    """What determines an answer, as stored in each answers-file row: the question, its routing (mode,
-    allowed set, caps), the model (``model``: a fingerprint of the folder or Hub id), the routing settings
-    (a digest of :meth:`RoutingSettings.to_dict`) and the sampling options. A rerun reuses an answer only
-    for the same record."""
-    import hashlib
-    import json
-
-    mode, allow = resolved_modes(settings, request.mode, request.allow)
-    digest = hashlib.sha256(json.dumps(settings.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
-    return {
-        "question": request.question,
-        "mode": mode,
-        "allow": allow,
-        "caps": bool(request.caps),
-        "model": dict(model),
-        "settings": digest[:16],
-        "sampling": dict(sampling),
-    }
-
-
-def resolved_modes(settings: RoutingSettings, mode: Any, allow: Any) -> tuple[str | None, list[str] | None]:
-    """A request's forced mode and allowed set as the mode names they resolve to: matched case-insensitively
-    (as :func:`resolve_routing` matches them), each once, in the modes' order. ``nothink`` is ``NoThink``
-    and ``Long,Long`` is ``Long``: the same request. A name that matches no mode is kept as written."""
-    modes = settings.modes
-    order = [m.name for m in modes]
-
-    def name(value: Any) -> str:
-        text = str(value).strip()
-        try:
-            return order[mode_index(modes, text)]
-        except ValueError:
-            return text
-
-    allowed = None
-    if allow is not None:
-        chosen = {name(a) for a in parse_allow(allow if isinstance(allow, str | list | tuple) else [allow])}
-        allowed = sorted(chosen, key=lambda n: (order.index(n) if n in order else len(order), n))
-    return (name(mode) if mode is not None else None), allowed
-
-
-def resolved_record(record: Mapping[str, Any] | None, settings: RoutingSettings) -> dict[str, Any] | None:
-    """A stored request record (:func:`request_record`) with its mode and allowed set resolved against
-    ``settings``: rows written with another spelling of the same modes compare equal."""
-    if not isinstance(record, Mapping):
-        return None
-    mode, allow = resolved_modes(settings, record.get("mode"), record.get("allow"))
-    return {**record, "mode": mode, "allow": allow}
-
-
-def request_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
-    """What differs between the request an answer was made for and this one ([] when nothing does)."""
-    if old is None:
-        return ["no record of its request (written by an older version)"]
-    names = {"settings": "routing settings"}
-    out = [
-        names.get(key, key)
-        for key in ("question", "mode", "allow", "caps", "model", "settings")
-        if old.get(key) != new[key]
-    ]
-    old_sampling = old.get("sampling") or {}
-    out += [
-        f"--{key.replace('_', '-')}"
-        for key, value in new["sampling"].items()
-        if old_sampling.get(key) != value
-    ]
-    return out
-
-
-def answer_line(row_id: str, answer: Answer) -> str:
-    """The one-line summary ``routing-grpo generate`` prints per answer."""
-    mode = answer.mode or "no routing word"
-    found = answer.answer if answer.answer is not None else "-"
-    return (
-        f"[{row_id}] {mode} ({answer.routing}): {answer.tokens} tokens, L={answer.length}, "
-        f"stopped by {answer.stopped_by}, answer: {found}"
-    )

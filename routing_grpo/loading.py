@@ -171,16 +171,6 @@ def load_datasets(
     return train, eval_dataset
 
 
-def check_columns(dataset: Any, split: str, training_args: RoutingGRPOConfig) -> None:
-    """The columns the trainer reads exist; otherwise the error lists the columns there are."""
-    if dataset is None:
-        return
-    columns = list(dataset.column_names)
-    for key, column in (("prompt", "prompt"), ("answer_column", training_args.answer_column)):
-        if column not in columns:
-            raise ValueError(f"{key}: the {split} data has no column {column!r}; its columns are {columns}")
-
-
 def configure_tracking(training_args: RoutingGRPOConfig, environ: dict[str, str] | None = None) -> str | None:
     """wandb without credentials logs offline (sync later with ``wandb sync``) instead of failing.
 

@@ -1,13 +1,19 @@
 """Figures of the paper from a user's own runs (matplotlib, written as PNG).
 
-- ``reward_surface.png``: correct-answer reward per mode over L, crossovers dashed, caps dotted.
+- ``reward_surface.png``: correct-answer reward per mode over L, crossovers dashed, caps dotted; L up to
+  1.5 x the largest cap or crossover.
 - ``pareto_<benchmark>.png``: accuracy vs mean length, std error bars, single-mode frontier dashed and
   the region on or below it shaded.
 - ``levels_<benchmark>.png``: free routing split by difficulty level, accuracy above each bar; with the
   oracle's forced evaluations, the oracle's choice per level as a hatched bar beside the router's.
-- ``training_dynamics.png``: free mode shares, routing entropy, per-mode accuracy and length over
-  generation batches, mean with std bands across seeds (from ``trainer_state.json`` logs); the ablations'
-  training folders get ``training_dynamics_<ablation>.png``.
+- ``training_dynamics.png``: free mode shares, routing entropy, per-mode accuracy and length (and the early
+  tell's fanout) over generation batches, a grid of panels: a moving mean over 5 batches with the raw means
+  faint, std bands across seeds (from ``trainer_state.json`` logs); the ablations' training folders get
+  ``training_dynamics_<ablation>.png``.
+- ``training_levels.png``: the router's free share of each mode per difficulty level over generation
+  batches (the level-mix router's: ``training_levels_<level-mix method>.png``).
+- ``pareto_<benchmark>.png`` for the miniature: also the taught model forced into each mode and their
+  frontier.
 """
 
 from __future__ import annotations
@@ -54,22 +60,30 @@ METHOD_COLORS = {
 MODE_COLORS = ["#2ca02c", "#ff7f0e", "#1f77b4", "#9467bd", "#8c564b"]
 
 
+def surface_span(modes: Sequence[ModeSpec]) -> int:
+    """The lengths where the modes' rewards differ in ways that matter: 1.5 x the largest cap or crossover
+    (20 and 46 in the miniature: 0-69; 1,000 tokens without caps or crossovers)."""
+    marks = [c.length for c in crossovers(modes)] + [m.cap for m in modes if m.cap is not None]
+    return max(10, math.ceil(1.5 * max(marks))) if marks else 1000
+
+
 def plot_reward_surface(modes: Sequence[ModeSpec], path: Path, max_length: int | None = None) -> Path:
     cross = crossovers(modes)
-    caps = [m.cap for m in modes if m.cap is not None]
-    top = max_length or int(1.5 * max([c.length for c in cross] + caps + [1000]))
-    xs = list(range(0, top + 1, max(1, top // 400)))
+    top = max_length or surface_span(modes)
+    xs = [top * i / 400 for i in range(401)]
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for i, m in enumerate(modes):
         color = _mode_color(i, m.name)
         ax.plot(xs, [m.reward(x) for x in xs], label=f"{m.name} ({m.base:g}·{m.gamma:g}^L)", color=color)
         if m.cap is not None:
             ax.axvline(m.cap, color=color, linestyle=":", linewidth=1)
-    for c in cross:
+    for i, c in enumerate(sorted(cross, key=lambda c: c.length)):
         ax.axvline(c.length, color="black", linestyle="--", linewidth=0.8)
-        ax.text(
-            c.length, 0.97, f" L*={c.length:.0f}", transform=ax.get_xaxis_transform(), fontsize=8, va="top"
-        )
+        ax.text(  # one label per row, so that crossovers close together stay readable
+            c.length, 0.97 - 0.07 * i, f" L*={c.length:.0f}", transform=ax.get_xaxis_transform(), fontsize=8,
+            va="top",
+        )  # fmt: skip
+    ax.set_xlim(0, top)
     ax.set_xlabel("tokens after the routing word, L")
     ax.set_ylabel("reward of a correct answer")
     ax.set_title("Reward surface (dashed: crossovers, dotted: caps)")
@@ -77,14 +91,44 @@ def plot_reward_surface(modes: Sequence[ModeSpec], path: Path, max_length: int |
     return _save(fig, path)
 
 
+def forced_points(mini: dict[str, Any]) -> list[Point]:
+    """The taught model forced into each mode (the miniature's oracle evaluations): accuracy and mean tokens
+    over every level, each level weighted by its samples."""
+    cells: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for level in mini["oracle"]["levels"].values():
+        for mode, cell in level["cells"].items():
+            cells[mode].append(cell)
+    points = []
+    for mode in sorted(cells, key=_mode_rank):
+        n = sum(c["count"] for c in cells[mode])
+        if n:
+            length = sum(c["count"] * c["mean_tokens"] for c in cells[mode]) / n
+            points.append(Point(mode, length, sum(c["count"] * c["accuracy"] for c in cells[mode]) / n))
+    return points
+
+
 def plot_pareto(
     benchmark: str,
     grouped_benchmark: dict[str, dict[Any, dict[str, Any]]],
     path: Path,
     oracle: Point | None = None,
+    forced: Sequence[Point] = (),
 ) -> Path:
-    """Accuracy vs mean length of every method; ``oracle``: the oracle router's point (a star)."""
+    """Accuracy vs mean length of every method; ``oracle``: the oracle router's point (a star); ``forced``:
+    the taught model forced into each mode (hollow squares) and their frontier (dotted)."""
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for i, p in enumerate(forced):
+        color = _mode_color(i, p.method)
+        ax.plot(p.length, p.accuracy, marker="s", markersize=8, linestyle="none", markerfacecolor="none",
+                markeredgecolor=color, markeredgewidth=1.8, label=f"taught model forced into {p.method}")  # fmt: skip
+    forced_frontier = pareto_frontier(list(forced))
+    if forced_frontier:
+        right = max(
+            [p.length for p in forced] + [stats(s, "mean_length").mean for s in grouped_benchmark.values()]
+        )
+        xs = [p.length for p in forced_frontier] + [right * 1.05]
+        ys = [p.accuracy for p in forced_frontier] + [forced_frontier[-1].accuracy]
+        ax.plot(xs, ys, linestyle=":", color="black", linewidth=1, label="frontier of the forced modes")
     for method in [m for m in METHOD_ORDER if m in grouped_benchmark] + sorted(
         m for m in grouped_benchmark if m not in METHOD_ORDER
     ):
@@ -130,6 +174,7 @@ def plot_pareto(
     ax.set_title(title)
     accs = [stats(s, "accuracy").mean for s in grouped_benchmark.values()]
     accs += [oracle.accuracy] if oracle is not None else []
+    accs += [p.accuracy for p in forced]
     ax.set_ylim(max(0.0, min(accs) - 0.1), min(1.02, max(accs) + 0.08))  # room for points at 1.0
     ax.legend(fontsize=8, loc="lower right")
     return _save(fig, path)
@@ -220,6 +265,14 @@ def load_training_logs(run_dirs: Sequence[str | Path]) -> list[list[dict[str, An
     return [run.history for run in find_training_runs(Path(d) for d in run_dirs if Path(d).is_dir())]
 
 
+SMOOTHING = 5  # generation batches in the moving mean of the training figures
+
+
+def moving_mean(values: Sequence[float], window: int) -> list[float]:
+    """The mean of each value and the ``window - 1`` before it (fewer at the start)."""
+    return [statistics.fmean(values[max(0, j - window + 1) : j + 1]) for j in range(len(values))]
+
+
 def plot_training_dynamics(
     histories: Sequence[list[dict[str, Any]]], path: Path, heading: str = "Training dynamics"
 ) -> Path | None:
@@ -241,30 +294,39 @@ def plot_training_dynamics(
         ("mean length per mode (tokens)", "routing/length/"),
     ]
     if "routing/fanout" in series:
-        panels.append(("early tell: fanout (nats)", "routing/fanout"))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4))
-    for ax, (title, prefix) in zip(axes, panels):
+        panels.append(("early tell: fanout (nats per level step)", "routing/fanout"))
+    cols = 2 if len(panels) <= 4 else 3  # a grid that reads at page width
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 3.2 * rows), squeeze=False)
+    for ax, (title, prefix) in zip(axes.flat, panels):
         keys = sorted(k for k in series if k == prefix or (prefix.endswith("/") and k.startswith(prefix)))
         keys.sort(key=lambda k: _mode_rank(k[len(prefix) :]))
         for i, key in enumerate(keys):
             steps = sorted(series[key])
             means = [statistics.fmean(series[key][s]) for s in steps]
             stds = [statistics.stdev(series[key][s]) if len(series[key][s]) > 1 else 0.0 for s in steps]
-            label = key[len(prefix) :] if prefix.endswith("/") else key
+            label = key[len(prefix) :] if prefix.endswith("/") else key.split("/")[-1]
             color = _mode_color(i, label) if prefix.endswith("/") else "black"
-            ax.plot(steps, means, label=label, color=color)
+            ax.plot(steps, means, color=color, linewidth=0.8, alpha=0.3)  # the raw means, faint
+            ax.plot(steps, moving_mean(means, SMOOTHING), label=label, color=color, linewidth=1.8)
             ax.fill_between(
                 steps,
                 [m - s for m, s in zip(means, stds)],
                 [m + s for m, s in zip(means, stds)],
                 color=color,
-                alpha=0.2,
+                alpha=0.12,
             )
-        ax.set_title(title)
-        ax.set_xlabel("step (generation batches)")
-        if keys:
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("generation batch", fontsize=9)
+        ax.tick_params(labelsize=8)
+        if keys and prefix.endswith("/"):
             ax.legend(fontsize=8)
-    fig.suptitle(f"{heading} (mean, std bands over {len(histories)} run(s))")
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    fig.suptitle(
+        f"{heading}: {SMOOTHING}-batch moving mean (raw faint; std bands over {len(histories)} run(s))",
+        fontsize=11,
+    )
     return _save(fig, path)
 
 
@@ -310,7 +372,7 @@ def plot_early_tell(
     )
     ax.axhline(0.0, color="black", linewidth=0.5)
     ax.set_xlabel("generation batch")
-    ax.set_ylabel(f"fanout, nats (mean of the last {window} batches)")
+    ax.set_ylabel(f"fanout, nats per level step (mean of the last {window} batches)")
     ax.legend(fontsize=8)
     ax.set_title(heading)
     return _save(fig, path)
@@ -340,32 +402,39 @@ def plot_training_levels(
     if not shares:
         return None
     levels = sorted(shares, key=_level_key)
-    fig, axes = plt.subplots(1, len(levels), figsize=(max(3.2 * len(levels) + 1, 8), 3.8), squeeze=False)
-    for ax, level in zip(axes[0], levels):
+    cols = min(3, len(levels))  # a grid that reads at page width
+    rows = math.ceil(len(levels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 0.6, 2.9 * rows + 0.6), squeeze=False)
+    for ax, level in zip(axes.flat, levels):
         modes = sorted(shares[level], key=_mode_rank)
         for i, mode in enumerate(modes):
-            smoothed = []
+            smoothed, raw = [], []
             for series in shares[level][mode]:
                 steps = sorted(series)
                 values = [series[s] for s in steps]
-                smoothed.append(
-                    {s: statistics.fmean(values[max(0, j - window + 1) : j + 1]) for j, s in enumerate(steps)}
-                )
+                smoothed.append(dict(zip(steps, moving_mean(values, window))))
+                raw.append(series)
             steps = sorted(set().union(*smoothed))
             cells = [[run[s] for run in smoothed if s in run] for s in steps]
             means = [statistics.fmean(c) for c in cells]
             stds = [statistics.stdev(c) if len(c) > 1 else 0.0 for c in cells]
             color = _mode_color(i, mode)
-            ax.plot(steps, means, label=mode, color=color)
+            raw_means = [statistics.fmean([run[s] for run in raw if s in run]) for s in steps]
+            ax.plot(steps, raw_means, color=color, linewidth=0.8, alpha=0.3)  # each batch, faint
+            ax.plot(steps, means, label=mode, color=color, linewidth=1.8)
             ax.fill_between(
                 steps, [m - d for m, d in zip(means, stds)], [m + d for m, d in zip(means, stds)], color=color,
-                alpha=0.2,
+                alpha=0.12,
             )  # fmt: skip
-        ax.set_title(f"level {level}")
+        ax.set_title(f"level {level}", fontsize=10)
         ax.set_ylim(0, 1)
-        ax.set_xlabel("step (generation batches)")
-    axes[0][0].set_ylabel(f"free share ({window}-batch mean)")
+        ax.set_xlabel("generation batch", fontsize=9)
+        ax.tick_params(labelsize=8)
+    for row in axes:
+        row[0].set_ylabel(f"free share ({window}-batch mean)", fontsize=9)
     axes[0][-1].legend(fontsize=8)
+    for ax in list(axes.flat)[len(levels) :]:
+        ax.set_visible(False)
     fig.suptitle(f"{heading}\nfree mode share per level (mean, std bands over {len(histories)} run(s))")
     return _save(fig, path)
 
@@ -391,7 +460,10 @@ def draw_all(
         if mini is not None:
             o = mini["oracle"]["overall"]
             oracle = Point("oracle", o["mean_tokens"], o["accuracy"])
-        written.append(plot_pareto(bench, methods, under(output, f"pareto_{bench}.png"), oracle=oracle))
+        forced = forced_points(mini) if mini is not None else []
+        written.append(
+            plot_pareto(bench, methods, under(output, f"pareto_{bench}.png"), oracle=oracle, forced=forced)
+        )
         router = list(methods.get("router", {}).values())
         choice = {lv: e["best"] for lv, e in mini["oracle"]["levels"].items()} if mini is not None else None
         levels = plot_levels(bench, router, under(output, f"levels_{bench}.png"), oracle_choice=choice)
@@ -408,6 +480,11 @@ def draw_all(
     dynamics = plot_training_dynamics(histories, output / "training_dynamics.png")
     if dynamics:
         written.append(dynamics)
+    per_level = plot_training_levels(
+        histories, output / "training_levels.png", "Routing per level over training"
+    )
+    if per_level:
+        written.append(per_level)
     for ablation in ABLATION_METHODS:
         runs = [r.history for r in training_runs if r.group == ablation]
         figure = plot_training_dynamics(

@@ -278,6 +278,10 @@ def check_command_line(argv: list[str]) -> tuple[str | None, dict[str, Any]]:
             "decides the run's length (max_steps = total_batch_steps x optimizer steps per generation batch); "
             "give one of the two, e.g. --total_batch_steps 2 for a shorter run"
         )
+    if not given.get("model_name_or_path"):
+        raise UsageError(
+            "model_name_or_path: required (a Hub name, a folder, or offline:smollm2 / offline:tiny / offline:mini)"
+        )
     if any(a == "--hub_token" or a.startswith(("--hub_token=", "--hub-token")) for a in argv):
         raise UsageError(
             "--hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`)"
@@ -382,14 +386,18 @@ def check_chat_template_setting(value: str | None) -> None:
 
 def hub_push_problem() -> str | None:
     """Why a push to the Hub cannot work from here (None when it can): the Hub switched off
-    (``HF_HUB_OFFLINE``), or no token (``HF_TOKEN`` or ``hf auth login``)."""
+    (``HF_HUB_OFFLINE``), no token (``HF_TOKEN`` or ``hf auth login``), or a Hub that does not answer or
+    refuses the token (:func:`routing_grpo.hub.hub_unreachable`, a short authenticated call)."""
     if hub_offline():
         return "the Hub is offline here (HF_HUB_OFFLINE is set)"
     from huggingface_hub import get_token
 
-    if not get_token():
+    token = get_token()
+    if not token:
         return "no Hub token (set HF_TOKEN or run `hf auth login`)"
-    return None
+    from routing_grpo.hub import hub_unreachable
+
+    return hub_unreachable(token)
 
 
 def preflight(
@@ -421,10 +429,6 @@ def preflight(
     resume = training_args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() not in ("true", "false") and not Path(resume).is_dir():
         raise UsageError(f"resume_from_checkpoint: no such checkpoint folder: {resume}")
-    for key in ("train_limit", "eval_limit"):
-        value = getattr(script_args, key)
-        if value is not None and value < 1:
-            raise UsageError(f"{key}: must be >= 1 (or null for every row), got {value}")
     level_mix = None
     if script_args.train_level_mix is not None:
         from routing_grpo.data import parse_level_mix

@@ -675,4 +675,10 @@ def write_report(
             str(p)
             for p in plots(grouped, summaries, run_dirs, output, training_runs=training, **added.plot_args)
         ]
+        if tables["figures"]:  # results.md names every figure written beside it
+            links = [
+                f"- [`{Path(f).name}`]({Path(f).relative_to(output).as_posix()})" for f in tables["figures"]
+            ]
+            markdown += "\n## Figures\n\n" + "\n".join(links) + "\n"
+            under(output, "results.md").write_text(markdown)
     return tables

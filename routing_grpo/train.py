@@ -78,10 +78,6 @@ def parse_args(
         raise UsageError(parse_error_line(err, path, cli_values)) from None
     if modes_text is not None:
         set_modes_text(training_args, modes_text)
-    if not model_args.model_name_or_path:
-        raise UsageError(
-            "model_name_or_path: required (a Hub name, a folder, or offline:smollm2 / offline:tiny / offline:mini)"
-        )
     if path is not None:
         # One run, one folder and one Hub repo: the recipe and seed name them unless the recipe or command
         # line does.
@@ -107,12 +103,14 @@ def main(
     ``progress_bar=False`` drops the trainer's line (or bar) per generation batch. One process trains into
     a folder at a time: the run folder is locked once the settings are checked, before anything is loaded.
     """
+    from routing_grpo.launch_checks import before_loading
     from routing_grpo.recipe import preflight
     from routing_grpo.runs import run_folder_lock
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
-    # A bad name, path, file or column fails here with one line, before the model is loaded.
+    # Bad names, paths, files, columns or trackers fail here in one line before the model loads (launch: a warning).
     level_mix = preflight(script_args, training_args, model_args)
+    before_loading(script_args, training_args)
     with run_folder_lock(training_args):
         return train_in_folder(script_args, training_args, model_args, level_mix, callbacks, progress_bar)
 
@@ -130,7 +128,8 @@ def train_in_folder(
     from trl import get_peft_config
 
     from routing_grpo import loading, runs
-    from routing_grpo.hub import check_hub_card, hub_dataset_name, install_model_card
+    from routing_grpo.data import check_columns
+    from routing_grpo.hub import check_hub_card, hub_dataset_name, install_model_card, push_saved_model
     from routing_grpo.preemption import exit_if_preempted
     from routing_grpo.prompting import forced_word_ids
     from routing_grpo.trainer import RoutingGRPOTrainer
@@ -142,8 +141,8 @@ def train_in_folder(
     loading.configure_tracking(training_args)
     train_dataset, eval_dataset = loading.load_datasets(script_args, training_args, level_mix)
     with user_errors("", ValueError):
-        loading.check_columns(train_dataset, "train", training_args)
-        loading.check_columns(eval_dataset, "validation", training_args)
+        check_columns(train_dataset, "train", training_args.answer_column)
+        check_columns(eval_dataset, "validation", training_args.answer_column)
 
     ###############################################################
     # One run, one folder
@@ -219,8 +218,8 @@ def train_in_folder(
         runs.finish_run_folder(trainer, training_args, identity)
     if training_args.push_to_hub:
         check_hub_card(trainer, training_args, script_args)
-        # The Hub token comes from the environment (HF_TOKEN) or `hf auth login`, never from a recipe.
-        trainer.push_to_hub()
+        # The token comes from HF_TOKEN or `hf auth login`, never from a recipe; a failed push names the folder.
+        push_saved_model(trainer, training_args)
     # As TRL's own GRPO script: finish the trackers and destroy the process group (transformers >= 5.18 has
     # Trainer.end; before it, the trackers finish with the process).
     end = getattr(trainer, "end", None)

@@ -5,8 +5,8 @@ One generation batch (the paper's step s) goes:
 1. ``_generate_and_score_completions``: routing instruction appended to each prompt; forced modes planned
    per row from the row's place in the global batch (warmup only).
 2. ``_tokenize_prompts``: routing question Q after the generation prompt, and a forced row's mode word.
-3. ``_generate_single_turn``: rollouts through the generation layer (:func:`routing_grpo.generation.
-   generate_rollouts` over a backend of :mod:`routing_grpo.backends`: the policy's transformers decoding, or
+3. ``_generate_single_turn``: rollouts through the generation layer (:func:`routing_grpo.generation.caps.
+   generate_rollouts` over a backend of :mod:`routing_grpo.generation`: the policy's transformers decoding, or
    TRL's colocated vLLM engine or server), with caps inside generation in training; TRL's own generation
    where nothing is capped; then promotion, detection, caps and L (``finalize_rollouts``).
 4. ``_calculate_rewards``: the rollout facts go to :class:`~routing_grpo.rewards.RoutingReward` as columns.
@@ -40,20 +40,22 @@ from trl import GRPOTrainer
 
 from routing_grpo import paper
 from routing_grpo.advantages import compute_advantages, decoupled_word_advantages
-from routing_grpo.backends import TransformersBackend
 from routing_grpo.bucketed_logprobs import LengthBucketedLogprobs
 from routing_grpo.callbacks import CollapseAlarmCallback, default_callbacks
 from routing_grpo.config import RoutingGRPOConfig
+from routing_grpo.data import check_columns
 from routing_grpo.early_tell import (
     word_loss_share,
 )
-from routing_grpo.generation import RolloutFacts, finalize_rollouts, generate_rollouts, plan_forced_modes
+from routing_grpo.generation.caps import generate_rollouts
+from routing_grpo.generation.factory import policy_backend
 from routing_grpo.grading import generation_prompt_opens_reasoning
 from routing_grpo.importance_sampling import correction_counts, correction_metrics
 from routing_grpo.modes import INVALID, ModeDetector
 from routing_grpo.preemption import preemption_exit_code
 from routing_grpo.prompting import add_routing_instruction, early_tell_word_ids, forced_word_ids
 from routing_grpo.rewards import RoutingReward
+from routing_grpo.rollouts import RolloutFacts, finalize_rollouts, plan_forced_modes
 from routing_grpo.routing_metrics import GenerationRecord, batch_line, batch_metrics, free_split
 from routing_grpo.schedules import balance_coef_at, in_warmup, reward_phase, routing_word_weight_at
 from routing_grpo.trl_private import check_trainer as check_trl_private_names
@@ -135,14 +137,17 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self.routing_reward = routing_rewards[0]
         if verifier is not None:
             self.routing_reward.verifier = resolve_verifier(verifier)
-        for split in ("train_dataset", "eval_dataset"):
-            self._check_dataset(kwargs.get(split), split, args.answer_column)
+        for key, split in (("train_dataset", "train"), ("eval_dataset", "eval")):
+            check_columns(kwargs.get(key), split, args.answer_column)
 
         # Preemption checkpoints and the non-finite stop come with every run (once, if also passed in).
         callbacks = list(kwargs.pop("callbacks", None) or [])
         missing = [c for c in default_callbacks(args) if not any(isinstance(x, type(c)) for x in callbacks)]
         kwargs["callbacks"] = missing + callbacks
 
+        # The batch geometry settled for this launch before TRL reads it (its sampler, vLLM's max_num_seqs, its
+        # logs): a no-op for a config built in this launch; a geometry field changed since is refused here.
+        args.settle_geometry(args.world_size)
         super().__init__(model, reward_funcs, args, **kwargs)
         # The console gets one line (or a bar) per generation batch from this trainer, not a metrics dict per
         # optimizer step: those go to the trackers and metrics.jsonl.
@@ -151,8 +156,10 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self.remove_callback(ProgressCallback)
         self.remove_callback(PrinterCallback)
         check_trl_private_names(self)  # a TRL release that moved one fails here, by name, not mid-run
-        # The process count of this launch is known now; schedules stated in generation batches follow it.
-        args.check_generation_batch_units(self.accelerator.num_processes)
+        # The accelerator's process count is known now: a config settled for another one is refused, not changed.
+        problem = args.geometry_problem(self.accelerator.num_processes)
+        if problem:
+            raise ValueError(problem)
         if self.accelerator.is_main_process:
             logger.info(args.geometry_summary(self.accelerator.num_processes))
 
@@ -183,21 +190,6 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
     def _reads_early_tell(self) -> bool:
         return self.args.early_tell and self.single_mode is None and len(self.modes) > 1
-
-    @staticmethod
-    def _check_dataset(dataset: Any, split: str, answer_column: str) -> None:
-        datasets = dataset.values() if isinstance(dataset, dict) else [dataset]
-        for ds in datasets:
-            columns = getattr(ds, "column_names", None)
-            if columns is None:
-                continue
-            if "prompt" not in columns:
-                raise ValueError(f"{split}: needs a 'prompt' column, has {columns}")
-            if answer_column not in columns:
-                raise ValueError(
-                    f"answer_column: {split} has no column {answer_column!r} with reference answers "
-                    f"(columns: {columns})"
-                )
 
     def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
         """transformers pushes each checkpoint under hub_strategy every_save / checkpoint / all_checkpoints; not
@@ -388,8 +380,9 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
     def _routing_logodds(self, output: dict[str, Any]) -> torch.Tensor:
         """z = log pi(longest word) - log pi(briefest word) at the routing position, for each local rollout
-        (docs/method.md "The early tell"): one forward without gradient over each distinct prompt [P | Q],
-        keeping only the last position's logits."""
+        (docs/method.md "The early tell"), a word's probability over all its tokens: forwards without
+        gradient over each distinct prompt [P | Q] (one more, [P | Q | w], per spelling of more than one
+        token), keeping only the positions that predict the word's tokens."""
         ids, mask = output["prompt_ids"], output["prompt_mask"]
         distinct: dict[tuple[int, ...], int] = {}  # prompt -> its index among the distinct ones
         index = [
@@ -398,16 +391,32 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         ]
         firsts = [index.index(i) for i in range(len(distinct))]  # a row of each distinct prompt
         rows = torch.tensor(firsts, device=ids.device)
-        sub_mask = mask[rows]
-        positions = (sub_mask.long().cumsum(-1) - 1).clamp(min=0)  # prompts are padded on the left
-        with torch.no_grad():
-            logits = self.model(
-                input_ids=ids[rows], attention_mask=sub_mask, position_ids=positions, logits_to_keep=1,
-                use_cache=False,
-            ).logits[:, -1]  # fmt: skip
-        logp = logits.float().log_softmax(-1)
-        brief, longest = (torch.tensor(t, device=logp.device) for t in self.tell_word_ids)
-        z = logp[:, longest].logsumexp(-1) - logp[:, brief].logsumexp(-1)
+        prompt_ids, prompt_mask = ids[rows], mask[rows]
+
+        def forward(head: list[int]) -> torch.Tensor:  # log-probabilities at the last len(head) + 1 positions
+            tail = torch.tensor([head], dtype=ids.dtype, device=ids.device).expand(len(firsts), -1)
+            sub_ids = torch.cat([prompt_ids, tail], dim=1)
+            sub_mask = torch.cat([prompt_mask, torch.ones_like(tail, dtype=prompt_mask.dtype)], dim=1)
+            positions = (sub_mask.long().cumsum(-1) - 1).clamp(min=0)  # prompts are padded on the left
+            with torch.no_grad():
+                logits = self.model(
+                    input_ids=sub_ids, attention_mask=sub_mask, position_ids=positions,
+                    logits_to_keep=len(head) + 1, use_cache=False,
+                ).logits[:, -(len(head) + 1) :]  # fmt: skip
+            return logits.float().log_softmax(-1)
+
+        at_word = forward([])[:, 0]  # the routing position: every spelling's first token
+
+        def form_logprob(form: list[int]) -> torch.Tensor:  # log pi(form | prompt), one per distinct prompt
+            if len(form) == 1:
+                return at_word[:, form[0]]
+            target = torch.tensor(form, device=ids.device).expand(len(firsts), -1)
+            return forward(form[:-1]).gather(-1, target.unsqueeze(-1)).squeeze(-1).sum(-1)
+
+        brief, longest = (
+            torch.stack([form_logprob(f) for f in forms]).logsumexp(0) for forms in self.tell_word_ids
+        )
+        z = longest - brief
         return z[torch.tensor(index, device=z.device)].to(torch.float64)
 
     # ------------------------------------------------------------------------------------------------------
@@ -479,7 +488,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         )
 
     def _generate_routed(self, prompt_ids: list[list[int]], images: Any, batch: _BatchState, caps: bool):
-        """Rollouts through the generation layer (:func:`~routing_grpo.generation.generate_rollouts`): per-row
+        """Rollouts through the generation layer (:func:`~routing_grpo.generation.caps.generate_rollouts`): per-row
         token budgets, forced rows never merged with free ones, and with ``caps`` no token past a cap. On TRL's
         vLLM engine through :func:`routing_grpo.trl_vllm.generate_on_vllm` (weight sync, sleep mode, the
         server's gather and broadcast), else on the policy itself."""
@@ -527,7 +536,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
-            yield TransformersBackend.from_generation_config(
+            yield policy_backend(
                 model,
                 self.generation_config,
                 pad_token_id=self._tokenizer.pad_token_id,

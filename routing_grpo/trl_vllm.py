@@ -3,7 +3,7 @@
 TRL's ``GRPOTrainer`` keeps its engine in ``trainer.vllm_generation`` (a ``VLLMGeneration``: a colocated
 ``vllm.LLM`` in every training process, or a client of a ``trl vllm-serve`` server). The routing trainer does
 not call its ``generate`` (one ``max_tokens`` for every row, one prompt per group on a server); it sends its own
-requests (:mod:`routing_grpo.backends`). The duties TRL's trainer and ``generate`` carry around a call are
+requests (:mod:`routing_grpo.generation`). The duties TRL's trainer and ``generate`` carry around a call are
 therefore done here, the way TRL does them:
 
 * **Weight sync** before a generation (:func:`needs_weight_sync`), in every process (the weights are gathered
@@ -27,7 +27,8 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from routing_grpo.backends import ColocatedVLLMBackend, VLLMServerBackend
+from routing_grpo.generation.vllm_backend import ColocatedVLLMBackend
+from routing_grpo.generation.vllm_server import VLLMServerBackend
 
 
 def needs_weight_sync(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import ast
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -454,3 +454,66 @@ def offline_env(**extra: str) -> dict[str, str]:
     }
     env.pop("ROUTING_GRPO_DEBUG", None)
     return env
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Generation stand-ins
+# ---------------------------------------------------------------------------------------------------------
+
+
+class MarkovStream:
+    """A deterministic 'sampler': the next token depends only on the last one, so continuing from
+    prompt + head gives exactly the tokens a single pass would have given (what a fixed seed gives a real
+    sampler). Counts generated tokens."""
+
+    def __init__(self, first_token: dict[int, int], eos_after: dict[int, int] | None = None, eos: int = 0):
+        self.eos = eos
+        self.first_token = first_token  # prompt's last token -> first completion token
+        self.eos_after = eos_after or {}  # prompt's last token -> length at which EOS is written
+        self.generated = 0
+
+    def stream(self, prompt):
+        origin = next(t for t in prompt if t >= 1000)  # the row's id token
+        ids = [self.first_token[origin]] if origin in self.first_token else []
+        while True:
+            if len(ids) + 1 == self.eos_after.get(origin, -1):
+                ids.append(self.eos)
+                return ids
+            ids.append(11 + (ids[-1] * 7 + origin) % 50 if ids else 11)
+            if len(ids) >= 500:
+                return ids
+
+    def __call__(self, prompts, budgets):
+        out = []
+        for prompt, budget in zip(prompts, budgets):
+            origin_len = next(i for i, t in enumerate(prompt) if t == 999)  # end of the original prompt
+            done = list(prompt[origin_len + 1 :])  # tokens already generated (the head)
+            full = self.stream(prompt)
+            assert full[: len(done)] == done
+            ids = full[len(done) : len(done) + budget]
+            self.generated += len(ids)
+            out.append((ids, None))
+        return out
+
+
+def rows_backend(generate: Any, eos_token_ids: Sequence[int] = (0,)) -> Any:
+    """A backend around ``generate(prompts, budgets) -> [(ids, logprobs)]`` (one sample per row): each
+    ``sample`` call is one ``generate`` call over every request's rows, in request order."""
+    from routing_grpo.generation.interface import BackendBase
+
+    class RowsBackend(BackendBase):
+        def __init__(self) -> None:
+            self.eos_token_ids = [int(t) for t in eos_token_ids]
+
+        def sample(self, requests, seed=None):
+            rows = generate(
+                [list(r.prompt_ids) for r in requests for _ in range(r.n)],
+                [r.max_tokens for r in requests for _ in range(r.n)],
+            )
+            out, start = [], 0
+            for r in requests:
+                out.append(list(rows[start : start + r.n]))
+                start += r.n
+            return out
+
+    return RowsBackend()

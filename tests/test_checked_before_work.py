@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from routing_grpo import cli, loading, train
+from routing_grpo.generation import factory
 from tests.helpers import offline_env, router_settings, save_tiny_router, tiny_recipe
 
 SETTINGS = router_settings(12)
@@ -65,13 +66,14 @@ def no_model_loading(monkeypatch):
         raise AssertionError("a model was loaded although the input is refused before loading")
 
     for target in (
-        "routing_grpo.inference.load_transformers_model",
-        "routing_grpo.eval_engines.load_transformers_model",
+        "routing_grpo.generation.transformers_backend.load_transformers_model",
         "routing_grpo.eval_engines.make_vllm_backend",
-        "routing_grpo.inference.LocalVLLM.start",
+        "routing_grpo.generation.vllm_engines.LocalVLLM.start",
         "transformers.AutoModelForCausalLM.from_pretrained",
     ):
         monkeypatch.setattr(target, refuse)
+    for name in factory.BUILDERS:  # every backend is built by the one factory
+        monkeypatch.setitem(factory.BUILDERS, name, refuse)
     monkeypatch.setattr(loading, "load_model", refuse)
 
 
@@ -246,7 +248,7 @@ def test_a_prompt_past_the_context_is_refused_by_its_id_before_generating(
     def refuse(*args, **kwargs):
         raise AssertionError("generated although a prompt is past the context")
 
-    monkeypatch.setattr("routing_grpo.inference.generate_within_budgets", refuse)
+    monkeypatch.setattr("routing_grpo.inference.generate_with_caps", refuse)
     questions = jsonl(
         tmp_path / "q.jsonl", [{"id": "fine", "question": "1 + 1?"}, {"id": "far", "question": PAST_CONTEXT}]
     )
@@ -274,7 +276,7 @@ def test_a_prompt_past_the_context_is_refused_by_its_id_before_generating(
         ({"seed": 2**64}, "seed: must be an integer in [0, 2**32)"),
         ({"device": "bogus"}, "device: 'bogus' is not a device"),
         ({"temperature": math.nan}, "temperature must be >= 0"),
-        ({"backend": "tensorrt"}, "backend: must be auto, transformers or vllm"),
+        ({"backend": "tensorrt"}, "backend: must be auto, vllm or transformers"),
     ],
 )
 def test_router_from_pretrained_checks_its_arguments_before_loading(
@@ -333,7 +335,7 @@ def test_router_generate_checks_its_arguments_before_generating(
     def refuse(*args, **kw):
         raise AssertionError("generated although an argument is refused")
 
-    monkeypatch.setattr("routing_grpo.inference.generate_within_budgets", refuse)
+    monkeypatch.setattr("routing_grpo.inference.generate_with_caps", refuse)
     monkeypatch.setattr(router.backend, "next_tokens", refuse)
     with pytest.raises(ValueError) as raised:
         router.generate(questions, **kwargs)
@@ -428,7 +430,7 @@ def test_eval_refuses_samples_with_a_key_twice_before_loading(router_path, tmp_p
     def refuse(*args, **kwargs):
         raise AssertionError("the model was loaded although the samples are refused")
 
-    monkeypatch.setattr("routing_grpo.eval_engines.load_transformers_model", refuse)
+    monkeypatch.setattr("routing_grpo.generation.transformers_backend.load_transformers_model", refuse)
     code, _, err = run(capsys, *eval_args(router_path, out, "--samples", "synthetic=2"))
     one_line(code, err, "routing-grpo eval", "samples.jsonl:2: key 'sample_index' written twice")
     assert (out / "synthetic" / "summary.json").read_text() == summary

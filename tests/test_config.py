@@ -5,11 +5,6 @@ from __future__ import annotations
 import pytest
 
 from routing_grpo.config import RoutingGRPOConfig
-from routing_grpo.geometry import (
-    derive_batch_geometry,
-    launch_process_count,
-    optimizer_steps_per_generation_batch,
-)
 from routing_grpo.modes import DEFAULT_MODES
 
 
@@ -114,14 +109,6 @@ def test_forced_per_mode_may_fill_the_group(tmp_path):
     assert make(tmp_path, single_mode="Long", forced_per_mode=3).single_mode == "Long"
 
 
-def test_optimizer_steps_per_generation_batch_paper_layout():
-    # The paper on 4 processes: per-device 8, GA 8, steps_per_generation 32 -> 4 optimizer steps per batch.
-    assert optimizer_steps_per_generation_batch(32, 1, 8) == 4
-    assert optimizer_steps_per_generation_batch(4, 2, 4) == 2  # num_iterations trains each batch twice
-    with pytest.raises(ValueError, match="gradient_accumulation_steps"):
-        optimizer_steps_per_generation_batch(6, 1, 4)
-
-
 def test_generation_batch_units_convert_to_optimizer_steps(tmp_path):
     args = make(
         tmp_path,
@@ -139,7 +126,8 @@ def test_generation_batch_units_convert_to_optimizer_steps(tmp_path):
 
 def test_generation_batch_units_follow_the_launched_process_count(tmp_path):
     # A 1,024-rollout generation batch given as generation_batch_size: steps_per_generation depends on the
-    # number of processes. The config is built in one process; the trainer re-derives it for the launch.
+    # number of processes. The config is settled for the process count it sees when built; settled again for
+    # another count (as the trainer does before TRL reads it), it is re-derived as GRPOConfig would.
     args = make(
         tmp_path,
         gradient_accumulation_steps=8,
@@ -149,15 +137,17 @@ def test_generation_batch_units_follow_the_launched_process_count(tmp_path):
     )
     assert args.world_size == 1
     assert args.steps_per_generation == 128 and args.max_steps == 90 * 16
-    args.check_generation_batch_units(4)
-    assert args.steps_per_generation == 32
+    assert "settled for 1 process(es)" in args.geometry_problem(4)
+    args.settle_geometry(4)
+    assert args.geometry_problem(4) is None
+    assert args.steps_per_generation == 32 and args.generation_batch_size == 1024
     assert args.optimizer_steps_per_generation_batch == 4
     assert args.max_steps == 360 and args.eval_steps == 40
     fixed = make(tmp_path, gradient_accumulation_steps=8, steps_per_generation=32, total_batch_steps=90)
-    fixed.check_generation_batch_units(4)
+    fixed.settle_geometry(4)
     assert fixed.generation_batch_size == 8 * 4 * 32 and fixed.max_steps == 360
     with pytest.raises(ValueError, match="generation_batch_size"):
-        args.check_generation_batch_units(3)
+        args.settle_geometry(3)
 
 
 def test_units_are_left_alone_when_unset(tmp_path):
@@ -203,43 +193,6 @@ def test_routing_warmup_is_not_the_learning_rate_warmup(tmp_path):
 # ----------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("processes", "expected"), [(1, (128, 32)), (4, (32, 8)), (8, (16, 4)), (32, (4, 1))]
-)
-def test_the_paper_geometry_on_any_process_count(processes, expected):
-    spg, ga = derive_batch_geometry(
-        generation_batch_prompts=128,
-        minibatches_per_generation=4,
-        num_generations=8,
-        per_device_train_batch_size=8,
-        num_processes=processes,
-    )
-    assert (spg, ga) == expected
-    assert 8 * processes * spg == 1024 and 8 * processes * ga == 256  # rollouts per batch and per step
-
-
-def test_a_geometry_that_does_not_divide_names_the_numbers():
-    with pytest.raises(ValueError) as info:
-        derive_batch_geometry(
-            generation_batch_prompts=128,
-            minibatches_per_generation=4,
-            num_generations=8,
-            per_device_train_batch_size=8,
-            num_processes=3,
-        )
-    message = str(info.value)
-    for number in ("generation_batch_prompts 128", "num_generations 8", "1024", "256", "8 x 3", "24"):
-        assert number in message, number
-    with pytest.raises(ValueError, match="minibatches_per_generation: .* 24 rollouts .* 5 mini-batches"):
-        derive_batch_geometry(
-            generation_batch_prompts=3,
-            minibatches_per_generation=5,
-            num_generations=8,
-            per_device_train_batch_size=8,
-            num_processes=1,
-        )
-
-
 def test_the_config_derives_the_per_device_settings(tmp_path):
     args = make(tmp_path, generation_batch_prompts=128, minibatches_per_generation=4, total_batch_steps=90)
     assert args.world_size == 1
@@ -254,11 +207,25 @@ def test_the_config_derives_the_per_device_settings(tmp_path):
     assert "1 process(es)" in line and "1024 rollouts (128 prompts x G 8" in line
     assert "optimizer step 256 rollouts" in line and "4 optimizer steps per generation batch" in line
     # The same config at launch on the process count it was built for: unchanged.
-    args.check_generation_batch_units(1)
+    args.settle_geometry(1)
     assert (args.steps_per_generation, args.gradient_accumulation_steps) == (128, 32)
-    # A launch with another count cannot change gradient accumulation after the accelerator exists: refused.
-    with pytest.raises(ValueError, match="built for 1 process.*32.*4, which needs 8"):
-        args.check_generation_batch_units(4)
+    # Settled for another count before the trainer (and its accelerator) is built: derived again, GA too.
+    args.settle_geometry(4)
+    assert (args.steps_per_generation, args.gradient_accumulation_steps, args.max_steps) == (32, 8, 360)
+    assert args.generation_batch_size == 1024
+
+
+def test_geometry_fields_changed_after_the_build_are_refused(tmp_path):
+    args = make(tmp_path, gradient_accumulation_steps=2, steps_per_generation=4, total_batch_steps=3)
+    assert (args.generation_batch_size, args.max_steps) == (32, 6)
+    args.steps_per_generation = 8  # generation_batch_size (32) and max_steps were worked out from 4
+    for problem in (args.geometry_problem(1), str(pytest.raises(ValueError, args.settle_geometry, 1).value)):
+        assert "steps_per_generation 4 -> 8" in problem and "RoutingGRPOConfig(" in problem
+    # A schedule field changed after the build is applied when the geometry is settled again.
+    args = make(tmp_path, gradient_accumulation_steps=2, steps_per_generation=4, total_batch_steps=3)
+    args.total_batch_steps = 5
+    args.settle_geometry(1)
+    assert args.max_steps == 10
 
 
 @pytest.mark.parametrize(
@@ -316,12 +283,6 @@ def test_per_device_settings_still_work_without_the_geometry_fields(tmp_path):
         gradient_accumulation_steps=32,
     )
     assert agreeing.generation_batch_size == 1024
-
-
-def test_launch_process_count_reads_world_size():
-    assert launch_process_count({}) == 1
-    assert launch_process_count({"WORLD_SIZE": "4"}) == 4
-    assert launch_process_count({"WORLD_SIZE": "x"}) == 1
 
 
 @pytest.mark.parametrize(

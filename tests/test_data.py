@@ -552,3 +552,23 @@ def test_a_package_adds_a_task_through_an_entry_point(monkeypatch):
     tasks.register_task(tasks.get_task("user_task"))  # the same spec again: nothing happens
     with pytest.raises(ValueError, match="already registered"):
         tasks.register_task(tasks.TaskSpec("user_task", "countdown", "train"))
+
+
+def test_check_columns_names_the_key_and_lists_the_columns():
+    from datasets import Dataset
+
+    from routing_grpo.data import check_columns
+
+    good = Dataset.from_list([{"prompt": [{"role": "user", "content": "1+1?"}], "answer": "2"}])
+    check_columns(good, "train", "answer")
+    check_columns({"a": good, "b": good}, "eval", "answer")  # a mapping of datasets: each is checked
+    check_columns(None, "eval", "answer")
+    with pytest.raises(
+        ValueError, match=r"^answer_column: the train data has no column 'solution'; its columns"
+    ):
+        check_columns(good, "train", "solution")
+    no_prompt = good.remove_columns("prompt")
+    with pytest.raises(
+        ValueError, match=r"^prompt: the eval data has no column 'prompt'; its columns are \['answer'\]"
+    ):
+        check_columns({"a": good, "b": no_prompt}, "eval", "answer")

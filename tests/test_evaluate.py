@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from routing_grpo.backends import TransformersBackend
 from routing_grpo.eval_config import EvalConfig
 from routing_grpo.eval_summary import summarize
 from routing_grpo.evaluate import evaluate_benchmark
+from routing_grpo.generation.transformers_backend import TransformersBackend
 from routing_grpo.offline_models import build_tiny_qwen2
 from routing_grpo.prompting import PromptPlan
 from routing_grpo.sample_store import read_samples
@@ -319,13 +319,14 @@ def test_vllm_gets_each_benchmarks_prompts_in_one_call(tmp_path, tiny, fake_llm)
 
 
 def test_prompts_per_call():
-    from routing_grpo.backends import TRANSFORMERS_BATCH_SIZE
     from routing_grpo.eval_engines import prompts_per_call
+    from routing_grpo.generation.interface import BackendBase
+    from routing_grpo.generation.transformers_backend import TRANSFORMERS_BATCH_SIZE
 
-    class Plain:
+    class Plain(BackendBase):
         pass
 
-    class Batched:
+    class Batched(BackendBase):
         default_batch_size = TRANSFORMERS_BATCH_SIZE
 
     cfg = EvalConfig(model="m", benchmarks=["toy"], output="o")
@@ -336,19 +337,8 @@ def test_prompts_per_call():
     assert prompts_per_call(cfg, Batched(), 500) == prompts_per_call(cfg, Plain(), 500) == 64
 
 
-def test_replica_devices_and_shards():
-    from routing_grpo.backends import replica_devices, shard
-
-    assert replica_devices(4, 2, [str(i) for i in range(8)]) == ["0,1", "2,3", "4,5", "6,7"]
-    assert replica_devices(2, 1, ["3", "5", "7"]) == ["3", "5"]
-    with pytest.raises(ValueError, match="needs 8 GPUs; 4 visible"):
-        replica_devices(4, 2, ["0", "1", "2", "3"])
-    assert shard(5, 2) == [[0, 2, 4], [1, 3]]
-    assert shard(1, 3) == [[0], [], []]
-
-
 def test_data_parallel_engines_each_on_their_gpus(tmp_path, monkeypatch):
-    from routing_grpo.generation import GenerationRequest
+    from routing_grpo.generation.interface import GenerationRequest
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
     gen = vllm_generator(config(tmp_path, data_parallel_size=2, tensor_parallel_size=2))
@@ -410,8 +400,8 @@ def test_engine_options_need_vllm_and_are_checked(tmp_path):
 def test_transformers_backend_goes_to_the_gpu_when_there_is_one(tmp_path, monkeypatch, tiny_model_path):
     import torch
 
-    from routing_grpo.backends import transformers_device
-    from routing_grpo.eval_engines import make_backend
+    from routing_grpo.eval_engines import make_eval_backend
+    from routing_grpo.generation.options import transformers_device
 
     assert transformers_device("cuda:1") == "cuda:1"
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -420,7 +410,7 @@ def test_transformers_backend_goes_to_the_gpu_when_there_is_one(tmp_path, monkey
     assert transformers_device(None) == "cpu"
     # The model is moved where the device says ("meta": no memory, and no GPU needed to see the move).
     cfg = EvalConfig(model=str(tiny_model_path), benchmarks=["toy"], output=str(tmp_path), device="meta")
-    gen = make_backend(cfg, "transformers", _tokenizer(tiny_model_path))
+    gen = make_eval_backend(cfg, "transformers", _tokenizer(tiny_model_path))
     assert gen.model.device.type == "meta"
 
 
@@ -506,7 +496,7 @@ def test_cli_checks_names_files_and_config_before_the_model_loads(tmp_path, caps
         raise AssertionError("the model was loaded before the check")
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_model)
-    monkeypatch.setattr(evaluate, "make_backend", no_model)
+    monkeypatch.setattr(evaluate, "make_eval_backend", no_model)
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("modes: [\n")
     malformed = tmp_path / "math500.jsonl"

@@ -68,7 +68,7 @@ def no_model_loading(monkeypatch):
         raise AssertionError("the model was loaded although the input is bad")
 
     monkeypatch.setattr(inference.Router, "from_pretrained", refuse)
-    monkeypatch.setattr(inference, "load_transformers_model", refuse)
+    monkeypatch.setattr("routing_grpo.generation.transformers_backend.load_transformers_model", refuse)
     monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", refuse)
 
 

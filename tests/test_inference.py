@@ -1,31 +1,27 @@
-"""Running a trained router (routing_grpo.inference): the settings file, routing resolution, the routing
-word phase and budgets as pure functions, the vLLM backend against a stand-in engine, and the transformers
-backend on the tiny model (allowed words only, caps held during generation), and the settings saved by a
+"""Running a trained router (routing_grpo.inference): the settings file, routing resolution, budgets as pure
+functions (the word phase is tests/test_generation_word_phase.py's), and the transformers backend on the
+tiny model (allowed words only, caps held during generation), and the settings saved by a
 real tiny training run and loaded back."""
 
 from __future__ import annotations
 
 import json
 import shutil
-from types import SimpleNamespace
 
 import pytest
 
-from routing_grpo.backends import TransformersBackend, VLLMBackend, generate_within_budgets
+from routing_grpo.generation.transformers_backend import TransformersBackend
+from routing_grpo.generation.vllm_backend import VLLMBackend
 from routing_grpo.inference import (
     Request,
     Router,
     Routing,
     Row,
-    allowed_next_tokens,
-    choose_words,
-    read_answered_ids,
-    read_questions,
+    head_row_budget,
+    known_row_budget,
     resolve_routing,
-    row_budget,
-    word_decision,
 )
-from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, Detection, ModeDetector, ModeSpec
+from routing_grpo.modes import ModeDetector, ModeSpec
 from routing_grpo.settings import SETTINGS_FILE, RoutingSettings, SettingsNotFoundError
 from tests.fake_vllm import FakeLLM
 
@@ -133,109 +129,38 @@ def test_resolve_routing():
 # ---------------------------------------------------------------------------------------------------------
 
 # Token forms: NoThink = [7, 8] or [9, 8] (two tokens), Short = [10] or [9, 10], Long = [11] or [9, 11].
-FORMS = {0: [[7, 8], [9, 8]], 1: [[10], [9, 10]], 2: [[11], [9, 11]]}
-DETECTOR = ModeDetector(MODES, FORMS)
-EOS = [0]
-
-
-def test_allowed_next_tokens_follow_the_allowed_forms():
-    assert allowed_next_tokens(FORMS, [0, 2], []) == [7, 9, 11]
-    assert allowed_next_tokens(FORMS, [0, 2], [9]) == [8, 11]
-    assert allowed_next_tokens(FORMS, [0], [7]) == [8]
-    assert allowed_next_tokens(FORMS, [1], [7]) == []
-
-
-def test_word_decision_allowed_and_free():
-    decide = lambda prefix, allowed: word_decision(  # noqa: E731
-        prefix, allowed=allowed, forms=FORMS, detector=DETECTOR, eos_token_ids=EOS
-    )
-    assert decide([7], (0,)) is None  # a word of two tokens is completed
-    assert decide([7, 8], (0,)) == Detection(0, 2)
-    assert decide([9, 11], (0, 2)) == Detection(2, 2)
-    # Free: decided as soon as an exact form is complete and nothing longer continues it.
-    assert decide([10], None) == Detection(1, 1)
-    assert decide([9], None) is None
-    assert decide([9, 10], None) == Detection(1, 2)
-    # Off every form: no word yet, keep reading up to the detection head; EOS ends it.
-    assert decide([5], None) is None
-    assert decide([5] * DETECTION_HEAD_TOKENS, None) == Detection(INVALID, 0)
-    assert decide([5, 0], None) == Detection(INVALID, 0)
-
-
-class Scripted:
-    """A sampler that writes fixed tokens per row and records what it was asked."""
-
-    def __init__(self, scripts):
-        self.scripts = scripts
-        self.calls = []
-
-    def __call__(self, prompts, allowed):
-        self.calls.append((list(map(list, prompts)), [None if a is None else list(a) for a in allowed]))
-        out = []
-        for prompt, mask in zip(prompts, allowed):
-            row, done = prompt[0], len(prompt) - 1  # prompt = [row id] + tokens so far
-            token = self.scripts[row][done]
-            assert mask is None or token in mask, (row, token, mask)
-            out.append(token)
-        return out
-
-
-def test_choose_words_completes_words_and_drops_finished_rows():
-    sampler = Scripted({0: [7, 8, 5], 1: [10, 5], 2: [5, 5, 5, 5, 5, 5, 5, 5, 5], 3: [9, 11, 5], 4: [0]})
-    result = choose_words(
-        sampler,
-        [[0], [1], [2], [3], [4]],
-        [(0,), None, None, (0, 2), None],
-        forms=FORMS,
-        detector=DETECTOR,
-        eos_token_ids=EOS,
-        max_tokens=20,
-    )
-    assert result == [
-        ([7, 8], Detection(0, 2)),
-        ([10], Detection(1, 1)),
-        ([5] * DETECTION_HEAD_TOKENS, Detection(INVALID, 0)),
-        ([9, 11], Detection(2, 2)),
-        ([0], Detection(INVALID, 0)),
-    ]
-    # The allowed rows were masked at every step, free rows never; finished rows left the batch.
-    first_prompts, first_masks = sampler.calls[0]
-    assert first_masks == [[7, 9], None, None, [7, 9, 11], None]
-    second_prompts, second_masks = sampler.calls[1]
-    assert [p[0] for p in second_prompts] == [0, 2, 3] and second_masks == [[8], None, [8, 11]]
-    assert len(sampler.calls) == DETECTION_HEAD_TOKENS
-
-
-def test_choose_words_stops_at_the_generation_limit():
-    sampler = Scripted({0: [9, 10]})
-    result = choose_words(
-        sampler, [[0]], [None], forms=FORMS, detector=DETECTOR, eos_token_ids=EOS, max_tokens=1
-    )
-    assert result == [([9], Detection(INVALID, 0))]
 
 
 def test_row_budgets():
-    def budget(routing, prefix=(), caps=True, decision=None, limit=40):
-        row = Row("q", routing, caps, [1, 2], prefix=list(prefix), decision=decision)
-        return row_budget(row, SETTINGS, DETECTOR, limit, EOS)
+    """Known before generation for forced, single-mode and uncapped rows; from the word phase's head (its
+    tokens included) for the rest."""
+    detector = ModeDetector(MODES, {0: [[7, 8], [9, 8]], 1: [[10], [9, 10]], 2: [[11], [9, 11]]})
 
-    assert budget(Routing("forced", forced=0)) == 3  # the word is in the prompt
-    assert budget(Routing("forced", forced=2)) == 40
-    assert budget(Routing("forced", forced=1), limit=4) == 4
-    assert budget(Routing("allowed", allowed=(0,)), prefix=[7, 8]) == 3  # the cap counts after the word
-    assert budget(Routing("free"), prefix=[9, 10]) == 6
-    assert budget(Routing("free"), prefix=[9, 11]) == 38  # Long: the rest of the limit
-    assert budget(Routing("free"), prefix=[5] * 8) == 32  # no word: no cap
-    assert budget(Routing("free"), prefix=[5, 0]) == 0  # ended in the word phase
-    assert budget(Routing("free"), caps=False) == 40
-    assert budget(Routing("forced", forced=0), caps=False) == 40
-    single = RoutingSettings(MODES, "", "", 40, single_mode="Short")
-    row = Row("q", Routing("single"), True, [1])
-    assert row_budget(row, single, DETECTOR, 40, EOS) == 6
+    def known(routing, caps=True, limit=40, settings=SETTINGS):
+        return known_row_budget(Row("q", routing, caps, [1, 2]), settings, limit)
+
+    def total(routing, prefix, caps=True, limit=40):
+        return head_row_budget(Row("q", routing, caps, [1, 2]), prefix, SETTINGS, detector, limit)
+
+    assert known(Routing("forced", forced=0)) == 3  # the word is in the prompt
+    assert known(Routing("forced", forced=2)) == 40
+    assert known(Routing("forced", forced=1), limit=4) == 4
+    assert known(Routing("free"), caps=False) == 40
+    assert known(Routing("forced", forced=0), caps=False) == 40
+    assert known(Routing("free")) is None and known(Routing("allowed", allowed=(0,)), caps=False) is None
+    assert known(Routing("single"), settings=RoutingSettings(MODES, "", "", 40, single_mode="Short")) == 6
+    assert total(Routing("allowed", allowed=(0,)), [7, 8]) == 2 + 3  # the cap counts after the word
+    assert total(Routing("free"), [9, 10]) == 2 + 6
+    assert total(Routing("free"), [9, 11]) == 40  # Long: the limit
+    assert total(Routing("free"), [5] * 8) == 40  # no word: no cap
+    assert total(Routing("allowed", allowed=(0,)), [7, 8], caps=False) == 40
 
 
 # ---------------------------------------------------------------------------------------------------------
-# vLLM backend against a stand-in engine
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The transformers backend on the tiny model
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -246,7 +171,7 @@ def tiny_tokenizer(tiny_model_path):
     return AutoTokenizer.from_pretrained(tiny_model_path)
 
 
-def test_vllm_backend_requests(tiny_tokenizer):
+def test_the_router_on_a_vllm_backend(tiny_tokenizer):
     from routing_grpo.modes import word_token_id_forms
 
     short = word_token_id_forms(tiny_tokenizer, "Short")
@@ -297,70 +222,6 @@ def test_vllm_backend_requests(tiny_tokenizer):
     ]
     assert answers[0].length == 3 and answers[2].length == 6 and answers[2].tokens == 7
     assert answers[0].text.startswith("NoThink") and answers[2].text.startswith("Short")
-
-
-def test_vllm_backend_merges_identical_rows_and_cuts_at_eos():
-    class EosLLM(FakeLLM):
-        def generate(self, prompts, sampling_params, use_tqdm=False):
-            outs = super().generate(prompts, sampling_params, use_tqdm)
-            return [
-                SimpleNamespace(outputs=[SimpleNamespace(token_ids=[5, 0, 5]) for _ in o.outputs])
-                for o in outs
-            ]
-
-    llm = EosLLM(free_token=5)
-    backend = VLLMBackend(llm, eos_token_ids=[0], sampling_params=dict)
-    rows = generate_within_budgets(backend, [[1, 2], [1, 2], [3]], [4, 4, 4])
-    assert rows == [[5, 0], [5, 0], [5, 0]]
-    assert [(p, r["n"]) for p, r in llm.requests] == [([1, 2], 2), ([3], 1)]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Files
-# ---------------------------------------------------------------------------------------------------------
-
-
-def test_read_questions(tmp_path):
-    path = tmp_path / "q.jsonl"
-    path.write_text(
-        '{"question": "a"}\n\n{"id": 7, "prompt": [{"role": "user", "content": "b"}], "allow": "Short"}\n'
-        '{"question": "c", "mode": "Long", "caps": false}\n'
-    )
-    rows = read_questions(path)
-    assert [r["id"] for r in rows] == ["1", "7", "4"]
-    assert rows[1]["question"] == [{"role": "user", "content": "b"}] and rows[1]["allow"] == "Short"
-    assert rows[2]["mode"] == "Long" and rows[2]["caps"] is False
-    for text, match in [
-        ('{"question": "a"}\n{"question": ', ":2: not valid JSON"),
-        ('{"question": ""}\n', ":1: needs a non-empty"),
-        ("[1, 2]\n", ":1: expected a JSON object"),
-        ('{"id": 1, "question": "a"}\n{"id": 1, "question": "b"}\n', "id '1' appears twice"),
-        ('{"question": "a", "caps": "no"}\n', "caps"),
-    ]:
-        path.write_text(text)
-        with pytest.raises(ValueError, match=match):
-            read_questions(path)
-    with pytest.raises(FileNotFoundError):
-        read_questions(tmp_path / "missing.jsonl")
-
-
-def test_read_answered_ids_drops_a_torn_last_line(tmp_path):
-    path = tmp_path / "a.jsonl"
-    assert read_answered_ids(path) == set()
-    path.write_text('{"id": "1"}\n{"id": "2"}\n{"id": "3", "te')
-    assert read_answered_ids(path) == {"1", "2"}
-    assert path.read_text() == '{"id": "1"}\n{"id": "2"}\n'
-    path.write_text('{"id": "1"}\nnot json\n{"id": "3"}\n')
-    with pytest.raises(ValueError, match=":2: not valid JSON"):
-        read_answered_ids(path)
-    path.write_text('{"id": "1"}\n{"text": "no id"}\n{"id": "3"}\n')
-    with pytest.raises(ValueError, match=":2: not an answer row"):
-        read_answered_ids(path)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The transformers backend on the tiny model
-# ---------------------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")

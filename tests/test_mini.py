@@ -263,7 +263,10 @@ def test_demo_summary_shows_the_graded_router_per_level_beside_the_oracle():
         mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}
     )
     assert "| trained router (free routing) | 0.970 | 40.0 |" in text
-    assert "-3.0 points from Long's with 13% fewer tokens" in text
+    assert (
+        "The router is 3.0 points less accurate than Long (0.970 against 1.000) and uses 13% fewer tokens"
+        in text
+    )
     assert "| 1 | 0.60 | 0.30 | 0.10 | 1.00 | 10.0 | NoThink |" in text
     assert "| 6 | 0.00 | 0.20 | 0.80 | 1.00 | 10.0 | Long |" in text
     assert "the modes are worth 0.91 / 0.92 / 0.90 (NoThink / Short / Long" in text

@@ -194,7 +194,7 @@ def test_eval_overwrite_that_fails_before_its_summary_leaves_the_old_output(rout
     assert snapshot(out) == old
 
     # Stopped in the middle of generating (Ctrl-C after two samples): the old output is as it was.
-    from routing_grpo.backends import TransformersBackend
+    from routing_grpo.generation.transformers_backend import TransformersBackend
 
     real_sample, calls = TransformersBackend.sample, []
 

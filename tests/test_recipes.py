@@ -151,7 +151,7 @@ GPU_RECIPES = [p for p in ALL if p.name != "demo_smollm2_cpu.yaml"]
 def test_the_gpu_recipes_keep_the_paper_geometry_on_any_process_count(path: Path, processes: int):
     """1,024 rollouts per generation batch in 4 optimizer steps of 256, whatever the launch; no recipe asks
     for per-GPU arithmetic any more."""
-    from routing_grpo.config import derive_batch_geometry
+    from routing_grpo.geometry import derive_batch_geometry
 
     raw = load(path)
     spg, ga = derive_batch_geometry(
@@ -169,7 +169,7 @@ def test_the_gpu_recipes_keep_the_paper_geometry_on_any_process_count(path: Path
 
 
 def test_a_process_count_that_does_not_divide_is_refused_by_name():
-    from routing_grpo.config import derive_batch_geometry
+    from routing_grpo.geometry import derive_batch_geometry
 
     with pytest.raises(ValueError, match="8 x 3 process"):
         derive_batch_geometry(

@@ -72,35 +72,59 @@ def test_the_miniature_has_no_import_cycle():
     assert not [c for c in cycles(graph) if any(m.startswith("routing_grpo.mini") for m in c)]
 
 
+def test_the_general_commands_do_not_import_the_miniature():
+    """``routing-grpo report`` and every other command reach no module of the miniature, even through others:
+    the miniature adds its part (the report's oracle part, its tasks, its models) through the entry points
+    it declares (routing_grpo/mini/plugin.py, pyproject.toml)."""
+    graph = import_graph()
+    reached = []
+    for command in [m for m in graph if m.startswith("routing_grpo.commands") or m == "routing_grpo.cli"]:
+        seen, todo = set(), [command]
+        while todo:
+            module = todo.pop()
+            for target in graph.get(module, ()):
+                if target.startswith(MINI):
+                    reached.append(f"{command} reaches {target} through {module}")
+                elif target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+    assert not reached, reached
+
+
 # Doors one way: a module imports only from its own floor or below. The pure method modules and small
 # utilities at the bottom; prompting, data, the config and the routing settings file above them; trainer,
 # evaluation, inference, report and the training stages above those; the entries on top. The miniature
 # (routing_grpo.mini) stands beside the house: it may use floors 0-2, and only entries import it.
 FLOORS = {
     0: {
-        "paper", "modes", "rewards", "advantages", "schedules", "collapse", "batching", "frontier",
-        "emergence", "grading", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
+        "paper", "modes", "rewards", "advantages", "schedules", "collapse", "length_buckets", "frontier",
+        "emergence", "grading", "grading_pool", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
         "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics", "eval_summary",
-        "importance_sampling", "output_lock", "path_names", "storage", "model_files", "checkpoints",
+        "importance_sampling", "output_lock", "path_names", "storage", "model_files", "checkpoints", "demo_summary",
+        "state_probe",
     },
     1: {
-        "prompting", "config", "settings", "tasks", "data", "offline_models", "generation",
-        "capped_generation", "decoding", "device_decode", "generate_budgets", "arguments", "recipe_file", "trl_private",
+        "prompting", "config", "settings", "tasks", "data", "offline_models", "rollouts", "arguments",
+        "recipe_file", "trl_private", "generation",
     },
     2: {
-        "trainer", "bucketed_logprobs", "callbacks", "preemption", "backends", "evaluate", "eval_config", "eval_engines", "inference",
-        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm",
+        "trainer", "bucketed_logprobs", "callbacks", "preemption", "evaluate", "eval_config", "eval_engines", "inference",
+        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm", "answers_file", "launch_checks", "probe",
     },
     3: {
         "train", "cli", "demo", "demo_smollm2", "__main__", "commands", "commands.reward_table", "commands.oracle",
-        "commands.grade", "commands.eval", "commands.generate", "commands.report",
+        "commands.grade", "commands.eval", "commands.generate", "commands.report", "commands.probe",
     },
 }  # fmt: skip
 MINI = "routing_grpo.mini"
 
 
 def floor_of(module: str) -> int | None:
+    """A module's floor; the generation package's modules all stand on its floor (a new backend is one
+    module of it, with no entry here)."""
     short = module.removeprefix("routing_grpo.")
+    if short.startswith("generation."):
+        short = "generation"
     return next((n for n, names in FLOORS.items() if short in names), None)
 
 
@@ -261,9 +285,22 @@ def test_one_command_per_module():
     assert options == ["--version"], "cli.py defines no command's options, only routing-grpo's own --version"
 
 
+GENERATION = PACKAGE / "generation"
+# The package's modules that run a model or an engine: one per backend, the transformers decode loops, and
+# the vLLM engines (one in this process, or the data-parallel pool).
+BACKEND_MODULES = {
+    "transformers_backend", "transformers_decoding", "device_decoding", "generate_budgets", "vllm_backend",
+    "vllm_engines", "vllm_server",
+}  # fmt: skip
+
+
+def _in_generation(path, stems=None) -> bool:
+    return path.parent == GENERATION and (stems is None or path.stem in stems)
+
+
 def test_only_the_generation_layer_talks_to_vllm():
-    """vLLM is imported by routing_grpo.backends alone: the trainer, evaluation and inference reach it through
-    the generation layer's engines and request runners (the trainer keeps TRL's engine objects only)."""
+    """vLLM is imported by the vLLM backend's modules of routing_grpo.generation alone: the trainer, evaluation
+    and inference reach it through the package's backends (the trainer keeps TRL's engine objects only)."""
     importers = []
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -274,22 +311,149 @@ def test_only_the_generation_layer_talks_to_vllm():
                 if isinstance(node, ast.ImportFrom)
                 else []
             )
-            if any(n == "vllm" or n.startswith("vllm.") for n in names) and path.name != "backends.py":
+            if any(n == "vllm" or n.startswith("vllm.") for n in names) and not _in_generation(
+                path, {"vllm_backend", "vllm_engines"}
+            ):
                 importers.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     assert not importers, importers
 
 
 def test_only_the_generation_layer_calls_a_model_or_engine_to_generate():
-    """``model.generate``, ``llm.generate`` and a vLLM client's ``generate`` are called by the backends and the
-    transformers decode loops (decoding, generate_budgets) alone: the trainer, evaluation and inference get
-    their tokens through ``routing_grpo.backends`` (a router's or a task's own ``generate`` is not a model
-    call)."""
+    """``model.generate``, ``llm.generate`` and a vLLM client's ``generate`` are called by the backends' modules
+    of routing_grpo.generation alone: the trainer, evaluation and inference get their tokens through the
+    package (a router's or a task's own ``generate`` is not a model call)."""
     receivers = {"model", "llm", "client", "engine", "vllm_client"}
     callers = []
     for path in PACKAGE.rglob("*.py"):
         for call in _calls(ast.parse(path.read_text()), "generate"):
             owner = call.func.value
             name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
-            if name in receivers and path.name not in ("backends.py", "decoding.py", "generate_budgets.py"):
+            if name in receivers and not _in_generation(path, BACKEND_MODULES):
                 callers.append(f"{path.relative_to(PACKAGE)}:{call.lineno}")
     assert not callers, callers
+
+
+def _defined(name: str) -> list[str]:
+    """Where a function or class ``name`` is defined in the package."""
+    return [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name == name
+    ]
+
+
+# The transformers decode loops: each implements the one-pass contract (``head_budget=``) the driver asks for.
+DECODE_LOOPS = {"transformers_decoding", "device_decoding", "generate_budgets"}
+
+
+def test_one_caps_driver():
+    """The caps rule and its driver are written once (routing_grpo.generation.caps): training's rollouts and
+    the Router's answers both go through ``generate_with_caps`` (the Router's word phase is its head); only
+    the driver asks a backend for the one-pass decode loop (``sample_rows``, ``head_budget=``) or plans rows
+    as requests (``generate_rows``); the detection head's length is read by the generation package alone."""
+    for name in ("generate_with_caps", "known_budget", "free_budget", "apply_caps", "choose_words"):
+        assert len(_defined(name)) == 1, (name, _defined(name))
+    assert _defined("generate_with_caps") == ["generation/caps.py"]
+    assert _defined("choose_words") == ["generation/word_phase.py"]
+    one_pass = []
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            keywords = {k.arg for k in node.keywords}
+            asks = called in ("sample_rows", "generate_rows", "sample_with_budgets")
+            if (
+                asks or ("head_budget" in keywords and called != "generate_with_caps")
+            ) and not _in_generation(path, {"caps", "transformers_backend", *DECODE_LOOPS}):
+                one_pass.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+        if "DETECTION_HEAD_TOKENS" in imported_names(tree) and path.parent != GENERATION:
+            one_pass.append(f"{path.relative_to(PACKAGE)}: reads DETECTION_HEAD_TOKENS")
+    assert not one_pass, one_pass
+    trainer = (PACKAGE / "trainer.py").read_text()
+    inference = (PACKAGE / "inference.py").read_text()
+    assert "generate_rollouts(" in trainer and "generate_with_caps(" in inference
+    assert ".sample(" not in trainer and ".sample(" not in inference
+
+
+def imported_names(tree: ast.AST) -> set[str]:
+    return {
+        a.asname or a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) for a in node.names
+    }
+
+
+def test_every_backend_capability_is_declared():
+    """A backend's capabilities are attributes of the Backend interface, never probed with
+    ``getattr(backend, "continues_rows", False)`` or ``hasattr``."""
+    from routing_grpo.generation.interface import Backend, BackendBase
+
+    declared = {n for n in vars(Backend) if not n.startswith("_")} | set(Backend.__annotations__)
+    assert {"continues_rows", "steps_tokens", "default_batch_size", "sample_rows", "next_tokens"} <= declared
+    assert all(hasattr(BackendBase, n) for n in declared - {"eos_token_ids"})
+    probes = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and getattr(node.func, "id", "") in ("getattr", "hasattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and node.args[1].value in declared
+            ):
+                probes.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.args[1].value}")
+    assert not probes, probes
+
+
+def test_one_backend_factory():
+    """A backend is built from its name in one place (routing_grpo.generation.factory): evaluation, the
+    Router and the trainer's policy backend call it; outside the package only the trainer's adapter of TRL's
+    engine (routing_grpo.trl_vllm) wraps TRL's own objects. Every name maps to its module's ``build``."""
+    from routing_grpo.generation import factory
+
+    constructors = {
+        "TransformersBackend", "VLLMBackend", "LocalVLLM", "DataParallelEngines", "start_vllm_engines",
+        "load_transformers_model", "from_generation_config",
+    }  # fmt: skip
+    builders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent == GENERATION:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                func = node.func
+                called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if called in constructors:
+                    builders.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {called}")
+    assert not builders, builders
+    assert "make_backend(" in (PACKAGE / "inference.py").read_text()
+    assert "build_backend(" in (PACKAGE / "eval_engines.py").read_text()
+    assert "policy_backend(" in (PACKAGE / "trainer.py").read_text()
+    for name, build in factory.BUILDERS.items():
+        assert build.__name__ == "build" and build.__module__.startswith("routing_grpo.generation."), name
+    assert _defined("make_backend") == ["generation/factory.py"]
+
+
+def test_the_backend_names_are_spelled_in_one_place():
+    """The backend names are routing_grpo.generation.factory's: no other module compares with one or lists
+    them (the commands' ``--backend`` choices and every check read ``BACKEND_NAMES``)."""
+    from routing_grpo.generation.factory import BACKEND_NAMES, BUILDERS
+
+    names = set(BUILDERS)
+    spelled = []
+    for path in PACKAGE.rglob("*.py"):
+        if path == GENERATION / "factory.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Compare):
+                values = [node.left, *node.comparators]
+                if any(isinstance(v, ast.Constant) and v.value in names for v in values):
+                    spelled.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+            elif isinstance(node, ast.List | ast.Tuple | ast.Set):
+                found = {e.value for e in node.elts if isinstance(e, ast.Constant) and e.value in names}
+                if len(found) >= 2:
+                    spelled.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert not spelled, spelled
+    assert ("auto", *BUILDERS) == BACKEND_NAMES

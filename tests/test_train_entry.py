@@ -23,7 +23,7 @@ import pytest
 
 from routing_grpo import loading, runs, train
 from routing_grpo.errors import UsageError
-from tests.helpers import REPO_ROOT, StandInHub, tiny_recipe, use_stand_in_hub, write_recipe
+from tests.helpers import REPO_ROOT, StandInHub, offline_env, tiny_recipe, use_stand_in_hub, write_recipe
 
 
 @pytest.fixture
@@ -69,6 +69,17 @@ def test_unknown_recipe_key_fails_before_the_model_loads(tmp_path, no_model_load
     message = run_cli_expecting_error(["--config", str(recipe)])
     assert "num_generation: unknown recipe key" in message
     assert "did you mean 'num_generations'" in message
+
+
+def test_a_recipe_without_a_model_is_refused_before_parsing(tmp_path, no_model_loading):
+    recipe = tiny_recipe(tmp_path / "m", tmp_path / "out")
+    del recipe["model_name_or_path"]
+    path = write_recipe(tmp_path / "r.yaml", recipe)
+    message = run_cli_expecting_error(["--config", str(path)])
+    assert "model_name_or_path: required" in message
+    # Given on the command line instead, the same recipe gets past that check (to the missing folder).
+    message = run_cli_expecting_error(["--config", str(path), "--model_name_or_path", str(tmp_path / "m")])
+    assert "model_name_or_path: no such folder" in message
 
 
 def test_the_routing_grpo_train_command_reports_the_same_error(tmp_path, no_model_loading):
@@ -328,6 +339,26 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def test_the_entry_settles_a_generation_batch_given_in_rollouts(tmp_path, tiny_model_path):
+    """``python -m routing_grpo.train`` with ``generation_batch_size`` (rollouts) instead of
+    ``steps_per_generation``: the geometry is settled for the launch before the trainer is built, and the run
+    trains 16-rollout generation batches in 4 optimizer steps each (max_steps 4 for one batch)."""
+    out = tmp_path / "out"
+    recipe = tiny_recipe(tiny_model_path, out, total_batch_steps=1, generation_batch_size=16)
+    del recipe["steps_per_generation"]
+    path = write_recipe(tmp_path / "r.yaml", recipe)
+    command = [sys.executable, "-m", "routing_grpo.train", "--config", str(path)]
+    result = subprocess.run(
+        command, cwd=REPO_ROOT, env=offline_env(), capture_output=True, text=True, timeout=170
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "generation batch 16 rollouts (4 prompts x G 4, steps_per_generation 4)" in result.stderr
+    assert "4 optimizer steps per generation batch" in result.stderr
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert (state["global_step"], state["max_steps"]) == (4, 4)
+    assert (out / "checkpoint-4").is_dir() and not (out / "checkpoint-1").exists()
 
 
 @pytest.mark.slow

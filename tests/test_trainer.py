@@ -410,7 +410,7 @@ def test_evaluation_samples_at_eval_temperature_with_real_generation(tiny_model_
         seen.append(("generate", self.training, k["generation_config"].temperature))
         return original(self, *a, **k)
 
-    import routing_grpo.backends as backends_module
+    import routing_grpo.generation.transformers_backend as backends_module
 
     capped_loop = backends_module.sample_with_budgets
 
@@ -604,8 +604,8 @@ def test_the_fallback_generator_runs_inside_the_trainer(tiny_model_path, tmp_pat
     """Sampling settings the shrinking decode loop declines (no_repeat_ngram_size) take the budget-grouped
     model.generate path, whose inputs the base Trainer moves to the device (GRPOTrainer's _prepare_inputs
     would start generating rollouts again)."""
-    import routing_grpo.backends as backends_module
-    from routing_grpo.decoding import shrinking_loop_supported
+    import routing_grpo.generation.transformers_backend as backends_module
+    from routing_grpo.generation.transformers_decoding import shrinking_loop_supported
 
     calls = []
     grouped = backends_module.generate_in_budget_groups
@@ -658,3 +658,43 @@ def test_the_batch_geometry_is_derived_and_logged(tiny_model_path, tmp_path, mon
     assert [r.batch_step for r in train_records(trainer)] == [0, 1]
     assert [len(r.modes) for r in train_records(trainer)] == [8, 8]
     assert trainer.state.global_step == 4
+
+
+def test_a_config_settled_for_another_launch_is_settled_before_trl_reads_it(tiny_model_path, tmp_path):
+    # A 16-rollout generation batch given in rollouts, settled for 2 processes (steps_per_generation 2); built
+    # here on 1 process, the trainer settles it again before GRPOTrainer.__init__: TRL's sampler and logs see
+    # steps_per_generation 4 and the schedules follow (2 batches x 4 optimizer steps).
+    args = make_args(
+        tmp_path, generation_batch_size=16, gradient_accumulation_steps=1, total_batch_steps=2, max_steps=-1
+    )
+    args.settle_geometry(2)
+    assert (args.steps_per_generation, args.max_steps) == (2, 4)
+    trainer = build_trainer(tiny_model_path, args)
+    assert trainer.args is args and args.geometry_problem(trainer.accelerator.num_processes) is None
+    assert (args.steps_per_generation, args.generation_batch_size, args.max_steps) == (4, 16, 8)
+    assert trainer._logs["prompt"].maxlen == 16  # TRL's deques were built from the settled batch
+
+
+def test_a_geometry_changed_after_the_build_is_refused_before_trl(tiny_model_path, tmp_path, monkeypatch):
+    args = make_args(tmp_path, steps_per_generation=2, total_batch_steps=2, max_steps=-1)
+    args.steps_per_generation = 4  # generation_batch_size 8 and max_steps 4 were worked out from 2
+    entered = []
+    monkeypatch.setattr(GRPOTrainer, "__init__", lambda *a, **k: entered.append(1))
+    with pytest.raises(ValueError) as info:
+        build_trainer(tiny_model_path, args)
+    message = str(info.value)
+    assert (
+        "steps_per_generation 2 -> 4" in message and "RoutingGRPOConfig(" in message and "\n" not in message
+    )
+    assert not entered
+
+
+def test_a_launch_other_than_the_settled_one_is_refused(tiny_model_path, tmp_path, monkeypatch):
+    # The config reports 2 processes (as one built in another launch would) but the accelerator has 1: the
+    # trainer refuses it once the accelerator exists instead of changing what TRL has read.
+    args = make_args(tmp_path, steps_per_generation=2, total_batch_steps=2, max_steps=-1)
+    monkeypatch.setattr(type(args), "world_size", property(lambda self: 2))
+    with pytest.raises(
+        ValueError, match=r"settled for 2 process\(es\) .* this launch has 1; .*settle_geometry\(1\)"
+    ):
+        build_trainer(tiny_model_path, args)

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.errors import UsageError
-from routing_grpo.model_files import context_length
+from routing_grpo.generation.factory import BACKEND_NAMES
 
 
 def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
@@ -27,44 +27,6 @@ def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
     return out
 
 
-def _check_model_location(model: str) -> None:
-    """A ``--model`` that is neither a local folder nor something the Hub could serve: one line, before
-    anything loads (a path that is not there, a file, a Hub id while the Hub is offline)."""
-    from routing_grpo.locations import hub_offline, looks_local
-
-    path = Path(model).expanduser()
-    if path.is_file():
-        raise UsageError(f"--model: {model} is a file; give a checkpoint folder or a Hub id")
-    if path.exists():
-        return
-    if looks_local(model):
-        raise UsageError(f"--model: no such folder: {model} (a checkpoint folder or a Hub id owner/name)")
-    if hub_offline():
-        raise UsageError(
-            f"--model: {model} is not a local folder, and the Hub is offline here (HF_HUB_OFFLINE is set); "
-            "give a checkpoint folder"
-        )
-
-
-def _saved_routing_settings(model: str, revision: str | None = None) -> dict[str, Any]:
-    """The modes, instruction, question and completion limit saved with a trained checkpoint ({} when it
-    has none)."""
-    from routing_grpo.settings import RoutingSettings, SettingsNotFoundError
-
-    try:
-        settings = RoutingSettings.load(model, revision=revision)
-    except SettingsNotFoundError:
-        return {}
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    data = settings.to_dict()
-    return {k: data[k] for k in ("modes", "routing_instruction", "routing_question", "max_completion_length")}
-
-
-# Without --max-tokens and without a saved completion limit: long enough for the paper's Long mode.
-DEFAULT_EVAL_MAX_TOKENS = 16384
-
-
 def _check_output(output: str, benchmarks: list[str]) -> None:
     """The output folder and each benchmark's samples file can be written (not read-only, not a folder
     where the samples file goes, not at the file-size limit), before the model loads."""
@@ -76,12 +38,15 @@ def _check_output(output: str, benchmarks: list[str]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from routing_grpo.backends import check_backend, check_device, check_sampling, resolve_backend
+    """Evaluates with :meth:`routing_grpo.eval_config.EvalConfig.for_checkpoint`'s defaults; everything the
+    command line names (the recipe, the options, the benchmark names and data files, the output) is checked
+    before the model loads (run_eval then loads the benchmarks before the model)."""
     from routing_grpo.data import DatasetUnavailableError
     from routing_grpo.eval_config import EvalConfig
     from routing_grpo.eval_engines import check_engine
     from routing_grpo.evaluate import check_benchmarks, run_eval
-    from routing_grpo.model_files import weight_file_problem
+    from routing_grpo.generation.factory import check_backend, resolve_backend
+    from routing_grpo.generation.options import check_device, check_sampling
 
     try:  # a bad sampling or engine option is its own one-line error, before anything is read or loaded
         check_sampling(args.temperature, args.top_p, flags=True)
@@ -89,52 +54,17 @@ def run(args: argparse.Namespace) -> int:
         check_device(args.device, "--device")
     except ValueError as err:
         raise UsageError(str(err)) from None
-    # An offline model name (as recipes write it, e.g. offline:mini) evaluates the same folder training loads.
-    from routing_grpo.offline_models import is_offline_name, resolve_model_path
-
-    if is_offline_name(args.model):
-        try:
-            args.model = resolve_model_path(args.model)
-        except ValueError as err:
-            raise UsageError(str(err).replace("model_name_or_path", "--model")) from None
-    _check_model_location(args.model)
-    weights = weight_file_problem(args.model)
-    if weights:
-        raise UsageError(f"--model: {weights}")
-    if args.output and Path(args.output).exists() and not Path(args.output).is_dir():
-        raise UsageError(f"--output: {args.output} is a file; give a folder for the evaluation")
-    # Everything the command line names is checked before the model loads: the recipe, the options, the
-    # benchmark names and data files (run_eval then loads the benchmarks before the model).
-    recipe: dict[str, Any] = {}
-    need_saved = not args.config or args.max_tokens is None
-    saved = _saved_routing_settings(args.model, args.revision) if need_saved else {}
-    if args.config:
-        from routing_grpo.recipe import load_recipe_modes, read_recipe
-
-        load_recipe_modes(args.config)  # a missing file, bad YAML or bad modes: one clear line
-        recipe = read_recipe(args.config)
-    else:
-        recipe = saved
-    # --max-tokens: the run's own completion limit by default, and never past the model's context.
-    max_tokens = args.max_tokens
-    if max_tokens is None:
-        max_tokens = saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
-    context = context_length(args.model)
-    clamped = None
-    if context is not None and max_tokens > context:
-        # Said only when asked for explicitly, and only once the command line has been checked.
-        if args.max_tokens is not None:
-            clamped = f"--max-tokens: {max_tokens} is past the model's context; using {context}"
-        max_tokens = context
     try:
-        config = EvalConfig(
-            model=args.model,
-            benchmarks=[b.strip() for b in args.benchmarks.split(",") if b.strip()],
-            output=args.output or "",
+        config = EvalConfig.for_checkpoint(
+            args.model,
+            [b.strip() for b in args.benchmarks.split(",") if b.strip()],
+            output=args.output,
+            max_tokens=args.max_tokens,
+            config=args.config,
+            revision=args.revision,
             samples=_parse_mapping(args.samples, "--samples", int),
             temperature=args.temperature,
             top_p=args.top_p,
-            max_tokens=max_tokens,
             backend=args.backend,
             limit=args.limit,
             force_mode=args.force_mode,
@@ -144,7 +74,6 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             method=args.method,
             run_seed=args.run_seed,
-            revision=args.revision,
             dtype=args.dtype,
             device=args.device,
             tensor_parallel_size=args.tensor_parallel_size,
@@ -152,31 +81,14 @@ def run(args: argparse.Namespace) -> int:
             max_model_len=args.max_model_len,
             gpu_memory_utilization=args.gpu_memory_utilization,
             overwrite=args.overwrite,
-            **{
-                k: recipe[k]
-                for k in ("modes", "routing_instruction", "routing_question")
-                if recipe.get(k) is not None
-            },
         )
-        if not args.output:  # docs/evaluation.md's layout: outputs/eval/<method>/seed<N>
-            seed = config.run_seed if config.run_seed is not None else 0
-            config.output = str(Path("outputs") / "eval" / config.effective_method / f"seed{seed}")
         check_benchmarks(config)
-        for flag, mapping in (("--samples", config.samples), ("--data", config.data)):
-            stray = sorted(set(mapping) - set(config.benchmarks))
-            if stray:
-                raise UsageError(
-                    f"{flag}: {', '.join(stray)} not in --benchmarks ({', '.join(config.benchmarks)})"
-                )
         check_engine(config, resolve_backend(config.backend))
     except (FileNotFoundError, ValueError) as err:
         raise UsageError(str(err)) from None
     _check_output(config.output, config.benchmarks)
-    if clamped:
-        print(clamped, file=sys.stderr)
-    model = Path(args.model).expanduser()
-    if args.model.startswith(("/", ".", "~")) and not model.exists():
-        raise UsageError(f"--model: no such folder: {args.model} (a checkpoint folder or a Hub name)")
+    for note in config.notes:  # said once the command line has been checked
+        print(note, file=sys.stderr)
     try:  # a model that cannot be loaded is said so by run_eval; an OS error is said as what it is
         summaries = run_eval(config)
     except (FileNotFoundError, ValueError, DatasetUnavailableError) as err:
@@ -219,7 +131,7 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--backend",
-        choices=["auto", "vllm", "transformers"],
+        choices=list(BACKEND_NAMES),
         default="auto",
         help="auto: vLLM when it is installed and there is a GPU, else transformers",
     )

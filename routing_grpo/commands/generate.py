@@ -4,48 +4,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.errors import UsageError, model_file_errors, naming_path, one_line, os_error_line
+from routing_grpo.errors import UsageError, os_error_line
+from routing_grpo.generation.factory import BACKEND_NAMES
 
 
 def run(args: argparse.Namespace) -> int:
-    """Answers questions with a trained router; with --output, resumable (an answer is reused only for the
-    same request) and one writer at a time: the answers file is checked for writing, then locked
-    (``FILE.lock`` beside it) before it is read, and another process writing it is refused at once, naming
-    it."""
-    from routing_grpo.output_lock import OutputLock, file_lock_path
-    from routing_grpo.storage import check_output_file
-
-    output = args.output
-    if not output or not output.strip() or Path(output).is_dir():  # refused as such by answer()
-        return answer(args)
-    # A device, a read-only place, a path through a file, a file at the size limit: said before a lock
-    # file is made beside it.
-    check_output_file(output)
-    with OutputLock(file_lock_path(output), flag="--output", output=output, command="routing-grpo generate"):
-        return answer(args)
-
-
-def answer(args: argparse.Namespace) -> int:
-    """The command's work: checks everything before the model loads, then answers what is not answered."""
-    from routing_grpo.backends import check_backend, check_device, check_sampling, check_seed
-    from routing_grpo.inference import (
-        Request,
-        Router,
-        read_answered_requests,
-        read_questions,
-        request_differences,
-        request_record,
-        resolve_routing,
-        resolved_record,
-    )
+    """Answers questions with a trained router (:func:`routing_grpo.answers_file.answer_questions`): checks
+    everything the command line names before the model loads, then prints each answer as it comes; with
+    --output, resumable (an answer is reused only for the same request) and one writer at a time."""
+    from routing_grpo.answers_file import answer_line, answer_questions, question_rows, read_questions
+    from routing_grpo.generation.factory import check_backend
+    from routing_grpo.generation.options import check_device, check_sampling, check_seed
+    from routing_grpo.inference import resolve_routing
     from routing_grpo.model_files import weight_file_problem
-    from routing_grpo.sample_store import model_fingerprint
+    from routing_grpo.routing_metrics import duration_text
     from routing_grpo.settings import RoutingSettings, local_model_path
 
     if args.mode is not None and args.allow is not None:
@@ -80,14 +57,7 @@ def answer(args: argparse.Namespace) -> int:
     except ValueError as err:
         raise UsageError(f"--mode/--allow: {err}") from None
     try:
-        rows = (
-            read_questions(args.input)
-            if args.input
-            else [
-                {"id": str(i), "question": q, "mode": None, "allow": None, "caps": True}
-                for i, q in enumerate(args.questions, start=1)
-            ]
-        )
+        rows = read_questions(args.input) if args.input else question_rows(args.questions)
     except FileNotFoundError as err:
         raise UsageError(f"--input: {err}") from None
     except OSError as err:  # a folder, an unreadable file
@@ -96,159 +66,59 @@ def answer(args: argparse.Namespace) -> int:
         raise UsageError(str(err)) from None
     if not rows:
         raise UsageError(f"--input: {args.input} holds no questions")
-    for row in rows:
-        if isinstance(row["question"], str) and not row["question"].strip():
-            raise UsageError(f"question {row['id']} is empty")
-    requests = {}
-    references = {row["id"]: row.get("reference") for row in rows}
-    for row in rows:
-        own = row["mode"] is not None or row["allow"] is not None
-        mode, allow = (row["mode"], row["allow"]) if own else (args.mode, args.allow)
-        try:
-            resolve_routing(settings, mode, allow)
-        except ValueError as err:
-            raise UsageError(f"question {row['id']}: {err}") from None
-        requests[row["id"]] = Request(
-            row["question"], mode=mode, allow=allow, caps=row["caps"] and not args.no_caps
-        )
 
-    # Each answer is bound to what determines it; a rerun reuses only the answers made for the same request.
-    sampling = {
-        "temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
-        "max_new_tokens": args.max_new_tokens, "seed": args.seed, "backend": args.backend,
-    }  # fmt: skip
-    model_id = model_fingerprint(args.model, args.revision)
-    records = {i: request_record(r, model_id, settings, sampling) for i, r in requests.items()}
-    output = Path(args.output) if args.output else None
+    progress: dict[str, Any] = {"todo": 0, "done": 0, "first": None}
+
+    def resumed(plan: Any) -> None:
+        progress["todo"] = len(plan.todo)
+        if plan.resumed:
+            print(
+                f"{plan.reused} of {len(plan.requests)} questions already answered in {plan.output}",
+                flush=True,
+            )
+
+    def printed(ids: list[str], answers: list[Any]) -> None:
+        for i, answer in zip(ids, answers):
+            if args.json:
+                print(json.dumps({"id": i, **answer.to_dict()}, ensure_ascii=False), flush=True)
+            else:
+                print(answer_line(i, answer), flush=True)
+        # Progress on stderr (stdout holds the answers): the prompts left at the pace since the first batch.
+        progress["done"] += len(ids)
+        done, todo, now = progress["done"], progress["todo"], time.perf_counter()
+        if progress["first"] is None:
+            progress["first"] = (now, done)
+        elif done < todo:
+            started, first_done = progress["first"]
+            eta = duration_text((now - started) / (done - first_done) * (todo - done))
+            print(
+                f"[generate] {done}/{todo} prompts ({now - started:.0f}s, ETA {eta})",
+                file=sys.stderr,
+                flush=True,
+            )
+
     try:
-        answered = read_answered_requests(output) if output else {}
-    except ValueError as err:
-        raise UsageError(f"--output: {err}") from None
-    # Compared by the modes they resolve to, not their spelling (nothink is NoThink, Long,Long is Long).
-    answered = {i: (line, resolved_record(record, settings)) for i, (line, record) in answered.items()}
-    conflicts = [
-        (answered[i][0], i, request_differences(answered[i][1], records[i]))
-        for i in requests
-        if i in answered and answered[i][1] != records[i]
-    ]
-    if conflicts and not args.overwrite:
-        line, row_id, differences = conflicts[0]
-        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
-        raise UsageError(
-            f"--output: {output}:{line} answers question {row_id} for another request ({', '.join(differences)})"
-            f"{more}; nothing was generated or overwritten. Give another --output, or --overwrite to start "
-            "that file afresh"
-        )
-    replace = bool(args.overwrite and output is not None and output.exists())
-    done = set() if replace else set(answered)
-    todo = [row_id for row_id in requests if row_id not in done]
-    if done:
-        print(
-            f"{len(requests) - len(todo)} of {len(requests)} questions already answered in {output}",
-            flush=True,
-        )
-    if not todo:
-        return 0
-    try:
-        router = Router.from_pretrained(
-            args.model,
-            settings=settings,
-            backend=args.backend,
-            device=args.device,
-            revision=args.revision,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            max_new_tokens=args.max_new_tokens,
-            seed=args.seed,
-        )
-    except (OSError, ValueError, *model_file_errors()) as err:
-        raise UsageError(f"{args.model}: the model could not be loaded ({one_line(err)})") from None
-    try:  # every prompt against the model's context, before the first batch is generated
-        router.plan_all([requests[i] for i in todo], todo, warn=False)
-    except ValueError as err:
+        done = answer_questions(
+            args.model, rows, args.output, settings=settings, mode=args.mode, allow=args.allow,
+            caps=not args.no_caps, overwrite=args.overwrite, temperature=args.temperature, top_p=args.top_p,
+            top_k=args.top_k, max_new_tokens=args.max_new_tokens, seed=args.seed, batch_size=args.batch_size,
+            backend=args.backend, device=args.device, revision=args.revision, on_resumed=resumed,
+            on_answers=printed,
+        )  # fmt: skip
+    except (
+        ValueError
+    ) as err:  # e.g. another request under an answered id, a tokenizer without a chat template
         raise UsageError(str(err)) from None
-    writing = output
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        if replace:  # the new answers go beside the old file and replace it once all are written
-            writing = output.with_name(f".{output.name}.overwrite")
-            writing.unlink(missing_ok=True)
-    try:
-        generated = _answer_in_batches(router, requests, todo, args, writing, references, records)
-    except BaseException:
-        if writing != output:  # a run that fails or is stopped leaves the old file as it was
-            writing.unlink(missing_ok=True)
-        raise
-    if writing != output:
-        os.replace(writing, output)
+    if not done.answers:
+        return 0
     # On stderr: stdout stays one line (or JSON object) per answer.
-    rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
+    rate = done.tokens / done.seconds if done.seconds else 0.0
     print(
-        f"generated {generated['answers']} answers, {generated['tokens']} tokens in {generated['seconds']:.1f}s "
-        f"({rate:.0f} tokens/s)",
+        f"generated {done.answers} answers, {done.tokens} tokens in {done.seconds:.1f}s ({rate:.0f} tokens/s)",
         file=sys.stderr,
         flush=True,
     )
     return 0
-
-
-def _answer_in_batches(
-    router: Any,
-    requests: dict[str, Any],
-    todo: list[str],
-    args: argparse.Namespace,
-    output: Path | None,
-    references: dict[str, Any],
-    records: dict[str, Any],
-) -> dict[str, Any]:
-    """Answers ``todo`` in batches of ``--batch-size``: each batch's rows appended to ``output`` (whole,
-    synced) and its answers printed as they come; returns the generation's counts and seconds."""
-    from routing_grpo.inference import answer_line
-    from routing_grpo.jsonl import append_jsonl
-
-    generated = {"answers": 0, "tokens": 0, "seconds": 0.0}
-    for start in range(0, len(todo), args.batch_size):
-        ids = todo[start : start + args.batch_size]
-        call_started = time.perf_counter()
-        try:
-            answers = router.generate([requests[i] for i in ids], names=ids)
-        except ValueError as err:  # e.g. a tokenizer without a chat template
-            raise UsageError(str(err)) from None
-        generated["seconds"] += time.perf_counter() - call_started
-        generated["answers"] += len(answers)
-        generated["tokens"] += sum(a.tokens for a in answers)
-        if output:  # each row also as `routing-grpo grade` reads it: model_output (+ reference_answer)
-            with naming_path(output):  # a full disk or the file-size limit names the file
-                append_jsonl(
-                    output, [graded_row(i, a, references.get(i), records[i]) for i, a in zip(ids, answers)]
-                )
-        for i, answer in zip(ids, answers):
-            print(
-                json.dumps({"id": i, **answer.to_dict()}, ensure_ascii=False)
-                if args.json
-                else answer_line(i, answer),
-                flush=True,
-            )
-    return generated
-
-
-def graded_row(
-    row_id: str, answer: Any, reference: Any, request: dict[str, Any] | None = None
-) -> dict[str, Any]:
-    """An answers-file row: the answer's fields, ``model_output`` (its text, or "" when it did not finish, so
-    that the grader scores it wrong), ``reference_answer`` when the question had one, and ``request``: what
-    the answer was made for (:func:`routing_grpo.inference.request_record`), which a rerun checks."""
-    row = {
-        "id": row_id,
-        **answer.to_dict(),
-        "model_output": answer.text if answer.stopped_by == "eos" else "",
-    }
-    if reference is not None:
-        row["reference_answer"] = reference
-    if request is not None:
-        row["request"] = request
-    return row
 
 
 def make_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -290,7 +160,7 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--batch-size", type=int, default=8, help="questions per generation batch")
     p.add_argument(
         "--backend",
-        choices=["auto", "vllm", "transformers"],
+        choices=list(BACKEND_NAMES),
         default="auto",
         help="auto: vLLM when it is installed and there is a GPU, else transformers",
     )

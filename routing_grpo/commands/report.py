@@ -8,10 +8,14 @@ from typing import Any
 
 from routing_grpo.errors import UsageError
 
+# Parts other packages add to the report, found through their entry points (routing_grpo.plugins): ``oracle``
+# is the part --oracle and --world-oracle add (the miniature's, routing_grpo/mini/plugin.py).
+REPORT_PARTS = "routing_grpo.report_parts"
+
 
 def run(args: argparse.Namespace) -> int:
-    # The miniature's report is the general one with its part added (the general one has no miniature).
-    from routing_grpo.mini.report import write_report
+    from routing_grpo.plugins import load_entry_point
+    from routing_grpo.report import write_report
     from routing_grpo.storage import check_output_folder
 
     check_output_folder(args.output)  # a file there, or a read-only place: before anything is read
@@ -19,14 +23,24 @@ def run(args: argparse.Namespace) -> int:
         figures = None
     else:
         from routing_grpo.plots import draw_all as figures
+    oracle, worlds = args.oracle or (), args.world_oracle or ()
     try:
+        part = None
+        if oracle or worlds:
+            add = load_entry_point(REPORT_PARTS, "oracle")
+            if add is None:
+                raise UsageError(
+                    f"--oracle: no installed package adds the oracle's part (entry point group {REPORT_PARTS}); "
+                    "reinstall this one: pip install -e ."
+                )
+            part = add(oracle, worlds)
         tables = write_report(
             args.runs,
             args.output,
             plots=figures,
-            oracle_dirs=args.oracle or (),
             training_dirs=args.training or (),
-            world_oracle_dirs=args.world_oracle or (),
+            exclude_dirs=[*oracle, *worlds],
+            part=part,
         )
     except (FileNotFoundError, ValueError) as err:
         raise UsageError(str(err)) from None

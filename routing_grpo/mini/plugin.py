@@ -3,7 +3,9 @@
 * tasks ``mini`` and ``mini_graded`` (group ``routing_grpo.tasks``): the two worlds' generated problems;
 * offline models ``offline:mini``, ``offline:mini_graded`` and ``offline:mini_graded_blind`` (group
   ``routing_grpo.offline_models``): the worlds' taught checkpoints shipped in the package; the graded
-  world's default is difficulty-aware, its level-blind first stage is kept beside it (docs/mini/cold_start.md).
+  world's default is difficulty-aware, its level-blind first stage is kept beside it (docs/mini/cold_start.md);
+* the report's part ``oracle`` (group ``routing_grpo.report_parts``): ``routing-grpo report --oracle`` and
+  ``--world-oracle`` add the miniature's oracle table, routing regret, targets and ablations.
 
 The core never imports this module by name; it finds it through the installed package's metadata.
 """
@@ -84,3 +86,11 @@ def graded_blind_checkpoint(cache_dir: Path) -> Path:
     """``offline:mini_graded_blind``: the graded world's first teaching stage alone, whose routing state does
     not separate the levels (shipped, so the cache is not used)."""
     return mini_checkpoint_path("graded", MINI_GRADED_BLIND_CHECKPOINT)
+
+
+def report_part(oracle_dirs, world_oracle_dirs):
+    """``routing-grpo report --oracle DIRS --world-oracle DIRS``: the miniature's part of the report
+    (:func:`routing_grpo.mini.report.oracle_part`)."""
+    from routing_grpo.mini.report import oracle_part
+
+    return oracle_part(oracle_dirs, world_oracle_dirs)

@@ -4,7 +4,8 @@ With forced-mode evaluations of the taught model (``oracle_dirs``) the general r
 (:func:`routing_grpo.report.write_report`) gets a "Miniature" part: the oracle table (best mode per level),
 the router's split per level against it, the routing regret, the miniature's targets and the ablations
 (figures: :mod:`routing_grpo.mini.targets` on :mod:`routing_grpo.emergence`'s table), in results.md, ``mini.json`` and the ``mini_*.csv`` tables.
-``routing-grpo report --oracle`` writes it through :func:`write_report` here; the Markdown is rendered by
+``routing-grpo report --oracle`` adds it through the entry point group ``routing_grpo.report_parts``
+(:func:`oracle_part`; :func:`write_report` here is the whole report with it, for a Python call); the Markdown is rendered by
 :mod:`routing_grpo.mini.report_markdown`.
 """
 
@@ -497,16 +498,26 @@ def write_report(
     forced-mode evaluations at the training temperature, for the world's table (each mode's expected reward
     on the uniform mix, the mode a shared preference moves to, the graded world's checks).
     """
-    oracle = load_oracle(oracle_dirs) if oracle_dirs else {}
-    worlds = load_oracle(world_oracle_dirs) if world_oracle_dirs else {}
-    unmatched = sorted(set(worlds) - set(oracle))
-    if unmatched:
-        raise ValueError(f"--world-oracle: benchmark(s) {unmatched} have no --oracle evaluation")
     return write_general_report(
         run_dirs,
         output,
         plots=plots,
         training_dirs=training_dirs,
         exclude_dirs=[*oracle_dirs, *world_oracle_dirs],
-        part=miniature_part(oracle, worlds),
+        part=oracle_part(oracle_dirs, world_oracle_dirs),
     )
+
+
+def oracle_part(
+    oracle_dirs: Sequence[str | Path] = (), world_oracle_dirs: Sequence[str | Path] = ()
+) -> Callable[[dict[str, Any], Sequence[TrainingRun]], ReportPart]:
+    """The miniature's part for the forced-mode evaluations under ``oracle_dirs`` (and ``world_oracle_dirs``,
+    each of whose benchmarks needs an oracle): read and checked now, built once the report groups its runs.
+    ``routing-grpo report --oracle`` finds it through the entry point group ``routing_grpo.report_parts``
+    (:func:`routing_grpo.mini.plugin.report_part`)."""
+    oracle = load_oracle(oracle_dirs) if oracle_dirs else {}
+    worlds = load_oracle(world_oracle_dirs) if world_oracle_dirs else {}
+    unmatched = sorted(set(worlds) - set(oracle))
+    if unmatched:
+        raise ValueError(f"--world-oracle: benchmark(s) {unmatched} have no --oracle evaluation")
+    return miniature_part(oracle, worlds)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from transformers import AutoModelForCausalLM
 from trl import GRPOTrainer
 
-from routing_grpo.batching import padded_tokens, plan_length_buckets, row_widths, split_to_count
+from routing_grpo.length_buckets import padded_tokens, plan_length_buckets, row_widths, split_to_count
 from tests.helpers import build_trainer, make_args
 
 # ----------------------------------------------------------------------------------------------------------

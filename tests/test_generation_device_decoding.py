@@ -1,4 +1,4 @@
-"""Decoding within budgets with the state on the device (routing_grpo.device_decode): the same tokens as
+"""Decoding within budgets with the state on the device (routing_grpo.generation.device_decoding): the same tokens as
 ``model.generate`` and the shrinking loop, the same sampling distribution, budgets set after the head
 honoured, no token past a budget, few reads by the host, and the CUDA-graph guard."""
 
@@ -9,8 +9,8 @@ from collections import Counter
 
 import pytest
 
-from routing_grpo.decoding import generate_in_budget_groups, sample_with_budgets
-from routing_grpo.device_decode import DeviceDecoder, graph_blocker, row_limits, sample_on_device
+from routing_grpo.generation.device_decoding import DeviceDecoder, graph_blocker, row_limits, sample_on_device
+from routing_grpo.generation.transformers_decoding import generate_in_budget_groups, sample_with_budgets
 from routing_grpo.modes import DETECTION_HEAD_TOKENS
 
 
@@ -263,10 +263,10 @@ def test_asking_for_graphs_where_they_cannot_run_logs_one_line_and_decodes_eager
     kw = dict(generation_config=config, eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
               max_completion_length=10)  # fmt: skip
     decoder = DeviceDecoder(model, cuda_graphs=True)
-    with caplog.at_level(logging.WARNING, logger="routing_grpo.device_decode"):
+    with caplog.at_level(logging.WARNING, logger="routing_grpo.generation.device_decoding"):
         out = decoder.sample(prompts_of(tok, 3), [10, 10, 10], **kw)
         again = decoder.sample(prompts_of(tok, 3), [10, 10, 10], **kw)
-    lines = [r.getMessage() for r in caplog.records if r.name == "routing_grpo.device_decode"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "routing_grpo.generation.device_decoding"]
     assert len(lines) == 1 and "CUDA graphs off" in lines[0] and "not CUDA" in lines[0]
     assert out == again == sample_with_budgets(model, prompts_of(tok, 3), [10, 10, 10], **kw)
 
@@ -303,7 +303,7 @@ def test_generate_with_a_budget_criterion_gives_the_device_loops_tokens(tiny, st
     import torch
     from transformers import GenerationConfig
 
-    from routing_grpo.generate_budgets import generate_with_budgets
+    from routing_grpo.generation.generate_budgets import generate_with_budgets
 
     model, tok = tiny
     budgets = [5, None, 17, None]
@@ -347,7 +347,7 @@ def test_a_graph_that_fails_restarts_the_call_eagerly_with_one_log_line(tiny, mo
     import torch
     from transformers import GenerationConfig
 
-    from routing_grpo import device_decode
+    from routing_grpo.generation import device_decoding
 
     model, tok = tiny
     compiled = []
@@ -360,16 +360,16 @@ def test_a_graph_that_fails_restarts_the_call_eagerly_with_one_log_line(tiny, mo
         compiled.append(kwargs)
         return run
 
-    monkeypatch.setattr(device_decode, "graph_blocker", lambda model: None)
+    monkeypatch.setattr(device_decoding, "graph_blocker", lambda model: None)
     monkeypatch.setattr(torch, "compile", failing_compile)
     config = GenerationConfig(do_sample=False, pad_token_id=tok.pad_token_id)
     kw = dict(generation_config=config, eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
               max_completion_length=12)  # fmt: skip
     decoder = DeviceDecoder(model)
-    with caplog.at_level(logging.WARNING, logger="routing_grpo.device_decode"):
+    with caplog.at_level(logging.WARNING, logger="routing_grpo.generation.device_decoding"):
         out = decoder.sample(prompts_of(tok, 3), [12, 5, 9], **kw)
         again = decoder.sample(prompts_of(tok, 3), [12, 5, 9], **kw)
     assert compiled == [{"mode": "reduce-overhead", "dynamic": False}]
-    lines = [r.getMessage() for r in caplog.records if r.name == "routing_grpo.device_decode"]
+    lines = [r.getMessage() for r in caplog.records if r.name == "routing_grpo.generation.device_decoding"]
     assert len(lines) == 1 and "capture failed" in lines[0]
     assert out == again == sample_with_budgets(model, prompts_of(tok, 3), [12, 5, 9], **kw)

@@ -1,4 +1,4 @@
-"""One pass per step (routing_grpo.capped_generation): the free rows' heads, then one call with the forced rows
+"""One pass per step (the caps driver, routing_grpo.generation.caps): the free rows' heads, then one call with the forced rows
 and the free rows' continuations; the same rollouts as the older two-phase order (forced rows beside the
 heads, continuations after), and the makespan of a warmup step of the paper's recipe on an engine whose call
 costs the decoding steps of its longest row."""
@@ -9,11 +9,12 @@ import hashlib
 
 import pytest
 
-from routing_grpo.capped_generation import free_budget, generate_with_caps, known_budget
-from routing_grpo.generation import GenerationRequest, generate_rollouts, generate_rows, plan_forced_modes
+from routing_grpo.generation.caps import free_budget, generate_rollouts, known_budget
+from routing_grpo.generation.interface import BackendBase, GenerationRequest, generate_rows
 from routing_grpo.modes import DETECTION_HEAD_TOKENS, ModeDetector, ModeSpec, parse_modes
 from routing_grpo.recipe_file import read_recipe_file
-from tests.helpers import REPO_ROOT
+from routing_grpo.rollouts import plan_forced_modes
+from tests.helpers import REPO_ROOT, rows_backend
 
 MODES = (
     ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=10),
@@ -31,7 +32,7 @@ def _fold(state: bytes, item: object) -> bytes:
     return hashlib.blake2b(state + repr(item).encode(), digest_size=16).digest()
 
 
-class SeededEngine:
+class SeededEngine(BackendBase):
     """A stand-in engine with seeded sampling, answering requests as vLLM does (``n`` samples of at most
     ``max_tokens``). Each token is drawn from a hash of the prefix so far, and of the sample index k while the
     request is fresh (fewer than a head's tokens after the original prompt, which ends with 999): a request
@@ -113,7 +114,7 @@ def run(order, engine, prompts, forced, *, modes=MODES, detector=DETECTOR, max_l
 
     kwargs = dict(modes=modes, detector=detector, max_completion_length=max_len, single_mode=single_mode)
     if order == "one pass":
-        return generate_with_caps(prompts, forced, eos_token_ids=[EOS], generate=generate, **kwargs)
+        return generate_rollouts(engine, prompts, forced, **kwargs)
     return two_phase(prompts, forced, generate=generate, **kwargs)
 
 
@@ -172,9 +173,9 @@ def test_one_pass_keeps_logprobs_aligned():
     def generate(prompts, budgets):
         return [([3] * b, [-float(len(p))] * b) for p, b in zip(prompts, budgets, strict=True)]
 
-    out = generate_with_caps(
-        [[1, 999, 900], [1, 999]], [0, None], modes=MODES, detector=DETECTOR, max_completion_length=MAX_LEN,
-        eos_token_ids=[EOS], generate=generate,
+    out = generate_rollouts(
+        rows_backend(generate, [EOS]), [[1, 999, 900], [1, 999]], [0, None], modes=MODES, detector=DETECTOR,
+        max_completion_length=MAX_LEN,
     )  # fmt: skip
     (forced_ids, forced_lps), (free_ids, free_lps) = out
     assert forced_ids == [3] * 10 and forced_lps == [-3.0] * 10

@@ -1,5 +1,5 @@
 """transformers' own ``generate`` within per-row token budgets: the library's machinery for the contract of
-:func:`routing_grpo.decoding.sample_with_budgets`, to measure against :mod:`routing_grpo.device_decode`.
+:func:`routing_grpo.generation.transformers_decoding.sample_with_budgets`, to measure against :mod:`routing_grpo.generation.device_decoding`.
 
 One ``model.generate`` call for every row, with a stopping criterion (:class:`RowBudgets`) that ends row
 ``i`` once it has ``limit[i]`` tokens (``generate`` then feeds it the pad token, as a row at EOS); a free row's
@@ -16,7 +16,7 @@ from typing import Any
 
 from transformers import StoppingCriteria, StoppingCriteriaList
 
-from routing_grpo.capped_generation import cut_at_eos
+from routing_grpo.generation.interface import cut_at_eos
 from routing_grpo.modes import DETECTION_HEAD_TOKENS
 
 
@@ -75,7 +75,7 @@ def generate_with_budgets(
     shape, and with it the compiled graph, repeats from batch to batch."""
     import torch
 
-    from routing_grpo.device_decode import row_limits
+    from routing_grpo.generation.device_decoding import row_limits
 
     n = len(prompt_ids)
     if len(budgets) != n:

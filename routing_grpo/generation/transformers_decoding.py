@@ -1,5 +1,5 @@
 """transformers decoding within token budgets: the decode loops of the transformers backend
-(:class:`routing_grpo.backends.TransformersBackend`), for training, evaluation and inference alike.
+(:class:`routing_grpo.generation.transformers_backend.TransformersBackend`), for training, evaluation and inference alike.
 
 * :func:`sample_with_budgets`: one decode loop whose batch shrinks as rows reach EOS or their budget, so
   compute follows the tokens kept; a free row's budget can be set once its head is written
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from routing_grpo.capped_generation import cut_at_eos
+from routing_grpo.generation.interface import cut_at_eos
 from routing_grpo.modes import DETECTION_HEAD_TOKENS
 
 # GenerationConfig settings the loop reproduces; any other active setting makes it decline (the caller then
@@ -103,7 +103,7 @@ def sample_with_budgets(
     """Samples every row in one decode loop; a row leaves the batch at EOS or at its budget.
 
     ``budgets[i]`` is the row's token budget, or None for a free row: it runs until it has ``head_tokens``
-    tokens, then ``head_budget(i, head)`` gives its total budget (see :func:`free_budget`). Rows that are done
+    tokens, then ``head_budget(i, head)`` gives its total budget (see :func:`routing_grpo.generation.caps.free_budget`). Rows that are done
     are dropped from the batch and the KV cache, so compute follows the tokens actually generated; a batch
     is never held open by padding. Sampling matches ``model.generate`` for the settings of
     :func:`shrinking_loop_supported` (temperature, top-k, top-p, min-p, repetition penalty, min_new_tokens).

@@ -1,10 +1,10 @@
 """transformers decoding within token budgets with the decoding state on the device.
 
-The contract of :func:`routing_grpo.decoding.sample_with_budgets`: row ``i`` gets at most ``budgets[i]``
+The contract of :func:`routing_grpo.generation.transformers_decoding.sample_with_budgets`: row ``i`` gets at most ``budgets[i]``
 tokens, ending at its first EOS (kept); a free row (``budgets[i] is None``) runs until it has ``head_tokens``
 tokens, then ``head_budget(i, head)`` sets its budget once (docs/method.md "Caps"); sampling is
-``model.generate``'s for the settings of :func:`~routing_grpo.decoding.shrinking_loop_supported`, with its
-processors (:func:`~routing_grpo.decoding.logits_processors`).
+``model.generate``'s for the settings of :func:`~routing_grpo.generation.transformers_decoding.shrinking_loop_supported`, with its
+processors (:func:`~routing_grpo.generation.transformers_decoding.logits_processors`).
 
 Where the shrinking loop drops finished rows (compute follows the tokens kept, which pays on a CPU), this loop
 keeps the batch fixed, as ``model.generate`` does, so that a decoding step is the same work every time and
@@ -33,7 +33,11 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from routing_grpo.decoding import last_logits_only, logits_processors, shrinking_loop_supported
+from routing_grpo.generation.transformers_decoding import (
+    last_logits_only,
+    logits_processors,
+    shrinking_loop_supported,
+)
 from routing_grpo.modes import DETECTION_HEAD_TOKENS
 
 logger = logging.getLogger(__name__)
@@ -360,7 +364,7 @@ def sample_on_device(
     sync_every: int = SYNC_EVERY,
     cuda_graphs: bool | None = None,
 ) -> list[list[int]]:
-    """:func:`routing_grpo.decoding.sample_with_budgets`'s signature and contract on a :class:`DeviceDecoder`
+    """:func:`routing_grpo.generation.transformers_decoding.sample_with_budgets`'s signature and contract on a :class:`DeviceDecoder`
     made for this call (hold a decoder to keep its compiled graphs across calls)."""
     decoder = DeviceDecoder(model, sync_every=sync_every, cuda_graphs=cuda_graphs)
     return decoder.sample(

@@ -1,0 +1,187 @@
+"""The vLLM backend (GPU): vLLM engine(s) of evaluation's or inference's own (:class:`VLLMBackend`, on the
+engines of :mod:`routing_grpo.generation.vllm_engines`), and TRL's colocated engine in training
+(:class:`ColocatedVLLMBackend`; the trainer keeps TRL's engine object through :mod:`routing_grpo.trl_vllm`).
+Requests become SamplingParams arguments through pure builders (:func:`vllm_word_params`,
+:func:`vllm_request_params`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from routing_grpo.generation.interface import BackendBase, Completion, GenerationRequest, stop_token_ids
+from routing_grpo.generation.options import (
+    DEFAULT_TEMPERATURE,
+    BackendOptions,
+    check_sampling,
+    read_generation_config,
+)
+from routing_grpo.generation.vllm_engines import LocalVLLM, start_vllm_engines
+
+
+def usable() -> bool:
+    """Whether vLLM can run here: it imports, and torch sees a GPU (``auto`` then picks it)."""
+    try:
+        import torch
+        import vllm  # noqa: F401
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+def build(options: BackendOptions, tokenizer: Any) -> VLLMBackend:
+    """One engine, or ``data_parallel_size`` engines of ``tensor_parallel_size`` GPUs each, seeded with
+    ``options.seed``; it stops at the model's generation-config EOS tokens and the tokenizer's."""
+    kwargs: dict[str, Any] = {"model": options.model}
+    if options.revision is not None:
+        kwargs["revision"] = options.revision
+    if options.seed is not None:
+        kwargs["seed"] = options.seed
+    engine = start_vllm_engines(
+        {**kwargs, **options.engine_kwargs},
+        data_parallel_size=options.data_parallel_size,
+        tensor_parallel_size=options.tensor_parallel_size,
+        visible=options.visible,
+        llm_factory=options.llm_factory,
+        sampling_params=options.sampling_params,
+        use_tqdm=options.progress,
+    )
+    eos = stop_token_ids(read_generation_config(options.model, options.revision), tokenizer)
+    try:
+        return VLLMBackend(
+            engine,
+            eos_token_ids=eos,
+            temperature=options.temperature,
+            top_p=options.top_p,
+            top_k=options.top_k,
+        )
+    except BaseException:
+        engine.close()
+        raise
+
+
+def vllm_sampling(temperature: float, top_p: float, top_k: int = 0) -> dict[str, Any]:
+    """vLLM sampling arguments shared by every request (top_k only when on: vLLM's default is off)."""
+    sampling: dict[str, Any] = {"temperature": float(temperature), "top_p": float(top_p)}
+    if top_k and top_k > 0:
+        sampling["top_k"] = int(top_k)
+    return sampling
+
+
+def vllm_word_params(allowed: Sequence[int] | None, sampling: Mapping[str, Any]) -> dict[str, Any]:
+    """SamplingParams arguments of one word-phase request: one token, restricted when ``allowed`` is given."""
+    params = {**sampling, "n": 1, "max_tokens": 1}
+    if allowed is not None:
+        params["allowed_token_ids"] = [int(t) for t in allowed]
+    return params
+
+
+def vllm_request_params(request: GenerationRequest, sampling: Mapping[str, Any]) -> dict[str, Any]:
+    """SamplingParams arguments of one request: its ``n`` and ``max_tokens``, the shared sampling. No
+    per-request seed (the engine is seeded): one seed shared by every request would correlate their
+    samples, and per-request generators slow vLLM's sampler."""
+    return {**sampling, "n": int(request.n), "max_tokens": int(request.max_tokens)}
+
+
+class VLLMBackend(BackendBase):
+    """vLLM engine(s) (GPU) behind the backend interface: a word-phase step is one ``max_tokens=1`` request
+    per row (``allowed_token_ids`` for an allowed set); ``sample`` sends every request in one call, which
+    vLLM schedules (continuous batching), so no request waits for another's longest sample.
+
+    ``engine``: a :class:`LocalVLLM` or :class:`DataParallelEngines` (anything with ``run``), or a
+    ``vllm.LLM`` itself (wrapped in a :class:`LocalVLLM` with ``sampling_params``). The engine is seeded
+    when it is built, so ``sample`` takes no seed of its own.
+    """
+
+    default_batch_size = None  # all prompts in one call
+    steps_tokens = True
+
+    def __init__(
+        self,
+        engine: Any,
+        *,
+        eos_token_ids: Sequence[int],
+        temperature: float = DEFAULT_TEMPERATURE,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        sampling_params: Callable[..., Any] | None = None,
+    ) -> None:
+        check_sampling(temperature, top_p, top_k)
+        if not hasattr(engine, "run"):
+            engine = LocalVLLM(engine, sampling_params=sampling_params, use_tqdm=False)
+        self.engine = engine
+        self.eos_token_ids = [int(t) for t in eos_token_ids]
+        self.sampling = vllm_sampling(temperature, top_p, top_k)
+
+    def next_tokens(
+        self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int] | None]
+    ) -> list[int]:
+        outputs = self.engine.run(prompts, [vllm_word_params(a, self.sampling) for a in allowed])
+        return [int(samples[0][0]) for samples in outputs]
+
+    def sample(
+        self, requests: Sequence[GenerationRequest], seed: int | None = None
+    ) -> list[list[Completion]]:
+        if not requests:
+            return []
+        outputs = self.engine.run(
+            [r.prompt_ids for r in requests], [vllm_request_params(r, self.sampling) for r in requests]
+        )
+        return [[(list(ids), None) for ids in samples] for samples in outputs]
+
+    def context_length(self) -> int | None:
+        llm = getattr(self.engine, "llm", None)  # one engine in this process: vLLM knows its context
+        return getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None), "max_model_len", None)
+
+    def close(self) -> None:
+        self.engine.close()
+
+
+class ColocatedVLLMBackend(BackendBase):
+    """A colocated ``vllm.LLM`` (TRL's, in training) behind the backend interface: ``sample(requests)`` is one
+    engine call, each sample (completion ids, sampled-token logprobs or None).
+
+    ``sampling``: the shared SamplingParams arguments (temperature, top_p, ..., logprobs); ``generation_kwargs``:
+    the config's extra ones. The trainer keeps TRL's engine (weight sync, sleep mode); this only samples.
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        sampling: Mapping[str, Any],
+        *,
+        eos_token_ids: Sequence[int],
+        generation_kwargs: Mapping[str, Any] | None = None,
+        sampling_params: Callable[..., Any] | None = None,
+    ) -> None:
+        if sampling_params is None:
+            from vllm import SamplingParams as sampling_params  # noqa: N811
+        self.llm, self.sampling_params = llm, sampling_params
+        self.sampling = {**sampling, **(generation_kwargs or {})}
+        self.eos_token_ids = [int(t) for t in eos_token_ids]
+
+    def sample(
+        self, requests: Sequence[GenerationRequest], seed: int | None = None
+    ) -> list[list[Completion]]:
+        from trl.generation.vllm_generation import extract_logprobs
+
+        if not requests:
+            return []
+        results = self.llm.generate(
+            [{"prompt_token_ids": list(r.prompt_ids)} for r in requests],
+            sampling_params=[
+                self.sampling_params(n=r.n, max_tokens=r.max_tokens, **self.sampling) for r in requests
+            ],
+            use_tqdm=False,
+        )
+        outputs = []
+        for result in results:
+            lps, _ = extract_logprobs([result])
+            outputs.append(
+                [
+                    (list(sample.token_ids), None if lps is None else [lp[0] for lp in lps[k]])
+                    for k, sample in enumerate(result.outputs)
+                ]
+            )
+        return outputs

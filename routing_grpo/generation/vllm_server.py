@@ -1,0 +1,73 @@
+"""The vLLM server backend (training's ``vllm_mode="server"``): a ``trl vllm-serve`` server, through TRL's
+``VLLMClient``, behind the backend interface."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from routing_grpo.generation.interface import BackendBase, Completion, GenerationRequest
+
+
+def batch_requests_by_sampling(requests: Sequence[GenerationRequest]) -> dict[tuple[int, int], list[int]]:
+    """Indices of requests sharing (n, max_tokens): one vLLM server call each (its API takes one of each)."""
+    batches: dict[tuple[int, int], list[int]] = {}
+    for j, request in enumerate(requests):
+        batches.setdefault((request.n, request.max_tokens), []).append(j)
+    return batches
+
+
+# Server calls in flight at once: TRL's client keeps this many pooled connections.
+SERVER_CONCURRENCY = 64
+
+
+class VLLMServerBackend(BackendBase):
+    """A vLLM server (``trl vllm-serve``, through TRL's ``VLLMClient``) behind the backend interface: one
+    server call per (n, max_tokens), since the client's call takes one of each, all of a ``sample`` sent at
+    once so the server batches them as one; each sample (completion ids, sampled-token logprobs or None).
+    A call that fails fails the whole ``sample``, naming its request, once the others have returned."""
+
+    def __init__(self, client: Any, sampling: Mapping[str, Any], *, eos_token_ids: Sequence[int]) -> None:
+        self.client, self.sampling = client, dict(sampling)
+        self.eos_token_ids = [int(t) for t in eos_token_ids]
+
+    def sample(
+        self, requests: Sequence[GenerationRequest], seed: int | None = None
+    ) -> list[list[Completion]]:
+        batches = list(batch_requests_by_sampling(requests).items())
+        if not batches:
+            return []
+
+        def call(batch: tuple[tuple[int, int], list[int]]) -> dict[str, Any]:
+            (n, max_tokens), indices = batch
+            prompts = [list(requests[j].prompt_ids) for j in indices]
+            return self.client.generate(prompts=prompts, n=n, max_tokens=max_tokens, **self.sampling)
+
+        with ThreadPoolExecutor(max_workers=min(len(batches), SERVER_CONCURRENCY)) as pool:
+            futures = [pool.submit(call, batch) for batch in batches]
+        results: list[list[Completion]] = [[] for _ in requests]
+        for ((n, max_tokens), indices), future in zip(batches, futures, strict=True):
+            try:
+                output = future.result()
+            except Exception as err:
+                raise RuntimeError(
+                    f"vLLM server call for {len(indices)} prompt(s) x n={n}, max_tokens={max_tokens} "
+                    f"failed: {err}"
+                ) from err
+            completions = output["completion_ids"]
+            logprobs = output.get("logprobs")
+            if len(completions) != n * len(indices):
+                raise ValueError(
+                    f"vLLM server returned {len(completions)} completions for {len(indices)} x n={n}"
+                )
+            for k, j in enumerate(indices):
+                for s in range(n):
+                    flat = k * n + s
+                    lps = (
+                        None
+                        if logprobs is None
+                        else [lp[0] if isinstance(lp, list) else lp for lp in logprobs[flat]]
+                    )
+                    results[j].append((list(completions[flat]), lps))
+        return results

@@ -1,0 +1,118 @@
+"""The Router's word phase: the routing word generated one token at a time, as the head of the caps driver
+(:func:`routing_grpo.generation.caps.generate_with_caps`).
+
+* an **allowed set** keeps every token on one of the allowed words' token forms
+  (:func:`routing_grpo.modes.word_token_id_forms`; :func:`allowed_next_tokens`) until one is complete;
+* a **free** row's mode is decided as the detector will decide it after generation, as early as that is
+  certain (:func:`word_decision`), so a small cap is never overrun while the detection head is being read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+
+from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, Detection, ModeDetector
+
+
+def allowed_next_tokens(
+    forms: Mapping[int, Sequence[Sequence[int]]], allowed: Sequence[int], prefix: Sequence[int]
+) -> list[int]:
+    """Tokens that continue ``prefix`` towards a token form of an allowed mode's word (sorted)."""
+    prefix = list(prefix)
+    out = set()
+    for mode in allowed:
+        for form in forms.get(mode, ()):
+            form = list(form)
+            if len(form) > len(prefix) and form[: len(prefix)] == prefix:
+                out.add(int(form[len(prefix)]))
+    return sorted(out)
+
+
+def word_decision(
+    prefix: Sequence[int],
+    *,
+    allowed: Sequence[int] | None,
+    forms: Mapping[int, Sequence[Sequence[int]]],
+    detector: ModeDetector,
+    eos_token_ids: Sequence[int],
+    head_tokens: int = DETECTION_HEAD_TOKENS,
+) -> Detection | None:
+    """The mode once the first tokens decide it, else None (generate another word token).
+
+    Allowed set: decided when the tokens form a complete allowed word (the mask keeps them on one).
+    Free: decided as the detector will decide after generation, as early as that is certain: an exact token
+    form is complete and no longer form continues it, or no form can match and the text rule finds a word,
+    or EOS, or the detection head is full (then INVALID when no word was found).
+    """
+    prefix = [int(t) for t in prefix]
+    if allowed is not None:
+        for mode in allowed:
+            if any(list(form) == prefix for form in forms.get(mode, ())):
+                return Detection(mode, len(prefix))
+        if not allowed_next_tokens(forms, allowed, prefix):
+            return detector.detect(prefix)  # off every allowed form (cannot happen under the mask)
+        return None
+    if prefix and prefix[-1] in set(eos_token_ids):
+        return detector.detect(prefix)
+    longer = any(
+        len(form) > len(prefix) and list(form[: len(prefix)]) == prefix
+        for mode_forms in forms.values()
+        for form in mode_forms
+    )
+    if longer and len(prefix) < head_tokens:
+        return None
+    detection = detector.detect(prefix)
+    if detection.valid or len(prefix) >= head_tokens:
+        return detection
+    return None
+
+
+NextTokens = Callable[[Sequence[Sequence[int]], Sequence[Sequence[int] | None]], list[int]]
+"""``next_tokens(prompts, allowed) -> one token per row``; ``allowed[i]`` restricts row i (None = free)."""
+
+
+def choose_words(
+    next_tokens: NextTokens,
+    prompt_ids: Sequence[Sequence[int]],
+    allowed: Sequence[Sequence[int] | None],
+    *,
+    forms: Mapping[int, Sequence[Sequence[int]]],
+    detector: ModeDetector,
+    eos_token_ids: Sequence[int],
+    max_tokens: int,
+    head_tokens: int = DETECTION_HEAD_TOKENS,
+) -> list[tuple[list[int], Detection]]:
+    """The word phase: per row, the tokens generated until its mode is decided, and the decision.
+
+    Rows are advanced one token per ``next_tokens`` call, the finished ones dropped; at most ``max_tokens``
+    tokens per row (the row's generation limit).
+    """
+    n = len(prompt_ids)
+    prefixes: list[list[int]] = [[] for _ in range(n)]
+    decisions: list[Detection | None] = [None] * n
+    active = list(range(n)) if max_tokens > 0 else []
+    while active:
+        masks = [
+            None if allowed[i] is None else allowed_next_tokens(forms, allowed[i], prefixes[i])
+            for i in active
+        ]
+        tokens = next_tokens([[*prompt_ids[i], *prefixes[i]] for i in active], masks)
+        still = []
+        for i, token in zip(active, tokens, strict=True):
+            prefixes[i].append(int(token))
+            decision = word_decision(
+                prefixes[i],
+                allowed=allowed[i],
+                forms=forms,
+                detector=detector,
+                eos_token_ids=eos_token_ids,
+                head_tokens=head_tokens,
+            )
+            if decision is None and len(prefixes[i]) >= max_tokens:
+                decision = detector.detect(prefixes[i])
+            if decision is None:
+                still.append(i)
+            else:
+                decisions[i] = decision
+        active = still
+    return [(p, d if d is not None else Detection(INVALID, 0)) for p, d in zip(prefixes, decisions)]
