@@ -144,7 +144,7 @@ def early_tell_lines(log_history: list[dict[str, Any]]) -> list[str]:
         if isinstance(value, int | float) and isinstance(batch, int | float) and math.isfinite(value):
             points[round(batch) + 1] = float(value)
     return [
-        f"- generation batch {b}: fanout {v:+.2f} over the last {FANOUT_WINDOW} batches ({early_tell_verdict(v)})"
+        f"- generation batch {b}: fanout {v:+.3f} nats per level step over the last {FANOUT_WINDOW} batches ({early_tell_verdict(v)})"
         for b, v in early_tell_readings(sorted(points.items()))
     ]
 

@@ -4,6 +4,7 @@ EOS or at their budget, so no token past a cap is computed)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +26,24 @@ from routing_grpo.generation.transformers_decoding import (
 
 # Prompts per call with the transformers backend when the caller does not say (vLLM: all at once).
 TRANSFORMERS_BATCH_SIZE = 16
+
+# The decode loop of the one-pass contract (docs/benchmarks.md "Decoding on the device"): ``shrinking``
+# drops finished rows (compute follows the tokens kept: the saving on CPU); ``device`` keeps the state on the
+# GPU with a static cache and CUDA graphs (the host-bound step on a GPU); ``auto``: device on CUDA, else
+# shrinking. Both give the same tokens; the environment variable picks one for a benchmark or a fallback.
+DECODE_LOOPS = ("auto", "shrinking", "device")
+DECODE_LOOP_VARIABLE = "ROUTING_GRPO_DECODE_LOOP"
+
+
+def decode_loop(device_type: str, setting: str | None = None) -> str:
+    """The loop for a model on ``device_type`` under ``setting`` (default: the environment variable, else
+    ``auto``): ``device`` on CUDA under ``auto``, else ``shrinking``."""
+    setting = (setting if setting is not None else os.environ.get(DECODE_LOOP_VARIABLE, "auto")).strip()
+    if setting not in DECODE_LOOPS:
+        raise ValueError(f"{DECODE_LOOP_VARIABLE}={setting!r}: must be one of {', '.join(DECODE_LOOPS)}")
+    if setting == "auto":
+        return "device" if device_type == "cuda" else "shrinking"
+    return setting
 
 
 def build(options: BackendOptions, tokenizer: Any) -> TransformersBackend:
@@ -136,6 +155,7 @@ class TransformersBackend(BackendBase):
         self.eos_token_ids = [int(t) for t in eos_token_ids]
         # The shrinking loop sets a free row's budget once its head is written, in the same pass.
         self.continues_rows = shrinking_loop_supported(generation_config)
+        self.device_decoder: Any = None  # made on first use; keeps its static cache and graphs across calls
 
     def next_tokens(
         self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int] | None]
@@ -199,6 +219,21 @@ class TransformersBackend(BackendBase):
         for a None budget within ``head_budget(i, head)`` once the row's head is written (``continues_rows``
         only); never more than ``max_tokens``."""
         if self.continues_rows:
+            if decode_loop(next(self.model.parameters()).device.type) == "device":
+                if self.device_decoder is None:
+                    from routing_grpo.generation.device_decoding import DeviceDecoder
+
+                    self.device_decoder = DeviceDecoder(self.model)
+                rows = self.device_decoder.sample(
+                    prompts,
+                    budgets,
+                    generation_config=self.generation_config,
+                    eos_token_ids=self.eos_token_ids,
+                    pad_token_id=self.pad_token_id,
+                    max_completion_length=max_tokens,
+                    head_budget=head_budget,
+                )
+                return [(ids, None) for ids in rows]
             rows = sample_with_budgets(
                 self.model,
                 prompts,
