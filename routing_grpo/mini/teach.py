@@ -23,6 +23,22 @@ brings such a state was assumed, never measured here; ``routing-grpo probe`` mea
 SmolLM2-135M-Instruct with MATH-500 the state looks like the blind first stage's, not this one's
 (docs/mini/cold_start.md "The routing state of a real model"). The first stage alone (``--state-level-steps 0``) is the level-blind checkpoint ``offline:mini_graded_blind``.
 
+The controls of #41 give the second stage another target t(x) in place of S (l - l-bar), at a strength s
+(``--state-target``, ``--state-strength``; :func:`state_targets`), each problem's target the same in all its
+rows; ``level`` at s = 1 is the difficulty-aware start::
+
+    level      t = s S (l - l-bar)                     the level itself (s < 1: a weaker separation)
+    random     t = s S (r - l-bar)                     r a random level per problem, fixed by the seed
+    unrelated  t = s S (d - 4.5) (L - 1) / 9           d the start digit: the level's range, no worth
+    shuffled   t = s S (l_pi(x) - l-bar)               the levels permuted across problems by the seed
+    spread     v_x . h -> s S rms(l - l-bar)           v_x a random unit vector per problem: prompts
+                                                       differ along many directions, no label at all
+
+The start digit is the unrelated variable: every operation after it reads or replaces the state, so it
+changes no mode's correctness, length or slip (which depend on the level and the tail only), and it is
+drawn independently of the level; a state that carries it separates problems by something the router
+has no reason to route on.
+
 Everything is seeded; the same command gives the same checkpoint on the same software. The folder holds the
 model, the tokenizer (with a ChatML template) and ``teaching.json`` (settings, steps, time, final loss).
 """
@@ -32,10 +48,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import random
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -59,6 +77,15 @@ ROUTER_RECIPES = {"cliff": "mini/router.yaml", "graded": "mini_graded/graded_rou
 DEFAULT_RECIPES = Path("recipes")
 
 EOS = "<|im_end|>"
+# The second stage's targets (module docstring): what each writes along the state at the routing position.
+STATE_TARGETS = {
+    "level": "the problem's level (the difficulty-aware start at strength 1)",
+    "random": "a random level per problem, fixed by the seed (a label unrelated to difficulty)",
+    "unrelated": "the problem's start digit, scaled to the level's range (a variable that changes no mode's worth)",
+    "shuffled": "the levels permuted across problems by the seed (the level's distribution, not its order)",
+    "spread": "a per-problem random direction (prompt-to-prompt variance without any label)",
+}
+
 # One token for the answer's opening, so every mode pays the same short suffix.
 BOXED = " \\boxed{"
 # The plain prompt (single-mode baselines, the "base model"): mostly Long, sometimes brief, as a reasoning
@@ -92,6 +119,9 @@ class TeachConfig:
     state_level_spread: float = 2.0
     state_level_learning_rate: float = 5e-4
     state_level_warmup_steps: int = 20
+    state_target: str = "level"
+    state_strength: float = 1.0
+    greedy_check_problems: int = 120
     init: str | None = None
 
     def __post_init__(self) -> None:
@@ -106,6 +136,12 @@ class TeachConfig:
                 "state_level_weight must be >= 0 and state_level_spread > 0, got "
                 f"{self.state_level_weight} and {self.state_level_spread}"
             )
+        if self.state_target not in STATE_TARGETS:
+            raise ValueError(f"unknown state_target {self.state_target!r}; known: {', '.join(STATE_TARGETS)}")
+        if self.greedy_check_problems < 1:
+            raise ValueError(f"greedy_check_problems must be >= 1, got {self.greedy_check_problems}")
+        if not self.state_strength >= 0:
+            raise ValueError(f"state_strength must be >= 0, got {self.state_strength}")
         if self.steps is None:
             self.steps = TEACHING_STEPS[self.world]
 
@@ -150,23 +186,45 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
         config.problems_per_level * len(world.LEVELS), seed=config.seed, split="train", distinct=False
     )
     names, weights = zip(*PLAIN_MIX.items(), strict=True)
+    # A control's target per problem and its direction (-1: the shared u; else the problem's own); the
+    # default (the level) keeps the rows as shipped.
+    control = config.state_target != "level"
+    targets = (
+        state_targets(
+            problems, config.state_target, seed=config.seed, spread=config.state_level_spread,
+            strength=config.state_strength, levels=world.LEVELS,
+        )
+        if control
+        else []
+    )  # fmt: skip
     rows = []
-    for p in problems:
+    for index, p in enumerate(problems):
         routed = routed_prompt(tokenizer, p.text)
+        extra = {}
+        if control:
+            direction = index if config.state_target == "spread" else -1
+            extra = {"target": float(targets[index]), "direction": direction}
         for mode in world.MODE_NAMES:
             rows.append(
                 {
                     "prompt": routed,
                     "completion": forcing_text(mode, ROUTING_QUESTION) + text(p, mode) + EOS,
                     "level": p.level,
+                    **extra,
                 }
             )
         if rng.random() >= PLAIN_SHARE:
             continue
         mode = rng.choices(names, weights)[0]
         # Level 0: a plain row, which has no routing position and takes no part in the auxiliary loss.
+        plain = {"target": 0.0, "direction": -1} if control else {}
         rows.append(
-            {"prompt": plain_prompt(tokenizer, p.text), "completion": text(p, mode) + EOS, "level": 0}
+            {
+                "prompt": plain_prompt(tokenizer, p.text),
+                "completion": text(p, mode) + EOS,
+                "level": 0,
+                **plain,
+            }
         )
     rng.shuffle(rows)
     return rows
@@ -269,9 +327,21 @@ def teach(config: TeachConfig, recipes: Path = DEFAULT_RECIPES) -> Path:
         "seconds": round(time.time() - started, 1),
         "plain_mix": PLAIN_MIX,
         "stages": stages,
+        # What the second stage wrote into the routing state (none without a second stage).
+        "state_target": (
+            {
+                "target": config.state_target,
+                "strength": config.state_strength,
+                "what": STATE_TARGETS[config.state_target],
+            }
+            if config.state_level_steps
+            else None
+        ),
     }
     (out / "teaching.json").write_text(json.dumps(record, indent=2) + "\n")
-    record["greedy_check"] = greedy_check(out, world=config.world, recipes=recipes)
+    record["greedy_check"] = greedy_check(
+        out, config.greedy_check_problems, world=config.world, recipes=recipes
+    )
     (out / "teaching.json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"[teach] saved {out} ({record['seconds']:.0f}s); greedy forced accuracy per level:", flush=True)
     for mode, levels in record["greedy_check"].items():
@@ -389,6 +459,51 @@ def state_level_loss(states: Any, levels: Any, direction: Any, *, spread: float,
     return ((projected - target) ** 2).mean()
 
 
+def state_targets(
+    problems: Sequence[Any], target: str, *, seed: int, spread: float, strength: float, levels: Sequence[int]
+) -> list[float]:
+    """t(x) per problem for ``target`` (the module docstring's table), in the order of ``problems`` (each
+    with ``level``, ``start`` and ``text``); for ``spread`` the size each problem's own direction is pushed
+    to. Deterministic in the arguments; ``random`` depends on each problem's text, not its position."""
+    if target not in STATE_TARGETS:
+        raise ValueError(f"unknown state target {target!r}; known: {', '.join(STATE_TARGETS)}")
+    mean = sum(levels) / len(levels)
+    scale = strength * spread
+    if target == "level":
+        return [scale * (p.level - mean) for p in problems]
+    if target == "random":
+        labels = [random.Random(f"mini-state-random:{seed}:{p.text}").choice(list(levels)) for p in problems]
+        return [scale * (label - mean) for label in labels]
+    if target == "unrelated":
+        width = (max(levels) - min(levels)) / 9
+        return [scale * (p.start - 4.5) * width for p in problems]
+    if target == "shuffled":
+        shuffled = [p.level for p in problems]
+        random.Random(f"mini-state-shuffled:{seed}").shuffle(shuffled)
+        return [scale * (label - mean) for label in shuffled]
+    rms = math.sqrt(sum((level - mean) ** 2 for level in levels) / len(levels))
+    return [scale * rms for _ in problems]
+
+
+def spread_directions(count: int, hidden_size: int, seed: int) -> Any:
+    """v_x: one random unit vector per problem (rows), the same for a seed, a count and a width."""
+    import torch
+
+    gen = torch.Generator().manual_seed(20_000 + seed)
+    v = torch.randn(count, hidden_size, generator=gen, dtype=torch.float64)
+    return (v / v.norm(dim=1, keepdim=True)).to(torch.float32)
+
+
+def state_target_loss(states: Any, levels: Any, directions: Any, targets: Any) -> Any:
+    """mean over rows with a level (> 0) of (v_row . h - t_row)^2, with one direction and one target per
+    row; 0 when the batch has none."""
+    rows = levels > 0
+    if not bool(rows.any()):
+        return states.sum() * 0.0
+    projected = (states[rows] * directions[rows].to(states.dtype)).sum(-1)
+    return ((projected - targets[rows].to(states.dtype)) ** 2).mean()
+
+
 def state_level_trainer(base: type, config: TeachConfig, world: Any, *, weight: float) -> type:
     """``base`` (TRL's ``SFTTrainer``) with the auxiliary state-level loss of the module docstring.
 
@@ -399,6 +514,13 @@ def state_level_trainer(base: type, config: TeachConfig, world: Any, *, weight: 
 
     direction = state_level_direction(config.hidden_size, config.seed)
     mean_level = sum(world.LEVELS) / len(world.LEVELS)
+    control = config.state_target != "level"
+    columns = ("level", "target", "direction") if control else ("level",)
+    own = (
+        spread_directions(config.problems_per_level * len(world.LEVELS), config.hidden_size, config.seed)
+        if config.state_target == "spread"
+        else None
+    )
 
     class StateLevelSFTTrainer(base):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -406,8 +528,11 @@ def state_level_trainer(base: type, config: TeachConfig, world: Any, *, weight: 
             collate = self.data_collator
 
             def with_levels(examples: list[dict[str, Any]]) -> dict[str, Any]:
-                batch = collate([{k: v for k, v in ex.items() if k != "level"} for ex in examples])
+                batch = collate([{k: v for k, v in ex.items() if k not in columns} for ex in examples])
                 batch["level"] = torch.tensor([int(ex["level"]) for ex in examples])
+                if control:
+                    batch["target"] = torch.tensor([float(ex["target"]) for ex in examples])
+                    batch["direction"] = torch.tensor([int(ex["direction"]) for ex in examples])
                 return batch
 
             self.data_collator = with_levels
@@ -415,11 +540,12 @@ def state_level_trainer(base: type, config: TeachConfig, world: Any, *, weight: 
 
         def _set_signature_columns_if_needed(self) -> None:
             super()._set_signature_columns_if_needed()
-            if "level" not in self._signature_columns:
-                self._signature_columns = [*self._signature_columns, "level"]
+            missing = [c for c in columns if c not in self._signature_columns]
+            self._signature_columns = [*self._signature_columns, *missing]
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             levels = inputs.pop("level")
+            targets, indices = (inputs.pop("target"), inputs.pop("direction")) if control else (None, None)
             captured: list[Any] = []
             norm = model.get_decoder().norm
             handle = norm.register_forward_hook(lambda _m, _i, out: captured.append(out))
@@ -431,10 +557,18 @@ def state_level_trainer(base: type, config: TeachConfig, world: Any, *, weight: 
             first = (labels != -100).int().argmax(dim=1)
             rows = torch.arange(labels.shape[0], device=labels.device)
             states = captured[-1][rows, (first - 1).clamp(min=0)]
-            aux = state_level_loss(
-                states, levels.to(states.device), direction.to(states.device), spread=config.state_level_spread,
-                mean_level=mean_level,
-            )  # fmt: skip
+            if control:
+                shared = direction.to(states.device).expand(states.shape[0], -1)
+                per_row = shared if own is None else own.to(states.device)[indices.clamp(min=0)]
+                directions = torch.where((indices < 0).to(states.device)[:, None], shared, per_row)
+                aux = state_target_loss(
+                    states, levels.to(states.device), directions, targets.to(states.device)
+                )
+            else:
+                aux = state_level_loss(
+                    states, levels.to(states.device), direction.to(states.device),
+                    spread=config.state_level_spread * config.state_strength, mean_level=mean_level,
+                )  # fmt: skip
             self.state_level_losses.append(float(aux.detach()))
             if return_outputs:
                 loss, outputs = result
@@ -502,6 +636,25 @@ def build_parser() -> argparse.ArgumentParser:
                 help=f"steps of the difficulty-aware second stage; default: the world's ({per_world})",
             )  # fmt: skip
             continue
+        if name == "state_target":
+            p.add_argument(
+                "--state-target", choices=list(STATE_TARGETS), default=value,
+                help="what the second stage writes into the routing state: "
+                + "; ".join(f"{k}: {v}" for k, v in STATE_TARGETS.items()) + f" (default {value})",
+            )  # fmt: skip
+            continue
+        if name == "state_strength":
+            p.add_argument(
+                "--state-strength", type=float, default=value,
+                help="s, the target's scale relative to the aware start's (default 1.0; 0.25, 0.5: weaker)",
+            )  # fmt: skip
+            continue
+        if name == "greedy_check_problems":
+            p.add_argument(
+                "--greedy-check-problems", type=int, default=value,
+                help=f"held-out problems of the greedy check after teaching (default {value})",
+            )  # fmt: skip
+            continue
         if name == "init":
             p.add_argument(
                 "--init",
@@ -526,6 +679,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     args = vars(build_parser().parse_args(argv))
     recipes = args.pop("recipes")
+    try:
+        config = TeachConfig(**args)
+    except ValueError as err:
+        print(f"python -m routing_grpo.mini.teach: {err}", file=sys.stderr)
+        return 2
     recipe = ROUTER_RECIPES.get(args["world"])
     if recipe is not None and not (recipes / recipe).is_file():
         # Checked before teaching (minutes), not after it.
@@ -534,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    teach(TeachConfig(**args), recipes)
+    teach(config, recipes)
     return 0
 
 
