@@ -1,0 +1,271 @@
+"""The cold start's controls (#41): the second teaching stage's targets, the driver's readings and summary,
+its command line; one slow end-to-end run of ``--small``."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from routing_grpo.mini import controls, graded, teach
+from tests.helpers import REPO_ROOT
+
+PROBLEMS = graded.problems(600, seed=0, split="train", distinct=False)
+MEAN = sum(graded.LEVELS) / len(graded.LEVELS)
+
+
+def targets(kind: str, seed: int = 0, strength: float = 1.0, problems=PROBLEMS) -> list[float]:
+    return teach.state_targets(problems, kind, seed=seed, spread=2.0, strength=strength, levels=graded.LEVELS)
+
+
+def correlation(x: list[float], y: list[float]) -> float:
+    t = torch.tensor([x, y], dtype=torch.float64)
+    return float(torch.corrcoef(t)[0, 1])
+
+
+def test_the_level_target_is_the_aware_starts_and_strength_scales_it():
+    assert targets("level") == [2.0 * (p.level - MEAN) for p in PROBLEMS]
+    assert targets("level", strength=0.25) == [0.5 * (p.level - MEAN) for p in PROBLEMS]
+    assert set(targets("level", strength=0.0)) == {0.0}
+
+
+def test_the_random_label_is_fixed_per_problem_seeded_and_unrelated_to_the_level():
+    first, again, other = targets("random"), targets("random"), targets("random", seed=1)
+    assert first == again and first != other
+    # The same problem text gets the same label wherever it stands.
+    assert targets("random", problems=PROBLEMS[::-1]) == first[::-1]
+    assert {round(t / 2 + MEAN, 6) for t in first} <= set(graded.LEVELS)
+    assert abs(correlation(first, [p.level for p in PROBLEMS])) < 0.15
+
+
+def test_the_unrelated_target_is_the_start_digit_in_the_levels_range():
+    values = targets("unrelated")
+    assert values == pytest.approx([2.0 * (p.start - 4.5) * 5 / 9 for p in PROBLEMS])
+    assert min(values) >= -5.0 and max(values) <= 5.0
+    # The start digit is drawn apart from the level, and no mode's worth depends on it.
+    assert abs(correlation(values, [p.level for p in PROBLEMS])) < 0.15
+    for p in PROBLEMS[:50]:
+        for mode in graded.MODE_NAMES:
+            assert graded.steps_worked(p, mode) == {"NoThink": 0, "Short": p.tail, "Long": p.level}[mode]
+
+
+def test_the_shuffled_target_keeps_the_levels_but_not_their_order():
+    shuffled, level = targets("shuffled"), targets("level")
+    assert sorted(shuffled) == sorted(level) and shuffled != level
+    assert abs(correlation(shuffled, level)) < 0.15
+    assert targets("shuffled", seed=1) != shuffled
+
+
+def test_the_spread_target_is_one_size_along_each_problems_own_direction():
+    rms = math.sqrt(sum((lv - MEAN) ** 2 for lv in graded.LEVELS) / len(graded.LEVELS))
+    assert targets("spread") == pytest.approx([2.0 * rms] * len(PROBLEMS))
+    v = teach.spread_directions(50, 16, seed=0)
+    assert v.shape == (50, 16) and torch.allclose(v.norm(dim=1), torch.ones(50))
+    assert torch.equal(v, teach.spread_directions(50, 16, seed=0))
+    assert not torch.equal(v, teach.spread_directions(50, 16, seed=1))
+
+
+def test_unknown_targets_and_negative_strengths_are_refused():
+    with pytest.raises(ValueError, match="unknown state target"):
+        targets("difficulty")
+    with pytest.raises(ValueError, match="unknown state_target"):
+        teach.TeachConfig(world="graded", state_target="difficulty")
+    with pytest.raises(ValueError, match="state_strength"):
+        teach.TeachConfig(world="graded", state_strength=-1.0)
+
+
+def test_the_general_loss_with_the_shared_direction_is_the_level_loss():
+    gen = torch.Generator().manual_seed(0)
+    states = torch.randn(12, 8, generator=gen)
+    levels = torch.tensor([0, 1, 2, 3, 4, 5, 6, 0, 3, 6, 1, 2])
+    u = teach.state_level_direction(8, seed=0)
+    expected = teach.state_level_loss(states, levels, u, spread=2.0, mean_level=MEAN)
+    rows = u.expand(12, -1)
+    got = teach.state_target_loss(states, levels, rows, 2.0 * (levels.float() - MEAN))
+    assert torch.allclose(got, expected)
+    # A row's own direction is what it is pushed along; plain rows (level 0) take no part.
+    own = teach.spread_directions(12, 8, seed=0)
+    t = torch.full((12,), 3.0)
+    manual = ((states * own).sum(1)[levels > 0] - 3.0).pow(2).mean()
+    assert torch.allclose(teach.state_target_loss(states, levels, own, t), manual)
+    assert float(teach.state_target_loss(states, torch.zeros(12, dtype=torch.long), own, t)) == 0.0
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return teach.build_tokenizer(seed=0, world="graded")
+
+
+def test_control_rows_carry_one_target_per_problem_and_the_default_rows_stay_as_shipped(tokenizer):
+    default = teach.teaching_rows(tokenizer, teach.TeachConfig(world="graded", problems_per_level=5))
+    assert all(set(r) == {"prompt", "completion", "level"} for r in default)
+    config = teach.TeachConfig(
+        world="graded", problems_per_level=5, state_target="spread", state_strength=0.5
+    )
+    rows = teach.teaching_rows(tokenizer, config)
+    assert [{k: r[k] for k in ("prompt", "completion", "level")} for r in rows] == default
+    by_prompt: dict[str, set] = {}
+    for r in rows:
+        if r["level"]:
+            by_prompt.setdefault(r["prompt"], set()).add((r["target"], r["direction"]))
+        else:
+            assert (r["target"], r["direction"]) == (0.0, -1)
+    assert all(len(v) == 1 for v in by_prompt.values())
+    assert len({d for v in by_prompt.values() for _, d in v}) == len(by_prompt)
+
+
+def test_the_teach_command_names_the_targets_and_refuses_a_bad_one():
+    args = teach.build_parser().parse_args(
+        ["--world", "graded", "--state-target", "shuffled", "--state-strength", "0.5"]
+    )
+    assert (args.state_target, args.state_strength) == ("shuffled", 0.5)
+    with pytest.raises(SystemExit):
+        teach.build_parser().parse_args(["--state-target", "difficulty"])
+    assert teach.main(["--world", "graded", "--state-strength", "-1"]) == 2
+
+
+# ---- the driver's readings -----------------------------------------------------------------------------
+
+
+def test_routing_by_difficulty_needs_long_to_rise_and_nothink_to_fall():
+    def shares(easy, hard):
+        return {
+            "1": dict(zip(("NoThink", "Short", "Long"), easy)),
+            "6": dict(zip(("NoThink", "Short", "Long"), hard)),
+        }
+
+    assert controls.routes_by_difficulty(shares((0.38, 0.52, 0.10), (0.02, 0.01, 0.96)))  # aware, seed 0
+    assert controls.routes_by_difficulty(shares((0.20, 0.32, 0.47), (0.04, 0.01, 0.95)))  # weight 0.2
+    assert not controls.routes_by_difficulty(shares((0.15, 0.35, 0.50), (0.23, 0.28, 0.49)))  # blind
+    assert not controls.routes_by_difficulty(shares((0.30, 0.30, 0.40), (0.28, 0.12, 0.60)))  # NoThink flat
+    assert not controls.routes_by_difficulty(shares((0.3, 0.3, 0.4), (0.3, 0.3, 0.4)) | {})
+    per_level = {
+        "6": {"mode_shares": {"Long": 1.0}},
+        "1": {"mode_shares": {"Long": 0.0}},
+        "10": {"mode_shares": {}},
+    }
+    assert list(controls.level_shares(per_level)) == ["1", "6", "10"]
+
+
+def test_fanout_readings_are_trailing_means_at_20_45_and_the_last_batch():
+    history = [{"routing/batch_step": b - 1, "routing/fanout": 0.01 * b} for b in range(1, 51)]
+    history.append({"loss": 1.0})
+    points = controls.fanout_points(history)
+    assert points[0] == (1, 0.01) and len(points) == 50
+    got = controls.fanout_readings(points)
+    assert got["20"] == pytest.approx(0.01 * 15.5) and got["45"] == pytest.approx(0.01 * 40.5)
+    assert got["last"] == pytest.approx(0.01 * 45.5)
+    short = controls.fanout_readings(points[:3])
+    assert math.isnan(short["20"]) and short["last"] == pytest.approx(0.02)
+    assert math.isnan(controls.fanout_readings([])["last"])
+
+
+def test_hits_and_false_alarms_count_against_the_held_out_routing():
+    def run(f20, f45, routes):
+        return {"fanout": {"20": f20, "45": f45}, "routes": routes}
+
+    runs = [
+        run(0.1, 0.3, True),
+        run(0.01, 0.2, True),
+        run(0.0, 0.03, False),
+        run(0.0, 0.0, False),
+        run(math.nan, 0.1, True),
+    ]
+    at20 = controls.hit_and_false_alarm(runs, "20")
+    assert (
+        at20["hits"],
+        at20["routing_runs"],
+        at20["false_alarms"],
+        at20["blind_runs"],
+        at20["no_reading"],
+    ) == (1, 2, 0, 2, 1)
+    at45 = controls.hit_and_false_alarm(runs, "45")
+    assert at45["hit_rate"] == 1.0 and at45["false_alarm_rate"] == 0.5
+
+
+def test_the_real_models_point_is_placed_among_the_conditions():
+    values = {"blind": 0.0010, "level_0.25": 0.008, "aware": 0.125, "unmeasured": math.nan}
+    assert controls.place_point(values, 0.0015) == "between blind (0.001) and level_0.25 (0.008)"
+    assert controls.place_point(values, 0.0001).startswith("at or below blind")
+    assert controls.place_point(values, 0.5).startswith("at or above aware")
+    assert controls.place_point({}, 0.1) == "no condition measured"
+
+
+def test_the_summary_before_any_run_says_not_run_yet_and_invents_nothing():
+    probe = {k: 0.5 for k in controls.PROBE_KEYS} | {"verdict": "x"}
+    summary = controls.controls_summary(controls.CONTROL_ARMS, {"blind": probe}, [])
+    text = controls.controls_markdown(summary, None)
+    assert text.count("not run yet") == len(controls.CONTROL_ARMS)
+    assert "between / common" in text and "SmolLM2" in text
+    blind = summary["conditions"][0]
+    assert blind["probe"]["between_over_common"] == 0.5 and blind["routed"] == 0
+    assert "level_0.25" in json.dumps(summary)
+    rates = controls.threshold_summary(controls.THRESHOLD_ARMS, [])["rates"]
+    assert [r["batch"] for r in rates] == ["20", "45"] and all(math.isnan(r["hit_rate"]) for r in rates)
+
+
+def test_every_control_is_named_and_the_recipes_are_there():
+    names = {a.target for a in controls.CONTROL_ARMS if a.target}
+    assert names == set(teach.STATE_TARGETS)
+    for arm in (*controls.CONTROL_ARMS, *controls.THRESHOLD_ARMS):
+        assert (REPO_ROOT / "recipes" / arm.recipe).is_file(), arm
+        assert (arm.shipped is None) != (arm.target is None), arm
+    assert "about 4 hours" in controls.__doc__
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--conditions", "nope"], "--conditions: unknown ['nope']"),
+        (["--experiment", "threshold", "--conditions", "random"], "--conditions: unknown ['random']"),
+        (["--seeds", "a"], "--seeds"),
+        (["--jobs", "0"], "--jobs"),
+    ],
+)
+def test_bad_arguments_are_one_line_and_exit_2(argv, message, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "routing_grpo.mini.controls", "--out", str(tmp_path / "out"), *argv],
+        capture_output=True, text=True, cwd=REPO_ROOT,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "out" / "runs").exists()
+
+
+@pytest.mark.slow
+def test_the_small_controls_run_end_to_end_and_resume(tmp_path):
+    """``--small`` on two conditions (a shipped start and a taught control): teach, probe, train, evaluate,
+    the summary and the figure; run again, every stage is skipped."""
+    out = tmp_path / "controls"
+    cmd = [
+        sys.executable,
+        "-m",
+        "routing_grpo.mini.controls",
+        "--small",
+        "--conditions",
+        "blind,random",
+        "--out",
+        str(out),
+    ]
+    first = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, timeout=900)
+    assert first.returncode == 0, first.stdout + first.stderr
+    taught = json.loads((out / "starts" / "random" / "teaching.json").read_text())
+    assert taught["state_target"]["target"] == "random" and taught["config"]["state_strength"] == 1.0
+    summary = json.loads((out / "controls.json").read_text())
+    by_name = {c["condition"]: c for c in summary["conditions"]}
+    assert set(by_name) == {"blind", "random"}
+    for condition in by_name.values():
+        assert set(controls.PROBE_KEYS) <= set(condition["probe"])
+        (run,) = condition["runs"]
+        assert run["seed"] == 0 and set(run["fanout"]) == {"20", "45", "last"}
+        assert run["fanout"]["last"] is not None and isinstance(run["routes"], bool)
+        assert len(run["shares"]) >= 2
+    assert (out / "controls_fanout.png").is_file()
+    assert "| random |" in (out / "controls.md").read_text()
+    again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert again.stdout.count("skipped") == 6, again.stdout
