@@ -457,7 +457,8 @@ def _json_safe(value: Any) -> Any:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    duration = next(part for part in __doc__.split("\n\n") if part.startswith("Duration"))
+    p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=duration.replace("**", ""))
     p.add_argument(
         "--out", default="outputs/mini_controls", help="output folder (default outputs/mini_controls)"
     )
