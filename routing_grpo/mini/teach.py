@@ -29,13 +29,13 @@ rows; ``level`` at s = 1 is the difficulty-aware start::
 
     level      t = s S (l - l-bar)                     the level itself (s < 1: a weaker separation)
     random     t = s S (r - l-bar)                     r a random level per problem, fixed by the seed
-    unrelated  t = s S (d - 4.5) (L - 1) / 9           d the start digit: the level's range, no worth
+    unrelated  t = s S (d - 4.5) (l_max - l_min) / 9   d the start digit: the level's range, no worth
     shuffled   t = s S (l_pi(x) - l-bar)               the levels permuted across problems by the seed
     spread     v_x . h -> s S rms(l - l-bar)           v_x a random unit vector per problem: prompts
                                                        differ along many directions, no label at all
 
-The start digit is the unrelated variable: every operation after it reads or replaces the state, so it
-changes no mode's correctness, length or slip (which depend on the level and the tail only), and it is
+The start digit is the unrelated variable: in the world's definition no mode's correctness, length or slip
+rate depends on it (they depend on the level and the tail only: :mod:`routing_grpo.mini.graded`), and it is
 drawn independently of the level; a state that carries it separates problems by something the router
 has no reason to route on.
 
