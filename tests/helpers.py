@@ -3,6 +3,10 @@
 * :data:`REPO_ROOT`: the repository's root folder;
 * :data:`TINY_MODES`, :func:`tiny_recipe`, :func:`write_recipe`: a recipe that trains the tiny random Qwen2
   (the ``tiny_model_path`` fixture of ``conftest.py``) on the synthetic task in seconds, written as YAML;
+* :data:`MODES`, :data:`MODES_CAPS_3_6`, :data:`STEEP_MODES_CAPS_3_6`, :data:`RECIPE_MODES_CAPS_4_8`: the mode
+  tuples several test modules use;
+* :func:`level_dataset`: arithmetic prompts with the levels ``easy``, ``hard`` and none;
+* :func:`run_cli`: ``routing-grpo ARGV`` in this process, its exit code and output;
 * :data:`R1_DISTILL_TEMPLATE`: DeepSeek-R1-Distill-Qwen's chat template;
 * :class:`StandInHub`: a stand-in for transformers' Hub API that records what is asked of it;
 * the trainer tests' pieces (also imported by the multi-process launch script in ``tests/scripts``):
@@ -26,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from routing_grpo.modes import ModeSpec
+
 # Light at import: grading's worker processes import the test modules that use these helpers (to unpickle
 # the functions they run), so datasets, TRL and transformers load only where a helper needs them.
 if TYPE_CHECKING:
@@ -34,6 +40,35 @@ if TYPE_CHECKING:
     from routing_grpo.config import RoutingGRPOConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# ----------------------------------------------------------------------------------------------------------
+# Mode tuples the unit tests share (each defined once; the values are the tests' own, not the paper's)
+# ----------------------------------------------------------------------------------------------------------
+
+# The generation tests' modes: caps 10 / 30 / none.
+MODES = (
+    ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=10),
+    ModeSpec("Short", "Short", 1.2, 0.995, cap=30),
+    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
+)
+# Caps 3 / 6 / none (the Router's word phase and budgets).
+MODES_CAPS_3_6 = (
+    ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
+    ModeSpec("Short", "Short", 1.2, 0.995, cap=6),
+    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
+)
+# Caps 3 / 6 / none with steeper gammas (training's rollouts, the vLLM server).
+STEEP_MODES_CAPS_3_6 = (
+    ModeSpec("NoThink", "NoThink", 1.3, 0.9, cap=3),
+    ModeSpec("Short", "Short", 1.2, 0.95, cap=6),
+    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
+)
+# A recipe's ``modes`` for the tiny model, caps 4 / 8 / none (bad-input and fault runs).
+RECIPE_MODES_CAPS_4_8 = [
+    {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 0.99, "cap": 4},
+    {"name": "Short", "word": "Short", "base": 1.2, "gamma": 0.995, "cap": 8},
+    {"name": "Long", "word": "Long", "base": 1.0, "gamma": 1.0, "cap": None},
+]
 
 # ----------------------------------------------------------------------------------------------------------
 # Recipes for the tiny model
@@ -73,6 +108,15 @@ def tiny_recipe(model_path: Path, output_dir: Path, **overrides) -> dict:
     }
     recipe.update(overrides)
     return recipe
+
+
+def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    """``routing-grpo ARGV`` in this process (``cli.main``): the exit code, stdout and stderr."""
+    from routing_grpo.cli import main
+
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def write_recipe(path: Path, recipe: dict) -> Path:
@@ -221,6 +265,19 @@ def arithmetic_dataset(n: int = 24) -> Dataset:
     from datasets import Dataset
 
     return Dataset.from_list(arithmetic_rows(n))
+
+
+LEVELS = ["easy", "hard", None]  # None: a row without a level (skipped by the per-level metrics)
+
+
+def level_dataset(n: int = 24) -> Dataset:
+    """:func:`arithmetic_rows` with the levels ``easy``, ``hard`` and none in turn."""
+    from datasets import Dataset
+
+    rows = arithmetic_rows(n)
+    for i, row in enumerate(rows):
+        row["level"] = LEVELS[i % 3]
+    return Dataset.from_list(rows)
 
 
 def build_trainer(

@@ -26,15 +26,11 @@ from transformers import TrainerCallback, TrainerControl
 
 from routing_grpo.callbacks import NonFiniteGuard, NonFiniteTrainingError, default_callbacks
 from routing_grpo.preemption import PreemptionCallback, exit_if_preempted, preemption_exit_code
+from tests.helpers import RECIPE_MODES_CAPS_4_8 as TINY_MODES
 from tests.helpers import REPO_ROOT
 
 FAULT_RUN = REPO_ROOT / "tests" / "scripts" / "fault_run.py"
 SCHEDULE_KEYS = ("routing/batch_step", "routing/forced_share", "routing/balance_coef", "routing/phase")
-TINY_MODES = [
-    {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 0.99, "cap": 4},
-    {"name": "Short", "word": "Short", "base": 1.2, "gamma": 0.995, "cap": 8},
-    {"name": "Long", "word": "Long", "base": 1.0, "gamma": 1.0, "cap": None},
-]
 
 
 def _args(tmp_path: Path, **kw) -> SimpleNamespace:

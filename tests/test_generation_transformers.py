@@ -10,13 +10,8 @@ import pytest
 from routing_grpo.generation.caps import apply_caps, generate_rollouts
 from routing_grpo.generation.transformers_decoding import generate_in_budget_groups, group_rows_by_budget
 from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, ModeDetector, ModeSpec
-from tests.helpers import rows_backend
+from tests.helpers import MODES, rows_backend
 
-MODES = (
-    ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=10),
-    ModeSpec("Short", "Short", 1.2, 0.995, cap=30),
-    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
-)
 WORDS = {0: [[901], [801, 802]], 1: [[902]], 2: [[903]]}
 DETECTOR = ModeDetector(MODES, WORDS)
 MAX_LEN = 60

@@ -24,12 +24,8 @@ from routing_grpo.inference import (
 from routing_grpo.modes import ModeDetector, ModeSpec
 from routing_grpo.settings import SETTINGS_FILE, RoutingSettings, SettingsNotFoundError
 from tests.fake_vllm import FakeLLM
+from tests.helpers import MODES_CAPS_3_6 as MODES
 
-MODES = (
-    ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
-    ModeSpec("Short", "Short", 1.2, 0.995, cap=6),
-    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
-)
 SETTINGS = RoutingSettings(
     modes=MODES,
     routing_instruction="Output NoThink to answer directly, Short for brief reasoning, or Long for extended reasoning.",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
+from routing_grpo.modes import INVALID, ModeDetector
 from routing_grpo.prompting import add_routing_instruction, forcing_text
 from routing_grpo.rollouts import (
     decode_completions,
@@ -13,12 +13,8 @@ from routing_grpo.rollouts import (
     plan_forced_modes,
     promote_forced_word,
 )
+from tests.helpers import STEEP_MODES_CAPS_3_6 as MODES
 
-MODES = (
-    ModeSpec("NoThink", "NoThink", 1.3, 0.9, cap=3),
-    ModeSpec("Short", "Short", 1.2, 0.95, cap=6),
-    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
-)
 # Toy token ids: each word is a 1- or 2-token sequence.
 WORD_IDS = {0: [[90, 91]], 1: [[80]], 2: [[70]]}
 FORCED = [[90, 91], [80], [70]]
