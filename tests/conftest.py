@@ -9,6 +9,7 @@ Fixtures other test modules rely on:
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,18 @@ def shared_data_dir() -> Path:
 def shared_data(shared_data_dir: Path) -> Path:
     """Alias of ``shared_data_dir``."""
     return shared_data_dir
+
+
+@pytest.fixture
+def sigterm_guard():
+    """Keeps SIGTERM away from the test process: a recording Python handler for the test's duration."""
+    calls: list[int] = []
+
+    def previous(signum, frame):
+        calls.append(signum)
+
+    saved = signal.signal(signal.SIGTERM, previous)
+    try:
+        yield previous, calls
+    finally:
+        signal.signal(signal.SIGTERM, saved)

@@ -6,6 +6,7 @@
 * :data:`MODES`, :data:`MODES_CAPS_3_6`, :data:`STEEP_MODES_CAPS_3_6`, :data:`RECIPE_MODES_CAPS_4_8`: the mode
   tuples several test modules use;
 * :func:`level_dataset`: arithmetic prompts with the levels ``easy``, ``hard`` and none;
+* :func:`stand_in_args`: the training arguments a callback reads, for the callbacks' unit tests;
 * :func:`run_cli`: ``routing-grpo ARGV`` in this process, its exit code and output;
 * :data:`R1_DISTILL_TEMPLATE`: DeepSeek-R1-Distill-Qwen's chat template;
 * :class:`StandInHub`: a stand-in for transformers' Hub API that records what is asked of it;
@@ -117,6 +118,13 @@ def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def stand_in_args(tmp_path: Path, **kw: Any) -> Any:
+    """A stand-in for the training arguments a callback reads (output folder, process 0, TRL's NaN filter on)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(output_dir=str(tmp_path), process_index=0, logging_nan_inf_filter=True, **kw)
 
 
 def write_recipe(path: Path, recipe: dict) -> Path:
