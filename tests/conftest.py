@@ -68,3 +68,14 @@ def sigterm_guard():
         yield previous, calls
     finally:
         signal.signal(signal.SIGTERM, saved)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random Qwen2 and its tokenizer, built for the module that asks (its own copy)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from routing_grpo.offline_models import build_tiny_qwen2
+
+    path = build_tiny_qwen2(tmp_path_factory.mktemp("tiny") / "model")
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)

@@ -7,6 +7,10 @@
   tuples several test modules use;
 * :func:`level_dataset`: arithmetic prompts with the levels ``easy``, ``hard`` and none;
 * :func:`stand_in_args`: the training arguments a callback reads, for the callbacks' unit tests;
+* :func:`run_cli_expecting_error`: the one line ``train.cli`` prints for a bad recipe (exit code 2);
+* :func:`toy_eval_config`, :func:`vllm_generator`: an evaluation's settings and its vLLM backend on the
+  stand-in vLLM;
+* :data:`SETTINGS_CAPS_3_6`, :data:`NORMALISED_COLUMNS`: a checkpoint's routing settings; the rows' columns;
 * :func:`run_cli`: ``routing-grpo ARGV`` in this process, its exit code and output;
 * :data:`R1_DISTILL_TEMPLATE`: DeepSeek-R1-Distill-Qwen's chat template;
 * :class:`StandInHub`: a stand-in for transformers' Hub API that records what is asked of it;
@@ -71,6 +75,23 @@ RECIPE_MODES_CAPS_4_8 = [
     {"name": "Long", "word": "Long", "base": 1.0, "gamma": 1.0, "cap": None},
 ]
 
+
+def _settings_caps_3_6() -> Any:
+    from routing_grpo.settings import RoutingSettings
+
+    return RoutingSettings(
+        modes=MODES_CAPS_3_6,
+        routing_instruction="Output NoThink to answer directly, Short for brief reasoning, or Long for extended reasoning.",
+        routing_question="Mode:",
+        max_completion_length=40,
+    )
+
+
+# A checkpoint's routing settings with :data:`MODES_CAPS_3_6` (the Router's and the settings file's tests).
+SETTINGS_CAPS_3_6 = _settings_caps_3_6()
+# The columns every task's rows are normalised to (routing_grpo.data).
+NORMALISED_COLUMNS = ["prompt", "problem", "answer", "level", "subject", "id"]
+
 # ----------------------------------------------------------------------------------------------------------
 # Recipes for the tiny model
 # ----------------------------------------------------------------------------------------------------------
@@ -125,6 +146,41 @@ def stand_in_args(tmp_path: Path, **kw: Any) -> Any:
     from types import SimpleNamespace
 
     return SimpleNamespace(output_dir=str(tmp_path), process_index=0, logging_nan_inf_filter=True, **kw)
+
+
+def run_cli_expecting_error(argv: list[str]) -> str:
+    """The one line ``train.cli`` prints for a bad recipe or command line (exit code 2)."""
+    import contextlib
+    import io
+
+    import pytest
+
+    from routing_grpo import train
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
+        train.cli(argv)
+    message = err.getvalue().strip()
+    assert exit_info.value.code == 2, (exit_info.value.code, message)
+    assert message.startswith("routing-grpo train: error:") and "\n" not in message, message
+    return message
+
+
+def toy_eval_config(tmp_path: Path, **kw: Any) -> Any:
+    """An ``EvalConfig`` of the model ``tiny`` on the benchmark ``toy``, writing under ``tmp_path / "out"``."""
+    from routing_grpo.eval_config import EvalConfig
+
+    return EvalConfig(model="tiny", benchmarks=["toy"], output=str(tmp_path / "out"), **kw)
+
+
+def vllm_generator(cfg: Any, **kw: Any) -> Any:
+    """The evaluation's vLLM backend for ``cfg`` on the stand-in vLLM of ``tests/fake_vllm.py``."""
+    from routing_grpo.eval_engines import make_vllm_backend
+    from tests import fake_vllm
+
+    return make_vllm_backend(
+        cfg, llm_factory=fake_vllm.FakeLLM, sampling_params=fake_vllm.SamplingParams, use_tqdm=False, **kw
+    )
 
 
 def write_recipe(path: Path, recipe: dict) -> Path:

@@ -37,19 +37,6 @@ def stop_at_model_loading(monkeypatch):
 # ----------------------------------------------------------------------------------------------------------
 
 
-def test_process_count_warning_reads_the_simple_launchers_environment():
-    simple = {"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
-    argv = ["accelerate", "launch", "--config_file", "cpu.yaml", "--num_processes", "2", "-m", "x"]
-    line = launch_checks.process_count_warning(simple, 1, argv)
-    assert line is not None and "asked for 2 processes but runs 1" in line and "--multi_gpu" in line
-    assert "several processes" in launch_checks.process_count_warning(simple, 1, [])
-    # torch's launcher (--multi_gpu) sets WORLD_SIZE; one process asked for sets no MASTER_PORT.
-    assert launch_checks.process_count_warning({**simple, "WORLD_SIZE": "2"}, 2, argv) is None
-    assert launch_checks.process_count_warning({"ACCELERATE_USE_CPU": "True"}, 1, []) is None
-    assert launch_checks.process_count_warning({}, 1, argv) is None
-    assert launch_checks.asked_processes(["--num_processes=4"]) == 4
-
-
 @pytest.mark.slow
 def test_accelerate_launch_without_multi_gpu_warns_before_loading(tmp_path):
     """``accelerate launch --config_file accelerate_configs/cpu.yaml --num_processes 2`` without ``--multi_gpu``:
@@ -309,15 +296,6 @@ def test_the_demo_summary_says_what_the_start_carries_and_reads_plainly():
     for figure in figures:
         assert f"]({figure})" in text and "![" in text
     assert "routing per level over training" in text and "crossovers L*" in text
-
-
-def test_the_demo_summary_names_the_frontier_when_no_single_mode_dominates():
-    from routing_grpo.demo_summary import frontier_line
-    from routing_grpo.frontier import Point
-
-    forced = [Point("NoThink", 4.0, 0.75), Point("Short", 19.5, 0.90), Point("Long", 41.1, 0.969)]
-    line = frontier_line(Point("router", 28.8, 0.961), forced)
-    assert "No single mode beats the router" in line and "above the single-mode frontier" in line
 
 
 def test_the_demo_plans_its_stages_from_recorded_timings():
