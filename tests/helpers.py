@@ -11,6 +11,9 @@
 * :func:`toy_eval_config`, :func:`vllm_generator`: an evaluation's settings and its vLLM backend on the
   stand-in vLLM;
 * :data:`SETTINGS_CAPS_3_6`, :data:`NORMALISED_COLUMNS`: a checkpoint's routing settings; the rows' columns;
+* :func:`write_paper_summaries` (the paper's Table tab:full as summaries), :data:`PAPER_MODES`,
+  :func:`rows_for`, :func:`write_forced` (forced samples for the oracle), :data:`MODE_NAMES`, :func:`demo_inputs`
+  (the demo summary's inputs);
 * :func:`run_cli`: ``routing-grpo ARGV`` in this process, its exit code and output;
 * :data:`R1_DISTILL_TEMPLATE`: DeepSeek-R1-Distill-Qwen's chat template;
 * :class:`StandInHub`: a stand-in for transformers' Hub API that records what is asked of it;
@@ -26,6 +29,7 @@
 from __future__ import annotations
 
 import ast
+import json
 import re
 import tempfile
 from collections.abc import Callable, Sequence
@@ -35,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from routing_grpo.modes import ModeSpec
+from routing_grpo.modes import ModeSpec, parse_modes
 
 # Light at import: grading's worker processes import the test modules that use these helpers (to unpickle
 # the functions they run), so datasets, TRL and transformers load only where a helper needs them.
@@ -91,6 +95,144 @@ def _settings_caps_3_6() -> Any:
 SETTINGS_CAPS_3_6 = _settings_caps_3_6()
 # The columns every task's rows are normalised to (routing_grpo.data).
 NORMALISED_COLUMNS = ["prompt", "problem", "answer", "level", "subject", "id"]
+
+# ----------------------------------------------------------------------------------------------------------
+# Inputs of the report, the oracle and the demo's summary
+# ----------------------------------------------------------------------------------------------------------
+
+# Paper, Table tab:full: (accuracy mean, std) per benchmark and (length mean, std); AIME length is the
+# combined AIME 2024 + 2025 figure, given to both years.
+TAB_FULL = {
+    "base": {
+        "math500": ((0.796, 0.002), (4743, 38)),
+        "gsm8k": ((0.831, 0.006), (1930, 18)),
+        "aime24": ((0.265, 0.008), (12266, 26)),
+        "aime25": ((0.231, 0.013), (12266, 26)),
+    },
+    "nothink": {
+        "math500": ((0.668, 0.013), (1096, 141)),
+        "gsm8k": ((0.757, 0.001), (336, 52)),
+        "aime24": ((0.137, 0.010), (3768, 453)),
+        "aime25": ((0.105, 0.018), (3768, 453)),
+    },
+    "short": {
+        "math500": ((0.727, 0.007), (2030, 149)),
+        "gsm8k": ((0.756, 0.004), (440, 13)),
+        "aime24": ((0.218, 0.013), (7259, 470)),
+        "aime25": ((0.166, 0.028), (7259, 470)),
+    },
+    "long": {
+        "math500": ((0.802, 0.004), (4507, 88)),
+        "gsm8k": ((0.837, 0.007), (1665, 54)),
+        "aime24": ((0.297, 0.007), (11881, 56)),
+        "aime25": ((0.230, 0.011), (11881, 56)),
+    },
+    "router": {
+        "math500": ((0.782, 0.006), (2810, 59)),
+        "gsm8k": ((0.781, 0.005), (459, 18)),
+        "aime24": ((0.276, 0.010), (10716, 74)),
+        "aime25": ((0.222, 0.005), (10716, 74)),
+    },
+}
+
+
+SAMPLES = {"math500": 500, "gsm8k": 1319 * 5, "aime24": 30 * 16, "aime25": 30 * 16}
+
+
+def write_paper_summaries(root):
+    """Three seeds per method at mean - std, mean, mean + std: sample std = the table's std."""
+    for method, benches in TAB_FULL.items():
+        for seed, k in enumerate((-1, 0, 1)):
+            for bench, ((acc, acc_sd), (length, len_sd)) in benches.items():
+                d = root / f"{method}-seed{seed}" / bench
+                d.mkdir(parents=True)
+                summary = {
+                    "benchmark": bench,
+                    "method": method,
+                    "seed": seed,
+                    "accuracy": acc + k * acc_sd,
+                    "mean_length": length + k * len_sd,
+                    "num_samples": SAMPLES[bench],
+                }
+                (d / "summary.json").write_text(json.dumps(summary))
+
+
+PAPER_MODES = parse_modes(  # the router recipe's modes, as ModeSpec
+    yaml.safe_load((REPO_ROOT / "recipes" / "router_r1_distill_qwen_1.5b.yaml").read_text())["modes"]
+)
+
+
+def rows_for(groups, modes=PAPER_MODES, lengths=None, wrong_lengths=None):
+    """Sample rows: ``groups`` is [(name, problems, {mode: correct})]; one sample per problem and mode, of
+    ``lengths[mode]`` tokens (``wrong_lengths[mode]`` for a wrong one when given)."""
+    lengths = lengths or {m.name: 10 for m in modes}
+    wrong_lengths = wrong_lengths or lengths
+    rows = []
+    for name, n, right in groups:
+        for i in range(n):
+            for m in modes:
+                length = lengths[m.name] if right[m.name] else wrong_lengths[m.name]
+                rows.append({"prompt_id": f"{name}-{i}", "sample_index": 0, "routing": "forced", "forced": True,
+                             "mode": m.name, "L": length, "correct": right[m.name], "group": name})  # fmt: skip
+    return rows
+
+
+def write_forced(folder: Path, rows) -> Path:
+    """One eval folder per mode, as ``routing-grpo eval --force-mode M --output folder/M`` lays them out."""
+    for mode in {r["mode"] for r in rows}:
+        (folder / mode / "bench").mkdir(parents=True, exist_ok=True)
+        (folder / mode / "bench" / "samples.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows if r["mode"] == mode)
+        )
+    return folder
+
+
+MODE_NAMES = ["NoThink", "Short", "Long"]
+
+
+def demo_inputs() -> tuple[dict, dict, dict]:
+    """The demo's summary inputs: the miniature's figures (two levels), the forced modes' and the router's."""
+
+    def cell(level, mode, acc, tokens):
+        return {"level": level, "mode": mode, "count": 10, "accuracy": acc, "accuracy_capped": acc,
+                "mean_tokens": tokens, "expected_reward": acc}  # fmt: skip
+
+    def level(shares, best):
+        return {"shares": {m: {"mean": v} for m, v in zip(MODE_NAMES, shares)}, "accuracy": {"mean": 0.95},
+                "mean_tokens": {"mean": 20.0}, "oracle_choice": best}  # fmt: skip
+
+    mini = {
+        "modes": [{"name": m, "word": m, "base": b, "gamma": g, "cap": c}
+                  for m, b, g, c in zip(MODE_NAMES, (1.3, 1.2, 1.0), (0.992066, 0.996044, 1.0), (20, 46, None))],
+        "oracle": {
+            "levels": {"1": {"cells": {"NoThink": cell(1, "NoThink", 1.0, 4.0), "Short": cell(1, "Short", 1.0, 18.0),
+                                       "Long": cell(1, "Long", 1.0, 30.0)}, "best": "NoThink"},
+                       "6": {"cells": {"NoThink": cell(6, "NoThink", 0.5, 4.0), "Short": cell(6, "Short", 0.98, 21.0),
+                                       "Long": cell(6, "Long", 0.94, 52.0)}, "best": "Long"}},
+            "overall": {"accuracy_capped": 0.98, "mean_tokens": 21.0},
+        },
+        "router": {
+            "seeds": {"0": {"free_modes": {"NoThink": {"share": 0.3, "accuracy": 0.94},
+                                           "Short": {"share": 0.2, "accuracy": 0.97},
+                                           "Long": {"share": 0.5, "accuracy": 0.975}}}},
+            "levels": {"1": level((0.6, 0.3, 0.1), "NoThink"), "6": level((0.0, 0.1, 0.9), "Long")},
+            "regret": {"relative": {"mean": 0.061}},
+        },
+        "targets": {"per_seed": {"0": [
+            {"key": "inversion", "rule": "the brief modes' free accuracy above Long's", "value": -0.035,
+             "threshold": 0.0, "met": False},
+            {"key": "entropy", "rule": "free-routing entropy >= 0.9 nats", "value": 1.0, "threshold": 0.9, "met": True},
+            {"key": "tokens_vs_long", "rule": "mean tokens <= 0.65 x Long-only's", "value": None, "threshold": 0.65,
+             "met": None},
+        ]}},
+    }  # fmt: skip
+    forced = {
+        "NoThink": {"accuracy": 0.75, "mean_length": 4.0},
+        "Short": {"accuracy": 0.991, "mean_length": 19.5},
+        "Long": {"accuracy": 0.969, "mean_length": 41.1},
+    }
+    return mini, forced, {"accuracy": 0.961, "mean_length": 28.8}
+
 
 # ----------------------------------------------------------------------------------------------------------
 # Recipes for the tiny model

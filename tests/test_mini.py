@@ -239,57 +239,6 @@ def test_batch_steps_for_every_run_or_per_recipe():
             parse_batch_steps(bad)
 
 
-def test_demo_summary_shows_the_graded_router_per_level_beside_the_oracle():
-    from routing_grpo.demo import render_summary
-
-    def level(shares, best):
-        return {
-            "shares": {m: {"mean": v} for m, v in zip(cliff.MODE_NAMES, shares)},
-            "accuracy": {"mean": 1.0},
-            "mean_tokens": {"mean": 10.0},
-            "oracle_choice": best,
-        }
-
-    mini = {
-        "modes": [{"name": m} for m in cliff.MODE_NAMES],
-        "oracle": {"overall": {"accuracy_capped": 0.99, "mean_tokens": 24.0}},
-        "router": {
-            "levels": {"1": level((0.6, 0.3, 0.1), "NoThink"), "6": level((0.0, 0.2, 0.8), "Long")},
-            "regret": {"relative": {"mean": 0.11}},
-        },
-        "world": {"mix": {m: {"expected_reward": r} for m, r in zip(cliff.MODE_NAMES, (0.91, 0.92, 0.9))}},
-    }
-    text = render_summary(
-        mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}
-    )
-    assert "| trained router (free routing) | 0.970 | 40.0 |" in text
-    assert (
-        "The router is 3.0 points less accurate than Long (0.970 against 1.000) and uses 13% fewer tokens"
-        in text
-    )
-    assert "| 1 | 0.60 | 0.30 | 0.10 | 1.00 | 10.0 | NoThink |" in text
-    assert "| 6 | 0.00 | 0.20 | 0.80 | 1.00 | 10.0 | Long |" in text
-    assert "the modes are worth 0.91 / 0.92 / 0.90 (NoThink / Short / Long" in text
-    assert "Routing regret: 11.0%" in text and "beats" not in text
-    mini["router"]["regret"]["relative"]["mean"] = -0.001
-    text = render_summary(
-        mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}
-    )
-    assert "Routing regret: -0.1% of the oracle's expected reward" in text
-    assert "below zero: the router beats the best single mode per level" in text
-    del mini["world"]
-    assert "worth" not in render_summary(
-        mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0}
-    )
-    # What was trained, and the run's early tell, when given.
-    text = render_summary(
-        mini, {"accuracy": 1.0, "mean_length": 46.0}, {"accuracy": 0.97, "mean_length": 40.0},
-        "Trained: the paper's recipe unmodified", ["- generation batch 20: fanout +0.63 over the last 10 batches"],
-    )  # fmt: skip
-    assert text.index("Trained: the paper's recipe unmodified") < text.index("| trained router")
-    assert "## Early tell" in text and "- generation batch 20: fanout +0.63" in text
-
-
 def test_worlds_and_runs_are_planned_from_the_command_line():
     from routing_grpo.mini.run import WORLDS, build_parser, plan
 
@@ -513,53 +462,6 @@ def test_the_report_covers_every_method_evaluated_so_far(tmp_path):
         (tmp_path / name).mkdir()
     (tmp_path / "notes.txt").write_text("")
     assert [p.name for p in reported_methods(tmp_path)] == ["base", "long", "no_balance", "router"]
-
-
-def test_make_demo_refuses_a_length_below_one_batch(capsys):
-    from routing_grpo.demo import DEMO_BATCH_STEPS, build_parser, main
-
-    assert build_parser().parse_args([]).batch_steps == DEMO_BATCH_STEPS == 45
-    assert main(["--batch-steps", "0"]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("python -m routing_grpo.demo: error: argument --batch-steps: must be >= 1, got 0")
-    assert len(err.splitlines()) == 1
-
-
-@pytest.mark.parametrize(
-    ("argv", "message"),
-    [
-        (["--seed", "-1"], "argument --seed: must be >= 0, got -1"),
-        (["--seed", "x"], "argument --seed: expected a whole number, got 'x'"),
-        (["--samples", "0"], "argument --samples: must be >= 1, got 0"),
-        (["--limit", "0"], "argument --limit: must be >= 1, got 0"),
-        (
-            ["--taught", "/nonexistent"],
-            "--taught: no such folder: /nonexistent (a taught model of the graded world)",
-        ),
-        (["--taught", "EMPTY"], "--taught: EMPTY holds no config.json; give a taught model's folder"),
-        (["--output-dir", "FILE"], "--output-dir: FILE is a file; give a folder"),
-        (
-            ["--recipes", "EMPTY"],
-            "--recipes: no EMPTY/mini_graded/graded_router.yaml; run from the source checkout",
-        ),
-    ],
-)
-def test_the_demo_checks_its_own_flags_before_any_work(tmp_path, capsys, monkeypatch, argv, message):
-    """``python -m routing_grpo.demo`` says a bad flag under its own name, in one line with exit code 2,
-    before the miniature's runner (which would say it later, under its flag names) is started."""
-    from routing_grpo import demo
-    from routing_grpo.mini import run as mini_run
-
-    monkeypatch.setattr(mini_run, "main", lambda *a, **k: pytest.fail("the runner was started"))
-    (tmp_path / "empty").mkdir()
-    (tmp_path / "file").write_text("")
-    names = {"EMPTY": str(tmp_path / "empty"), "FILE": str(tmp_path / "file")}
-    argv = [names.get(a, a) for a in argv]
-    message = message.replace("EMPTY", names["EMPTY"]).replace("FILE", names["FILE"])
-    assert demo.main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"python -m routing_grpo.demo: error: {message}"), err
-    assert len(err.splitlines()) == 1
 
 
 @pytest.mark.parametrize(
