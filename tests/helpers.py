@@ -234,6 +234,11 @@ def demo_inputs() -> tuple[dict, dict, dict]:
     return mini, forced, {"accuracy": 0.961, "mean_length": 28.8}
 
 
+# The miniature's recipes folder and its router recipe.
+MINI_RECIPES = REPO_ROOT / "recipes" / "mini"
+MINI_ROUTER = MINI_RECIPES / "router.yaml"
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Recipes for the tiny model
 # ----------------------------------------------------------------------------------------------------------
