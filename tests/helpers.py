@@ -14,7 +14,8 @@
 * :func:`write_paper_summaries` (the paper's Table tab:full as summaries), :data:`PAPER_MODES`,
   :func:`rows_for`, :func:`write_forced` (forced samples for the oracle), :data:`MODE_NAMES`, :func:`demo_inputs`
   (the demo summary's inputs);
-* :func:`run_cli`: ``routing-grpo ARGV`` in this process, its exit code and output;
+* :func:`run_cli`, :func:`run_main`: ``routing-grpo ARGV`` in this process, its exit code and output (``run_main``
+  also through argparse's own exit);
 * :data:`R1_DISTILL_TEMPLATE`: DeepSeek-R1-Distill-Qwen's chat template;
 * :class:`StandInHub`: a stand-in for transformers' Hub API that records what is asked of it;
 * the trainer tests' pieces (also imported by the multi-process launch script in ``tests/scripts``):
@@ -328,6 +329,18 @@ def vllm_generator(cfg: Any, **kw: Any) -> Any:
     return make_vllm_backend(
         cfg, llm_factory=fake_vllm.FakeLLM, sampling_params=fake_vllm.SamplingParams, use_tqdm=False, **kw
     )
+
+
+def run_main(capsys: Any, argv: list[str]) -> tuple[Any, str, str]:
+    """``routing-grpo ARGV``: exit code, stdout, stderr (argparse's own --help and --version exit)."""
+    from routing_grpo.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as done:
+        code = done.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 def write_recipe(path: Path, recipe: dict) -> Path:
