@@ -14,6 +14,7 @@
 * :func:`write_paper_summaries` (the paper's Table tab:full as summaries), :data:`PAPER_MODES`,
   :func:`rows_for`, :func:`write_forced` (forced samples for the oracle), :data:`MODE_NAMES`, :func:`demo_inputs`
   (the demo summary's inputs);
+* :func:`evaluate_independently`: an arithmetic expression's exact value through Python's own parser;
 * :func:`run_cli`, :func:`run_main`: ``routing-grpo ARGV`` in this process, its exit code and output (``run_main``
   also through argparse's own exit);
 * :data:`R1_DISTILL_TEMPLATE`: DeepSeek-R1-Distill-Qwen's chat template;
@@ -31,10 +32,12 @@ from __future__ import annotations
 
 import ast
 import json
+import operator
 import re
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -238,6 +241,26 @@ def demo_inputs() -> tuple[dict, dict, dict]:
 # The miniature's recipes folder and its router recipe.
 MINI_RECIPES = REPO_ROOT / "recipes" / "mini"
 MINI_ROUTER = MINI_RECIPES / "router.yaml"
+
+
+ARITHMETIC_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
+
+
+def evaluate_independently(expression: str) -> Fraction:
+    """Exact value of a generated expression through Python's own parser (trusted test input)."""
+
+    def walk(node: ast.AST) -> Fraction:
+        if isinstance(node, ast.BinOp):
+            return ARITHMETIC_OPERATORS[type(node.op)](walk(node.left), walk(node.right))
+        assert isinstance(node, ast.Constant) and isinstance(node.value, int)
+        return Fraction(node.value)
+
+    return walk(ast.parse(expression, mode="eval").body)
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -1,25 +1,19 @@
 """The synthetic task (routing_grpo.synthetic): correct integer answers, deterministic and prefix-stable rows, levels
 whose lengths grow."""
 
-import ast
-import operator
 from collections import Counter
-from fractions import Fraction
 
 from routing_grpo.data import (
     load_task,
 )
 from routing_grpo.synthetic import SYNTHETIC_LEVELS, synthetic_rows
-from tests.helpers import NORMALISED_COLUMNS
+from tests.helpers import NORMALISED_COLUMNS, evaluate_independently
 
 
 def test_synthetic_is_deterministic_and_prefix_stable():
     assert synthetic_rows(50, seed=3) == synthetic_rows(50, seed=3)
     assert synthetic_rows(20, seed=3) == synthetic_rows(50, seed=3)[:20]
     assert synthetic_rows(50, seed=3) != synthetic_rows(50, seed=4)
-
-
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
 def test_synthetic_answers_are_correct_integers():
@@ -43,18 +37,6 @@ def test_synthetic_levels_and_lengths_grow():
     assert means == sorted(means) and len(set(means)) == 5
     assert all("(" not in expression_of(r["problem"]) for r in ds if r["level"] == 1)
     assert any("(" in expression_of(r["problem"]) for r in ds if r["level"] == 5)
-
-
-def evaluate_independently(expression: str) -> Fraction:
-    """Exact value of a generated expression through Python's own parser (trusted test input)."""
-
-    def walk(node: ast.AST) -> Fraction:
-        if isinstance(node, ast.BinOp):
-            return _OPS[type(node.op)](walk(node.left), walk(node.right))
-        assert isinstance(node, ast.Constant) and isinstance(node.value, int)
-        return Fraction(node.value)
-
-    return walk(ast.parse(expression, mode="eval").body)
 
 
 def expression_of(problem: str) -> str:
