@@ -79,3 +79,13 @@ def tiny(tmp_path_factory):
 
     path = build_tiny_qwen2(tmp_path_factory.mktemp("tiny") / "model")
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2(tiny_model_path):
+    """The tiny model of ``tiny_model_path`` loaded in eval mode, with its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    model.eval()
+    return model, AutoTokenizer.from_pretrained(tiny_model_path)

@@ -15,6 +15,8 @@
   :func:`rows_for`, :func:`write_forced` (forced samples for the oracle), :data:`MODE_NAMES`, :func:`demo_inputs`
   (the demo summary's inputs);
 * :func:`evaluate_independently`: an arithmetic expression's exact value through Python's own parser;
+* :func:`capped_rollouts`, :func:`budget_groups`, :func:`chat_prompts`: the transformers generation tests' driver,
+  ``model.generate`` per budget group and prompts;
 * :func:`run_cli`, :func:`run_main`: ``routing-grpo ARGV`` in this process, its exit code and output (``run_main``
   also through argparse's own exit);
 * :data:`R1_DISTILL_TEMPLATE`: DeepSeek-R1-Distill-Qwen's chat template;
@@ -364,6 +366,35 @@ def run_main(capsys: Any, argv: list[str]) -> tuple[Any, str, str]:
         code = done.code
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def capped_rollouts(prompts: Any, forced: Any, *, generate: Any, eos_token_ids: Any, **kwargs: Any) -> Any:
+    """Training's capped rollouts (the caps driver) over a ``generate(prompts, budgets)`` stand-in."""
+    from routing_grpo.generation.caps import generate_rollouts
+
+    return generate_rollouts(rows_backend(generate, eos_token_ids), prompts, forced, **kwargs)
+
+
+def budget_groups(model: Any, config: Any, pad_token_id: Any, eos: Any) -> Callable:
+    """``generate(prompts, budgets) -> [(ids, None)]`` through model.generate per budget group."""
+
+    from routing_grpo.generation.transformers_decoding import generate_in_budget_groups
+
+    def generate(prompts, budgets):
+        rows = generate_in_budget_groups(
+            model, prompts, budgets, generation_config=config, pad_token_id=pad_token_id, eos_token_ids=eos
+        )
+        return [(ids, None) for ids in rows]
+
+    return generate
+
+
+def chat_prompts(tok: Any, k: int) -> list[list[int]]:
+    """``k`` ChatML prompts "What is i + 3i?", tokenized."""
+    return [
+        tok.encode(f"<|im_start|>user\nWhat is {i} + {3 * i}?<|im_end|>\n<|im_start|>assistant\n")
+        for i in range(k)
+    ]
 
 
 def write_recipe(path: Path, recipe: dict) -> Path:
