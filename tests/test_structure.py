@@ -468,7 +468,7 @@ WITHOUT_BEHAVIOUR = {
 # shrinks. A module leaves it when its file tests/test_<module>.py exists (the test below then says so).
 NOT_YET_MIRRORED = {
     "errors", "offline_models", "recipe_file", "runs", "tasks", "trl_vllm",
-    "generation/options", "mini/report_markdown",
+    "mini/report_markdown",
 }  # fmt: skip
 
 
