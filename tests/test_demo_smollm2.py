@@ -3,7 +3,26 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def logging_restored():
+    """The demo quiets the package's logger and transformers' for its run (as a command does); the tests that
+    run after it in the same process get their levels back."""
+    import transformers
+
+    package = logging.getLogger("routing_grpo")
+    tf = transformers.utils.logging
+    level, verbosity, bars = package.level, tf.get_verbosity(), tf.is_progress_bar_enabled()
+    yield
+    package.setLevel(level)
+    tf.set_verbosity(verbosity)
+    if bars:
+        tf.enable_progress_bar()
 
 
 def test_make_demo_smollm2_writes_its_own_folder():
