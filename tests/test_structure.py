@@ -467,7 +467,7 @@ WITHOUT_BEHAVIOUR = {
 # Modules with behaviour whose tests still live in other files (or are still to be written): this list only
 # shrinks. A module leaves it when its file tests/test_<module>.py exists (the test below then says so).
 NOT_YET_MIRRORED = {
-    "offline_models", "runs", "trl_vllm",
+    "offline_models", "trl_vllm",
     "mini/report_markdown",
 }  # fmt: skip
 

@@ -398,25 +398,6 @@ def test_two_process_cpu_launch_finishes_and_saves(tmp_path, tiny_model_path):
 # ----------------------------------------------------------------------------------------------------------
 
 
-def test_the_output_folder_follows_recipe_and_seed(tmp_path, tiny_model_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    recipe = tiny_recipe(tiny_model_path, tmp_path / "unused")
-    del recipe["output_dir"]
-    path = write_recipe(tmp_path / "tiny_router.yaml", recipe)
-    _, args, _ = train.parse_args(["--config", str(path), "--seed", "3"])
-    assert args.output_dir == os.path.join("outputs", "tiny_router", "seed3")
-    assert runs.run_output_dir("recipes/router_r1_distill_qwen_1.5b.yaml", 1) == os.path.join(
-        "outputs", "router_r1_distill_qwen_1.5b", "seed1"
-    )
-    # Given in the recipe or on the command line, output_dir is kept.
-    _, args, _ = train.parse_args(["--config", str(path), "--output_dir", "mine"])
-    assert args.output_dir == "mine"
-    kept = write_recipe(tmp_path / "kept.yaml", tiny_recipe(tiny_model_path, tmp_path / "kept-out"))
-    assert train.parse_args(["--config", str(kept), "--seed", "2"])[1].output_dir == str(
-        tmp_path / "kept-out"
-    )
-
-
 def test_resuming_a_checkpoint_of_another_seed_or_recipe_is_refused(tmp_path, tiny_model_path, monkeypatch):
     out = tmp_path / "out"
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
