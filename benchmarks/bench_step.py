@@ -26,11 +26,13 @@ the batch after their EOS count too), and tokens generated past caps.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +51,7 @@ class GenerationMeter:
     def __init__(self, model: Any) -> None:
         self.active = False
         self.tokens = 0
+        self.forwards = 0  # forwards of the model while generating: the prefill and every decoding step
         self.seconds = 0.0
         # Per generation call: the prompt token ids the model saw and each row's generated token count.
         self.batches: list[tuple[list[list[int]], list[int]]] = []
@@ -60,6 +63,7 @@ class GenerationMeter:
         ids = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else (args[0] if args else None)
         if ids is not None:
             self.tokens += int(ids.shape[0])
+            self.forwards += 1
 
     def wrap(self, trainer: Any) -> None:
         original = trainer._generate_single_turn
@@ -128,16 +132,22 @@ def _modes(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def _measure(trainer: Any, meter: GenerationMeter, steps: int) -> dict[str, Any]:
     """Runs the trainer; per-step times from TRL's `step_time` log and the meter."""
-    per_step: list[tuple[float, float, int]] = []
-    last = {"seconds": 0.0, "tokens": 0}
+    per_step: list[tuple[float, int, int]] = []
+    last = {"seconds": 0.0, "tokens": 0, "forwards": 0}
 
     import torch
     from transformers import TrainerCallback
 
     class StepSampler(TrainerCallback):
         def on_step_end(self, *_: Any, **__: Any) -> None:
-            per_step.append((meter.seconds - last["seconds"], 0.0, meter.tokens - last["tokens"]))
-            last["seconds"], last["tokens"] = meter.seconds, meter.tokens
+            per_step.append(
+                (
+                    meter.seconds - last["seconds"],
+                    meter.forwards - last["forwards"],
+                    meter.tokens - last["tokens"],
+                )
+            )
+            last["seconds"], last["tokens"], last["forwards"] = meter.seconds, meter.tokens, meter.forwards
 
     trainer.add_callback(StepSampler())
     cuda = trainer.args.device.type == "cuda"
@@ -147,12 +157,17 @@ def _measure(trainer: Any, meter: GenerationMeter, steps: int) -> dict[str, Any]
     step_times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
     measured = slice(1, None)  # the first step warms caches up
     gen_s = [g for g, _, _ in per_step][measured]
+    forwards = [f for _, f, _ in per_step][measured]
     tokens = [t for _, _, t in per_step][measured]
     return {
         "step_s": statistics.median(step_times[measured]),
         "generation_s": statistics.median(gen_s),
         "generated_tokens": statistics.median(tokens),
         "steps": len(step_times[measured]),
+        "step_times": step_times[measured],
+        "generation_times": gen_s,
+        "generation_forwards": forwards,
+        "ms_per_forward": 1000 * sum(gen_s) / sum(forwards) if sum(forwards) else None,
         "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
     }
 
@@ -257,7 +272,11 @@ def run_routing(
     in_generation: bool,
     buckets: int | None = None,
     early_tell: bool = True,
+    decode: str = "shrinking",
 ) -> dict[str, Any]:
+    """The routing trainer's step; ``decode``: the transformers backend's decode loop, ``shrinking`` (the
+    library's, routing_grpo.generation.transformers_decoding) or ``device`` (routing_grpo.generation.device_decoding) or ``generate``
+    (routing_grpo.generation.generate_budgets), put in by :func:`decode_path`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -269,6 +288,7 @@ def run_routing(
     tok = AutoTokenizer.from_pretrained(model_path)
     name = ("capped" if in_generation else "posthoc") + (f"_buckets{buckets}" if buckets else "")
     name += "" if early_tell else "_no_tell"
+    name += "" if decode == "shrinking" else f"_{decode}"
     extra = {} if buckets is None else {"logprob_length_buckets": buckets}
     config = RoutingGRPOConfig(
         **_common_args(args.output / name, args, args.max_completion_length),
@@ -285,7 +305,12 @@ def run_routing(
     )
     meter = GenerationMeter(model)
     meter.wrap(trainer)
-    result = _measure(trainer, meter, args.steps)
+    with decode_path(decode) as holder:
+        result = _measure(trainer, meter, args.steps)
+    result["decode"] = decode
+    decoder = holder.get("decoder")
+    if decoder is not None:
+        result["cuda_graphs"] = "on" if decoder.compiled is not None else f"off ({decoder.graphs_note})"
     records = [r for r in trainer.routing_history if r.mode == "train"][1:]
     past = [sum(getattr(r, "tokens_past_caps", [0]) or [0]) for r in records]
     result["tokens_past_caps"] = statistics.median(past) if past else 0
@@ -297,6 +322,57 @@ def run_routing(
     result["completion_tokens"] = statistics.median(kept) if kept else 0
     result["_replay"] = meter.batches
     return result
+
+
+# The transformers backend's decode loops: the shrinking loop (routing_grpo.generation.transformers_decoding), the device-side loop
+# (routing_grpo.generation.device_decoding) and transformers' own generate with a per-row budget criterion and a static
+# cache (routing_grpo.generation.generate_budgets; compiled by generate on CUDA).
+DECODE_PATHS = ("shrinking", "device", "generate")
+
+
+@contextlib.contextmanager
+def decode_path(name: str) -> Iterator[dict[str, Any]]:
+    """While open, the transformers backend decodes with the loop ``name`` of :data:`DECODE_PATHS` in place of
+    ``routing_grpo.generation.transformers_decoding.sample_with_budgets`` (``device``: one ``DeviceDecoder`` per model, kept across
+    steps so that its CUDA graphs are captured once): the name is replaced in every loaded module of the
+    package that imported it (wherever the backend lives), and restored after. Yields ``{"decoder": ...}``
+    once a device decoder was made."""
+    holder: dict[str, Any] = {}
+    if name not in DECODE_PATHS:
+        raise ValueError(f"decode: {name!r} is not one of {', '.join(DECODE_PATHS)}")
+    if name == "shrinking":
+        yield holder
+        return
+    from routing_grpo.generation.device_decoding import DeviceDecoder, shrinking_loop_supported
+    from routing_grpo.generation.generate_budgets import generate_with_budgets
+
+    # The shrinking loop's module, wherever it lives.
+    decoding = sys.modules[shrinking_loop_supported.__module__]
+
+    def sample(model: Any, prompt_ids: Any, budgets: Any, **kwargs: Any) -> list[list[int]]:
+        if name == "generate":
+            return generate_with_budgets(model, prompt_ids, budgets, static_cache=True, **kwargs)
+        if holder.get("decoder") is None or holder["decoder"].model is not model:
+            holder["decoder"] = DeviceDecoder(model)
+        return holder["decoder"].sample(prompt_ids, budgets, **kwargs)
+
+    original = decoding.sample_with_budgets
+    patched = [
+        module
+        for module_name, module in list(sys.modules.items())
+        if module_name.startswith("routing_grpo.") and module is not decoding
+        and getattr(module, "sample_with_budgets", None) is original
+    ]  # fmt: skip
+    if not patched:
+        raise RuntimeError(f"decode {name}: no module of the package calls decoding.sample_with_budgets")
+    for module in patched:
+        module.sample_with_budgets = sample
+
+    try:
+        yield holder
+    finally:
+        for module in patched:
+            module.sample_with_budgets = original
 
 
 def grading_share(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -361,6 +437,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gradient-checkpointing", action="store_true", help="recompute activations in backward"
     )
+    parser.add_argument("--decode", choices=DECODE_PATHS, default="shrinking",
+                        help="the routing rows' transformers decode loop: shrinking (the library's) or device "
+                        "(routing_grpo.generation.device_decoding); default shrinking")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
 
@@ -372,13 +451,17 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     model_path = resolve_model_path(args.model, str(REPO_ROOT / ".cache" / "models"))
     results: dict[str, Any] = {"model": args.model, "device": args.device, "threads": torch.get_num_threads()}
-    results["b_capped"] = run_routing(args, model_path, in_generation=True)
+    results["b_capped"] = run_routing(args, model_path, in_generation=True, decode=args.decode)
     replay = results["b_capped"].pop("_replay")
     if not args.skip_one_forward:
-        results["b1_capped_one_forward"] = run_routing(args, model_path, in_generation=True, buckets=1)
+        results["b1_capped_one_forward"] = run_routing(
+            args, model_path, in_generation=True, buckets=1, decode=args.decode
+        )
         results["b1_capped_one_forward"].pop("_replay")
     if not args.skip_no_tell:
-        results["b2_capped_no_tell"] = run_routing(args, model_path, in_generation=True, early_tell=False)
+        results["b2_capped_no_tell"] = run_routing(
+            args, model_path, in_generation=True, early_tell=False, decode=args.decode
+        )
         results["b2_capped_no_tell"].pop("_replay")
     results["c_posthoc"] = run_routing(args, model_path, in_generation=False)
     results["c_posthoc"].pop("_replay")

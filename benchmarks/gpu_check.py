@@ -19,6 +19,12 @@ miniature    ``python -m routing_grpo.demo --device cuda --batch-steps 90``: the
 serving      ``routing-grpo eval`` and ``routing-grpo generate`` with the transformers backend on the
              miniature's router (the one the miniature section trained, else the shipped taught model).
 
+``--quick`` runs the step section alone (a few minutes on one H100, model build included): 3 measured steps,
+every one listed, of (a) TRL's step on (b)'s rollouts and (b) the routing step with each decode loop: the
+shrinking loop, the device-side loop (routing_grpo.generation.device_decoding) and transformers' ``generate`` with per-row
+budgets and a static cache (routing_grpo.generation.generate_budgets); ``--decode`` runs one of them. With the milliseconds per decoding forward beside the memory-bandwidth floor (the model's bytes read once per step at
+the GPU's bandwidth, from a table of known cards).
+
 DIR/gpu_check.json and DIR/gpu_check.md are written after every section. ``--device cpu --small`` runs every
 section at a small shape on CPU (the slow test tier does, so the script cannot rot unseen). On a GPU machine
 without a package index, docs/benchmarks.md ("GPU check") gives the wheels to bring
@@ -34,6 +40,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -86,6 +93,27 @@ def _settings(small: bool) -> dict[str, Any]:
                 questions=64)  # fmt: skip
 
 
+# Memory bandwidth of known cards, TB/s (the vendors' figures), matched by name; the first match wins.
+BANDWIDTH_TB_S = (
+    ("H100 NVL", 3.9), ("H100 PCIe", 2.0), ("H100", 3.35), ("H200", 4.8), ("GH200", 4.0), ("B200", 8.0),
+    ("A100-SXM4-80GB", 2.039), ("A100 80GB PCIe", 1.935), ("A100", 1.555), ("L40S", 0.864), ("L40", 0.864),
+    ("L4", 0.3), ("A10G", 0.6), ("A10", 0.6), ("RTX 4090", 1.008), ("RTX 6000 Ada", 0.96), ("V100", 0.9),
+    ("T4", 0.32),
+)  # fmt: skip
+
+
+def memory_bandwidth_tb_s(gpu_name: str | None) -> float | None:
+    """The card's memory bandwidth in TB/s from :data:`BANDWIDTH_TB_S`, or None for an unknown card or no GPU."""
+    if not gpu_name:
+        return None
+    return next((tb for name, tb in BANDWIDTH_TB_S if name.lower() in gpu_name.lower()), None)
+
+
+def decode_floor_ms(model_bytes: float, bandwidth_tb_s: float | None) -> float | None:
+    """The physical floor of one decoding step: every weight read once from GPU memory."""
+    return None if not bandwidth_tb_s else 1000 * model_bytes / (bandwidth_tb_s * 1e12)
+
+
 class Check:
     """The check's state: arguments, results, the files it writes."""
 
@@ -93,6 +121,8 @@ class Check:
         self.args = args
         self.out: Path = args.output
         self.size = _settings(args.small)
+        if getattr(args, "quick", False):
+            self.size["steps"] = 3
         self.results: dict[str, Any] = {"device": args.device, "small": args.small, "sections": {}}
         self.model_dir = self.out / "model_qwen2.5-1.5b_shape" if not args.small else self.out / "model_small"
         self.router: str | None = None
@@ -236,6 +266,54 @@ def step(check: Check) -> dict[str, Any]:
         "b_over_c_step": b["step_s"] / c["step_s"],
         "b_over_c_generation": b["generation_s"] / c["generation_s"],
         "tokens_past_caps_b": b["tokens_past_caps"],
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def quick_step(check: Check) -> dict[str, Any]:
+    """``--quick``: (a) and (b) with each decode loop of ``--decode``, 3 measured steps each, the
+    milliseconds per decoding forward beside the memory-bandwidth floor."""
+    from benchmarks import bench_step
+
+    size = check.size
+    model = build_model(check)
+    cuda = check.args.device == "cuda"
+    args = argparse.Namespace(
+        steps=size["steps"], prompts=size["prompts"], group_size=size["group"], forced_per_mode=size["forced"],
+        max_completion_length=size["max_len"], caps=size["caps"], seed=0, output=check.out / "step",
+        device=check.args.device, dtype="bfloat16" if cuda else "float32", gradient_checkpointing=True,
+    )  # fmt: skip
+    paths = bench_step.DECODE_PATHS if check.args.decode == "all" else (check.args.decode,)
+    rows: dict[str, Any] = {}
+    started = time.perf_counter()
+    replay = None
+    for path in paths:
+        rows[f"b_{path}"] = bench_step.run_routing(args, str(model), in_generation=True, decode=path)
+        replay = rows[f"b_{path}"].pop("_replay") if replay is None else replay
+        rows[f"b_{path}"].pop("_replay", None)
+        _free_memory()
+    rows["a_plain"] = bench_step.run_plain(args, str(model), size["max_len"], replay=replay)
+    _free_memory()
+    env = check.results["sections"].get("environment", {})
+    bandwidth = memory_bandwidth_tb_s(env.get("gpu")) if cuda else None
+    model_bytes = _parameters(size["shape"]) * (2 if cuda else 4)
+    return {
+        "quick": True,
+        "shape": {k: size["shape"][k] for k in ("hidden_size", "num_hidden_layers", "vocab_size")},
+        "parameters_b": _parameters(size["shape"]) / 1e9,
+        "setup": {
+            "prompts": size["prompts"],
+            "group": size["group"],
+            "max_completion_length": size["max_len"],
+            "caps": size["caps"] + [None],
+            "measured_steps": size["steps"],
+            "dtype": args.dtype,
+            "gradient_checkpointing": True,
+        },  # fmt: skip
+        "rows": rows,
+        "model_bytes": model_bytes,
+        "bandwidth_tb_s": bandwidth,
+        "floor_ms_per_decoding_step": decode_floor_ms(model_bytes, bandwidth),
         "seconds": time.perf_counter() - started,
     }
 
@@ -440,8 +518,12 @@ def serving(check: Check) -> dict[str, Any]:
     }
 
 
+def step_section(check: Check) -> dict[str, Any]:
+    return quick_step(check) if check.args.quick else step(check)
+
+
 RUNNERS: dict[str, Callable[[Check], dict[str, Any]]] = {
-    "environment": environment, "step": step, "lora": lora, "miniature": miniature, "serving": serving,
+    "environment": environment, "step": step_section, "lora": lora, "miniature": miniature, "serving": serving,
 }  # fmt: skip
 
 
@@ -482,7 +564,59 @@ def render_markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _render_quick_step(r: dict[str, Any]) -> list[str]:
+    setup = r["setup"]
+    rows = r["rows"]
+    floor = r["floor_ms_per_decoding_step"]
+    lines = [
+        f"`--quick`: Qwen2 of {r['parameters_b']:.3g} B parameters, random weights, {setup['dtype']}, gradient "
+        f"checkpointing; {setup['prompts']} prompts x G {setup['group']}, completions up to "
+        f"{setup['max_completion_length']} tokens, caps {setup['caps'][0]} / {setup['caps'][1]} / none, EOS held "
+        f"back; {setup['measured_steps']} measured steps after a warm-up step, each listed.",
+        "",
+        "| config | step s (each) | generation s (each) | forwards per step | ms per forward | floor ms | "
+        "past caps | peak GPU GiB |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    labels = {
+        "a_plain": "(a) TRL GRPO, (b)'s rollouts",
+        "b_shrinking": "(b) routing, shrinking decode loop",
+        "b_device": "(b) routing, device decode loop",
+        "b_generate": "(b) routing, transformers' generate with per-row budgets",
+    }
+    for key, label in labels.items():
+        if key not in rows:
+            continue
+        x = rows[key]
+        graphs = f" (CUDA graphs {x['cuda_graphs']})" if "cuda_graphs" in x else ""
+        lines.append(
+            f"| {label}{graphs} | {', '.join(f'{t:.2f}' for t in x['step_times'])} | "
+            f"{', '.join(f'{t:.2f}' for t in x['generation_times'])} | "
+            f"{statistics.median(x['generation_forwards']):.0f} | {_f(x['ms_per_forward'], 1)} | "
+            f"{_f(floor, 2) if floor is not None else 'no floor'} | {x['tokens_past_caps']:.0f} | "
+            f"{_f(x.get('peak_gpu_memory_gib'), 1)} |"
+        )
+    bw = r["bandwidth_tb_s"]
+    lines += [
+        "",
+        f"Floor: the model's {r['model_bytes'] / 1e9:.3g} GB read once per decoding step at {bw} TB/s."
+        if bw
+        else "No floor: no known memory bandwidth (a CPU, or a card not in the table).",
+    ]
+    a = rows.get("a_plain")
+    for key in ("b_shrinking", "b_device", "b_generate"):
+        if a and key in rows:
+            b = rows[key]
+            lines.append(
+                f"{labels[key]}: step / TRL's {b['step_s'] / a['step_s']:.3f}; outside generation "
+                f"{b['step_s'] - b['generation_s']:.2f} s against TRL's {a['step_s'] - a['generation_s']:.2f} s (medians)."
+            )
+    return lines
+
+
 def _render_step(r: dict[str, Any]) -> list[str]:
+    if r.get("quick"):
+        return _render_quick_step(r)
     setup = r["setup"]
     rows = r["rows"]
     lines = [
@@ -587,6 +721,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", type=Path, default=REPO_ROOT / "outputs" / "gpu_check", help="results folder")
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="default cuda")
     p.add_argument("--small", action="store_true", help="small shapes: minutes on CPU (the slow test tier)")
+    p.add_argument("--quick", action="store_true",
+                   help="the step section alone: (a) and (b) with each decode loop, 3 measured steps")  # fmt: skip
+    p.add_argument("--decode", choices=("all", "shrinking", "device", "generate"), default="all",
+                   help="--quick's routing rows: every decode loop (default: the shrinking loop, the device-side "
+                   "loop, transformers' generate with per-row budgets) or one")  # fmt: skip
     p.add_argument(
         "--only",
         default=",".join(SECTIONS),
@@ -597,6 +736,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.quick:
+        args.only = "step"
     chosen = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SECTIONS]
     if unknown or not chosen:

@@ -1,4 +1,4 @@
-"""``routing-grpo`` command line: train, reward-table, oracle, grade, eval, generate, report.
+"""``routing-grpo`` command line: train, reward-table, oracle, probe, grade, eval, generate, report.
 
 Every command's bad input is one line and exit code 2 (:mod:`routing_grpo.errors`).
 """
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from routing_grpo.errors import OneLineParser, run_entry
 
 # The subcommands after `train`, in the order `routing-grpo --help` lists them: routing_grpo.commands.<name>.
-COMMANDS = ("reward_table", "oracle", "grade", "eval", "generate", "report")
+COMMANDS = ("reward_table", "oracle", "probe", "grade", "eval", "generate", "report")
 
 
 def build_parser() -> OneLineParser:

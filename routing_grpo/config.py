@@ -211,6 +211,15 @@ class RoutingGRPOConfig(GRPOConfig):
         },
     )
 
+    merge_adapter: bool = field(
+        default=False,
+        metadata={
+            "help": "With use_peft: the run ends by saving the LoRA adapter merged into its base "
+            "(merge_and_unload), an ordinary checkpoint that vLLM loads too; checkpoints keep the adapter "
+            '(docs/training.md "LoRA runs").'
+        },
+    )
+
     # Routing-collapse alarm (routing_grpo.collapse): warns and logs routing/collapse_alarm.
     collapse_alarm_entropy: float = field(
         default=0.2,

@@ -43,7 +43,7 @@ FIGURES: tuple[tuple[str, str], ...] = (
      "against the generation batch (a router that routes by difficulty moves the easy levels to NoThink and "
      "the hard ones to Long)"),
     ("early_tell", f"the fanout's mean over the last 10 batches against the generation batch, with the "
-     f"{FANOUT_ROUTING:g}-nat line the early tell reads it against"),
+     f"{FANOUT_ROUTING:g}-nats-per-step line the early tell reads it against"),
 )  # fmt: skip
 
 
@@ -52,11 +52,12 @@ def fanout_words() -> str:
     odds = math.exp(FANOUT_ROUTING)
     return (
         "Fanout: how much more the model leans to Long over NoThink on hard problems than on easy ones, in "
-        "nats: the rise with difficulty of z = log P(Long word) - log P(NoThink word) at the routing "
-        'position (docs/method.md, "The early tell", gives its scale). 0 means the same lean at every level; '
-        f"{FANOUT_ROUTING:g} nats, the line it is read against, is odds of Long over NoThink {odds:.2f} times "
-        'as high on the harder problems: below it at batch 20 reads "flat so far", below it at batch 45 '
-        '"not learning to route by difficulty".'
+        "nats per level step: the slope with difficulty of z = log P(Long word) - log P(NoThink word) at the "
+        'routing position (docs/method.md, "The early tell", gives its scale). 0 means the same lean at every '
+        f"level; {FANOUT_ROUTING:g} nats per step, the line it is read against, is odds of Long over NoThink "
+        f"{odds:.2f} times as high for each level harder ({odds**5:.2f} times across the graded world's five "
+        'steps): below it at batch 20 reads "flat so far", below it at batch 45 "not learning to route by '
+        'difficulty".'
     )
 
 

@@ -18,17 +18,26 @@ the difficulty of its prompt) and from the routing word's probabilities where th
 
        z(x) = log pi(longest mode's word | x) - log pi(briefest mode's word | x)
 
-   (a word's probability: that of its first token, summed over its spellings with and without a leading
-   space). logodds[l] is z's mean over the batch's prompts of difficulty l, and
+   A word's probability is that of all its tokens, summed over its spellings with and without a leading
+   space: pi(w | x) = sum_f prod_t pi(f_t | x, f_<t) (:func:`word_logprob`). Its first token alone would not
+   do: NoThink's first token is often the common word "No", so before a model writes routing words the
+   first-token log-odds measure "Long" against any "No...". logodds[l] is z's mean over the batch's prompts
+   of difficulty l, and
 
-       fanout = b (D - 1),   b the least-squares slope of z(x) on r(x) over the batch's prompts
+       fanout = b,   the least-squares slope of z(x) on d(x) over the batch's prompts,   in nats per level step
 
-   with r(x) = 0 for the easiest of the D difficulties in the batch, ..., D - 1 for the hardest: the change
-   of the log-odds from the easiest problems to the hardest, in nats. It is near 0 while the routing state
-   treats every problem alike, and grows once harder problems lean to the longest mode (a router that puts
-   the easiest problems 6:1 on the briefest word and the hardest 6:1 on the longest has a fanout of about
-   3.6). ``fanout_rank`` is the Spearman rank correlation of z with r: whether the order is by difficulty,
-   whatever the size (a state that barely separates problems can order them consistently).
+   with d(x) the difficulty's value on its own scale (:func:`difficulty_value`): a level's number (MATH's
+   1-5, the miniature's 1-6), or the fifth of the pass rate (0 for a pass rate of 0.8-1.0, ..., 4 for
+   0.0-0.2). So a linear log-odds reads the same slope whichever levels the batch holds, an end level
+   missing or not. Labels without a number have no scale: d is then their rank among the batch's labels
+   (rank-based, a step between neighbouring difficulties present). The fanout is near 0 while the routing
+   state treats every problem alike, and grows once harder problems lean to the longest mode (a router
+   that puts level 1 6:1 on the briefest word and level 6 6:1 on the longest, linear between, has
+   2 ln 6 / 5 = 0.72 nats per level step). ``fanout_rank`` is the Spearman rank correlation of z with d:
+   whether the order is by difficulty, whatever the size. Before #41 the fanout was the slope times (D - 1)
+   over the D difficulties present (nats from the easiest to the hardest present): one slope read 4x on
+   MATH, 5x in the miniature and less in a batch missing an end level. Old figures divide by 5 in the
+   miniature's graded world (six levels) to read in the new unit.
 
 3. **The routing words' share of the loss.** Under the token mean every completion token weighs the same;
    with the routing word's own weight c_i on rollout i's first token (1 in the paper's loss;
@@ -37,8 +46,17 @@ the difficulty of its prompt) and from the routing word's probabilities where th
        word_loss_share = sum_i c_i / (N_tok - n_w + sum_i c_i)         (about 1 / mean length at c = 1)
 
 Difficulty is a dataset column (MATH's ``level``: the first number in its text orders it) or, without
-one, the pass rate of the prompt's group in the longest mode (all its rollouts when none is in that mode),
-in the fifths ``routing-grpo oracle`` uses, a lower pass rate being harder (:func:`pass_rate_difficulty`).
+one, a difficulty the router's own choices cannot move (:func:`pass_rate_difficulty`): the pass rate of
+the group's rollouts *forced* into the longest mode (the routing warmup forces some of every group into
+each mode, whatever the router prefers), in the fifths ``routing-grpo oracle`` uses, a lower pass rate
+being harder. A group with no forced rollout in the longest mode (every batch after the warmup) has no
+difficulty, so without a difficulty column the fanout is read in the warmup only. The pass rate of the
+free rollouts would not do: a router that prefers brief modes on some prompts, whatever their difficulty,
+makes those prompts' pass rate lower, so it reads its own preferences as difficulty (a router that does
+not route by difficulty, with a prompt-to-prompt spread of its log-odds, read a negative fanout). To read
+it after the warmup, give the data a difficulty column: e.g. each prompt's pass rate measured before
+training from ``routing-grpo eval --force-mode Long`` samples (those ``routing-grpo oracle`` reads),
+written as a level (docs/method.md "The early tell").
 """
 
 from __future__ import annotations
@@ -57,6 +75,7 @@ __all__ = [
     "PASS_PREFIX",
     "advantage_split",
     "difficulty_order",
+    "difficulty_value",
     "early_tell_readings",
     "early_tell_verdict",
     "fanout",
@@ -65,14 +84,18 @@ __all__ = [
     "pass_rate_difficulty",
     "spearman",
     "trailing_mean",
+    "word_logprob",
     "word_loss_share",
 ]
 
-# The threshold, from the miniature's graded world (docs/mini/cold_start.md): the fanout's mean over the last
-# FANOUT_WINDOW generation batches. Runs that ended routing by difficulty read 0.11-0.64 at batch 20 and
-# 0.24 or more at batch 45; runs that ended level-blind read 0.04 or less at batch 45 (0.10 or less at 90).
-# Read it at batches 20-45. A miniature's figure: on another model, read the trend as much as the level.
-FANOUT_ROUTING = 0.1
+# The threshold, in nats per level step, from the miniature's graded world (six levels; docs/mini/cold_start.md):
+# the fanout's mean over the last FANOUT_WINDOW generation batches. It was 0.1 nats from the easiest level to
+# the hardest (the slope x 5 there) before #41; 0.1 / 5 = 0.02 per step. Runs that ended routing by
+# difficulty read about 0.02-0.13 per step at batch 20 and 0.05 or more at batch 45; runs that ended
+# level-blind about 0.008 or less at batch 45 (0.02 or less at 90) (the old figures over 5). Set on the runs
+# it is judged on; not yet checked on held-out runs. Read it at batches 20-45. A miniature's figure: on
+# another model, read the trend as much as the level.
+FANOUT_ROUTING = 0.02
 FANOUT_WINDOW = 10
 
 
@@ -131,17 +154,35 @@ def difficulty_order(level: str) -> tuple[int, float, str]:
 PASS_PREFIX = "pass "
 
 
+def difficulty_value(level: str) -> float | None:
+    """A difficulty label's value on its own scale, harder higher (one level step = 1): a pass-rate bin's
+    fifth counted from the top ("pass 0.8-1.0" 0, ..., "pass 0.0-0.2" 4), otherwise the first number in
+    the label ("Level 3" 3); None for a label without one (no scale)."""
+    if level.startswith(PASS_PREFIX):
+        return round((0.8 - float(level[len(PASS_PREFIX) :].split("-")[0])) * 5, 6)
+    found = re.search(r"-?\d+(?:\.\d+)?", level)
+    return float(found.group()) if found else None
+
+
 def pass_rate_difficulty(
-    modes: Sequence[int], correct: Sequence[bool], *, group_size: int, num_modes: int
-) -> list[str]:
-    """Each rollout's difficulty without a level column: ``"pass a-b"``, the fifth of its group's pass rate
-    in the longest mode (over the whole group when no rollout of it is in that mode)."""
-    if group_size < 1 or len(modes) % group_size or len(modes) != len(correct):
+    modes: Sequence[int],
+    correct: Sequence[bool],
+    forced: Sequence[bool],
+    *,
+    group_size: int,
+    num_modes: int,
+) -> list[str | None]:
+    """Each rollout's difficulty without a level column: ``"pass a-b"``, the fifth of the pass rate of its
+    group's rollouts forced into the longest mode; None for a group without one. Free rollouts are never
+    counted: which mode a free rollout is in is the router's choice (the module docstring)."""
+    if group_size < 1 or len(modes) % group_size or not len(modes) == len(correct) == len(forced):
         raise ValueError(f"{len(modes)} rollouts do not split into groups of {group_size}")
-    out: list[str] = []
+    out: list[str | None] = []
     for start in range(0, len(modes), group_size):
-        group = range(start, start + group_size)
-        longest = [i for i in group if modes[i] == num_modes - 1] or list(group)
+        longest = [i for i in range(start, start + group_size) if forced[i] and modes[i] == num_modes - 1]
+        if not longest:
+            out += [None] * group_size
+            continue
         rate = sum(bool(correct[i]) for i in longest) / len(longest)
         out += [PASS_PREFIX + pass_rate_bin(rate)] * group_size
     return out
@@ -163,19 +204,35 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def fanout(levels: Sequence[str], logodds: Sequence[float]) -> tuple[float, float]:
-    """(fanout, fanout_rank) of the module docstring, from one (difficulty, z) pair per prompt; NaN where
-    the batch holds fewer than two difficulties (or, for the rank, fewer than three prompts)."""
+    """(fanout in nats per level step, fanout_rank) of the module docstring, from one (difficulty, z) pair
+    per prompt; NaN where the batch holds fewer than two difficulties (or, for the rank, fewer than three
+    prompts). Every label with a number: the slope on its value; otherwise on its rank among the labels."""
     if len(levels) != len(logodds):
         raise ValueError(f"fanout: {len(levels)} levels and {len(logodds)} log-odds")
     ranked = sorted(set(levels), key=difficulty_order)
     if len(ranked) < 2:
         return math.nan, math.nan
-    r = [float(ranked.index(level)) for level in levels]
+    values = {level: difficulty_value(level) for level in ranked}
+    if any(v is None for v in values.values()):
+        values = {level: float(i) for i, level in enumerate(ranked)}
+    d = [float(values[level]) for level in levels]  # type: ignore[arg-type]
     z = [float(v) for v in logodds]
-    mr, mz = sum(r) / len(r), sum(z) / len(z)
-    srr = sum((a - mr) ** 2 for a in r)
-    slope = sum((a - mr) * (b - mz) for a, b in zip(r, z, strict=True)) / srr
-    return slope * (len(ranked) - 1), spearman(r, z)
+    md, mz = sum(d) / len(d), sum(z) / len(z)
+    sdd = sum((a - md) ** 2 for a in d)
+    slope = sum((a - md) * (b - mz) for a, b in zip(d, z, strict=True)) / sdd
+    return slope, spearman(d, z)
+
+
+def word_logprob(form_token_logprobs: Sequence[Sequence[float]]) -> float:
+    """log pi(word): the log of the sum over the word's spellings of the product of their tokens'
+    probabilities, from each spelling's token log-probabilities (the module docstring)."""
+    totals = [sum(map(float, form)) for form in form_token_logprobs if len(form)]
+    if not totals:
+        raise ValueError("word_logprob: no spelling with a token")
+    top = max(totals)
+    if top == -math.inf:
+        return -math.inf
+    return top + math.log(sum(math.exp(t - top) for t in totals))
 
 
 def logodds_by_level(levels: Sequence[str], logodds: Sequence[float]) -> dict[str, float]:

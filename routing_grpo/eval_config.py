@@ -8,7 +8,9 @@ sample depends on (what a resumed evaluation must not change: :func:`routing_grp
 defaults, so that a Python call and the command agree:
 
 * the model: an offline name (``offline:mini``) is its folder; a path that is not there, a file, a Hub id while
-  the Hub is offline, or a weight file cut short is refused before anything loads;
+  the Hub is offline, or a weight file cut short is refused before anything loads; a LoRA run's folder (a PEFT
+  adapter, :mod:`routing_grpo.adapters`) is evaluated with its base on transformers (``--backend vllm``
+  refused, saying how to merge it);
 * the modes, routing instruction and question: the recipe's (``config``) or else the ones saved with the
   checkpoint (``routing_config.json``);
 * ``max_tokens``: the checkpoint's training completion limit, else :data:`DEFAULT_EVAL_MAX_TOKENS`; never
@@ -23,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from routing_grpo.generation.factory import check_backend_name
+from routing_grpo.adapters import MERGE_HINT, is_adapter_folder
+from routing_grpo.generation.factory import AUTO, check_backend, check_backend_name, resolve_backend
 from routing_grpo.generation.options import check_sampling, check_seed
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, mode_index
 from routing_grpo.path_names import check_name
@@ -159,15 +162,24 @@ class EvalConfig:
         from routing_grpo.model_files import context_length, weight_file_problem
         from routing_grpo.offline_models import is_offline_name, resolve_model_path
 
+        notes: list[str] = []
         if is_offline_name(model):
             try:
                 model = resolve_model_path(model)
             except ValueError as err:
                 raise ValueError(str(err).replace("model_name_or_path", "--model")) from None
         check_model_location(model)
-        weights = weight_file_problem(model)
+        weights = weight_file_problem(model)  # a LoRA adapter folder: its base found and whole too
         if weights:
             raise ValueError(f"--model: {weights}")
+        if is_adapter_folder(model):  # on transformers: vLLM loads whole models
+            backend = options.get("backend", AUTO)
+            check_backend(backend, "--backend", model)
+            if backend == AUTO and resolve_backend(AUTO) != resolve_backend(AUTO, model):
+                notes.append(
+                    f"--backend auto: {model} is a LoRA adapter, evaluated on transformers ({MERGE_HINT})"
+                )
+            options["backend"] = resolve_backend(backend, model)
         if output and Path(output).exists() and not Path(output).is_dir():
             raise ValueError(f"--output: {output} is a file; give a folder for the evaluation")
         saved = saved_routing_settings(model, revision) if not config or max_tokens is None else {}
@@ -181,7 +193,6 @@ class EvalConfig:
         limit = max_tokens
         if limit is None:
             limit = saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
-        notes = []
         context = context_length(model)
         if context is not None and limit > context:
             if max_tokens is not None:  # said only when asked for explicitly

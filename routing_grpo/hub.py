@@ -144,7 +144,7 @@ def early_tell_lines(log_history: list[dict[str, Any]]) -> list[str]:
         if isinstance(value, int | float) and isinstance(batch, int | float) and math.isfinite(value):
             points[round(batch) + 1] = float(value)
     return [
-        f"- generation batch {b}: fanout {v:+.2f} over the last {FANOUT_WINDOW} batches ({early_tell_verdict(v)})"
+        f"- generation batch {b}: fanout {v:+.3f} nats per level step over the last {FANOUT_WINDOW} batches ({early_tell_verdict(v)})"
         for b, v in early_tell_readings(sorted(points.items()))
     ]
 
@@ -214,16 +214,17 @@ def model_card(
     base = model_args.model_name_or_path
     name = model_name or (args.hub_model_id or Path(args.output_dir).name).split("/")[-1]
     where = args.hub_model_id if args.push_to_hub and args.hub_model_id else args.output_dir
+    adapter = bool(getattr(model_args, "use_peft", False)) and not getattr(args, "merge_adapter", False)
     meta: dict[str, Any] = {
         "model_name": name,
-        "library_name": "transformers",
+        "library_name": "peft" if adapter else "transformers",
         "pipeline_tag": "text-generation",
     }
     if not is_offline_name(base) and not looks_local(base):
         meta["base_model"] = base
     if dataset_name:
         meta["datasets"] = [dataset_name]
-    meta["tags"] = ["routing-grpo", "trl", "grpo", "adaptive-reasoning"]
+    meta["tags"] = ["routing-grpo", "trl", "grpo", "adaptive-reasoning", *(["lora"] if adapter else [])]
     words = " / ".join(m.word for m in args.mode_specs)
     lines = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "", f"# {name}", ""]
     base_text = f"`{base}`"
@@ -239,6 +240,7 @@ def model_card(
         card_run_marker(identity),
         f"Run: {_describe_run(identity)}.",
         "",
+        *lora_lines(bool(getattr(model_args, "use_peft", False)), adapter, base_text),
     ]
     if args.single_mode:
         lines += [
@@ -340,6 +342,28 @@ def model_card(
         "",
     ]
     return "\n".join(lines)
+
+
+def lora_lines(use_peft: bool, adapter: bool, base_text: str) -> list[str]:
+    """What a LoRA run's folder holds and how to use it (none for a full fine-tune): the adapter and its base,
+    or the merged model (``merge_adapter``)."""
+    if not use_peft:
+        return []
+    if not adapter:
+        return [
+            f"**A merged model**: trained as a LoRA adapter of {base_text} and merged into it at the end of the "
+            "run (`merge_adapter: true`, PEFT's `merge_and_unload`); an ordinary checkpoint that every backend "
+            "(vLLM too) and `AutoModelForCausalLM` load.",
+            "",
+        ]
+    return [
+        f"**A LoRA adapter** of {base_text} (`adapter_config.json`, `adapter_model.safetensors`), not a whole "
+        "model: `routing-grpo generate`, `routing-grpo eval` and `Router.from_pretrained` load the base named "
+        "in `adapter_config.json` (`base_model_name_or_path`) and the adapter through PEFT, on transformers. "
+        "For vLLM or a plain transformers pipeline, merge it first: `merge_adapter: true` when training, or "
+        '`routing_grpo.adapters.merge_adapter_folder("ADAPTER", "MERGED")` (docs/inference.md, "LoRA runs").',
+        "",
+    ]
 
 
 def _package_version() -> str:

@@ -345,7 +345,8 @@ class Router:
         """Loads a checkpoint and its routing settings.
 
         Args:
-            model: a local folder, a Hub id, or ``offline:mini`` and the like.
+            model: a local folder, a Hub id, or ``offline:mini`` and the like; a LoRA run's folder (a PEFT
+                adapter) loads its base and the adapter through PEFT, on transformers.
             settings: override of the saved settings: a :class:`RoutingSettings`, a settings file or a
                 training recipe. Default: ``MODEL/routing_config.json``
                 (:class:`routing_grpo.settings.SettingsNotFoundError` if absent).
@@ -368,9 +369,10 @@ class Router:
         check_backend(backend)
         check_device(device)
         name = local_model_path(str(model))
-        problem = weight_file_problem(name)
+        problem = weight_file_problem(name)  # a LoRA adapter folder: its base found and whole too
         if problem:
             raise ValueError(f"model: {problem}")
+        check_backend(backend, model=name)  # vLLM refuses an adapter folder, saying how to merge it
         if not isinstance(settings, RoutingSettings):
             settings = RoutingSettings.resolve(name, settings, revision=revision)
         from transformers import AutoTokenizer

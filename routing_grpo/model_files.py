@@ -4,7 +4,8 @@ not a traceback from deep inside transformers after the tokenizer has loaded.
 
 The check reads each file's header only (safetensors: an 8-byte length, then a JSON header whose
 ``data_offsets`` say how long the data must be), so it costs milliseconds for any model size; a sharded
-model's index must name shards that are there.
+model's index must name shards that are there. A LoRA adapter folder (:mod:`routing_grpo.adapters`) is
+checked with its base: the base must be found, and its weight files whole too.
 """
 
 from __future__ import annotations
@@ -13,16 +14,21 @@ import json
 import struct
 from pathlib import Path
 
+from routing_grpo.adapters import adapter_base, base_problem, is_adapter_folder
+
 # A safetensors header larger than this is not one (the format itself caps it at 100 MB).
 MAX_HEADER_BYTES = 100_000_000
 INDEX_FILE = "model.safetensors.index.json"
 
 
 def context_length(model: str | Path) -> int | None:
-    """``max_position_embeddings`` of a local model folder's config.json (None for a Hub id, when absent, or
-    when the file cannot be read: loading the model will say why)."""
+    """``max_position_embeddings`` of a local model folder's config.json, else of a LoRA adapter's local base
+    (None for a Hub id, when absent, or when the file cannot be read: loading the model will say why)."""
     config = Path(model).expanduser() / "config.json"
     if not config.is_file():
+        # An adapter folder without the base's config.json (a LoRA run's checkpoint): its base's context.
+        if is_adapter_folder(model) and base_problem(model) is None:
+            return context_length(adapter_base(model))
         return None
     try:
         value = json.loads(config.read_text()).get("max_position_embeddings")
@@ -66,11 +72,19 @@ def safetensors_problem(path: str | Path) -> str | None:
 
 
 def weight_file_problem(folder: str | Path) -> str | None:
-    """The first problem of a local model folder's safetensors files, as ``FILE: what`` (None when whole).
-    A folder that is not there (a Hub id) has none to check."""
+    """The first problem of a local model folder's safetensors files, as ``FILE: what`` (None when whole); for
+    a LoRA adapter folder also a base that cannot be found (:func:`routing_grpo.adapters.base_problem`) and
+    the base's own files. A folder that is not there (a Hub id) has none to check."""
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         return None
+    if is_adapter_folder(folder):
+        return base_problem(folder) or own_weight_problem(folder) or weight_file_problem(adapter_base(folder))
+    return own_weight_problem(folder)
+
+
+def own_weight_problem(folder: Path) -> str | None:
+    """:func:`weight_file_problem` of the folder's own files."""
     files = sorted(folder.glob("*.safetensors"))
     index = folder / INDEX_FILE
     if index.is_file():

@@ -294,7 +294,7 @@ def plot_training_dynamics(
         ("mean length per mode (tokens)", "routing/length/"),
     ]
     if "routing/fanout" in series:
-        panels.append(("early tell: fanout (nats)", "routing/fanout"))
+        panels.append(("early tell: fanout (nats per level step)", "routing/fanout"))
     cols = 2 if len(panels) <= 4 else 3  # a grid that reads at page width
     rows = math.ceil(len(panels) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 3.2 * rows), squeeze=False)
@@ -372,7 +372,7 @@ def plot_early_tell(
     )
     ax.axhline(0.0, color="black", linewidth=0.5)
     ax.set_xlabel("generation batch")
-    ax.set_ylabel(f"fanout, nats (mean of the last {window} batches)")
+    ax.set_ylabel(f"fanout, nats per level step (mean of the last {window} batches)")
     ax.legend(fontsize=8)
     ax.set_title(heading)
     return _save(fig, path)

@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from routing_grpo.modes import mode_index, routing_instruction, word_first_token_ids, word_token_id_forms
+from routing_grpo.modes import mode_index, routing_instruction, word_token_id_forms
 
 logger = logging.getLogger(__name__)
 
@@ -141,14 +141,14 @@ def render_prompt(settings: Any, tokenizer: Any, question: Any, forced: int | No
     return plan.render(tokenizer, question), plan.forced_text
 
 
-def early_tell_word_ids(modes: Any, tokenizer: Any) -> tuple[list[int], list[int]] | None:
-    """The first token ids of the briefest and the longest mode's words, in both spellings (with and without
-    a leading space): what the early tell's log-odds read. None, with a warning, when the two share a first
-    token (their log-odds cannot be read at one position)."""
-    brief, longest = (word_first_token_ids(tokenizer, m.word) for m in (modes[0], modes[-1]))
-    if set(brief) & set(longest):
+def early_tell_word_ids(modes: Any, tokenizer: Any) -> tuple[list[list[int]], list[list[int]]] | None:
+    """The token ids of the briefest and the longest mode's words, each spelling (with and without a leading
+    space) whole: what the early tell's log-odds read (a word's probability over all its tokens). None, with
+    a warning, when the two words share a spelling (their log-odds cannot be read)."""
+    brief, longest = (word_token_id_forms(tokenizer, m.word) for m in (modes[0], modes[-1]))
+    if any(form in longest for form in brief):
         logger.warning(
-            "early tell: the routing words %r and %r begin with the same token; routing/logodds and "
+            "early tell: the routing words %r and %r are spelt with the same tokens; routing/logodds and "
             "routing/fanout are not logged",
             modes[0].word,
             modes[-1].word,

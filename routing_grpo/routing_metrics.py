@@ -9,8 +9,9 @@ tell"), prints :func:`batch_line` per batch and :func:`routing_summary` at the e
   length, capped and truncated shares per mode, forced and free apart;
 * per difficulty (the data's ``level``, ``routing/level/<L>/...``): accuracy, length and the free split;
 * the early tell (:mod:`routing_grpo.early_tell`): advantages per difficulty and mode with their shared /
-  per-level split, the routing log-odds per difficulty and their fanout; difficulty is the data's level,
-  else the group's pass-rate fifth (``routing/pass_rate/<fifth>/...``).
+  per-level split, the routing log-odds per difficulty and their fanout (nats per level step); difficulty
+  is the data's level, else the pass-rate fifth of the group's rollouts forced into the longest mode
+  (``routing/pass_rate/<fifth>/...``, warmup batches only).
 """
 
 from __future__ import annotations
@@ -154,7 +155,7 @@ def early_tell_metrics(record: GenerationRecord, modes: Sequence[ModeSpec]) -> d
     levels, prefix = record.levels, "routing/level"
     if levels is None:
         levels = pass_rate_difficulty(
-            record.modes, record.correct, group_size=record.group_size, num_modes=len(modes)
+            record.modes, record.correct, record.forced, group_size=record.group_size, num_modes=len(modes)
         )
         prefix = "routing/pass_rate"
 
@@ -231,7 +232,7 @@ def batch_line(
     elif any(record.forced):
         parts.append("all forced")
     if record.fanout is not None and not math.isnan(record.fanout):
-        parts.append(f"fan {record.fanout:+.2f}")
+        parts.append(f"fan {record.fanout:+.3f}/step")
     if seconds is not None:
         parts.append(f"{seconds:.1f}s")
         left = total - record.batch_step - 1 if total is not None else 0
@@ -257,8 +258,8 @@ def early_tell_summary(history: list[GenerationRecord]) -> str | None:
     readings = early_tell_readings(points)
     if not readings:
         return None
-    text = ", ".join(f"batch {b} {v:+.2f}" for b, v in readings)
-    return f"Early tell (fanout, mean of the last {FANOUT_WINDOW} batches): {text}; {early_tell_verdict(readings[-1][1])}"
+    text = ", ".join(f"batch {b} {v:+.3f}" for b, v in readings)
+    return f"Early tell (fanout in nats per level step, mean of the last {FANOUT_WINDOW} batches): {text}; {early_tell_verdict(readings[-1][1])}"
 
 
 def _mean(values: list) -> float:

@@ -127,7 +127,7 @@ def train_in_folder(
     from transformers import set_seed
     from trl import get_peft_config
 
-    from routing_grpo import loading, runs
+    from routing_grpo import adapters, loading, runs
     from routing_grpo.data import check_columns
     from routing_grpo.hub import check_hub_card, hub_dataset_name, install_model_card, push_saved_model
     from routing_grpo.preemption import exit_if_preempted
@@ -213,7 +213,7 @@ def train_in_folder(
     trainer.log_metrics("train", result.metrics)
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
-    trainer.save_model(training_args.output_dir)
+    adapters.save_final_model(trainer, training_args.output_dir, training_args.merge_adapter)
     if trainer.accelerator.is_main_process:
         runs.finish_run_folder(trainer, training_args, identity)
     if training_args.push_to_hub:

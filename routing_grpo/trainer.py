@@ -380,8 +380,9 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
     def _routing_logodds(self, output: dict[str, Any]) -> torch.Tensor:
         """z = log pi(longest word) - log pi(briefest word) at the routing position, for each local rollout
-        (docs/method.md "The early tell"): one forward without gradient over each distinct prompt [P | Q],
-        keeping only the last position's logits."""
+        (docs/method.md "The early tell"), a word's probability over all its tokens: forwards without
+        gradient over each distinct prompt [P | Q] (one more, [P | Q | w], per spelling of more than one
+        token), keeping only the positions that predict the word's tokens."""
         ids, mask = output["prompt_ids"], output["prompt_mask"]
         distinct: dict[tuple[int, ...], int] = {}  # prompt -> its index among the distinct ones
         index = [
@@ -390,16 +391,32 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         ]
         firsts = [index.index(i) for i in range(len(distinct))]  # a row of each distinct prompt
         rows = torch.tensor(firsts, device=ids.device)
-        sub_mask = mask[rows]
-        positions = (sub_mask.long().cumsum(-1) - 1).clamp(min=0)  # prompts are padded on the left
-        with torch.no_grad():
-            logits = self.model(
-                input_ids=ids[rows], attention_mask=sub_mask, position_ids=positions, logits_to_keep=1,
-                use_cache=False,
-            ).logits[:, -1]  # fmt: skip
-        logp = logits.float().log_softmax(-1)
-        brief, longest = (torch.tensor(t, device=logp.device) for t in self.tell_word_ids)
-        z = logp[:, longest].logsumexp(-1) - logp[:, brief].logsumexp(-1)
+        prompt_ids, prompt_mask = ids[rows], mask[rows]
+
+        def forward(head: list[int]) -> torch.Tensor:  # log-probabilities at the last len(head) + 1 positions
+            tail = torch.tensor([head], dtype=ids.dtype, device=ids.device).expand(len(firsts), -1)
+            sub_ids = torch.cat([prompt_ids, tail], dim=1)
+            sub_mask = torch.cat([prompt_mask, torch.ones_like(tail, dtype=prompt_mask.dtype)], dim=1)
+            positions = (sub_mask.long().cumsum(-1) - 1).clamp(min=0)  # prompts are padded on the left
+            with torch.no_grad():
+                logits = self.model(
+                    input_ids=sub_ids, attention_mask=sub_mask, position_ids=positions,
+                    logits_to_keep=len(head) + 1, use_cache=False,
+                ).logits[:, -(len(head) + 1) :]  # fmt: skip
+            return logits.float().log_softmax(-1)
+
+        at_word = forward([])[:, 0]  # the routing position: every spelling's first token
+
+        def form_logprob(form: list[int]) -> torch.Tensor:  # log pi(form | prompt), one per distinct prompt
+            if len(form) == 1:
+                return at_word[:, form[0]]
+            target = torch.tensor(form, device=ids.device).expand(len(firsts), -1)
+            return forward(form[:-1]).gather(-1, target.unsqueeze(-1)).squeeze(-1).sum(-1)
+
+        brief, longest = (
+            torch.stack([form_logprob(f) for f in forms]).logsumexp(0) for forms in self.tell_word_ids
+        )
+        z = longest - brief
         return z[torch.tensor(index, device=z.device)].to(torch.float64)
 
     # ------------------------------------------------------------------------------------------------------
@@ -616,7 +633,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         now = time.monotonic()
         seconds = now - self._last_batch_time if self._last_batch_time is not None else None
         self._last_batch_time = now
-        line = batch_line(record, [m.name for m in self.modes], self.args.total_batch_steps, seconds)
+        line = batch_line(record, [m.name for m in self.modes], self.args.total_generation_batches, seconds)
         if not self.args.batch_progress_bar or not sys.stdout.isatty():
             print(line, flush=True)
             return
@@ -624,7 +641,10 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             from tqdm.auto import tqdm
 
             self._batch_bar = tqdm(
-                total=self.args.total_batch_steps, unit="batch", desc="generation batches", dynamic_ncols=True
+                total=self.args.total_generation_batches,
+                unit="batch",
+                desc="generation batches",
+                dynamic_ncols=True,
             )
             self._batch_bar.update(record.batch_step)
         self._batch_bar.update(1)

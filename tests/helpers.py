@@ -852,3 +852,12 @@ def rows_backend(generate: Any, eos_token_ids: Sequence[int] = (0,)) -> Any:
             return out
 
     return RowsBackend()
+
+
+def prompts_of(tok: Any, k: int, ragged: bool = True) -> list[list[int]]:
+    """:func:`chat_prompts`, with the second and last shortened when ``ragged`` (left padding in play)."""
+    prompts = chat_prompts(tok, k)
+    if ragged and k > 1:
+        prompts[1] = prompts[1][3:]
+        prompts[-1] = prompts[-1][5:]
+    return prompts

@@ -70,16 +70,18 @@ def command_options():
     return [(name, p) for name, p in commands.items() if name != "train"]
 
 
-@pytest.mark.parametrize("name", ["reward-table", "oracle", "grade", "eval", "generate", "report"])
+@pytest.mark.parametrize("name", ["reward-table", "oracle", "grade", "eval", "generate", "report", "probe"])
 def test_every_option_of_every_command_takes_both_spellings(name):
     parsers = dict(command_options())
-    assert set(parsers) == {"reward-table", "oracle", "grade", "eval", "generate", "report"}
+    assert set(parsers) == {"reward-table", "oracle", "grade", "eval", "generate", "report", "probe"}
     parser = parsers[name]
     long = [o for a in parser._actions for o in a.option_strings if o.startswith("--") and o != "--help"]
 
     def words(option):
         action = parser._option_string_actions[option]
-        value = str(action.choices[0]) if action.choices else "0"
+        default = action.default
+        plain = isinstance(default, (int, float, str)) and not isinstance(default, bool) and default != ""
+        value = str(action.choices[0]) if action.choices else str(default) if plain else "0"
         return [option, *([] if action.nargs == 0 else [value] * (2 if action.nargs == "+" else 1))]
 
     required = [

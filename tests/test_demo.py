@@ -43,7 +43,8 @@ def test_the_demo_summary_says_what_the_start_carries_and_reads_plainly():
     assert "entropy" not in text.split("## Targets")[1].split("##")[0]
     assert "not measured in the demo: `tokens_vs_long`" in text
     # the early tell in words: nats, what the threshold means
-    assert "in nats" in text and "0.1 nats, the line it is read against" in text and "1.11 times" in text
+    assert "in nats per level step" in text and "0.02 nats per step, the line it is read against" in text
+    assert "1.02 times as high for each level harder (1.11 times across" in text
     # every figure linked and explained
     for figure in figures:
         assert f"]({figure})" in text and "![" in text

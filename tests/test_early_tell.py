@@ -11,6 +11,7 @@ from routing_grpo.early_tell import (
     FANOUT_ROUTING,
     advantage_split,
     difficulty_order,
+    difficulty_value,
     early_tell_readings,
     early_tell_verdict,
     fanout,
@@ -19,9 +20,10 @@ from routing_grpo.early_tell import (
     pass_rate_difficulty,
     spearman,
     trailing_mean,
+    word_logprob,
     word_loss_share,
 )
-from routing_grpo.modes import INVALID
+from routing_grpo.modes import INVALID, word_token_id_forms
 from routing_grpo.prompting import early_tell_word_ids
 from routing_grpo.schedules import routing_word_weight_at
 from routing_grpo.trainer import RoutingGRPOTrainer
@@ -96,20 +98,58 @@ def test_difficulty_orders_numbers_and_pass_rates():
     assert sorted(["hard", "2", "easy"], key=difficulty_order) == ["2", "easy", "hard"]
 
 
+def test_difficulty_values_are_on_their_own_scale():
+    assert difficulty_value("Level 3") == 3.0 and difficulty_value("6") == 6.0
+    assert [difficulty_value(f"pass {b}") for b in ("0.8-1.0", "0.6-0.8", "0.4-0.6", "0.2-0.4", "0.0-0.2")] == [
+        0.0, 1.0, 2.0, 3.0, 4.0,
+    ]  # fmt: skip
+    assert difficulty_value("hard") is None
+
+
 def test_fanout_of_a_router_and_of_a_flat_state():
     levels = ["1", "1", "2", "2", "3", "3"]
-    # One nat more per difficulty step over two steps: 2 nats from the easiest to the hardest.
+    # One nat more per level step: 1 nat per level step.
     value, rank = fanout(levels, [-1.0, -1.0, 0.0, 0.0, 1.0, 1.0])
-    assert value == pytest.approx(2.0) and rank == pytest.approx(1.0)
+    assert value == pytest.approx(1.0) and rank == pytest.approx(1.0)
     value, rank = fanout(levels, [0.3] * 6)
     assert value == pytest.approx(0.0) and math.isnan(rank)
     # Tiny but ordered: the rank sees the order, the fanout its size.
     value, rank = fanout(levels, [0.0, 0.0, 0.001, 0.001, 0.002, 0.002])
-    assert value == pytest.approx(0.002) and rank == pytest.approx(1.0)
+    assert value == pytest.approx(0.001) and rank == pytest.approx(1.0)
     # Slope by least squares over the prompts, not the level means' endpoints: z = 0, 3, 0 at levels 1-3.
     value, _ = fanout(["1", "2", "3"], [0.0, 3.0, 0.0])
     assert value == pytest.approx(0.0)
     assert all(math.isnan(x) for x in fanout(["1", "1"], [0.0, 1.0]))
+
+
+def test_a_linear_logodds_reads_one_fanout_with_or_without_an_end_level():
+    # z = 0.5 (level - 1) on MATH's five levels: 0.5 nats per level step whichever levels the batch holds
+    # (before #41: 2.0 with every level, 1.5 without level 5, 1.0 with only levels 2-4).
+    for present in ([1, 2, 3, 4, 5], [1, 2, 3, 4], [2, 3, 4], [1, 5], [1, 2, 3, 4, 5, 6]):
+        levels = [f"Level {lv}" for lv in present for _ in range(3)]
+        value, rank = fanout(levels, [0.5 * (lv - 1) for lv in present for _ in range(3)])
+        assert value == pytest.approx(0.5) and rank == pytest.approx(1.0)
+    # Pass-rate fifths are on a scale too: one fifth is one step, a missing fifth changes nothing.
+    bins = ["pass 0.8-1.0", "pass 0.4-0.6", "pass 0.0-0.2"]  # values 0, 2, 4
+    assert fanout(bins, [0.0, 0.6, 1.2])[0] == pytest.approx(0.3)
+
+
+def test_labels_without_a_scale_are_rank_based():
+    # No number in the labels: a step is one rank among the labels present (sorted as difficulty_order).
+    value, rank = fanout(["easy", "hard", "easy", "hard"], [0.0, 2.0, 0.0, 2.0])
+    assert sorted(["easy", "hard"], key=difficulty_order) == ["easy", "hard"]
+    assert value == pytest.approx(2.0) and rank == pytest.approx(1.0)
+
+
+def test_a_word_probability_over_all_its_tokens():
+    # "NoThink" as "No" + "Think" (p 0.5 x 0.1) or " No" + "Think" (p 0.2 x 0.5): 0.05 + 0.1 = 0.15.
+    forms = [[math.log(0.5), math.log(0.1)], [math.log(0.2), math.log(0.5)]]
+    assert word_logprob(forms) == pytest.approx(math.log(0.15))
+    # The first tokens alone would read 0.7: "No" is a common word, not the routing word.
+    assert word_logprob([[math.log(0.5)], [math.log(0.2)]]) == pytest.approx(math.log(0.7))
+    assert word_logprob([[-math.inf], [-math.inf, 0.0]]) == -math.inf
+    with pytest.raises(ValueError):
+        word_logprob([[]])
 
 
 def test_logodds_by_level_easiest_first():
@@ -129,16 +169,76 @@ def test_spearman_with_ties():
     assert math.isnan(spearman([1, 2], [1, 2]))
 
 
-def test_pass_rate_difficulty_reads_the_longest_mode_first():
-    modes = [2, 2, 0, 1, 0, 0, 1, 1]
-    correct = [True, False, True, True, True, True, True, False]
-    # Group 1: Long 1 of 2 -> "0.4-0.6"; group 2 has no Long rollout: 3 of 4 over the group -> "0.6-0.8".
+def test_pass_rate_difficulty_reads_only_rollouts_forced_into_the_longest_mode():
+    modes = [2, 2, 2, 0, 0, 0, 2, 2]
+    forced = [True, True, False, True, False, False, False, True]
+    correct = [True, False, False, True, True, True, True, False]
+    # Group 1: forced Long 1 of 2 -> "0.4-0.6" (the free Long rollout is not counted); group 2: forced Long
+    # 0 of 1 -> "0.0-0.2" (its free Long success is the router's choice, not counted).
     assert (
-        pass_rate_difficulty(modes, correct, group_size=4, num_modes=3)
-        == ["pass 0.4-0.6"] * 4 + ["pass 0.6-0.8"] * 4
+        pass_rate_difficulty(modes, correct, forced, group_size=4, num_modes=3)
+        == ["pass 0.4-0.6"] * 4 + ["pass 0.0-0.2"] * 4
     )
+    # No forced rollout in the longest mode (after the warmup): no difficulty.
+    assert pass_rate_difficulty(modes, correct, [False] * 8, group_size=4, num_modes=3) == [None] * 8
     with pytest.raises(ValueError, match="groups of 3"):
-        pass_rate_difficulty(modes, correct, group_size=3, num_modes=3)
+        pass_rate_difficulty(modes, correct, forced, group_size=3, num_modes=3)
+
+
+def simulated_batches(sigma, *, forced_per_mode, batches, seed=0, prompts=32, group=8):
+    """Generation batches of a router that does not route by difficulty: each prompt's log-odds z ~ N(0,
+    sigma) whatever its difficulty u ~ U(0, 1); free rollouts pick NoThink / Short / Long with weights
+    exp(-z/2), 1, exp(z/2); a rollout is correct with probability 0.95 - 0.7 u in Long, 0.2 and 0.4 less in
+    Short and NoThink. Yields (modes, forced, correct, z per rollout)."""
+    import random
+
+    rng = random.Random(seed)
+    for _ in range(batches):
+        modes, forced, correct, zs = [], [], [], []
+        for _ in range(prompts):
+            u, z = rng.random(), rng.gauss(0.0, sigma)
+            weights = [math.exp(-z / 2), 1.0, math.exp(z / 2)]
+            for k in range(group):
+                is_forced = k < 3 * forced_per_mode
+                mode = k // forced_per_mode if is_forced else rng.choices(range(3), weights)[0]
+                p = 0.95 - 0.7 * u - 0.2 * (2 - mode)
+                modes.append(mode), forced.append(is_forced), correct.append(rng.random() < p), zs.append(z)
+        yield modes, forced, correct, zs
+
+
+def batch_fanout(modes, levels, zs, group):
+    firsts = [i for i in range(0, len(modes), group) if levels[i] is not None]
+    return fanout([levels[i] for i in firsts], [zs[i] for i in firsts])[0]
+
+
+@pytest.mark.parametrize("sigma", [0.5, 1.0, 2.0])
+def test_a_router_that_does_not_route_by_difficulty_reads_no_fanout(sigma):
+    # The fallback difficulty (forced Long rollouts' pass rate, in the warmup) cannot be moved by the
+    # router's mode mix: mean fanout about 0, below the threshold, whatever the log-odds' spread.
+    values = [
+        batch_fanout(m, pass_rate_difficulty(m, c, f, group_size=8, num_modes=3), z, 8)
+        for m, f, c, z in simulated_batches(sigma, forced_per_mode=2, batches=400)
+    ]
+    assert abs(sum(values) / len(values)) < FANOUT_ROUTING
+
+
+def test_the_free_rollouts_pass_rate_would_read_the_routers_own_preferences():
+    # Contrast (the rule before #41): the group's Long rollouts, or all of them when none is in Long. With
+    # free rollouts only, prompts the router sends to brief modes pass less often and read as harder.
+    from routing_grpo.emergence import pass_rate_bin
+
+    def free_pass_rate(modes, correct, group):
+        out = []
+        for s in range(0, len(modes), group):
+            rows = [i for i in range(s, s + group) if modes[i] == 2] or list(range(s, s + group))
+            out += ["pass " + pass_rate_bin(sum(correct[i] for i in rows) / len(rows))] * group
+        return out
+
+    values = [
+        batch_fanout(m, free_pass_rate(m, c, 8), z, 8)
+        for m, f, c, z in simulated_batches(2.0, forced_per_mode=0, batches=100)
+    ]
+    assert sum(values) / len(values) < -0.1
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -177,6 +277,27 @@ def test_trailing_means_and_readings():
 # ----------------------------------------------------------------------------------------------------------
 
 
+def word_lp(model, prompt, forms):
+    """log pi(word | prompt) over all its tokens, one unpadded forward per spelling."""
+    per_form = []
+    for form in forms:
+        with torch.no_grad():
+            logp = model(input_ids=torch.tensor([prompt + form])).logits[0].log_softmax(-1)
+        per_form.append([logp[len(prompt) - 1 + t, token].item() for t, token in enumerate(form)])
+    return word_logprob(per_form)
+
+
+def test_the_word_ids_are_every_token_of_each_spelling(tiny_model_path):
+    from transformers import AutoTokenizer
+
+    from routing_grpo.modes import DEFAULT_MODES
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_path)
+    brief, longest = early_tell_word_ids(DEFAULT_MODES, tokenizer)
+    assert brief == word_token_id_forms(tokenizer, "NoThink")
+    assert longest == word_token_id_forms(tokenizer, "Long")
+
+
 def test_the_trainer_logs_the_early_tell(tiny_model_path, tmp_path, monkeypatch):
     # Learning rate 0: the model does not move, so the log-odds can be read again after training.
     args = make_args(
@@ -194,9 +315,7 @@ def test_the_trainer_logs_the_early_tell(tiny_model_path, tmp_path, monkeypatch)
     for record, output in zip(records, spy.outputs):
         # z of each rollout is the model's at the end of its own prompt [P | Q], read without padding.
         for row, prompt in enumerate(unpad(output["prompt_ids"], output["prompt_mask"])):
-            with torch.no_grad():
-                logp = trainer.model(input_ids=torch.tensor([prompt])).logits[0, -1].log_softmax(-1)
-            z = (logp[longest].logsumexp(-1) - logp[brief].logsumexp(-1)).item()
+            z = word_lp(trainer.model, prompt, longest) - word_lp(trainer.model, prompt, brief)
             assert record.logodds[row] == pytest.approx(z, abs=1e-4)
         tokens = int(output["completion_mask"].sum())
         routed = sum(m != INVALID for m in record.modes)
@@ -227,6 +346,25 @@ def test_the_trainer_logs_the_early_tell(tiny_model_path, tmp_path, monkeypatch)
                 key = f"routing/level/{level}/advantage{'_forced' if kind == 'forced' else ''}/{name}"
                 assert (log[key] is None) if math.isnan(value) else log[key] == pytest.approx(value)
     assert finite > 0
+
+
+def test_the_trainer_reads_words_of_several_tokens(tiny_model_path, tmp_path, monkeypatch):
+    # The tiny tokenizer writes each word as one token; spellings of two and three tokens take the
+    # trainer's other path ([P | Q | w] forwards), checked against one unpadded forward per spelling.
+    args = make_args(
+        tmp_path, max_steps=1, routing_warmup_steps=1, per_device_train_batch_size=8, learning_rate=0.0
+    )
+    ScriptedGeneration().install(monkeypatch)
+    spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
+    trainer = build_trainer(tiny_model_path, args, train_dataset=three_level_dataset())
+    brief, longest = trainer.tell_word_ids
+    trainer.tell_word_ids = ([brief[0] + longest[1], brief[1]], [longest[0] + brief[0] + brief[1]])
+    trainer.train()
+    record = next(r for r in trainer.routing_history if r.mode == "train")
+    brief, longest = trainer.tell_word_ids
+    for row, prompt in enumerate(unpad(spy.outputs[0]["prompt_ids"], spy.outputs[0]["prompt_mask"])):
+        z = word_lp(trainer.model, prompt, longest) - word_lp(trainer.model, prompt, brief)
+        assert record.logodds[row] == pytest.approx(z, abs=1e-4)
 
 
 def test_the_word_weight_schedule_in_the_trainer(tiny_model_path, tmp_path, monkeypatch):

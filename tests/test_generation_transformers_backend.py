@@ -8,7 +8,7 @@ import pytest
 
 from routing_grpo.generation.caps import apply_caps
 from routing_grpo.generation.transformers_decoding import generate_in_budget_groups
-from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
+from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, ModeDetector, ModeSpec
 from tests.helpers import MODES, budget_groups, capped_rollouts, chat_prompts
 
 
@@ -74,3 +74,53 @@ def test_the_transformers_backend_takes_model_generate_where_the_loop_declines(t
     assert all(len(ids) <= 6 for ids, _ in out[0]) and len(out[1][0][0]) <= 3
     with pytest.raises(ValueError, match="shrinking decode loop"):
         backend.sample_rows(prompts, [None, 4], max_tokens=6, head_budget=lambda row, head: 6)
+
+
+def test_the_decode_loop_is_chosen_by_device_and_setting(monkeypatch):
+    """``auto``: the device-side loop on CUDA, the shrinking loop elsewhere; a setting names one; a wrong one
+    is one line naming the variable and the choices."""
+    from routing_grpo.generation.transformers_backend import DECODE_LOOP_VARIABLE, decode_loop
+
+    monkeypatch.delenv(DECODE_LOOP_VARIABLE, raising=False)
+    assert decode_loop("cuda") == "device" and decode_loop("cpu") == "shrinking"
+    assert decode_loop("cuda", "shrinking") == "shrinking" and decode_loop("cpu", "device") == "device"
+    monkeypatch.setenv(DECODE_LOOP_VARIABLE, "device")
+    assert decode_loop("cpu") == "device"
+    monkeypatch.setenv(DECODE_LOOP_VARIABLE, "fast")
+    with pytest.raises(
+        ValueError, match=f"{DECODE_LOOP_VARIABLE}='fast': must be one of auto, shrinking, device"
+    ):
+        decode_loop("cpu")
+
+
+def test_the_backend_gives_the_same_completions_on_either_decode_loop(tiny_qwen2, monkeypatch):
+    """The transformers backend's one-pass call (per-row budgets, free rows' budgets set from their heads)
+    gives the same greedy tokens on the device-side loop as on the shrinking loop, and keeps its decoder
+    (static cache) across calls."""
+    from routing_grpo.generation.transformers_backend import DECODE_LOOP_VARIABLE, TransformersBackend
+
+    model, tok = tiny_qwen2
+    prompts = chat_prompts(tok, 4)
+    prompts[2] = prompts[2][2:]  # ragged: left padding in play
+    budgets = [5, None, 12, None]
+    heads = []
+
+    def head_budget(i, head):
+        heads.append((i, list(head)))
+        return DETECTION_HEAD_TOKENS + 2 + i  # the row's whole budget, head included
+
+    results = {}
+    for loop in ("shrinking", "device"):
+        monkeypatch.setenv(DECODE_LOOP_VARIABLE, loop)
+        backend = TransformersBackend(model, tok, temperature=0)
+        heads.clear()
+        results[loop] = (
+            backend.sample_rows(prompts, budgets, max_tokens=24, head_budget=head_budget),
+            list(heads),
+        )
+        assert (backend.device_decoder is not None) == (loop == "device")
+    assert results["device"] == results["shrinking"]
+    rows, _ = results["device"]
+    assert results["device"][1] and {i for i, _ in results["device"][1]} == {1, 3}  # the free rows' heads
+    limits = [5, DETECTION_HEAD_TOKENS + 3, 12, DETECTION_HEAD_TOKENS + 5]
+    assert all(len(ids) <= limit for (ids, _), limit in zip(rows, limits))

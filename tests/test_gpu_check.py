@@ -78,6 +78,19 @@ def test_report_names_a_failed_section_and_keeps_the_others():
     assert "64 answers, 900 tokens" in text and "600 tokens/s" in text
 
 
+def test_the_decoding_floor_is_the_models_bytes_at_the_cards_bandwidth():
+    assert gpu_check.memory_bandwidth_tb_s("NVIDIA H100 80GB HBM3") == 3.35
+    assert gpu_check.memory_bandwidth_tb_s("NVIDIA H100 PCIe") == 2.0
+    assert gpu_check.memory_bandwidth_tb_s("NVIDIA H200") == 4.8
+    assert gpu_check.memory_bandwidth_tb_s("Some Future Card") is None
+    assert gpu_check.memory_bandwidth_tb_s(None) is None
+    # Qwen2.5-1.5B in bf16 is 3.09 GB: about 0.92 ms a step on an H100 SXM, 0.64 on an H200.
+    model_bytes = gpu_check._parameters(gpu_check.QWEN25_1_5B) * 2
+    assert gpu_check.decode_floor_ms(model_bytes, 3.35) == pytest.approx(0.9216, rel=1e-3)
+    assert gpu_check.decode_floor_ms(model_bytes, 4.8) == pytest.approx(0.6432, rel=1e-3)
+    assert gpu_check.decode_floor_ms(model_bytes, None) is None
+
+
 def test_unknown_section_is_a_usage_error(capsys):
     assert gpu_check.main(["--only", "steps", "--device", "cpu"]) == 2
     assert "unknown section(s) ['steps']" in capsys.readouterr().err
@@ -103,3 +116,28 @@ def test_small_check_runs_every_section_on_cpu(tmp_path):
     assert serving["model"].endswith("graded_router/seed0")  # the router the miniature section trained
     assert serving["eval"]["generation"]["tokens"] > 0 and serving["generate"]["answers"] == 4
     assert "## step" in (out / "gpu_check.md").read_text()
+
+
+@pytest.mark.slow
+def test_quick_check_times_each_step_of_both_decode_loops_on_cpu(tmp_path):
+    out = tmp_path / "quick"
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_check", "--quick", "--device", "cpu", "--small", "--output", str(out)],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    sections = json.loads((out / "gpu_check.json").read_text())["sections"]
+    assert list(sections) == ["environment", "step"]
+    step = sections["step"]
+    assert set(step["rows"]) == {"a_plain", "b_shrinking", "b_device", "b_generate"}
+    for row in step["rows"].values():
+        assert len(row["step_times"]) == len(row["generation_times"]) == 3
+        assert row["tokens_past_caps"] == 0 and row["ms_per_forward"] > 0
+    # The same rollouts: both loops read the same heads and keep the same tokens per step.
+    b, d, g = step["rows"]["b_shrinking"], step["rows"]["b_device"], step["rows"]["b_generate"]
+    assert b["completion_tokens"] == d["completion_tokens"] == g["completion_tokens"]
+    assert d["cuda_graphs"].startswith("off (the model is on cpu")
+    assert step["floor_ms_per_decoding_step"] is None
+    text = (out / "gpu_check.md").read_text()
+    assert "(b) routing, device decode loop" in text and "No floor" in text
+    assert "(b) routing, transformers' generate with per-row budgets" in text

@@ -23,7 +23,16 @@ def subcommands() -> dict[str, argparse.ArgumentParser]:
 
 def test_every_option_of_every_subcommand_has_help():
     commands = subcommands()
-    assert set(commands) == {"train", "reward-table", "grade", "eval", "generate", "report", "oracle"}
+    assert set(commands) == {
+        "train",
+        "reward-table",
+        "grade",
+        "eval",
+        "generate",
+        "report",
+        "oracle",
+        "probe",
+    }
     missing = []
     for name, parser in {"routing-grpo": build_parser(), **commands}.items():
         for action in parser._actions:

@@ -219,11 +219,17 @@ def test_the_model_card_reports_the_early_tell(tmp_path):
     script_args, args, model_args = parse(RECIPES / "router_r1_distill_qwen_1.5b.yaml")
     card = model_card(args, script_args, model_args, history)
     assert "## Early tell" in card
-    assert "- generation batch 20: fanout +2.00 over the last 10 batches (routing by difficulty" in card
-    assert "- generation batch 30: fanout +2.00" in card and "generation batch 45" not in card
-    flat = [{"routing/batch_step": float(b), "routing/fanout": 0.05} for b in range(50)]
+    assert (
+        "- generation batch 20: fanout +2.000 nats per level step over the last 10 batches (routing by difficulty"
+        in card
+    )
+    assert "- generation batch 30: fanout +2.000" in card and "generation batch 45" not in card
+    flat = [{"routing/batch_step": float(b), "routing/fanout": 0.01} for b in range(50)]
     card = model_card(args, script_args, model_args, flat)
-    assert "- generation batch 45: fanout +0.05 over the last 10 batches (flat so far" in card
+    assert (
+        "- generation batch 45: fanout +0.010 nats per level step over the last 10 batches (flat so far"
+        in card
+    )
     assert "## Early tell" not in model_card(args, script_args, model_args, [])
 
 

@@ -73,15 +73,18 @@ def test_training_logs_per_level_shares(tiny_model_path, tmp_path, monkeypatch):
 
 
 def test_no_level_column_no_level_metrics(tiny_model_path, tmp_path, monkeypatch):
-    args = make_args(tmp_path, max_steps=1, routing_warmup_steps=0)
+    args = make_args(tmp_path, max_steps=2, routing_warmup_steps=1)
     ScriptedGeneration().install(monkeypatch)
     trainer = build_trainer(
         tiny_model_path, args, train_dataset=Dataset.from_list(arithmetic_rows(8)).remove_columns("level")
     )
     trainer.train()
-    (record,) = trainer.routing_history
-    assert record.levels is None
+    warmup, after = trainer.routing_history
+    assert warmup.levels is None and after.levels is None
     assert not any(k.startswith("routing/level/") for h in trainer.state.log_history for k in h)
-    # The early tell reads difficulty from the groups' pass rates instead, under its own name.
-    logged = {k for h in trainer.state.log_history for k in h}
-    assert any(re.fullmatch(r"routing/pass_rate/\d\.\d-\d\.\d/logodds", k) for k in logged)
+    # The early tell reads difficulty from the pass rates of the rollouts forced into the longest mode
+    # instead, under its own name: in the warmup only (after it no rollout is forced).
+    logged = [{k for k in h} for h in trainer.state.log_history if "routing/batch_step" in h]
+    pattern = r"routing/pass_rate/\d\.\d-\d\.\d/logodds"
+    assert any(re.fullmatch(pattern, k) for k in logged[0])
+    assert not any(re.fullmatch(pattern, k) for k in logged[1])

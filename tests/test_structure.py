@@ -102,6 +102,7 @@ FLOORS = {
         "emergence", "grading", "grading_pool", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
         "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics", "eval_summary",
         "importance_sampling", "output_lock", "path_names", "storage", "model_files", "checkpoints", "demo_summary",
+        "adapters", "state_probe",
     },
     1: {
         "prompting", "config", "settings", "tasks", "data", "offline_models", "rollouts", "arguments",
@@ -109,11 +110,11 @@ FLOORS = {
     },
     2: {
         "trainer", "bucketed_logprobs", "callbacks", "preemption", "evaluate", "eval_config", "eval_engines", "inference",
-        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm", "answers_file", "launch_checks",
+        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm", "answers_file", "launch_checks", "probe",
     },
     3: {
         "train", "cli", "demo", "demo_smollm2", "__main__", "commands", "commands.reward_table", "commands.oracle",
-        "commands.grade", "commands.eval", "commands.generate", "commands.report",
+        "commands.grade", "commands.eval", "commands.generate", "commands.report", "commands.probe",
     },
 }  # fmt: skip
 MINI = "routing_grpo.mini"
@@ -289,7 +290,8 @@ GENERATION = PACKAGE / "generation"
 # The package's modules that run a model or an engine: one per backend, the transformers decode loops, and
 # the vLLM engines (one in this process, or the data-parallel pool).
 BACKEND_MODULES = {
-    "transformers_backend", "transformers_decoding", "vllm_backend", "vllm_engines", "vllm_server",
+    "transformers_backend", "transformers_decoding", "device_decoding", "generate_budgets", "vllm_backend",
+    "vllm_engines", "vllm_server",
 }  # fmt: skip
 
 
@@ -342,6 +344,10 @@ def _defined(name: str) -> list[str]:
     ]
 
 
+# The transformers decode loops: each implements the one-pass contract (``head_budget=``) the driver asks for.
+DECODE_LOOPS = {"transformers_decoding", "device_decoding", "generate_budgets"}
+
+
 def test_one_caps_driver():
     """The caps rule and its driver are written once (routing_grpo.generation.caps): training's rollouts and
     the Router's answers both go through ``generate_with_caps`` (the Router's word phase is its head); only
@@ -363,7 +369,7 @@ def test_one_caps_driver():
             asks = called in ("sample_rows", "generate_rows", "sample_with_budgets")
             if (
                 asks or ("head_budget" in keywords and called != "generate_with_caps")
-            ) and not _in_generation(path, {"caps", "transformers_backend"}):
+            ) and not _in_generation(path, {"caps", "transformers_backend", *DECODE_LOOPS}):
                 one_pass.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
         if "DETECTION_HEAD_TOKENS" in imported_names(tree) and path.parent != GENERATION:
             one_pass.append(f"{path.relative_to(PACKAGE)}: reads DETECTION_HEAD_TOKENS")

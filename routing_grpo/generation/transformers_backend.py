@@ -4,9 +4,11 @@ EOS or at their budget, so no token past a cap is computed)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from routing_grpo.adapters import is_adapter_folder, load_adapter_model
 from routing_grpo.generation.interface import BackendBase, Completion, GenerationRequest, stop_token_ids
 from routing_grpo.generation.options import (
     DEFAULT_TEMPERATURE,
@@ -24,6 +26,24 @@ from routing_grpo.generation.transformers_decoding import (
 
 # Prompts per call with the transformers backend when the caller does not say (vLLM: all at once).
 TRANSFORMERS_BATCH_SIZE = 16
+
+# The decode loop of the one-pass contract (docs/benchmarks.md "Decoding on the device"): ``shrinking``
+# drops finished rows (compute follows the tokens kept: the saving on CPU); ``device`` keeps the state on the
+# GPU with a static cache and CUDA graphs (the host-bound step on a GPU); ``auto``: device on CUDA, else
+# shrinking. Both give the same tokens; the environment variable picks one for a benchmark or a fallback.
+DECODE_LOOPS = ("auto", "shrinking", "device")
+DECODE_LOOP_VARIABLE = "ROUTING_GRPO_DECODE_LOOP"
+
+
+def decode_loop(device_type: str, setting: str | None = None) -> str:
+    """The loop for a model on ``device_type`` under ``setting`` (default: the environment variable, else
+    ``auto``): ``device`` on CUDA under ``auto``, else ``shrinking``."""
+    setting = (setting if setting is not None else os.environ.get(DECODE_LOOP_VARIABLE, "auto")).strip()
+    if setting not in DECODE_LOOPS:
+        raise ValueError(f"{DECODE_LOOP_VARIABLE}={setting!r}: must be one of {', '.join(DECODE_LOOPS)}")
+    if setting == "auto":
+        return "device" if device_type == "cuda" else "shrinking"
+    return setting
 
 
 def build(options: BackendOptions, tokenizer: Any) -> TransformersBackend:
@@ -44,7 +64,8 @@ def build(options: BackendOptions, tokenizer: Any) -> TransformersBackend:
 def load_transformers_model(
     model: str, *, revision: str | None = None, dtype: str = "auto", device: str | None = None
 ) -> Any:
-    """The causal LM in eval mode on ``device`` (default: the GPU when there is one)."""
+    """The causal LM in eval mode on ``device`` (default: the GPU when there is one); a LoRA adapter folder
+    is its base with the adapter merged in (:func:`routing_grpo.adapters.load_adapter_model`, through PEFT)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as transformers_logging
 
@@ -52,7 +73,10 @@ def load_transformers_model(
     bars = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
     try:
-        loaded = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype=dtype)
+        if is_adapter_folder(model):
+            loaded = load_adapter_model(model, dtype=dtype)
+        else:
+            loaded = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype=dtype)
     finally:
         if bars:
             transformers_logging.enable_progress_bar()
@@ -131,6 +155,7 @@ class TransformersBackend(BackendBase):
         self.eos_token_ids = [int(t) for t in eos_token_ids]
         # The shrinking loop sets a free row's budget once its head is written, in the same pass.
         self.continues_rows = shrinking_loop_supported(generation_config)
+        self.device_decoder: Any = None  # made on first use; keeps its static cache and graphs across calls
 
     def next_tokens(
         self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int] | None]
@@ -194,6 +219,21 @@ class TransformersBackend(BackendBase):
         for a None budget within ``head_budget(i, head)`` once the row's head is written (``continues_rows``
         only); never more than ``max_tokens``."""
         if self.continues_rows:
+            if decode_loop(next(self.model.parameters()).device.type) == "device":
+                if self.device_decoder is None:
+                    from routing_grpo.generation.device_decoding import DeviceDecoder
+
+                    self.device_decoder = DeviceDecoder(self.model)
+                rows = self.device_decoder.sample(
+                    prompts,
+                    budgets,
+                    generation_config=self.generation_config,
+                    eos_token_ids=self.eos_token_ids,
+                    pad_token_id=self.pad_token_id,
+                    max_completion_length=max_tokens,
+                    head_budget=head_budget,
+                )
+                return [(ids, None) for ids in rows]
             rows = sample_with_budgets(
                 self.model,
                 prompts,

@@ -2,6 +2,9 @@
 
 ``python -m routing_grpo.mini.probe [--model offline:mini] [--world cliff|graded]``
 
+``routing-grpo probe --model M --data D`` (routing_grpo/probe.py) is the general form: any model, any task or
+JSONL with a difficulty column, the miniature's worlds among them, with noise floors and a verdict.
+
 The router can only learn a different first word per level as fast as the state it reads that word from
 (the final, normalised hidden state at the end of the routed prompt, after ``Mode:``) differs between
 levels. For prompts x with levels l(x), states h(x), level means m_l and overall mean m::

@@ -1,6 +1,7 @@
 """Teaching the miniature's model: ``python -m routing_grpo.mini.teach --output DIR``.
 
-The paper's cold start, at miniature scale: a tiny Qwen2 (built from a config, with a byte-level BPE trained
+A cold start for the miniature, not the paper's (the paper has no supervised stage: its router starts from
+the pretrained model; docs/method.md "Differences from the paper"): a tiny Qwen2 (built from a config, with a byte-level BPE trained
 here on the task's text) is taught with TRL's ``SFTTrainer`` to write every training problem in all three
 modes, each after its routing word, so its first word starts near uniform. It also learns the plain prompt
 (no routing instruction, no routing question) as a base model that mostly reasons at length
@@ -16,9 +17,11 @@ l-bar the levels' mean::
     loss = SFT loss + W * mean_rows (u . h - S * (l - l-bar))^2     W = ``state_level_weight``, S = ``state_level_spread``
 
 u is a random unit vector drawn from the seed and never trained; nothing of it is saved with the model. It
-stands in for what a pretrained LLM brings to the routing position and the first stage does not: a state
-that tells easy problems from hard ones before any choice depends on it (docs/mini/cold_start.md). The
-first stage alone (``--state-level-steps 0``) is the level-blind checkpoint ``offline:mini_graded_blind``.
+writes the level, the very variable the world's targets measure, into the state at the routing position:
+a state that tells easy problems from hard ones before any choice depends on it. That a pretrained LLM
+brings such a state was assumed, never measured here; ``routing-grpo probe`` measures it, and on
+SmolLM2-135M-Instruct with MATH-500 the state looks like the blind first stage's, not this one's
+(docs/mini/cold_start.md "The routing state of a real model"). The first stage alone (``--state-level-steps 0``) is the level-blind checkpoint ``offline:mini_graded_blind``.
 
 Everything is seeded; the same command gives the same checkpoint on the same software. The folder holds the
 model, the tokenizer (with a ChatML template) and ``teaching.json`` (settings, steps, time, final loss).
