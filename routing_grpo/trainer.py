@@ -633,7 +633,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         now = time.monotonic()
         seconds = now - self._last_batch_time if self._last_batch_time is not None else None
         self._last_batch_time = now
-        line = batch_line(record, [m.name for m in self.modes], self.args.total_batch_steps, seconds)
+        line = batch_line(record, [m.name for m in self.modes], self.args.total_generation_batches, seconds)
         if not self.args.batch_progress_bar or not sys.stdout.isatty():
             print(line, flush=True)
             return
@@ -641,7 +641,10 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             from tqdm.auto import tqdm
 
             self._batch_bar = tqdm(
-                total=self.args.total_batch_steps, unit="batch", desc="generation batches", dynamic_ncols=True
+                total=self.args.total_generation_batches,
+                unit="batch",
+                desc="generation batches",
+                dynamic_ncols=True,
             )
             self._batch_bar.update(record.batch_step)
         self._batch_bar.update(1)

@@ -9,6 +9,7 @@ Fixtures other test modules rely on:
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,39 @@ def shared_data_dir() -> Path:
 def shared_data(shared_data_dir: Path) -> Path:
     """Alias of ``shared_data_dir``."""
     return shared_data_dir
+
+
+@pytest.fixture
+def sigterm_guard():
+    """Keeps SIGTERM away from the test process: a recording Python handler for the test's duration."""
+    calls: list[int] = []
+
+    def previous(signum, frame):
+        calls.append(signum)
+
+    saved = signal.signal(signal.SIGTERM, previous)
+    try:
+        yield previous, calls
+    finally:
+        signal.signal(signal.SIGTERM, saved)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny random Qwen2 and its tokenizer, built for the module that asks (its own copy)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from routing_grpo.offline_models import build_tiny_qwen2
+
+    path = build_tiny_qwen2(tmp_path_factory.mktemp("tiny") / "model")
+    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
+
+
+@pytest.fixture(scope="module")
+def tiny_qwen2(tiny_model_path):
+    """The tiny model of ``tiny_model_path`` loaded in eval mode, with its tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    model.eval()
+    return model, AutoTokenizer.from_pretrained(tiny_model_path)

@@ -3,6 +3,22 @@
 * :data:`REPO_ROOT`: the repository's root folder;
 * :data:`TINY_MODES`, :func:`tiny_recipe`, :func:`write_recipe`: a recipe that trains the tiny random Qwen2
   (the ``tiny_model_path`` fixture of ``conftest.py``) on the synthetic task in seconds, written as YAML;
+* :data:`MODES`, :data:`MODES_CAPS_3_6`, :data:`STEEP_MODES_CAPS_3_6`, :data:`RECIPE_MODES_CAPS_4_8`: the mode
+  tuples several test modules use;
+* :func:`level_dataset`: arithmetic prompts with the levels ``easy``, ``hard`` and none;
+* :func:`stand_in_args`: the training arguments a callback reads, for the callbacks' unit tests;
+* :func:`run_cli_expecting_error`: the one line ``train.cli`` prints for a bad recipe (exit code 2);
+* :func:`toy_eval_config`, :func:`vllm_generator`: an evaluation's settings and its vLLM backend on the
+  stand-in vLLM;
+* :data:`SETTINGS_CAPS_3_6`, :data:`NORMALISED_COLUMNS`: a checkpoint's routing settings; the rows' columns;
+* :func:`write_paper_summaries` (the paper's Table tab:full as summaries), :data:`PAPER_MODES`,
+  :func:`rows_for`, :func:`write_forced` (forced samples for the oracle), :data:`MODE_NAMES`, :func:`demo_inputs`
+  (the demo summary's inputs);
+* :func:`evaluate_independently`: an arithmetic expression's exact value through Python's own parser;
+* :func:`capped_rollouts`, :func:`budget_groups`, :func:`chat_prompts`: the transformers generation tests' driver,
+  ``model.generate`` per budget group and prompts;
+* :func:`run_cli`, :func:`run_main`: ``routing-grpo ARGV`` in this process, its exit code and output (``run_main``
+  also through argparse's own exit);
 * :data:`R1_DISTILL_TEMPLATE`: DeepSeek-R1-Distill-Qwen's chat template;
 * :class:`StandInHub`: a stand-in for transformers' Hub API that records what is asked of it;
 * the trainer tests' pieces (also imported by the multi-process launch script in ``tests/scripts``):
@@ -17,14 +33,19 @@
 from __future__ import annotations
 
 import ast
+import json
+import operator
 import re
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from fractions import Fraction
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+
+from routing_grpo.modes import ModeSpec, parse_modes
 
 # Light at import: grading's worker processes import the test modules that use these helpers (to unpickle
 # the functions they run), so datasets, TRL and transformers load only where a helper needs them.
@@ -34,6 +55,215 @@ if TYPE_CHECKING:
     from routing_grpo.config import RoutingGRPOConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# ----------------------------------------------------------------------------------------------------------
+# Mode tuples the unit tests share (each defined once; the values are the tests' own, not the paper's)
+# ----------------------------------------------------------------------------------------------------------
+
+# The generation tests' modes: caps 10 / 30 / none.
+MODES = (
+    ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=10),
+    ModeSpec("Short", "Short", 1.2, 0.995, cap=30),
+    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
+)
+# Caps 3 / 6 / none (the Router's word phase and budgets).
+MODES_CAPS_3_6 = (
+    ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=3),
+    ModeSpec("Short", "Short", 1.2, 0.995, cap=6),
+    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
+)
+# Caps 3 / 6 / none with steeper gammas (training's rollouts, the vLLM server).
+STEEP_MODES_CAPS_3_6 = (
+    ModeSpec("NoThink", "NoThink", 1.3, 0.9, cap=3),
+    ModeSpec("Short", "Short", 1.2, 0.95, cap=6),
+    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
+)
+# A recipe's ``modes`` for the tiny model, caps 4 / 8 / none (bad-input and fault runs).
+RECIPE_MODES_CAPS_4_8 = [
+    {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 0.99, "cap": 4},
+    {"name": "Short", "word": "Short", "base": 1.2, "gamma": 0.995, "cap": 8},
+    {"name": "Long", "word": "Long", "base": 1.0, "gamma": 1.0, "cap": None},
+]
+
+
+def _settings_caps_3_6() -> Any:
+    from routing_grpo.settings import RoutingSettings
+
+    return RoutingSettings(
+        modes=MODES_CAPS_3_6,
+        routing_instruction="Output NoThink to answer directly, Short for brief reasoning, or Long for extended reasoning.",
+        routing_question="Mode:",
+        max_completion_length=40,
+    )
+
+
+# A checkpoint's routing settings with :data:`MODES_CAPS_3_6` (the Router's and the settings file's tests).
+SETTINGS_CAPS_3_6 = _settings_caps_3_6()
+# The columns every task's rows are normalised to (routing_grpo.data).
+NORMALISED_COLUMNS = ["prompt", "problem", "answer", "level", "subject", "id"]
+
+# ----------------------------------------------------------------------------------------------------------
+# Inputs of the report, the oracle and the demo's summary
+# ----------------------------------------------------------------------------------------------------------
+
+# Paper, Table tab:full: (accuracy mean, std) per benchmark and (length mean, std); AIME length is the
+# combined AIME 2024 + 2025 figure, given to both years.
+TAB_FULL = {
+    "base": {
+        "math500": ((0.796, 0.002), (4743, 38)),
+        "gsm8k": ((0.831, 0.006), (1930, 18)),
+        "aime24": ((0.265, 0.008), (12266, 26)),
+        "aime25": ((0.231, 0.013), (12266, 26)),
+    },
+    "nothink": {
+        "math500": ((0.668, 0.013), (1096, 141)),
+        "gsm8k": ((0.757, 0.001), (336, 52)),
+        "aime24": ((0.137, 0.010), (3768, 453)),
+        "aime25": ((0.105, 0.018), (3768, 453)),
+    },
+    "short": {
+        "math500": ((0.727, 0.007), (2030, 149)),
+        "gsm8k": ((0.756, 0.004), (440, 13)),
+        "aime24": ((0.218, 0.013), (7259, 470)),
+        "aime25": ((0.166, 0.028), (7259, 470)),
+    },
+    "long": {
+        "math500": ((0.802, 0.004), (4507, 88)),
+        "gsm8k": ((0.837, 0.007), (1665, 54)),
+        "aime24": ((0.297, 0.007), (11881, 56)),
+        "aime25": ((0.230, 0.011), (11881, 56)),
+    },
+    "router": {
+        "math500": ((0.782, 0.006), (2810, 59)),
+        "gsm8k": ((0.781, 0.005), (459, 18)),
+        "aime24": ((0.276, 0.010), (10716, 74)),
+        "aime25": ((0.222, 0.005), (10716, 74)),
+    },
+}
+
+
+SAMPLES = {"math500": 500, "gsm8k": 1319 * 5, "aime24": 30 * 16, "aime25": 30 * 16}
+
+
+def write_paper_summaries(root):
+    """Three seeds per method at mean - std, mean, mean + std: sample std = the table's std."""
+    for method, benches in TAB_FULL.items():
+        for seed, k in enumerate((-1, 0, 1)):
+            for bench, ((acc, acc_sd), (length, len_sd)) in benches.items():
+                d = root / f"{method}-seed{seed}" / bench
+                d.mkdir(parents=True)
+                summary = {
+                    "benchmark": bench,
+                    "method": method,
+                    "seed": seed,
+                    "accuracy": acc + k * acc_sd,
+                    "mean_length": length + k * len_sd,
+                    "num_samples": SAMPLES[bench],
+                }
+                (d / "summary.json").write_text(json.dumps(summary))
+
+
+PAPER_MODES = parse_modes(  # the router recipe's modes, as ModeSpec
+    yaml.safe_load((REPO_ROOT / "recipes" / "router_r1_distill_qwen_1.5b.yaml").read_text())["modes"]
+)
+
+
+def rows_for(groups, modes=PAPER_MODES, lengths=None, wrong_lengths=None):
+    """Sample rows: ``groups`` is [(name, problems, {mode: correct})]; one sample per problem and mode, of
+    ``lengths[mode]`` tokens (``wrong_lengths[mode]`` for a wrong one when given)."""
+    lengths = lengths or {m.name: 10 for m in modes}
+    wrong_lengths = wrong_lengths or lengths
+    rows = []
+    for name, n, right in groups:
+        for i in range(n):
+            for m in modes:
+                length = lengths[m.name] if right[m.name] else wrong_lengths[m.name]
+                rows.append({"prompt_id": f"{name}-{i}", "sample_index": 0, "routing": "forced", "forced": True,
+                             "mode": m.name, "L": length, "correct": right[m.name], "group": name})  # fmt: skip
+    return rows
+
+
+def write_forced(folder: Path, rows) -> Path:
+    """One eval folder per mode, as ``routing-grpo eval --force-mode M --output folder/M`` lays them out."""
+    for mode in {r["mode"] for r in rows}:
+        (folder / mode / "bench").mkdir(parents=True, exist_ok=True)
+        (folder / mode / "bench" / "samples.jsonl").write_text(
+            "".join(json.dumps(r) + "\n" for r in rows if r["mode"] == mode)
+        )
+    return folder
+
+
+MODE_NAMES = ["NoThink", "Short", "Long"]
+
+
+def demo_inputs() -> tuple[dict, dict, dict]:
+    """The demo's summary inputs: the miniature's figures (two levels), the forced modes' and the router's."""
+
+    def cell(level, mode, acc, tokens):
+        return {"level": level, "mode": mode, "count": 10, "accuracy": acc, "accuracy_capped": acc,
+                "mean_tokens": tokens, "expected_reward": acc}  # fmt: skip
+
+    def level(shares, best):
+        return {"shares": {m: {"mean": v} for m, v in zip(MODE_NAMES, shares)}, "accuracy": {"mean": 0.95},
+                "mean_tokens": {"mean": 20.0}, "oracle_choice": best}  # fmt: skip
+
+    mini = {
+        "modes": [{"name": m, "word": m, "base": b, "gamma": g, "cap": c}
+                  for m, b, g, c in zip(MODE_NAMES, (1.3, 1.2, 1.0), (0.992066, 0.996044, 1.0), (20, 46, None))],
+        "oracle": {
+            "levels": {"1": {"cells": {"NoThink": cell(1, "NoThink", 1.0, 4.0), "Short": cell(1, "Short", 1.0, 18.0),
+                                       "Long": cell(1, "Long", 1.0, 30.0)}, "best": "NoThink"},
+                       "6": {"cells": {"NoThink": cell(6, "NoThink", 0.5, 4.0), "Short": cell(6, "Short", 0.98, 21.0),
+                                       "Long": cell(6, "Long", 0.94, 52.0)}, "best": "Long"}},
+            "overall": {"accuracy_capped": 0.98, "mean_tokens": 21.0},
+        },
+        "router": {
+            "seeds": {"0": {"free_modes": {"NoThink": {"share": 0.3, "accuracy": 0.94},
+                                           "Short": {"share": 0.2, "accuracy": 0.97},
+                                           "Long": {"share": 0.5, "accuracy": 0.975}}}},
+            "levels": {"1": level((0.6, 0.3, 0.1), "NoThink"), "6": level((0.0, 0.1, 0.9), "Long")},
+            "regret": {"relative": {"mean": 0.061}},
+        },
+        "targets": {"per_seed": {"0": [
+            {"key": "inversion", "rule": "the brief modes' free accuracy above Long's", "value": -0.035,
+             "threshold": 0.0, "met": False},
+            {"key": "entropy", "rule": "free-routing entropy >= 0.9 nats", "value": 1.0, "threshold": 0.9, "met": True},
+            {"key": "tokens_vs_long", "rule": "mean tokens <= 0.65 x Long-only's", "value": None, "threshold": 0.65,
+             "met": None},
+        ]}},
+    }  # fmt: skip
+    forced = {
+        "NoThink": {"accuracy": 0.75, "mean_length": 4.0},
+        "Short": {"accuracy": 0.991, "mean_length": 19.5},
+        "Long": {"accuracy": 0.969, "mean_length": 41.1},
+    }
+    return mini, forced, {"accuracy": 0.961, "mean_length": 28.8}
+
+
+# The miniature's recipes folder and its router recipe.
+MINI_RECIPES = REPO_ROOT / "recipes" / "mini"
+MINI_ROUTER = MINI_RECIPES / "router.yaml"
+
+
+ARITHMETIC_OPERATORS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
+
+
+def evaluate_independently(expression: str) -> Fraction:
+    """Exact value of a generated expression through Python's own parser (trusted test input)."""
+
+    def walk(node: ast.AST) -> Fraction:
+        if isinstance(node, ast.BinOp):
+            return ARITHMETIC_OPERATORS[type(node.op)](walk(node.left), walk(node.right))
+        assert isinstance(node, ast.Constant) and isinstance(node.value, int)
+        return Fraction(node.value)
+
+    return walk(ast.parse(expression, mode="eval").body)
+
 
 # ----------------------------------------------------------------------------------------------------------
 # Recipes for the tiny model
@@ -73,6 +303,98 @@ def tiny_recipe(model_path: Path, output_dir: Path, **overrides) -> dict:
     }
     recipe.update(overrides)
     return recipe
+
+
+def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    """``routing-grpo ARGV`` in this process (``cli.main``): the exit code, stdout and stderr."""
+    from routing_grpo.cli import main
+
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def stand_in_args(tmp_path: Path, **kw: Any) -> Any:
+    """A stand-in for the training arguments a callback reads (output folder, process 0, TRL's NaN filter on)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(output_dir=str(tmp_path), process_index=0, logging_nan_inf_filter=True, **kw)
+
+
+def run_cli_expecting_error(argv: list[str]) -> str:
+    """The one line ``train.cli`` prints for a bad recipe or command line (exit code 2)."""
+    import contextlib
+    import io
+
+    import pytest
+
+    from routing_grpo import train
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_info:
+        train.cli(argv)
+    message = err.getvalue().strip()
+    assert exit_info.value.code == 2, (exit_info.value.code, message)
+    assert message.startswith("routing-grpo train: error:") and "\n" not in message, message
+    return message
+
+
+def toy_eval_config(tmp_path: Path, **kw: Any) -> Any:
+    """An ``EvalConfig`` of the model ``tiny`` on the benchmark ``toy``, writing under ``tmp_path / "out"``."""
+    from routing_grpo.eval_config import EvalConfig
+
+    return EvalConfig(model="tiny", benchmarks=["toy"], output=str(tmp_path / "out"), **kw)
+
+
+def vllm_generator(cfg: Any, **kw: Any) -> Any:
+    """The evaluation's vLLM backend for ``cfg`` on the stand-in vLLM of ``tests/fake_vllm.py``."""
+    from routing_grpo.eval_engines import make_vllm_backend
+    from tests import fake_vllm
+
+    return make_vllm_backend(
+        cfg, llm_factory=fake_vllm.FakeLLM, sampling_params=fake_vllm.SamplingParams, use_tqdm=False, **kw
+    )
+
+
+def run_main(capsys: Any, argv: list[str]) -> tuple[Any, str, str]:
+    """``routing-grpo ARGV``: exit code, stdout, stderr (argparse's own --help and --version exit)."""
+    from routing_grpo.cli import main
+
+    try:
+        code = main(argv)
+    except SystemExit as done:
+        code = done.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def capped_rollouts(prompts: Any, forced: Any, *, generate: Any, eos_token_ids: Any, **kwargs: Any) -> Any:
+    """Training's capped rollouts (the caps driver) over a ``generate(prompts, budgets)`` stand-in."""
+    from routing_grpo.generation.caps import generate_rollouts
+
+    return generate_rollouts(rows_backend(generate, eos_token_ids), prompts, forced, **kwargs)
+
+
+def budget_groups(model: Any, config: Any, pad_token_id: Any, eos: Any) -> Callable:
+    """``generate(prompts, budgets) -> [(ids, None)]`` through model.generate per budget group."""
+
+    from routing_grpo.generation.transformers_decoding import generate_in_budget_groups
+
+    def generate(prompts, budgets):
+        rows = generate_in_budget_groups(
+            model, prompts, budgets, generation_config=config, pad_token_id=pad_token_id, eos_token_ids=eos
+        )
+        return [(ids, None) for ids in rows]
+
+    return generate
+
+
+def chat_prompts(tok: Any, k: int) -> list[list[int]]:
+    """``k`` ChatML prompts "What is i + 3i?", tokenized."""
+    return [
+        tok.encode(f"<|im_start|>user\nWhat is {i} + {3 * i}?<|im_end|>\n<|im_start|>assistant\n")
+        for i in range(k)
+    ]
 
 
 def write_recipe(path: Path, recipe: dict) -> Path:
@@ -221,6 +543,19 @@ def arithmetic_dataset(n: int = 24) -> Dataset:
     from datasets import Dataset
 
     return Dataset.from_list(arithmetic_rows(n))
+
+
+LEVELS = ["easy", "hard", None]  # None: a row without a level (skipped by the per-level metrics)
+
+
+def level_dataset(n: int = 24) -> Dataset:
+    """:func:`arithmetic_rows` with the levels ``easy``, ``hard`` and none in turn."""
+    from datasets import Dataset
+
+    rows = arithmetic_rows(n)
+    for i, row in enumerate(rows):
+        row["level"] = LEVELS[i % 3]
+    return Dataset.from_list(rows)
 
 
 def build_trainer(
@@ -517,3 +852,12 @@ def rows_backend(generate: Any, eos_token_ids: Sequence[int] = (0,)) -> Any:
             return out
 
     return RowsBackend()
+
+
+def prompts_of(tok: Any, k: int, ragged: bool = True) -> list[list[int]]:
+    """:func:`chat_prompts`, with the second and last shortened when ``ragged`` (left padding in play)."""
+    prompts = chat_prompts(tok, k)
+    if ragged and k > 1:
+        prompts[1] = prompts[1][3:]
+        prompts[-1] = prompts[-1][5:]
+    return prompts

@@ -5,7 +5,6 @@ import torch
 
 from routing_grpo.advantages import balance_term, compute_advantages, mode_shares
 from routing_grpo.modes import DEFAULT_MODES
-from routing_grpo.schedules import balance_coef_at
 
 NT, S, LONG, INV = 0, 1, 2, -1
 
@@ -165,22 +164,6 @@ def test_keeps_dtype_and_rejects_bad_shapes():
             num_modes=3,
             balance_coef=1.0,
         )
-
-
-@pytest.mark.parametrize(
-    ("step", "expected"),
-    [(0, 1.0), (59, 1.0), (60, 1.0), (61, 0.96), (72.5, 0.5), (84, 0.04), (85, 0.0), (90, 0.0)],
-)
-def test_balance_schedule_paper_defaults(step, expected):
-    # beta_bal = 1 before 60, linear to 0 at 85, 0 after.
-    assert balance_coef_at(step, coef=1.0, anneal_start=60, anneal_end=85) == pytest.approx(expected)
-
-
-def test_balance_schedule_degenerate_and_invalid():
-    assert balance_coef_at(10, coef=2.0, anneal_start=10, anneal_end=10) == 0.0
-    assert balance_coef_at(9, coef=2.0, anneal_start=10, anneal_end=10) == 2.0
-    with pytest.raises(ValueError, match="start"):
-        balance_coef_at(0, coef=1.0, anneal_start=20, anneal_end=10)
 
 
 def test_decoupled_word_advantages_by_hand():

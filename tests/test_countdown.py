@@ -18,8 +18,7 @@ from routing_grpo.countdown import (
     split_of,
 )
 from routing_grpo.data import load_task
-
-from .test_data import evaluate_independently
+from tests.helpers import evaluate_independently
 
 # --------------------------------------------------------------------------------------------------
 # Generator

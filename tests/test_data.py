@@ -1,15 +1,12 @@
 """Dataset loading and normalisation (routing_grpo.data): local copies, Hub schemas, malformed rows, synthetic."""
 
-import ast
 import json
 import logging
-import operator
 import os
 import re
 import subprocess
 import sys
 from collections import Counter
-from fractions import Fraction
 from pathlib import Path
 
 import pyarrow as pa
@@ -24,9 +21,8 @@ from routing_grpo.data import (
     load_task_with_report,
     task_grader,
 )
-from routing_grpo.synthetic import SYNTHETIC_LEVELS, synthetic_rows
-
-NORMALISED_COLUMNS = ["prompt", "problem", "answer", "level", "subject", "id"]
+from routing_grpo.synthetic import synthetic_rows
+from tests.helpers import NORMALISED_COLUMNS
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -388,62 +384,6 @@ def test_task_grader_picks_the_verifier_by_task():
 # --------------------------------------------------------------------------------------------------
 # Synthetic arithmetic
 # --------------------------------------------------------------------------------------------------
-
-_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-
-
-def evaluate_independently(expression: str) -> Fraction:
-    """Exact value of a generated expression through Python's own parser (trusted test input)."""
-
-    def walk(node: ast.AST) -> Fraction:
-        if isinstance(node, ast.BinOp):
-            return _OPS[type(node.op)](walk(node.left), walk(node.right))
-        assert isinstance(node, ast.Constant) and isinstance(node.value, int)
-        return Fraction(node.value)
-
-    return walk(ast.parse(expression, mode="eval").body)
-
-
-def expression_of(problem: str) -> str:
-    assert problem.startswith("Compute ") and problem.endswith(".")
-    return problem[len("Compute ") : -1]
-
-
-def test_synthetic_is_deterministic_and_prefix_stable():
-    assert synthetic_rows(50, seed=3) == synthetic_rows(50, seed=3)
-    assert synthetic_rows(20, seed=3) == synthetic_rows(50, seed=3)[:20]
-    assert synthetic_rows(50, seed=3) != synthetic_rows(50, seed=4)
-
-
-def test_synthetic_answers_are_correct_integers():
-    for row in synthetic_rows(500, seed=1) + synthetic_rows(100, seed=1, split="test"):
-        value = evaluate_independently(expression_of(row["problem"]))
-        assert value.denominator == 1 and row["answer"] == str(value.numerator)
-
-
-def test_synthetic_levels_and_lengths_grow():
-    ds = load_task("synthetic", limit=1000)
-    assert ds.column_names == NORMALISED_COLUMNS
-    assert Counter(ds["level"]) == {level: 200 for level in range(1, 6)}
-    assert set(ds["subject"]) == {"arithmetic"} and len(set(ds["id"])) == 1000
-    lengths = {level: [] for level in SYNTHETIC_LEVELS}
-    for row in ds:
-        expression = expression_of(row["problem"])
-        # Every operator is written " op ", and numbers carry no sign or space.
-        assert expression.count(" ") == 2 * SYNTHETIC_LEVELS[row["level"]].operators
-        lengths[row["level"]].append(len(expression))
-    means = [sum(v) / len(v) for _, v in sorted(lengths.items())]
-    assert means == sorted(means) and len(set(means)) == 5
-    assert all("(" not in expression_of(r["problem"]) for r in ds if r["level"] == 1)
-    assert any("(" in expression_of(r["problem"]) for r in ds if r["level"] == 5)
-
-
-def test_synthetic_train_and_test_never_share_a_problem():
-    train = {r["problem"] for seed in (0, 1) for r in synthetic_rows(2000, seed=seed)}
-    test = {r["problem"] for seed in (0, 1) for r in synthetic_rows(500, seed=seed, split="test")}
-    assert len(test) > 500 and not train & test
-    ds = load_task("synthetic", split="test")
-    assert len(ds) == 500 and len(set(ds["problem"])) == 500
 
 
 # -- train_level_mix: resampling the training rows by level

@@ -1,7 +1,8 @@
 """The documentation agrees with the repository: every Markdown page (the README and everything under docs/)
 links files and sections that exist, names recipes, make targets, make variables and command options that
 exist; the code cites sections of docs/ that exist (not sections of the README); the README cites the paper
-and gives its table of results as the paper's source does."""
+and gives its table of results as the paper's source does; docs/method.md's module map names every module and
+README's is its summary; README's benchmark figures are docs/benchmarks.md's current ones."""
 
 from __future__ import annotations
 
@@ -284,6 +285,66 @@ def test_the_readme_stays_a_front_door():
 def test_the_readme_cites_the_paper():
     assert paper.TITLE in README and "## Citation" in README
     assert f"```bibtex\n{paper.CITATION}\n```" in README
+
+
+# The module maps: docs/method.md "Where each part lives" is the full map; README's table ("| piece | where |
+# paper |") is its summary.
+PACKAGE = REPO_ROOT / "routing_grpo"
+
+
+def methods_map() -> set[str]:
+    """The paths docs/method.md's "Where each part lives" names: modules (``routing_grpo/x.py``) and folders
+    named as a whole (``routing_grpo/commands/``)."""
+    section = METHOD.split("## Where each part lives")[1].split("\n## ")[0]
+    return set(re.findall(r"`(routing_grpo/(?:[\w/]+\.py|\w+/))`", section))
+
+
+def readme_map() -> set[str]:
+    """The paths README's module map names in its "where" column; a bare name (``config.py``, ``commands/``)
+    is under ``routing_grpo/``."""
+    table = README.split("| piece | where | paper |")[1].split("\n\n")[0]
+    named = set()
+    for row in table.splitlines()[1:]:
+        where = row.split("|")[2]
+        for name in re.findall(r"`([\w/.]+(?:\.py|/))`", where):
+            named.add(name if name.startswith("routing_grpo/") else f"routing_grpo/{name}")
+    return named
+
+
+def test_methods_map_names_every_module():
+    """Every module of the package is named in docs/method.md's "Where each part lives", itself or through a
+    folder the map names as a whole; every path the map names exists."""
+    named = methods_map()
+    folders = [n for n in named if n.endswith("/")]
+    modules = sorted(str(p.relative_to(REPO_ROOT)) for p in PACKAGE.rglob("*.py"))
+    unnamed = [m for m in modules if m not in named and not any(m.startswith(f) for f in folders)]
+    assert not unnamed, f'name these in docs/method.md "Where each part lives": {unnamed}'
+    assert not [n for n in named if not (REPO_ROOT / n).exists()], "the map names paths that do not exist"
+
+
+def test_the_readmes_module_map_is_a_summary_of_methods():
+    """README's module map is a summary of docs/method.md's: every module or folder README's map names exists
+    and is in method.md's map (a folder: method.md names it, or a module in it). README may leave modules out;
+    it may not name one method.md does not."""
+    named = readme_map()
+    assert len(named) > 20, "README's module map was not found"
+    full = methods_map()
+    missing = sorted(
+        n for n in named
+        if not (REPO_ROOT / n).exists() or (n not in full and not any(m.startswith(n) for m in full))
+    )  # fmt: skip
+    assert not missing, f"README's module map names what docs/method.md's does not: {missing}"
+
+
+def test_the_readmes_benchmark_figures_are_benchmarks_mds_current_ones():
+    """The ratios README's Development section gives for the routing step are the ones docs/benchmarks.md's
+    "Current figures" state (the latest run per machine, and the recorded spread)."""
+    sentence = README.split("In the latest runs the routing step")[1].split("docs/benchmarks.md")[0]
+    current = (REPO_ROOT / "docs" / "benchmarks.md").read_text().split("## Current figures")[1]
+    current = current.split("\n## ")[0]
+    figures = re.findall(r"\d\.\d\d(?:-\d\.\d\d)?", sentence)
+    assert len(figures) >= 6, figures
+    assert not [f for f in figures if f not in current], figures
 
 
 ROWS = {

@@ -27,8 +27,15 @@ from routing_grpo.modes import INVALID, word_token_id_forms
 from routing_grpo.prompting import early_tell_word_ids
 from routing_grpo.schedules import routing_word_weight_at
 from routing_grpo.trainer import RoutingGRPOTrainer
-from tests.helpers import OutputSpy, ScriptedGeneration, arithmetic_rows, build_trainer, make_args, unpad
-from tests.test_level_metrics import level_dataset
+from tests.helpers import (
+    OutputSpy,
+    ScriptedGeneration,
+    arithmetic_rows,
+    build_trainer,
+    level_dataset,
+    make_args,
+    unpad,
+)
 
 
 def three_level_dataset():

@@ -1,45 +1,17 @@
 """`routing-grpo eval`: prompts, the resumable samples file, summaries, and a run on the tiny model."""
 
 import json
-import math
 from pathlib import Path
 
 import pytest
 
-from routing_grpo.eval_config import EvalConfig
-from routing_grpo.eval_summary import summarize
 from routing_grpo.evaluate import evaluate_benchmark
 from routing_grpo.generation.transformers_backend import TransformersBackend
 from routing_grpo.offline_models import build_tiny_qwen2
-from routing_grpo.prompting import PromptPlan
 from routing_grpo.sample_store import read_samples
 from tests import fake_vllm
-from tests.helpers import REPO_ROOT
-
-PROMPT = [{"role": "user", "content": "What is 2 + 2?"}]
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    path = build_tiny_qwen2(tmp_path_factory.mktemp("tiny") / "model")
-    return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)
-
-
-def config(tmp_path, **kw):
-    return EvalConfig(model="tiny", benchmarks=["toy"], output=str(tmp_path / "out"), **kw)
-
-
-def test_prompt_plan_layouts(tmp_path, tiny):
-    _, tok = tiny
-    free = PromptPlan.from_config(config(tmp_path)).render(tok, PROMPT)
-    assert free.endswith("<|im_start|>assistant\nMode:")
-    assert "What is 2 + 2?\n\nOutput NoThink to answer directly" in free
-    forced = PromptPlan.from_config(config(tmp_path, force_mode="short")).render(tok, PROMPT)
-    assert forced.endswith("<|im_start|>assistant\nMode: Short")
-    plain = PromptPlan.from_config(config(tmp_path, no_routing=True)).render(tok, PROMPT)
-    assert plain.endswith("<|im_start|>assistant\n") and "Output NoThink" not in plain
+from tests.helpers import REPO_ROOT, vllm_generator
+from tests.helpers import toy_eval_config as config
 
 
 def test_config_errors_name_the_option(tmp_path):
@@ -55,49 +27,6 @@ def test_config_errors_name_the_option(tmp_path):
     assert config(tmp_path, no_routing=True).effective_method == "base"
     assert config(tmp_path, force_mode="Long").effective_method == "long"
     assert config(tmp_path).samples_for("aime24") == 16
-
-
-def test_read_samples_drops_a_torn_last_line(tmp_path):
-    path = tmp_path / "samples.jsonl"
-    good = [{"prompt_id": "a", "sample_index": i, "correct": True} for i in range(2)]
-    path.write_text("".join(json.dumps(r) + "\n" for r in good) + '{"prompt_id": "b", "sampl')
-    done = read_samples(path)
-    assert sorted(done) == [("a", 0), ("a", 1)]
-    # The torn bytes are cut so the next append starts on a clean line.
-    assert path.read_text().endswith("}\n")
-    assert read_samples(tmp_path / "absent.jsonl") == {}
-
-
-def test_read_samples_refuses_a_bad_line_in_the_middle(tmp_path):
-    """Not a torn write: the samples after it are not silently dropped (nor the file cut there)."""
-    path = tmp_path / "samples.jsonl"
-    rows = [json.dumps({"prompt_id": "a", "sample_index": i}) for i in range(3)]
-    path.write_text(rows[0] + "\n" + '{"prompt_id": "a", "sampl\n' + rows[2] + "\n")
-    with pytest.raises(ValueError, match=f"{path}:2: not valid JSON"):
-        read_samples(path)
-    assert path.read_text().count("\n") == 3
-    path.write_text(rows[0] + "\n" + json.dumps({"prompt_id": "a"}) + "\n")
-    with pytest.raises(ValueError, match=f"{path}:2: not a sample row"):
-        read_samples(path)
-
-
-def test_summarize_by_hand():
-    rows = [
-        {"prompt_id": "1", "routing": "free", "mode": "NoThink", "correct": True, "tokens": 10, "level": 1},
-        {"prompt_id": "2", "routing": "free", "mode": "Long", "correct": False, "tokens": 100, "level": 5},
-        {"prompt_id": "3", "routing": "free", "mode": "Long", "correct": True, "tokens": 50, "level": 5},
-        {"prompt_id": "4", "routing": "free", "mode": None, "correct": False, "tokens": 40, "level": 1},
-    ]
-    s = summarize(rows, ["NoThink", "Short", "Long"])
-    assert s["accuracy"] == 0.5
-    assert s["mean_length"] == 50
-    assert s["mode_shares"] == {"NoThink": pytest.approx(1 / 3), "Short": 0.0, "Long": pytest.approx(2 / 3)}
-    assert s["invalid_share"] == 0.25
-    assert s["routing_entropy"] == pytest.approx(-(1 / 3) * math.log(1 / 3) - (2 / 3) * math.log(2 / 3))
-    assert s["per_mode"]["Long"] == {"count": 2, "accuracy": 0.5, "mean_length": 75}
-    assert s["per_mode"]["Short"]["count"] == 0
-    assert s["per_level"]["5"]["mode_shares"]["Long"] == 1.0
-    assert s["per_level"]["1"]["accuracy"] == 0.5
 
 
 class CountingBackend:
@@ -256,14 +185,6 @@ def fake_llm():
     fake_vllm.FakeLLM.instances.clear()
 
 
-def vllm_generator(cfg, **kw):
-    from routing_grpo.eval_engines import make_vllm_backend
-
-    return make_vllm_backend(
-        cfg, llm_factory=fake_vllm.FakeLLM, sampling_params=fake_vllm.SamplingParams, use_tqdm=False, **kw
-    )
-
-
 def test_vllm_engine_gets_the_options(tmp_path, fake_llm):
     cfg = config(
         tmp_path, tensor_parallel_size=2, max_model_len=20480, gpu_memory_utilization=0.8, dtype="bfloat16",
@@ -316,108 +237,6 @@ def test_vllm_gets_each_benchmarks_prompts_in_one_call(tmp_path, tiny, fake_llm)
         progress=False,
     )  # fmt: skip
     assert [len(c[0]) for c in fake_llm.instances[-1].calls] == [2, 2, 1]
-
-
-def test_prompts_per_call():
-    from routing_grpo.eval_engines import prompts_per_call
-    from routing_grpo.generation.interface import BackendBase
-    from routing_grpo.generation.transformers_backend import TRANSFORMERS_BATCH_SIZE
-
-    class Plain(BackendBase):
-        pass
-
-    class Batched(BackendBase):
-        default_batch_size = TRANSFORMERS_BATCH_SIZE
-
-    cfg = EvalConfig(model="m", benchmarks=["toy"], output="o")
-    assert prompts_per_call(cfg, Plain(), 500) == 500
-    assert prompts_per_call(cfg, Batched(), 500) == 16
-    assert prompts_per_call(cfg, Plain(), 0) == 1
-    cfg = EvalConfig(model="m", benchmarks=["toy"], output="o", batch_size=64)
-    assert prompts_per_call(cfg, Batched(), 500) == prompts_per_call(cfg, Plain(), 500) == 64
-
-
-def test_data_parallel_engines_each_on_their_gpus(tmp_path, monkeypatch):
-    from routing_grpo.generation.interface import GenerationRequest
-
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
-    gen = vllm_generator(config(tmp_path, data_parallel_size=2, tensor_parallel_size=2))
-    try:
-        requests = [GenerationRequest(tuple(range(10 + i)), n=1 + i % 3, max_tokens=8) for i in range(5)]
-        out = gen.sample(requests, seed=0)
-        # Request i went to engine i % 2 (GPUs 4,5 or 6,7, tensor parallel 2), answers in request order.
-        assert out == [
-            [([4 if i % 2 == 0 else 6, s, 10 + i, 2], None) for s in range(1 + i % 3)] for i in range(5)
-        ]
-        assert gen.sample([], seed=0) == []
-        assert gen.sample(requests[:1], seed=0) == [[([4, 0, 10, 2], None)]]  # one engine idle
-        procs = list(gen.engine.procs)
-    finally:
-        gen.close()
-    assert not any(p.is_alive() for p in procs) and not gen.engine.procs
-
-    # An engine that fails during a call: its traceback comes back and every engine is stopped.
-    gen = vllm_generator(config(tmp_path, data_parallel_size=2))
-    procs = list(gen.engine.procs)
-    with pytest.raises(RuntimeError, match="(?s)engine 1 .*empty prompt"):
-        gen.sample([GenerationRequest((1, 2), 1, 8), GenerationRequest((), 1, 8)], seed=0)
-    assert not any(p.is_alive() for p in procs)
-    with pytest.raises(RuntimeError, match="stopped"):
-        gen.sample(requests, seed=0)
-
-    # An engine that fails to start: the error comes back, the other engines are stopped.
-    from routing_grpo.eval_engines import make_vllm_backend
-
-    with pytest.raises(RuntimeError, match="CUDA out of memory"):
-        make_vllm_backend(
-            config(tmp_path, data_parallel_size=2),
-            llm_factory=fake_vllm.FailingLLM,
-            sampling_params=fake_vllm.SamplingParams,
-            visible=["0", "1"],
-        )
-    with pytest.raises(ValueError, match="needs 4 GPUs; 2 visible"):
-        vllm_generator(config(tmp_path, data_parallel_size=4), visible=["0", "1"])
-
-
-def test_engine_options_need_vllm_and_are_checked(tmp_path):
-    from routing_grpo.eval_engines import check_engine
-
-    with pytest.raises(ValueError, match="need the vLLM backend"):
-        check_engine(config(tmp_path, data_parallel_size=2), "transformers")
-    check_engine(config(tmp_path, data_parallel_size=2), "vllm")
-    for kw, flag in (
-        ({"tensor_parallel_size": 0}, "--tensor-parallel-size"),
-        ({"gpu_memory_utilization": 1.5}, "--gpu-memory-utilization"),
-        ({"max_model_len": 0}, "--max-model-len"),
-        ({"dtype": "fp8"}, "--dtype"),
-        ({"batch_size": 0}, "--batch-size"),
-        ({"top_p": 0.0}, "--top-p"),
-    ):
-        with pytest.raises(ValueError, match=flag):
-            config(tmp_path, **kw)
-
-
-def test_transformers_backend_goes_to_the_gpu_when_there_is_one(tmp_path, monkeypatch, tiny_model_path):
-    import torch
-
-    from routing_grpo.eval_engines import make_eval_backend
-    from routing_grpo.generation.options import transformers_device
-
-    assert transformers_device("cuda:1") == "cuda:1"
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert transformers_device(None) == "cuda"
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert transformers_device(None) == "cpu"
-    # The model is moved where the device says ("meta": no memory, and no GPU needed to see the move).
-    cfg = EvalConfig(model=str(tiny_model_path), benchmarks=["toy"], output=str(tmp_path), device="meta")
-    gen = make_eval_backend(cfg, "transformers", _tokenizer(tiny_model_path))
-    assert gen.model.device.type == "meta"
-
-
-def _tokenizer(path):
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path)
 
 
 def _eval_cli(capsys, *argv):

@@ -19,13 +19,8 @@ from routing_grpo.generation.caps import (
 from routing_grpo.generation.interface import BackendBase
 from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.rollouts import plan_forced_modes
-from tests.helpers import MarkovStream, rows_backend
+from tests.helpers import MODES, MarkovStream, rows_backend
 
-MODES = (
-    ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=10),
-    ModeSpec("Short", "Short", 1.2, 0.995, cap=30),
-    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
-)
 WORDS = {0: [[901], [801, 802]], 1: [[902]], 2: [[903]]}
 DETECTOR = ModeDetector(MODES, WORDS)
 EOS = 0

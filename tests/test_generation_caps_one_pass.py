@@ -11,16 +11,11 @@ import pytest
 
 from routing_grpo.generation.caps import free_budget, generate_rollouts, known_budget
 from routing_grpo.generation.interface import BackendBase, GenerationRequest, generate_rows
-from routing_grpo.modes import DETECTION_HEAD_TOKENS, ModeDetector, ModeSpec, parse_modes
+from routing_grpo.modes import DETECTION_HEAD_TOKENS, ModeDetector, parse_modes
 from routing_grpo.recipe_file import read_recipe_file
 from routing_grpo.rollouts import plan_forced_modes
-from tests.helpers import REPO_ROOT, rows_backend
+from tests.helpers import MODES, REPO_ROOT, rows_backend
 
-MODES = (
-    ModeSpec("NoThink", "NoThink", 1.3, 0.99, cap=10),
-    ModeSpec("Short", "Short", 1.2, 0.995, cap=30),
-    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
-)
 WORDS = {0: [[901]], 1: [[902]], 2: [[903]]}
 DETECTOR = ModeDetector(MODES, WORDS)
 EOS = 0

@@ -12,6 +12,7 @@ import pytest
 from routing_grpo.generation.device_decoding import DeviceDecoder, graph_blocker, row_limits, sample_on_device
 from routing_grpo.generation.transformers_decoding import generate_in_budget_groups, sample_with_budgets
 from routing_grpo.modes import DETECTION_HEAD_TOKENS
+from tests.helpers import prompts_of
 
 
 @pytest.fixture(scope="module")
@@ -21,17 +22,6 @@ def tiny(tiny_model_path):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     model.eval()
     return model, AutoTokenizer.from_pretrained(tiny_model_path)
-
-
-def prompts_of(tok, k, ragged=True):
-    prompts = [
-        tok.encode(f"<|im_start|>user\nWhat is {i} + {3 * i}?<|im_end|>\n<|im_start|>assistant\n")
-        for i in range(k)
-    ]
-    if ragged and k > 1:
-        prompts[1] = prompts[1][3:]  # left padding in play
-        prompts[-1] = prompts[-1][5:]
-    return prompts
 
 
 def generate_rows(model, tok, config, prompts, budget):
@@ -293,33 +283,6 @@ def test_greedy_on_cuda_gives_generates_tokens(tiny_model_path, graphs):
 # ---------------------------------------------------------------------------------------------------------
 # The library's machinery: model.generate with a per-row budget stopping criterion
 # ---------------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("static_cache", [False, True])
-def test_generate_with_a_budget_criterion_gives_the_device_loops_tokens(tiny, static_cache):
-    """Greedy on ragged prompts and seeded sampling on equal ones: ``model.generate`` with
-    :class:`RowBudgets` and the device loop give the same rows (both sample the whole batch every step), with
-    the free rows' budgets from their heads."""
-    import torch
-    from transformers import GenerationConfig
-
-    from routing_grpo.generation.generate_budgets import generate_with_budgets
-
-    model, tok = tiny
-    budgets = [5, None, 17, None]
-    for do_sample, ragged in ((False, True), (True, False)):
-        config = GenerationConfig(
-            do_sample=do_sample, temperature=0.8, top_k=20, pad_token_id=tok.pad_token_id
-        )
-        kw = dict(generation_config=config, eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
-                  max_completion_length=30, head_budget=lambda r, h: 12 if r == 1 else 30)  # fmt: skip
-        prompts = prompts_of(tok, 4, ragged=ragged)
-        torch.manual_seed(5)
-        library = generate_with_budgets(model, prompts, budgets, static_cache=static_cache, **kw)
-        torch.manual_seed(5)
-        ours = sample_on_device(model, prompts, budgets, **kw)
-        assert library == ours, do_sample
-        assert all(len(r) <= b for r, b in zip(library, [5, 12, 17, 30]))
 
 
 def test_the_prefill_logits_are_the_policy_at_each_rows_last_prompt_position(tiny):

@@ -9,14 +9,9 @@ import pytest
 from routing_grpo.generation.caps import generation_budget, plan_requests
 from routing_grpo.generation.interface import scatter_outputs
 from routing_grpo.generation.vllm_server import VLLMServerBackend, batch_requests_by_sampling
-from routing_grpo.modes import ModeSpec
 from routing_grpo.rollouts import plan_forced_modes
+from tests.helpers import STEEP_MODES_CAPS_3_6 as MODES
 
-MODES = (
-    ModeSpec("NoThink", "NoThink", 1.3, 0.9, cap=3),
-    ModeSpec("Short", "Short", 1.2, 0.95, cap=6),
-    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
-)
 FORCED = [[90, 91], [80], [70]]
 
 

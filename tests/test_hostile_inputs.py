@@ -24,15 +24,11 @@ import pytest
 import yaml
 
 from routing_grpo import cli, loading, train
+from tests.helpers import RECIPE_MODES_CAPS_4_8 as MODES
 from tests.helpers import offline_env, tiny_recipe
 
 CONSOLE_SCRIPT = Path(sys.executable).with_name("routing-grpo")
 ENV = offline_env()
-MODES = [
-    {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 0.99, "cap": 4},
-    {"name": "Short", "word": "Short", "base": 1.2, "gamma": 0.995, "cap": 8},
-    {"name": "Long", "word": "Long", "base": 1.0, "gamma": 1.0, "cap": None},
-]
 
 
 def modes(index: int | None = None, **change) -> list[dict]:

@@ -1,5 +1,5 @@
-"""The one JSONL reader and writer (whole lines only, torn tails repaired and kept aside) and the one
-local-path rule."""
+"""The one JSONL reader and writer (whole lines only, torn tails repaired and kept aside); the local-path rule
+is tests/test_locations.py's."""
 
 import errno
 import json
@@ -10,7 +10,6 @@ import pytest
 from routing_grpo import jsonl
 from routing_grpo.errors import OS_ERROR_WORDS, UsageError
 from routing_grpo.jsonl import append_jsonl, read_jsonl, remove_rows
-from routing_grpo.locations import looks_local
 
 
 def test_rows_with_line_numbers_blank_lines_skipped(tmp_path):
@@ -172,27 +171,3 @@ def test_remove_rows_keeps_the_others_byte_for_byte(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="file not found"):
         read_jsonl(tmp_path / "nope.jsonl")
-
-
-@pytest.mark.parametrize(
-    ("name", "local"),
-    [
-        ("Qwen/Qwen2.5-1.5B", False),
-        ("gpt2", False),
-        ("./model", True),
-        ("/abs/model", True),
-        ("~/model", True),
-        ("outputs/router/seed0", True),
-        ("data/train.jsonl", True),
-        ("train.parquet", True),
-        ("", False),
-    ],
-)
-def test_local_path_rule(name, local):
-    assert looks_local(name) is local
-
-
-def test_an_existing_folder_is_local(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "owner" / "name").mkdir(parents=True)
-    assert looks_local("owner/name")

@@ -5,20 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
-from routing_grpo.prompting import add_routing_instruction, forcing_text
+from routing_grpo.modes import INVALID, ModeDetector
 from routing_grpo.rollouts import (
     decode_completions,
     finalize_rollouts,
     plan_forced_modes,
     promote_forced_word,
 )
+from tests.helpers import STEEP_MODES_CAPS_3_6 as MODES
 
-MODES = (
-    ModeSpec("NoThink", "NoThink", 1.3, 0.9, cap=3),
-    ModeSpec("Short", "Short", 1.2, 0.95, cap=6),
-    ModeSpec("Long", "Long", 1.0, 1.0, cap=None),
-)
 # Toy token ids: each word is a 1- or 2-token sequence.
 WORD_IDS = {0: [[90, 91]], 1: [[80]], 2: [[70]]}
 FORCED = [[90, 91], [80], [70]]
@@ -31,31 +26,6 @@ def detector() -> ModeDetector:
 # ----------------------------------------------------------------------------------------------------------
 # Prompts and forcing
 # ----------------------------------------------------------------------------------------------------------
-
-
-def test_add_routing_instruction_to_last_user_turn():
-    prompt = [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "2+2?"},
-        {"role": "assistant", "content": "4"},
-        {"role": "user", "content": "3+3?"},
-    ]
-    out = add_routing_instruction(prompt, "Output Short.")
-    assert out[3]["content"] == "3+3?\n\nOutput Short."
-    assert out[1]["content"] == "2+2?" and prompt[3]["content"] == "3+3?"  # input untouched
-    assert add_routing_instruction("2+2?", "Say Long.") == "2+2?\n\nSay Long."
-    assert add_routing_instruction(prompt, "") is prompt
-    parts = add_routing_instruction([{"role": "user", "content": [{"type": "text", "text": "hi"}]}], "X")
-    assert parts[0]["content"][-1] == {"type": "text", "text": "\n\nX"}
-    with pytest.raises(ValueError, match="user message"):
-        add_routing_instruction([{"role": "system", "content": "x"}], "X")
-
-
-def test_forcing_text_has_one_form():
-    assert forcing_text("Short", "Mode:") == " Short"
-    assert forcing_text("Short", "Mode: ") == "Short"
-    assert forcing_text("Short", "") == "Short"
-    assert forcing_text("Long", "Mode:\n") == "Long"
 
 
 def test_plan_forced_modes_layout_within_a_group():

@@ -131,7 +131,7 @@ def test_warmup_forces_each_mode_and_promotes_the_word(tiny_model_path, tmp_path
     assert [h["step"] for h in logged] == [1, 3, 5]
 
 
-def test_num_iterations_two_keeps_importance_sampling_finite(tiny_model_path, tmp_path, monkeypatch):
+def test_num_iterations_two_keeps_importance_sampling_finite(tiny_model_path, tmp_path, monkeypatch, capsys):
     args = make_args(tmp_path, num_iterations=2, max_steps=2, routing_warmup_steps=1)
     spy = OutputSpy().install(monkeypatch, RoutingGRPOTrainer)
     ratios = []
@@ -156,6 +156,8 @@ def test_num_iterations_two_keeps_importance_sampling_finite(tiny_model_path, tm
     assert all(torch.isfinite(r).all() for r in ratios)
     assert torch.allclose(ratios[0], torch.ones_like(ratios[0]), atol=1e-4)  # first pass is on-policy
     assert train_records(trainer)[0].forced == [True, True, True, False]
+    # A run sized by max_steps alone still counts its generation batches on the console.
+    assert "[routing] batch 1/1 " in capsys.readouterr().out
 
 
 # ----------------------------------------------------------------------------------------------------------

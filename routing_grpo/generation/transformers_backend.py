@@ -4,6 +4,7 @@ EOS or at their budget, so no token past a cap is computed)."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -224,18 +225,10 @@ class TransformersBackend(BackendBase):
                     from routing_grpo.generation.device_decoding import DeviceDecoder
 
                     self.device_decoder = DeviceDecoder(self.model)
-                rows = self.device_decoder.sample(
-                    prompts,
-                    budgets,
-                    generation_config=self.generation_config,
-                    eos_token_ids=self.eos_token_ids,
-                    pad_token_id=self.pad_token_id,
-                    max_completion_length=max_tokens,
-                    head_budget=head_budget,
-                )
-                return [(ids, None) for ids in rows]
-            rows = sample_with_budgets(
-                self.model,
+                decode = self.device_decoder.sample
+            else:
+                decode = functools.partial(sample_with_budgets, self.model)
+            rows = decode(
                 prompts,
                 budgets,
                 generation_config=self.generation_config,

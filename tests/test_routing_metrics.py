@@ -10,16 +10,7 @@ import pytest
 from datasets import Dataset
 
 from routing_grpo.modes import INVALID
-from tests.helpers import ScriptedGeneration, arithmetic_rows, build_trainer, make_args
-
-LEVELS = ["easy", "hard", None]  # None: a row without a level (skipped by the per-level metrics)
-
-
-def level_dataset(n: int = 24) -> Dataset:
-    rows = arithmetic_rows(n)
-    for i, row in enumerate(rows):
-        row["level"] = LEVELS[i % 3]
-    return Dataset.from_list(rows)
+from tests.helpers import ScriptedGeneration, arithmetic_rows, build_trainer, level_dataset, make_args
 
 
 def level_of_prompt(text: str, rows: list[dict]) -> str | None:

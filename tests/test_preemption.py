@@ -1,5 +1,6 @@
-"""Preemption through the real entry point (``python -m routing_grpo.train``, alone and under ``accelerate
-launch`` with 2 CPU processes on gloo).
+"""Preemption (routing_grpo.preemption): the callback's signal and flag logic in one process, and preemption
+through the real entry point (``python -m routing_grpo.train``, alone and under ``accelerate launch`` with 2
+CPU processes on gloo).
 
 SIGTERM, SIGINT and SIGUSR1 (a recipe's ``preemption_signals`` opts into it) sent once training has
 started: a checkpoint at the end of the generation batch in progress, no final model, no model card, no
@@ -19,14 +20,25 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
-from transformers import TrainerCallback
+from transformers import TrainerCallback, TrainerControl
 
 from routing_grpo import train
-from tests.helpers import REPO_ROOT, StandInHub, offline_env, tiny_recipe, use_stand_in_hub, write_recipe
+from routing_grpo.preemption import PreemptionCallback, exit_if_preempted, preemption_exit_code
+from tests.helpers import (
+    REPO_ROOT,
+    StandInHub,
+    offline_env,
+    stand_in_args,
+    tiny_recipe,
+    use_stand_in_hub,
+    write_recipe,
+)
 
 STARTED = "Preemption: training started on process"
 SCHEDULE_KEYS = ("routing/batch_step", "routing/forced_share", "routing/balance_coef", "routing/phase")
@@ -285,3 +297,182 @@ def test_a_preempted_run_pushes_nothing_and_writes_no_card(tmp_path, tiny_model_
     assert not (out / "README.md").exists() and not (out / "model.safetensors").exists()
     assert hub.named("create_repo")  # the repo is created when the trainer is (transformers)
     assert hub.named("upload_folder") == []  # neither the checkpoint (every_save) nor a final model
+
+
+# ----------------------------------------------------------------------------------------------------------
+# PreemptionCallback: unit (signal and flag logic, one process)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _deliver(signum: int) -> None:
+    """Raises ``signum`` in this (main) thread; its Python handler has run when this returns."""
+    signal.raise_signal(signum)
+
+
+def test_no_signal_leaves_control_alone(tmp_path, sigterm_guard):
+    cb = PreemptionCallback()
+    args, state = stand_in_args(tmp_path), SimpleNamespace(global_step=1)
+    cb.on_train_begin(args, state, TrainerControl())
+    try:
+        control = TrainerControl()
+        cb.on_step_end(args, state, control)
+        assert not (control.should_save or control.should_training_stop or control.should_log)
+        assert not cb.preempted and cb.exit_code is None
+    finally:
+        cb.on_train_end(args, state, TrainerControl())
+
+
+def test_sigterm_sets_flag_chains_then_saves_and_stops_at_step_end(tmp_path, sigterm_guard, capfd):
+    previous, calls = sigterm_guard
+    cb = PreemptionCallback()
+    args = stand_in_args(tmp_path)
+    cb.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
+    try:
+        assert signal.getsignal(signal.SIGTERM) == cb._handle
+        _deliver(signal.SIGTERM)
+        assert cb.received == signal.SIGTERM
+        assert calls == [signal.SIGTERM]  # chained to the previous Python handler
+        assert "SIGTERM received" in capfd.readouterr().err
+        assert not cb.preempted  # nothing happens before the step ends
+
+        control = TrainerControl()
+        cb.on_step_end(args, SimpleNamespace(global_step=5), control)
+        assert control.should_save and control.should_training_stop and control.should_log
+        assert cb.preempted and cb.preempted_step == 5
+        assert cb.exit_code == 128 + signal.SIGTERM == 143
+        assert preemption_exit_code([cb]) == 143
+    finally:
+        cb.on_train_end(args, SimpleNamespace(global_step=5), TrainerControl())
+    assert signal.getsignal(signal.SIGTERM) is previous  # restored
+
+
+def test_checkpoint_waits_for_the_end_of_the_generation_batch(tmp_path, sigterm_guard):
+    # 4 micro-steps per generation batch, 2 per optimizer step: generation batches end at even global steps.
+    args = stand_in_args(tmp_path, gradient_accumulation_steps=2, steps_per_generation=2, num_iterations=2)
+    cb = PreemptionCallback()
+    cb.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
+    try:
+        _deliver(signal.SIGTERM)
+        control = TrainerControl()
+        cb.on_step_end(args, SimpleNamespace(global_step=3), control)
+        assert not control.should_save and not control.should_training_stop and not cb.preempted
+        cb.on_step_end(args, SimpleNamespace(global_step=4), control)
+        assert control.should_save and control.should_training_stop and cb.preempted_step == 4
+    finally:
+        cb.on_train_end(args, SimpleNamespace(global_step=4), TrainerControl())
+
+    eager = PreemptionCallback(align_to_generation_batch=False)
+    eager.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
+    try:
+        _deliver(signal.SIGTERM)
+        control = TrainerControl()
+        eager.on_step_end(args, SimpleNamespace(global_step=3), control)
+        assert control.should_save and eager.preempted_step == 3
+    finally:
+        eager.on_train_end(args, SimpleNamespace(global_step=3), TrainerControl())
+
+
+def test_warns_when_save_steps_fall_inside_generation_batches(tmp_path, sigterm_guard, caplog):
+    args = stand_in_args(
+        tmp_path,
+        gradient_accumulation_steps=2,
+        steps_per_generation=8,
+        num_iterations=1,
+        save_strategy="steps",
+    )
+    for save_steps, warned in ((3, True), (8, False)):
+        args.save_steps = save_steps
+        cb = PreemptionCallback()
+        caplog.clear()
+        with caplog.at_level("WARNING"):
+            cb.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
+        cb.on_train_end(args, SimpleNamespace(global_step=0), TrainerControl())
+        assert ("inside generation batches" in caplog.text) is warned, save_steps
+        if warned:
+            assert "Use a multiple of 4" in caplog.text
+
+
+def test_second_signal_goes_to_previous_handler(tmp_path, sigterm_guard):
+    previous, calls = sigterm_guard
+    cb = PreemptionCallback(signals=["TERM"], duplicate_window=0)
+    args = stand_in_args(tmp_path)
+    cb.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
+    try:
+        _deliver(signal.SIGTERM)
+        _deliver(signal.SIGTERM)
+        assert calls == [signal.SIGTERM, signal.SIGTERM]
+        assert signal.getsignal(signal.SIGTERM) is previous  # handed back at the second delivery
+    finally:
+        cb.on_train_end(args, SimpleNamespace(global_step=0), TrainerControl())
+
+
+def test_a_repeat_within_the_duplicate_window_is_the_same_request(tmp_path, sigterm_guard, capfd):
+    # The launcher forwards the SIGTERM that the scheduler also sent to the worker: two deliveries at once.
+    previous, calls = sigterm_guard
+    cb = PreemptionCallback(duplicate_window=60)
+    args = stand_in_args(tmp_path)
+    cb.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
+    try:
+        _deliver(signal.SIGTERM)
+        _deliver(signal.SIGTERM)
+        assert signal.getsignal(signal.SIGTERM) == cb._handle  # still ours: no stop at once
+        assert calls == [signal.SIGTERM] and "the same request" in capfd.readouterr().err
+        control = TrainerControl()
+        cb.on_step_end(args, SimpleNamespace(global_step=1), control)
+        assert control.should_save and cb.exit_code == 143
+    finally:
+        cb.on_train_end(args, SimpleNamespace(global_step=1), TrainerControl())
+
+
+def test_first_sigint_does_not_raise_keyboardinterrupt(tmp_path):
+    saved = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    cb = PreemptionCallback(duplicate_window=0)
+    args = stand_in_args(tmp_path)
+    try:
+        cb.on_train_begin(args, SimpleNamespace(global_step=0), TrainerControl())
+        _deliver(signal.SIGINT)  # the default handler would raise KeyboardInterrupt here
+        assert cb.received == signal.SIGINT
+        control = TrainerControl()
+        cb.on_step_end(args, SimpleNamespace(global_step=2), control)
+        assert control.should_training_stop and cb.exit_code == 130
+        with pytest.raises(KeyboardInterrupt):
+            _deliver(signal.SIGINT)  # the second Ctrl-C stops at once
+    finally:
+        cb.on_train_end(args, SimpleNamespace(global_step=2), TrainerControl())
+        signal.signal(signal.SIGINT, saved)
+
+
+def test_outside_main_thread_no_handlers_and_no_crash(tmp_path, caplog):
+    cb = PreemptionCallback()
+    done = []
+
+    def run():
+        cb.on_train_begin(stand_in_args(tmp_path), SimpleNamespace(global_step=0), TrainerControl())
+        control = TrainerControl()
+        cb.on_step_end(stand_in_args(tmp_path), SimpleNamespace(global_step=1), control)
+        done.append(control.should_training_stop)
+        cb.on_train_end(stand_in_args(tmp_path), SimpleNamespace(global_step=1), TrainerControl())
+
+    with caplog.at_level("WARNING"):
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+    assert done == [False] and not cb.installed
+    assert "main thread" in caplog.text
+
+
+def test_exit_if_preempted(tmp_path):
+    waited = []
+    cb = PreemptionCallback()
+    trainer = SimpleNamespace(
+        callback_handler=SimpleNamespace(callbacks=[cb]),
+        accelerator=SimpleNamespace(wait_for_everyone=lambda: waited.append(1), is_main_process=True),
+        state=SimpleNamespace(global_step=4),
+    )
+    exit_if_preempted(trainer)  # not preempted: returns
+    assert waited == []
+    cb.preempted, cb.preempted_signal = True, signal.SIGTERM
+    with pytest.raises(SystemExit) as err:
+        exit_if_preempted(trainer)
+    assert err.value.code == 143 and waited == [1]

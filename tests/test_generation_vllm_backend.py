@@ -1,17 +1,14 @@
-"""The vLLM backend (routing_grpo.generation.vllm_backend) and its engines (routing_grpo.generation.vllm_engines)
-against stand-ins: word-phase and sampling requests, identical rows merged, TRL's colocated engine with
-each request's budget and logprobs, and the data-parallel engines' GPUs and shards."""
+"""The vLLM backend (routing_grpo.generation.vllm_backend) against stand-ins: word-phase and sampling requests,
+identical rows merged, TRL's colocated engine with each request's budget and logprobs (the engines' GPUs and
+shards: tests/test_generation_vllm_engines.py)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-import pytest
-
 from routing_grpo.generation.caps import generate_within_budgets
 from routing_grpo.generation.interface import GenerationRequest
 from routing_grpo.generation.vllm_backend import VLLMBackend
-from routing_grpo.generation.vllm_engines import replica_devices, shard
 from tests.fake_vllm import FakeLLM
 
 
@@ -78,12 +75,3 @@ def test_the_colocated_backend_sends_each_request_with_its_budget_and_reads_logp
     shared = {"temperature": 1.0, "logprobs": 0, "min_p": 0.1}
     assert params == [{"n": 2, "max_tokens": 3, **shared}, {"n": 1, "max_tokens": 1, **shared}]
     assert out == [[([7, 7, 7], [-0.25] * 3)] * 2, [([7], [-0.25])]]
-
-
-def test_replica_devices_and_shards():
-    assert replica_devices(4, 2, [str(i) for i in range(8)]) == ["0,1", "2,3", "4,5", "6,7"]
-    assert replica_devices(2, 1, ["3", "5", "7"]) == ["3", "5"]
-    with pytest.raises(ValueError, match="needs 8 GPUs; 4 visible"):
-        replica_devices(4, 2, ["0", "1", "2", "3"])
-    assert shard(5, 2) == [[0, 2, 4], [1, 3]]
-    assert shard(1, 3) == [[0], [], []]

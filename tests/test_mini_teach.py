@@ -1,0 +1,104 @@
+"""The miniature's tiny model and its teaching (routing_grpo.mini.teach): the tokenizer's lengths against the
+recipe, teaching prompts as training and evaluation render them, every mode after its word, the teach
+command's defaults (fast; no teaching)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import yaml
+
+from routing_grpo.mini import cliff, teach
+from tests.helpers import MINI_ROUTER as ROUTER
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return teach.build_tokenizer(seed=0)
+
+
+@pytest.mark.parametrize("level", cliff.LEVELS)
+def test_token_lengths_match_the_recipe(tokenizer, level):
+    """L (tokens after the routing word, EOS counted) is 4 / 4k+4 / 9k+14, as recipes/mini/router.yaml says."""
+    p = cliff.random_problem(random.Random(level), level)
+    lengths = {
+        m: len(tokenizer(cliff.solution(p, m) + teach.EOS, add_special_tokens=False)["input_ids"])
+        for m in cliff.MODE_NAMES
+    }
+    assert lengths == {"NoThink": 4, "Short": 4 * level + 4, "Long": 9 * level + 14}
+
+
+def test_teaching_prompts_are_the_prompts_training_and_eval_render(tokenizer):
+    """The taught prompt text is what the trainer and `routing-grpo eval` build from the task's rows."""
+    from routing_grpo.config import RoutingGRPOConfig
+    from routing_grpo.data import load_task
+    from routing_grpo.eval_config import EvalConfig
+    from routing_grpo.prompting import PromptPlan, add_routing_instruction, forcing_text
+
+    recipe = yaml.safe_load(ROUTER.read_text())
+    args = RoutingGRPOConfig(output_dir="unused", modes=recipe["modes"], use_cpu=True, num_generations=8,
+                             per_device_train_batch_size=8, report_to="none")  # fmt: skip
+    rows = load_task("mini", split="test", limit=6)
+    for row in rows:
+        messages = add_routing_instruction(row["prompt"], args.effective_routing_instruction)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        assert text + args.effective_routing_question == teach.routed_prompt(tokenizer, row["problem"])
+        plain = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
+        assert plain == teach.plain_prompt(tokenizer, row["problem"])
+        # The trainer tokenizes the templated prompt and the question apart, then appends the forced word.
+        joined = tokenizer(text + "Mode: Short", add_special_tokens=False)["input_ids"]
+        parts = (
+            tokenizer(text, add_special_tokens=False)["input_ids"]
+            + tokenizer("Mode:", add_special_tokens=False)["input_ids"]
+            + tokenizer(forcing_text("Short", "Mode:"), add_special_tokens=False)["input_ids"]
+        )
+        assert joined == parts
+        plan = PromptPlan.from_config(
+            EvalConfig(model="m", benchmarks=["mini"], output="o", modes=recipe["modes"])
+        )
+        assert plan.render(tokenizer, row["prompt"]) == teach.routed_prompt(tokenizer, row["problem"])
+
+
+def test_teaching_rows_hold_every_mode_after_its_word(tokenizer):
+    config = teach.TeachConfig(problems_per_level=20)
+    rows = teach.teaching_rows(tokenizer, config)
+    routed = [r for r in rows if r["prompt"].endswith(teach.ROUTING_QUESTION)]
+    plain = [r for r in rows if not r["prompt"].endswith(teach.ROUTING_QUESTION)]
+    words = [r["completion"].split()[0] for r in routed]
+    assert len(routed) == 3 * 20 * len(cliff.LEVELS)
+    assert {w: words.count(w) for w in cliff.MODE_NAMES} == {
+        w: 20 * len(cliff.LEVELS) for w in cliff.MODE_NAMES
+    }
+    assert 0 < len(plain) < len(routed) / 3
+    assert all(r["completion"].endswith(teach.EOS) for r in rows)
+    assert not any(r["completion"].split()[0] in cliff.MODE_NAMES for r in plain)
+
+
+def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps():
+    """``python -m routing_grpo.mini.teach --world W`` with no other option makes the shipped checkpoint: its
+    seed and steps are the ones stored in the checkpoint's teaching.json."""
+    import json
+
+    from routing_grpo.mini.plugin import MINI_CHECKPOINTS
+
+    def command_config(argv: list[str]) -> teach.TeachConfig:
+        # What teach.main builds from its command line (main then teaches with it).
+        args = vars(teach.build_parser().parse_args(argv))
+        args.pop("recipes")
+        return teach.TeachConfig(**args)
+
+    for world, folder in MINI_CHECKPOINTS.items():
+        stored = json.loads((folder / "teaching.json").read_text())["config"]
+        config = command_config(["--world", world])
+        assert (config.seed, config.steps) == (stored["seed"], stored["steps"]), world
+        # The second, difficulty-aware stage (graded only; records from before it have none).
+        assert config.state_level_steps == stored.get("state_level_steps", 0), world
+        for key in ("state_level_weight", "state_level_spread", "state_level_learning_rate"):
+            if config.state_level_steps:
+                assert getattr(config, key) == stored[key], (world, key)
+        # The cliff checkpoint was taught before there were worlds: its record names none.
+        assert stored.get("world", "cliff") == world
+    assert command_config(["--world", "graded", "--steps", "5"]).steps == 5
+    with pytest.raises(ValueError, match="unknown world"):
+        teach.TeachConfig(world="flat")
