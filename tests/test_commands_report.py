@@ -1,7 +1,7 @@
-from tests.helpers import write_paper_summaries
-
 """``routing-grpo report`` (routing_grpo.commands.report): the command, its general path importing no miniature, and
 an oracle part no package adds."""
+
+from tests.helpers import write_paper_summaries
 
 
 def test_report_command(tmp_path, capsys):
