@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.early_tell import fanout, word_logprob
+from routing_grpo.early_tell import fanout, logodds_by_level, word_logprob
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, routing_instruction, word_token_id_forms
 from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION, PromptPlan
 
@@ -161,12 +161,10 @@ def read_states(
 
 def logodds_summary(difficulty: Sequence[float], logodds: Sequence[float]) -> dict[str, Any]:
     """Mean z per difficulty and its fanout (nats per level step): the early tell before training."""
-    groups: dict[float, list[float]] = defaultdict(list)
-    for d, z in zip(difficulty, logodds, strict=True):
-        groups[d].append(z)
-    value, rank = fanout([f"{d:g}" for d in difficulty], list(logodds))
+    levels = [f"{d:g}" for d in difficulty]
+    value, rank = fanout(levels, list(logodds))
     return {
-        "logodds_by_difficulty": {f"{d:g}": sum(v) / len(v) for d, v in sorted(groups.items())},
+        "logodds_by_difficulty": logodds_by_level(levels, logodds),
         "fanout": value,
         "fanout_rank": rank,
     }
