@@ -701,8 +701,3 @@ class RoutingGRPOConfig(GRPOConfig):
     def effective_routing_question(self) -> str:
         """The routing question placed after the generation prompt ("" for single-mode baselines)."""
         return "" if self.single_mode is not None else self.routing_question
-
-    @property
-    def generation_batches_per_optimizer_step(self) -> float:
-        """How many paper steps one optimizer step is (the inverse of optimizer steps per generation)."""
-        return self.gradient_accumulation_steps / (self.steps_per_generation * self.num_iterations)

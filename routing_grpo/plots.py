@@ -260,11 +260,6 @@ def plot_emergence(result: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
-def load_training_logs(run_dirs: Sequence[str | Path]) -> list[list[dict[str, Any]]]:
-    """``log_history`` of every trainer_state.json under the runs (one list per run, newest checkpoint)."""
-    return [run.history for run in find_training_runs(Path(d) for d in run_dirs if Path(d).is_dir())]
-
-
 SMOOTHING = 5  # generation batches in the moving mean of the training figures
 
 
