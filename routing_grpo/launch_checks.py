@@ -78,6 +78,7 @@ def warn_process_count(training_args: RoutingGRPOConfig) -> None:
 
 
 def report_targets(training_args: RoutingGRPOConfig) -> list[str]:
+    """``report_to`` as a list (transformers takes one name or a list)."""
     report_to = training_args.report_to or []
     return [report_to] if isinstance(report_to, str) else list(report_to)
 

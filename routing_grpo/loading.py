@@ -20,6 +20,7 @@ from trl import ModelConfig, get_quantization_config
 from routing_grpo.arguments import RoutingScriptArguments
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import UsageError, model_file_errors, user_errors
+from routing_grpo.launch_checks import report_targets
 from routing_grpo.locations import looks_local
 from routing_grpo.model_files import weight_file_problem
 from routing_grpo.offline_models import is_offline_name, resolve_model_path
@@ -177,9 +178,7 @@ def configure_tracking(training_args: RoutingGRPOConfig, environ: dict[str, str]
     Returns the WANDB_MODE in effect when wandb is a ``report_to`` target, else None.
     """
     env = os.environ if environ is None else environ
-    report_to = training_args.report_to or []
-    if isinstance(report_to, str):
-        report_to = [report_to]
+    report_to = report_targets(training_args)
     if "wandb" not in report_to and "all" not in report_to:
         return None
     if "WANDB_MODE" not in env and not _wandb_has_credentials(env):

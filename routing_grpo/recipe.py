@@ -23,6 +23,7 @@ from trl import ModelConfig, TrlParser
 from routing_grpo.arguments import DATACLASS_TYPES, RoutingScriptArguments, recipe_fields
 from routing_grpo.config import RoutingGRPOConfig
 from routing_grpo.errors import OneLineParser, UsageError, one_line, user_errors
+from routing_grpo.launch_checks import report_targets
 from routing_grpo.locations import hub_offline, looks_local
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, parse_modes
 from routing_grpo.recipe_file import (
@@ -450,8 +451,7 @@ def preflight(
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(f"output_dir: {output_dir} exists and is not a folder")
     check_output_folder(output_dir, "output_dir")  # read-only, or under a file: before anything loads
-    report_to = training_args.report_to or []
-    report_to = [report_to] if isinstance(report_to, str) else list(report_to)
+    report_to = report_targets(training_args)
     try:
         from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
