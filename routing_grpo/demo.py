@@ -132,7 +132,7 @@ def stages_left_line(done: Sequence[int], expected: dict[str, float]) -> str:
     """``[demo] k/n stages done, about T left``: each group's expected seconds in proportion to its stages
     left (training beside the first group, as they run)."""
     left = [sec * (n - min(d, n)) / n for sec, n, d in zip(expected.values(), STAGE_COUNTS, done)]
-    total = max(left[0], left[1]) + left[2] + left[3]
+    total = expected_total(dict(zip(expected, left)))
     return (
         f"[demo] {min(sum(done), sum(STAGE_COUNTS))}/{sum(STAGE_COUNTS)} stages done, about "
         f"{duration_text(total)} left"
