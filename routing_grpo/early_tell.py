@@ -65,6 +65,7 @@ import math
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from routing_grpo.emergence import pass_rate_bin
 from routing_grpo.modes import INVALID
@@ -79,6 +80,7 @@ __all__ = [
     "early_tell_readings",
     "early_tell_verdict",
     "fanout",
+    "fanout_points",
     "level_mode_advantages",
     "logodds_by_level",
     "pass_rate_difficulty",
@@ -260,6 +262,17 @@ def trailing_mean(points: Sequence[tuple[int, float]], at: int, window: int = FA
     ``points``: (batch, value) pairs; NaN values are skipped."""
     values = [v for s, v in points if at - window < s <= at and not math.isnan(v)]
     return sum(values) / len(values) if values else math.nan
+
+
+def fanout_points(log_history: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
+    """(generation batch counted from 1, ``routing/fanout``) of a training log, finite values only (the
+    last one logged at a batch)."""
+    points: dict[int, float] = {}
+    for row in log_history:
+        value, batch = row.get("routing/fanout"), row.get("routing/batch_step")
+        if isinstance(value, int | float) and isinstance(batch, int | float) and math.isfinite(value):
+            points[round(batch) + 1] = float(value)
+    return sorted(points.items())
 
 
 def early_tell_readings(

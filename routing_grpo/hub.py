@@ -17,7 +17,7 @@ from typing import Any
 
 from routing_grpo.arguments import RoutingScriptArguments
 from routing_grpo.config import RoutingGRPOConfig
-from routing_grpo.early_tell import FANOUT_WINDOW, early_tell_readings, early_tell_verdict
+from routing_grpo.early_tell import FANOUT_WINDOW, early_tell_readings, early_tell_verdict, fanout_points
 from routing_grpo.errors import UsageError, one_line
 from routing_grpo.locations import looks_local
 from routing_grpo.offline_models import is_offline_name
@@ -138,14 +138,9 @@ def final_routing_split(
 def early_tell_lines(log_history: list[dict[str, Any]]) -> list[str]:
     """The training fanout's trailing mean at generation batches 20, 45 and the last one, each with its
     reading (routing_grpo.early_tell); [] when the run logged none."""
-    points: dict[int, float] = {}
-    for row in log_history:
-        value, batch = row.get("routing/fanout"), row.get("routing/batch_step")
-        if isinstance(value, int | float) and isinstance(batch, int | float) and math.isfinite(value):
-            points[round(batch) + 1] = float(value)
     return [
         f"- generation batch {b}: fanout {v:+.3f} nats per level step over the last {FANOUT_WINDOW} batches ({early_tell_verdict(v)})"
-        for b, v in early_tell_readings(sorted(points.items()))
+        for b, v in early_tell_readings(fanout_points(log_history))
     ]
 
 

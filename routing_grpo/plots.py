@@ -30,7 +30,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only; no display on servers
 import matplotlib.pyplot as plt  # noqa: E402
 
-from routing_grpo.early_tell import FANOUT_ROUTING, trailing_mean  # noqa: E402
+from routing_grpo.early_tell import FANOUT_ROUTING, fanout_points, trailing_mean  # noqa: E402
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, crossovers, parse_modes  # noqa: E402
 from routing_grpo.path_names import under  # noqa: E402
 from routing_grpo.report import (  # noqa: E402
@@ -338,14 +338,9 @@ def plot_early_tell(
     for label, histories in groups.items():
         runs = []
         for history in histories:
-            points = {}
-            for row in history:
-                value, step = row.get("routing/fanout"), row.get("routing/batch_step")
-                if isinstance(value, int | float) and isinstance(step, int | float) and math.isfinite(value):
-                    points[round(step) + 1] = float(value)
-            if points:
-                pairs = sorted(points.items())
-                runs.append({b: trailing_mean(pairs, b, window) for b in points})
+            pairs = fanout_points(history)
+            if pairs:
+                runs.append({b: trailing_mean(pairs, b, window) for b, _ in pairs})
         if runs:
             curves[label] = runs
     if not curves:

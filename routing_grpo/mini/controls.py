@@ -52,7 +52,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.early_tell import FANOUT_ROUTING, FANOUT_WINDOW, trailing_mean
+from routing_grpo.early_tell import FANOUT_ROUTING, FANOUT_WINDOW, fanout_points, trailing_mean
 from routing_grpo.errors import OneLineParser, UsageError, run_entry
 from routing_grpo.mini.plugin import SHIPPED_CHECKPOINTS
 from routing_grpo.mini.run import (
@@ -158,16 +158,6 @@ SMALL = Sizes(
 
 
 # ---- pure readings -------------------------------------------------------------------------------------
-
-
-def fanout_points(log_history: Sequence[Mapping[str, Any]]) -> list[tuple[int, float]]:
-    """(generation batch counted from 1, ``routing/fanout``) of a training log, finite values only."""
-    points: dict[int, float] = {}
-    for row in log_history:
-        value, batch = row.get("routing/fanout"), row.get("routing/batch_step")
-        if isinstance(value, int | float) and isinstance(batch, int | float) and math.isfinite(value):
-            points[round(batch) + 1] = float(value)
-    return sorted(points.items())
 
 
 def fanout_readings(points: Sequence[tuple[int, float]], at: Sequence[int] = READ_AT) -> dict[str, float]:
