@@ -27,8 +27,6 @@ from routing_grpo.early_tell import fanout, logodds_by_level, word_logprob
 from routing_grpo.modes import DEFAULT_MODES, ModeSpec, routing_instruction, word_token_id_forms
 from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION, PromptPlan
 
-PROBLEM_COLUMNS = ("problem", "question")
-
 
 @dataclass(frozen=True)
 class ProbeRow:
@@ -68,6 +66,7 @@ def sample_per_difficulty(rows: Sequence[ProbeRow], per_difficulty: int, seed: i
 def jsonl_rows(path: str | Path, difficulty_column: str) -> list[ProbeRow]:
     """Rows of a JSONL file: the problem from ``problem`` or ``question`` (or a ``prompt`` conversation), the
     difficulty from ``difficulty_column``; rows without a difficulty are left out."""
+    from routing_grpo.data import PROBLEM_COLUMNS
     from routing_grpo.jsonl import read_jsonl
 
     rows: list[ProbeRow] = []
