@@ -248,18 +248,8 @@ def step(check: Check) -> dict[str, Any]:
         )
     b, c, a = rows["b_capped"], rows["c_posthoc"], rows["a_plain"]
     return {
-        "shape": {k: check.size["shape"][k] for k in ("hidden_size", "num_hidden_layers", "vocab_size")},
-        "parameters_b": _parameters(check.size["shape"]) / 1e9,
-        "setup": {
-            "prompts": size["prompts"],
-            "group": size["group"],
-            "max_completion_length": size["max_len"],
-            "caps": size["caps"] + [None],
-            "measured_steps": size["steps"],
-            "dtype": args.dtype,
-            "gradient_checkpointing": True,
-            "a_uniform_length": m,
-        },  # fmt: skip
+        **_step_shape(size, args.dtype),
+        "setup": {**_step_shape(size, args.dtype)["setup"], "a_uniform_length": m},
         "rows": rows,
         "b_over_a_step": b["step_s"] / a["step_s"],
         "b_over_a_uniform_step": b["step_s"] / rows["a_uniform"]["step_s"],
@@ -299,6 +289,18 @@ def quick_step(check: Check) -> dict[str, Any]:
     model_bytes = _parameters(size["shape"]) * (2 if cuda else 4)
     return {
         "quick": True,
+        **_step_shape(size, args.dtype),
+        "rows": rows,
+        "model_bytes": model_bytes,
+        "bandwidth_tb_s": bandwidth,
+        "floor_ms_per_decoding_step": decode_floor_ms(model_bytes, bandwidth),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def _step_shape(size: dict[str, Any], dtype: str) -> dict[str, Any]:
+    """The step section's model shape, its parameters (billions) and its setup, as both step reports give them."""
+    return {
         "shape": {k: size["shape"][k] for k in ("hidden_size", "num_hidden_layers", "vocab_size")},
         "parameters_b": _parameters(size["shape"]) / 1e9,
         "setup": {
@@ -307,14 +309,9 @@ def quick_step(check: Check) -> dict[str, Any]:
             "max_completion_length": size["max_len"],
             "caps": size["caps"] + [None],
             "measured_steps": size["steps"],
-            "dtype": args.dtype,
+            "dtype": dtype,
             "gradient_checkpointing": True,
-        },  # fmt: skip
-        "rows": rows,
-        "model_bytes": model_bytes,
-        "bandwidth_tb_s": bandwidth,
-        "floor_ms_per_decoding_step": decode_floor_ms(model_bytes, bandwidth),
-        "seconds": time.perf_counter() - started,
+        },
     }
 
 
