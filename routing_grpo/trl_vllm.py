@@ -100,7 +100,11 @@ def vllm_backend(vllm_generation: Any, eos_token_ids: Sequence[int]) -> Iterator
         llm.wake_up(tags=["kv_cache"])
     try:
         yield ColocatedVLLMBackend(
-            llm, sampling, eos_token_ids=eos_token_ids, generation_kwargs=vllm_generation.generation_kwargs
+            llm,
+            sampling,
+            eos_token_ids=eos_token_ids,
+            generation_kwargs=vllm_generation.generation_kwargs,
+            structured_outputs_regex=vllm_generation.structured_outputs_regex,
         )
     finally:
         if sleep_mode:

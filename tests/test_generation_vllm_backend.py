@@ -75,3 +75,25 @@ def test_the_colocated_backend_sends_each_request_with_its_budget_and_reads_logp
     shared = {"temperature": 1.0, "logprobs": 0, "min_p": 0.1}
     assert params == [{"n": 2, "max_tokens": 3, **shared}, {"n": 1, "max_tokens": 1, **shared}]
     assert out == [[([7, 7, 7], [-0.25] * 3)] * 2, [([7], [-0.25])]]
+
+
+def test_colocated_sampling_applies_the_configs_extras_as_trl_does(caplog):
+    """TRL 1.16's colocate path: generation_kwargs over the shared sampling; the structured-output regex wins
+    over generation_kwargs' own ``structured_outputs`` (with TRL's warning); a dict there becomes the object."""
+    from routing_grpo.generation.vllm_backend import colocated_sampling
+
+    def params(**kw):
+        return ("so", kw)
+
+    shared = {"temperature": 1.0, "logprobs": 0}
+    assert colocated_sampling(shared, None, None, params) == shared
+    assert colocated_sampling(shared, {"temperature": 0.5, "seed": 1}, None, params) == {
+        "temperature": 0.5, "logprobs": 0, "seed": 1,
+    }  # fmt: skip
+    assert colocated_sampling(shared, {}, "(a|b)", params)["structured_outputs"] == ("so", {"regex": "(a|b)"})
+    as_dict = colocated_sampling(shared, {"structured_outputs": {"choice": ["x"]}}, None, params)
+    assert as_dict["structured_outputs"] == ("so", {"choice": ["x"]})
+    with caplog.at_level("WARNING"):
+        both = colocated_sampling(shared, {"structured_outputs": {"choice": ["x"]}}, "(a|b)", params)
+    assert both["structured_outputs"] == ("so", {"regex": "(a|b)"}) and "takes precedence" in caplog.text
+    assert shared == {"temperature": 1.0, "logprobs": 0}  # the shared settings are not changed

@@ -77,6 +77,9 @@ def test_the_trainer_samples_through_trls_colocated_engine(tiny_model_path, tmp_
     import trl.generation.vllm_generation  # noqa: F401 - loaded before vllm is stood in for (it probes vllm)
 
     monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(SamplingParams=lambda **kwargs: kwargs))
+    monkeypatch.setitem(
+        sys.modules, "vllm.sampling_params", SimpleNamespace(StructuredOutputsParams=lambda **kw: ("so", kw))
+    )
     trainer = three_mode_trainer(tiny_model_path, tmp_path)
     nothink = trainer.forced_word_ids[0]
     events, params_seen = [], []
@@ -114,7 +117,8 @@ def test_the_trainer_samples_through_trls_colocated_engine(tiny_model_path, tmp_
     engine = SimpleNamespace(
         mode="colocate", llm=StandInLLM(), enable_sleep_mode=True, tensor_parallel_size=1,
         repetition_penalty=1.0, temperature=0.9, top_p=0.95, top_k=-1, min_p=None, logprobs=0,
-        generation_kwargs={"seed": 3}, sync_weights=sync_weights, _llm_weights_sleeping=True,
+        generation_kwargs={"seed": 3}, structured_outputs_regex=r"[\s\S]*", sync_weights=sync_weights,
+        _llm_weights_sleeping=True,
     )  # fmt: skip
     trainer.vllm_generation = engine
     prompts = [[1000, 7, 999, *nothink], [1001, 7, 999, *trainer.forced_word_ids[1]], [1002, 7, 999]]
@@ -136,6 +140,7 @@ def test_the_trainer_samples_through_trls_colocated_engine(tiny_model_path, tmp_
     ]  # heads, then forced rows and the rest
     assert engine._llm_weights_sleeping  # level 2 dropped the weights
     assert all(p["temperature"] == 0.9 and p["min_p"] == 0.0 and p["seed"] == 3 for p in params_seen)
+    assert all(p["structured_outputs"] == ("so", {"regex": r"[\s\S]*"}) for p in params_seen)
     # The same optimizer step: the weights slept, so they are pushed again before the engine samples.
     generate()
     assert events == ["sync", "wake", "generate", "generate", "sleep 2"]

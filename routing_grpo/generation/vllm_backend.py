@@ -2,10 +2,11 @@
 engines of :mod:`routing_grpo.generation.vllm_engines`), and TRL's colocated engine in training
 (:class:`ColocatedVLLMBackend`; the trainer keeps TRL's engine object through :mod:`routing_grpo.trl_vllm`).
 Requests become SamplingParams arguments through pure builders (:func:`vllm_word_params`,
-:func:`vllm_request_params`)."""
+:func:`vllm_request_params`, :func:`colocated_sampling`)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -17,6 +18,8 @@ from routing_grpo.generation.options import (
     read_generation_config,
 )
 from routing_grpo.generation.vllm_engines import LocalVLLM, start_vllm_engines
+
+logger = logging.getLogger(__name__)
 
 
 def usable() -> bool:
@@ -84,6 +87,35 @@ def vllm_request_params(request: GenerationRequest, sampling: Mapping[str, Any])
     return {**sampling, "n": int(request.n), "max_tokens": int(request.max_tokens)}
 
 
+def colocated_sampling(
+    sampling: Mapping[str, Any],
+    generation_kwargs: Mapping[str, Any] | None,
+    structured_outputs_regex: str | None,
+    structured_outputs_params: Callable[..., Any] | None = None,
+) -> dict[str, Any]:
+    """The shared SamplingParams arguments of TRL's colocated engine, as TRL 1.16's colocate path builds
+    them: ``sampling``, then the config's ``generation_kwargs`` over it, then structured outputs: the
+    config's ``structured_outputs_regex`` (it wins over ``generation_kwargs["structured_outputs"]``, with
+    TRL's warning), or a ``structured_outputs`` dict of arguments. ``structured_outputs_params`` builds the
+    object (default ``vllm.sampling_params.StructuredOutputsParams``, imported only when needed)."""
+    settings = {**sampling, **(generation_kwargs or {})}
+    given = settings.get("structured_outputs")
+    if structured_outputs_regex is None and not isinstance(given, Mapping):
+        return settings
+    if structured_outputs_params is None:
+        from vllm.sampling_params import StructuredOutputsParams as structured_outputs_params  # noqa: N813
+    if structured_outputs_regex is not None:
+        if given is not None:
+            logger.warning(
+                "Both `structured_outputs_regex` and `generation_kwargs['structured_outputs']` are set; "
+                "`structured_outputs_regex` takes precedence."
+            )
+        settings["structured_outputs"] = structured_outputs_params(regex=structured_outputs_regex)
+    else:
+        settings["structured_outputs"] = structured_outputs_params(**given)
+    return settings
+
+
 class VLLMBackend(BackendBase):
     """vLLM engine(s) (GPU) behind the backend interface: a word-phase step is one ``max_tokens=1`` request
     per row (``allowed_token_ids`` for an allowed set); ``sample`` sends every request in one call, which
@@ -142,8 +174,9 @@ class ColocatedVLLMBackend(BackendBase):
     """A colocated ``vllm.LLM`` (TRL's, in training) behind the backend interface: ``sample(requests)`` is one
     engine call, each sample (completion ids, sampled-token logprobs or None).
 
-    ``sampling``: the shared SamplingParams arguments (temperature, top_p, ..., logprobs); ``generation_kwargs``:
-    the config's extra ones. The trainer keeps TRL's engine (weight sync, sleep mode); this only samples.
+    ``sampling``: the shared SamplingParams arguments (temperature, top_p, ..., logprobs); ``generation_kwargs``
+    and ``structured_outputs_regex``: the config's, applied as TRL applies them (:func:`colocated_sampling`).
+    The trainer keeps TRL's engine (weight sync, sleep mode); this only samples.
     """
 
     def __init__(
@@ -153,12 +186,13 @@ class ColocatedVLLMBackend(BackendBase):
         *,
         eos_token_ids: Sequence[int],
         generation_kwargs: Mapping[str, Any] | None = None,
+        structured_outputs_regex: str | None = None,
         sampling_params: Callable[..., Any] | None = None,
     ) -> None:
         if sampling_params is None:
             from vllm import SamplingParams as sampling_params  # noqa: N811
         self.llm, self.sampling_params = llm, sampling_params
-        self.sampling = {**sampling, **(generation_kwargs or {})}
+        self.sampling = colocated_sampling(sampling, generation_kwargs, structured_outputs_regex)
         self.eos_token_ids = [int(t) for t in eos_token_ids]
 
     def sample(
