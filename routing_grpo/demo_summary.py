@@ -102,12 +102,17 @@ def against_long(acc: float, tokens: float, long_acc: float, long_tokens: float)
     return f"The router is {accuracy} and {used}."
 
 
+def dominating_mode(router: Point, forced: Sequence[Point]) -> Point | None:
+    """The forced mode that beats the router on both axes (the most accurate of them), or None."""
+    dominating = [p for p in forced if p.accuracy >= router.accuracy and p.length <= router.length]
+    return max(dominating, key=lambda p: (p.accuracy, -p.length)) if dominating else None
+
+
 def frontier_line(router: Point, forced: Sequence[Point]) -> str:
     """Where the router stands against the taught model forced into one mode: a mode that beats it on both
     axes, or its place against the forced modes' frontier."""
-    dominating = [p for p in forced if p.accuracy >= router.accuracy and p.length <= router.length]
-    if dominating:
-        best = max(dominating, key=lambda p: (p.accuracy, -p.length))
+    best = dominating_mode(router, forced)
+    if best is not None:
         return (
             f"A single mode beats the router on both axes: the taught model forced into {best.method} reaches "
             f"{best.accuracy:.3f} at {best.length:.1f} tokens. At this evaluation temperature the world is not in "
@@ -120,6 +125,28 @@ def frontier_line(router: Point, forced: Sequence[Point]) -> str:
     return (
         f"No single mode beats the router on both axes; at its length the forced modes' frontier reaches "
         f"{reach:.3f}, so the router is {side} the single-mode frontier."
+    )
+
+
+def past_cap_line(mode: str, cap: int | None, forced: Mapping[str, Any], router: Mapping[str, Any]) -> str:
+    """How much of a forced mode's accuracy rests on samples past its cap (evaluation is uncapped), from the
+    summaries' ``past_cap_share`` and ``accuracy_within_caps``; empty when none ran past it."""
+    share, within = forced.get("past_cap_share"), forced.get("accuracy_within_caps")
+    if cap is None or not share or within is None:
+        return ""
+    levels = [
+        (lv, s["past_cap_share"])
+        for lv, s in (forced.get("per_level") or {}).items()
+        if "past_cap_share" in s
+    ]
+    worst = max(levels, key=lambda kv: kv[1], default=None)
+    at = f" ({worst[1]:.0%} at level {worst[0]})" if worst and worst[1] > share else ""
+    router_within = router.get("accuracy_within_caps")
+    beside = f"; the router, held to the caps, {router_within:.3f}" if router_within is not None else ""
+    return (
+        f"{mode}'s lead rests on samples past its cap of {cap} tokens: evaluation is uncapped (docs/method.md "
+        f'"Validation and evaluation"), and {share:.0%} of forced {mode}\'s samples run past the cap{at}. '
+        f"Counted wrong, as training scores them, forced {mode} reaches {within:.3f}{beside}."
     )
 
 
@@ -190,19 +217,25 @@ def render_summary(
     lines = ["# routing-grpo demo: the miniature's graded world", ""]
     lines += [cold_start, ""] if cold_start else []
     lines += [trained, ""] if trained else []
+    caps = {m["name"]: m.get("cap") for m in mini["modes"]}
     lines += [
         f"Held-out problems, free routing{at_eval}:",
         "",
-        "| | accuracy | mean tokens |",
-        "|---|---:|---:|",
+        "| | accuracy | mean tokens | accuracy within the caps |",
+        "|---|---:|---:|---:|",
         *(
-            f"| taught model forced into {m} | {forced[m]['accuracy']:.3f} | {forced[m]['mean_length']:.1f} |"
+            f"| taught model forced into {m} | {forced[m]['accuracy']:.3f} | {forced[m]['mean_length']:.1f} | "
+            f"{_f(forced[m].get('accuracy_within_caps'), 3)} |"
             for m in modes
             if m in forced
         ),
         f"| oracle router (best mode per level{at_eval}) | {oracle['accuracy_capped']:.3f} | "
-        f"{oracle['mean_tokens']:.1f} |",
-        f"| trained router (free routing) | {acc:.3f} | {tokens:.1f} |",
+        f"{oracle['mean_tokens']:.1f} | {oracle['accuracy_capped']:.3f} |",
+        f"| trained router (free routing) | {acc:.3f} | {tokens:.1f} | "
+        f"{_f(router.get('accuracy_within_caps'), 3)} |",
+        "",
+        "Evaluation is uncapped; the last column counts a sample past its mode's cap wrong, as training does "
+        "(the oracle is read within the caps).",
         "",
         against_long(acc, tokens, long_acc, long_tokens),
     ]
@@ -211,6 +244,11 @@ def render_summary(
     ]
     if len(points) > 1:
         lines += ["", frontier_line(Point("router", tokens, acc), points)]
+        best = dominating_mode(Point("router", tokens, acc), points)
+        cap_line = (
+            past_cap_line(best.method, caps.get(best.method), forced[best.method], router) if best else ""
+        )
+        lines += ["", cap_line] if cap_line else []
     if training_oracle and t_train is not None:
         lines += [
             "",

@@ -1,5 +1,7 @@
 """The summary figures of an evaluation's samples (pure): accuracy (avg@k), mean length, the routing split and
-its entropy, per mode and per level.
+its entropy, per mode and per level; and, given the modes' caps, how often a sample ran past its mode's cap
+and the accuracy with those samples counted wrong, as training scores them (evaluation itself is uncapped:
+docs/method.md "Validation and evaluation").
 
 They are the figures of ``summary.json`` (docs/evaluation.md "Evaluation and the paper's tables").
 """
@@ -8,12 +10,23 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def summarize(rows: Sequence[dict[str, Any]], mode_names: Sequence[str]) -> dict[str, Any]:
-    """Accuracy (avg@k), mean length, routing split and entropy, per-mode and per-level figures."""
+def past_cap(row: Mapping[str, Any], caps: Mapping[str, int | None]) -> bool:
+    """Whether a sample's length after its routing word (``L``) passes its mode's cap (never for an uncapped
+    mode, an invalid routing, or a row without ``L``)."""
+    cap = caps.get(row.get("mode")) if row.get("mode") is not None else None
+    return cap is not None and row.get("L") is not None and int(row["L"]) > cap
+
+
+def summarize(
+    rows: Sequence[dict[str, Any]], mode_names: Sequence[str], caps: Mapping[str, int | None] | None = None
+) -> dict[str, Any]:
+    """Accuracy (avg@k), mean length, routing split and entropy, per-mode and per-level figures. With ``caps``
+    (each mode's cap, None for none) and routed rows, also ``past_cap_share`` and ``accuracy_within_caps``
+    overall, per level and per capped mode (the module docstring)."""
     n = len(rows)
     if n == 0:
         return {"num_samples": 0}
@@ -37,13 +50,24 @@ def summarize(rows: Sequence[dict[str, Any]], mode_names: Sequence[str]) -> dict
         summary["per_mode"] = {
             name: _group_stats([r for r in routed if r.get("mode") == name]) for name in mode_names
         }
+    capped = caps is not None and bool(routed) and any(c is not None for c in caps.values())
+    if capped:
+        summary.update(_cap_stats(rows, caps))
+        for name in mode_names:
+            if caps.get(name) is not None and summary["per_mode"][name]["count"]:
+                own = [r for r in routed if r.get("mode") == name]
+                summary["per_mode"][name].update(_cap_stats(own, caps))
     levels: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         if r.get("level") is not None:
             levels[str(r["level"])].append(r)
     if levels:
         summary["per_level"] = {
-            lv: {**_group_stats(rs), **({"mode_shares": _shares(rs, mode_names)} if routed else {})}
+            lv: {
+                **_group_stats(rs),
+                **({"mode_shares": _shares(rs, mode_names)} if routed else {}),
+                **(_cap_stats(rs, caps) if capped else {}),
+            }
             for lv, rs in sorted(levels.items(), key=lambda kv: (not kv[0].isdigit(), kv[0].zfill(4)))
         }
     return summary
@@ -62,4 +86,13 @@ def _group_stats(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "count": len(rows),
         "accuracy": sum(bool(r["correct"]) for r in rows) / len(rows),
         "mean_length": sum(r["tokens"] for r in rows) / len(rows),
+    }
+
+
+def _cap_stats(rows: Sequence[dict[str, Any]], caps: Mapping[str, int | None]) -> dict[str, float]:
+    past = [past_cap(r, caps) for r in rows]
+    return {
+        "past_cap_share": sum(past) / len(rows),
+        "accuracy_within_caps": sum(bool(r["correct"]) and not p for r, p in zip(rows, past, strict=True))
+        / len(rows),
     }

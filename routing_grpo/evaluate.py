@@ -183,7 +183,7 @@ def evaluate_benchmark(
         "seed": config.run_seed if config.run_seed is not None else 0,
         "model": config.model,
         "samples_per_prompt": k,
-        **summarize(all_rows, [m.name for m in modes]),
+        **summarize(all_rows, [m.name for m in modes], {m.name: m.cap for m in modes}),
         "generation": {
             **generated,
             "tokens_per_second": generated["tokens"] / generated["seconds"] if generated["seconds"] else None,

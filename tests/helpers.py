@@ -234,10 +234,11 @@ def demo_inputs() -> tuple[dict, dict, dict]:
     }  # fmt: skip
     forced = {
         "NoThink": {"accuracy": 0.75, "mean_length": 4.0},
-        "Short": {"accuracy": 0.991, "mean_length": 19.5},
-        "Long": {"accuracy": 0.969, "mean_length": 41.1},
-    }
-    return mini, forced, {"accuracy": 0.961, "mean_length": 28.8}
+        "Short": {"accuracy": 0.991, "mean_length": 19.5, "past_cap_share": 0.137, "accuracy_within_caps": 0.856,
+                  "per_level": {"1": {"past_cap_share": 0.0}, "6": {"past_cap_share": 0.82}}},
+        "Long": {"accuracy": 0.969, "mean_length": 41.1, "past_cap_share": 0.0, "accuracy_within_caps": 0.969},
+    }  # fmt: skip
+    return mini, forced, {"accuracy": 0.961, "mean_length": 28.8, "accuracy_within_caps": 0.948}
 
 
 # The miniature's recipes folder and its router recipe.

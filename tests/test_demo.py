@@ -33,6 +33,16 @@ def test_the_demo_summary_says_what_the_start_carries_and_reads_plainly():
             f"| taught model forced into {mode} | {row['accuracy']:.3f} | {row['mean_length']:.1f} |" in text
         )
     assert "forced into Short reaches 0.991 at 19.5 tokens" in text and "not in the paper's regime" in text
+    # what the dominating mode's lead rests on: samples past its cap, which evaluation does not cut
+    assert "| taught model forced into Short | 0.991 | 19.5 | 0.856 |" in text
+    assert "| taught model forced into NoThink | 0.750 | 4.0 | - |" in text
+    assert "| trained router (free routing) | 0.961 | 28.8 | 0.948 |" in text
+    assert (
+        "Short's lead rests on samples past its cap of 46 tokens: evaluation is uncapped (docs/method.md "
+        '"Validation and evaluation"), and 14% of forced Short\'s samples run past the cap (82% at level 6). '
+        "Counted wrong, as training scores them, forced Short reaches 0.856; the router, held to the caps, "
+        "0.948." in text
+    )
     # per-mode accuracy of the router beside the forced mode's
     assert "| NoThink | 0.30 | 0.940 | 0.750 |" in text and "| Long | 0.50 | 0.975 | 0.969 |" in text
     # both oracle figures with their temperatures
