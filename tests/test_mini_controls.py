@@ -33,11 +33,16 @@ def test_the_level_target_is_the_aware_starts_and_strength_scales_it():
     assert set(targets("level", strength=0.0)) == {0.0}
 
 
-def test_the_random_label_is_fixed_per_problem_seeded_and_unrelated_to_the_level():
+def test_the_random_label_is_fixed_per_prompt_class_seeded_and_unrelated_to_the_level():
     first, again, other = targets("random"), targets("random"), targets("random", seed=1)
     assert first == again and first != other
-    # The same problem text gets the same label wherever it stands.
+    # The same problem gets the same label wherever it stands, and so does every problem of its class (start
+    # digit and first operation): a function of what the prompt says, which teaching can write.
     assert targets("random", problems=PROBLEMS[::-1]) == first[::-1]
+    by_class: dict[str, set[float]] = {}
+    for p, t in zip(PROBLEMS, first, strict=True):
+        by_class.setdefault(f"{p.start}{p.operations[0]}", set()).add(t)
+    assert all(len(v) == 1 for v in by_class.values()) and len(by_class) > 50
     assert {round(t / 2 + MEAN, 6) for t in first} <= set(graded.LEVELS)
     assert abs(correlation(first, [p.level for p in PROBLEMS])) < 0.15
 
@@ -53,11 +58,20 @@ def test_the_unrelated_target_is_the_start_digit_in_the_levels_range():
             assert graded.steps_worked(p, mode) == {"NoThink": 0, "Short": p.tail, "Long": p.level}[mode]
 
 
-def test_the_shuffled_target_keeps_the_levels_but_not_their_order():
+def test_the_shuffled_target_keeps_the_levels_apart_but_not_in_order():
     shuffled, level = targets("shuffled"), targets("level")
-    assert sorted(shuffled) == sorted(level) and shuffled != level
-    assert abs(correlation(shuffled, level)) < 0.15
-    assert targets("shuffled", seed=1) != shuffled
+    # One value per level (a function of the level, which the prompt shows), every level its own.
+    per_level = {p.level: set() for p in PROBLEMS}
+    for p, t in zip(PROBLEMS, shuffled, strict=True):
+        per_level[p.level].add(t)
+    assert all(len(v) == 1 for v in per_level.values())
+    assert sorted(t for (t,) in per_level.values()) == sorted(set(level))
+    # Far from the order and from its reverse.
+    permutation = teach.level_permutation(graded.LEVELS, seed=0)
+    assert sorted(permutation) == list(graded.LEVELS)
+    assert abs(correlation([float(v) for v in permutation], [float(v) for v in graded.LEVELS])) <= 0.3
+    assert abs(correlation(shuffled, level)) <= 0.3
+    assert teach.level_permutation(graded.LEVELS, seed=1) != permutation
 
 
 def test_the_spread_target_is_one_size_along_each_problems_own_direction():
@@ -115,7 +129,10 @@ def test_control_rows_carry_one_target_per_problem_and_the_default_rows_stay_as_
         else:
             assert (r["target"], r["direction"]) == (0.0, -1)
     assert all(len(v) == 1 for v in by_prompt.values())
-    assert len({d for v in by_prompt.values() for _, d in v}) == len(by_prompt)
+    # The spread target's direction is the start digit's: ten directions, the same for every problem with it.
+    assert {d for v in by_prompt.values() for _, d in v} <= set(range(teach.SPREAD_CLASSES))
+    problems = graded.problems(5 * len(graded.LEVELS), seed=0, split="train", distinct=False)
+    assert [teach.spread_direction_index(p) for p in problems] == [p.start for p in problems]
 
 
 def test_the_teach_command_names_the_targets_and_refuses_a_bad_one():

@@ -10,9 +10,9 @@ that start, and ``routing-grpo eval`` of the trained router on the held-out spli
 samples, T 0.6). The starts: the shipped level-blind and difficulty-aware checkpoints, and the second
 teaching stage (``python -m routing_grpo.mini.teach --init offline:mini_graded_blind``, 400 steps, the aware
 start's own settings) with another target (:data:`routing_grpo.mini.teach.STATE_TARGETS`): the level at
-strengths 0.25 and 0.5 (the aware start is strength 1), a random label per problem, the start digit (a
-variable that changes no mode's worth), the level shuffled across problems, and a per-problem random
-direction (prompt-to-prompt variance without any label). Writes ``controls.md``, ``controls.json`` and
+strengths 0.25 and 0.5 (the aware start is strength 1), a random label per prompt class, the start digit (a
+variable that changes no mode's worth), the level through a permutation far from its order, and a random
+direction per start digit (prompt-to-prompt variance without any label). Writes ``controls.md``, ``controls.json`` and
 ``controls_fanout.png`` (the fanout over batches per condition, mean and spread over seeds).
 
 **threshold**: the early tell's threshold (:data:`routing_grpo.early_tell.FANOUT_ROUTING`) on runs it was not
@@ -108,10 +108,10 @@ CONTROL_ARMS = (
     Arm("level_0.25", ROUTER, target="level", strength=0.25, what="the level at strength 0.25"),
     Arm("level_0.5", ROUTER, target="level", strength=0.5, what="the level at strength 0.5"),
     Arm("aware", ROUTER, shipped="mini_graded", what="the level at strength 1 (the shipped aware start)"),
-    Arm("random", ROUTER, target="random", what="a random label per problem"),
+    Arm("random", ROUTER, target="random", what="a random label per prompt class"),
     Arm("unrelated", ROUTER, target="unrelated", what="the start digit (changes no mode's worth)"),
-    Arm("shuffled", ROUTER, target="shuffled", what="the level shuffled across problems"),
-    Arm("spread", ROUTER, target="spread", what="a random direction per problem (no label)"),
+    Arm("shuffled", ROUTER, target="shuffled", what="the level, its order scrambled"),
+    Arm("spread", ROUTER, target="spread", what="a random direction per start digit (no label)"),
 )
 THRESHOLD_ARMS = (
     Arm("aware", ROUTER, shipped="mini_graded", what="the paper's recipe, aware start"),
