@@ -83,6 +83,25 @@ def test_the_spread_target_is_one_size_along_each_problems_own_direction():
     assert not torch.equal(v, teach.spread_directions(50, 16, seed=1))
 
 
+def test_the_spread_puts_each_start_digit_at_its_own_point_on_shared_directions_with_no_common_shift():
+    """A point per start digit on three shared directions, centred (so no single shift of every prompt meets
+    the targets) and of mean square 1 (t scaled to move a prompt as far, on average, as the level does)."""
+    points = teach.spread_points(seed=0)
+    assert len(points) == teach.SPREAD_CLASSES and all(len(c) == teach.SPREAD_DIRECTIONS for c in points)
+    for column in zip(*points, strict=True):
+        assert sum(column) == pytest.approx(0.0, abs=1e-12)
+    assert sum(v * v for c in points for v in c) / len(points) == pytest.approx(1.0)
+    assert points == teach.spread_points(seed=0) and points != teach.spread_points(seed=1)
+    rows = teach.row_targets(PROBLEMS, "spread", seed=0, spread=2.0, strength=1.0, levels=graded.LEVELS)
+    rms = math.sqrt(sum((lv - MEAN) ** 2 for lv in graded.LEVELS) / len(graded.LEVELS))
+    for p, per_mode in zip(PROBLEMS[:40], rows, strict=False):
+        assert [d for d, _ in per_mode] == [0, 1, 2]
+        assert [t for _, t in per_mode] == pytest.approx([2.0 * rms * v for v in points[p.start]])
+    # Every other target: the shared direction u (-1) and the same target on a problem's three rows.
+    level_rows = teach.row_targets(PROBLEMS, "level", seed=0, spread=2.0, strength=1.0, levels=graded.LEVELS)
+    assert level_rows[0] == [(-1, targets("level")[0])] * 3
+
+
 def test_unknown_targets_and_negative_strengths_are_refused():
     with pytest.raises(ValueError, match="unknown state target"):
         targets("difficulty")
@@ -128,11 +147,9 @@ def test_control_rows_carry_one_target_per_problem_and_the_default_rows_stay_as_
             by_prompt.setdefault(r["prompt"], set()).add((r["target"], r["direction"]))
         else:
             assert (r["target"], r["direction"]) == (0.0, -1)
-    assert all(len(v) == 1 for v in by_prompt.values())
-    # The spread target's direction is the start digit's: ten directions, the same for every problem with it.
-    assert {d for v in by_prompt.values() for _, d in v} <= set(range(teach.SPREAD_CLASSES))
-    problems = graded.problems(5 * len(graded.LEVELS), seed=0, split="train", distinct=False)
-    assert [teach.spread_direction_index(p) for p in problems] == [p.start for p in problems]
+    assert all(len(v) == 3 for v in by_prompt.values())
+    # A problem's three rows push the spread's three shared directions, one each, to its start digit's point.
+    assert all({d for _, d in v} == set(range(teach.SPREAD_DIRECTIONS)) for v in by_prompt.values())
 
 
 def test_the_teach_command_names_the_targets_and_refuses_a_bad_one():
@@ -241,6 +258,7 @@ def test_every_control_is_named_and_the_recipes_are_there():
         (["--experiment", "threshold", "--conditions", "random"], "--conditions: unknown ['random']"),
         (["--seeds", "a"], "--seeds"),
         (["--jobs", "0"], "--jobs"),
+        (["--summary-only"], "--summary-only: no folder"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(argv, message, tmp_path):
@@ -286,3 +304,14 @@ def test_the_small_controls_run_end_to_end_and_resume(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("skipped") == 7, again.stdout  # teach, 2 probes, 2 trainings, 2 evaluations
+    # The summary alone, over a condition not run yet: nothing runs, and the table says so.
+    only = subprocess.run(
+        [*cmd[:5], "blind,random,spread", *cmd[6:], "--summary-only"],
+        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
+    )  # fmt: skip
+    assert only.returncode == 0, only.stderr
+    assert (
+        "| spread |" in (out / "controls.md").read_text()
+        and "not run yet" in (out / "controls.md").read_text()
+    )
+    assert not (out / "starts" / "spread").exists() and "| random |" in (out / "controls.md").read_text()

@@ -478,6 +478,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--jobs", type=whole_number(1), default=2, help="runs in parallel, one thread each (default 2)"
     )
+    p.add_argument(
+        "--summary-only", action="store_true",
+        help="run nothing: write the summary from the finished stages under --out (the conditions and seeds "
+        "chosen; what is not there yet is marked so)",
+    )  # fmt: skip
     return p
 
 
@@ -501,6 +506,10 @@ def run_experiment(args: argparse.Namespace) -> Path:
     sizes = SMALL if args.small else FULL
     seeds = (args.seeds or DEFAULT_SEEDS[args.experiment])[: 1 if args.small else None]
     arms = chosen_arms(args.experiment, args.conditions)
+    if args.summary_only:
+        if not out.is_dir():
+            raise UsageError(f"--summary-only: no folder {out} (run the experiment into it first)")
+        return write_summary(out, args.experiment, arms, seeds)
     for arm in arms:
         if not (args.recipes / arm.recipe).is_file():
             raise UsageError(

@@ -33,13 +33,19 @@ rows; ``level`` at s = 1 is the difficulty-aware start::
     unrelated  t = s S (d - 4.5) (l_max - l_min) / 9   d the start digit: the level's range, no worth
     shuffled   t = s S (pi(l) - l-bar)                 pi a fixed permutation of the levels, far from
                                                        their order: the levels kept apart, not in order
-    spread     v_d . h -> s S rms(l - l-bar)           v_d a random unit vector per start digit d: prompts
-                                                       differ along ten directions, no label at all
+    spread     V h -> s S rms(l - l-bar) c_d           V three shared random unit directions, c_d a random
+                                                       point per start digit d (mean 0, mean square 1):
+                                                       prompts differ along three directions, no label
 
 Every target is a function of what the prompt says, so the teaching can write it into the state. A first
 version drew the random label, the shuffled level and the direction per problem: no function of the prompt,
 only memory could carry them, and in 400 steps the auxiliary loss stayed at the label's variance (11.7 of
-11.7 for the random label; the per-problem directions' pushed the state apart by level instead).
+11.7 for the random label; the per-problem directions' pushed the state apart by level instead). A second
+spread, one direction per start digit each pushed to the same size, was met by one shift shared by every
+prompt (ten constraints a single vector satisfies), so the prompts did not come apart; the spread's
+coordinates now sit on shared directions and average zero. The spread's three directions are carried by a
+problem's three rows (one per mode: they share the prompt, so its state at the routing position), each row
+pushing one coordinate.
 
 The start digit is the unrelated variable: in the world's definition no mode's correctness, length or slip
 rate depends on it (they depend on the level and the tail only: :mod:`routing_grpo.mini.graded`), and it is
@@ -91,10 +97,12 @@ STATE_TARGETS = {
     "unrelated to difficulty)",
     "unrelated": "the problem's start digit, scaled to the level's range (a variable that changes no mode's worth)",
     "shuffled": "the level through a fixed permutation far from its order (the levels apart, not in order)",
-    "spread": "a random direction per start digit (prompt-to-prompt variance without any label)",
+    "spread": "a random point per start digit on three shared directions (prompt-to-prompt variance without "
+    "any label)",
 }
-# The spread target's directions: one per start digit.
+# The spread target: a point per start digit on SPREAD_DIRECTIONS shared directions (one per mode row).
 SPREAD_CLASSES = 10
+SPREAD_DIRECTIONS = 3
 
 # One token for the answer's opening, so every mode pays the same short suffix.
 BOXED = " \\boxed{"
@@ -200,7 +208,7 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
     # default (the level) keeps the rows as shipped.
     control = config.state_target != "level"
     targets = (
-        state_targets(
+        row_targets(
             problems, config.state_target, seed=config.seed, spread=config.state_level_spread,
             strength=config.state_strength, levels=world.LEVELS,
         )
@@ -210,11 +218,11 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
     rows = []
     for index, p in enumerate(problems):
         routed = routed_prompt(tokenizer, p.text)
-        extra = {}
-        if control:
-            direction = spread_direction_index(p) if config.state_target == "spread" else -1
-            extra = {"target": float(targets[index]), "direction": direction}
-        for mode in world.MODE_NAMES:
+        for m, mode in enumerate(world.MODE_NAMES):
+            extra = {}
+            if control:
+                direction, target = targets[index][m]
+                extra = {"target": float(target), "direction": direction}
             rows.append(
                 {
                     "prompt": routed,
@@ -497,6 +505,34 @@ def state_targets(
     return [scale * rms for _ in problems]
 
 
+def spread_points(seed: int) -> list[tuple[float, ...]]:
+    """c_d: one random point per start digit on the spread's shared directions, centred over the digits and
+    scaled to a mean square norm of 1 (so t = s S rms c_d moves a prompt as far, on average, as the aware
+    start's level does). Seeded."""
+    rng = random.Random(f"mini-state-spread:{seed}")
+    raw = [[rng.gauss(0.0, 1.0) for _ in range(SPREAD_DIRECTIONS)] for _ in range(SPREAD_CLASSES)]
+    centre = [sum(col) / SPREAD_CLASSES for col in zip(*raw, strict=True)]
+    centred = [[v - c for v, c in zip(point, centre, strict=True)] for point in raw]
+    norm = math.sqrt(sum(v * v for point in centred for v in point) / SPREAD_CLASSES)
+    return [tuple(v / norm for v in point) for point in centred]
+
+
+def row_targets(
+    problems: Sequence[Any], target: str, *, seed: int, spread: float, strength: float, levels: Sequence[int]
+) -> list[list[tuple[int, float]]]:
+    """Per problem, per mode row: (direction, target) of the auxiliary loss. Direction -1 is the shared u;
+    the spread's rows each push one of its shared directions (row m, direction m) to the start digit's
+    coordinate, scaled by :func:`state_targets`' size."""
+    sizes = state_targets(problems, target, seed=seed, spread=spread, strength=strength, levels=levels)
+    if target != "spread":
+        return [[(-1, t)] * SPREAD_DIRECTIONS for t in sizes]
+    points = spread_points(seed)
+    return [
+        [(m, size * points[spread_class(p)][m]) for m in range(SPREAD_DIRECTIONS)]
+        for p, size in zip(problems, sizes, strict=True)
+    ]
+
+
 def level_permutation(levels: Sequence[int], seed: int) -> list[int]:
     """pi: the levels in a seeded order whose rank correlation with theirs is at most 0.3 in size (neither
     the order nor its reverse survives)."""
@@ -511,13 +547,14 @@ def level_permutation(levels: Sequence[int], seed: int) -> list[int]:
             return order
 
 
-def spread_direction_index(problem: Any) -> int:
-    """Which of the spread target's directions a problem is pushed along: its start digit's."""
+def spread_class(problem: Any) -> int:
+    """Which of the spread target's points a problem's state is pushed to: its start digit's."""
     return int(problem.start)
 
 
 def spread_directions(count: int, hidden_size: int, seed: int) -> Any:
-    """v_c: one random unit vector per class (rows), the same for a seed, a count and a width."""
+    """The spread's shared directions: ``count`` random unit vectors (rows), the same for a seed, a count and
+    a width."""
     import torch
 
     gen = torch.Generator().manual_seed(20_000 + seed)
@@ -548,7 +585,7 @@ def state_level_trainer(base: type, config: TeachConfig, world: Any, *, weight: 
     control = config.state_target != "level"
     columns = ("level", "target", "direction") if control else ("level",)
     own = (
-        spread_directions(SPREAD_CLASSES, config.hidden_size, config.seed)
+        spread_directions(SPREAD_DIRECTIONS, config.hidden_size, config.seed)
         if config.state_target == "spread"
         else None
     )
