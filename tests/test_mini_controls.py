@@ -248,7 +248,7 @@ def test_every_control_is_named_and_the_recipes_are_there():
     for arm in (*controls.CONTROL_ARMS, *controls.THRESHOLD_ARMS):
         assert (REPO_ROOT / "recipes" / arm.recipe).is_file(), arm
         assert (arm.shipped is None) != (arm.target is None), arm
-    assert "about 4 hours" in " ".join(controls.build_parser().format_help().split())
+    assert "about 1.5 hours" in " ".join(controls.build_parser().format_help().split())
 
 
 @pytest.mark.parametrize(

@@ -12,7 +12,8 @@ teaching stage (``python -m routing_grpo.mini.teach --init offline:mini_graded_b
 start's own settings) with another target (:data:`routing_grpo.mini.teach.STATE_TARGETS`): the level at
 strengths 0.25 and 0.5 (the aware start is strength 1), a random label per prompt class, the start digit (a
 variable that changes no mode's worth), the level through a permutation far from its order, and a random
-direction per start digit (prompt-to-prompt variance without any label). Writes ``controls.md``, ``controls.json`` and
+point per start digit (prompt-to-prompt variance without any label), and that spread at the strength that
+matches SmolLM2-135M-Instruct's probe (``matched``). Writes ``controls.md``, ``controls.json`` and
 ``controls_fanout.png`` (the fanout over batches per condition, mean and spread over seeds).
 
 **threshold**: the early tell's threshold (:data:`routing_grpo.early_tell.FANOUT_ROUTING`) on runs it was not
@@ -33,11 +34,10 @@ command on the same inputs (:class:`routing_grpo.mini.run.Stages`), so a run sto
 where it stopped, and more seeds join the same folder. ``--small``: 3 generation batches, one seed, tiny
 teaching, probe and evaluation: the whole pipeline in a few minutes, its figures meaningless.
 
-Duration on 2 CPU cores, two jobs at a time (one thread each), from the docs' timings (a 90-batch run
-about 8-9 minutes alone, 6-13 minutes beside another; the second teaching stage 18 minutes on 2 cores):
-controls, 3 seeds: six starts taught (about 80 minutes), 24 runs (about 2 hours) and their evaluations:
-**about 4 hours** (3.5-5 by how busy the machine is). threshold, 3 seeds: 18 runs, three of them 180
-batches: **about 2 hours**.
+Duration on 2 CPU cores, two jobs at a time (one thread each), measured: a start taught in 8-10 minutes, a
+90-batch run in about 4 minutes, an evaluation in 15 s. controls, 3 seeds: seven starts taught (about 35
+minutes) and 27 runs (about 1 hour): **about 1.5 hours**. threshold, 3 seeds: 18 runs, three of them 180
+batches: **about 45 minutes**.
 """
 
 from __future__ import annotations
@@ -83,6 +83,10 @@ SMOLLM2_PROBE = {
     "length_readout_spearman": 0.32,
 }
 PROBE_KEYS = tuple(SMOLLM2_PROBE)
+# The spread's strength whose start matches SmolLM2's spread / common: it grows with the strength squared
+# over the blind start's floor (spread at strength 1 read 0.2096, blind 0.0027), so
+# s = sqrt((0.046 - 0.0027) / (0.2096 - 0.0027)) = 0.46.
+MATCHED_SPREAD = 0.46
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,14 @@ CONTROL_ARMS = (
     Arm("random", ROUTER, target="random", what="a random label per prompt class"),
     Arm("unrelated", ROUTER, target="unrelated", what="the start digit (changes no mode's worth)"),
     Arm("shuffled", ROUTER, target="shuffled", what="the level, its order scrambled"),
-    Arm("spread", ROUTER, target="spread", what="a random direction per start digit (no label)"),
+    Arm("spread", ROUTER, target="spread", what="a random point per start digit (no label)"),
+    Arm(
+        "matched",
+        ROUTER,
+        target="spread",
+        strength=MATCHED_SPREAD,
+        what="the spread at the strength that matches SmolLM2-135M-Instruct's spread / common (0.046)",
+    ),
 )
 THRESHOLD_ARMS = (
     Arm("aware", ROUTER, shipped="mini_graded", what="the paper's recipe, aware start"),
@@ -454,8 +465,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--experiment", choices=list(EXPERIMENTS), default="controls",
-        help="controls: the cold starts' controls and dose-response (about 4 hours on 2 cores); threshold: "
-        "the early tell's threshold on held-out runs (about 2 hours)",
+        help="controls: the cold starts' controls and dose-response (about 1.5 hours on 2 cores); threshold: "
+        "the early tell's threshold on held-out runs (about 45 minutes)",
     )  # fmt: skip
     p.add_argument(
         "--seeds", type=parse_seeds, default=None,
