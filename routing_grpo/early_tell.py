@@ -94,8 +94,11 @@ __all__ = [
 # the fanout's mean over the last FANOUT_WINDOW generation batches. It was 0.1 nats from the easiest level to
 # the hardest (the slope x 5 there) before #41; 0.1 / 5 = 0.02 per step. Runs that ended routing by
 # difficulty read about 0.02-0.13 per step at batch 20 and 0.05 or more at batch 45; runs that ended
-# level-blind about 0.008 or less at batch 45 (0.02 or less at 90) (the old figures over 5). Set on the runs
-# it is judged on; not yet checked on held-out runs. Read it at batches 20-45. A miniature's figure: on
+# level-blind about 0.008 or less at batch 45 (0.02 or less at 90) (the old figures over 5). Set on those
+# runs; held out on the 21 runs of the cold-start controls (docs/mini/cold_start.md "The threshold, held
+# out"): at batch 20 every run that went on to route read at or above it and none that stayed level-blind
+# did (margin 0.003); at batch 45 10 of the 15 level-blind runs read above it (slow drifts up to 0.06). So
+# below it at batch 45 says "not routing"; above it, only the trend says more. A miniature's figure: on
 # another model, read the trend as much as the level.
 FANOUT_ROUTING = 0.02
 FANOUT_WINDOW = 10
@@ -291,7 +294,7 @@ def early_tell_verdict(value: float) -> str:
     if math.isnan(value):
         return "no reading (no difficulty, or no prompt with a routing state)"
     if value >= FANOUT_ROUTING:
-        return "routing by difficulty is being learnt"
+        return "routing by difficulty may be being learnt: above the line, read the trend"
     return "flat so far: the routing state does not separate problems (docs/troubleshooting.md)"
 
 
