@@ -292,8 +292,9 @@ def test_the_small_controls_run_end_to_end_and_resume(tmp_path):
     assert taught["state_target"]["target"] == "random" and taught["config"]["state_strength"] == 1.0
     summary = json.loads((out / "controls.json").read_text())
     by_name = {c["condition"]: c for c in summary["conditions"]}
-    assert set(by_name) == {"blind", "random"}
-    for condition in by_name.values():
+    assert set(by_name) == {a.name for a in controls.CONTROL_ARMS}  # every condition, run or not
+    assert [c for c in by_name if by_name[c]["runs"]] == ["blind", "random"]
+    for condition in (by_name["blind"], by_name["random"]):
         assert set(controls.PROBE_KEYS) <= set(condition["probe"])
         (run,) = condition["runs"]
         assert run["seed"] == 0 and set(run["fanout"]) == {"20", "45", "last"}
@@ -304,14 +305,21 @@ def test_the_small_controls_run_end_to_end_and_resume(tmp_path):
     again = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
     assert again.returncode == 0, again.stderr
     assert again.stdout.count("skipped") == 7, again.stdout  # teach, 2 probes, 2 trainings, 2 evaluations
-    # The summary alone, over a condition not run yet: nothing runs, and the table says so.
+    # Another invocation's choice (one condition) keeps the others in the summary; --summary-only runs
+    # nothing and marks what is not there yet.
     only = subprocess.run(
-        [*cmd[:5], "blind,random,spread", *cmd[6:], "--summary-only"],
+        [*cmd[:5], "spread", *cmd[6:], "--summary-only"],
         capture_output=True, text=True, cwd=REPO_ROOT, timeout=300,
     )  # fmt: skip
     assert only.returncode == 0, only.stderr
-    assert (
-        "| spread |" in (out / "controls.md").read_text()
-        and "not run yet" in (out / "controls.md").read_text()
-    )
-    assert not (out / "starts" / "spread").exists() and "| random |" in (out / "controls.md").read_text()
+    text = (out / "controls.md").read_text()
+    assert "| spread |" in text and "not run yet" in text and "| random | random at strength 1 |" in text
+    assert not (out / "starts" / "spread").exists()
+
+
+def test_the_summary_covers_every_seed_run_under_the_folder(tmp_path):
+    for run in ("blind/seed0", "random/seed2", "random/seed11", "spread/notes"):
+        (tmp_path / "runs" / run).mkdir(parents=True)
+    (tmp_path / "runs" / "blind" / "seed5").write_text("a file, not a run")
+    assert controls.seeds_run(tmp_path) == [0, 2, 11]
+    assert controls.seeds_run(tmp_path / "missing") == []

@@ -491,8 +491,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--summary-only", action="store_true",
-        help="run nothing: write the summary from the finished stages under --out (the conditions and seeds "
-        "chosen; what is not there yet is marked so)",
+        help="run nothing: write the summary from the finished stages under --out (every condition and seed; "
+        "what is not there yet is marked so)",
     )  # fmt: skip
     return p
 
@@ -520,7 +520,7 @@ def run_experiment(args: argparse.Namespace) -> Path:
     if args.summary_only:
         if not out.is_dir():
             raise UsageError(f"--summary-only: no folder {out} (run the experiment into it first)")
-        return write_summary(out, args.experiment, arms, seeds)
+        return write_summary(out, args.experiment)
     for arm in arms:
         if not (args.recipes / arm.recipe).is_file():
             raise UsageError(
@@ -584,12 +584,26 @@ def run_experiment(args: argparse.Namespace) -> Path:
         stages.run_all([lambda a=a, s=s: train_and_eval(a, s) for s in seeds for a in arms], args.jobs)
     finally:
         stages.save_timings()
-    return write_summary(out, args.experiment, arms, seeds)
+    return write_summary(out, args.experiment)
 
 
-def write_summary(out: Path, experiment: str, arms: Sequence[Arm], seeds: Sequence[int]) -> Path:
-    """controls.md / .json / _fanout.png (or threshold's) from what is under ``out``."""
+def seeds_run(out: Path) -> list[int]:
+    """Every training seed with a run folder under ``out`` (``runs/<arm>/seed<N>``), in order."""
+    found = {
+        int(path.name[4:])
+        for path in (out / "runs").glob("*/seed*")
+        if path.is_dir() and path.name[4:].isdigit()
+    }
+    return sorted(found)
+
+
+def write_summary(out: Path, experiment: str) -> Path:
+    """controls.md / .json / _fanout.png (or threshold's) from everything finished under ``out``: every
+    condition of the experiment and every seed run there, whichever invocation ran it (one invocation's
+    choice of conditions or seeds never drops another's from the summary)."""
     from routing_grpo.plots import plot_early_tell
+
+    arms, seeds = EXPERIMENTS[experiment], seeds_run(out)
 
     runs = [r for arm in arms for s in seeds if (r := read_run(out, arm, s)) is not None]
     groups = {a.name: [r.history for r in runs if r.arm == a.name] for a in arms}
