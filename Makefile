@@ -82,8 +82,8 @@ gpu-check: install
 #                              # 3 baselines and 2 ablations; the cliff world's router and 3 baselines
 #                              # (the negative control); per seed; a report per world
 #   make mini SEEDS="0" TEACH=1   # teach both worlds' models from scratch first (about 23 + 42 min)
-#   make mini-controls         # the cold start's controls and dose-response (#41; about 4 h on 2 cores);
-#                              # CONTROLS_ARGS="--experiment threshold" for the early tell's held-out runs (about 2 h)
+#   make mini-controls         # the cold start's controls and dose-response (#41; about 1.5 h on 2 cores);
+#                              # CONTROLS_ARGS="--experiment threshold" for the early tell's held-out runs (about 45 min)
 # The SmolLM2-135M demo of the machinery: make demo-smollm2 -> outputs/demo_smollm2/summary.md (DEMO_ARGS="--steps 6").
 # ------------------------------------------------------------------------------------------------------
 DEMO_ARGS ?=
