@@ -20,8 +20,9 @@ COLD_START = (
     "Cold start: `offline:mini_graded`, the graded world's difficulty-aware start. Before this training an "
     "auxiliary loss put each problem's difficulty level into the model's state at the routing position (the "
     "same variable the results below measure), and supervised steps taught it to write all three routing "
-    "words, a stage the paper does not have. Whether a pretrained LLM's state carries as much was not "
-    "measured here (docs/mini/cold_start.md)."
+    "words, a stage the paper does not have. A real model's state carries far less (SmolLM2-135M-Instruct on "
+    "MATH-500), and from a start matched to it the same recipe did not route by difficulty "
+    "(docs/mini/cold_start.md)."
 )
 
 # What each figure of the miniature's report shows, by file name (prefix), in the order they are listed.

@@ -294,7 +294,7 @@ def early_tell_verdict(value: float) -> str:
     if math.isnan(value):
         return "no reading (no difficulty, or no prompt with a routing state)"
     if value >= FANOUT_ROUTING:
-        return "routing by difficulty may be being learnt: above the line, read the trend"
+        return "routing by difficulty may be starting: above the line, read the trend"
     return "flat so far: the routing state does not separate problems (docs/troubleshooting.md)"
 
 

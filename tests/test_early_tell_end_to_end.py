@@ -71,7 +71,7 @@ def test_the_early_tell_separates_a_routing_run_from_a_flat_one(runs):
     aware, blind = fanout_at(runs["aware"][0], BATCHES), fanout_at(runs["blind"][0], BATCHES)
     assert aware >= FANOUT_ROUTING > blind, (aware, blind)
     assert aware - blind >= 0.06  # nats per level step (0.3 over the five steps before #41)
-    for name, verdict in (("aware", "routing by difficulty may be being learnt"), ("blind", "flat so far")):
+    for name, verdict in (("aware", "routing by difficulty may be starting"), ("blind", "flat so far")):
         text = runs[name][1]
         assert f"[routing] batch {BATCHES}/{BATCHES}" in text and " fan " in text
         assert (
