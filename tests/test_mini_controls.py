@@ -100,6 +100,8 @@ def test_the_spread_puts_each_start_digit_at_its_own_point_on_shared_directions_
     # Every other target: the shared direction u (-1) and the same target on a problem's three rows.
     level_rows = teach.row_targets(PROBLEMS, "level", seed=0, spread=2.0, strength=1.0, levels=graded.LEVELS)
     assert level_rows[0] == [(-1, targets("level")[0])] * 3
+    with pytest.raises(ValueError, match="needs 3 mode rows"):
+        teach.row_targets(PROBLEMS, "spread", seed=0, spread=2.0, strength=1.0, levels=graded.LEVELS, modes=2)
 
 
 def test_unknown_targets_and_negative_strengths_are_refused():

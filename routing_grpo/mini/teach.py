@@ -210,7 +210,7 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
     targets = (
         row_targets(
             problems, config.state_target, seed=config.seed, spread=config.state_level_spread,
-            strength=config.state_strength, levels=world.LEVELS,
+            strength=config.state_strength, levels=world.LEVELS, modes=len(world.MODE_NAMES),
         )
         if control
         else []
@@ -481,8 +481,9 @@ def state_targets(
     problems: Sequence[Any], target: str, *, seed: int, spread: float, strength: float, levels: Sequence[int]
 ) -> list[float]:
     """t(x) per problem for ``target`` (the module docstring's table), in the order of ``problems`` (each
-    with ``level``, ``start`` and ``text``); for ``spread`` the size each problem's own direction is pushed
-    to. Deterministic in the arguments, and a function of each problem's prompt, not of its position."""
+    with ``level``, ``start`` and ``text``); for ``spread`` the size its point is scaled by
+    (:func:`row_targets` places it). Deterministic in the arguments, and a function of each problem's prompt,
+    not of its position."""
     if target not in STATE_TARGETS:
         raise ValueError(f"unknown state target {target!r}; known: {', '.join(STATE_TARGETS)}")
     mean = sum(levels) / len(levels)
@@ -518,14 +519,23 @@ def spread_points(seed: int) -> list[tuple[float, ...]]:
 
 
 def row_targets(
-    problems: Sequence[Any], target: str, *, seed: int, spread: float, strength: float, levels: Sequence[int]
+    problems: Sequence[Any],
+    target: str,
+    *,
+    seed: int,
+    spread: float,
+    strength: float,
+    levels: Sequence[int],
+    modes: int = SPREAD_DIRECTIONS,
 ) -> list[list[tuple[int, float]]]:
-    """Per problem, per mode row: (direction, target) of the auxiliary loss. Direction -1 is the shared u;
-    the spread's rows each push one of its shared directions (row m, direction m) to the start digit's
-    coordinate, scaled by :func:`state_targets`' size."""
+    """Per problem, per mode row (``modes`` of them): (direction, target) of the auxiliary loss. Direction
+    -1 is the shared u; the spread's rows each push one of its shared directions (row m, direction m) to the
+    start digit's coordinate, scaled by :func:`state_targets`' size, so it needs one row per direction."""
     sizes = state_targets(problems, target, seed=seed, spread=spread, strength=strength, levels=levels)
     if target != "spread":
-        return [[(-1, t)] * SPREAD_DIRECTIONS for t in sizes]
+        return [[(-1, t)] * modes for t in sizes]
+    if modes != SPREAD_DIRECTIONS:
+        raise ValueError(f"the spread target needs {SPREAD_DIRECTIONS} mode rows per problem, got {modes}")
     points = spread_points(seed)
     return [
         [(m, size * points[spread_class(p)][m]) for m in range(SPREAD_DIRECTIONS)]
