@@ -325,3 +325,26 @@ def test_the_summary_covers_every_seed_run_under_the_folder(tmp_path):
     (tmp_path / "runs" / "blind" / "seed5").write_text("a file, not a run")
     assert controls.seeds_run(tmp_path) == [0, 2, 11]
     assert controls.seeds_run(tmp_path / "missing") == []
+
+
+def test_a_start_taught_under_other_teaching_code_is_not_reused(tmp_path, monkeypatch):
+    """The teach stage records the teaching module's content as an input: targets redefined under the same
+    command line make the old start's record differ, so the runner refuses it rather than train from it."""
+    from routing_grpo.mini import run as mini_run
+
+    calls = {}
+    monkeypatch.setattr(
+        mini_run.Stages,
+        "run",
+        lambda self, name, command, done, inputs=(): calls.setdefault(name, tuple(inputs)),
+    )
+    args = controls.build_parser().parse_args(["--out", str(tmp_path), "--conditions", "random", "--small"])
+    controls.run_experiment(args)
+    assert controls.TEACH_SOURCE in calls["teach_random"] and controls.TEACH_SOURCE.name == "teach.py"
+    before = mini_run.stage_record(["python", "teach"], calls["teach_random"])
+    edited = tmp_path / "teach.py"
+    edited.write_text(controls.TEACH_SOURCE.read_text() + "# another target definition\n")
+    after = mini_run.stage_record(
+        ["python", "teach"], [p if p != controls.TEACH_SOURCE else edited for p in calls["teach_random"]]
+    )
+    assert list(before["inputs"].values()) != list(after["inputs"].values())

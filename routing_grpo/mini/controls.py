@@ -67,6 +67,7 @@ from routing_grpo.mini.run import (
 )
 
 PROG = "python -m routing_grpo.mini.controls"
+TEACH_SOURCE = Path(__file__).with_name("teach.py")
 # Held-out routing by difficulty (fixed before the runs): the longest mode's share rises by this much from
 # the easiest level to the hardest, and the briefest mode's share falls by BRIEF_MARGIN.
 ROUTING_MARGIN = 0.2
@@ -545,7 +546,9 @@ def run_experiment(args: argparse.Namespace) -> Path:
                     "--output", str(taught), "--recipes", str(args.recipes), *sizes.teach,
                 ],
                 done=taught / "teaching.json",
-                inputs=(SHIPPED_CHECKPOINTS["mini_graded_blind"],),
+                # The teaching code is an input: a start taught under other target definitions is refused, not
+                # reused (the per-problem targets were replaced under the same command line).
+                inputs=(SHIPPED_CHECKPOINTS["mini_graded_blind"], TEACH_SOURCE),
             )  # fmt: skip
         if args.experiment == "controls":
             probe = out / "probe" / arm.name
