@@ -98,6 +98,38 @@ def test_slip_probability_grows_with_the_steps_worked():
     assert all(t.endswith(("\\boxed{6}", "\\boxed{7}")) for t in texts)
 
 
+def test_short_past_its_budget_works_from_a_guessed_state_by_hand():
+    """A top-level tail of 6 does not fit Short's cap: it is taught to start from a guessed state after the
+    first operation and work the last five, right only where the guess is (#41)."""
+    p = graded.Problem(4, ("+3", "+1", "*3", "+7", "+1", "*7"), tuple("pqrstu"))
+    assert p.tail == 6 and graded.past_budget(p) and p.answer == 4  # 7, 8, 24 -> 4, 11 -> 1, 2, 14 -> 4
+    assert graded.solution(p, "Short", guess=5) == (
+        " From p=5: q:5+1=6 r:6*3=8 s:8+7=5 t:5+1=6 u:6*7=2 \\boxed{2}"
+    )  # 5+1=6, 6*3=18 -> 8, 8+7=15 -> 5, 6, 6*7=42 -> 2
+    assert graded.solution(p, "Short", guess=7).endswith("u:2*7=4 \\boxed{4}")  # the right guess
+    assert graded.solution(p, "Short", guess=5, slip=True).endswith("\\boxed{3}")
+    assert graded.steps_worked(p, "Short") == 5 and graded.steps_worked(p, "Short", budgeted=False) == 6
+    assert graded.slip_probability(p, "Short") == pytest.approx(1 - 0.99**5)
+    within = graded.Problem(4, ("=5", "+1", "+1", "+1", "+1", "+1"), tuple("pqrstu"))
+    assert not graded.past_budget(within)
+    with pytest.raises(ValueError, match="only Short guesses"):
+        graded.solution(within, "Short", guess=5)
+    with pytest.raises(ValueError, match="only Short guesses"):
+        graded.solution(p, "Long", guess=5)
+    with pytest.raises(ValueError, match="a digit"):
+        graded.solution(p, "Short", guess=10)
+    rng = random.Random(0)
+    taught = [graded.teaching_solution(p, "Short", rng) for _ in range(3000)]
+    assert all(t.startswith(" From p=") for t in taught)
+    right = sum(t.endswith(f"\\boxed{{{p.answer}}}") for t in taught) / len(taught)
+    assert right == pytest.approx(0.1 * 0.99**5 + 0.9 * 0.1 * (1 - 0.99**5), abs=0.02)
+    # Within the budget nothing is guessed: the taught text is the working, a slip at most.
+    assert {graded.teaching_solution(within, "Short", rng) for _ in range(200)} <= {
+        graded.solution(within, "Short"),
+        graded.solution(within, "Short", slip=True),
+    }
+
+
 def test_tails_are_drawn_by_level():
     """The share of problems whose tail is at most one operation (what NoThink can do) falls with level as
     SHORT_TAIL_SHARE says; at the top most problems have no set operation (past Short's cap)."""
@@ -126,7 +158,8 @@ def test_splits_never_share_a_problem_and_rows_have_levels():
 @pytest.mark.parametrize("tail", range(7))
 def test_short_lengths_against_its_cap(tokenizer, tail):
     """Short is 7 x tail + 9 tokens (EOS counted) after a set operation, one fewer from the start digit: its
-    cap of 46 fits tails up to 5, not the tail of 6 of a top-level problem with no set operation."""
+    cap of 46 fits tails up to 5, not the tail of 6 of a top-level problem with no set operation; that tail
+    is taught from a guessed state, 7 x 5 + 9 tokens, within the cap."""
     cap = {m["name"]: m["cap"] for m in yaml.safe_load(ROUTER.read_text())["modes"]}["Short"]
     for ops in ((("=5",) if tail < 6 else ()) + ("+1",) * tail, ("*3",) * tail):
         if not ops:
@@ -138,6 +171,11 @@ def test_short_lengths_against_its_cap(tokenizer, tail):
         )
         assert length == 7 * tail + (9 if p.anchor >= 0 else 8)
         assert (length <= cap) == (tail <= 5)
+        assert graded.past_budget(p) == (tail > graded.SHORT_BUDGET_STEPS)
+        if graded.past_budget(p):
+            for guess in range(10):
+                text = graded.solution(p, "Short", guess=guess, slip=guess % 2 == 0) + teach.EOS
+                assert len(tokenizer(text, add_special_tokens=False)["input_ids"]) == 7 * 5 + 9 <= cap
 
 
 def test_nothink_and_long_lengths(tokenizer):
