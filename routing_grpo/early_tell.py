@@ -95,10 +95,10 @@ __all__ = [
 # the hardest (the slope x 5 there) before #41; 0.1 / 5 = 0.02 per step. Runs that ended routing by
 # difficulty read about 0.02-0.13 per step at batch 20 and 0.05 or more at batch 45; runs that ended
 # level-blind about 0.008 or less at batch 45 (0.02 or less at 90) (the old figures over 5). Set on those
-# runs; held out on 28 others (docs/mini/cold_start.md "The threshold, held out"): at batch 20 every run
-# above it went on to route and no level-blind run read above it (two late starters were still below); at
-# batch 45 every run that routed read above it, and so did 10 of 18 level-blind runs (slow drifts up to
-# 0.06). So above it at 20 and below it at 45 are telling; otherwise read the trend. A miniature's figure:
+# runs; held out on 39 others (docs/mini/cold_start.md "The threshold, held out"): at batch 20 every run
+# above it went on to route and no level-blind run read above it (10 late starters of 19 were still
+# below); at batch 45, 18 of the 19 that routed read above it, and so did 10 of 20 level-blind runs (slow
+# drifts up to 0.06). So above it at 20 and below it at 45 are telling; otherwise read the trend. A miniature's figure:
 # on another model, read the trend as much as the level.
 FANOUT_ROUTING = 0.02
 FANOUT_WINDOW = 10
