@@ -26,7 +26,11 @@ T / C >= :data:`SPREAD_DIFFERS`. It says so when the state's readout does not be
 :data:`READOUT_MARGIN` (in the miniature's graded world the length alone reads the level: a problem of
 more steps is longer).
 These cut-offs are the probe's reading, set between the miniature's two starts, not thresholds measured to
-predict routing: whether the paper's recipe routes from a state that is neither is not measured (#41).
+predict routing. The miniature's controls (docs/mini/cold_start.md "The controls and the dose-response", 3
+seeds each) say how far the reading goes: no start whose prompts differ without difficulty routed in 90
+batches; among the faint starts some routed (the level at half strength, the start digit) and some did not
+(a quarter strength, the start matched to SmolLM2-135M); and one that reads difficulty-aware (the levels
+kept apart with their order scrambled) did not. So each verdict names what its class of start did there.
 """
 
 from __future__ import annotations
@@ -198,19 +202,23 @@ def probe_verdict(stats: dict[str, Any]) -> str:
     if present and stats["between_over_common"] >= CARRIED_BETWEEN_COMMON:
         return (
             "difficulty-aware: difficulty moves the routing state far beyond its noise floor, against the "
-            f"common part too (like the miniature's aware start, offline:mini_graded){length_note}"
+            f"common part too (like the miniature's aware start, offline:mini_graded){length_note}; in the "
+            "miniature's controls such starts routed when the state kept the levels in order, not when it "
+            "scrambled them (docs/mini/cold_start.md); watch the early tell"
         )
     if present:
         return (
             "difficulty present but faint: above its noise floor, yet it moves the state little against the "
             "common part" + ("; prompts differ" if differs else "")
             + f"{length_note} (the miniature's blind start, offline:mini_graded_blind, reads so, and the paper's "
-            "recipe did not route from it); watch the early tell"
+            "recipe did not route from it; of the miniature's controls that read so, some routed and some did "
+            "not: docs/mini/cold_start.md); watch the early tell"
         )  # fmt: skip
     if differs:
         return (
-            "difficulty not in the routing state beyond its noise floor, but prompts differ there: whether "
-            "the paper's recipe routes from such a start is not measured (#41); watch the early tell"
+            "difficulty not in the routing state beyond its noise floor, but prompts differ there: in the "
+            "miniature's controls the paper's recipe did not route from such starts in 90 batches "
+            "(docs/mini/cold_start.md); watch the early tell"
         )
     return (
         "difficulty-blind: the routing state separates neither difficulties nor prompts much; expect the "

@@ -81,6 +81,10 @@ def test_statistics_of_known_separations():
     assert none["between_share"] <= none["between_share_noise_floor_p95"] * 1.5
     assert none["spread_over_common"] == pytest.approx(32 / 25, rel=0.2)  # T = d x 1, C = 25
     assert none["verdict"].startswith("difficulty not in the routing state")
+    # Each verdict says what the miniature's controls found for its class of start.
+    assert "did not route from such starts in 90 batches" in none["verdict"]
+    assert "some routed and some did not" in faint["verdict"]
+    assert "not when it scrambled them" in aware["verdict"]
     blind = probe_statistics(*synthetic_states(0.0, spread=0.01, common=10.0), lengths)
     assert blind["verdict"].startswith("difficulty-blind")
     with pytest.raises(ValueError, match="two difficulties"):
