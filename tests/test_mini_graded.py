@@ -123,6 +123,11 @@ def test_short_past_its_budget_works_from_a_guessed_state_by_hand():
     assert all(t.startswith(" From p=") for t in taught)
     right = sum(t.endswith(f"\\boxed{{{p.answer}}}") for t in taught) / len(taught)
     assert right == pytest.approx(0.1 * 0.99**5 + 0.9 * 0.1 * (1 - 0.99**5), abs=0.02)
+    # Given their own stream, the guesses leave the slips' stream as it was: one draw per row.
+    slips, same = random.Random(1), random.Random(1)
+    graded.teaching_solution(p, "Short", slips, guesses=random.Random(2))
+    same.random()
+    assert slips.random() == same.random()
     # Within the budget nothing is guessed: the taught text is the working, a slip at most.
     assert {graded.teaching_solution(within, "Short", rng) for _ in range(200)} <= {
         graded.solution(within, "Short"),

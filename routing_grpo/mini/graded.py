@@ -177,11 +177,13 @@ def slip_probability(problem: Problem, mode: str) -> float:
     return 0.0 if mode == "NoThink" else 1.0 - (1.0 - SLIP_PER_STEP[mode]) ** steps_worked(problem, mode)
 
 
-def teaching_solution(problem: Problem, mode: str, rng: random.Random) -> str:
-    """:func:`solution` with a slip drawn at :func:`slip_probability` and, for Short past its budget, a guessed
-    state drawn uniformly (what the model is taught)."""
+def teaching_solution(
+    problem: Problem, mode: str, rng: random.Random, *, guesses: random.Random | None = None
+) -> str:
+    """:func:`solution` with a slip drawn from ``rng`` at :func:`slip_probability` and, for Short past its
+    budget, a guessed state drawn uniformly from ``guesses`` (default ``rng``): what the model is taught."""
     slip = rng.random() < slip_probability(problem, mode)
-    guess = rng.randrange(MODULUS) if mode == "Short" and past_budget(problem) else None
+    guess = (guesses or rng).randrange(MODULUS) if mode == "Short" and past_budget(problem) else None
     return solution(problem, mode, slip=slip, guess=guess)
 
 

@@ -192,12 +192,14 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
     """Prompt-completion rows: every problem in all three modes after its word; half also get a plain row."""
     world = WORLDS[config.world]
     rng = random.Random(f"mini-teach:{config.seed}")
-    # The graded world's taught slips draw from their own stream, so the cliff world's rows stay as shipped.
+    # The graded world's taught slips draw from their own stream, so the cliff world's rows stay as shipped;
+    # Short's guesses past its budget from another, so every other row keeps the slips it was taught before.
     slips = random.Random(f"mini-teach-slips:{config.seed}")
+    guesses = random.Random(f"mini-teach-guesses:{config.seed}")
 
     def text(p: Any, mode: str) -> str:
         if config.world == "graded":
-            return graded.teaching_solution(p, mode, slips)
+            return graded.teaching_solution(p, mode, slips, guesses=guesses)
         return world.solution(p, mode)
 
     problems = world.problems(
