@@ -98,41 +98,28 @@ def test_slip_probability_grows_with_the_steps_worked():
     assert all(t.endswith(("\\boxed{6}", "\\boxed{7}")) for t in texts)
 
 
-def test_short_past_its_budget_works_from_a_guessed_state_by_hand():
-    """A top-level tail of 6 does not fit Short's cap: it is taught to start from a guessed state after the
-    first operation and work the last five, right only where the guess is (#41)."""
+def test_short_taught_within_its_budget_stops_there_by_hand():
+    """A top-level tail of 6 does not fit Short's cap; taught ``budgeted``, Short works the first five steps
+    and boxes the state reached, missing the last operation (#41). The default is the shipped teaching."""
     p = graded.Problem(4, ("+3", "+1", "*3", "+7", "+1", "*7"), tuple("pqrstu"))
     assert p.tail == 6 and graded.past_budget(p) and p.answer == 4  # 7, 8, 24 -> 4, 11 -> 1, 2, 14 -> 4
-    assert graded.solution(p, "Short", guess=5) == (
-        " From p=5: q:5+1=6 r:6*3=8 s:8+7=5 t:5+1=6 u:6*7=2 \\boxed{2}"
-    )  # 5+1=6, 6*3=18 -> 8, 8+7=15 -> 5, 6, 6*7=42 -> 2
-    assert graded.solution(p, "Short", guess=7).endswith("u:2*7=4 \\boxed{4}")  # the right guess
-    assert graded.solution(p, "Short", guess=5, slip=True).endswith("\\boxed{3}")
-    assert graded.steps_worked(p, "Short") == 5 and graded.steps_worked(p, "Short", budgeted=False) == 6
-    assert graded.slip_probability(p, "Short") == pytest.approx(1 - 0.99**5)
+    whole = " From 4: p:4+3=7 q:7+1=8 r:8*3=4 s:4+7=1 t:1+1=2"
+    assert graded.solution(p, "Short") == whole + " u:2*7=4 \\boxed{4}"
+    assert graded.solution(p, "Short", budgeted=True) == whole + " \\boxed{2}"
+    assert graded.solution(p, "Short", budgeted=True, slip=True) == whole + " \\boxed{3}"
+    assert graded.steps_worked(p, "Short") == 6 and graded.steps_worked(p, "Short", budgeted=True) == 5
+    assert graded.slip_probability(p, "Short", budgeted=True) == pytest.approx(1 - 0.99**5)
     within = graded.Problem(4, ("=5", "+1", "+1", "+1", "+1", "+1"), tuple("pqrstu"))
     assert not graded.past_budget(within)
-    with pytest.raises(ValueError, match="only Short guesses"):
-        graded.solution(within, "Short", guess=5)
-    with pytest.raises(ValueError, match="only Short guesses"):
-        graded.solution(p, "Long", guess=5)
-    with pytest.raises(ValueError, match="a digit"):
-        graded.solution(p, "Short", guess=10)
-    rng = random.Random(0)
-    taught = [graded.teaching_solution(p, "Short", rng) for _ in range(3000)]
-    assert all(t.startswith(" From p=") for t in taught)
-    right = sum(t.endswith(f"\\boxed{{{p.answer}}}") for t in taught) / len(taught)
-    assert right == pytest.approx(0.1 * 0.99**5 + 0.9 * 0.1 * (1 - 0.99**5), abs=0.02)
-    # Given their own stream, the guesses leave the slips' stream as it was: one draw per row.
-    slips, same = random.Random(1), random.Random(1)
-    graded.teaching_solution(p, "Short", slips, guesses=random.Random(2))
-    same.random()
-    assert slips.random() == same.random()
-    # Within the budget nothing is guessed: the taught text is the working, a slip at most.
-    assert {graded.teaching_solution(within, "Short", rng) for _ in range(200)} <= {
-        graded.solution(within, "Short"),
-        graded.solution(within, "Short", slip=True),
-    }
+    for mode in graded.MODE_NAMES:  # only Short past its budget changes
+        assert graded.solution(within, mode, budgeted=True) == graded.solution(within, mode)
+        if mode != "Short":
+            assert graded.solution(p, mode, budgeted=True) == graded.solution(p, mode)
+    # One draw per row either way, so the slips of every other row are the shipped teaching's.
+    taught, shipped = random.Random(1), random.Random(1)
+    graded.teaching_solution(p, "Short", taught, budgeted=True)
+    graded.teaching_solution(p, "Short", shipped)
+    assert taught.random() == shipped.random()
 
 
 def test_tails_are_drawn_by_level():
@@ -163,8 +150,8 @@ def test_splits_never_share_a_problem_and_rows_have_levels():
 @pytest.mark.parametrize("tail", range(7))
 def test_short_lengths_against_its_cap(tokenizer, tail):
     """Short is 7 x tail + 9 tokens (EOS counted) after a set operation, one fewer from the start digit: its
-    cap of 46 fits tails up to 5, not the tail of 6 of a top-level problem with no set operation; that tail
-    is taught from a guessed state, 7 x 5 + 9 tokens, within the cap."""
+    cap of 46 fits tails up to 5, not the tail of 6 of a top-level problem with no set operation; taught
+    within its budget, that tail stops after five steps, 7 x 5 + 8 tokens."""
     cap = {m["name"]: m["cap"] for m in yaml.safe_load(ROUTER.read_text())["modes"]}["Short"]
     for ops in ((("=5",) if tail < 6 else ()) + ("+1",) * tail, ("*3",) * tail):
         if not ops:
@@ -177,10 +164,10 @@ def test_short_lengths_against_its_cap(tokenizer, tail):
         assert length == 7 * tail + (9 if p.anchor >= 0 else 8)
         assert (length <= cap) == (tail <= 5)
         assert graded.past_budget(p) == (tail > graded.SHORT_BUDGET_STEPS)
-        if graded.past_budget(p):
-            for guess in range(10):
-                text = graded.solution(p, "Short", guess=guess, slip=guess % 2 == 0) + teach.EOS
-                assert len(tokenizer(text, add_special_tokens=False)["input_ids"]) == 7 * 5 + 9 <= cap
+        for slip in (False, True):
+            budgeted = graded.solution(p, "Short", budgeted=True, slip=slip) + teach.EOS
+            n = len(tokenizer(budgeted, add_special_tokens=False)["input_ids"])
+            assert n == 7 * min(tail, 5) + (9 if p.anchor >= 0 else 8) <= cap
 
 
 def test_nothink_and_long_lengths(tokenizer):

@@ -102,3 +102,25 @@ def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps()
     assert command_config(["--world", "graded", "--steps", "5"]).steps == 5
     with pytest.raises(ValueError, match="unknown world"):
         teach.TeachConfig(world="flat")
+
+
+def test_short_budget_changes_only_shorts_rows_past_its_budget(capsys):
+    """``--short-budget`` (graded world, not shipped): the rows are the shipped teaching's except Short's on
+    problems whose tail is past its budget, which stop there; the shipped teaching stays the default."""
+    from routing_grpo.mini import graded
+
+    tokenizer = teach.build_tokenizer(seed=0, world="graded")
+    shipped = teach.teaching_rows(tokenizer, teach.TeachConfig(world="graded", problems_per_level=40))
+    budgeted = teach.teaching_rows(
+        tokenizer, teach.TeachConfig(world="graded", problems_per_level=40, short_budget=True)
+    )
+    assert len(shipped) == len(budgeted)
+    changed = [(a, b) for a, b in zip(shipped, budgeted, strict=True) if a != b]
+    # Routed rows (level 6) and plain rows (level 0) alike, both of a top-level problem.
+    assert changed and all(a["prompt"] == b["prompt"] and a["level"] == b["level"] for a, b in changed)
+    assert all("G6: " in a["prompt"] and a["level"] in (0, 6) for a, _ in changed)
+    assert all(len(b["completion"]) < len(a["completion"]) for a, b in changed)
+    assert all(graded.SHORT_PREAMBLE in b["completion"] for _, b in changed)
+    assert not teach.build_parser().parse_args(["--world", "graded"]).short_budget
+    assert teach.main(["--world", "cliff", "--short-budget", "--output", "unused"]) == 2
+    assert "short_budget is the graded world's" in capsys.readouterr().err

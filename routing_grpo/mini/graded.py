@@ -28,23 +28,23 @@ The three modes write (tokens with the miniature's tokenizer; the routing word c
   where the tail is 0 or 1 and near chance elsewhere: its accuracy falls gradually with level, by the
   problems' structure rather than by taught errors.
 * Short starts from the last set operation and works through the tail only, each step as Long writes it:
-  brief and a little more reliable per step than Long. Its cap (``recipes/mini_graded``) holds
-  :data:`SHORT_BUDGET_STEPS` steps; a longer tail (the top level's problems with no set operation) is
-  taught within the budget: Short starts from a guessed state (a digit drawn at random, which the prompt
-  does not tell) as many steps in as the budget is short, so it stays brief and is right about one time in
-  ten, as a Short mode trained under its cap would be. Uncapped at the evaluation temperature, Short then
-  cannot buy the top level's accuracy with a working longer than its cap (#41).
+  brief and a little more reliable per step than Long, until a long tail runs into its cap
+  (``recipes/mini_graded``), which holds :data:`SHORT_BUDGET_STEPS` steps: the top level's problems with no
+  set operation. The shipped checkpoints were taught the whole working there (past the cap: training cuts
+  it, uncapped evaluation does not); ``budgeted`` teaching (``python -m routing_grpo.mini.teach
+  --short-budget``, not shipped, docs/mini/graded.md "Short's budget") stops at the budget instead and boxes
+  the state reached, as a Short mode trained under its cap would answer.
 * Long works through every operation and checks the chain: it never runs out of room, but the more it
   writes, the more chances it has to slip.
 
 Slips: the working modes were taught with a written slip (the boxed answer one more than the last state)
 with probability ``1 - (1 - SLIP_PER_STEP[mode]) ** steps``, where ``steps`` is the number of operations the
-mode works through (Long: all ``k``; Short: the tail, at most its budget). At the training temperature the taught model
+mode works through (Long: all ``k``; Short: the tail, at most its budget where taught ``budgeted``). At the training temperature the taught model
 reproduces them, so every mode meets real difficulty at the top, as on MATH, and Long's extra working costs
 it accuracy where Short's brevity is enough. Short's rate is half Long's: a calibration, chosen so that
 Short's accuracy is 0.9-0.95 of Long's on the mix as on MATH (with equal rates the taught model's Short /
 Long sat on 0.9; docs/mini/graded.md). :func:`solution` is the correct text; :func:`teaching_solution`
-draws the slip, and Short's guess where the tail is past its budget.
+draws the slip.
 """
 
 from __future__ import annotations
@@ -118,9 +118,9 @@ def parse_problem(text: str) -> Problem:
     return Problem.parse(text)
 
 
-def steps_worked(problem: Problem, mode: str, *, budgeted: bool = True) -> int:
-    """Operations ``mode`` works through: Long all, Short the tail (at most :data:`SHORT_BUDGET_STEPS`
-    unless ``budgeted`` is false: the whole tail, as :func:`solution` writes it), NoThink none."""
+def steps_worked(problem: Problem, mode: str, *, budgeted: bool = False) -> int:
+    """Operations ``mode`` works through: Long all, Short the tail (at most :data:`SHORT_BUDGET_STEPS` where
+    ``budgeted``), NoThink none."""
     short = min(problem.tail, SHORT_BUDGET_STEPS) if budgeted else problem.tail
     return {"NoThink": 0, "Short": short, "Long": problem.level}[mode]
 
@@ -130,32 +130,27 @@ def past_budget(problem: Problem) -> bool:
     return problem.tail > SHORT_BUDGET_STEPS
 
 
-def solution(problem: Problem, mode: str, *, slip: bool = False, guess: int | None = None) -> str:
+def solution(problem: Problem, mode: str, *, slip: bool = False, budgeted: bool = False) -> str:
     """The completion text of ``problem`` in ``mode`` after its routing word (no EOS).
 
-    ``slip``: the working is right but the boxed answer is one more than the last state (a taught slip of
-    the working modes; NoThink has none). ``guess`` (Short, a tail past its budget only): Short starts
-    from this digit as the state after the operations its budget leaves out, and works the last
-    :data:`SHORT_BUDGET_STEPS` from it, so the answer is right only where the guess is; without it Short
-    writes the whole tail (the correct text, longer than its cap).
+    ``slip``: the working is right but the boxed answer is one more than the last state written (a taught
+    slip of the working modes; NoThink has none). ``budgeted`` (Short): a tail past its budget is worked for
+    :data:`SHORT_BUDGET_STEPS` steps only and the state reached is boxed, so the answer misses the
+    operations left (right only where they happen to leave the state as it was).
     """
     if mode not in MODE_NAMES:
         raise ValueError(f"unknown mode {mode!r}; the miniature's modes are {MODE_NAMES}")
     if slip and mode == "NoThink":
         raise ValueError("NoThink has no taught slips")
-    if guess is not None and (mode != "Short" or not past_budget(problem)):
-        raise ValueError("only Short guesses, and only where the tail is past its budget")
-    if guess is not None and guess not in range(MODULUS):
-        raise ValueError(f"the guessed state is a digit, got {guess!r}")
-    states = list(problem.states)
+    states = problem.states
     first = problem.anchor
-    if guess is not None:
-        # The guessed state stands where the budget starts; every state after it follows from the guess.
-        first = problem.level - 1 - SHORT_BUDGET_STEPS
-        states[first] = guess
-        for i in range(first + 1, problem.level):
-            states[i] = apply(states[i - 1], problem.operations[i])
-    boxed = (states[-1] + 1) % MODULUS if slip else states[-1]
+    # The last operation Short works through: the budget's end where the tail is past it.
+    last = (
+        first + SHORT_BUDGET_STEPS
+        if mode == "Short" and budgeted and past_budget(problem)
+        else len(states) - 1
+    )
+    boxed = (states[last] + 1) % MODULUS if slip else states[last]
     answer = f" \\boxed{{{boxed}}}"
     if mode == "NoThink":
         return answer
@@ -166,25 +161,24 @@ def solution(problem: Problem, mode: str, *, slip: bool = False, guess: int | No
     ]
     if mode == "Short":
         anchor = f" {problem.start}" if first < 0 else f" {problem.labels[first]}={states[first]}"
-        return SHORT_PREAMBLE + anchor + ":" + "".join(written[first + 1 :]) + answer
+        return SHORT_PREAMBLE + anchor + ":" + "".join(written[first + 1 : last + 1]) + answer
     steps = "".join(written)
     compact = "".join(f" {label}{s}" for label, s in zip(problem.labels, states, strict=True))
     return LONG_PREAMBLE + steps + " check" + compact + answer
 
 
-def slip_probability(problem: Problem, mode: str) -> float:
+def slip_probability(problem: Problem, mode: str, *, budgeted: bool = False) -> float:
     """Probability that the taught text of ``problem`` in ``mode`` carries a slip."""
-    return 0.0 if mode == "NoThink" else 1.0 - (1.0 - SLIP_PER_STEP[mode]) ** steps_worked(problem, mode)
+    if mode == "NoThink":
+        return 0.0
+    return 1.0 - (1.0 - SLIP_PER_STEP[mode]) ** steps_worked(problem, mode, budgeted=budgeted)
 
 
-def teaching_solution(
-    problem: Problem, mode: str, rng: random.Random, *, guesses: random.Random | None = None
-) -> str:
-    """:func:`solution` with a slip drawn from ``rng`` at :func:`slip_probability` and, for Short past its
-    budget, a guessed state drawn uniformly from ``guesses`` (default ``rng``): what the model is taught."""
-    slip = rng.random() < slip_probability(problem, mode)
-    guess = (guesses or rng).randrange(MODULUS) if mode == "Short" and past_budget(problem) else None
-    return solution(problem, mode, slip=slip, guess=guess)
+def teaching_solution(problem: Problem, mode: str, rng: random.Random, *, budgeted: bool = False) -> str:
+    """:func:`solution` with a slip drawn at :func:`slip_probability` (what the model is taught); ``budgeted``:
+    Short stops at its budget."""
+    slip = rng.random() < slip_probability(problem, mode, budgeted=budgeted)
+    return solution(problem, mode, slip=slip, budgeted=budgeted)
 
 
 def tail_weights(level: int) -> dict[int, float]:

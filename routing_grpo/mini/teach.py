@@ -141,6 +141,7 @@ class TeachConfig:
     state_strength: float = 1.0
     greedy_check_problems: int = 120
     init: str | None = None
+    short_budget: bool = False
 
     def __post_init__(self) -> None:
         if self.world not in WORLDS:
@@ -156,6 +157,8 @@ class TeachConfig:
             )
         if self.state_target not in STATE_TARGETS:
             raise ValueError(f"unknown state_target {self.state_target!r}; known: {', '.join(STATE_TARGETS)}")
+        if self.short_budget and self.world != "graded":
+            raise ValueError("short_budget is the graded world's (its Short has a budget of steps)")
         if self.greedy_check_problems < 1:
             raise ValueError(f"greedy_check_problems must be >= 1, got {self.greedy_check_problems}")
         if not self.state_strength >= 0:
@@ -192,14 +195,12 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
     """Prompt-completion rows: every problem in all three modes after its word; half also get a plain row."""
     world = WORLDS[config.world]
     rng = random.Random(f"mini-teach:{config.seed}")
-    # The graded world's taught slips draw from their own stream, so the cliff world's rows stay as shipped;
-    # Short's guesses past its budget from another, so every other row keeps the slips it was taught before.
+    # The graded world's taught slips draw from their own stream, so the cliff world's rows stay as shipped.
     slips = random.Random(f"mini-teach-slips:{config.seed}")
-    guesses = random.Random(f"mini-teach-guesses:{config.seed}")
 
     def text(p: Any, mode: str) -> str:
         if config.world == "graded":
-            return graded.teaching_solution(p, mode, slips, guesses=guesses)
+            return graded.teaching_solution(p, mode, slips, budgeted=config.short_budget)
         return world.solution(p, mode)
 
     problems = world.problems(
@@ -733,6 +734,14 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--greedy-check-problems", type=int, default=value,
                 help=f"held-out problems of the greedy check after teaching (default {value})",
+            )  # fmt: skip
+            continue
+        if name == "short_budget":
+            p.add_argument(
+                "--short-budget", action="store_true",
+                help="graded world: teach Short to stop at its budget of steps where the tail is longer, boxing "
+                "the state reached (the shipped checkpoints were taught the whole working; docs/mini/graded.md "
+                '"Short\'s budget")',
             )  # fmt: skip
             continue
         if name == "init":
