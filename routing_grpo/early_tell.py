@@ -98,8 +98,8 @@ __all__ = [
 # runs; held out on 39 others (docs/mini/cold_start.md "The threshold, held out"): at batch 20 every run
 # above it went on to route and no level-blind run read above it (10 late starters of 19 were still
 # below); at batch 45, 18 of the 19 that routed read above it, and so did 10 of 20 level-blind runs (slow
-# drifts up to 0.06). So above it at 20 and below it at 45 are telling; otherwise read the trend. A miniature's figure:
-# on another model, read the trend as much as the level.
+# drifts up to 0.06). So above it at 20 and below it at 45 are telling; otherwise read the trend. A
+# miniature's figure: on another model, read the trend as much as the level.
 FANOUT_ROUTING = 0.02
 FANOUT_WINDOW = 10
 

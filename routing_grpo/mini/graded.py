@@ -39,12 +39,12 @@ The three modes write (tokens with the miniature's tokenizer; the routing word c
 
 Slips: the working modes were taught with a written slip (the boxed answer one more than the last state)
 with probability ``1 - (1 - SLIP_PER_STEP[mode]) ** steps``, where ``steps`` is the number of operations the
-mode works through (Long: all ``k``; Short: the tail, at most its budget where taught ``budgeted``). At the training temperature the taught model
-reproduces them, so every mode meets real difficulty at the top, as on MATH, and Long's extra working costs
-it accuracy where Short's brevity is enough. Short's rate is half Long's: a calibration, chosen so that
-Short's accuracy is 0.9-0.95 of Long's on the mix as on MATH (with equal rates the taught model's Short /
-Long sat on 0.9; docs/mini/graded.md). :func:`solution` is the correct text; :func:`teaching_solution`
-draws the slip.
+mode works through (Long: all ``k``; Short: the tail, at most its budget where taught ``budgeted``). At the
+training temperature the taught model reproduces them, so every mode meets real difficulty at the top, as on
+MATH, and Long's extra working costs it accuracy where Short's brevity is enough. Short's rate is half
+Long's: a calibration, chosen so that Short's accuracy is 0.9-0.95 of Long's on the mix as on MATH (with
+equal rates the taught model's Short / Long sat on 0.9; docs/mini/graded.md). :func:`solution` is the
+correct text; :func:`teaching_solution` draws the slip.
 """
 
 from __future__ import annotations
