@@ -328,8 +328,9 @@ def test_the_summary_covers_every_seed_run_under_the_folder(tmp_path):
 
 
 def test_a_start_taught_under_other_teaching_code_is_not_reused(tmp_path, monkeypatch):
-    """The teach stage records the teaching module's content as an input: targets redefined under the same
-    command line make the old start's record differ, so the runner refuses it rather than train from it."""
+    """The teach stage records the teaching modules' content as inputs: targets or taught rows redefined under
+    the same command line make the old start's record differ, so the runner refuses it rather than train from
+    it."""
     from routing_grpo.mini import run as mini_run
 
     calls = {}
@@ -340,11 +341,13 @@ def test_a_start_taught_under_other_teaching_code_is_not_reused(tmp_path, monkey
     )
     args = controls.build_parser().parse_args(["--out", str(tmp_path), "--conditions", "random", "--small"])
     controls.run_experiment(args)
-    assert controls.TEACH_SOURCE in calls["teach_random"] and controls.TEACH_SOURCE.name == "teach.py"
+    assert {p.name for p in controls.TEACH_SOURCES} == {"teach.py", "graded.py"}
+    assert set(controls.TEACH_SOURCES) <= set(calls["teach_random"])
     before = mini_run.stage_record(["python", "teach"], calls["teach_random"])
-    edited = tmp_path / "teach.py"
-    edited.write_text(controls.TEACH_SOURCE.read_text() + "# another target definition\n")
-    after = mini_run.stage_record(
-        ["python", "teach"], [p if p != controls.TEACH_SOURCE else edited for p in calls["teach_random"]]
-    )
-    assert list(before["inputs"].values()) != list(after["inputs"].values())
+    for source in controls.TEACH_SOURCES:  # other targets (teach.py) or other rows (graded.py)
+        edited = tmp_path / source.name
+        edited.write_text(source.read_text() + "# another definition\n")
+        after = mini_run.stage_record(
+            ["python", "teach"], [p if p != source else edited for p in calls["teach_random"]]
+        )
+        assert list(before["inputs"].values()) != list(after["inputs"].values())

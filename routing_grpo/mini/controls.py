@@ -67,7 +67,8 @@ from routing_grpo.mini.run import (
 )
 
 PROG = "python -m routing_grpo.mini.controls"
-TEACH_SOURCE = Path(__file__).with_name("teach.py")
+# The modules that define a taught start: the teaching (targets, stages) and the graded world's rows.
+TEACH_SOURCES = (Path(__file__).with_name("teach.py"), Path(__file__).with_name("graded.py"))
 # Held-out routing by difficulty (fixed before the runs): the longest mode's share rises by this much from
 # the easiest level to the hardest, and the briefest mode's share falls by BRIEF_MARGIN.
 ROUTING_MARGIN = 0.2
@@ -546,9 +547,9 @@ def run_experiment(args: argparse.Namespace) -> Path:
                     "--output", str(taught), "--recipes", str(args.recipes), *sizes.teach,
                 ],
                 done=taught / "teaching.json",
-                # The teaching code is an input: a start taught under other target definitions is refused, not
-                # reused (the per-problem targets were replaced under the same command line).
-                inputs=(SHIPPED_CHECKPOINTS["mini_graded_blind"], TEACH_SOURCE),
+                # The teaching code is an input: a start taught under other target definitions or other rows is
+                # refused, not reused (the per-problem targets were replaced under the same command line).
+                inputs=(SHIPPED_CHECKPOINTS["mini_graded_blind"], *TEACH_SOURCES),
             )  # fmt: skip
         if args.experiment == "controls":
             probe = out / "probe" / arm.name
