@@ -97,6 +97,8 @@ def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps()
         for key in ("state_level_weight", "state_level_spread", "state_level_learning_rate"):
             if config.state_level_steps:
                 assert getattr(config, key) == stored[key], (world, key)
+        # Short within its budget (graded only; records from before the option have none: the whole working).
+        assert config.short_budget == stored.get("short_budget", False), world
         # The cliff checkpoint was taught before there were worlds: its record names none.
         assert stored.get("world", "cliff") == world
     assert command_config(["--world", "graded", "--steps", "5"]).steps == 5
@@ -105,22 +107,30 @@ def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps()
 
 
 def test_short_budget_changes_only_shorts_rows_past_its_budget(capsys):
-    """``--short-budget`` (graded world, not shipped): the rows are the shipped teaching's except Short's on
-    problems whose tail is past its budget, which stop there; the shipped teaching stays the default."""
+    """``--short-budget`` (the graded world's default, its shipped checkpoints): the rows are the whole
+    working's (``--no-short-budget``, the checkpoints before it) except Short's on problems whose tail is past
+    its budget, which stop there; the cliff world has no budget of steps and refuses the option."""
     from routing_grpo.mini import graded
 
     tokenizer = teach.build_tokenizer(seed=0, world="graded")
-    shipped = teach.teaching_rows(tokenizer, teach.TeachConfig(world="graded", problems_per_level=40))
-    budgeted = teach.teaching_rows(
-        tokenizer, teach.TeachConfig(world="graded", problems_per_level=40, short_budget=True)
+    whole = teach.teaching_rows(
+        tokenizer, teach.TeachConfig(world="graded", problems_per_level=40, short_budget=False)
     )
-    assert len(shipped) == len(budgeted)
-    changed = [(a, b) for a, b in zip(shipped, budgeted, strict=True) if a != b]
+    budgeted = teach.teaching_rows(tokenizer, teach.TeachConfig(world="graded", problems_per_level=40))
+    assert len(whole) == len(budgeted)
+    changed = [(a, b) for a, b in zip(whole, budgeted, strict=True) if a != b]
     # Routed rows (level 6) and plain rows (level 0) alike, both of a top-level problem.
     assert changed and all(a["prompt"] == b["prompt"] and a["level"] == b["level"] for a, b in changed)
     assert all("G6: " in a["prompt"] and a["level"] in (0, 6) for a, _ in changed)
     assert all(len(b["completion"]) < len(a["completion"]) for a, b in changed)
     assert all(graded.SHORT_PREAMBLE in b["completion"] for _, b in changed)
-    assert not teach.build_parser().parse_args(["--world", "graded"]).short_budget
+
+    def resolved(argv: list[str]) -> bool:
+        args = vars(teach.build_parser().parse_args(argv))
+        args.pop("recipes")
+        return teach.TeachConfig(**args).short_budget
+
+    assert resolved(["--world", "graded"]) and not resolved(["--world", "graded", "--no-short-budget"])
+    assert not resolved(["--world", "cliff"])
     assert teach.main(["--world", "cliff", "--short-budget", "--output", "unused"]) == 2
     assert "short_budget is the graded world's" in capsys.readouterr().err

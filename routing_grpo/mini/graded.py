@@ -30,10 +30,10 @@ The three modes write (tokens with the miniature's tokenizer; the routing word c
 * Short starts from the last set operation and works through the tail only, each step as Long writes it:
   brief and a little more reliable per step than Long, until a long tail runs into its cap
   (``recipes/mini_graded``), which holds :data:`SHORT_BUDGET_STEPS` steps: the top level's problems with no
-  set operation. The shipped checkpoints were taught the whole working there (past the cap: training cuts
-  it, uncapped evaluation does not); ``budgeted`` teaching (``python -m routing_grpo.mini.teach
-  --short-budget``, not shipped, docs/mini/graded.md "Short's budget") stops at the budget instead and boxes
-  the state reached, as a Short mode trained under its cap would answer.
+  set operation. There the shipped checkpoints are taught ``budgeted`` (the teach command's default for this
+  world, docs/mini/graded.md "Short's budget"): Short stops at the budget and boxes the state reached, as a
+  Short mode trained under its cap would answer. The checkpoints before them were taught the whole working
+  (``--no-short-budget``): past the cap, which training cuts and uncapped evaluation does not.
 * Long works through every operation and checks the chain: it never runs out of room, but the more it
   writes, the more chances it has to slip.
 

@@ -141,7 +141,7 @@ class TeachConfig:
     state_strength: float = 1.0
     greedy_check_problems: int = 120
     init: str | None = None
-    short_budget: bool = False
+    short_budget: bool | None = None
 
     def __post_init__(self) -> None:
         if self.world not in WORLDS:
@@ -157,6 +157,8 @@ class TeachConfig:
             )
         if self.state_target not in STATE_TARGETS:
             raise ValueError(f"unknown state_target {self.state_target!r}; known: {', '.join(STATE_TARGETS)}")
+        if self.short_budget is None:
+            self.short_budget = self.world == "graded"
         if self.short_budget and self.world != "graded":
             raise ValueError("short_budget is the graded world's (its Short has a budget of steps)")
         if self.greedy_check_problems < 1:
@@ -738,10 +740,11 @@ def build_parser() -> argparse.ArgumentParser:
             continue
         if name == "short_budget":
             p.add_argument(
-                "--short-budget", action="store_true",
+                "--short-budget", action=argparse.BooleanOptionalAction, default=None,
                 help="graded world: teach Short to stop at its budget of steps where the tail is longer, boxing "
-                "the state reached (the shipped checkpoints were taught the whole working; docs/mini/graded.md "
-                '"Short\'s budget")',
+                "the state reached (default: on for the graded world, as its shipped checkpoints were taught; "
+                "--no-short-budget teaches the whole working, as the checkpoints before it were; "
+                'docs/mini/graded.md "Short\'s budget")',
             )  # fmt: skip
             continue
         if name == "init":
