@@ -272,11 +272,12 @@ def run_routing(
     in_generation: bool,
     buckets: int | None = None,
     early_tell: bool = True,
-    decode: str = "shrinking",
+    decode: str = "auto",
 ) -> dict[str, Any]:
-    """The routing trainer's step; ``decode``: the transformers backend's decode loop, ``shrinking`` (the
-    library's, routing_grpo.generation.transformers_decoding) or ``device`` (routing_grpo.generation.device_decoding) or ``generate``
-    (routing_grpo.generation.generate_budgets), put in by :func:`decode_path`."""
+    """The routing trainer's step; ``decode``: the transformers backend's decode loop, ``auto`` (the backend's
+    own choice: the device loop on CUDA, the shrinking loop elsewhere), ``shrinking``
+    (routing_grpo.generation.transformers_decoding), ``device`` (routing_grpo.generation.device_decoding) or
+    ``generate`` (routing_grpo.generation.generate_budgets), put in by :func:`decode_path`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -288,7 +289,7 @@ def run_routing(
     tok = AutoTokenizer.from_pretrained(model_path)
     name = ("capped" if in_generation else "posthoc") + (f"_buckets{buckets}" if buckets else "")
     name += "" if early_tell else "_no_tell"
-    name += "" if decode == "shrinking" else f"_{decode}"
+    name += "" if decode == "auto" else f"_{decode}"
     extra = {} if buckets is None else {"logprob_length_buckets": buckets}
     config = RoutingGRPOConfig(
         **_common_args(args.output / name, args, args.max_completion_length),
@@ -311,6 +312,7 @@ def run_routing(
     decoder = holder.get("decoder")
     if decoder is not None:
         result["cuda_graphs"] = "on" if decoder.compiled is not None else f"off ({decoder.graphs_note})"
+    result["compile_counters"] = compile_counters()
     records = [r for r in trainer.routing_history if r.mode == "train"][1:]
     past = [sum(getattr(r, "tokens_past_caps", [0]) or [0]) for r in records]
     result["tokens_past_caps"] = statistics.median(past) if past else 0
@@ -324,25 +326,66 @@ def run_routing(
     return result
 
 
+def compile_counters() -> dict[str, int]:
+    """torch.compile's counts so far in this process (graphs compiled, recompilations, graph breaks, CUDA
+    graphs skipped): a decode loop whose graphs recompile at every step falls back to eager without a word,
+    and these show it. Empty where this torch keeps no such counters."""
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return {}
+    wanted = ("unique_graphs", "calls_captured", "recompil", "cudagraph", "skip", "fail")
+    out: dict[str, int] = {}
+    for group, values in counters.items():
+        for key, count in values.items():
+            text = f"{group}/{key}"
+            if group == "graph_break" or any(w in text for w in wanted):
+                out[text[:120]] = int(count)
+    return out
+
+
 # The transformers backend's decode loops: the shrinking loop (routing_grpo.generation.transformers_decoding), the device-side loop
 # (routing_grpo.generation.device_decoding) and transformers' own generate with a per-row budget criterion and a static
 # cache (routing_grpo.generation.generate_budgets; compiled by generate on CUDA).
 DECODE_PATHS = ("shrinking", "device", "generate")
+# What a routing row may name: a loop above, or the backend's own choice.
+DECODE_CHOICES = ("auto", *DECODE_PATHS)
 
 
 @contextlib.contextmanager
 def decode_path(name: str) -> Iterator[dict[str, Any]]:
-    """While open, the transformers backend decodes with the loop ``name`` of :data:`DECODE_PATHS` in place of
-    ``routing_grpo.generation.transformers_decoding.sample_with_budgets`` (``device``: one ``DeviceDecoder`` per model, kept across
-    steps so that its CUDA graphs are captured once): the name is replaced in every loaded module of the
-    package that imported it (wherever the backend lives), and restored after. Yields ``{"decoder": ...}``
-    once a device decoder was made."""
+    """While open, the transformers backend decodes with the loop ``name`` of :data:`DECODE_PATHS`: the
+    backend's own choice is pinned to the shrinking loop (its environment variable, which on CUDA would
+    otherwise pick the device loop for every row), and for ``device`` and ``generate`` that loop,
+    ``routing_grpo.generation.transformers_decoding.sample_with_budgets``, is replaced in every loaded module
+    of the package that imported it (``device``: one ``DeviceDecoder`` per model, kept across steps so that
+    its CUDA graphs are captured once). Both are restored after. Yields ``{"decoder": ...}`` once a device
+    decoder was made."""
+    from routing_grpo.generation.transformers_backend import DECODE_LOOP_VARIABLE
+
     holder: dict[str, Any] = {}
-    if name not in DECODE_PATHS:
-        raise ValueError(f"decode: {name!r} is not one of {', '.join(DECODE_PATHS)}")
-    if name == "shrinking":
+    if name not in DECODE_CHOICES:
+        raise ValueError(f"decode: {name!r} is not one of {', '.join(DECODE_CHOICES)}")
+    if name == "auto":
         yield holder
         return
+    before = os.environ.get(DECODE_LOOP_VARIABLE)
+    os.environ[DECODE_LOOP_VARIABLE] = "shrinking"
+    try:
+        if name == "shrinking":
+            yield holder
+        else:
+            with _replaced_shrinking_loop(name, holder):
+                yield holder
+    finally:
+        if before is None:
+            os.environ.pop(DECODE_LOOP_VARIABLE, None)
+        else:
+            os.environ[DECODE_LOOP_VARIABLE] = before
+
+
+@contextlib.contextmanager
+def _replaced_shrinking_loop(name: str, holder: dict[str, Any]) -> Iterator[None]:
     from routing_grpo.generation.device_decoding import DeviceDecoder, shrinking_loop_supported
     from routing_grpo.generation.generate_budgets import generate_with_budgets
 
@@ -369,7 +412,7 @@ def decode_path(name: str) -> Iterator[dict[str, Any]]:
         module.sample_with_budgets = sample
 
     try:
-        yield holder
+        yield
     finally:
         for module in patched:
             module.sample_with_budgets = original
@@ -437,9 +480,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--gradient-checkpointing", action="store_true", help="recompute activations in backward"
     )
-    parser.add_argument("--decode", choices=DECODE_PATHS, default="shrinking",
-                        help="the routing rows' transformers decode loop: shrinking (the library's) or device "
-                        "(routing_grpo.generation.device_decoding); default shrinking")  # fmt: skip
+    parser.add_argument("--decode", choices=DECODE_CHOICES, default="auto",
+                        help="the routing rows' transformers decode loop: auto (the backend's choice: device on "
+                        "CUDA, shrinking elsewhere), shrinking (routing_grpo.generation.transformers_decoding), "
+                        "device (routing_grpo.generation.device_decoding) or generate "
+                        "(routing_grpo.generation.generate_budgets); default auto")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
 

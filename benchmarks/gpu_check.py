@@ -608,6 +608,13 @@ def _render_quick_step(r: dict[str, Any]) -> list[str]:
                 f"{labels[key]}: step / TRL's {b['step_s'] / a['step_s']:.3f}; outside generation "
                 f"{b['step_s'] - b['generation_s']:.2f} s against TRL's {a['step_s'] - a['generation_s']:.2f} s (medians)."
             )
+    for key, label in labels.items():
+        counts = rows.get(key, {}).get("compile_counters")
+        if counts:
+            shown = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v)
+            lines.append(
+                f"torch.compile's counters after {label} (the process's, cumulative): {shown or 'all 0'}."
+            )
     return lines
 
 

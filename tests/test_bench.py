@@ -42,3 +42,29 @@ def test_bench_step_on_tiny_model(tiny_model_path, tmp_path, capsys):
     assert result["d_grading"] is None  # no labelled outputs in the folder given
     for ratio in ("b_over_a_step", "b1_over_a_step", "b_over_a_uniform_step", "b_over_c_step"):
         assert result[ratio] > 0
+
+
+def test_each_decode_row_runs_the_loop_it_names_whatever_the_backends_own_choice(monkeypatch):
+    """On CUDA the backend picks the device loop by itself; a row named for a loop must not be measured on
+    another: the backend is pinned to the shrinking loop, which ``device`` and ``generate`` replace, and both
+    are restored after. ``auto`` leaves the backend's choice alone."""
+    import os
+
+    from routing_grpo.generation import transformers_backend, transformers_decoding
+    from routing_grpo.generation.transformers_backend import DECODE_LOOP_VARIABLE, decode_loop
+
+    monkeypatch.setenv(DECODE_LOOP_VARIABLE, "device")
+    original = transformers_decoding.sample_with_budgets
+    for name in ("shrinking", "device", "generate"):
+        with bench_step.decode_path(name):
+            assert decode_loop("cuda") == "shrinking", name
+            replaced = transformers_backend.sample_with_budgets is not original
+            assert replaced == (name != "shrinking"), name
+        assert os.environ[DECODE_LOOP_VARIABLE] == "device"
+        assert transformers_backend.sample_with_budgets is original
+    with bench_step.decode_path("auto"):
+        assert decode_loop("cuda") == "device"
+    monkeypatch.delenv(DECODE_LOOP_VARIABLE)
+    with bench_step.decode_path("device"):
+        assert decode_loop("cuda") == "shrinking"
+    assert DECODE_LOOP_VARIABLE not in os.environ
