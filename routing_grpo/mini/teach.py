@@ -743,8 +743,8 @@ def build_parser() -> argparse.ArgumentParser:
                 "--short-budget", action=argparse.BooleanOptionalAction, default=None,
                 help="graded world: teach Short to stop at its budget of steps where the tail is longer, boxing "
                 "the state reached (default: on for the graded world, as its shipped checkpoints were taught; "
-                "--no-short-budget teaches the whole working, as the checkpoints before it were; "
-                'docs/mini/graded.md "Short\'s budget")',
+                "--no-short-budget teaches the whole working, as the checkpoints before it were; see "
+                "docs/mini/graded.md, Short's budget)",
             )  # fmt: skip
             continue
         if name == "init":
