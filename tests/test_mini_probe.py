@@ -86,3 +86,10 @@ def test_the_graded_cold_starts_differ_in_their_routing_state_only():
         assert all(abs(p - 1 / 3) < 0.05 for probs in spread.first_word.values() for p in probs.values())
     assert blind.cosine_lowest_highest > 0.99 and blind.between_level_variance < 1.0
     assert aware.cosine_lowest_highest < 0.8 and aware.between_level_variance > 10.0
+
+
+def test_the_blind_graded_model_is_probed_on_graded_problems_too(capsys):
+    from routing_grpo.mini.probe import main
+
+    assert main(["--model", "offline:mini_graded_blind", "--problems-per-level", "4"]) == 0
+    assert "4 graded problems per level" in capsys.readouterr().out

@@ -154,14 +154,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the problems drawn (default 0)")
     parser.add_argument(
         "--world", choices=sorted(WORLDS), default=None,
-        help="the world whose problems are read (default: graded for offline:mini_graded, else cliff)",
+        help="the world whose problems are read (default: graded for offline:mini_graded and "
+        "offline:mini_graded_blind, else cliff)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.problems_per_level < 4:
         parser.error("--problems-per-level: at least 4")
     if not is_offline_name(args.model) and not (Path(args.model) / "config.json").is_file():
         parser.error(f"--model: no model folder at {args.model} (a folder with config.json, or offline:mini)")
-    world = args.world or ("graded" if args.model == "offline:mini_graded" else "cliff")
+    world = args.world or ("graded" if args.model.startswith("offline:mini_graded") else "cliff")
     spread = routing_state_spread(args.model, args.problems_per_level, args.seed, world)
     print(f"routing-position state of {args.model}, {args.problems_per_level} {world} problems per level:")
     print(
