@@ -21,7 +21,7 @@ from the prompt's length alone (in tokens) is its baseline, as a longer problem 
 
 The verdict (:func:`probe_verdict`) reads difficulty as *present* when S is above its noise floor's 95th
 percentile, and as *carried* when also B / C >= :data:`CARRIED_BETWEEN_COMMON` (the miniature's
-difficulty-aware start reads about 0.1, its blind start about 0.001); prompts *differ* when
+difficulty-aware start reads about 0.1, its blind start about 0.002); prompts *differ* when
 T / C >= :data:`SPREAD_DIFFERS`. It says so when the state's readout does not beat the length's by
 :data:`READOUT_MARGIN` (in the miniature's graded world the length alone reads the level: a problem of
 more steps is longer).
@@ -211,8 +211,8 @@ def probe_verdict(stats: dict[str, Any]) -> str:
             "difficulty present but faint: above its noise floor, yet it moves the state little against the "
             "common part" + ("; prompts differ" if differs else "")
             + f"{length_note} (the miniature's blind start, offline:mini_graded_blind, reads so, and the paper's "
-            "recipe did not route from it; of the miniature's controls that read so, some routed and some did "
-            "not: docs/mini/cold_start.md); watch the early tell"
+            "recipe routed from it weakly at best; of the miniature's controls that read so, some routed and "
+            "some did not: docs/mini/cold_start.md); watch the early tell"
         )  # fmt: skip
     if differs:
         return (
