@@ -467,7 +467,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="NoThink,Short caps (Long is uncapped); the default keeps the paper's 1:3:16 shape")  # fmt: skip
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--graded-dir", default=None)
-    parser.add_argument("--output", type=Path, default=REPO_ROOT / ".cache" / "bench")
+    parser.add_argument("--output", type=Path, default=REPO_ROOT / ".cache" / "bench",
+                        help="folder for the runs' scratch; each invocation writes a new subfolder of it")  # fmt: skip
     parser.add_argument("--skip-plain", action="store_true", help="skip (a) and (a')")
     parser.add_argument("--skip-one-forward", action="store_true", help="skip (b1)")
     parser.add_argument("--skip-no-tell", action="store_true", help="skip (b2)")
@@ -487,6 +488,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(routing_grpo.generation.generate_budgets); default auto")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
+    # A folder of this invocation's own: a run never resumes, or rolls back, the logs of an earlier one.
+    args.output = args.output / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
     import torch
 

@@ -42,6 +42,9 @@ def test_bench_step_on_tiny_model(tiny_model_path, tmp_path, capsys):
     assert result["d_grading"] is None  # no labelled outputs in the folder given
     for ratio in ("b_over_a_step", "b1_over_a_step", "b_over_a_uniform_step", "b_over_c_step"):
         assert result[ratio] > 0
+    # The runs trained in a folder of this invocation's own, under --output: a later one starts afresh.
+    (own,) = [p for p in tmp_path.iterdir() if p.is_dir() and p.name != "none"]
+    assert {"capped", "posthoc"} <= {p.name for p in own.iterdir()}
 
 
 def test_each_decode_row_runs_the_loop_it_names_whatever_the_backends_own_choice(monkeypatch):
