@@ -134,3 +134,28 @@ def test_short_budget_changes_only_shorts_rows_past_its_budget(capsys):
     assert not resolved(["--world", "cliff"])
     assert teach.main(["--world", "cliff", "--short-budget", "--output", "unused"]) == 2
     assert "short_budget is the graded world's" in capsys.readouterr().err
+
+
+def test_a_second_stage_teaches_short_as_its_first_stage_did_unless_told(tmp_path):
+    """``--init`` continues the first stage's teaching of Short (its ``teaching.json``): a record from before
+    the option taught the whole working; a folder without a record gets the world's default; the flag wins."""
+    import json
+
+    def first_stage(name: str, record: dict | None) -> str:
+        folder = tmp_path / name
+        folder.mkdir()
+        if record is not None:
+            (folder / "teaching.json").write_text(json.dumps(record))
+        return str(folder)
+
+    whole = first_stage("whole", {"config": {"world": "graded", "short_budget": False}})
+    budgeted = first_stage("budgeted", {"config": {"world": "graded", "short_budget": True}})
+    older = first_stage("older", {"config": {"world": "graded"}})
+    unrecorded = first_stage("unrecorded", None)
+    assert not teach.TeachConfig(world="graded", init=whole).short_budget
+    assert teach.TeachConfig(world="graded", init=budgeted).short_budget
+    assert not teach.TeachConfig(world="graded", init=older).short_budget
+    assert teach.TeachConfig(world="graded", init=unrecorded).short_budget
+    assert teach.TeachConfig(world="graded", init=whole, short_budget=True).short_budget
+    assert teach.TeachConfig(world="graded", init="offline:mini_graded_blind").short_budget
+    assert teach.recorded_short_budget("offline:tiny") is None

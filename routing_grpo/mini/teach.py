@@ -117,7 +117,8 @@ PLAIN_SHARE = 0.5
 class TeachConfig:
     """The teaching run: model shape, data and schedule (defaults: the committed checkpoints'; ``steps`` and
     ``state_level_steps`` None are the world's :data:`TEACHING_STEPS` and :data:`STATE_LEVEL_STEPS`).
-    ``init``: a taught model to continue from, in place of the first stage."""
+    ``init``: a taught model to continue from, in place of the first stage. ``short_budget`` None: as ``init``
+    was taught (:func:`recorded_short_budget`), else the world's default (on for the graded world)."""
 
     output: str = "outputs/mini/taught"
     world: str = "cliff"
@@ -158,7 +159,8 @@ class TeachConfig:
         if self.state_target not in STATE_TARGETS:
             raise ValueError(f"unknown state_target {self.state_target!r}; known: {', '.join(STATE_TARGETS)}")
         if self.short_budget is None:
-            self.short_budget = self.world == "graded"
+            inherited = recorded_short_budget(self.init) if self.init is not None else None
+            self.short_budget = inherited if inherited is not None else self.world == "graded"
         if self.short_budget and self.world != "graded":
             raise ValueError("short_budget is the graded world's (its Short has a budget of steps)")
         if self.greedy_check_problems < 1:
@@ -167,6 +169,22 @@ class TeachConfig:
             raise ValueError(f"state_strength must be >= 0, got {self.state_strength}")
         if self.steps is None:
             self.steps = TEACHING_STEPS[self.world]
+
+
+def recorded_short_budget(init: str) -> bool | None:
+    """How the taught model ``init`` (a folder or ``offline:NAME``) taught Short, from its ``teaching.json``:
+    a second stage continues the first stage's teaching unless told otherwise. A record from before the
+    option taught the whole working (False); None where the folder keeps no record."""
+    from routing_grpo.offline_models import BUILT_IN, OFFLINE_PREFIX, is_offline_name, resolve_model_path
+
+    if is_offline_name(init) and init[len(OFFLINE_PREFIX) :] in BUILT_IN:
+        return None  # built from other models' files, never taught here: nothing to read, nothing to build
+    try:
+        folder = Path(resolve_model_path(init) if is_offline_name(init) else init)
+        record = json.loads((folder / "teaching.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return bool(record.get("config", {}).get("short_budget", False))
 
 
 def routed_prompt(tokenizer: Any, problem_text: str) -> str:
@@ -742,8 +760,9 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument(
                 "--short-budget", action=argparse.BooleanOptionalAction, default=None,
                 help="graded world: teach Short to stop at its budget of steps where the tail is longer, boxing "
-                "the state reached (default: on for the graded world, as its shipped checkpoints were taught; "
-                "--no-short-budget teaches the whole working, as the checkpoints before it were; see "
+                "the state reached (default: as the --init model was taught, by its teaching.json, else on for the "
+                "graded world, as its shipped checkpoints were taught; --no-short-budget teaches the whole "
+                "working, as the checkpoints before it were; see "
                 "docs/mini/graded.md, Short's budget)",
             )  # fmt: skip
             continue
