@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from routing_grpo.mini import cliff, graded
+from routing_grpo.mini.teach import teaching_record
 from routing_grpo.modes import word_first_token_ids
 from routing_grpo.offline_models import is_offline_name, resolve_model_path
 
@@ -154,15 +155,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of the problems drawn (default 0)")
     parser.add_argument(
         "--world", choices=sorted(WORLDS), default=None,
-        help="the world whose problems are read (default: graded for offline:mini_graded and "
-        "offline:mini_graded_blind, else cliff)",
+        help="the world whose problems are read (default: the one the model was taught on, by its "
+        "teaching.json; else cliff)",
     )  # fmt: skip
     args = parser.parse_args(argv)
     if args.problems_per_level < 4:
         parser.error("--problems-per-level: at least 4")
     if not is_offline_name(args.model) and not (Path(args.model) / "config.json").is_file():
         parser.error(f"--model: no model folder at {args.model} (a folder with config.json, or offline:mini)")
-    world = args.world or ("graded" if args.model.startswith("offline:mini_graded") else "cliff")
+    # A record from before there were worlds names none: the cliff world's.
+    world = args.world or ((teaching_record(args.model) or {}).get("config", {}).get("world", "cliff"))
     spread = routing_state_spread(args.model, args.problems_per_level, args.seed, world)
     print(f"routing-position state of {args.model}, {args.problems_per_level} {world} problems per level:")
     print(

@@ -171,20 +171,25 @@ class TeachConfig:
             self.steps = TEACHING_STEPS[self.world]
 
 
-def recorded_short_budget(init: str) -> bool | None:
-    """How the taught model ``init`` (a folder or ``offline:NAME``) taught Short, from its ``teaching.json``:
-    a second stage continues the first stage's teaching unless told otherwise. A record from before the
-    option taught the whole working (False); None where the folder keeps no record."""
+def teaching_record(model: str) -> dict[str, Any] | None:
+    """The ``teaching.json`` of a taught model (a folder or ``offline:NAME``), or None where it keeps none."""
     from routing_grpo.offline_models import BUILT_IN, OFFLINE_PREFIX, is_offline_name, resolve_model_path
 
-    if is_offline_name(init) and init[len(OFFLINE_PREFIX) :] in BUILT_IN:
+    if is_offline_name(model) and model[len(OFFLINE_PREFIX) :] in BUILT_IN:
         return None  # built from other models' files, never taught here: nothing to read, nothing to build
     try:
-        folder = Path(resolve_model_path(init) if is_offline_name(init) else init)
-        record = json.loads((folder / "teaching.json").read_text())
+        folder = Path(resolve_model_path(model) if is_offline_name(model) else model)
+        return json.loads((folder / "teaching.json").read_text())
     except (OSError, ValueError):
         return None
-    return bool(record.get("config", {}).get("short_budget", False))
+
+
+def recorded_short_budget(init: str) -> bool | None:
+    """How the taught model ``init`` taught Short, from its :func:`teaching_record`: a second stage continues
+    the first stage's teaching unless told otherwise. A record from before the option taught the whole
+    working (False); None where the model keeps no record."""
+    record = teaching_record(init)
+    return None if record is None else bool(record.get("config", {}).get("short_budget", False))
 
 
 def routed_prompt(tokenizer: Any, problem_text: str) -> str:
