@@ -97,7 +97,7 @@ empty :=
 space := $(empty) $(empty)
 
 demo: install
-	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.demo $(DEMO_ARGS)
+	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.mini.demo $(DEMO_ARGS)
 
 mini: install
 	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.mini.run --output $(MINI_OUTPUT) \
@@ -114,7 +114,7 @@ $(VENV)/.installed-demo: $(VENV)/.installed
 demo-deps: $(VENV)/.installed-demo
 
 demo-smollm2: install demo-deps
-	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.demo_smollm2 $(DEMO_ARGS)
+	HF_HUB_OFFLINE=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m routing_grpo.mini.demo_smollm2 $(DEMO_ARGS)
 
 # ------------------------------------------------------------------------------------------------------
 # The paper's runs (GPU). The recipes state the batch geometry in the paper's units (128 prompts x G 8 per

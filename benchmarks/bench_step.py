@@ -90,7 +90,7 @@ class GenerationMeter:
 
 
 def _dataset(num_prompts: int, steps: int):
-    from routing_grpo.data import load_task
+    from routing_grpo.data.datasets import load_task
 
     return load_task("synthetic", split="train", limit=num_prompts * steps)
 
@@ -178,7 +178,7 @@ def _plain_trainer(args: argparse.Namespace, model_path: str, max_len: int, name
     from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, LogitsProcessorList
     from trl import GRPOConfig, GRPOTrainer
 
-    from routing_grpo.grading import grade_batch
+    from routing_grpo.core.grading import grade_batch
 
     def accuracy(completions: list[Any], answer: list[str], **_: Any) -> list[float]:
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
@@ -277,12 +277,12 @@ def run_routing(
     """The routing trainer's step; ``decode``: the transformers backend's decode loop, ``auto`` (the backend's
     own choice: the device loop on CUDA, the shrinking loop elsewhere), ``shrinking``
     (routing_grpo.generation.transformers_decoding), ``device`` (routing_grpo.generation.device_decoding) or
-    ``generate`` (routing_grpo.generation.generate_budgets), put in by :func:`decode_path`."""
+    ``generate`` (benchmarks.generate_budgets), put in by :func:`decode_path`."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from routing_grpo.config import RoutingGRPOConfig
-    from routing_grpo.trainer import RoutingGRPOTrainer
+    from routing_grpo.training.config import RoutingGRPOConfig
+    from routing_grpo.training.trainer import RoutingGRPOTrainer
 
     torch.manual_seed(args.seed)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, args.dtype))
@@ -346,7 +346,7 @@ def compile_counters() -> dict[str, int]:
 
 # The transformers backend's decode loops: the shrinking loop (routing_grpo.generation.transformers_decoding), the device-side loop
 # (routing_grpo.generation.device_decoding) and transformers' own generate with a per-row budget criterion and a static
-# cache (routing_grpo.generation.generate_budgets; compiled by generate on CUDA).
+# cache (benchmarks.generate_budgets; compiled by generate on CUDA).
 DECODE_PATHS = ("shrinking", "device", "generate")
 # What a routing row may name: a loop above, or the backend's own choice.
 DECODE_CHOICES = ("auto", *DECODE_PATHS)
@@ -386,8 +386,8 @@ def decode_path(name: str) -> Iterator[dict[str, Any]]:
 
 @contextlib.contextmanager
 def _replaced_shrinking_loop(name: str, holder: dict[str, Any]) -> Iterator[None]:
+    from benchmarks.generate_budgets import generate_with_budgets
     from routing_grpo.generation.device_decoding import DeviceDecoder, shrinking_loop_supported
-    from routing_grpo.generation.generate_budgets import generate_with_budgets
 
     # The shrinking loop's module, wherever it lives.
     decoding = sys.modules[shrinking_loop_supported.__module__]
@@ -420,7 +420,7 @@ def _replaced_shrinking_loop(name: str, holder: dict[str, Any]) -> Iterator[None
 
 def grading_share(args: argparse.Namespace) -> dict[str, Any] | None:
     from benchmarks.grading_agreement import DEFAULT_DATA_DIR, DEFAULT_STEP_SECONDS, ROLLOUTS_PER_STEP
-    from routing_grpo.grading import grade_batch
+    from routing_grpo.core.grading import grade_batch
 
     data = Path(args.graded_dir or DEFAULT_DATA_DIR)
     path = data / "math_labelled_outputs.jsonl"
@@ -485,7 +485,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="the routing rows' transformers decode loop: auto (the backend's choice: device on "
                         "CUDA, shrinking elsewhere), shrinking (routing_grpo.generation.transformers_decoding), "
                         "device (routing_grpo.generation.device_decoding) or generate "
-                        "(routing_grpo.generation.generate_budgets); default auto")  # fmt: skip
+                        "(benchmarks.generate_budgets); default auto")  # fmt: skip
     parser.add_argument("--json", action="store_true", help="print only the JSON line")
     args = parser.parse_args(argv)
     # A folder of this invocation's own: a run never resumes, or rolls back, the logs of an earlier one.
@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from routing_grpo.offline_models import resolve_model_path
+    from routing_grpo.io.locations import resolve_model_path
 
     if args.threads:
         torch.set_num_threads(args.threads)

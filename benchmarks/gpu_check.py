@@ -13,7 +13,7 @@ step         a model of Qwen2.5-1.5B's shape built from its config on the device
              tokens generated past a cap, seconds per step, generated tokens per second, peak GPU memory.
 lora         the routing trainer with LoRA on that model for a few generation batches through
              ``python -m routing_grpo.train``: the adapters saved, seconds per batch, peak GPU memory.
-miniature    ``python -m routing_grpo.demo --device cuda --batch-steps 90``: the graded world's router trained
+miniature    ``python -m routing_grpo.mini.demo --device cuda --batch-steps 90``: the graded world's router trained
              with the paper's recipe on the GPU and evaluated on its held-out problems; wall time, routing
              per level and the targets, beside the CPU figures (docs/mini/cold_start.md).
 serving      ``routing-grpo eval`` and ``routing-grpo generate`` with the transformers backend on the
@@ -22,7 +22,7 @@ serving      ``routing-grpo eval`` and ``routing-grpo generate`` with the transf
 ``--quick`` runs the step section alone (a few minutes on one H100, model build included): 3 measured steps,
 every one listed, of (a) TRL's step on (b)'s rollouts and (b) the routing step with each decode loop: the
 shrinking loop, the device-side loop (routing_grpo.generation.device_decoding) and transformers' ``generate`` with per-row
-budgets and a static cache (routing_grpo.generation.generate_budgets); ``--decode`` runs one of them. With the milliseconds per decoding forward beside the memory-bandwidth floor (the model's bytes read once per step at
+budgets and a static cache (benchmarks.generate_budgets); ``--decode`` runs one of them. With the milliseconds per decoding forward beside the memory-bandwidth floor (the model's bytes read once per step at
 the GPU's bandwidth, from a table of known cards).
 
 DIR/gpu_check.json and DIR/gpu_check.md are written after every section. ``--device cpu --small`` runs every
@@ -187,7 +187,7 @@ def build_model(check: Check) -> Path:
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from routing_grpo.offline_models import build_tiny_qwen2
+    from routing_grpo.mini.offline import build_tiny_qwen2
 
     folder = check.model_dir
     if (folder / "config.json").is_file():
@@ -377,7 +377,7 @@ def lora(check: Check) -> dict[str, Any]:
     """The routing trainer with LoRA through the training entry, on the step section's model."""
     import yaml
 
-    from routing_grpo.modes import gammas_from_caps
+    from routing_grpo.core.modes import gammas_from_caps
 
     size = check.size
     model = build_model(check)
@@ -433,7 +433,7 @@ def miniature(check: Check) -> dict[str, Any]:
     cmd = [
         *check.python(),
         "-m",
-        "routing_grpo.demo",
+        "routing_grpo.mini.demo",
         "--device",
         check.args.device,
         "--output-dir",

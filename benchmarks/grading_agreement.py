@@ -6,7 +6,7 @@ Reads the labelled model outputs in ``../shared/data/graded`` (relative to the r
 README): MATH (1,800 rows, Qwen2.5-Math harness labels, three of them corrected in ``label_reviewed``) and
 GSM8K (200 rows, OpenAI ``is_correct`` labels). It reports:
 
-* agreement of :func:`routing_grpo.grading.grade_batch` with ``label_reviewed`` (MATH) and ``label`` (GSM8K),
+* agreement of :func:`routing_grpo.core.grading.grade_batch` with ``label_reviewed`` (MATH) and ``label`` (GSM8K),
   and with the published MATH ``label``;
 * rows/s with the worker pool (``--workers``) and in one process;
 * every disagreement, grouped into classes by a rule-based reason (see :func:`classify`), with the
@@ -34,7 +34,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from routing_grpo import grading, grading_pool
+from routing_grpo.core import grading, grading_pool
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data" / "graded"

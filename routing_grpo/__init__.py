@@ -17,18 +17,18 @@ __version__ = "0.1.0"
 
 # Public name -> the module that defines it.
 _EXPORTS = {
-    "RoutingGRPOTrainer": "routing_grpo.trainer",
-    "RoutingGRPOConfig": "routing_grpo.config",
-    "Router": "routing_grpo.inference",
-    "Request": "routing_grpo.inference",
-    "Answer": "routing_grpo.inference",
-    "RoutingSettings": "routing_grpo.settings",
-    "ModeSpec": "routing_grpo.modes",
-    "DEFAULT_MODES": "routing_grpo.modes",
-    "ModeDetector": "routing_grpo.modes",
-    "parse_modes": "routing_grpo.modes",
-    "gammas_from_caps": "routing_grpo.modes",
-    "RoutingReward": "routing_grpo.rewards",
+    "RoutingGRPOTrainer": "routing_grpo.training.trainer",
+    "RoutingGRPOConfig": "routing_grpo.training.config",
+    "Router": "routing_grpo.inference.router",
+    "Request": "routing_grpo.inference.router",
+    "Answer": "routing_grpo.inference.router",
+    "RoutingSettings": "routing_grpo.training.settings",
+    "ModeSpec": "routing_grpo.core.modes",
+    "DEFAULT_MODES": "routing_grpo.core.modes",
+    "ModeDetector": "routing_grpo.core.modes",
+    "parse_modes": "routing_grpo.core.modes",
+    "gammas_from_caps": "routing_grpo.core.modes",
+    "RoutingReward": "routing_grpo.core.rewards",
 }
 __all__ = [
     "DEFAULT_MODES", "Answer", "ModeDetector", "ModeSpec", "Request", "Router", "RoutingGRPOConfig",
@@ -37,12 +37,12 @@ __all__ = [
 ]  # fmt: skip
 
 if TYPE_CHECKING:  # for editors and type checkers; at run time the names load on first use
-    from routing_grpo.config import RoutingGRPOConfig
-    from routing_grpo.inference import Answer, Request, Router
-    from routing_grpo.modes import DEFAULT_MODES, ModeDetector, ModeSpec, gammas_from_caps, parse_modes
-    from routing_grpo.rewards import RoutingReward
-    from routing_grpo.settings import RoutingSettings
-    from routing_grpo.trainer import RoutingGRPOTrainer
+    from routing_grpo.core.modes import DEFAULT_MODES, ModeDetector, ModeSpec, gammas_from_caps, parse_modes
+    from routing_grpo.core.rewards import RoutingReward
+    from routing_grpo.inference.router import Answer, Request, Router
+    from routing_grpo.training.config import RoutingGRPOConfig
+    from routing_grpo.training.settings import RoutingSettings
+    from routing_grpo.training.trainer import RoutingGRPOTrainer
 
 
 def __getattr__(name: str) -> Any:

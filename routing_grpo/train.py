@@ -2,12 +2,12 @@
 ``routing-grpo train``.
 
 Parsed with ``TrlParser`` as in open-r1 (script arguments + :class:`RoutingGRPOConfig` + TRL's
-``ModelConfig``, :mod:`routing_grpo.arguments`), so every recipe key can be overridden on the command line,
+``ModelConfig``, :mod:`routing_grpo.training.arguments`), so every recipe key can be overridden on the command line,
 and it runs under ``accelerate launch``. :func:`main` goes through the stages of a run: check the recipe and
 this machine, load the data, check the run folder, load the tokenizer and model, claim the folder, train,
 then save, write the model card and push when ``push_to_hub`` is set.
 
-Bad input stops the run with one line naming the key (exit code 2, :mod:`routing_grpo.errors`), before
+Bad input stops the run with one line naming the key (exit code 2, :mod:`routing_grpo.io.errors`), before
 the (possibly large) model loads wherever the problem is knowable without it. ``model_name_or_path:
 offline:smollm2`` (or ``offline:tiny``, ``offline:mini``) uses a model that needs no network.
 """
@@ -21,13 +21,13 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from routing_grpo import filter_known_warnings, version_text
-from routing_grpo.errors import UsageError, run_entry, user_errors
+from routing_grpo.io.errors import UsageError, run_entry, user_errors
 
 if TYPE_CHECKING:  # the run's modules import torch, transformers and TRL: only when a run starts
     from trl import ModelConfig
 
-    from routing_grpo.arguments import RoutingScriptArguments
-    from routing_grpo.config import RoutingGRPOConfig
+    from routing_grpo.training.arguments import RoutingScriptArguments
+    from routing_grpo.training.config import RoutingGRPOConfig
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def make_parser(subparsers: argparse._SubParsersAction | None = None) -> argpars
     """The training options' parser (TRL's, with one-line errors); given ``routing-grpo``'s ``subparsers``,
     the ``train`` command there, whose words go to :func:`command` as TRL's CLI hands its scripts theirs."""
     if subparsers is None:
-        from routing_grpo.recipe import train_parser
+        from routing_grpo.training.recipe import train_parser
 
         return train_parser()
     parser = subparsers.add_parser(
@@ -55,15 +55,15 @@ def parse_args(
     argv: list[str] | None = None,
 ) -> tuple[RoutingScriptArguments, RoutingGRPOConfig, ModelConfig]:
     """Checks the recipe (and command line), then parses both into the three argument dataclasses."""
-    from routing_grpo.hub import hub_repo_name
-    from routing_grpo.recipe import (
+    from routing_grpo.training.hub import hub_repo_name
+    from routing_grpo.training.recipe import (
         check_command_line,
         command_line_values,
         parse_error_line,
         set_modes_text,
         take_option,
     )
-    from routing_grpo.runs import run_output_dir
+    from routing_grpo.training.runs import run_output_dir
 
     argv = list(sys.argv[1:] if argv is None else argv)
     path, recipe = check_command_line(argv)
@@ -103,9 +103,9 @@ def main(
     ``progress_bar=False`` drops the trainer's line (or bar) per generation batch. One process trains into
     a folder at a time: the run folder is locked once the settings are checked, before anything is loaded.
     """
-    from routing_grpo.launch_checks import before_loading
-    from routing_grpo.recipe import preflight
-    from routing_grpo.runs import run_folder_lock
+    from routing_grpo.training.launch_checks import before_loading
+    from routing_grpo.training.recipe import preflight
+    from routing_grpo.training.runs import run_folder_lock
 
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO)
     # Bad names, paths, files, columns or trackers fail here in one line before the model loads (launch: a warning).
@@ -127,12 +127,18 @@ def train_in_folder(
     from transformers import set_seed
     from trl import get_peft_config
 
-    from routing_grpo import adapters, loading, runs
-    from routing_grpo.data import check_columns
-    from routing_grpo.hub import check_hub_card, hub_dataset_name, install_model_card, push_saved_model
-    from routing_grpo.preemption import exit_if_preempted
-    from routing_grpo.prompting import forced_word_ids
-    from routing_grpo.trainer import RoutingGRPOTrainer
+    from routing_grpo.core.prompting import forced_word_ids
+    from routing_grpo.data.datasets import check_columns
+    from routing_grpo.io import adapters
+    from routing_grpo.training import loading, runs
+    from routing_grpo.training.hub import (
+        check_hub_card,
+        hub_dataset_name,
+        install_model_card,
+        push_saved_model,
+    )
+    from routing_grpo.training.preemption import exit_if_preempted
+    from routing_grpo.training.trainer import RoutingGRPOTrainer
 
     ###############################################################
     # Load data
@@ -230,7 +236,7 @@ def train_in_folder(
 
 def train_command(argv: list[str], prog: str = "routing-grpo train") -> int:
     """The command's words: help or version, else check, parse and train."""
-    from routing_grpo.train_help import full_help, recipe_for_help, short_help
+    from routing_grpo.training.help import full_help, recipe_for_help, short_help
 
     if "--help-all" in argv:
         print(full_help(prog), end="")

@@ -36,7 +36,7 @@ SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 @pytest.fixture(scope="session")
 def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Qwen2 (plus tokenizer with a ChatML template), built once for the whole session."""
-    from routing_grpo.offline_models import build_tiny_qwen2
+    from routing_grpo.mini.offline import build_tiny_qwen2
 
     return build_tiny_qwen2(tmp_path_factory.mktemp("models") / "tiny-qwen2")
 
@@ -75,7 +75,7 @@ def tiny(tmp_path_factory):
     """A tiny random Qwen2 and its tokenizer, built for the module that asks (its own copy)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from routing_grpo.offline_models import build_tiny_qwen2
+    from routing_grpo.mini.offline import build_tiny_qwen2
 
     path = build_tiny_qwen2(tmp_path_factory.mktemp("tiny") / "model")
     return AutoModelForCausalLM.from_pretrained(path), AutoTokenizer.from_pretrained(path)

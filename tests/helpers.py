@@ -45,14 +45,14 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from routing_grpo.modes import ModeSpec, parse_modes
+from routing_grpo.core.modes import ModeSpec, parse_modes
 
 # Light at import: grading's worker processes import the test modules that use these helpers (to unpickle
 # the functions they run), so datasets, TRL and transformers load only where a helper needs them.
 if TYPE_CHECKING:
     from datasets import Dataset
 
-    from routing_grpo.config import RoutingGRPOConfig
+    from routing_grpo.training.config import RoutingGRPOConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -87,7 +87,7 @@ RECIPE_MODES_CAPS_4_8 = [
 
 
 def _settings_caps_3_6() -> Any:
-    from routing_grpo.settings import RoutingSettings
+    from routing_grpo.training.settings import RoutingSettings
 
     return RoutingSettings(
         modes=MODES_CAPS_3_6,
@@ -99,7 +99,7 @@ def _settings_caps_3_6() -> Any:
 
 # A checkpoint's routing settings with :data:`MODES_CAPS_3_6` (the Router's and the settings file's tests).
 SETTINGS_CAPS_3_6 = _settings_caps_3_6()
-# The columns every task's rows are normalised to (routing_grpo.data).
+# The columns every task's rows are normalised to (routing_grpo.data.datasets).
 NORMALISED_COLUMNS = ["prompt", "problem", "answer", "level", "subject", "id"]
 
 # ----------------------------------------------------------------------------------------------------------
@@ -342,14 +342,14 @@ def run_cli_expecting_error(argv: list[str]) -> str:
 
 def toy_eval_config(tmp_path: Path, **kw: Any) -> Any:
     """An ``EvalConfig`` of the model ``tiny`` on the benchmark ``toy``, writing under ``tmp_path / "out"``."""
-    from routing_grpo.eval_config import EvalConfig
+    from routing_grpo.evaluation.config import EvalConfig
 
     return EvalConfig(model="tiny", benchmarks=["toy"], output=str(tmp_path / "out"), **kw)
 
 
 def vllm_generator(cfg: Any, **kw: Any) -> Any:
     """The evaluation's vLLM backend for ``cfg`` on the stand-in vLLM of ``tests/fake_vllm.py``."""
-    from routing_grpo.eval_engines import make_vllm_backend
+    from routing_grpo.evaluation.engines import make_vllm_backend
     from tests import fake_vllm
 
     return make_vllm_backend(
@@ -522,7 +522,7 @@ def use_stand_in_hub(monkeypatch: Any, hub: StandInHub) -> StandInHub:
     import transformers.trainer
 
     monkeypatch.setattr(transformers.trainer, "hf_api", lambda: hub)
-    monkeypatch.setattr("routing_grpo.recipe.hub_push_problem", lambda: None)
+    monkeypatch.setattr("routing_grpo.training.recipe.hub_push_problem", lambda: None)
     return hub
 
 
@@ -566,7 +566,7 @@ def build_trainer(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from routing_grpo.trainer import RoutingGRPOTrainer
+    from routing_grpo.training.trainer import RoutingGRPOTrainer
 
     torch.manual_seed(0)
     return RoutingGRPOTrainer(
@@ -581,7 +581,7 @@ def build_trainer(
 
 
 def make_args(output_dir: str, **overrides: Any) -> RoutingGRPOConfig:
-    from routing_grpo.config import RoutingGRPOConfig
+    from routing_grpo.training.config import RoutingGRPOConfig
 
     kwargs: dict[str, Any] = {
         "output_dir": str(output_dir),
@@ -650,7 +650,7 @@ class ScriptedGeneration:
             # The caps-in-generation path: the same script, cut afterwards by the exact post-hoc rule.
             return script(trainer, prompt_ids, trainer.num_generations)[0], None
 
-        from routing_grpo.trainer import RoutingGRPOTrainer
+        from routing_grpo.training.trainer import RoutingGRPOTrainer
 
         monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", fake)
         monkeypatch.setattr(RoutingGRPOTrainer, "_generate_routed", fake_routed)
@@ -748,8 +748,8 @@ def import_graph() -> dict[str, set[str]]:
 
 def router_settings(max_completion_length: int = 12) -> Any:
     """The routing settings of the tests' tiny router: NoThink / Short / Long with caps 3 / 6 / none."""
-    from routing_grpo.modes import ModeSpec
-    from routing_grpo.settings import RoutingSettings
+    from routing_grpo.core.modes import ModeSpec
+    from routing_grpo.training.settings import RoutingSettings
 
     return RoutingSettings(
         modes=(

@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from routing_grpo import launch_checks, loading, train
-from routing_grpo.errors import UsageError
-from routing_grpo.routing_metrics import batch_line, duration_text
+from routing_grpo import train
+from routing_grpo.diagnostics.routing_metrics import batch_line, duration_text
+from routing_grpo.io.errors import UsageError
+from routing_grpo.training import launch_checks, loading
 from tests.helpers import REPO_ROOT, offline_env, tiny_recipe, write_recipe
 
 
@@ -96,7 +97,7 @@ def test_the_docs_own_data_jsonl_is_accepted_by_the_training_entry(
 
 
 def test_the_training_batch_line_carries_the_time_left():
-    from routing_grpo.routing_metrics import GenerationRecord
+    from routing_grpo.diagnostics.routing_metrics import GenerationRecord
 
     record = GenerationRecord(
         mode="train", global_step=3, batch_step=3, balance_coef=0.0, phase=2, modes=[0, 2], forced=[False, False],
@@ -142,7 +143,7 @@ def test_a_push_to_a_hub_that_cannot_be_reached_fails_in_one_line_before_trainin
 
 
 def test_a_failed_final_push_names_the_saved_folder(tmp_path):
-    from routing_grpo.hub import push_saved_model
+    from routing_grpo.training.hub import push_saved_model
 
     class Trainer:
         hub_model_id = "someone/run-seed0"

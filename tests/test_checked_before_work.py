@@ -24,8 +24,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from routing_grpo import cli, loading, train
+from routing_grpo import cli, train
 from routing_grpo.generation import factory
+from routing_grpo.training import loading
 from tests.helpers import offline_env, router_settings, save_tiny_router, tiny_recipe
 
 SETTINGS = router_settings(12)
@@ -67,7 +68,7 @@ def no_model_loading(monkeypatch):
 
     for target in (
         "routing_grpo.generation.transformers_backend.load_transformers_model",
-        "routing_grpo.eval_engines.make_vllm_backend",
+        "routing_grpo.evaluation.engines.make_vllm_backend",
         "routing_grpo.generation.vllm_engines.LocalVLLM.start",
         "transformers.AutoModelForCausalLM.from_pretrained",
     ):
@@ -248,7 +249,7 @@ def test_a_prompt_past_the_context_is_refused_by_its_id_before_generating(
     def refuse(*args, **kwargs):
         raise AssertionError("generated although a prompt is past the context")
 
-    monkeypatch.setattr("routing_grpo.inference.generate_with_caps", refuse)
+    monkeypatch.setattr("routing_grpo.inference.router.generate_with_caps", refuse)
     questions = jsonl(
         tmp_path / "q.jsonl", [{"id": "fine", "question": "1 + 1?"}, {"id": "far", "question": PAST_CONTEXT}]
     )
@@ -282,7 +283,7 @@ def test_a_prompt_past_the_context_is_refused_by_its_id_before_generating(
 def test_router_from_pretrained_checks_its_arguments_before_loading(
     router_path, no_model_loading, kwargs, message
 ):
-    from routing_grpo.inference import Router
+    from routing_grpo.inference.router import Router
 
     with pytest.raises(ValueError) as raised:
         Router.from_pretrained(router_path, **kwargs)
@@ -290,7 +291,7 @@ def test_router_from_pretrained_checks_its_arguments_before_loading(
 
 
 def test_router_from_pretrained_refuses_broken_weights_naming_the_file(broken_models, no_model_loading):
-    from routing_grpo.inference import Router
+    from routing_grpo.inference.router import Router
 
     for name, path in broken_models.items():
         with pytest.raises(ValueError, match=rf"model: .*{name}/model\.safetensors: "):
@@ -299,7 +300,7 @@ def test_router_from_pretrained_refuses_broken_weights_naming_the_file(broken_mo
 
 @pytest.mark.skipif(CUDA, reason="a CUDA GPU is present: nothing to refuse")
 def test_router_refuses_cuda_without_a_gpu(router_path, no_model_loading):
-    from routing_grpo.inference import Router
+    from routing_grpo.inference.router import Router
 
     with pytest.raises(ValueError, match="device: cuda, but there is none here"):
         Router.from_pretrained(router_path, device="cuda")
@@ -307,7 +308,7 @@ def test_router_refuses_cuda_without_a_gpu(router_path, no_model_loading):
 
 @pytest.fixture(scope="module")
 def router(router_path):
-    from routing_grpo.inference import Router
+    from routing_grpo.inference.router import Router
 
     return Router.from_pretrained(router_path, temperature=0)
 
@@ -335,7 +336,7 @@ def test_router_generate_checks_its_arguments_before_generating(
     def refuse(*args, **kw):
         raise AssertionError("generated although an argument is refused")
 
-    monkeypatch.setattr("routing_grpo.inference.generate_with_caps", refuse)
+    monkeypatch.setattr("routing_grpo.inference.router.generate_with_caps", refuse)
     monkeypatch.setattr(router.backend, "next_tokens", refuse)
     with pytest.raises(ValueError) as raised:
         router.generate(questions, **kwargs)
@@ -536,7 +537,7 @@ def test_oracle_refuses_before_the_analysis(oracle_inputs, tmp_path, capsys, mon
     def refuse(*args, **kwargs):
         raise AssertionError("analysed although the input is refused")
 
-    monkeypatch.setattr("routing_grpo.emergence.analyse", refuse)
+    monkeypatch.setattr("routing_grpo.diagnostics.oracle.analyse", refuse)
     modes = [oracle_inputs[m] for m in ("NoThink", "Short", "Long")]
     a_file = write(tmp_path / "a_file", "x")
     code, _, err = oracle(capsys, oracle_inputs, a_file, *modes)
@@ -674,7 +675,7 @@ def test_training_inputs_are_refused_before_loading(
 def test_every_float_setting_refuses_nan(tmp_path):
     """A generic pass over the config's float fields (the method's and the inherited TRL / transformers
     ones): NaN passes every range check by comparing false, so it is refused first, by name."""
-    from routing_grpo.config import INFINITE_ALLOWED, RoutingGRPOConfig, float_fields
+    from routing_grpo.training.config import INFINITE_ALLOWED, RoutingGRPOConfig, float_fields
     from tests.helpers import make_args
 
     names = float_fields(RoutingGRPOConfig)
@@ -725,7 +726,7 @@ def test_schedules_past_the_run_are_said_with_what_they_mean(tmp_path):
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
 def test_a_failed_write_names_its_file_and_what_the_os_said():
-    from routing_grpo.errors import naming_path, os_error_line
+    from routing_grpo.io.errors import naming_path, os_error_line
 
     with pytest.raises(OSError) as raised, naming_path("/dev/full"), open("/dev/full", "a") as f:
         f.write("x")

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from routing_grpo.cli import main
-from routing_grpo.errors import UsageError
+from routing_grpo.io.errors import UsageError
 from tests.helpers import REPO_ROOT, run_cli
 
 
@@ -50,7 +50,7 @@ def test_train_and_the_other_commands_report_errors_the_same_way(tmp_path, capsy
 
 
 def test_the_traceback_is_shown_on_request(tmp_path, capsys, monkeypatch):
-    from routing_grpo.errors import DEBUG_ENV, UsageError
+    from routing_grpo.io.errors import DEBUG_ENV, UsageError
 
     monkeypatch.setenv(DEBUG_ENV, "1")
     with pytest.raises(UsageError, match="recipe not found"):

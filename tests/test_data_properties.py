@@ -6,15 +6,15 @@ from fractions import Fraction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from routing_grpo.countdown import (
+from routing_grpo.core.countdown import (
     ExpressionError,
     extract_expression,
     generate_countdown,
     grade_countdown,
     parse_expression,
 )
-from routing_grpo.grading import last_boxed
-from routing_grpo.synthetic import synthetic_rows
+from routing_grpo.core.grading import last_boxed
+from routing_grpo.data.synthetic import synthetic_rows
 
 # Generous per-example deadline: the point is "bounded", not a benchmark.
 FAST = settings(max_examples=300, deadline=500, suppress_health_check=[HealthCheck.too_slow])

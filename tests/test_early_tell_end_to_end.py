@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from routing_grpo.early_tell import FANOUT_ROUTING, trailing_mean
+from routing_grpo.diagnostics.early_tell import FANOUT_ROUTING, trailing_mean
 from routing_grpo.mini.plugin import MINI_GRADED_BLIND_CHECKPOINT, MINI_GRADED_CHECKPOINT
 from tests.helpers import REPO_ROOT
 

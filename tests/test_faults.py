@@ -1,8 +1,8 @@
 """Training fault tolerance: preemption (SIGTERM -> checkpoint -> resume) and the non-finite guard.
 
-* (the unit tests of :class:`~routing_grpo.callbacks.NonFiniteGuard` and of the signal / flag logic of
-  :class:`~routing_grpo.preemption.PreemptionCallback` are tests/test_callbacks.py's and
-  tests/test_preemption.py's);
+* (the unit tests of :class:`~routing_grpo.training.callbacks.NonFiniteGuard` and of the signal / flag logic of
+  :class:`~routing_grpo.training.preemption.PreemptionCallback` are tests/test_training_callbacks.py's and
+  tests/test_training_preemption.py's);
 * in-process runs of the tiny offline model: a NaN loss or an inf reward stops training before the bad
   step is checkpointed; a SIGTERM writes a checkpoint at the current step and stops;
 * fault injection on 2 CPU processes (gloo, ``torch.distributed.run``): SIGTERM to one rank mid-run, resume
@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from transformers import TrainerCallback
 
-from routing_grpo.callbacks import NonFiniteTrainingError, default_callbacks
-from routing_grpo.preemption import PreemptionCallback, preemption_exit_code
+from routing_grpo.training.callbacks import NonFiniteTrainingError, default_callbacks
+from routing_grpo.training.preemption import PreemptionCallback, preemption_exit_code
 from tests.helpers import RECIPE_MODES_CAPS_4_8 as TINY_MODES
 from tests.helpers import REPO_ROOT
 
@@ -42,9 +42,9 @@ def _tiny_trainer(
 ):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from routing_grpo.config import RoutingGRPOConfig
-    from routing_grpo.data import load_task
-    from routing_grpo.trainer import RoutingGRPOTrainer
+    from routing_grpo.data.datasets import load_task
+    from routing_grpo.training.config import RoutingGRPOConfig
+    from routing_grpo.training.trainer import RoutingGRPOTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     model = AutoModelForCausalLM.from_pretrained(model_path)
@@ -91,7 +91,7 @@ def _restore_handlers(trainer) -> None:
 
 
 def test_nan_loss_stops_before_the_bad_step_is_checkpointed(tiny_model_path, tmp_path):
-    from routing_grpo.trainer import RoutingGRPOTrainer
+    from routing_grpo.training.trainer import RoutingGRPOTrainer
 
     class NaNLossAtStep2(RoutingGRPOTrainer):
         def compute_loss(self, model, inputs, *args, **kwargs):
@@ -115,8 +115,8 @@ def test_nan_loss_stops_before_the_bad_step_is_checkpointed(tiny_model_path, tmp
 
 
 def test_inf_reward_stops_before_the_bad_step_is_checkpointed(tiny_model_path, tmp_path):
-    from routing_grpo.modes import parse_modes
-    from routing_grpo.rewards import RoutingReward
+    from routing_grpo.core.modes import parse_modes
+    from routing_grpo.core.rewards import RoutingReward
 
     modes = parse_modes(TINY_MODES)
 

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from routing_grpo.countdown import (
+from routing_grpo.core.countdown import (
     ExpressionError,
     ParsedExpression,
     check_expression,
@@ -26,8 +26,8 @@ from routing_grpo.countdown import (
     grade_countdown,
     parse_expression,
 )
-from routing_grpo.grading import GradeResult, extract_answer, grade, opens_reasoning
-from routing_grpo.modes import DEFAULT_MODES, INVALID, Detection, ModeDetector, ModeSpec
+from routing_grpo.core.grading import GradeResult, extract_answer, grade, opens_reasoning
+from routing_grpo.core.modes import DEFAULT_MODES, INVALID, Detection, ModeDetector, ModeSpec
 
 # Pure-Python scanners: a generous per-example deadline (bounded, not a benchmark).
 FAST = settings(max_examples=150, deadline=1_000, suppress_health_check=[HealthCheck.too_slow])

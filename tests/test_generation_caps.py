@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from routing_grpo.core.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.generation.caps import (
     CappedGenerationStats,
     apply_caps,
@@ -17,8 +18,7 @@ from routing_grpo.generation.caps import (
     plan_requests,
 )
 from routing_grpo.generation.interface import BackendBase
-from routing_grpo.modes import INVALID, ModeDetector, ModeSpec
-from routing_grpo.rollouts import plan_forced_modes
+from routing_grpo.training.rollouts import plan_forced_modes
 from tests.helpers import MODES, MarkovStream, rows_backend
 
 WORDS = {0: [[901], [801, 802]], 1: [[902]], 2: [[903]]}

@@ -9,11 +9,11 @@ import hashlib
 
 import pytest
 
+from routing_grpo.core.modes import DETECTION_HEAD_TOKENS, ModeDetector, parse_modes
 from routing_grpo.generation.caps import free_budget, generate_rollouts, known_budget
 from routing_grpo.generation.interface import BackendBase, GenerationRequest, generate_rows
-from routing_grpo.modes import DETECTION_HEAD_TOKENS, ModeDetector, parse_modes
-from routing_grpo.recipe_file import read_recipe_file
-from routing_grpo.rollouts import plan_forced_modes
+from routing_grpo.io.recipe_file import read_recipe_file
+from routing_grpo.training.rollouts import plan_forced_modes
 from tests.helpers import MODES, REPO_ROOT, rows_backend
 
 WORDS = {0: [[901]], 1: [[902]], 2: [[903]]}

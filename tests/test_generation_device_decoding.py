@@ -9,9 +9,9 @@ from collections import Counter
 
 import pytest
 
+from routing_grpo.core.modes import DETECTION_HEAD_TOKENS
 from routing_grpo.generation.device_decoding import DeviceDecoder, graph_blocker, row_limits, sample_on_device
 from routing_grpo.generation.transformers_decoding import generate_in_budget_groups, sample_with_budgets
-from routing_grpo.modes import DETECTION_HEAD_TOKENS
 from tests.helpers import prompts_of
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from routing_grpo.core.modes import DETECTION_HEAD_TOKENS
 from routing_grpo.generation.interface import (
     BackendBase,
     GenerationRequest,
@@ -13,7 +14,6 @@ from routing_grpo.generation.interface import (
     scatter_outputs,
     stop_token_ids,
 )
-from routing_grpo.modes import DETECTION_HEAD_TOKENS
 
 
 def test_cut_at_eos():

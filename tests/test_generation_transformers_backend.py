@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from routing_grpo.core.modes import DETECTION_HEAD_TOKENS, INVALID, ModeDetector, ModeSpec
 from routing_grpo.generation.caps import apply_caps
 from routing_grpo.generation.transformers_decoding import generate_in_budget_groups
-from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, ModeDetector, ModeSpec
 from tests.helpers import MODES, budget_groups, capped_rollouts, chat_prompts
 
 

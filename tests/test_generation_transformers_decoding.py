@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
+from routing_grpo.core.modes import DETECTION_HEAD_TOKENS, ModeDetector
 from routing_grpo.generation.transformers_decoding import group_rows_by_budget
-from routing_grpo.modes import DETECTION_HEAD_TOKENS, ModeDetector
 from tests.helpers import MODES, budget_groups, chat_prompts
 
 WORDS = {0: [[901], [801, 802]], 1: [[902]], 2: [[903]]}

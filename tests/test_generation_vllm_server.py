@@ -9,7 +9,7 @@ import pytest
 from routing_grpo.generation.caps import generation_budget, plan_requests
 from routing_grpo.generation.interface import scatter_outputs
 from routing_grpo.generation.vllm_server import VLLMServerBackend, batch_requests_by_sampling
-from routing_grpo.rollouts import plan_forced_modes
+from routing_grpo.training.rollouts import plan_forced_modes
 from tests.helpers import STEEP_MODES_CAPS_3_6 as MODES
 
 FORCED = [[90, 91], [80], [70]]

@@ -3,8 +3,8 @@ decided as early as it is certain, rows dropped once decided, the generation lim
 
 from __future__ import annotations
 
+from routing_grpo.core.modes import DETECTION_HEAD_TOKENS, INVALID, Detection, ModeDetector
 from routing_grpo.generation.word_phase import allowed_next_tokens, choose_words, word_decision
-from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, Detection, ModeDetector
 from tests.helpers import MODES_CAPS_3_6 as MODES
 
 FORMS = {0: [[7, 8], [9, 8]], 1: [[10], [9, 10]], 2: [[11], [9, 11]]}

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
-from routing_grpo import __version__, arguments
+from routing_grpo import __version__
 from routing_grpo.cli import build_parser
+from routing_grpo.training import arguments
 from tests.helpers import run_main
 
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from routing_grpo import cli, loading, train
+from routing_grpo import cli, train
+from routing_grpo.training import loading
 from tests.helpers import RECIPE_MODES_CAPS_4_8 as MODES
 from tests.helpers import offline_env, tiny_recipe
 

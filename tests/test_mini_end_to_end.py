@@ -182,13 +182,13 @@ def test_reduced_graded_world_routes_by_difficulty(reduced_graded_run: Path):
 
 
 def test_make_demo_entry_trains_the_papers_recipe_and_says_so(tmp_path):
-    """``python -m routing_grpo.demo`` (what ``make demo`` runs), shortened to 2 generation batches on 12
+    """``python -m routing_grpo.mini.demo`` (what ``make demo`` runs), shortened to 2 generation batches on 12
     held-out problems: every stage runs, and the summary says what was trained (the paper's recipe, how many
     of its batches, from which checkpoint) and gives the run's early tell."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     out = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, "-m", "routing_grpo.demo", "--output-dir", str(out), "--batch-steps", "2",
+        [sys.executable, "-m", "routing_grpo.mini.demo", "--output-dir", str(out), "--batch-steps", "2",
          "--limit", "12", "--samples", "1"],
         cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900,
     )  # fmt: skip

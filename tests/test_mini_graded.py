@@ -12,8 +12,8 @@ import re
 import pytest
 import yaml
 
+from routing_grpo.core.modes import gammas_from_caps
 from routing_grpo.mini import graded, teach
-from routing_grpo.modes import gammas_from_caps
 from tests.helpers import REPO_ROOT
 
 RECIPES = REPO_ROOT / "recipes" / "mini_graded"
@@ -202,8 +202,8 @@ def test_variants_differ_from_the_router_only_where_they_say(name):
 
 @pytest.mark.parametrize("path", sorted(RECIPES.glob("*.yaml")), ids=lambda p: p.stem)
 def test_graded_recipes_parse(path):
-    from routing_grpo.recipe import check_recipe
     from routing_grpo.train import parse_args
+    from routing_grpo.training.recipe import check_recipe
 
     check_recipe(yaml.safe_load(path.read_text()), str(path))
     script_args, args, model_args = parse_args(["--config", str(path)])

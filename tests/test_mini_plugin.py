@@ -9,10 +9,10 @@ from routing_grpo.mini import cliff
 
 
 def test_the_miniature_registers_its_tasks_and_models_through_entry_points():
-    from routing_grpo.data import get_task, load_task, task_names
+    from routing_grpo.data.datasets import get_task, load_task, task_names
+    from routing_grpo.io.locations import resolve_model_path
+    from routing_grpo.io.plugins import entry_point_names
     from routing_grpo.mini.plugin import MINI_CHECKPOINTS, MINI_GRADED_BLIND_CHECKPOINT
-    from routing_grpo.offline_models import resolve_model_path
-    from routing_grpo.plugins import entry_point_names
 
     assert {"mini", "mini_graded"} <= set(entry_point_names("routing_grpo.tasks"))
     assert {"mini", "mini_graded"} <= set(task_names())
@@ -25,7 +25,7 @@ def test_the_miniature_registers_its_tasks_and_models_through_entry_points():
     assert resolve_model_path("offline:mini_graded_blind") == str(MINI_GRADED_BLIND_CHECKPOINT)
     with pytest.raises(
         ValueError,
-        match=r"offline:smollm2, offline:tiny, offline:mini, offline:mini_graded or offline:mini_graded_blind",
+        match=r"offline:mini, offline:mini_graded, offline:mini_graded_blind, offline:smollm2 or offline:tiny",
     ):
         resolve_model_path("offline:giant")
     with pytest.raises(ValueError, match=r"unknown task 'min'; known tasks: \[.*'mini', 'mini_graded'"):

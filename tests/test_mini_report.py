@@ -23,10 +23,10 @@ from dataclasses import asdict
 
 import pytest
 
-from routing_grpo.eval_config import EvalConfig
-from routing_grpo.eval_summary import summarize
+from routing_grpo.evaluation.config import EvalConfig
+from routing_grpo.evaluation.report import find_training_runs, training_group, training_summary
+from routing_grpo.evaluation.summary import summarize
 from routing_grpo.mini.report import write_report
-from routing_grpo.report import find_training_runs, training_group, training_summary
 
 MODES = [
     {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 1.0, "cap": 6},
@@ -241,7 +241,7 @@ def test_miniature_report_end_to_end(mini_out):
 
     # The lever's section carries its own regret, which the demo's summary prints (seed 0's rows: none).
     assert mini["word_weight"]["regret"]["absolute"]["mean"] == pytest.approx(0.0)
-    from routing_grpo.demo import render_summary
+    from routing_grpo.mini.demo import render_summary
 
     summary = render_summary(
         mini,

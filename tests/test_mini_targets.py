@@ -1,4 +1,4 @@
-"""The miniature's oracle table (routing_grpo.emergence's, by level), router figures, regret and targets on
+"""The miniature's oracle table (routing_grpo.diagnostics.oracle's, by level), router figures, regret and targets on
 hand-written samples.
 
 Modes of these tests (every reward below is computed by hand from them):
@@ -10,7 +10,9 @@ Modes of these tests (every reward below is computed by hand from them):
 
 import pytest
 
-from routing_grpo.emergence import best_mode, best_modes
+from routing_grpo.core.modes import ModeSpec
+from routing_grpo.diagnostics.oracle import best_mode, best_modes
+from routing_grpo.evaluation.report import Point
 from routing_grpo.mini.targets import (
     correct_within_cap,
     level_table,
@@ -22,8 +24,6 @@ from routing_grpo.mini.targets import (
     routing_regret,
     sample_reward,
 )
-from routing_grpo.modes import ModeSpec
-from routing_grpo.report import Point
 
 MODES = (
     ModeSpec("NoThink", "NoThink", 2.0, 0.5, 2),

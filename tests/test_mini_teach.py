@@ -31,10 +31,10 @@ def test_token_lengths_match_the_recipe(tokenizer, level):
 
 def test_teaching_prompts_are_the_prompts_training_and_eval_render(tokenizer):
     """The taught prompt text is what the trainer and `routing-grpo eval` build from the task's rows."""
-    from routing_grpo.config import RoutingGRPOConfig
-    from routing_grpo.data import load_task
-    from routing_grpo.eval_config import EvalConfig
-    from routing_grpo.prompting import PromptPlan, add_routing_instruction, forcing_text
+    from routing_grpo.core.prompting import PromptPlan, add_routing_instruction, forcing_text
+    from routing_grpo.data.datasets import load_task
+    from routing_grpo.evaluation.config import EvalConfig
+    from routing_grpo.training.config import RoutingGRPOConfig
 
     recipe = yaml.safe_load(ROUTER.read_text())
     args = RoutingGRPOConfig(output_dir="unused", modes=recipe["modes"], use_cpu=True, num_generations=8,

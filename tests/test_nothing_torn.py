@@ -20,15 +20,17 @@ from pathlib import Path
 import pytest
 from transformers import TrainerCallback
 
-from routing_grpo import checkpoints, inference, train
+from routing_grpo import train
 from routing_grpo.cli import main
-from routing_grpo.inference import Answer
-from routing_grpo.sample_store import (
+from routing_grpo.evaluation.samples import (
     claim_folder,
     files_under,
     replaced_folder,
     staging_folder,
 )
+from routing_grpo.inference import router as inference
+from routing_grpo.inference.router import Answer
+from routing_grpo.io import checkpoints
 from tests.helpers import offline_env, router_settings, save_tiny_router, tiny_recipe, write_recipe
 
 SETTINGS = router_settings(8)
@@ -74,7 +76,7 @@ class StandInRouter:
 
 def test_generate_after_a_write_cut_inside_a_row(router, tmp_path, monkeypatch, capsys, caplog):
     """An answers file cut inside its third row (what a kill or a full disk leaves; every byte of a row:
-    tests/test_jsonl.py, the writer alone): the rerun of the same command ends with every row once, byte
+    tests/test_io_jsonl.py, the writer alone): the rerun of the same command ends with every row once, byte
     for byte as the uncut run's file, and what was cut off is kept aside (a row lacking only its newline
     is kept as it is)."""
     monkeypatch.setattr(inference.Router, "from_pretrained", lambda *a, **k: StandInRouter())
@@ -332,7 +334,7 @@ def test_metrics_rows_a_resumed_run_logs_again_are_moved_aside(tmp_path, caplog)
     preemption's checkpoint lost), steps 5 and 6 go too."""
     from types import SimpleNamespace
 
-    from routing_grpo.callbacks import MetricsFileCallback
+    from routing_grpo.training.callbacks import MetricsFileCallback
 
     rows = [{"optimizer_step": s, "loss": 0.1} for s in range(1, 7)]
     rows.append({"optimizer_step": 6, "train_runtime": 1.0, "train_loss": 0.1})

@@ -49,9 +49,9 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_lazy_imports():
     graph = import_graph()
-    assert "routing_grpo.grading" in graph["routing_grpo.rewards"]  # imported inside a function
-    assert "routing_grpo.report" in graph["routing_grpo.plots"]
-    assert "routing_grpo.completions" in graph["routing_grpo.countdown"]
+    assert "routing_grpo.core.grading" in graph["routing_grpo.core.rewards"]  # imported inside a function
+    assert "routing_grpo.evaluation.report" in graph["routing_grpo.evaluation.plots"]
+    assert "routing_grpo.core.completions" in graph["routing_grpo.core.countdown"]
 
 
 def test_no_import_cycles():
@@ -62,14 +62,18 @@ def test_no_import_cycles():
 def test_the_two_broken_circles_stay_broken():
     graph = import_graph()
     assert (
-        "routing_grpo.rewards" not in graph["routing_grpo.countdown"]
+        "routing_grpo.core.rewards" not in graph["routing_grpo.core.countdown"]
     )  # countdown reads completions directly
-    assert "routing_grpo.plots" not in graph["routing_grpo.report"]  # the figure writer is passed in
+    assert (
+        "routing_grpo.evaluation.plots" not in graph["routing_grpo.evaluation.report"]
+    )  # the figure writer is passed in
 
 
 def test_the_miniature_has_no_import_cycle():
     graph = import_graph()
-    assert "routing_grpo.report" not in graph["routing_grpo.mini.targets"]  # the frontier is its own module
+    assert (
+        "routing_grpo.evaluation.report" not in graph["routing_grpo.mini.targets"]
+    )  # the frontier is its own module
     assert not [c for c in cycles(graph) if any(m.startswith("routing_grpo.mini") for m in c)]
 
 
@@ -79,7 +83,7 @@ def test_the_general_commands_do_not_import_the_miniature():
     it declares (routing_grpo/mini/plugin.py, pyproject.toml)."""
     graph = import_graph()
     reached = []
-    for command in [m for m in graph if m.startswith("routing_grpo.commands") or m == "routing_grpo.cli"]:
+    for command in [m for m in graph if m.startswith("routing_grpo.cli")]:
         seen, todo = set(), [command]
         while todo:
             module = todo.pop()
@@ -92,46 +96,25 @@ def test_the_general_commands_do_not_import_the_miniature():
     assert not reached, reached
 
 
-# Doors one way: a module imports only from its own floor or below. The pure method modules and small
-# utilities at the bottom; prompting, data, the config and the routing settings file above them; trainer,
-# evaluation, inference, report and the training stages above those; the entries on top. The miniature
-# (routing_grpo.mini) stands beside the house: it may use floors 0-2, and only entries import it.
+# Doors one way: a subpackage imports only from its own floor or below. Files and folders at the bottom; the
+# method core; tasks and generation; the diagnostics; training; evaluation; inference; the entries on top.
+# The miniature (routing_grpo.mini) stands beside the house: it may use any floor, and nothing imports it.
 FLOORS = {
-    0: {
-        "paper", "modes", "rewards", "advantages", "schedules", "collapse", "length_buckets", "frontier",
-        "emergence", "grading", "grading_pool", "completions", "countdown", "jsonl", "locations", "plugins", "errors",
-        "early_tell", "verifiers", "geometry", "synthetic", "sample_store", "routing_metrics", "eval_summary",
-        "importance_sampling", "output_lock", "path_names", "storage", "model_files", "checkpoints", "demo_summary",
-        "adapters", "state_probe",
-    },
-    1: {
-        "prompting", "config", "settings", "tasks", "data", "offline_models", "rollouts", "arguments",
-        "recipe_file", "trl_private", "generation",
-    },
-    2: {
-        "trainer", "bucketed_logprobs", "callbacks", "preemption", "evaluate", "eval_config", "eval_engines", "inference",
-        "report", "plots", "recipe", "hub", "runs", "loading", "train_help", "trl_vllm", "answers_file", "launch_checks", "probe",
-    },
-    3: {
-        "train", "cli", "demo", "demo_smollm2", "__main__", "commands", "commands.reward_table", "commands.oracle",
-        "commands.grade", "commands.eval", "commands.generate", "commands.report", "commands.probe",
-    },
+    "io": 0, "core": 1, "data": 2, "generation": 2, "diagnostics": 3, "training": 4, "evaluation": 5,
+    "inference": 6, "cli": 7, "train": 7, "__main__": 7,
 }  # fmt: skip
 MINI = "routing_grpo.mini"
+ROOT_MODULES_AT_MOST = 12
 
 
 def floor_of(module: str) -> int | None:
-    """A module's floor; the generation package's modules all stand on its floor (a new backend is one
-    module of it, with no entry here)."""
-    short = module.removeprefix("routing_grpo.")
-    if short.startswith("generation."):
-        short = "generation"
-    return next((n for n, names in FLOORS.items() if short in names), None)
+    """A module's floor: its subpackage's (or, at the package root, its own)."""
+    return FLOORS.get(module.removeprefix("routing_grpo.").split(".")[0])
 
 
 def test_every_module_has_a_floor():
     modules = [m for m in import_graph() if m != "routing_grpo" and not m.startswith(MINI)]
-    assert not [m for m in modules if floor_of(m) is None], "add new modules to FLOORS"
+    assert not [m for m in modules if floor_of(m) is None], "add new subpackages to FLOORS"
 
 
 def test_doors_open_one_way():
@@ -139,14 +122,20 @@ def test_doors_open_one_way():
     for module, targets in import_graph().items():
         for target in targets:
             if target.startswith(MINI):
-                if not module.startswith(MINI) and floor_of(module) != 3:
-                    upward.append(f"{module} -> {target} (only entries use the miniature)")
-            elif module.startswith(MINI):
-                if floor_of(target) == 3:
-                    upward.append(f"{module} -> {target} (the miniature uses no entry)")
-            elif module != "routing_grpo" and floor_of(target) > floor_of(module):
+                if not module.startswith(MINI):
+                    upward.append(f"{module} -> {target} (nothing imports the miniature)")
+            elif (
+                not module.startswith(MINI)
+                and module != "routing_grpo"
+                and floor_of(target) > floor_of(module)
+            ):
                 upward.append(f"{module} (floor {floor_of(module)}) -> {target} (floor {floor_of(target)})")
     assert not upward, upward
+
+
+def test_the_package_root_is_small():
+    root = [p.stem for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "__main__")]
+    assert len(root) <= ROOT_MODULES_AT_MOST, root
 
 
 def imported_modules(tree: ast.AST) -> dict[str, str]:
@@ -194,7 +183,7 @@ def _calls(tree: ast.AST, attribute: str) -> list[ast.Call]:
 
 
 def test_a_recipe_file_is_parsed_in_one_place():
-    """Only routing_grpo.recipe_file turns a file's text into YAML (one loader, duplicate keys refused);
+    """Only routing_grpo.io.recipe_file turns a file's text into YAML (one loader, duplicate keys refused);
     other modules parse short option values (``--modes``, a level mix), never a file."""
     readers = []
     for path in PACKAGE.rglob("*.py"):
@@ -209,29 +198,26 @@ def test_a_recipe_file_is_parsed_in_one_place():
             )
             if reads_a_file and path.name != "recipe_file.py":
                 readers.append(f"{path.relative_to(PACKAGE)}:{call.lineno}")
-    assert not readers, f"read recipes with routing_grpo.recipe_file.read_recipe_file: {readers}"
+    assert not readers, f"read recipes with routing_grpo.io.recipe_file.read_recipe_file: {readers}"
 
 
 def test_the_offline_prefix_lives_in_one_module():
-    """``offline:NAME`` is recognised by offline_models.is_offline_name alone: no other module spells the
+    """``offline:NAME`` is recognised by io.locations.is_offline_name alone: no other module spells the
     bare prefix (names such as ``offline:mini`` are fine)."""
     spelled = []
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if (
-                isinstance(node, ast.Constant)
-                and node.value == "offline:"
-                and path.name != "offline_models.py"
-            ):
+            if isinstance(node, ast.Constant) and node.value == "offline:" and path.name != "locations.py":
                 spelled.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
-    assert not spelled, f"use routing_grpo.offline_models.is_offline_name: {spelled}"
+    assert not spelled, f"use routing_grpo.io.locations.is_offline_name: {spelled}"
 
 
 def test_one_registry_of_answer_checks():
     """Training (the recipe's ``verifier``), evaluation and tasks (``grader``) take their checks from
-    routing_grpo.verifiers; the Countdown check is one function."""
-    from routing_grpo import data, rewards, verifiers
-    from routing_grpo.modes import DEFAULT_MODES
+    routing_grpo.core.verifiers; the Countdown check is one function."""
+    from routing_grpo.core import rewards, verifiers
+    from routing_grpo.core.modes import DEFAULT_MODES
+    from routing_grpo.data import datasets as data
 
     assert data.task_grader("countdown") is verifiers.row_grader("countdown")
     assert rewards.RoutingReward(DEFAULT_MODES, verifier="countdown").verifier is verifiers.countdown_verifier
@@ -262,26 +248,26 @@ def test_the_public_surface_is_light_and_complete():
     )
     assert all(getattr(routing_grpo, name) is not None for name in routing_grpo.__all__)
     from routing_grpo import DEFAULT_MODES, ModeSpec, RoutingGRPOConfig, RoutingGRPOTrainer
-    from routing_grpo.config import RoutingGRPOConfig as defined_config
-    from routing_grpo.trainer import RoutingGRPOTrainer as defined_trainer
+    from routing_grpo.training.config import RoutingGRPOConfig as defined_config
+    from routing_grpo.training.trainer import RoutingGRPOTrainer as defined_trainer
 
     assert RoutingGRPOTrainer is defined_trainer and RoutingGRPOConfig is defined_config
     assert all(isinstance(m, ModeSpec) for m in DEFAULT_MODES)
 
 
 def test_one_command_per_module():
-    """Each subcommand but ``train`` (routing_grpo.train) is a module of routing_grpo.commands with
+    """Each subcommand but ``train`` (routing_grpo.train) is a module of routing_grpo.cli with
     ``make_parser(subparsers)`` and ``run(args)``, as TRL's scripts; cli.py only lists and dispatches them."""
     import importlib
 
     from routing_grpo import cli
 
-    modules = sorted(p.stem for p in (PACKAGE / "commands").glob("*.py") if p.stem != "__init__")
+    modules = sorted(p.stem for p in (PACKAGE / "cli").glob("*.py") if p.stem != "__init__")
     assert sorted(cli.COMMANDS) == modules
     for name in modules:
-        module = importlib.import_module(f"routing_grpo.commands.{name}")
+        module = importlib.import_module(f"routing_grpo.cli.{name}")
         assert callable(module.make_parser) and callable(module.run), name
-    cli_tree = ast.parse((PACKAGE / "cli.py").read_text())
+    cli_tree = ast.parse((PACKAGE / "cli" / "__init__.py").read_text())
     options = [call.args[0].value for call in _calls(cli_tree, "add_argument")]
     assert options == ["--version"], "cli.py defines no command's options, only routing-grpo's own --version"
 
@@ -290,7 +276,7 @@ GENERATION = PACKAGE / "generation"
 # The package's modules that run a model or an engine: one per backend, the transformers decode loops, and
 # the vLLM engines (one in this process, or the data-parallel pool).
 BACKEND_MODULES = {
-    "transformers_backend", "transformers_decoding", "device_decoding", "generate_budgets", "vllm_backend",
+    "transformers_backend", "transformers_decoding", "device_decoding", "vllm_backend",
     "vllm_engines", "vllm_server",
 }  # fmt: skip
 
@@ -345,7 +331,7 @@ def _defined(name: str) -> list[str]:
 
 
 # The transformers decode loops: each implements the one-pass contract (``head_budget=``) the driver asks for.
-DECODE_LOOPS = {"transformers_decoding", "device_decoding", "generate_budgets"}
+DECODE_LOOPS = {"transformers_decoding", "device_decoding"}
 
 
 def test_one_caps_driver():
@@ -374,8 +360,8 @@ def test_one_caps_driver():
         if "DETECTION_HEAD_TOKENS" in imported_names(tree) and path.parent != GENERATION:
             one_pass.append(f"{path.relative_to(PACKAGE)}: reads DETECTION_HEAD_TOKENS")
     assert not one_pass, one_pass
-    trainer = (PACKAGE / "trainer.py").read_text()
-    inference = (PACKAGE / "inference.py").read_text()
+    trainer = (PACKAGE / "training" / "trainer.py").read_text()
+    inference = (PACKAGE / "inference" / "router.py").read_text()
     assert "generate_rollouts(" in trainer and "generate_with_caps(" in inference
     assert ".sample(" not in trainer and ".sample(" not in inference
 
@@ -411,7 +397,7 @@ def test_every_backend_capability_is_declared():
 def test_one_backend_factory():
     """A backend is built from its name in one place (routing_grpo.generation.factory): evaluation, the
     Router and the trainer's policy backend call it; outside the package only the trainer's adapter of TRL's
-    engine (routing_grpo.trl_vllm) wraps TRL's own objects. Every name maps to its module's ``build``."""
+    engine (routing_grpo.training.trl_vllm) wraps TRL's own objects. Every name maps to its module's ``build``."""
     from routing_grpo.generation import factory
 
     constructors = {
@@ -429,9 +415,9 @@ def test_one_backend_factory():
                 if called in constructors:
                     builders.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {called}")
     assert not builders, builders
-    assert "make_backend(" in (PACKAGE / "inference.py").read_text()
-    assert "build_backend(" in (PACKAGE / "eval_engines.py").read_text()
-    assert "policy_backend(" in (PACKAGE / "trainer.py").read_text()
+    assert "make_backend(" in (PACKAGE / "inference" / "router.py").read_text()
+    assert "build_backend(" in (PACKAGE / "evaluation" / "engines.py").read_text()
+    assert "policy_backend(" in (PACKAGE / "training" / "trainer.py").read_text()
     for name, build in factory.BUILDERS.items():
         assert build.__name__ == "build" and build.__module__.startswith("routing_grpo.generation."), name
     assert _defined("make_backend") == ["generation/factory.py"]
@@ -462,17 +448,16 @@ def test_the_backend_names_are_spelled_in_one_place():
 
 # Tests mirror the package: the module routing_grpo/a/b.py is tested in tests/test_a_b.py (routing_grpo/x.py in
 # tests/test_x.py, routing_grpo/generation/x.py in tests/test_generation_x.py, routing_grpo/mini/x.py in
-# tests/test_mini_x.py, routing_grpo/commands/x.py in tests/test_commands_x.py). Tests across modules (bad
+# tests/test_mini_x.py, routing_grpo/cli/x.py in tests/test_cli_x.py). Tests across modules (bad
 # input through the entry points, faults, fuzzing, the docs) keep files of their own beside these.
 WITHOUT_BEHAVIOUR = {
     "__init__": "a package's docstring and lazy names (the public surface is tested above)",
     "__main__": "`python -m routing_grpo` calls cli.main (tests/test_cli.py runs it)",
-    "commands/__init__": "the commands' package docstring",
-    "paper": "the paper's title, authors and citation: constants",
+    "core/paper": "the paper's title, authors and citation: constants",
 }
 # Modules with behaviour whose tests still live in other files (or are still to be written): this list only
 # shrinks. A module leaves it when its file tests/test_<module>.py exists (the test below then says so).
-NOT_YET_MIRRORED = {"trl_vllm", "mini/report_markdown"}
+NOT_YET_MIRRORED = {"training/trl_vllm", "mini/report_markdown"}
 
 
 def mirror_file(module: Path) -> Path:
@@ -483,7 +468,7 @@ def mirror_file(module: Path) -> Path:
 
 def _module_key(module: Path) -> str:
     key = module.relative_to(PACKAGE).with_suffix("").as_posix()
-    return "__init__" if key.endswith("__init__") and key != "commands/__init__" else key
+    return "__init__" if key.endswith("__init__") else key
 
 
 def test_every_module_has_its_test_file():

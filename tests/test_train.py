@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from routing_grpo import loading, runs, train
-from routing_grpo.errors import UsageError
+from routing_grpo import train
+from routing_grpo.io.errors import UsageError
+from routing_grpo.training import loading, runs
 from tests.helpers import (
     REPO_ROOT,
     StandInHub,

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from routing_grpo.advantages import compute_advantages
-from routing_grpo.rollouts import plan_forced_modes
+from routing_grpo.core.advantages import compute_advantages
+from routing_grpo.training.rollouts import plan_forced_modes
 from tests.helpers import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "tests" / "scripts" / "distributed_routing_run.py"

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from routing_grpo.modes import INVALID
+from routing_grpo.core.modes import INVALID
 from tests.helpers import ScriptedGeneration, build_trainer, make_args
 
 # Sampling logprobs the stand-in engine reports: far above the tiny model's for Long rollouts (ratios far
@@ -16,7 +16,7 @@ LONG_LOGPROB, OTHER_LOGPROB = -1.0, -40.0
 
 
 def vllm_trainer(tiny_model_path, tmp_path, monkeypatch, mode):
-    from routing_grpo.trainer import RoutingGRPOTrainer
+    from routing_grpo.training.trainer import RoutingGRPOTrainer
 
     script = ScriptedGeneration()
 

@@ -17,8 +17,8 @@ def three_mode_trainer(tiny_model_path, tmp_path):
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from routing_grpo.config import RoutingGRPOConfig
-    from routing_grpo.trainer import RoutingGRPOTrainer
+    from routing_grpo.training.config import RoutingGRPOConfig
+    from routing_grpo.training.trainer import RoutingGRPOTrainer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_path)
     modes = [dict(name="NoThink", word="NoThink", base=1.3, gamma=0.99, cap=10),

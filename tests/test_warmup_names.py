@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from routing_grpo import train
-from routing_grpo.arguments import recipe_fields
-from routing_grpo.errors import UsageError
+from routing_grpo.io.errors import UsageError
+from routing_grpo.training.arguments import recipe_fields
 from tests.helpers import tiny_recipe, write_recipe
 
 

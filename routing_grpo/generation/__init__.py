@@ -12,5 +12,5 @@
   data-parallel pool), :mod:`~routing_grpo.generation.vllm_server`.
 
 Only this package imports vLLM or calls a model to generate. Training's own rollout steps (forced plans,
-promotion, finalising) are :mod:`routing_grpo.rollouts`. Importing the package loads nothing heavy.
+promotion, finalising) are :mod:`routing_grpo.training.rollouts`. Importing the package loads nothing heavy.
 """

@@ -6,7 +6,7 @@ routing word. :func:`generate_with_caps` therefore generates every row in at mos
 for every backend:
 
 1. The rows whose budget is not known yet write only their *head*: by default the first
-   :data:`~routing_grpo.modes.DETECTION_HEAD_TOKENS` tokens, which is all the detector ever reads (a few
+   :data:`~routing_grpo.core.modes.DETECTION_HEAD_TOKENS` tokens, which is all the detector ever reads (a few
    tokens: this call is short); the Router writes it as its word phase instead
    (:mod:`routing_grpo.generation.word_phase`: one token at a time, an allowed set kept to its words, stopped
    as soon as the mode is certain).
@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from routing_grpo.core.modes import DETECTION_HEAD_TOKENS, INVALID, ModeDetector, ModeSpec
 from routing_grpo.generation.interface import (
     Backend,
     Completion,
@@ -49,11 +50,10 @@ from routing_grpo.generation.interface import (
     generate_rows,
     plan_budget_requests,
 )
-from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, ModeDetector, ModeSpec
 
 WriteHeads = Callable[[list[int], list[list[int]]], list[list[int]]]
 """``write_heads(rows, prompts) -> head per row``: a head written some other way than one call of
-:data:`~routing_grpo.modes.DETECTION_HEAD_TOKENS` tokens (the Router's word phase)."""
+:data:`~routing_grpo.core.modes.DETECTION_HEAD_TOKENS` tokens (the Router's word phase)."""
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -174,7 +174,7 @@ def generate_with_caps(
             stop at other tokens than ``backend.eos_token_ids``).
         stats: counts what the two calls did.
 
-    The result is what post-hoc processing (:func:`routing_grpo.rollouts.finalize_rollouts`) expects.
+    The result is what post-hoc processing (:func:`routing_grpo.training.rollouts.finalize_rollouts`) expects.
     """
     if len(prompt_ids) != len(budgets):
         raise ValueError("generate_with_caps: prompt_ids and budgets must have the same length")

@@ -33,12 +33,12 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from routing_grpo.core.modes import DETECTION_HEAD_TOKENS
 from routing_grpo.generation.transformers_decoding import (
     last_logits_only,
     logits_processors,
     shrinking_loop_supported,
 )
-from routing_grpo.modes import DETECTION_HEAD_TOKENS
 
 logger = logging.getLogger(__name__)
 

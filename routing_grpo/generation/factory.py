@@ -5,7 +5,7 @@ place the backend names are spelled.
 is installed and a GPU is present, else transformers, and transformers for a LoRA adapter folder, which vLLM
 does not load (:func:`resolve_backend`). Adding a backend (SGLang,
 say) is its module, with a ``build``, and its line in :data:`BUILDERS`. The trainer does not build TRL's
-vLLM engine here (TRL does, and :mod:`routing_grpo.trl_vllm` puts it behind the interface); its policy's
+vLLM engine here (TRL does, and :mod:`routing_grpo.training.trl_vllm` puts it behind the interface); its policy's
 backend is :func:`policy_backend`.
 """
 
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from routing_grpo.adapters import is_adapter_folder, vllm_problem
 from routing_grpo.generation import transformers_backend, vllm_backend
 from routing_grpo.generation.interface import Backend
 from routing_grpo.generation.options import BackendOptions, vllm_installed
+from routing_grpo.io.adapters import is_adapter_folder, vllm_problem
 
 AUTO, TRANSFORMERS, VLLM = "auto", "transformers", "vllm"
 BUILDERS: dict[str, Callable[[BackendOptions, Any], Backend]] = {
@@ -54,7 +54,7 @@ def check_backend(backend: str, name: str = "backend", model: str | None = None)
 
 def resolve_backend(backend: str, model: str | None = None) -> str:
     """``auto``: vLLM when it is installed and a GPU is present, else transformers; always transformers for
-    a LoRA adapter folder ``model`` (vLLM loads whole models: :mod:`routing_grpo.adapters`)."""
+    a LoRA adapter folder ``model`` (vLLM loads whole models: :mod:`routing_grpo.io.adapters`)."""
     check_backend_name(backend)
     if backend != AUTO:
         return backend

@@ -9,7 +9,6 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from routing_grpo.adapters import is_adapter_folder, load_adapter_model
 from routing_grpo.generation.interface import BackendBase, Completion, GenerationRequest, stop_token_ids
 from routing_grpo.generation.options import (
     DEFAULT_TEMPERATURE,
@@ -24,6 +23,7 @@ from routing_grpo.generation.transformers_decoding import (
     sample_with_budgets,
     shrinking_loop_supported,
 )
+from routing_grpo.io.adapters import is_adapter_folder, load_adapter_model
 
 # Prompts per call with the transformers backend when the caller does not say (vLLM: all at once).
 TRANSFORMERS_BATCH_SIZE = 16
@@ -66,7 +66,7 @@ def load_transformers_model(
     model: str, *, revision: str | None = None, dtype: str = "auto", device: str | None = None
 ) -> Any:
     """The causal LM in eval mode on ``device`` (default: the GPU when there is one); a LoRA adapter folder
-    is its base with the adapter merged in (:func:`routing_grpo.adapters.load_adapter_model`, through PEFT)."""
+    is its base with the adapter merged in (:func:`routing_grpo.io.adapters.load_adapter_model`, through PEFT)."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as transformers_logging
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from routing_grpo.core.modes import DETECTION_HEAD_TOKENS
 from routing_grpo.generation.interface import cut_at_eos
-from routing_grpo.modes import DETECTION_HEAD_TOKENS
 
 # GenerationConfig settings the loop reproduces; any other active setting makes it decline (the caller then
 # uses the budget-grouped `generate` path, which supports everything `model.generate` does).

@@ -1,6 +1,6 @@
 """The vLLM backend (GPU): vLLM engine(s) of evaluation's or inference's own (:class:`VLLMBackend`, on the
 engines of :mod:`routing_grpo.generation.vllm_engines`), and TRL's colocated engine in training
-(:class:`ColocatedVLLMBackend`; the trainer keeps TRL's engine object through :mod:`routing_grpo.trl_vllm`).
+(:class:`ColocatedVLLMBackend`; the trainer keeps TRL's engine object through :mod:`routing_grpo.training.trl_vllm`).
 Requests become SamplingParams arguments through pure builders (:func:`vllm_word_params`,
 :func:`vllm_request_params`, :func:`colocated_sampling`)."""
 

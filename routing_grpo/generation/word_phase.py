@@ -2,7 +2,7 @@
 (:func:`routing_grpo.generation.caps.generate_with_caps`).
 
 * an **allowed set** keeps every token on one of the allowed words' token forms
-  (:func:`routing_grpo.modes.word_token_id_forms`; :func:`allowed_next_tokens`) until one is complete;
+  (:func:`routing_grpo.core.modes.word_token_id_forms`; :func:`allowed_next_tokens`) until one is complete;
 * a **free** row's mode is decided as the detector will decide it after generation, as early as that is
   certain (:func:`word_decision`), so a small cap is never overrun while the detection head is being read.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from routing_grpo.modes import DETECTION_HEAD_TOKENS, INVALID, Detection, ModeDetector
+from routing_grpo.core.modes import DETECTION_HEAD_TOKENS, INVALID, Detection, ModeDetector
 
 
 def allowed_next_tokens(

@@ -4,7 +4,7 @@
   solution in every mode (pure).
 * :mod:`routing_grpo.mini.teach`: the tiny model and its teaching (cold start) with TRL's ``SFTTrainer``.
 * :mod:`routing_grpo.mini.targets`: the router per level, routing regret against the oracle table
-  (:mod:`routing_grpo.emergence`'s, binned by level) and the miniature's targets (pure).
+  (:mod:`routing_grpo.diagnostics.oracle`'s, binned by level) and the miniature's targets (pure).
 * :mod:`routing_grpo.mini.run`: ``make mini`` / ``make demo``: teaching, recipes, evaluation and report.
 * :mod:`routing_grpo.mini.report`: the miniature's part of ``routing-grpo report`` (oracle, regret, targets);
   :mod:`routing_grpo.mini.report_markdown` renders it in Markdown.

@@ -134,7 +134,7 @@ def problems(
 
 
 def mini_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-    """Task rows (``problem``, ``answer``, ``level``, ``subject``, ``id``) for :mod:`routing_grpo.data`."""
+    """Task rows (``problem``, ``answer``, ``level``, ``subject``, ``id``) for :mod:`routing_grpo.data.datasets`."""
     return [
         {
             "problem": p.text,

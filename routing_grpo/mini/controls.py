@@ -16,7 +16,7 @@ point per start digit (prompt-to-prompt variance without any label), and that sp
 matches SmolLM2-135M-Instruct's probe (``matched``). Writes ``controls.md``, ``controls.json`` and
 ``controls_fanout.png`` (the fanout over batches per condition, mean and spread over seeds).
 
-**threshold**: the early tell's threshold (:data:`routing_grpo.early_tell.FANOUT_ROUTING`) on runs it was not
+**threshold**: the early tell's threshold (:data:`routing_grpo.diagnostics.early_tell.FANOUT_ROUTING`) on runs it was not
 set on, seeds 11-13 by default: the paper's recipe from the aware and the blind start; the blind start with
 the routing word weighted 0.1, 0.2 and 0.3 (``graded_router_blind.yaml`` with ``--routing_word_weight W``:
 runs that start routing late); the cliff world's level-mix router (``recipes/mini/router_level_mix.yaml``,
@@ -27,7 +27,7 @@ above it). Writes ``threshold.md``, ``threshold.json`` and ``threshold_fanout.pn
 A run *routes by difficulty* when, in its held-out routing, the longest mode's share rises by at least
 :data:`ROUTING_MARGIN` from the easiest level to the hardest and the briefest mode's share falls by at least
 :data:`BRIEF_MARGIN` (:func:`routes_by_difficulty`; fixed before the runs). The fanout at batch b is its
-trailing mean over the last 10 batches (:func:`routing_grpo.early_tell.trailing_mean`).
+trailing mean over the last 10 batches (:func:`routing_grpo.diagnostics.early_tell.trailing_mean`).
 
 Resumable: every stage (teach, probe, train, eval) is skipped when its output is there from the same
 command on the same inputs (:class:`routing_grpo.mini.run.Stages`), so a run stopped half way goes on
@@ -52,8 +52,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.early_tell import FANOUT_ROUTING, FANOUT_WINDOW, fanout_points, trailing_mean
-from routing_grpo.errors import OneLineParser, UsageError, run_entry
+from routing_grpo.diagnostics.early_tell import FANOUT_ROUTING, FANOUT_WINDOW, fanout_points, trailing_mean
+from routing_grpo.io.errors import OneLineParser, UsageError, run_entry
 from routing_grpo.mini.plugin import SHIPPED_CHECKPOINTS
 from routing_grpo.mini.run import (
     DEFAULT_RECIPES,
@@ -605,7 +605,7 @@ def write_summary(out: Path, experiment: str) -> Path:
     """controls.md / .json / _fanout.png (or threshold's) from everything finished under ``out``: every
     condition of the experiment and every seed run there, whichever invocation ran it (one invocation's
     choice of conditions or seeds never drops another's from the summary)."""
-    from routing_grpo.plots import plot_early_tell
+    from routing_grpo.evaluation.plots import plot_early_tell
 
     arms, seeds = EXPERIMENTS[experiment], seeds_run(out)
 

@@ -32,7 +32,7 @@ SHIPPED_CHECKPOINTS = {
 
 def mini_task():
     """The cliff world's task: the problem text alone (its model was taught that prompt)."""
-    from routing_grpo.tasks import TaskSpec
+    from routing_grpo.data.tasks import TaskSpec
 
     return TaskSpec(
         "mini",
@@ -46,7 +46,7 @@ def mini_task():
 
 def mini_graded_task():
     """The graded world's task (:mod:`routing_grpo.mini.graded`): set operations grade the brief modes."""
-    from routing_grpo.tasks import TaskSpec
+    from routing_grpo.data.tasks import TaskSpec
 
     return TaskSpec(
         "mini_graded",

@@ -2,7 +2,7 @@
 
 ``python -m routing_grpo.mini.probe [--model offline:mini] [--world cliff|graded]``
 
-``routing-grpo probe --model M --data D`` (routing_grpo/probe.py) is the general form: any model, any task or
+``routing-grpo probe --model M --data D`` (routing_grpo/diagnostics/probe.py) is the general form: any model, any task or
 JSONL with a difficulty column, the miniature's worlds among them, with noise floors and a verdict.
 
 The router can only learn a different first word per level as fast as the state it reads that word from
@@ -33,10 +33,10 @@ from typing import Any
 
 import torch
 
+from routing_grpo.core.modes import word_first_token_ids
+from routing_grpo.io.locations import is_offline_name, resolve_model_path
 from routing_grpo.mini import cliff, graded
 from routing_grpo.mini.teach import teaching_record
-from routing_grpo.modes import word_first_token_ids
-from routing_grpo.offline_models import is_offline_name, resolve_model_path
 
 
 @dataclass(frozen=True)

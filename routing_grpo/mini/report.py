@@ -1,9 +1,9 @@
 """The miniature's report: the oracle table, routing per level, regret, targets and ablations.
 
 With forced-mode evaluations of the taught model (``oracle_dirs``) the general report
-(:func:`routing_grpo.report.write_report`) gets a "Miniature" part: the oracle table (best mode per level),
+(:func:`routing_grpo.evaluation.report.write_report`) gets a "Miniature" part: the oracle table (best mode per level),
 the router's split per level against it, the routing regret, the miniature's targets and the ablations
-(figures: :mod:`routing_grpo.mini.targets` on :mod:`routing_grpo.emergence`'s table), in results.md, ``mini.json`` and the ``mini_*.csv`` tables.
+(figures: :mod:`routing_grpo.mini.targets` on :mod:`routing_grpo.diagnostics.oracle`'s table), in results.md, ``mini.json`` and the ``mini_*.csv`` tables.
 ``routing-grpo report --oracle`` adds it through the entry point group ``routing_grpo.report_parts``
 (:func:`oracle_part`; :func:`write_report` here is the whole report with it, for a Python call); the Markdown is rendered by
 :mod:`routing_grpo.mini.report_markdown`.
@@ -17,22 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.emergence import best_modes
-from routing_grpo.frontier import Point
-from routing_grpo.mini.report_markdown import miniature_markdown
-from routing_grpo.mini.targets import (
-    free_mode_figures,
-    graded_world_checks,
-    level_shares,
-    level_table,
-    mix_figures,
-    oracle_cell_dict,
-    oracle_overall,
-    regret_of,
-    router_levels,
-    targets_for,
-)
-from routing_grpo.report import (
+from routing_grpo.diagnostics.oracle import best_modes
+from routing_grpo.evaluation.frontier import Point
+from routing_grpo.evaluation.report import (
     ABLATION_METHODS,
     BASELINE_METHODS,
     LEVEL_MIX_METHOD,
@@ -47,7 +34,20 @@ from routing_grpo.report import (
     stats,
     training_summary,
 )
-from routing_grpo.report import write_report as write_general_report
+from routing_grpo.evaluation.report import write_report as write_general_report
+from routing_grpo.mini.report_markdown import miniature_markdown
+from routing_grpo.mini.targets import (
+    free_mode_figures,
+    graded_world_checks,
+    level_shares,
+    level_table,
+    mix_figures,
+    oracle_cell_dict,
+    oracle_overall,
+    regret_of,
+    router_levels,
+    targets_for,
+)
 
 # ---------------------------------------------------------------------------------------------------------
 # The oracle's forced evaluations
@@ -67,7 +67,7 @@ class OracleData:
 
 def load_oracle(dirs: Iterable[str | Path]) -> dict[str, OracleData]:
     """benchmark -> the forced samples of every summary.json (and its samples.jsonl) under ``dirs``."""
-    from routing_grpo.modes import DEFAULT_MODES, parse_modes
+    from routing_grpo.core.modes import DEFAULT_MODES, parse_modes
 
     out: dict[str, OracleData] = {}
     for summary in find_summaries(dirs):
@@ -489,7 +489,7 @@ def write_report(
     training_dirs: Sequence[str | Path] = (),
     world_oracle_dirs: Sequence[str | Path] = (),
 ) -> dict[str, Any]:
-    """:func:`routing_grpo.report.write_report` with the miniature's part; returns the tables.
+    """:func:`routing_grpo.evaluation.report.write_report` with the miniature's part; returns the tables.
 
     ``oracle_dirs``: forced-mode evaluations of the taught model (their summaries are left out of the
     results even when they lie under ``run_dirs``); with them, results.md gets the "Miniature" part and

@@ -12,7 +12,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from routing_grpo.report import LEVEL_MIX_METHOD, METHOD_LABELS, WORD_WEIGHT_METHOD, number_text
+from routing_grpo.evaluation.report import LEVEL_MIX_METHOD, METHOD_LABELS, WORD_WEIGHT_METHOD, number_text
 
 
 def _ms(d: dict[str, Any] | None, digits: int = 3) -> str:

@@ -47,10 +47,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.errors import OneLineParser, UsageError, run_entry
+from routing_grpo.io.errors import OneLineParser, UsageError, run_entry
+from routing_grpo.io.recipe_file import read_recipe_file
 from routing_grpo.mini import cliff
 from routing_grpo.mini.plugin import SHIPPED_CHECKPOINTS, mini_checkpoint_path
-from routing_grpo.recipe_file import read_recipe_file
 
 # The recipes folder of the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPES = Path("recipes")

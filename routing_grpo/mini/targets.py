@@ -2,14 +2,14 @@
 
 Input: per-sample rows as ``routing-grpo eval`` writes them (``level``, ``mode``, ``L``, ``tokens``,
 ``correct``, ``routing``, ``prompt_id``) and the recipe's modes. The reward of one sample is the training
-reward (:func:`routing_grpo.rewards.routing_reward`)::
+reward (:func:`routing_grpo.core.rewards.routing_reward`)::
 
     r = b_m * gamma_m ** L     correct and L <= C_m
     r = 0                      wrong, or past the cap C_m (a capped sample is wrong)
     r = -0.5                   no valid routing word (free samples only)
 
 Oracle (forced samples of the taught model, one evaluation per mode), per level l and mode m: the table of
-``routing-grpo oracle`` (:mod:`routing_grpo.emergence`) binned by level (:func:`level_table`)::
+``routing-grpo oracle`` (:mod:`routing_grpo.diagnostics.oracle`) binned by level (:func:`level_table`)::
 
     R(l, m)   = mean of r over the forced samples of mode m at level l     (expected reward)
     best(l)   = argmax_m R(l, m), ties to the briefer mode                 (what a perfect router picks)
@@ -38,10 +38,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from routing_grpo.emergence import Cell, table_by
-from routing_grpo.frontier import Point, frontier_accuracy_at, pareto_frontier
-from routing_grpo.modes import INVALID, ModeSpec, mode_index
-from routing_grpo.rewards import DEFAULT_INVALID_REWARD, exceeds_cap, routing_reward
+from routing_grpo.core.modes import INVALID, ModeSpec, mode_index
+from routing_grpo.core.rewards import DEFAULT_INVALID_REWARD, exceeds_cap, routing_reward
+from routing_grpo.diagnostics.oracle import Cell, table_by
+from routing_grpo.evaluation.frontier import Point, frontier_accuracy_at, pareto_frontier
 
 # The miniature's targets (docs/mini/cliff.md, "Results").
 ACCURACY_MARGIN = 0.02
@@ -93,16 +93,16 @@ def _mean(values: Sequence[float]) -> float:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# The oracle table: forced samples, per level and mode (routing_grpo.emergence's table)
+# The oracle table: forced samples, per level and mode (routing_grpo.diagnostics.oracle's table)
 # ---------------------------------------------------------------------------------------------------------
 
 
 def level_table(
     forced_rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]
 ) -> dict[int, dict[str, Cell]]:
-    """level -> mode name -> :class:`routing_grpo.emergence.Cell` (modes briefest first), from forced rows
+    """level -> mode name -> :class:`routing_grpo.diagnostics.oracle.Cell` (modes briefest first), from forced rows
     (rows without a mode or a level are left out; levels are whole numbers); best(l):
-    :func:`routing_grpo.emergence.best_modes`."""
+    :func:`routing_grpo.diagnostics.oracle.best_modes`."""
     return {int(level): cells for level, cells in table_by(forced_rows, modes, "level").items()}
 
 
@@ -325,7 +325,7 @@ def miniature_targets(
     Args:
         router: the router's (mean) accuracy and mean length.
         baselines: the single-mode baselines' points (``method`` "long" is Long-only); the Pareto frontier
-            is built from them with :func:`routing_grpo.report.pareto_frontier`.
+            is built from them with :func:`routing_grpo.evaluation.report.pareto_frontier`.
         level_splits: level -> the router's share of each mode among valid free samples.
         modes: the recipe's modes, briefest first.
         regret_relative: routing regret relative to the oracle's expected reward.

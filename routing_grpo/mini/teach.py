@@ -71,10 +71,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from routing_grpo.core.modes import routing_instruction
+from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION as ROUTING_QUESTION
+from routing_grpo.core.prompting import add_routing_instruction, forcing_text
 from routing_grpo.mini import cliff, graded
-from routing_grpo.modes import routing_instruction
-from routing_grpo.prompting import DEFAULT_ROUTING_QUESTION as ROUTING_QUESTION
-from routing_grpo.prompting import add_routing_instruction, forcing_text
 
 logger = logging.getLogger(__name__)
 
@@ -173,9 +173,9 @@ class TeachConfig:
 
 def teaching_record(model: str) -> dict[str, Any] | None:
     """The ``teaching.json`` of a taught model (a folder or ``offline:NAME``), or None where it keeps none."""
-    from routing_grpo.offline_models import BUILT_IN, OFFLINE_PREFIX, is_offline_name, resolve_model_path
+    from routing_grpo.io.locations import OFFLINE_PREFIX, is_offline_name, resolve_model_path
 
-    if is_offline_name(model) and model[len(OFFLINE_PREFIX) :] in BUILT_IN:
+    if is_offline_name(model) and model[len(OFFLINE_PREFIX) :] in ("tiny", "smollm2"):
         return None  # built from other models' files, never taught here: nothing to read, nothing to build
     try:
         folder = Path(resolve_model_path(model) if is_offline_name(model) else model)
@@ -209,7 +209,7 @@ def plain_prompt(tokenizer: Any, problem_text: str) -> str:
 
 
 def routing_instruction_text() -> str:
-    from routing_grpo.modes import parse_modes
+    from routing_grpo.core.modes import parse_modes
 
     return routing_instruction(
         parse_modes([{"name": n, "word": n, "base": 1.0, "gamma": 1.0} for n in cliff.MODE_NAMES])
@@ -289,7 +289,7 @@ def _corpus(seed: int, world_name: str = "cliff") -> list[str]:
 
 def build_tokenizer(seed: int = 0, world: str = "cliff") -> Any:
     """A byte-level BPE trained on the task's text, digits as single tokens, ``' \\boxed{'`` one token."""
-    from routing_grpo.offline_models import train_bpe_tokenizer
+    from routing_grpo.mini.offline import train_bpe_tokenizer
 
     return train_bpe_tokenizer(_corpus(seed, world), vocab_size=400, added_tokens=(BOXED,))
 
@@ -322,7 +322,7 @@ def load_taught(init: str) -> tuple[Any, Any]:
     """The tokenizer and model of a taught folder (or ``offline:NAME``), to continue teaching from."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from routing_grpo.offline_models import is_offline_name, resolve_model_path
+    from routing_grpo.io.locations import is_offline_name, resolve_model_path
 
     path = resolve_model_path(init) if is_offline_name(init) else init
     return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
@@ -698,15 +698,15 @@ def greedy_check(
     by the tests. (The oracle table itself is sampled at temperature 0.6 by ``make mini``.)"""
     import tempfile
 
-    from routing_grpo.eval_config import EvalConfig
-    from routing_grpo.evaluate import run_eval
+    from routing_grpo.evaluation.config import EvalConfig
+    from routing_grpo.evaluation.evaluate import run_eval
 
     recipe = Path(recipes) / ROUTER_RECIPES[world]
     if not recipe.is_file():
         raise FileNotFoundError(
             f"{recipe}: no such recipe; run from the source checkout or pass --recipes DIR"
         )
-    from routing_grpo.recipe_file import read_recipe_file
+    from routing_grpo.io.recipe_file import read_recipe_file
 
     modes = read_recipe_file(recipe)["modes"]
     out: dict[str, Any] = {}

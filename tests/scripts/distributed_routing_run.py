@@ -29,7 +29,7 @@ def run(model_path: str, out_path: str, output_dir: str) -> None:
     import torch
     from accelerate.utils import gather_object
 
-    from routing_grpo.trainer import RoutingGRPOTrainer
+    from routing_grpo.training.trainer import RoutingGRPOTrainer
     from tests.helpers import ScriptedGeneration, build_trainer, make_args
 
     torch.set_num_threads(1)

@@ -6,7 +6,7 @@ Run it on 2 CPU processes (gloo)::
         --model MODEL_DIR --output-dir OUT --records OUT/records.jsonl [--hold-at-step 2 --hold-rank 1]
 
 It trains the tiny offline Qwen2 on synthetic arithmetic for ``--max-steps`` optimizer steps (one generation
-batch each) with a short schedule, with :func:`routing_grpo.callbacks.default_callbacks`, resuming from the
+batch each) with a short schedule, with :func:`routing_grpo.training.callbacks.default_callbacks`, resuming from the
 last checkpoint in ``--output-dir`` when there is one. It appends to ``--records`` (main process):
 
 * ``{"kind": "batch", ...}`` per generation batch: step, the prompt ids of the global batch, the routing
@@ -45,12 +45,12 @@ from accelerate.utils import gather_object  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback, set_seed  # noqa: E402
 from transformers.trainer_utils import get_last_checkpoint  # noqa: E402
 
-from routing_grpo.callbacks import default_callbacks  # noqa: E402
-from routing_grpo.config import RoutingGRPOConfig  # noqa: E402
-from routing_grpo.data import load_task  # noqa: E402
-from routing_grpo.offline_models import build_tiny_qwen2  # noqa: E402
-from routing_grpo.preemption import PreemptionCallback, exit_if_preempted  # noqa: E402
-from routing_grpo.trainer import RoutingGRPOTrainer  # noqa: E402
+from routing_grpo.data.datasets import load_task  # noqa: E402
+from routing_grpo.mini.offline import build_tiny_qwen2  # noqa: E402
+from routing_grpo.training.callbacks import default_callbacks  # noqa: E402
+from routing_grpo.training.config import RoutingGRPOConfig  # noqa: E402
+from routing_grpo.training.preemption import PreemptionCallback, exit_if_preempted  # noqa: E402
+from routing_grpo.training.trainer import RoutingGRPOTrainer  # noqa: E402
 
 SCHEDULE_KEYS = ("routing/batch_step", "routing/forced_share", "routing/balance_coef", "routing/phase")
 TINY_MODES = [

@@ -1,0 +1,170 @@
+"""``routing-grpo oracle``: before training, will routing emerge? (from forced-mode samples)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from routing_grpo.io.errors import UsageError, os_error_line
+
+logger = logging.getLogger(__name__)
+
+
+def _sample_files(paths: Sequence[str]) -> list[Path]:
+    """The ``samples.jsonl`` files ``--samples`` names (files, or every one under folders), each once: a file
+    named twice (directly, through a folder above it, or by a link) is read once, and so is a copy with
+    the same bytes under another path (a warning names both), as counting it twice would weigh its samples
+    double. Folders whose names start with a dot (an ``--overwrite`` in progress) are not searched."""
+    from routing_grpo.evaluation.samples import files_under
+
+    files: list[Path] = []
+    seen_paths: set[Path] = set()
+    seen_digests: dict[str, Path] = {}
+    for item in paths:
+        path = Path(item)
+        if not path.exists():
+            raise UsageError(f"--samples: no such file or folder: {item}")
+        found = [path] if not path.is_dir() else files_under(path, "samples.jsonl")
+        if not found:
+            raise UsageError(f"--samples: no samples.jsonl under {item}")
+        for f in found:
+            resolved = f.resolve()
+            if resolved in seen_paths:
+                continue
+            seen_paths.add(resolved)
+            digest = _digest(f)
+            if digest in seen_digests:
+                logger.warning(
+                    "--samples: %s holds the same bytes as %s (a copy); its samples are counted once",
+                    f,
+                    seen_digests[digest],
+                )
+                continue
+            seen_digests[digest] = f
+            files.append(f)
+    return files
+
+
+def _digest(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in blocks; an unreadable path is left to the reader to report."""
+    import hashlib
+
+    sha = hashlib.sha256()
+    try:
+        with path.open("rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                sha.update(block)
+    except OSError:
+        return f"unreadable:{path.resolve()}"
+    return sha.hexdigest()
+
+
+def _forced_rows(
+    paths: Sequence[str], limit: int | None = None, by: str | None = None
+) -> list[dict[str, Any]]:
+    """Forced-mode sample rows of ``samples.jsonl`` files, or of every one under folders (each file once:
+    :func:`_sample_files`), each checked before anything is computed
+    (:func:`routing_grpo.diagnostics.oracle.sample_row_problem`; ``limit``: the recipe's completion limit), and the
+    bin column ``by`` of one type throughout. Errors name ``path:line``."""
+    from routing_grpo.diagnostics.oracle import sample_row_problem
+    from routing_grpo.evaluation.report import load_sample_lines
+
+    rows: list[dict[str, Any]] = []
+    bin_type: tuple[str, str] | None = None  # the bin column's type, and where it was first seen
+    for f in _sample_files(paths):
+        try:
+            samples = load_sample_lines(f)
+        except ValueError as err:
+            raise UsageError(f"--samples: {err}") from None
+        except OSError as err:  # a folder named samples.jsonl, an unreadable file
+            raise UsageError(f"--samples: {os_error_line(err, f)}") from None
+        for line, row in samples:
+            if not (row.get("forced") or row.get("routing") == "forced"):
+                continue
+            problem = sample_row_problem(row, limit, by)
+            if problem:
+                raise UsageError(f"--samples: {f}:{line}: {problem}")
+            if by is not None:
+                kind = type(row[by]).__name__
+                if bin_type is None:
+                    bin_type = (kind, f"{f}:{line}")
+                elif kind != bin_type[0]:
+                    raise UsageError(
+                        f"--samples: {f}:{line}: {by} is {json.dumps(row[by])} ({kind}), but a {bin_type[0]} "
+                        f"at {bin_type[1]}: write the bin column the same way in every file"
+                    )
+            rows.append(row)
+    if not rows:
+        raise UsageError(
+            "--samples: no forced-mode samples (evaluate with routing-grpo eval --force-mode MODE)"
+        )
+    return rows
+
+
+def _tolerance(text: str) -> float:
+    """``--tolerance``: a fraction in [0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1), got {text!r}") from None
+    if not 0 <= value < 1:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from routing_grpo.diagnostics.oracle import analyse, render_markdown
+    from routing_grpo.io.storage import check_output_folder
+    from routing_grpo.training.recipe import load_recipe_modes, read_recipe
+
+    modes = load_recipe_modes(args.config)
+    limit = read_recipe(args.config).get("max_completion_length")
+    check_output_folder(args.output)  # a file there, or a read-only place: said before the analysis
+    rows = _forced_rows(args.samples, limit if isinstance(limit, int) else None, args.by)
+    try:
+        result = analyse(rows, modes, by=args.by, tolerance=args.tolerance)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    text = render_markdown(result)
+    (out / "oracle.md").write_text(text)
+    (out / "oracle.json").write_text(json.dumps(result, indent=2))
+    from routing_grpo.evaluation.plots import plot_emergence
+
+    plot_emergence(result, out / "oracle.png")
+    print(text, end="")
+    print(f"wrote {out / 'oracle.md'}, {out / 'oracle.json'}, {out / 'oracle.png'}")
+    return 0
+
+
+def make_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Adds this command to ``routing-grpo``'s subcommands (as TRL's scripts do)."""
+    p = subparsers.add_parser(
+        "oracle",
+        help="before training: will routing emerge? (from forced-mode samples of the training problems)",
+        description="Reads the samples `routing-grpo eval --force-mode M` writes for every mode on a sample of "
+        "the training problems, and gives each mode's expected reward per bin and on the training mix, the "
+        "oracle router, a verdict (routing can emerge / collapse towards a mode) and, for a collapse, bases "
+        "or a training mix that would keep the modes close (docs/method.md).",
+    )
+    p.add_argument(
+        "--samples", nargs="+", required=True, help="forced-mode eval folders or samples.jsonl files"
+    )
+    p.add_argument("--config", required=True, help="the training recipe (its modes, caps and bases)")
+    p.add_argument(
+        "--by", help="bin by this sample column, e.g. level (default: the pass rate of the longest mode)"
+    )
+    p.add_argument(
+        "--tolerance",
+        type=_tolerance,
+        default=0.10,
+        help="spread of the modes' worth on the mix that still routes",
+    )
+    p.add_argument("--output", default="outputs/oracle", help="folder for oracle.md, oracle.json, oracle.png")
+    p.set_defaults(func=run)
+    return p

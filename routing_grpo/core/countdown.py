@@ -1,0 +1,384 @@
+"""The Countdown task (paper appendix "Binary Self-Routing on Countdown"): generator and safe verifier.
+
+An instance gives a few numbers and a target; the model must combine every number exactly once with
+``+ - * /`` and parentheses so that the expression equals the target. Two difficulty levels: 3 numbers
+(level 1) and 4 numbers (level 2).
+
+Generation (:func:`generate_countdown`) builds each instance from a random expression over the drawn
+numbers, so every instance is solvable by construction and carries that expression as its canonical
+solution. Classic Countdown rules hold for the canonical solution: every intermediate value is a
+non-negative integer. A model's answer may use any exact rational intermediate values.
+
+Verification never calls ``eval``: :func:`parse_expression` is a recursive-descent parser over integer
+literals, the four binary operators and parentheses, evaluated with exact :class:`fractions.Fraction`
+arithmetic. Unary operators, decimals, exponents (``**``), names and calls are rejected, and so is any
+input past the length, token, digit or nesting limits below, so hostile strings cost bounded time.
+
+:func:`grade_countdown` extracts the expression from a completion (the last ``\\boxed{...}`` or
+``<answer>...</answer>``, else the last line that looks like an expression; an ``= target`` suffix is
+allowed) and checks it. It never raises, as a reward function must not crash a training step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from routing_grpo.core.completions import completion_text
+from routing_grpo.core.grading import find_last_boxed
+
+MAX_EXPRESSION_CHARS = 256
+MAX_TOKENS = 64
+MAX_NUMBER_DIGITS = 6
+MAX_PAREN_DEPTH = 8
+
+# Level -> how many numbers the instance gives.
+LEVEL_SIZES = {1: 3, 2: 4}
+NUMBER_RANGE = (1, 99)
+TARGET_RANGE = (1, 999)
+# Share of the (numbers, target) space, by hash, reserved for the test split (see split_of).
+TEST_PERCENT = 10
+
+DEFAULT_INSTRUCTION = "Please reason step by step, and put your final expression within \\boxed{}."
+
+
+class ExpressionError(ValueError):
+    """The text is not a valid Countdown expression (syntax, limits or division by zero)."""
+
+
+@dataclass(frozen=True)
+class ParsedExpression:
+    value: Fraction
+    numbers: tuple[int, ...]
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------------
+
+# Spellings models use for the operators, mostly LaTeX; applied before tokenising.
+_SYMBOL_REPLACEMENTS = (
+    ("\\times", "*"),
+    ("\\cdot", "*"),
+    ("\\div", "/"),
+    ("\\left", ""),
+    ("\\right", ""),
+    ("×", "*"),
+    ("·", "*"),
+    ("÷", "/"),
+    ("−", "-"),
+    ("–", "-"),
+    ("$", ""),
+)
+_TOKEN_RE = re.compile(r"\s*(?:([0-9]+)|(\S))")
+_OPERATORS = frozenset("+-*/()")
+
+
+def normalise_symbols(text: str) -> str:
+    """Map LaTeX / Unicode operator spellings to ``+ - * /``."""
+    for old, new in _SYMBOL_REPLACEMENTS:
+        text = text.replace(old, new)
+    return text
+
+
+def _tokenise(text: str) -> list[str]:
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise ExpressionError(f"expression longer than {MAX_EXPRESSION_CHARS} characters")
+    tokens = []
+    for match in _TOKEN_RE.finditer(text.rstrip()):
+        number, symbol = match.groups()
+        if number is not None and len(number) > MAX_NUMBER_DIGITS:
+            raise ExpressionError(f"number with more than {MAX_NUMBER_DIGITS} digits")
+        if symbol is not None and symbol not in _OPERATORS:
+            raise ExpressionError(f"unexpected character {symbol!r}")
+        tokens.append(number if number is not None else symbol)
+    if len(tokens) > MAX_TOKENS:
+        raise ExpressionError(f"more than {MAX_TOKENS} tokens")
+    return tokens
+
+
+class _Parser:
+    """expr := term (('+'|'-') term)* ; term := factor (('*'|'/') factor)* ; factor := INT | '(' expr ')'."""
+
+    def __init__(self, tokens: list[str]) -> None:
+        self.tokens = tokens
+        self.pos = 0
+        self.depth = 0
+        self.numbers: list[int] = []
+
+    def parse(self) -> ParsedExpression:
+        value = self._expr()
+        if self.pos != len(self.tokens):
+            raise ExpressionError(f"unexpected {self.tokens[self.pos]!r} at token {self.pos}")
+        return ParsedExpression(value, tuple(self.numbers))
+
+    def _peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def _expr(self) -> Fraction:
+        value = self._term()
+        while self._peek() in ("+", "-"):
+            op = self.tokens[self.pos]
+            self.pos += 1
+            right = self._term()
+            value = value + right if op == "+" else value - right
+        return value
+
+    def _term(self) -> Fraction:
+        value = self._factor()
+        while self._peek() in ("*", "/"):
+            op = self.tokens[self.pos]
+            self.pos += 1
+            right = self._factor()
+            if op == "*":
+                value *= right
+            elif right == 0:
+                raise ExpressionError("division by zero")
+            else:
+                value /= right
+        return value
+
+    def _factor(self) -> Fraction:
+        token = self._peek()
+        if token is None:
+            raise ExpressionError("unexpected end of expression")
+        self.pos += 1
+        if token[0] in "0123456789":
+            self.numbers.append(int(token))
+            return Fraction(int(token))
+        if token != "(":
+            raise ExpressionError(f"unexpected {token!r} at token {self.pos - 1}")
+        self.depth += 1
+        if self.depth > MAX_PAREN_DEPTH:
+            raise ExpressionError(f"parentheses nested deeper than {MAX_PAREN_DEPTH}")
+        value = self._expr()
+        if self._peek() != ")":
+            raise ExpressionError("missing ')'")
+        self.pos += 1
+        self.depth -= 1
+        return value
+
+
+def parse_expression(text: str) -> ParsedExpression:
+    """Parse and evaluate an arithmetic expression exactly. Raises :class:`ExpressionError` when invalid."""
+    if not isinstance(text, str):
+        raise ExpressionError("expression is not a string")
+    return _Parser(_tokenise(normalise_symbols(text))).parse()
+
+
+def check_expression(expression: str, numbers: Sequence[int], target: int) -> bool:
+    """True when `expression` uses each of `numbers` exactly once and equals `target`.
+
+    An ``= target`` suffix is allowed (the right-hand side must be the target itself).
+    Raises :class:`ExpressionError` when the expression does not parse.
+    """
+    left, *rest = normalise_symbols(expression).split("=")
+    if len(rest) > 1 or (rest and rest[0].strip() != str(target)):
+        return False
+    parsed = parse_expression(left)
+    return Counter(parsed.numbers) == Counter(int(n) for n in numbers) and parsed.value == target
+
+
+# --------------------------------------------------------------------------------------------------
+# Extraction and grading
+# --------------------------------------------------------------------------------------------------
+
+_EXPRESSION_LINE_RE = re.compile(r"[\d\s+\-*/()=]+")
+_LINE_DELIMITERS = ("\\[", "\\]", "\\(", "\\)", "**", "`")
+
+
+def _last_answer_tag(text: str) -> tuple[int, str] | None:
+    """(end position, content) of the last ``<answer>...</answer>``; rfind keeps it linear on hostile input."""
+    close = text.rfind("</answer>")
+    open_ = text.rfind("<answer>", 0, close) if close >= 0 else -1
+    if open_ < 0:
+        return None
+    return close, text[open_ + len("<answer>") : close]
+
+
+def _last_expression_line(text: str) -> str | None:
+    for line in reversed(text.splitlines()):
+        candidate = normalise_symbols(line)
+        for delimiter in _LINE_DELIMITERS:
+            candidate = candidate.replace(delimiter, "")
+        candidate = candidate.strip().rstrip(".")
+        if (
+            _EXPRESSION_LINE_RE.fullmatch(candidate)
+            and any(c.isdigit() for c in candidate)
+            and any(c in "+-*/" for c in candidate)
+        ):
+            return candidate
+    return None
+
+
+def extract_expression(completion: str) -> str | None:
+    """The final expression of a completion, or None.
+
+    Only the text after the last ``</think>`` counts when there is one. The later of the last
+    box (:func:`routing_grpo.core.grading.find_last_boxed`: ``\\boxed{...}`` or ``\\boxed 5``) and the last
+    ``<answer>...</answer>`` wins (the tag, when a box ends inside it); an empty box is no answer (None),
+    and no fallback is tried after it. Without either, the last line made only
+    of digits, operators, parentheses and ``=`` (LaTeX operators and math delimiters allowed). As in
+    :mod:`routing_grpo.core.grading`, an unclosed ``<think>`` (unfinished reasoning) allows no line fallback:
+    a tagged answer is a commitment, a line of scratch work is not.
+    """
+    end_think = completion.rfind("</think>")
+    if end_think >= 0:
+        completion = completion[end_think + len("</think>") :]
+    box = find_last_boxed(completion)
+    tag = _last_answer_tag(completion)
+    if box is not None and (tag is None or box.end > tag[0]):
+        return box.content or None
+    if tag is not None:
+        return tag[1].strip()
+    if end_think < 0 and "<think>" in completion:
+        return None
+    return _last_expression_line(completion)
+
+
+def grade_countdown(completion: Any, numbers: Sequence[int], target: int) -> bool:
+    """True when the completion's final expression uses every number once and equals the target.
+
+    `completion` is a string or a TRL conversational completion (list of messages). Never raises.
+    """
+    try:
+        expression = extract_expression(completion_text(completion))
+        return expression is not None and check_expression(expression, numbers, int(target))
+    except Exception:  # a malformed answer (or column) is "not correct", never a crashed training step
+        return False
+
+
+def countdown_reward(
+    completions: list[Any], numbers: list[Sequence[int]], target: list[int], **kwargs: Any
+) -> list[float]:
+    """TRL reward function: 1.0 for a correct Countdown expression, else 0.0 (dataset columns as kwargs)."""
+    return [float(grade_countdown(c, n, t)) for c, n, t in zip(completions, numbers, target)]
+
+
+# --------------------------------------------------------------------------------------------------
+# Generation
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CountdownProblem:
+    numbers: tuple[int, ...]
+    target: int
+    solution: str
+    level: int
+
+    @property
+    def text(self) -> str:
+        listed = ", ".join(str(n) for n in self.numbers)
+        return (
+            f"Using the numbers [{listed}], create an expression that equals {self.target}. "
+            "You may use +, -, *, / and parentheses, and must use each number exactly once."
+        )
+
+
+def split_of(numbers: Sequence[int], target: int) -> str:
+    """'test' or 'train' for an instance, fixed by a hash of its sorted numbers and target.
+
+    The split depends on the instance alone, not on the seed, so no seed's train set shares an
+    instance with any seed's test set.
+    """
+    key = f"countdown:{sorted(numbers)}:{target}".encode()
+    bucket = int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % 100
+    return "test" if bucket < TEST_PERCENT else "train"
+
+
+PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
+LEAF_PRECEDENCE = 3
+
+
+def operand_text(text: str, precedence: int, op: str, right: bool) -> str:
+    """`text` as an operand of `op`, parenthesised only where precedence or (for - and /) order needs it.
+
+    `precedence` is that of the operand's own top operator (:data:`LEAF_PRECEDENCE` for a number).
+    """
+    needs = precedence < PRECEDENCE[op] or (right and precedence == PRECEDENCE[op] and op in "-/")
+    return f"({text})" if needs else text
+
+
+def _combine(rng: random.Random, items: list[tuple[int, str, int]]) -> tuple[int, str] | None:
+    """Fold the (value, text, precedence) items with random operators into one; None if a rule breaks.
+
+    Each step merges two random items, so every tree shape can come out. Intermediate values stay
+    non-negative integers and divisions exact (classic Countdown rules, for a readable solution).
+    """
+    items = list(items)
+    while len(items) > 1:
+        i, j = rng.sample(range(len(items)), 2)
+        (a, a_text, a_prec), (b, b_text, b_prec) = items[i], items[j]
+        op = rng.choice("+-*/")
+        if op == "+":
+            value = a + b
+        elif op == "*":
+            value = a * b
+        elif op == "-" and a >= b:
+            value = a - b
+        elif op == "/" and b != 0 and a % b == 0:
+            value = a // b
+        else:
+            return None
+        text = f"{operand_text(a_text, a_prec, op, False)} {op} {operand_text(b_text, b_prec, op, True)}"
+        items = [item for k, item in enumerate(items) if k not in (i, j)] + [(value, text, PRECEDENCE[op])]
+    return items[0][0], items[0][1]
+
+
+def _random_problem(rng: random.Random, level: int) -> CountdownProblem | None:
+    numbers = tuple(rng.randint(*NUMBER_RANGE) for _ in range(LEVEL_SIZES[level]))
+    combined = _combine(rng, [(n, str(n), LEAF_PRECEDENCE) for n in numbers])
+    if combined is None:
+        return None
+    target, solution = combined
+    if not TARGET_RANGE[0] <= target <= TARGET_RANGE[1] or target in numbers:
+        return None
+    return CountdownProblem(numbers, target, solution, level)
+
+
+def generate_countdown(n: int, *, seed: int = 0, split: str = "train") -> list[CountdownProblem]:
+    """`n` distinct solvable instances of `split`, alternating levels 1 and 2; deterministic in (seed, split).
+
+    A smaller `n` gives a prefix of a larger one with the same seed and split.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"countdown split must be 'train' or 'test', not {split!r}")
+    rng = random.Random(f"countdown:{seed}:{split}")
+    problems: list[CountdownProblem] = []
+    seen: set[tuple[tuple[int, ...], int]] = set()
+    attempts_left = 1000 * max(n, 1)
+    while len(problems) < n:
+        if attempts_left == 0:
+            raise RuntimeError(f"could not generate {n} distinct countdown instances of split {split!r}")
+        attempts_left -= 1
+        problem = _random_problem(rng, level=1 + len(problems) % len(LEVEL_SIZES))
+        if problem is None or split_of(problem.numbers, problem.target) != split:
+            continue
+        key = (tuple(sorted(problem.numbers)), problem.target)
+        if key not in seen:
+            seen.add(key)
+            problems.append(problem)
+    return problems
+
+
+def countdown_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+    """Dataset rows (without the prompt) for `n` generated instances: problem, answer, numbers, target, ..."""
+    return [
+        {
+            "problem": problem.text,
+            "answer": problem.solution,
+            "numbers": list(problem.numbers),
+            "target": problem.target,
+            "level": problem.level,
+            "subject": "countdown",
+            "id": f"countdown-s{seed}-{split}-{i}",
+        }
+        for i, problem in enumerate(generate_countdown(n, seed=seed, split=split))
+    ]

@@ -1,0 +1,435 @@
+"""Answer grading for math RL rewards and evaluation: extract a completion's final answer, check it.
+
+Finished or wrong (:func:`answer_text`): a response has a final answer only if it finished, that is
+
+* it ended with EOS, not at the completion limit or a mode's cap (``finished``; the caller knows the
+  token ids, the text does not say), and
+* when the reasoning was opened, in the completion or by the prompt's generation prefix (DeepSeek-R1-Distill's
+  chat template ends the generation prompt with ``<think>\\n``: ``reasoning_open``, see
+  :func:`generation_prompt_opens_reasoning`), it was closed: the answer is the text after the last
+  ``</think>``, and a ``<think>`` after that one (or no ``</think>`` at all) leaves no answer.
+
+Anything else has no answer and grades wrong, however many "the answer is" lines its reasoning wrote. Text
+that never opened any reasoning is answer text as a whole.
+
+Extraction (:func:`extract_answer`), on the answer text, in order:
+
+1. The reasoning is gone (above); everything below reads only the text after it.
+2. The last ``\\boxed{...}`` / ``\\fbox{...}`` (braces matched, ``\\{`` ignored), or ``\\boxed 5``. If the last
+   box is empty or never closed (degenerate or truncated output) there is no answer: earlier boxes are not
+   used, in such outputs they belong to hallucinated follow-up questions.
+3. Only when there is no box at all: GSM8K ``#### N``, then a line ``A: N`` / ``Answer: N``, then
+   "... answer is X", then the last number in the text (thousands commas dropped, ``$`` ignored). A one-line
+   answer is cut at the end of its sentence and a number followed only by words ("18 dollars") keeps the number.
+
+Every scan is a single pass or a regex without nested quantifiers, so huge and adversarial strings stay linear.
+
+Verification (:func:`verify_answer`) parses the extracted answer and the reference, each wrapped in
+``\\boxed{}``, with ``math_verify`` (whose LaTeX normalisation handles ``\\dfrac``, units, ``^\\circ``, ``\\%``,
+``10{,}000``, ``\\text{(C)}``, ``x \\in [a,b]``, ...) and compares them with ``math_verify.verify``. A reference
+that is a whole solution (with ``\\boxed`` or ``####``) is reduced to its answer first.
+
+Time limit: ``math_verify``'s own limit is ``signal.alarm``, which fails off the main thread, so we call it with
+its timeouts disabled (``None``) and bound the work ourselves:
+
+* answers longer than :data:`MAX_ANSWER_CHARS` are scored False without parsing;
+* on the main thread a ``SIGALRM`` interval timer interrupts a slow parse or comparison after ``timeout_s``;
+* off the main thread the item goes to the worker pool of :mod:`routing_grpo.core.grading_pool`, whose workers run
+  it on their own main thread under the same timer;
+* the pool parent also keeps a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck
+  in C code, where a signal handler cannot run, or a worker that died is killed and replaced, and its item is
+  scored False.
+
+:func:`grade_batch` uses that module's one shared pool of ``forkserver`` workers, created on first use, reused
+across calls and stopped by :func:`shutdown_pool` (also at exit).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from math_verify import parse, verify
+
+from routing_grpo.core.grading_pool import HARD_DEADLINE_GRACE_S as HARD_DEADLINE_GRACE_S  # re-exported
+from routing_grpo.core.grading_pool import (
+    TimedOut,
+    run_in_pool,
+    signal_timer_usable,
+    time_limit,
+)
+from routing_grpo.core.grading_pool import shutdown_pool as shutdown_pool  # re-exported
+from routing_grpo.io.jsonl import id_text, read_jsonl
+
+DEFAULT_TIMEOUT_S = 5.0
+# Real final answers (matrices and long polynomials included) are far shorter; longer ones come from
+# degenerate outputs, which is where sympy can take unbounded time.
+MAX_ANSWER_CHARS = 1_000
+# Below this many items a pool's round trips cost more than they save.
+MIN_POOL_BATCH = 32
+# The pool's forkserver imports this module (sympy, math_verify) once: a replacement worker starts in
+# milliseconds instead of re-importing them.
+PRELOAD = (__name__,)
+# Time the pool parent allows on top of a worker's own timer before it kills the worker.
+
+# We disable math_verify's signal timeouts on purpose (see the module docstring); its warning about it is noise.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+
+@dataclass(frozen=True)
+class GradeResult:
+    correct: bool
+    extracted_answer: str | None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Extraction
+# ----------------------------------------------------------------------------------------------------------
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+_BRACE_RE = re.compile(r"\\[{}]|[{}]")
+# Fallback markers, most specific first; the answer is the rest of the line after the last match.
+_FALLBACK_MARKERS = (
+    re.compile(r"####"),
+    re.compile(r"^[ \t*]*(?:A|Answer)[ \t*]*:", re.MULTILINE | re.IGNORECASE),
+    re.compile(r"answer is\b", re.IGNORECASE),
+)
+_NUMBER_RE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|-?\d+(?:\.\d+)?|-?\.\d+")
+# A sentence ends at a full stop followed by whitespace or the end; the point in "3.5" is no such stop.
+_SENTENCE_END_RE = re.compile(r"\.(?:\s|$)")
+_WORD_RE = re.compile(r"[A-Za-z'-]+")
+_INLINE_NOISE = ("$", "\\(", "\\)", "\\[", "\\]", "**")
+
+
+THINK_OPEN = "<think>"
+THINK_CLOSE = "</think>"
+
+
+def opens_reasoning(text: str) -> bool:
+    """Whether ``text`` leaves a reasoning block open: a ``<think>`` after its last ``</think>``."""
+    return text.rfind(THINK_OPEN) > text.rfind(THINK_CLOSE)
+
+
+def generation_prompt_opens_reasoning(tokenizer: Any, **template_kwargs: Any) -> bool:
+    """Whether the tokenizer's chat template opens the reasoning in its generation prompt.
+
+    DeepSeek-R1-Distill's template ends the generation prompt with ``<think>\\n``, so its completions start
+    inside the reasoning and must close it (``</think>``) before their answer. The generation prompt is what
+    ``add_generation_prompt=True`` adds to a one-message conversation; ``template_kwargs`` go to
+    ``apply_chat_template`` as the trainer passes them (``chat_template``, ``enable_thinking``, ...). A
+    tokenizer without a chat template opens nothing.
+    """
+    if getattr(tokenizer, "chat_template", None) is None and template_kwargs.get("chat_template") is None:
+        return False
+    probe = [{"role": "user", "content": "What is 1 + 1?"}]
+    with_prompt = tokenizer.apply_chat_template(
+        probe, tokenize=False, add_generation_prompt=True, **template_kwargs
+    )
+    without = tokenizer.apply_chat_template(
+        probe, tokenize=False, add_generation_prompt=False, **template_kwargs
+    )
+    suffix = with_prompt[len(without) :] if with_prompt.startswith(without) else with_prompt
+    return opens_reasoning(suffix)
+
+
+def answer_text(text: str, *, finished: bool = True, reasoning_open: bool = False) -> str | None:
+    """The part of a response that holds its final answer, or None when it has none (finished or wrong).
+
+    Args:
+        text: the completion as decoded.
+        finished: the response ended with EOS (False when it stopped at the completion limit or a cap).
+        reasoning_open: the prompt opened the reasoning (its generation prompt ends inside ``<think>``).
+
+    Returns the text after the last ``</think>``; the whole text when no reasoning was opened; None when the
+    response did not finish or left its reasoning open.
+    """
+    if not finished or not isinstance(text, str):
+        return None
+    close_at = text.rfind(THINK_CLOSE)
+    if text.rfind(THINK_OPEN) > close_at:
+        return None  # opened (again) in the completion and never closed
+    if close_at >= 0:
+        return text[close_at + len(THINK_CLOSE) :]
+    return None if reasoning_open else text
+
+
+def extract_answer(text: str, *, finished: bool = True, reasoning_open: bool = False) -> str | None:
+    """Return the final answer of a completion, or None when it has none (see :func:`answer_text` for
+    ``finished`` and ``reasoning_open``). Never raises."""
+    try:
+        return _extract(text, finished=finished, reasoning_open=reasoning_open)
+    except Exception:  # a reward function must not crash a training step
+        return None
+
+
+def _extract(text: str, *, finished: bool = True, reasoning_open: bool = False) -> str | None:
+    text = answer_text(text, finished=finished, reasoning_open=reasoning_open)
+    if text is None:
+        return None
+    if _BOX_RE.search(text):
+        return last_boxed(text)
+    for marker in _FALLBACK_MARKERS:
+        answer = _clean_inline(_rest_of_line_after_last(marker, text))
+        if answer:
+            return answer
+    return _last_number(text)
+
+
+def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
+    tail = deque(pattern.finditer(text), maxlen=1)
+    return tail[0] if tail else None
+
+
+@dataclass(frozen=True)
+class Boxed:
+    """The last box of a text: its content (stripped; ``""`` for an empty box) and where it ends."""
+
+    content: str
+    end: int
+
+
+def find_last_boxed(text: str) -> Boxed | None:
+    """The last ``\\boxed{...}`` / ``\\fbox{...}`` (braces matched, ``\\{`` ignored) or ``\\boxed 5``; None
+    when there is no box or the last one is never closed. An empty box is found, with content ``""``: a
+    caller that reads answers takes it as no answer (:func:`last_boxed`), a dataset as an empty reference."""
+    box = _last_match(_BOX_RE, text)
+    if box is None:
+        return None
+    rest = text[box.end() :].lstrip()
+    open_at = len(text) - len(rest)
+    if not rest.startswith("{"):
+        # "\boxed 5": up to the end of the math span or the line, as the Hendrycks MATH grader reads it.
+        bare = re.split(r"[$\n]", rest, maxsplit=1)[0]
+        return Boxed(bare.strip(), open_at + len(bare))
+    depth = 0
+    for brace in _BRACE_RE.finditer(text, open_at):
+        if brace.group() == "{":
+            depth += 1
+        elif brace.group() == "}":
+            depth -= 1
+            if depth == 0:
+                return Boxed(text[open_at + 1 : brace.start()].strip(), brace.end())
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """The answer in the last box; None when there is none, or it is empty or never closed. An empty box is
+    no answer, and it still ends the search: earlier boxes and the fallbacks are not consulted."""
+    box = find_last_boxed(text)
+    return (box.content or None) if box is not None else None
+
+
+def _rest_of_line_after_last(marker: re.Pattern[str], text: str) -> str:
+    match = _last_match(marker, text)
+    if match is None:
+        return ""
+    line_end = text.find("\n", match.end())
+    return text[match.end() : line_end if line_end >= 0 else len(text)]
+
+
+def _clean_inline(answer: str) -> str | None:
+    """Trim a one-line answer: end of sentence, math delimiters, bold markers; a plain number loses its `$`,
+    thousands commas and any unit words after it ("$1,000 dollars" -> "1000")."""
+    sentence_end = _SENTENCE_END_RE.search(answer)
+    if sentence_end:
+        answer = answer[: sentence_end.start()]
+    for noise in _INLINE_NOISE:
+        answer = answer.replace(noise, "")
+    answer = answer.strip(" \t:*.,;")
+    first, _, words = answer.partition(" ")
+    number = first.lstrip("\\$")
+    if _NUMBER_RE.fullmatch(number) and all(_WORD_RE.fullmatch(word) for word in words.split()):
+        return number.replace(",", "")
+    return answer or None
+
+
+def _last_number(text: str) -> str | None:
+    number = _last_match(_NUMBER_RE, text)
+    return number.group().replace(",", "") if number else None
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Verification
+# ----------------------------------------------------------------------------------------------------------
+
+
+def verify_answer(extracted: str | None, reference: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
+    """True when `extracted` is mathematically equivalent to `reference`. Never raises; False on error/timeout.
+
+    On the main thread the check runs here under a SIGALRM timer; on other threads it runs in the worker pool.
+    """
+    if not signal_timer_usable():
+        return bool(
+            run_in_pool(None, _verify_limited, [(extracted, reference, timeout_s)], timeout_s, PRELOAD)[0]
+        )
+    return _verify_limited(extracted, reference, timeout_s)
+
+
+def _verify_limited(extracted: str | None, reference: str, timeout_s: float) -> bool:
+    """verify_answer for the main thread of this process."""
+    try:
+        with time_limit(timeout_s):
+            return _verify(extracted, reference)
+    except (Exception, TimedOut):  # an answer we cannot parse or compare in time is not a correct one
+        return False
+
+
+def _verify(extracted: str | None, reference: str) -> bool:
+    if not extracted or len(extracted) > MAX_ANSWER_CHARS:
+        return False
+    gold = _parse_reference(str(reference))
+    return bool(gold) and verify(gold, _parse_latex(extracted), timeout_seconds=None)
+
+
+@lru_cache(maxsize=4096)
+def _parse_reference(reference: str) -> list[Any]:
+    # Cached: GRPO grades a group of samples against the same reference.
+    if _BOX_RE.search(reference) or "####" in reference:
+        reference = _extract(reference) or ""
+    return _parse_latex(reference) if reference.strip() else []
+
+
+def _parse_latex(answer: str) -> list[Any]:
+    answer = answer.strip()
+    if len(answer) > 1 and answer[0] == answer[-1] == "$":
+        answer = answer.strip("$")
+    return parse("\\boxed{" + answer + "}", parsing_timeout=None)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Grading
+# ----------------------------------------------------------------------------------------------------------
+
+
+def grade(
+    completion: str,
+    reference: str,
+    *,
+    finished: bool = True,
+    reasoning_open: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> GradeResult:
+    """Extract the final answer of `completion` and check it against `reference`. Never raises.
+
+    A response that did not finish (``finished=False``) or left its reasoning open has no answer and is
+    wrong (:func:`answer_text`)."""
+    extracted = extract_answer(completion, finished=finished, reasoning_open=reasoning_open)
+    return GradeResult(verify_answer(extracted, reference, timeout_s=timeout_s), extracted)
+
+
+def _grade_limited(
+    completion: str, reference: str, timeout_s: float, finished: bool = True, reasoning_open: bool = False
+) -> GradeResult:
+    """grade for the main thread of this process (in-process batches and pool workers)."""
+    extracted = extract_answer(completion, finished=finished, reasoning_open=reasoning_open)
+    return GradeResult(_verify_limited(extracted, reference, timeout_s), extracted)
+
+
+def grade_batch(
+    completions: Sequence[str],
+    references: Sequence[str],
+    *,
+    finished: Sequence[bool] | None = None,
+    reasoning_open: bool | Sequence[bool] = False,
+    num_workers: int | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[GradeResult]:
+    """Grade completions against references, results in input order.
+
+    ``finished`` (one flag per completion; default all True) and ``reasoning_open`` (one flag for all, or one
+    per completion) are those of :func:`answer_text`: an unfinished response is wrong.
+    Uses the shared pool of `num_workers` processes (default: the CPUs this process may use). Batches under
+    MIN_POOL_BATCH items, or `num_workers=0`, are graded in this process when called from the main thread.
+    An item past its deadline, or whose worker died, is scored False and the worker replaced.
+    """
+    n = len(completions)
+    if n != len(references):
+        raise ValueError(f"{n} completions but {len(references)} references")
+    done = [True] * n if finished is None else [bool(f) for f in finished]
+    opened = (
+        [bool(reasoning_open)] * n if isinstance(reasoning_open, bool) else [bool(o) for o in reasoning_open]
+    )
+    if len(done) != n or len(opened) != n:
+        raise ValueError(
+            f"{n} completions but {len(done)} finished flags and {len(opened)} reasoning_open flags"
+        )
+    items = [(c, r, timeout_s, f, o) for c, r, f, o in zip(completions, references, done, opened)]
+    if signal_timer_usable() and (n < MIN_POOL_BATCH or num_workers == 0):
+        return [_grade_limited(*item) for item in items]
+    results = run_in_pool(num_workers, _grade_limited, items, timeout_s, PRELOAD)
+    return [
+        result if result is not None else GradeResult(False, extract_answer(c, finished=f, reasoning_open=o))
+        for result, (c, _, _, f, o) in zip(results, items)
+    ]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Files
+# ----------------------------------------------------------------------------------------------------------
+
+
+def grade_file(
+    input_path: str | Path,
+    output_path: str | Path | None = None,
+    *,
+    num_workers: int | None = None,
+    label_column: str = "label",
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> dict[str, Any]:
+    """Grade a JSONL file whose rows have `model_output` and `reference_answer`.
+
+    Writes each row plus `correct` and `extracted_answer` to `output_path` when given. Returns `rows`,
+    `correct`, `seconds`, and `agreement` (fraction of rows where `correct` equals `label_column`) when every
+    row has that label. Raises ValueError naming the line and column of a malformed row.
+    """
+    start = time.perf_counter()
+    rows = _read_rows(Path(input_path), label_column)
+    results = grade_batch(
+        [row["model_output"] for row in rows],
+        [str(row["reference_answer"]) for row in rows],
+        num_workers=num_workers,
+        timeout_s=timeout_s,
+    )
+    if output_path is not None:
+        with Path(output_path).open("w", encoding="utf-8") as out:
+            for row, result in zip(rows, results):
+                graded = {**row, "correct": result.correct, "extracted_answer": result.extracted_answer}
+                out.write(json.dumps(graded, ensure_ascii=False) + "\n")
+    summary: dict[str, Any] = {
+        "rows": len(rows),
+        "correct": sum(result.correct for result in results),
+        "seconds": time.perf_counter() - start,
+    }
+    if rows and all(row.get(label_column) is not None for row in rows):
+        agree = sum(result.correct == row[label_column] for row, result in zip(rows, results))
+        summary["agreement"] = agree / len(rows)
+    return summary
+
+
+def _read_rows(path: Path, label_column: str) -> list[dict[str, Any]]:
+    rows = []
+    # A file a user gave: a torn last line is an error like any other bad line.
+    for line_number, row in read_jsonl(path, torn="error"):
+        where = f"{path}:{line_number}"
+        if not isinstance(row.get("model_output"), str):
+            raise ValueError(f"{where}: column 'model_output' is missing or not a string")
+        reference = row.get("reference_answer")
+        if not isinstance(reference, (str, int, float)) or isinstance(reference, bool):
+            raise ValueError(f"{where}: column 'reference_answer' is missing or not a string or number")
+        if row.get(label_column) is not None and not isinstance(row[label_column], bool):
+            raise ValueError(f"{where}: column {label_column!r} must be true or false")
+        if "id" in row:
+            try:
+                id_text(row["id"])
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}") from None
+        rows.append(row)
+    return rows

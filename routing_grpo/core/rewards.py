@@ -1,0 +1,238 @@
+"""The reward surface (paper Eq. reward, docs/method.md "Reward").
+
+    r_i = b_m * gamma_m ** L    correct, mode m, L tokens after the routing word, within the cap
+    r_i = 0                     wrong with a valid mode (a capped or unfinished rollout is wrong)
+    r_i = invalid_reward        no valid routing word (-0.5)
+
+A rollout is right only if it finished (ended with EOS, not at the completion limit or its cap) and, when its
+reasoning was opened (by the prompt, as DeepSeek-R1-Distill's ``<think>\\n`` generation prompt does, or in the
+completion), closed it before a correct answer (:func:`routing_grpo.core.grading.answer_text`).
+
+Phase 2 (from ``flatten_reward_step``) sets every base and gamma to 1.0; caps stay.
+
+:func:`routing_reward` is the pure function. :class:`RoutingReward` wraps it as a TRL reward function
+(``reward_func(prompts, completions, completion_ids, **columns) -> list[float]``): it detects the mode,
+applies the caps, grades the answer against the dataset's ``answer`` column and returns the rewards.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+from routing_grpo.core.completions import completion_text  # also re-exported from here
+from routing_grpo.core.modes import INVALID, Detection, ModeDetector, ModeSpec
+from routing_grpo.core.verifiers import Verifier, resolve_verifier
+
+DEFAULT_INVALID_REWARD = -0.5
+
+"""``verifier(completion_text, reference) -> bool``: whether a completion's answer is right."""
+
+
+def flat_modes(modes: Sequence[ModeSpec]) -> tuple[ModeSpec, ...]:
+    """Phase-2 modes: every base and gamma 1.0, caps and words unchanged."""
+    return tuple(dataclasses.replace(m, base=1.0, gamma=1.0) for m in modes)
+
+
+def exceeds_cap(mode: ModeSpec, length: int) -> bool:
+    """True when L tokens after the routing word run past the mode's cap."""
+    return mode.cap is not None and length > mode.cap
+
+
+def routing_reward(
+    mode: int,
+    length: int,
+    correct: bool,
+    modes: Sequence[ModeSpec],
+    *,
+    capped: bool = False,
+    flatten: bool = False,
+    invalid_reward: float = DEFAULT_INVALID_REWARD,
+) -> float:
+    """Reward of one rollout.
+
+    Args:
+        mode: mode index, or ``INVALID`` (-1) when the rollout has no valid routing word.
+        length: L, tokens generated after the routing word.
+        correct: whether the final answer verified.
+        modes: the mode specs.
+        capped: the rollout was cut at its cap during generation (scored wrong).
+        flatten: phase 2: bases and gammas are all 1.0.
+        invalid_reward: reward of a rollout without a valid routing word.
+    """
+    if mode == INVALID:
+        return float(invalid_reward)
+    spec = modes[mode]
+    if not correct or capped or exceeds_cap(spec, length):
+        return 0.0
+    if flatten:
+        return 1.0
+    return spec.reward(length)
+
+
+def routing_rewards(
+    modes_idx: Sequence[int],
+    lengths: Sequence[int],
+    correct: Sequence[bool],
+    modes: Sequence[ModeSpec],
+    *,
+    capped: Sequence[bool] | None = None,
+    flatten: bool = False,
+    invalid_reward: float = DEFAULT_INVALID_REWARD,
+) -> list[float]:
+    """:func:`routing_reward` over a batch."""
+    capped = capped if capped is not None else [False] * len(modes_idx)
+    if not (len(modes_idx) == len(lengths) == len(correct) == len(capped)):
+        raise ValueError("routing_rewards: all per-rollout sequences must have the same length")
+    return [
+        routing_reward(m, n, c, modes, capped=k, flatten=flatten, invalid_reward=invalid_reward)
+        for m, n, c, k in zip(modes_idx, lengths, correct, capped)
+    ]
+
+
+class RoutingReward:
+    """TRL reward function for self-routing: detection, caps, grading and the reward surface.
+
+    It reads the reference from the dataset column ``answer_column``. The routing trainer passes the
+    rollout's routing facts as extra per-row columns (``routing_mode``: forced label or detected mode;
+    ``routing_length``: L; ``routing_capped``; ``routing_finished``: ended with EOS; ``routing_phase``);
+    without them (e.g. under a plain ``GRPOTrainer``) the mode is detected from the completion tokens, L
+    counted here and a rollout is finished when its last token is one of ``eos_token_ids`` (all are, when
+    neither ids nor EOS tokens are known).
+
+    ``prompt_opens_reasoning``: the chat template's generation prompt opens the reasoning
+    (:func:`routing_grpo.core.grading.generation_prompt_opens_reasoning`; the trainer sets it from its tokenizer),
+    so a conversational prompt's completion must close it with ``</think>`` before its answer; a plain-text
+    prompt opens it when the text itself leaves a ``<think>`` open.
+
+    Every uncapped rollout is graded, those without a routing word too: their reward stays
+    ``invalid_reward``, but ``correct`` (and the validation accuracy built on it) says whether the answer was
+    right. After each call, :attr:`last` holds the per-rollout facts (mode, length, capped, finished,
+    correct), so the trainer and its metrics reuse them instead of grading twice.
+
+    ``verifier`` (``(completion_text, reference) -> bool``, or a name of :mod:`routing_grpo.core.verifiers`)
+    decides correctness; the default grades math answers (last ``\\boxed{}``, math-verify) in a batched pool
+    with timeouts. A custom verifier sees only the answer text (after the reasoning) of a finished rollout; an
+    unfinished one is wrong without asking it.
+    """
+
+    def __init__(
+        self,
+        modes: Sequence[ModeSpec],
+        tokenizer: Any = None,
+        *,
+        answer_column: str = "answer",
+        invalid_reward: float = DEFAULT_INVALID_REWARD,
+        single_mode: int | None = None,
+        verifier: str | Verifier | None = None,
+        prompt_opens_reasoning: bool = False,
+        eos_token_ids: Sequence[int] | None = None,
+    ) -> None:
+        self.modes = tuple(modes)
+        self.prompt_opens_reasoning = prompt_opens_reasoning
+        if (
+            eos_token_ids is None
+            and tokenizer is not None
+            and getattr(tokenizer, "eos_token_id", None) is not None
+        ):
+            eos_token_ids = [tokenizer.eos_token_id]
+        self.eos_token_ids = [int(t) for t in eos_token_ids or ()]
+        self.verifier = resolve_verifier(verifier)
+        self.answer_column = answer_column
+        self.invalid_reward = invalid_reward
+        self.single_mode = single_mode
+        self.detector = (
+            ModeDetector.from_tokenizer(self.modes, tokenizer) if tokenizer else ModeDetector(modes)
+        )
+        self.last: dict[str, list] = {}
+        # TRL names reward metrics after ``__name__``.
+        self.__name__ = "routing_reward"
+
+    def __call__(
+        self,
+        prompts: list[Any],
+        completions: list[Any],
+        completion_ids: list[list[int]] | None = None,
+        **columns: Any,
+    ) -> list[float]:
+        from routing_grpo.core.grading import answer_text, grade_batch, opens_reasoning
+
+        n = len(completions)
+        if self.answer_column not in columns:
+            raise KeyError(
+                f"RoutingReward: the dataset has no column {self.answer_column!r} with reference answers; "
+                f"columns passed: {sorted(k for k in columns if not k.startswith('routing_'))}"
+            )
+        references = [str(a) for a in columns[self.answer_column]]
+        texts = [completion_text(c) for c in completions]
+        ids = completion_ids if completion_ids is not None else [[] for _ in range(n)]
+        modes_idx, lengths = self._modes_and_lengths(texts, ids, columns)
+        capped = list(columns.get("routing_capped") or [False] * n)
+        for i, (m, length) in enumerate(zip(modes_idx, lengths)):
+            if m != INVALID and exceeds_cap(self.modes[m], length):
+                capped[i] = True
+        phases = columns.get("routing_phase") or [1] * n
+        finished = self._finished(ids, columns, n)
+        reasoning_open = [
+            opens_reasoning(p) if isinstance(p, str) else self.prompt_opens_reasoning
+            for p in (prompts if len(prompts) == n else [None] * n)
+        ]
+
+        # Capped and unfinished rollouts are wrong without grading; invalid ones are graded (for accuracy),
+        # though their reward does not depend on the answer.
+        to_grade = [i for i in range(n) if not capped[i] and finished[i]]
+        correct = [False] * n
+        if self.verifier is None:
+            results = grade_batch(
+                [texts[i] for i in to_grade],
+                [references[i] for i in to_grade],
+                reasoning_open=[reasoning_open[i] for i in to_grade],
+            )
+            for i, res in zip(to_grade, results):
+                correct[i] = bool(res.correct)
+        else:
+            raw_references = columns[self.answer_column]
+            for i in to_grade:
+                answer = answer_text(texts[i], reasoning_open=reasoning_open[i])
+                correct[i] = answer is not None and bool(self.verifier(answer, raw_references[i]))
+
+        rewards = [
+            routing_reward(
+                m, length, c, self.modes, capped=k, flatten=(p == 2), invalid_reward=self.invalid_reward
+            )
+            for m, length, c, k, p in zip(modes_idx, lengths, correct, capped, phases)
+        ]
+        self.last = {
+            "mode": modes_idx,
+            "length": lengths,
+            "capped": capped,
+            "finished": finished,
+            "correct": correct,
+        }
+        return rewards
+
+    def _finished(self, ids: list[list[int]], columns: dict[str, Any], n: int) -> list[bool]:
+        """Whether each rollout ended with EOS: the trainer's column, else the last token id, else True."""
+        if columns.get("routing_finished") is not None:
+            return [bool(f) for f in columns["routing_finished"]]
+        eos = set(self.eos_token_ids)
+        return [not (eos and row) or int(row[-1]) in eos for row in ids[:n]] + [True] * (n - len(ids))
+
+    def _modes_and_lengths(
+        self, texts: list[str], ids: list[list[int]], columns: dict[str, Any]
+    ) -> tuple[list[int], list[int]]:
+        if columns.get("routing_mode") is not None and columns.get("routing_length") is not None:
+            return [int(m) for m in columns["routing_mode"]], [int(x) for x in columns["routing_length"]]
+        if self.single_mode is not None:
+            # Single-mode baseline: no routing word, every token counts towards L.
+            return [self.single_mode] * len(texts), [len(x) for x in ids]
+        modes_idx, lengths = [], []
+        for text, row_ids in zip(texts, ids):
+            det = self.detector.detect(row_ids, text) if row_ids else self._detect_text_only(text)
+            modes_idx.append(det.mode)
+            lengths.append(max(len(row_ids) - det.word_tokens, 0) if det.valid else len(row_ids))
+        return modes_idx, lengths
+
+    def _detect_text_only(self, text: str) -> Detection:
+        return Detection(self.detector.detect_text(text), 0)

@@ -1,0 +1,81 @@
+"""Answer checks by name: the one registry of verifiers, for the training reward, evaluation and tasks.
+
+A verifier ``(completion, reference) -> bool`` says whether a completion's answer is right given the row's
+reference (the dataset's answer column). Names, as recipes (``verifier``) and tasks (``grader``) write them:
+
+* ``"math"``: math-verify's grading (:mod:`routing_grpo.core.grading`). Its registry entry is None: the reward and
+  evaluation then grade a whole batch at once, with timeouts, rather than row by row.
+* ``"countdown"``: the completion's final expression must use the numbers of the reference solution (such
+  as ``"67 + 92 - 23"``), each exactly once, and reach its value.
+* ``"package.module:function"``: a user's own callable.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from routing_grpo.core.completions import completion_text
+
+Verifier = Callable[[str, Any], bool]
+# (completion, dataset row) -> bool: a verifier applied to the row's ``answer`` column.
+RowGrader = Callable[[Any, Mapping[str, Any]], bool]
+
+
+def countdown_verifier(completion: str, reference: Any) -> bool:
+    """Countdown grading from the reference solution alone. Never raises (an unreadable reference grades
+    every completion wrong)."""
+    from routing_grpo.core import countdown
+
+    try:
+        parsed = countdown.parse_expression(str(reference))
+    except Exception:
+        return False
+    if parsed.value.denominator != 1:
+        return False
+    return countdown.grade_countdown(completion, parsed.numbers, int(parsed.value))
+
+
+VERIFIERS: dict[str, Verifier | None] = {"math": None, "countdown": countdown_verifier}
+
+
+def resolve_verifier(spec: str | Verifier | None) -> Verifier | None:
+    """A verifier from its name (:data:`VERIFIERS`: None for "math") or ``"package.module:function"``; None
+    and a callable are returned as they are. A bad name is a ValueError naming it."""
+    if spec is None or callable(spec):
+        return spec
+    if spec in VERIFIERS:
+        return VERIFIERS[spec]
+    module_name, sep, attr = str(spec).partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"verifier: expected 'math', 'countdown' or 'package.module:function', got {spec!r}")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"verifier: cannot import {spec!r} ({err})") from None
+    if not callable(target):
+        raise ValueError(f"verifier: {spec!r} is not callable")
+    return target
+
+
+@functools.cache
+def row_grader(name: str) -> RowGrader:
+    """The verifier ``name`` applied to a row's ``answer`` column, one row at a time (the same object for the
+    same name)."""
+    verifier = resolve_verifier(name)
+    if verifier is None:
+        from routing_grpo.core.grading import grade
+
+        def grade_math(completion: Any, row: Mapping[str, Any]) -> bool:
+            return grade(completion_text(completion), str(row["answer"])).correct
+
+        return grade_math
+
+    def grade_row(completion: Any, row: Mapping[str, Any]) -> bool:
+        return bool(verifier(completion_text(completion), row["answer"]))
+
+    return grade_row

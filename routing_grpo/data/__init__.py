@@ -1,0 +1,1 @@
+"""Tasks and their datasets: the registry, the loaders and the generated tasks."""

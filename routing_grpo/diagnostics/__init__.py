@@ -1,0 +1,1 @@
+"""Diagnostics of routing: the oracle, the probe, the early tell and the routing metrics."""

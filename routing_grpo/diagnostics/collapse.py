@@ -1,0 +1,105 @@
+"""Routing-collapse alarm: the decision, one generation batch at a time (pure, no torch).
+
+The policy may stop routing: after the warmup its free rollouts all pick one mode. The alarm watches the
+shares of the free rollouts with a valid mode of each training generation batch (the paper's step s):
+
+    f_m = share of mode m among the free, valid rollouts of the global batch
+    H   = -sum_m f_m ln f_m                                            (natural log; 0 ln 0 = 0)
+    collapsed(s) = H < entropy_threshold  or  max_m f_m > share_threshold
+    alarm(s)     = collapsed(s), collapsed(s - 1), ..., collapsed(s - patience + 1), all with s' >= warmup
+
+A batch in the warmup (s < warmup_steps), a batch without a free valid rollout (nothing to read shares
+from: all forced, or all invalid) and a run with fewer than two modes (a single-mode baseline) are never
+collapsed. Only consecutive generation batches count: a batch seen again (the same s, e.g. regenerated
+after a resume inside a generation batch) is counted once, and a gap in s starts the count afresh.
+:class:`~routing_grpo.training.callbacks.CollapseAlarmCallback` keeps the state and warns;
+:class:`~routing_grpo.training.trainer.RoutingGRPOTrainer` feeds it each training generation batch and logs
+``routing/collapse_alarm``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+__all__ = ["CollapseState", "collapse_reasons", "routing_entropy", "update_collapse_alarm"]
+
+
+def routing_entropy(shares: Mapping[str, float]) -> float:
+    """H = -sum f_m ln f_m over the modes' shares (natural log; modes with share 0 add nothing)."""
+    return 0.0 - sum(f * math.log(f) for f in shares.values() if f > 0)  # 0.0, not -0.0, for one mode
+
+
+def collapse_reasons(
+    shares: Mapping[str, float], *, entropy_threshold: float, share_threshold: float
+) -> list[str]:
+    """What collapsed in one batch, as readable clauses (empty when nothing did).
+
+    ``shares`` maps each mode's name to f_m; an empty mapping (no free valid rollout) or one with fewer
+    than two modes never collapses.
+    """
+    if len(shares) < 2 or sum(shares.values()) <= 0:
+        return []
+    reasons = []
+    entropy = routing_entropy(shares)
+    if entropy < entropy_threshold:
+        reasons.append(f"free routing entropy {entropy:.3f} < {entropy_threshold:g}")
+    name, top = max(shares.items(), key=lambda item: item[1])
+    if top > share_threshold:
+        reasons.append(f"free share of {name} {top:.3f} > {share_threshold:g}")
+    return reasons
+
+
+@dataclass(frozen=True)
+class CollapseState:
+    """Where the alarm stands after the generation batches seen so far.
+
+    Attributes:
+        streak: consecutive generation batches, up to ``last_step``, in which routing collapsed.
+        last_step: the last generation batch s seen (None before the first).
+        firing: whether the alarm holds (``streak >= patience``).
+        reasons: what collapsed in the last batch (see :func:`collapse_reasons`).
+    """
+
+    streak: int = 0
+    last_step: int | None = None
+    firing: bool = False
+    reasons: tuple[str, ...] = ()
+
+
+def update_collapse_alarm(
+    state: CollapseState,
+    step: int,
+    shares: Mapping[str, float],
+    *,
+    warmup_steps: int,
+    entropy_threshold: float,
+    share_threshold: float,
+    patience: int,
+) -> CollapseState:
+    """The alarm after generation batch ``step`` (s) with free shares ``shares`` (module docstring rule).
+
+    * s < ``warmup_steps``, or nothing collapsed in this batch: the streak drops to 0, no alarm;
+    * s == ``state.last_step``: a batch already counted; the state is returned unchanged;
+    * s == ``state.last_step + 1``: the streak grows by one; otherwise (first batch, or a gap) it restarts
+      at 1;
+    * the alarm holds once the streak reaches ``patience`` and until a batch breaks it.
+
+    Example (patience 3, warmup 2, one mode at 0.97 from s = 1 on): s = 1 is warmup (streak 0), s = 2, 3
+    give streaks 1, 2 (no alarm), s = 4 gives 3: the alarm fires, and holds at s = 5, 6, ...
+    """
+    if patience < 1:
+        raise ValueError(f"patience: must be >= 1, got {patience}")
+    if state.last_step is not None and step == state.last_step:
+        return state
+    reasons: list[str] = []
+    if step >= warmup_steps:
+        reasons = collapse_reasons(
+            shares, entropy_threshold=entropy_threshold, share_threshold=share_threshold
+        )
+    if not reasons:
+        return CollapseState(streak=0, last_step=step, firing=False, reasons=())
+    consecutive = state.last_step is not None and step == state.last_step + 1
+    streak = state.streak + 1 if consecutive else 1
+    return CollapseState(streak=streak, last_step=step, firing=streak >= patience, reasons=tuple(reasons))

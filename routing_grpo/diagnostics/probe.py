@@ -1,0 +1,169 @@
+"""``routing-grpo probe``'s work: the routing state of a model on prompts of known difficulty, before training.
+
+Rows come from a task the project knows (:func:`routing_grpo.data.datasets.load_task`: MATH-500, MATH train, the
+miniature's worlds ``mini`` / ``mini_graded``..., difficulty its ``level``) or from a JSONL file with a
+difficulty column (a number, or text whose first number orders it, as ``"Level 3"``). A seeded sample of at
+most ``per_difficulty`` prompts of each difficulty is rendered as the trainer renders a routed prompt (the
+routing instruction in the user turn, the chat template's generation prompt, the routing question), and
+read once each: the final hidden state at the last position (:mod:`routing_grpo.diagnostics.state_probe` says what
+is computed from it), the prompt's length in tokens, and the routing log-odds z = log pi(longest word) -
+log pi(briefest word), each word over all its tokens (:mod:`routing_grpo.diagnostics.early_tell`).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import random
+import re
+import warnings
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, routing_instruction, word_token_id_forms
+from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION, PromptPlan
+from routing_grpo.diagnostics.early_tell import fanout, logodds_by_level, word_logprob
+
+
+@dataclass(frozen=True)
+class ProbeRow:
+    """One prompt: its conversation (or text) and its difficulty's value (harder higher)."""
+
+    prompt: Any
+    difficulty: float
+
+
+def difficulty_number(value: Any) -> float | None:
+    """A difficulty cell's value: a number as is, text by its first number ("Level 3" -> 3); None when
+    there is none (MATH's "Level ?")."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        found = re.search(r"-?\d+(?:\.\d+)?", value)
+        return float(found.group()) if found else None
+    return None
+
+
+def sample_per_difficulty(rows: Sequence[ProbeRow], per_difficulty: int, seed: int) -> list[ProbeRow]:
+    """At most ``per_difficulty`` rows of each distinct difficulty, drawn with ``seed``, easiest first."""
+    groups: dict[float, list[ProbeRow]] = defaultdict(list)
+    for row in rows:
+        groups[row.difficulty].append(row)
+    rng = random.Random(seed)
+    out: list[ProbeRow] = []
+    for value in sorted(groups):
+        rows_of = list(groups[value])
+        rng.shuffle(rows_of)
+        out += rows_of[:per_difficulty]
+    return out
+
+
+def jsonl_rows(path: str | Path, difficulty_column: str) -> list[ProbeRow]:
+    """Rows of a JSONL file: the problem from ``problem`` or ``question`` (or a ``prompt`` conversation), the
+    difficulty from ``difficulty_column``; rows without a difficulty are left out."""
+    from routing_grpo.data.datasets import PROBLEM_COLUMNS
+    from routing_grpo.io.jsonl import read_jsonl
+
+    rows: list[ProbeRow] = []
+    for line, obj in read_jsonl(path):
+        if difficulty_column not in obj:
+            raise ValueError(f"{path}:{line}: no column {difficulty_column!r} (columns: {', '.join(obj)})")
+        problem = next((obj[c] for c in PROBLEM_COLUMNS if isinstance(obj.get(c), str)), obj.get("prompt"))
+        if not isinstance(problem, str | list) or not problem:
+            raise ValueError(f"{path}:{line}: no problem text (a 'problem', 'question' or 'prompt' column)")
+        value = difficulty_number(obj[difficulty_column])
+        if value is not None:
+            rows.append(ProbeRow(problem, value))
+    return rows
+
+
+def task_rows(
+    name: str, path: str | None, split: str | None, per_difficulty: int, seed: int
+) -> list[ProbeRow]:
+    """Rows of a registered task (its ``level`` the difficulty); a generated task makes enough rows for
+    ``per_difficulty`` of each of up to 10 levels."""
+    from routing_grpo.data.datasets import get_task, load_task
+
+    spec = get_task(name)
+    limit = 10 * per_difficulty * 2 if spec.generate is not None else None
+    dataset = load_task(name, path=path, split=split, limit=limit, seed=seed)
+    return [ProbeRow(r["prompt"], float(r["level"])) for r in dataset if r["level"] is not None]
+
+
+def load_probe_rows(
+    data: str,
+    *,
+    path: str | None = None,
+    split: str | None = None,
+    difficulty_column: str = "level",
+    per_difficulty: int = 40,
+    seed: int = 0,
+) -> list[ProbeRow]:
+    """The sample the probe reads: ``data`` a task name or a JSONL file (the module docstring)."""
+    from routing_grpo.data.datasets import task_names
+
+    if data in task_names():
+        rows = task_rows(data, path, split, per_difficulty, seed)
+    elif Path(data).is_file():
+        rows = jsonl_rows(data, difficulty_column)
+    else:
+        raise ValueError(f"--data: {data!r} is neither a task ({', '.join(task_names())}) nor a JSONL file")
+    sample = sample_per_difficulty(rows, per_difficulty, seed)
+    if len({r.difficulty for r in sample}) < 2:
+        raise ValueError(f"--data {data}: needs prompts of at least two difficulties")
+    return sample
+
+
+def read_states(
+    model: Any,
+    tokenizer: Any,
+    rows: Sequence[ProbeRow],
+    modes: Sequence[ModeSpec] = DEFAULT_MODES,
+    question: str = DEFAULT_ROUTING_QUESTION,
+) -> tuple[Any, list[int], list[float]]:
+    """(states (N, d), prompt lengths in tokens, routing log-odds z) of each row, one prompt at a time."""
+    import torch
+
+    plan = PromptPlan(routing_instruction(modes), question)
+    brief, longest = (word_token_id_forms(tokenizer, m.word) for m in (modes[0], modes[-1]))
+    states, lengths, logodds = [], [], []
+    with torch.no_grad():
+        for row in rows:
+            ids = tokenizer(plan.render(tokenizer, row.prompt), add_special_tokens=False)["input_ids"]
+            out = model(input_ids=torch.tensor([ids]), output_hidden_states=True, use_cache=True)
+            states.append(out.hidden_states[-1][0, -1].float())
+            lengths.append(len(ids))
+            at_word = out.logits[0, -1].float().log_softmax(-1)
+
+            def form_logprobs(form: list[int], out=out, at_word=at_word) -> list[float]:
+                if len(form) == 1:
+                    return [float(at_word[form[0]])]
+                # The word's later tokens read on from the prompt's cache (a copy: each spelling its own).
+                with warnings.catch_warnings():  # the argument's newer name is not in every transformers
+                    warnings.simplefilter("ignore", FutureWarning)
+                    cache = copy.deepcopy(out.past_key_values)
+                    logits = model(input_ids=torch.tensor([form[:-1]]), past_key_values=cache).logits
+                rest = logits[0].float().log_softmax(-1)
+                return [float(at_word[form[0]])] + [float(rest[t, form[t + 1]]) for t in range(len(form) - 1)]
+
+            logodds.append(
+                word_logprob([form_logprobs(f) for f in longest])
+                - word_logprob([form_logprobs(f) for f in brief])
+            )
+    return torch.stack(states), lengths, logodds
+
+
+def logodds_summary(difficulty: Sequence[float], logodds: Sequence[float]) -> dict[str, Any]:
+    """Mean z per difficulty and its fanout (nats per level step): the early tell before training."""
+    levels = [f"{d:g}" for d in difficulty]
+    value, rank = fanout(levels, list(logodds))
+    return {
+        "logodds_by_difficulty": logodds_by_level(levels, logodds),
+        "fanout": value,
+        "fanout_rank": rank,
+    }

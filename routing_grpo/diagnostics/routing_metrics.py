@@ -1,0 +1,267 @@
+"""The routing metrics of one generation batch, as pure functions of its :class:`GenerationRecord`.
+
+The trainer logs them (``routing/...``, every generation batch; docs/method.md "Metrics" and "The early
+tell"), prints :func:`batch_line` per batch and :func:`routing_summary` at the end of training:
+
+* the schedule (batch step, balance coefficient, phase, forced share), tokens past caps, the invalid share;
+* accuracy over every answer, those without a routing word too; the truncated share;
+* the free split per mode (shares of the free rollouts with a valid mode) and its entropy; accuracy,
+  length, capped and truncated shares per mode, forced and free apart;
+* per difficulty (the data's ``level``, ``routing/level/<L>/...``): accuracy, length and the free split;
+* the early tell (:mod:`routing_grpo.diagnostics.early_tell`): advantages per difficulty and mode with their shared /
+  per-level split, the routing log-odds per difficulty and their fanout (nats per level step); difficulty
+  is the data's level, else the pass-rate fifth of the group's rollouts forced into the longest mode
+  (``routing/pass_rate/<fifth>/...``, warmup batches only).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from routing_grpo.core.modes import INVALID, ModeSpec
+from routing_grpo.diagnostics.early_tell import (
+    FANOUT_WINDOW,
+    PASS_PREFIX,
+    advantage_split,
+    early_tell_readings,
+    early_tell_verdict,
+    fanout,
+    level_mode_advantages,
+    logodds_by_level,
+    pass_rate_difficulty,
+)
+
+
+@dataclass
+class GenerationRecord:
+    """Summary of one generation batch of the global batch (kept in ``trainer.routing_history``).
+
+    The lists hold one entry per rollout of the global batch, in the order of the gathered batch. ``levels``
+    is the dataset's ``level`` of each rollout's prompt as text (None for a row without one), or None when
+    the data has no ``level`` column. ``truncated``: the rollout stopped at ``max_completion_length`` without
+    EOS and was not capped (an unfinished answer, scored wrong).
+    """
+
+    mode: str
+    batch_step: int
+    global_step: int
+    balance_coef: float
+    phase: int
+    modes: list[int] = field(default_factory=list)
+    forced: list[bool] = field(default_factory=list)
+    lengths: list[int] = field(default_factory=list)
+    capped: list[bool] = field(default_factory=list)
+    correct: list[bool] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    advantages: list[float] = field(default_factory=list)
+    tokens_past_caps: list[int] = field(default_factory=list)
+    levels: list[str | None] | None = None
+    truncated: list[bool] = field(default_factory=list)
+    group_size: int = 1
+    # The early tell (routing_grpo.diagnostics.early_tell): each rollout's routing log-odds (its prompt's), the routing
+    # words' share of the loss weight, and the fanout over the batch's prompts (None where not read).
+    logodds: list[float] | None = None
+    word_loss_share: float | None = None
+    fanout: float | None = None
+
+
+def batch_metrics(
+    record: GenerationRecord, modes: Sequence[ModeSpec], *, early_tell: bool = True
+) -> dict[str, float]:
+    """Every ``routing/...`` metric of one generation batch (NaN where a figure has no rollout to read).
+    ``early_tell``: also the early tell's (a router's; a single-mode run has no routing to tell)."""
+    metrics: dict[str, float] = {}
+    n = len(record.modes)
+    free = [i for i in range(n) if not record.forced[i]]
+    free_valid = [i for i in free if record.modes[i] != INVALID]
+    metrics["routing/batch_step"] = float(record.batch_step)
+    metrics["routing/optimizer_step"] = float(record.global_step)
+    metrics["routing/balance_coef"] = record.balance_coef
+    metrics["routing/phase"] = float(record.phase)
+    metrics["routing/forced_share"] = sum(record.forced) / n
+    metrics["routing/tokens_past_caps"] = float(sum(record.tokens_past_caps))
+    metrics["routing/invalid_share"] = sum(m == INVALID for m in record.modes) / n
+    metrics["routing/free_invalid_share"] = (
+        sum(record.modes[i] == INVALID for i in free) / len(free) if free else float("nan")
+    )
+    # Every answer counts, those without a routing word too (the paper's validation curve grades answers
+    # whatever the routing); their reward stays invalid_routing_reward.
+    metrics["routing/accuracy"] = sum(record.correct) / n
+    truncated = record.truncated or [False] * n
+    metrics["routing/truncated_share"] = sum(truncated) / n
+    entropy = 0.0
+    for m, spec in enumerate(modes):
+        share = sum(record.modes[i] == m for i in free_valid) / len(free_valid) if free_valid else 0.0
+        metrics[f"routing/share/{spec.name}"] = share if free else float("nan")
+        if share > 0:
+            entropy -= share * math.log(share)
+        for kind, rows in (("forced", [i for i in range(n) if record.forced[i]]), ("free", free_valid)):
+            in_mode = [i for i in rows if record.modes[i] == m]
+            suffix = "" if kind == "free" else "_forced"
+            metrics[f"routing/accuracy{suffix}/{spec.name}"] = _mean([record.correct[i] for i in in_mode])
+            metrics[f"routing/length{suffix}/{spec.name}"] = _mean([record.lengths[i] for i in in_mode])
+            metrics[f"routing/capped_share{suffix}/{spec.name}"] = _mean([record.capped[i] for i in in_mode])
+            # Unfinished at max_completion_length (no EOS, not capped): scored wrong.
+            metrics[f"routing/truncated_share{suffix}/{spec.name}"] = _mean([truncated[i] for i in in_mode])
+    metrics["routing/entropy"] = entropy if free_valid else float("nan")
+    if record.levels is not None:
+        metrics.update(level_metrics(record, modes))
+    if record.word_loss_share is not None:
+        metrics["routing/word_loss_share"] = record.word_loss_share
+    if early_tell:
+        metrics.update(early_tell_metrics(record, modes))
+    return metrics
+
+
+def free_split(record: GenerationRecord, modes: Sequence[ModeSpec]) -> dict[str, float]:
+    """Each mode's share of the free rollouts with a valid mode ({} when there are none): what the collapse
+    alarm watches."""
+    free_valid = [i for i in range(len(record.modes)) if not record.forced[i] and record.modes[i] != INVALID]
+    if not free_valid:
+        return {}
+    return {
+        spec.name: sum(record.modes[i] == m for i in free_valid) / len(free_valid)
+        for m, spec in enumerate(modes)
+    }
+
+
+def level_metrics(record: GenerationRecord, modes: Sequence[ModeSpec]) -> dict[str, float]:
+    """``routing/level/<L>/...``: accuracy and length over all rollouts of level L, the share of each mode
+    among its free rollouts with a valid mode (NaN when it has none). Rows without a level are skipped."""
+    metrics: dict[str, float] = {}
+    by_level: dict[str, list[int]] = defaultdict(list)
+    for i, level in enumerate(record.levels or []):
+        if level is not None:
+            by_level[level].append(i)
+    for level, rows in sorted(by_level.items()):
+        metrics[f"routing/level/{level}/accuracy"] = _mean([record.correct[i] for i in rows])
+        metrics[f"routing/level/{level}/length"] = _mean([record.lengths[i] for i in rows])
+        free_valid = [i for i in rows if not record.forced[i] and record.modes[i] != INVALID]
+        for m, spec in enumerate(modes):
+            metrics[f"routing/level/{level}/share/{spec.name}"] = _mean(
+                [record.modes[i] == m for i in free_valid]
+            )
+    return metrics
+
+
+def early_tell_metrics(record: GenerationRecord, modes: Sequence[ModeSpec]) -> dict[str, float]:
+    """The early tell of one generation batch (docs/method.md "The early tell"): advantages per difficulty
+    and mode with their shared / per-level split, the routing log-odds per difficulty and their fanout
+    (``routing/fanout``, ``routing/fanout_rank``, when the log-odds were read)."""
+    metrics: dict[str, float] = {}
+    levels, prefix = record.levels, "routing/level"
+    if levels is None:
+        levels = pass_rate_difficulty(
+            record.modes, record.correct, record.forced, group_size=record.group_size, num_modes=len(modes)
+        )
+        prefix = "routing/pass_rate"
+
+    def key(level: str, what: str) -> str:
+        return f"{prefix}/{level.removeprefix(PASS_PREFIX)}/{what}"
+
+    names = [m.name for m in modes]
+    for kind, suffix in (("free", ""), ("forced", "_forced")):
+        table = level_mode_advantages(
+            levels, record.modes, record.forced, record.advantages, num_modes=len(modes), kind=kind
+        )
+        if not table:
+            continue
+        for level, means in table.items():
+            for name, value in zip(names, means, strict=True):
+                metrics[key(level, f"advantage{suffix}/{name}")] = value
+        shared, per_level = advantage_split(table)
+        metrics[f"routing/advantage_rms{suffix}/shared"] = shared
+        metrics[f"routing/advantage_rms{suffix}/level"] = per_level
+    if record.logodds is None:
+        return metrics
+    # One value per prompt: the rollouts of a group share their prompt and its routing state.
+    firsts = range(0, len(record.logodds), record.group_size)
+    prompt_levels = [levels[i] for i in firsts if levels[i] is not None]
+    prompt_logodds = [record.logodds[i] for i in firsts if levels[i] is not None]
+    if not prompt_levels:
+        return metrics
+    for level, value in logodds_by_level(prompt_levels, prompt_logodds).items():
+        metrics[key(level, "logodds")] = value
+    metrics["routing/fanout"], metrics["routing/fanout_rank"] = fanout(prompt_levels, prompt_logodds)
+    return metrics
+
+
+def routing_summary(history: list[GenerationRecord], mode_names: list[str]) -> str:
+    """The end-of-training summary: the last training generation batch's free split, accuracy and length."""
+    train = [r for r in history if r.mode == "train"]
+    if not train:
+        return "Routing: no training generation batch"
+    last = train[-1]
+    free = [i for i in range(len(last.modes)) if not last.forced[i] and last.modes[i] != INVALID]
+    n = len(last.modes)
+    text = f"Routing at generation batch {last.batch_step + 1}: accuracy {sum(last.correct) / n:.3f}, "
+    text += f"mean length {_mean(last.lengths):.1f} tokens"
+    if free:
+        shares = [sum(last.modes[i] == m for i in free) / len(free) for m in range(len(mode_names))]
+        entropy = -sum(f * math.log(f) for f in shares if f > 0)
+        text += (
+            ", free split "
+            + " / ".join(f"{name} {f:.2f}" for name, f in zip(mode_names, shares))
+            + f", entropy {entropy:.2f}"
+        )
+    invalid = sum(m == INVALID for m in last.modes) / n
+    text += f", no routing word {invalid:.2f}"
+    tell = early_tell_summary(history)
+    return text if tell is None else f"{text}\n{tell}"
+
+
+def batch_line(
+    record: GenerationRecord, mode_names: list[str], total: int | None, seconds: float | None
+) -> str:
+    """One console line per generation batch: batch k/N, mean reward, accuracy, the free split (shares of
+    the free rollouts with a valid mode), its entropy, the seconds the batch took and the time left at that
+    pace (the batches left times this batch's seconds)."""
+    n = len(record.modes)
+    free = [m for m, f in zip(record.modes, record.forced) if not f and m != INVALID]
+    parts = [f"[routing] batch {record.batch_step + 1}/{total if total is not None else '?'}"]
+    parts.append(f"reward {_mean(record.rewards):.3f} acc {sum(record.correct) / n:.2f}")
+    if free:
+        shares = [free.count(i) / len(free) for i in range(len(mode_names))]
+        entropy = -sum(f * math.log(f) for f in shares if f > 0)
+        parts.append(
+            f"free {'/'.join(mode_names)} " + "/".join(f"{f:.2f}" for f in shares) + f" H {entropy:.2f}"
+        )
+    elif any(record.forced):
+        parts.append("all forced")
+    if record.fanout is not None and not math.isnan(record.fanout):
+        parts.append(f"fan {record.fanout:+.3f}/step")
+    if seconds is not None:
+        parts.append(f"{seconds:.1f}s")
+        left = total - record.batch_step - 1 if total is not None else 0
+        if left > 0:  # the batches left at this batch's time
+            parts.append(f"(ETA {duration_text(left * seconds)})")
+    return " ".join(parts)
+
+
+def duration_text(seconds: float) -> str:
+    """``45s``, ``12m05s``, ``3h07m``: a duration for a progress line."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def early_tell_summary(history: list[GenerationRecord]) -> str | None:
+    """The training fanout's trailing mean at generation batches 20, 45 and the last one (docs/method.md
+    "The early tell"); None when it was never read."""
+    points = [(r.batch_step + 1, r.fanout) for r in history if r.mode == "train" and r.fanout is not None]
+    readings = early_tell_readings(points)
+    if not readings:
+        return None
+    text = ", ".join(f"batch {b} {v:+.3f}" for b, v in readings)
+    return f"Early tell (fanout in nats per level step, mean of the last {FANOUT_WINDOW} batches): {text}; {early_tell_verdict(readings[-1][1])}"
+
+
+def _mean(values: list) -> float:
+    """Mean, NaN for an empty list (TRL's ``log`` drops NaNs before averaging over a logging window)."""
+    return sum(float(v) for v in values) / len(values) if values else float("nan")

@@ -1,0 +1,226 @@
+"""What the routing state carries about difficulty, before training (pure; docs/mini/cold_start.md).
+
+The router learns its first word from h(x), the model's final (normalised) hidden state at the routing
+position (after the routing question, before the word). A step moves the mode words' logits at prompt x by
+about (change of the words' output vectors) . h(x), so it can teach different words to different
+difficulties only as far as h differs between them. For N prompts with difficulties l(x) (D groups), state
+means m_l per difficulty and the overall mean m:
+
+    between share      S = B / T,   B = sum_x |m_l(x) - m|^2 / N,   T = sum_x |h(x) - m|^2 / N
+    its noise floor    S with the difficulty labels permuted (mean and 95th percentile over permutations):
+                       what D groups of that size read from noise alone (about (D - 1) / N for
+                       isotropic noise)
+    spread             T / C,   C = |m|^2: how far prompts differ at all, relative to the common part
+    between / common   B / C = S x T / C: how far difficulty moves the state, relative to the common part
+    cosine             m_easiest . m_hardest / (|m_easiest| |m_hardest|)
+
+and a held-out readout: ridge regression from the standardised state to the difficulty's value, its
+penalty chosen by an inner cross-validation on each outer fold's training rows, scored by the Spearman
+correlation of the out-of-fold predictions with the difficulty (:func:`ridge_readout`); the same readout
+from the prompt's length alone (in tokens) is its baseline, as a longer problem is often a harder one.
+
+The verdict (:func:`probe_verdict`) reads difficulty as *present* when S is above its noise floor's 95th
+percentile, and as *carried* when also B / C >= :data:`CARRIED_BETWEEN_COMMON` (the miniature's
+difficulty-aware start reads about 0.1, its blind start about 0.002); prompts *differ* when
+T / C >= :data:`SPREAD_DIFFERS`. It says so when the state's readout does not beat the length's by
+:data:`READOUT_MARGIN` (in the miniature's graded world the length alone reads the level: a problem of
+more steps is longer).
+These cut-offs are the probe's reading, set between the miniature's two starts, not thresholds measured to
+predict routing. The miniature's controls (docs/mini/cold_start.md "The controls and the dose-response", 3
+seeds each) say how far the reading goes: no start whose prompts differ without difficulty routed in 90
+batches; among the faint starts some routed (the level at half strength, the start digit) and some did not
+(a quarter strength, the start matched to SmolLM2-135M); and one that reads difficulty-aware (the levels
+kept apart with their order scrambled) did not. So each verdict names what its class of start did there.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from routing_grpo.diagnostics.early_tell import spearman
+
+__all__ = [
+    "CARRIED_BETWEEN_COMMON",
+    "READOUT_MARGIN",
+    "SPREAD_DIFFERS",
+    "between_share",
+    "difficulty_groups",
+    "probe_statistics",
+    "probe_verdict",
+    "ridge_readout",
+    "share_noise_floor",
+]
+
+READOUT_MARGIN = 0.05
+CARRIED_BETWEEN_COMMON = 0.05
+SPREAD_DIFFERS = 0.01
+MAX_GROUPS = 10  # more distinct difficulty values than this: grouped into fifths by rank
+
+
+def difficulty_groups(values: Sequence[float]) -> list[int]:
+    """Group index of each difficulty value, easiest 0: the distinct values in order, or their fifths by
+    rank when there are more than :data:`MAX_GROUPS` distinct values (a continuous difficulty)."""
+    distinct = sorted(set(values))
+    if len(distinct) <= MAX_GROUPS:
+        return [distinct.index(v) for v in values]
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    groups = [0] * len(values)
+    for rank, i in enumerate(order):
+        groups[i] = min(5 * rank // len(values), 4)
+    return groups
+
+
+def _group_means(h: torch.Tensor, groups: torch.Tensor, k: int) -> torch.Tensor:
+    onehot = torch.nn.functional.one_hot(groups, k).to(h.dtype)
+    return (onehot.T @ h) / onehot.sum(0).clamp_min(1).unsqueeze(1)
+
+
+def between_share(states: torch.Tensor, groups: Sequence[int]) -> float:
+    """S = B / T of the module docstring (B weighted by each group's size)."""
+    h = states.to(torch.float64)
+    g = torch.as_tensor(list(groups))
+    centred = h - h.mean(0)
+    means = _group_means(centred, g, int(g.max()) + 1)
+    total = float((centred**2).sum(1).mean())
+    return float((means[g] ** 2).sum(1).mean()) / total if total > 0 else math.nan
+
+
+def share_noise_floor(
+    states: torch.Tensor, groups: Sequence[int], permutations: int = 200, seed: int = 0
+) -> tuple[float, float]:
+    """(mean, 95th percentile) of :func:`between_share` with the group labels permuted at random."""
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.as_tensor(list(groups))
+    shares = sorted(
+        between_share(states, g[torch.randperm(len(g), generator=gen)].tolist()) for _ in range(permutations)
+    )
+    return sum(shares) / len(shares), shares[min(int(0.95 * len(shares)), len(shares) - 1)]
+
+
+def _ridge_fit_predict(x_fit: torch.Tensor, y_fit: torch.Tensor, x_new: torch.Tensor, alpha: float):
+    mu, sd = x_fit.mean(0), x_fit.std(0).clamp_min(1e-8)
+    a, b = (x_fit - mu) / sd, (x_new - mu) / sd
+    y0 = y_fit.mean()
+    kernel = a @ a.T  # the dual form: n x n, whatever the state's width
+    coef = torch.linalg.solve(kernel + alpha * torch.eye(len(a), dtype=a.dtype), y_fit - y0)
+    return b @ (a.T @ coef) + y0
+
+
+def _folds(n: int, k: int, gen: torch.Generator) -> list[torch.Tensor]:
+    return list(torch.randperm(n, generator=gen).chunk(k))
+
+
+def ridge_readout(
+    features: torch.Tensor, target: Sequence[float], folds: int = 5, seed: int = 0
+) -> tuple[float, list[float]]:
+    """(Spearman of the out-of-fold ridge predictions with ``target``, the predictions). Each outer
+    fold's penalty is chosen among 10^-3 ... 10^3 times the width by a ``folds``-fold cross-validation on
+    its training rows (least squared error)."""
+    x = features.to(torch.float64)
+    x = x.unsqueeze(1) if x.ndim == 1 else x
+    y = torch.as_tensor(list(target), dtype=torch.float64)
+    n = len(y)
+    if n < 2 * folds:
+        raise ValueError(f"ridge_readout: {n} rows; at least {2 * folds} for {folds} folds")
+    alphas = [x.shape[1] * 10.0**k for k in range(-3, 4)]
+    gen = torch.Generator().manual_seed(seed)
+    predictions = torch.empty(n, dtype=torch.float64)
+    for held in _folds(n, folds, gen):
+        fit = torch.ones(n, dtype=torch.bool)
+        fit[held] = False
+        xf, yf = x[fit], y[fit]
+        inner = _folds(len(yf), folds, gen)
+
+        def inner_error(alpha: float, xf=xf, yf=yf, inner=inner) -> float:
+            error = 0.0
+            for part in inner:
+                keep = torch.ones(len(yf), dtype=torch.bool)
+                keep[part] = False
+                pred = _ridge_fit_predict(xf[keep], yf[keep], xf[part], alpha)
+                error += float(((pred - yf[part]) ** 2).sum())
+            return error
+
+        best = min(alphas, key=inner_error)
+        predictions[held] = _ridge_fit_predict(xf, yf, x[held], best)
+    values = predictions.tolist()
+    return spearman(values, y.tolist()), values
+
+
+def probe_statistics(
+    states: torch.Tensor, difficulty: Sequence[float], lengths: Sequence[float], seed: int = 0
+) -> dict[str, Any]:
+    """Every statistic of the module docstring for ``states`` (N, d), one difficulty value (harder higher)
+    and one prompt length per row; at least two difficulty groups and ten rows."""
+    if states.ndim != 2 or states.shape[0] != len(difficulty) or len(difficulty) != len(lengths):
+        raise ValueError(
+            f"states must be (N, d) with one difficulty and one length per row; got {tuple(states.shape)}, "
+            f"{len(difficulty)} difficulties and {len(lengths)} lengths"
+        )
+    groups = difficulty_groups([float(v) for v in difficulty])
+    if len(set(groups)) < 2:
+        raise ValueError("the probe needs at least two difficulties")
+    h = states.to(torch.float64)
+    mean = h.mean(0)
+    g = torch.as_tensor(groups)
+    k = int(g.max()) + 1
+    means = _group_means(h, g, k)
+    easiest, hardest = means[0], means[-1]
+    total = float(((h - mean) ** 2).sum(1).mean())
+    common = float((mean**2).sum())
+    share = between_share(h, groups)
+    floor_mean, floor_p95 = share_noise_floor(h, groups, seed=seed)
+    state_rho, _ = ridge_readout(h, difficulty, seed=seed)
+    length_rho, _ = ridge_readout(torch.as_tensor(list(lengths), dtype=torch.float64), difficulty, seed=seed)
+    stats = {
+        "prompts": len(groups),
+        "groups": k,
+        "cosine_easiest_hardest": float(easiest @ hardest / (easiest.norm() * hardest.norm())),
+        "between_share": share,
+        "between_share_noise_floor": floor_mean,
+        "between_share_noise_floor_p95": floor_p95,
+        "spread_over_common": total / common if common > 0 else math.nan,
+        "between_over_common": share * total / common if common > 0 else math.nan,
+        "readout_spearman": state_rho,
+        "length_readout_spearman": length_rho,
+    }
+    stats["verdict"] = probe_verdict(stats)
+    return stats
+
+
+def probe_verdict(stats: dict[str, Any]) -> str:
+    """The reading the statistics support (the module docstring's rules), in one sentence."""
+    present = stats["between_share"] > stats["between_share_noise_floor_p95"]
+    differs = stats["spread_over_common"] >= SPREAD_DIFFERS
+    beyond_length = stats["readout_spearman"] > stats["length_readout_spearman"] + READOUT_MARGIN
+    length_note = (
+        "" if beyond_length else " (a readout from the state does no better than one from prompt length)"
+    )
+    if present and stats["between_over_common"] >= CARRIED_BETWEEN_COMMON:
+        return (
+            "difficulty-aware: difficulty moves the routing state far beyond its noise floor, against the "
+            f"common part too (like the miniature's aware start, offline:mini_graded){length_note}; in the "
+            "miniature's controls such starts routed when the state kept the levels in order, not when it "
+            "scrambled them (docs/mini/cold_start.md); watch the early tell"
+        )
+    if present:
+        return (
+            "difficulty present but faint: above its noise floor, yet it moves the state little against the "
+            "common part" + ("; prompts differ" if differs else "")
+            + f"{length_note} (the miniature's blind start, offline:mini_graded_blind, reads so, and the paper's "
+            "recipe routed from it weakly at best; of the miniature's controls that read so, some routed and "
+            "some did not: docs/mini/cold_start.md); watch the early tell"
+        )  # fmt: skip
+    if differs:
+        return (
+            "difficulty not in the routing state beyond its noise floor, but prompts differ there: in the "
+            "miniature's controls the paper's recipe did not route from such starts in 90 batches "
+            "(docs/mini/cold_start.md); watch the early tell"
+        )
+    return (
+        "difficulty-blind: the routing state separates neither difficulties nor prompts much; expect the "
+        "recipe to route late or not at all from this start (docs/troubleshooting.md)"
+    )

@@ -1,0 +1,375 @@
+"""Evaluation of a routing model (or a baseline) on MATH-500, GSM8K and AIME: ``routing-grpo eval``.
+
+Free routing with the routing prompt by default, uncapped (docs/method.md "Validation and evaluation":
+validation and evaluation are free and uncapped, temperature 0.6). ``force_mode`` appends one mode's word after the routing question;
+``no_routing`` uses the plain prompt (a base model or a single-mode baseline).
+
+Per benchmark, ``OUTPUT/<benchmark>/samples.jsonl`` gets one line per (prompt, sample) as soon as its batch
+is graded, so an interrupted run resumes without redoing finished samples, and ``summary.json`` (written
+atomically) holds accuracy (avg@k), mean length, the routing split and per-mode / per-level figures. With
+``--overwrite`` both are drawn beside the old folder and replace it once the benchmark's summary is written
+(:mod:`routing_grpo.evaluation.samples`): a run that fails before that leaves the old output as it was.
+
+At GPU scale (:func:`run_eval`): the benchmark names, ``--samples`` / ``--data`` entries and data files are
+checked, and the benchmarks loaded, before the model is; with vLLM each benchmark's prompts go to the
+engine in one generation call (vLLM schedules them), on ``tensor_parallel_size`` GPUs per engine and
+``data_parallel_size`` engines; the transformers backend runs on the GPU when there is one, ``batch_size``
+prompts per call. The backends are inference's too (:mod:`routing_grpo.generation`).
+
+The run's settings are :mod:`routing_grpo.evaluation.config`'s, its engine :mod:`routing_grpo.evaluation.engines`' and
+the summary's figures :mod:`routing_grpo.evaluation.summary`'s; this module draws, grades and keeps the samples.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from routing_grpo.core.modes import INVALID, ModeDetector, ModeSpec
+from routing_grpo.core.prompting import PromptPlan
+from routing_grpo.diagnostics.routing_metrics import duration_text
+from routing_grpo.evaluation.config import SAMPLE_SETTINGS, EvalConfig
+from routing_grpo.evaluation.engines import check_engine, make_eval_backend, prompts_per_call
+from routing_grpo.evaluation.samples import (
+    append_samples,
+    begin_replacement,
+    claim_folder,
+    commit_replacement,
+    data_fingerprint,
+    model_fingerprint,
+    read_samples,
+    write_json_atomic,
+)
+from routing_grpo.evaluation.summary import summarize
+from routing_grpo.generation.factory import VLLM, resolve_backend
+from routing_grpo.generation.interface import Backend, GenerationRequest
+from routing_grpo.io.errors import model_loading, naming_path
+from routing_grpo.io.locations import looks_local
+from routing_grpo.io.model_files import context_length
+from routing_grpo.io.path_names import under
+
+logger = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------------------------
+# Requests
+# ---------------------------------------------------------------------------------------------------------
+
+
+def sample_requests(
+    items: Sequence[tuple[dict[str, Any], list[int]]], plan: PromptPlan, tokenizer: Any, max_tokens: int
+) -> list[GenerationRequest]:
+    """The requests of one generation call: per (row, missing sample indices), the rendered prompt's token
+    ids and one sample per missing index, each of at most ``max_tokens`` tokens. Prompts with different
+    numbers of missing samples (a resumed run) go in the same call."""
+    return [
+        GenerationRequest(
+            prompt_ids=tuple(
+                tokenizer(plan.render(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"]
+            ),
+            n=len(missing),
+            max_tokens=int(max_tokens),
+        )
+        for row, missing in items
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# What the samples are bound to (the samples file itself: routing_grpo.evaluation.samples)
+# ---------------------------------------------------------------------------------------------------------
+
+
+def samples_record(config: EvalConfig, benchmark: str) -> dict[str, Any]:
+    """What the samples of ``benchmark`` are bound to: the model, the data and every setting that changes a
+    sample. ``--samples`` and ``--limit`` are not in it: more samples or problems extend the same set."""
+    return {
+        "model": model_fingerprint(config.model, config.revision),
+        "data": data_fingerprint(benchmark, config.data.get(benchmark)),
+        "settings": {key: getattr(config, key) for key in SAMPLE_SETTINGS},
+    }
+
+
+def claim_samples(config: EvalConfig, benchmark: str) -> None:
+    """Binds ``OUTPUT/<benchmark>/`` to this evaluation before anything is generated (``overwrite``: nothing
+    is touched; the new samples are drawn beside it once the model has loaded)."""
+    claim_folder(
+        under(config.output, benchmark), samples_record(config, benchmark), overwrite=config.overwrite
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The run
+# ---------------------------------------------------------------------------------------------------------
+
+
+def evaluate_benchmark(
+    config: EvalConfig,
+    benchmark: str,
+    dataset: Any,
+    tokenizer: Any,
+    backend: Backend,
+    *,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Generates the missing samples of one benchmark, appends them, and writes its summary (with
+    ``overwrite``: into a staging folder that replaces the benchmark's folder once the summary is there)."""
+    final_dir = under(config.output, benchmark)
+    if config.overwrite:
+        out_dir = begin_replacement(final_dir, samples_record(config, benchmark))
+    else:
+        out_dir = final_dir
+        out_dir.mkdir(parents=True, exist_ok=True)
+    samples_path = out_dir / "samples.jsonl"
+    done = read_samples(samples_path)
+    k = config.samples_for(benchmark)
+    modes = config.mode_specs
+    plan = PromptPlan.from_config(config)
+    detector = ModeDetector.from_tokenizer(modes, tokenizer) if not config.no_routing else None
+    rows = [dataset[i] for i in range(len(dataset))]
+    rows_by_id = {str(row["id"]): row for row in rows}
+    verifier = _task_row_grader(benchmark)
+    # Finished or wrong: a sample must end with EOS, and close its reasoning when the prompt opened it.
+    from routing_grpo.core.grading import generation_prompt_opens_reasoning
+
+    eos_ids = {int(t) for t in backend.eos_token_ids}
+    reasoning_open = generation_prompt_opens_reasoning(tokenizer)
+
+    todo = [(row, [s for s in range(k) if (str(row["id"]), s) not in done]) for row in rows]
+    todo = [(row, missing) for row, missing in todo if missing]
+    if done:
+        logger.info("%s: %d samples already done, %d prompts to go", benchmark, len(done), len(todo))
+    started = time.time()
+    # This invocation's generation throughput: the backend's calls only (grading and writing left out).
+    generated = {"samples": 0, "tokens": 0, "seconds": 0.0}
+    per_call = prompts_per_call(config, backend, len(todo))
+    for start in range(0, len(todo), per_call):
+        chunk = todo[start : start + per_call]
+        requests = sample_requests(chunk, plan, tokenizer, config.max_tokens)
+        call_started = time.perf_counter()
+        completions = backend.sample(requests, seed=config.seed + start)
+        generated["seconds"] += time.perf_counter() - call_started
+        generated["samples"] += sum(len(outs) for outs in completions)
+        generated["tokens"] += sum(len(ids) for outs in completions for ids, _ in outs)
+        if len(completions) != len(chunk):
+            raise RuntimeError(f"the backend returned {len(completions)} outputs for {len(chunk)} prompts")
+        new_rows = []
+        for (row, missing), outs in zip(chunk, completions):
+            for sample_index, (ids, _) in zip(missing, outs):
+                new_rows.append(
+                    _sample_row(row, sample_index, ids, tokenizer, plan, detector, modes, eos_ids)
+                )
+        _grade_rows(new_rows, verifier, rows_by_id, reasoning_open)
+        with naming_path(samples_path):  # a full disk or the file-size limit names the file
+            append_samples(samples_path, new_rows)
+        if progress:
+            finished = min(start + per_call, len(todo))
+            rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
+            elapsed = time.time() - started
+            left = len(todo) - finished  # the prompts left at this run's pace so far
+            eta = f", ETA {duration_text(elapsed / finished * left)}" if left and finished else ""
+            print(
+                f"[{benchmark}] {finished}/{len(todo)} prompts ({elapsed:.0f}s, {rate:.0f} tokens/s generated{eta})",
+                flush=True,
+            )
+
+    wanted = {(str(row["id"]), s) for row in rows for s in range(k)}
+    all_rows = [r for key, r in read_samples(samples_path).items() if key in wanted]
+    summary = {
+        "benchmark": benchmark,
+        "method": config.effective_method,
+        "seed": config.run_seed if config.run_seed is not None else 0,
+        "model": config.model,
+        "samples_per_prompt": k,
+        **summarize(all_rows, [m.name for m in modes], {m.name: m.cap for m in modes}),
+        "generation": {
+            **generated,
+            "tokens_per_second": generated["tokens"] / generated["seconds"] if generated["seconds"] else None,
+        },
+        "config": asdict(config),
+    }
+    write_json_atomic(out_dir / "summary.json", summary)
+    if out_dir != final_dir:
+        commit_replacement(final_dir)
+    return summary
+
+
+def _task_row_grader(benchmark: str):
+    """None for math tasks (batched math-verify grading); the task's own check otherwise (Countdown)."""
+    from routing_grpo.data.datasets import TASKS, task_grader
+
+    spec = TASKS.get(benchmark)
+    return None if spec is None or spec.grader == "math" else task_grader(spec.grader)
+
+
+def _grade_rows(
+    new_rows: list[dict[str, Any]], verifier: Any, rows_by_id: dict[str, Any], reasoning_open: bool = False
+) -> None:
+    """Grades new samples in place; one that did not finish, or left its reasoning open, is wrong."""
+    from routing_grpo.core.grading import answer_text, extract_answer, grade_batch
+
+    finished = [bool(r.get("finished", True)) for r in new_rows]
+    if verifier is None:
+        graded = grade_batch(
+            [r["completion"] for r in new_rows],
+            [r["reference_answer"] for r in new_rows],
+            finished=finished,
+            reasoning_open=reasoning_open,
+        )
+        for r, g in zip(new_rows, graded):
+            r["correct"], r["extracted_answer"] = bool(g.correct), g.extracted_answer
+        return
+    for r, done in zip(new_rows, finished):
+        answer = answer_text(r["completion"], finished=done, reasoning_open=reasoning_open)
+        r["correct"] = answer is not None and bool(verifier(answer, rows_by_id[r["prompt_id"]]))
+        r["extracted_answer"] = extract_answer(r["completion"], finished=done, reasoning_open=reasoning_open)
+
+
+def _sample_row(
+    row: dict[str, Any],
+    sample_index: int,
+    ids: list[int],
+    tokenizer: Any,
+    plan: PromptPlan,
+    detector: ModeDetector | None,
+    modes: Sequence[ModeSpec],
+    eos_ids: set[int] | None = None,
+) -> dict[str, Any]:
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    # Finished: ended with EOS, not at --max-tokens (without known EOS tokens every sample counts as finished).
+    finished = not eos_ids or (bool(ids) and int(ids[-1]) in eos_ids)
+    if plan.forced_mode is not None:
+        mode, forced, length, routing = modes[plan.forced_mode].name, True, len(ids), "forced"
+        text = plan.forced_text.lstrip() + text
+    elif detector is not None:
+        det = detector.detect(ids)
+        mode = modes[det.mode].name if det.mode != INVALID else None
+        forced, length, routing = False, len(ids) - det.word_tokens, "free"
+    else:
+        mode, forced, length, routing = None, False, len(ids), "none"
+    return {
+        "prompt_id": str(row["id"]),
+        "sample_index": sample_index,
+        "level": row.get("level"),
+        "routing": routing,
+        "mode": mode,
+        "forced": forced,
+        "L": length,
+        "tokens": len(ids),
+        "reference_answer": str(row["answer"]),
+        "completion": text,
+        "finished": finished,
+    }
+
+
+def check_benchmarks(config: EvalConfig) -> None:
+    """The benchmark names, the ``--samples`` and ``--data`` entries (each a known benchmark, and one of
+    ``--benchmarks``) and the local data files, checked
+    before anything is loaded; raises ValueError naming the option (FileNotFoundError for a missing file)."""
+    from routing_grpo.data.datasets import TASKS
+
+    known = ", ".join(sorted(TASKS))
+    for bench in config.benchmarks:
+        if bench not in TASKS:
+            raise ValueError(f"--benchmarks: unknown benchmark {bench!r}; known: {known}")
+    if len(set(config.benchmarks)) != len(config.benchmarks):
+        raise ValueError(f"--benchmarks: a benchmark is named twice ({','.join(config.benchmarks)})")
+    for flag, entries in (("--samples", config.samples), ("--data", config.data)):
+        for bench in entries:
+            if bench not in TASKS:
+                raise ValueError(f"{flag}: unknown benchmark {bench!r}; known: {known}")
+    for bench, path in config.data.items():
+        if bench not in config.benchmarks:
+            continue
+        if TASKS[bench].generate is not None:
+            raise ValueError(f"--data: {bench} is generated (seeded, no download); it takes no file")
+        if looks_local(path) and not Path(path).expanduser().exists():
+            raise FileNotFoundError(f"--data: {bench}={path}: no such file or directory")
+    for flag, entries in (("--samples", config.samples), ("--data", config.data)):
+        stray = sorted(set(entries) - set(config.benchmarks))
+        if stray:
+            raise ValueError(
+                f"{flag}: {', '.join(stray)} not in --benchmarks ({', '.join(config.benchmarks)})"
+            )
+
+
+def load_benchmarks(config: EvalConfig) -> dict[str, Any]:
+    """Every benchmark's dataset (checked by :func:`check_benchmarks` first): local files are read and
+    Hub datasets downloaded before the model loads, so a bad name, path or row fails in seconds."""
+    from routing_grpo.data.datasets import TASKS, load_task
+
+    check_benchmarks(config)
+    datasets = {}
+    for bench in config.benchmarks:
+        # Generated tasks (synthetic, countdown) are evaluated on their held-out split.
+        split = "test" if TASKS[bench].generate is not None else None
+        datasets[bench] = load_task(bench, path=config.data.get(bench), split=split, limit=config.limit)
+    return datasets
+
+
+def evaluation_context(config: EvalConfig, backend: str) -> int | None:
+    """The context a prompt and its sample must fit: vLLM's ``--max-model-len`` when given, else the model's
+    own (a local folder's config.json; None when unknown)."""
+    if backend == VLLM and config.max_model_len is not None:
+        return config.max_model_len
+    return context_length(config.model)
+
+
+def check_prompt_lengths(
+    config: EvalConfig, datasets: dict[str, Any], tokenizer: Any, context: int | None
+) -> None:
+    """Every benchmark prompt, rendered as it will be generated from, against the model's context, before
+    the model loads: a prompt with no room left for a sample is a ValueError naming the benchmark and the
+    problem's id (generating from it would take minutes and give nothing)."""
+    if context is None:
+        return
+    plan = PromptPlan.from_config(config)
+    for bench, dataset in datasets.items():
+        for i in range(len(dataset)):
+            row = dataset[i]
+            text = plan.render(tokenizer, row["prompt"])
+            tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            if tokens >= context:
+                raise ValueError(
+                    f"{bench}: problem {row['id']}: its prompt ({tokens} tokens) is past the model's context "
+                    f"({context} positions), leaving no room for a sample; leave it out (--data) or use a "
+                    "model with a longer context"
+                )
+
+
+def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
+    """Checks and loads the benchmarks, then loads the model once and evaluates every benchmark; returns
+    the summaries. The output folder is locked first (one evaluation writes it at a time: another one
+    running there is refused at once, naming it)."""
+    from routing_grpo.io.locks import OutputLock, folder_lock_path
+
+    backend = resolve_backend(config.backend)
+    check_engine(config, backend)
+    lock = folder_lock_path(config.output)
+    with OutputLock(lock, flag="--output", output=config.output, command="routing-grpo eval"):
+        return evaluate_all(config, backend)
+
+
+def evaluate_all(config: EvalConfig, backend: str) -> dict[str, dict[str, Any]]:
+    """:func:`run_eval`'s work, under the folder's lock."""
+    from transformers import AutoTokenizer
+
+    datasets = load_benchmarks(config)
+    for bench in datasets:  # every output folder, and the samples to resume, checked before the model loads
+        claim_samples(config, bench)
+        if not config.overwrite:
+            read_samples(Path(config.output) / bench / "samples.jsonl")
+    with model_loading(config.model):
+        tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
+    check_prompt_lengths(config, datasets, tokenizer, evaluation_context(config, backend))
+    with model_loading(config.model):
+        engine = make_eval_backend(config, backend, tokenizer)
+    try:
+        return {
+            bench: evaluate_benchmark(config, bench, dataset, tokenizer, engine)
+            for bench, dataset in datasets.items()
+        }
+    finally:
+        engine.close()

@@ -1,0 +1,545 @@
+"""Figures of the paper from a user's own runs (matplotlib, written as PNG).
+
+- ``reward_surface.png``: correct-answer reward per mode over L, crossovers dashed, caps dotted; L up to
+  1.5 x the largest cap or crossover.
+- ``pareto_<benchmark>.png``: accuracy vs mean length, std error bars, single-mode frontier dashed and
+  the region on or below it shaded.
+- ``levels_<benchmark>.png``: free routing split by difficulty level, accuracy above each bar; with the
+  oracle's forced evaluations, the oracle's choice per level as a hatched bar beside the router's.
+- ``training_dynamics.png``: free mode shares, routing entropy, per-mode accuracy and length (and the early
+  tell's fanout) over generation batches, a grid of panels: a moving mean over 5 batches with the raw means
+  faint, std bands across seeds (from ``trainer_state.json`` logs); the ablations' training folders get
+  ``training_dynamics_<ablation>.png``.
+- ``training_levels.png``: the router's free share of each mode per difficulty level over generation
+  batches (the level-mix router's: ``training_levels_<level-mix method>.png``).
+- ``pareto_<benchmark>.png`` for the miniature: also the taught model forced into each mode and their
+  frontier.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no display on servers
+import matplotlib.pyplot as plt  # noqa: E402
+
+from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, crossovers, parse_modes  # noqa: E402
+from routing_grpo.diagnostics.early_tell import FANOUT_ROUTING, fanout_points, trailing_mean  # noqa: E402
+from routing_grpo.evaluation.report import (  # noqa: E402
+    ABLATION_METHODS,
+    BASELINE_METHODS,
+    LEVEL_MIX_METHOD,
+    METHOD_LABELS,
+    METHOD_ORDER,
+    Point,
+    TrainingRun,
+    compare_to_frontier,
+    find_training_runs,
+    method_points,
+    pareto_frontier,
+    stats,
+)
+from routing_grpo.io.path_names import under  # noqa: E402
+
+METHOD_COLORS = {
+    "base": "#7f7f7f",
+    "nothink": "#2ca02c",
+    "short": "#ff7f0e",
+    "long": "#1f77b4",
+    "router": "#d62728",
+    "no_balance": "#9467bd",
+    "no_warmup": "#8c564b",
+}
+MODE_COLORS = ["#2ca02c", "#ff7f0e", "#1f77b4", "#9467bd", "#8c564b"]
+
+
+def surface_span(modes: Sequence[ModeSpec]) -> int:
+    """The lengths where the modes' rewards differ in ways that matter: 1.5 x the largest cap or crossover
+    (20 and 46 in the miniature: 0-69; 1,000 tokens without caps or crossovers)."""
+    marks = [c.length for c in crossovers(modes)] + [m.cap for m in modes if m.cap is not None]
+    return max(10, math.ceil(1.5 * max(marks))) if marks else 1000
+
+
+def plot_reward_surface(modes: Sequence[ModeSpec], path: Path, max_length: int | None = None) -> Path:
+    cross = crossovers(modes)
+    top = max_length or surface_span(modes)
+    xs = [top * i / 400 for i in range(401)]
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for i, m in enumerate(modes):
+        color = _mode_color(i, m.name)
+        ax.plot(xs, [m.reward(x) for x in xs], label=f"{m.name} ({m.base:g}·{m.gamma:g}^L)", color=color)
+        if m.cap is not None:
+            ax.axvline(m.cap, color=color, linestyle=":", linewidth=1)
+    for i, c in enumerate(sorted(cross, key=lambda c: c.length)):
+        ax.axvline(c.length, color="black", linestyle="--", linewidth=0.8)
+        ax.text(  # one label per row, so that crossovers close together stay readable
+            c.length, 0.97 - 0.07 * i, f" L*={c.length:.0f}", transform=ax.get_xaxis_transform(), fontsize=8,
+            va="top",
+        )  # fmt: skip
+    ax.set_xlim(0, top)
+    ax.set_xlabel("tokens after the routing word, L")
+    ax.set_ylabel("reward of a correct answer")
+    ax.set_title("Reward surface (dashed: crossovers, dotted: caps)")
+    ax.legend()
+    return _save(fig, path)
+
+
+def forced_points(mini: dict[str, Any]) -> list[Point]:
+    """The taught model forced into each mode (the miniature's oracle evaluations): accuracy and mean tokens
+    over every level, each level weighted by its samples."""
+    cells: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for level in mini["oracle"]["levels"].values():
+        for mode, cell in level["cells"].items():
+            cells[mode].append(cell)
+    points = []
+    for mode in sorted(cells, key=_mode_rank):
+        n = sum(c["count"] for c in cells[mode])
+        if n:
+            length = sum(c["count"] * c["mean_tokens"] for c in cells[mode]) / n
+            points.append(Point(mode, length, sum(c["count"] * c["accuracy"] for c in cells[mode]) / n))
+    return points
+
+
+def plot_pareto(
+    benchmark: str,
+    grouped_benchmark: dict[str, dict[Any, dict[str, Any]]],
+    path: Path,
+    oracle: Point | None = None,
+    forced: Sequence[Point] = (),
+) -> Path:
+    """Accuracy vs mean length of every method; ``oracle``: the oracle router's point (a star); ``forced``:
+    the taught model forced into each mode (hollow squares) and their frontier (dotted)."""
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for i, p in enumerate(forced):
+        color = _mode_color(i, p.method)
+        ax.plot(p.length, p.accuracy, marker="s", markersize=8, linestyle="none", markerfacecolor="none",
+                markeredgecolor=color, markeredgewidth=1.8, label=f"taught model forced into {p.method}")  # fmt: skip
+    forced_frontier = pareto_frontier(list(forced))
+    if forced_frontier:
+        right = max(
+            [p.length for p in forced] + [stats(s, "mean_length").mean for s in grouped_benchmark.values()]
+        )
+        xs = [p.length for p in forced_frontier] + [right * 1.05]
+        ys = [p.accuracy for p in forced_frontier] + [forced_frontier[-1].accuracy]
+        ax.plot(xs, ys, linestyle=":", color="black", linewidth=1, label="frontier of the forced modes")
+    for method in [m for m in METHOD_ORDER if m in grouped_benchmark] + sorted(
+        m for m in grouped_benchmark if m not in METHOD_ORDER
+    ):
+        seeds = grouped_benchmark[method]
+        acc, length = stats(seeds, "accuracy"), stats(seeds, "mean_length")
+        ax.errorbar(
+            length.mean,
+            acc.mean,
+            xerr=length.std,
+            yerr=acc.std,
+            fmt="D" if method == "router" else "o",
+            color=METHOD_COLORS.get(method, "black"),
+            label=f"{METHOD_LABELS.get(method, method)} (n={len(seeds)})",
+            capsize=3,
+            markersize=8 if method == "router" else 6,
+        )
+    points = method_points(grouped_benchmark)
+    frontier = pareto_frontier([points[m] for m in BASELINE_METHODS if m in points])
+    if frontier:
+        xs = [p.length for p in frontier]
+        ys = [p.accuracy for p in frontier]
+        right = max(xs[-1], max(stats(s, "mean_length").mean for s in grouped_benchmark.values())) * 1.05
+        xs_ext, ys_ext = xs + [right], ys + [ys[-1]]
+        ax.plot(xs_ext, ys_ext, linestyle="--", color="black", linewidth=1, label="single-mode frontier")
+        ax.fill_between(xs_ext, [0] * len(xs_ext), ys_ext, color="grey", alpha=0.12, step=None)
+    if oracle is not None:
+        ax.plot(
+            oracle.length,
+            oracle.accuracy,
+            marker="*",
+            markersize=13,
+            linestyle="none",
+            color="gold",
+            markeredgecolor="black",
+            label="oracle router (best mode per level)",
+        )
+    ax.set_xlabel("mean response length (tokens)")
+    ax.set_ylabel("accuracy")
+    title = f"{benchmark}: accuracy vs length"
+    cmp = compare_to_frontier(benchmark, grouped_benchmark)
+    if cmp is not None and cmp.above is not None:
+        title += " (router above frontier)" if cmp.above else " (router on/below frontier)"
+    ax.set_title(title)
+    accs = [stats(s, "accuracy").mean for s in grouped_benchmark.values()]
+    accs += [oracle.accuracy] if oracle is not None else []
+    accs += [p.accuracy for p in forced]
+    ax.set_ylim(max(0.0, min(accs) - 0.1), min(1.02, max(accs) + 0.08))  # room for points at 1.0
+    ax.legend(fontsize=8, loc="lower right")
+    return _save(fig, path)
+
+
+def plot_levels(
+    benchmark: str,
+    summaries: Sequence[dict[str, Any]],
+    path: Path,
+    oracle_choice: dict[str, str] | None = None,
+) -> Path | None:
+    """Routing split per difficulty level, averaged over the router's seeds.
+
+    ``oracle_choice`` (level -> mode): the oracle's best mode per level, drawn as a hatched bar beside the
+    router's bar in that mode's colour.
+    """
+    per_level = [s["per_level"] for s in summaries if s.get("per_level")]
+    if not per_level:
+        return None
+    levels = sorted({lv for pl in per_level for lv in pl} | set(oracle_choice or {}), key=_level_key)
+    modes = _ordered_modes(summaries)
+    shares = {
+        m: [_mean(pl.get(lv, {}).get("mode_shares", {}).get(m) for pl in per_level) for lv in levels]
+        for m in modes
+    }
+    accuracy = [_mean(pl.get(lv, {}).get("accuracy") for pl in per_level) for lv in levels]
+    fig, ax = plt.subplots(figsize=(6.5 if oracle_choice is None else 7.5, 4))
+    xs = list(range(len(levels)))
+    width, shift = (0.8, 0.0) if oracle_choice is None else (0.4, -0.21)
+    bottom = [0.0] * len(levels)
+    for i, m in enumerate(modes):
+        heights = [0.0 if math.isnan(v) else v for v in shares[m]]
+        ax.bar([x + shift for x in xs], heights, width=width, bottom=bottom, color=_mode_color(i, m), label=m)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    for x, (b, acc) in enumerate(zip(bottom, accuracy)):
+        if not math.isnan(acc):
+            ax.text(x + shift, b + 0.01, f"acc {acc:.2f}", ha="center", va="bottom", fontsize=8)
+    if oracle_choice is not None:
+        for x, lv in zip(xs, levels):
+            mode = oracle_choice.get(lv)
+            if mode is None:
+                continue
+            i = modes.index(mode) if mode in modes else 0
+            ax.bar(
+                x + 0.21,
+                1.0,
+                width=0.4,
+                color="white",
+                edgecolor=_mode_color(i, mode),
+                hatch="//",
+                linewidth=1.5,
+                label="oracle's choice" if x == 0 else None,
+            )
+            ax.text(x + 0.21, 0.5, mode, ha="center", va="center", rotation=90, fontsize=8)
+    ax.set_xticks(xs, [str(lv) for lv in levels])
+    ax.set_ylim(0, 1.1)
+    ax.set_xlabel("difficulty level")
+    ax.set_ylabel("share of free rollouts")
+    title = f"{benchmark}: routing split by level (n={len(per_level)} runs)"
+    ax.set_title(title if oracle_choice is None else title + ", router (left) vs oracle (right)", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return _save(fig, path)
+
+
+def plot_emergence(result: dict[str, Any], path: Path) -> Path:
+    """``routing-grpo oracle``: each mode's expected reward per bin (bars), and on the mix (right)."""
+    names = [m["name"] for m in result["modes"]]
+    bins = list(result["bins"]) + ["mix"]
+    fig, ax = plt.subplots(figsize=(1.2 + 1.1 * len(bins), 3.6))
+    width = 0.8 / len(names)
+    for i, name in enumerate(names):
+        values = [result["bins"][b]["cells"].get(name, {}).get("reward", 0.0) for b in bins[:-1]]
+        values.append(result["worth"][name])
+        xs = [x + (i - (len(names) - 1) / 2) * width for x in range(len(bins))]
+        ax.bar(xs, values, width, label=name, color=_mode_color(i, name))
+    ax.axvline(len(bins) - 1.5, color="0.6", linewidth=0.8)
+    ax.set_xticks(range(len(bins)), bins)
+    ax.set_xlabel(result["by"])
+    ax.set_ylabel("expected reward")
+    v = result["verdict"]
+    ax.set_title("routing can emerge" if v["emerges"] else f"collapse towards {v['favoured']} expected")
+    ax.legend(fontsize=8)
+    return _save(fig, path)
+
+
+SMOOTHING = 5  # generation batches in the moving mean of the training figures
+
+
+def moving_mean(values: Sequence[float], window: int) -> list[float]:
+    """The mean of each value and the ``window - 1`` before it (fewer at the start)."""
+    return [statistics.fmean(values[max(0, j - window + 1) : j + 1]) for j in range(len(values))]
+
+
+def plot_training_dynamics(
+    histories: Sequence[list[dict[str, Any]]], path: Path, heading: str = "Training dynamics"
+) -> Path | None:
+    series: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for history in histories:
+        for row in history:
+            step = row.get("routing/batch_step", row.get("step"))
+            if step is None:
+                continue
+            for key, value in row.items():
+                if key.startswith("routing/") and isinstance(value, int | float) and math.isfinite(value):
+                    series[key][float(step)].append(float(value))
+    if not series:
+        return None
+    panels = [
+        ("free mode share", "routing/share/"),
+        ("routing entropy", "routing/entropy"),
+        ("accuracy per mode", "routing/accuracy/"),
+        ("mean length per mode (tokens)", "routing/length/"),
+    ]
+    if "routing/fanout" in series:
+        panels.append(("early tell: fanout (nats per level step)", "routing/fanout"))
+    cols = 2 if len(panels) <= 4 else 3  # a grid that reads at page width
+    rows = math.ceil(len(panels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 3.2 * rows), squeeze=False)
+    for ax, (title, prefix) in zip(axes.flat, panels):
+        keys = sorted(k for k in series if k == prefix or (prefix.endswith("/") and k.startswith(prefix)))
+        keys.sort(key=lambda k: _mode_rank(k[len(prefix) :]))
+        for i, key in enumerate(keys):
+            steps = sorted(series[key])
+            means = [statistics.fmean(series[key][s]) for s in steps]
+            stds = [statistics.stdev(series[key][s]) if len(series[key][s]) > 1 else 0.0 for s in steps]
+            label = key[len(prefix) :] if prefix.endswith("/") else key.split("/")[-1]
+            color = _mode_color(i, label) if prefix.endswith("/") else "black"
+            ax.plot(steps, means, color=color, linewidth=0.8, alpha=0.3)  # the raw means, faint
+            ax.plot(steps, moving_mean(means, SMOOTHING), label=label, color=color, linewidth=1.8)
+            ax.fill_between(
+                steps,
+                [m - s for m, s in zip(means, stds)],
+                [m + s for m, s in zip(means, stds)],
+                color=color,
+                alpha=0.12,
+            )
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("generation batch", fontsize=9)
+        ax.tick_params(labelsize=8)
+        if keys and prefix.endswith("/"):
+            ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(panels) :]:
+        ax.set_visible(False)
+    fig.suptitle(
+        f"{heading}: {SMOOTHING}-batch moving mean (raw faint; std bands over {len(histories)} run(s))",
+        fontsize=11,
+    )
+    return _save(fig, path)
+
+
+def plot_early_tell(
+    groups: dict[str, Sequence[list[dict[str, Any]]]],
+    path: Path,
+    heading: str = "The early tell",
+    window: int = 10,
+) -> Path | None:
+    """``routing/fanout`` over training, one line per group of runs (a recipe): the mean over its runs of the
+    mean over the last ``window`` generation batches, with std bands over runs, and the threshold the early
+    tell reads it against (:data:`routing_grpo.diagnostics.early_tell.FANOUT_ROUTING`)."""
+    curves: dict[str, list[dict[int, float]]] = {}
+    for label, histories in groups.items():
+        runs = []
+        for history in histories:
+            pairs = fanout_points(history)
+            if pairs:
+                runs.append({b: trailing_mean(pairs, b, window) for b, _ in pairs})
+        if runs:
+            curves[label] = runs
+    if not curves:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for i, (label, runs) in enumerate(curves.items()):
+        steps = sorted(set().union(*runs))
+        cells = [[run[s] for run in runs if s in run] for s in steps]
+        means = [statistics.fmean(c) for c in cells]
+        stds = [statistics.stdev(c) if len(c) > 1 else 0.0 for c in cells]
+        color = f"C{i}"
+        ax.plot(steps, means, label=f"{label} ({len(runs)} run{'s' if len(runs) > 1 else ''})", color=color)
+        ax.fill_between(
+            steps, [m - d for m, d in zip(means, stds)], [m + d for m, d in zip(means, stds)], color=color,
+            alpha=0.15,
+        )  # fmt: skip
+    ax.axhline(
+        FANOUT_ROUTING, color="grey", linestyle="--", linewidth=1, label=f"threshold {FANOUT_ROUTING:g}"
+    )
+    ax.axhline(0.0, color="black", linewidth=0.5)
+    ax.set_xlabel("generation batch")
+    ax.set_ylabel(f"fanout, nats per level step (mean of the last {window} batches)")
+    ax.legend(fontsize=8)
+    ax.set_title(heading)
+    return _save(fig, path)
+
+
+def plot_training_levels(
+    histories: Sequence[list[dict[str, Any]]], path: Path, heading: str, window: int = 5
+) -> Path | None:
+    """Free mode share per level over training (``routing/level/<L>/share/<mode>``), one panel per level:
+    the mean over runs of a moving average over ``window`` generation batches (a level has few prompts in
+    a batch), with std bands over runs."""
+    # level -> mode -> run -> {step: share}
+    shares: dict[str, dict[str, list[dict[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for history in histories:
+        per_run: dict[tuple[str, str], dict[float, float]] = defaultdict(dict)
+        for row in history:
+            step = row.get("routing/batch_step", row.get("step"))
+            if step is None:
+                continue
+            for key, value in row.items():
+                parts = key.split("/")
+                is_share = len(parts) == 5 and parts[:2] == ["routing", "level"] and parts[3] == "share"
+                if is_share and isinstance(value, int | float) and math.isfinite(value):
+                    per_run[(parts[2], parts[4])][float(step)] = float(value)
+        for (level, mode), series in per_run.items():
+            shares[level][mode].append(series)
+    if not shares:
+        return None
+    levels = sorted(shares, key=_level_key)
+    cols = min(3, len(levels))  # a grid that reads at page width
+    rows = math.ceil(len(levels) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 0.6, 2.9 * rows + 0.6), squeeze=False)
+    for ax, level in zip(axes.flat, levels):
+        modes = sorted(shares[level], key=_mode_rank)
+        for i, mode in enumerate(modes):
+            smoothed, raw = [], []
+            for series in shares[level][mode]:
+                steps = sorted(series)
+                values = [series[s] for s in steps]
+                smoothed.append(dict(zip(steps, moving_mean(values, window))))
+                raw.append(series)
+            steps = sorted(set().union(*smoothed))
+            cells = [[run[s] for run in smoothed if s in run] for s in steps]
+            means = [statistics.fmean(c) for c in cells]
+            stds = [statistics.stdev(c) if len(c) > 1 else 0.0 for c in cells]
+            color = _mode_color(i, mode)
+            raw_means = [statistics.fmean([run[s] for run in raw if s in run]) for s in steps]
+            ax.plot(steps, raw_means, color=color, linewidth=0.8, alpha=0.3)  # each batch, faint
+            ax.plot(steps, means, label=mode, color=color, linewidth=1.8)
+            ax.fill_between(
+                steps, [m - d for m, d in zip(means, stds)], [m + d for m, d in zip(means, stds)], color=color,
+                alpha=0.12,
+            )  # fmt: skip
+        ax.set_title(f"level {level}", fontsize=10)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("generation batch", fontsize=9)
+        ax.tick_params(labelsize=8)
+    for row in axes:
+        row[0].set_ylabel(f"free share ({window}-batch mean)", fontsize=9)
+    axes[0][-1].legend(fontsize=8)
+    for ax in list(axes.flat)[len(levels) :]:
+        ax.set_visible(False)
+    fig.suptitle(f"{heading}\nfree mode share per level (mean, std bands over {len(histories)} run(s))")
+    return _save(fig, path)
+
+
+def draw_all(
+    grouped,
+    summaries: Sequence[dict[str, Any]],
+    run_dirs: Sequence[str | Path],
+    output: Path,
+    *,
+    training_runs: Sequence[TrainingRun] = (),
+    minis: dict[str, dict[str, Any]] | None = None,
+) -> list[Path]:
+    """Every figure. ``training_runs``: the router's runs join the logs found under ``run_dirs`` in
+    training_dynamics.png, each ablation gets its own figure (single-mode baselines are left out);
+    ``minis``: the miniature per benchmark (the miniature report's ``miniature``), for the oracle's choice
+    per level and the oracle router's point."""
+    minis = minis or {}
+    written = [plot_reward_surface(_run_modes(summaries), output / "reward_surface.png")]
+    for bench, methods in grouped.items():
+        mini = minis.get(bench)
+        oracle = None
+        if mini is not None:
+            o = mini["oracle"]["overall"]
+            oracle = Point("oracle", o["mean_tokens"], o["accuracy"])
+        forced = forced_points(mini) if mini is not None else []
+        written.append(
+            plot_pareto(bench, methods, under(output, f"pareto_{bench}.png"), oracle=oracle, forced=forced)
+        )
+        router = list(methods.get("router", {}).values())
+        choice = {lv: e["best"] for lv, e in mini["oracle"]["levels"].items()} if mini is not None else None
+        levels = plot_levels(bench, router, under(output, f"levels_{bench}.png"), oracle_choice=choice)
+        if levels:
+            written.append(levels)
+    seen = set()
+    histories = []
+    for run in find_training_runs(Path(d) for d in run_dirs if Path(d).is_dir()):
+        seen.add(run.path.resolve())
+        histories.append(run.history)
+    for run in training_runs:
+        if run.group == "router" and run.path.resolve() not in seen:
+            histories.append(run.history)
+    dynamics = plot_training_dynamics(histories, output / "training_dynamics.png")
+    if dynamics:
+        written.append(dynamics)
+    per_level = plot_training_levels(
+        histories, output / "training_levels.png", "Routing per level over training"
+    )
+    if per_level:
+        written.append(per_level)
+    for ablation in ABLATION_METHODS:
+        runs = [r.history for r in training_runs if r.group == ablation]
+        figure = plot_training_dynamics(
+            runs,
+            output / f"training_dynamics_{ablation}.png",
+            f"Training dynamics, {METHOD_LABELS[ablation]}",
+        )
+        if figure:
+            written.append(figure)
+    tell_groups: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
+    for run in training_runs:
+        tell_groups[METHOD_LABELS.get(run.group, run.group)].append(run.history)
+    tell = plot_early_tell(tell_groups, output / "early_tell.png")
+    if tell:
+        written.append(tell)
+    level_mix = [r.history for r in training_runs if r.group == LEVEL_MIX_METHOD]
+    heading = f"Training dynamics, {METHOD_LABELS[LEVEL_MIX_METHOD]}"
+    for figure in (
+        plot_training_dynamics(level_mix, output / f"training_dynamics_{LEVEL_MIX_METHOD}.png", heading),
+        plot_training_levels(level_mix, output / f"training_levels_{LEVEL_MIX_METHOD}.png", heading),
+    ):
+        if figure:
+            written.append(figure)
+    return written
+
+
+def _run_modes(summaries: Sequence[dict[str, Any]]) -> tuple[ModeSpec, ...]:
+    for s in summaries:
+        raw = (s.get("config") or {}).get("modes")
+        if raw:
+            return parse_modes(raw)
+    return DEFAULT_MODES
+
+
+def _ordered_modes(summaries: Sequence[dict[str, Any]]) -> list[str]:
+    for s in summaries:
+        names = list((s.get("mode_shares") or {}).keys())
+        if names:
+            return names
+    return [m.name for m in DEFAULT_MODES]
+
+
+def _level_key(level: str) -> tuple[int, str]:
+    return (int(level), "") if str(level).isdigit() else (10**6, str(level))
+
+
+def _mean(values) -> float:
+    vals = [float(v) for v in values if v is not None]
+    return statistics.fmean(vals) if vals else math.nan
+
+
+def _mode_color(i: int, name: str | None = None) -> str:
+    """The paper's modes keep one colour in every figure; other modes cycle by position."""
+    fixed = {m.name: MODE_COLORS[j] for j, m in enumerate(DEFAULT_MODES)}
+    return fixed.get(name or "", MODE_COLORS[i % len(MODE_COLORS)])
+
+
+def _mode_rank(name: str) -> tuple[int, str]:
+    names = [m.name for m in DEFAULT_MODES]
+    return (names.index(name), "") if name in names else (len(names), name)
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

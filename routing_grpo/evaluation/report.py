@@ -1,0 +1,684 @@
+"""Results across runs: the paper's tables, the single-mode Pareto frontier, and the figures.
+
+Input: evaluation summaries (``summary.json``, one per benchmark per run, schema in docs/evaluation.md) and,
+optionally, trainer logs (``trainer_state.json``). Runs are grouped by ``method`` (router, nothink,
+short, long, base, and the ablations no_balance, no_warmup) and ``seed``; each figure and table reports
+the mean and the std over seeds. Only nothink / short / long are points of the single-mode frontier.
+
+A caller may add a part of its own (:class:`ReportPart`): the miniature adds its oracle table, routing
+regret, targets and ablations this way (its report, ``mini/report.py``).
+
+Paper: Table "Final accuracy and mean response length" (tab:full), Table "Token reduction"
+(tab:reduction), Figs. "Accuracy versus response length" with the single-mode frontier. The saving
+against the single-mode baselines is given two ways, each labelled: against the pruned Pareto frontier,
+and against the paper's polyline through all three single-mode points (:func:`polyline_length_for`),
+which gives the paper's text (MATH-500 27%, GSM8K 44% on tab:full; the pruned frontier: 27%, 38%).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from routing_grpo.evaluation.frontier import (  # noqa: F401  (part of this module's interface)
+    Point,
+    frontier_accuracy_at,
+    frontier_length_for,
+    pareto_frontier,
+    polyline_length_for,
+    token_saving,
+)
+from routing_grpo.evaluation.samples import files_under, sample_key
+from routing_grpo.io.jsonl import read_json_file, read_jsonl, top_level_key_line
+from routing_grpo.io.path_names import check_name, under
+
+BASELINE_METHODS = ("nothink", "short", "long")
+ABLATION_METHODS = ("no_balance", "no_warmup")
+# The router trained on a mix of levels (recipes/mini/router_level_mix.yaml).
+LEVEL_MIX_METHOD = "router_level_mix"
+# The router with the routing word's own weight in the loss, a lever beyond the paper
+# (recipes/mini_graded/graded_router_word_weight.yaml), reported beside the router.
+WORD_WEIGHT_METHOD = "router_word_weight"
+# The router from a level-blind cold start (recipes/mini_graded/graded_router_blind.yaml): the contrast of the
+# graded world's difficulty-aware default.
+BLIND_METHOD = "router_blind"
+METHOD_ORDER = (
+    "base", "nothink", "short", "long", "router", WORD_WEIGHT_METHOD, BLIND_METHOD, LEVEL_MIX_METHOD,
+    *ABLATION_METHODS,
+)  # fmt: skip
+METHOD_LABELS = {
+    "base": "Base (no routing)",
+    "nothink": "NoThink-only",
+    "short": "Short-only",
+    "long": "Long-only",
+    "router": "Free routing",
+    LEVEL_MIX_METHOD: "Free routing, trained on a level mix",
+    WORD_WEIGHT_METHOD: "Free routing, routing word weighted (beyond the paper)",
+    BLIND_METHOD: "Free routing, level-blind cold start",
+    "no_balance": "Free routing, no balance term",
+    "no_warmup": "Free routing, no forced warmup",
+}
+BENCHMARK_ORDER = ("math500", "gsm8k", "aime24", "aime25", "aime")
+# AIME 2024 and 2025 are also reported together, as in the paper's length column and OOD figure.
+COMBINED_BENCHMARKS = {"aime": ("aime24", "aime25")}
+
+
+@dataclass
+class Stat:
+    """Mean and sample std over seeds (std 0 for a single seed)."""
+
+    values: list[float] = field(default_factory=list)
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.values) if self.values else math.nan
+
+    @property
+    def std(self) -> float:
+        return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
+
+    def fmt(self, digits: int) -> str:
+        """``mean ± std`` over seeds; the mean alone for one seed (a spread of one value says nothing)."""
+        if not self.values:
+            return "-"
+        if len(self.values) == 1:
+            return f"{self.mean:.{digits}f}"
+        return f"{self.mean:.{digits}f} ± {self.std:.{digits}f}"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------------------------------------
+
+
+def find_summaries(run_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
+    """Every ``summary.json`` under the given directories (or the files themselves)."""
+    summaries = []
+    for run in run_dirs:
+        run = Path(run)
+        if not run.exists():
+            raise FileNotFoundError(f"--runs: no such file or directory: {run}")
+        paths = [run] if run.is_file() else files_under(run, "summary.json")
+        for path in paths:
+            summary = read_json_file(path)
+            _check_summary(summary, path)
+            problem = summary_figure_problem(summary)
+            if problem:
+                key, message = problem
+                line = top_level_key_line(path.read_text(encoding="utf-8-sig"), key)
+                raise ValueError(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+            summary.setdefault("_path", str(path))
+            summaries.append(summary)
+    return summaries
+
+
+def _check_summary(summary: Any, path: Path) -> None:
+    required = ("benchmark", "method", "accuracy", "mean_length")
+    if not isinstance(summary, dict):
+        raise ValueError(f"{path}: a summary must be a JSON object")
+    missing = [k for k in required if k not in summary]
+    if missing:
+        raise ValueError(f"{path}: summary is missing {missing} (schema: docs/evaluation.md)")
+    for key in ("benchmark", "method"):  # figures and tables are named after them
+        check_name(summary[key], f"{path}: {key}")
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _figure_problem(key: str, value: Any, kind: str, *, optional: bool = False) -> str | None:
+    """Why a summary figure cannot be reported (None when it can): ``kind`` ``share`` (a finite number in
+    [0, 1]), ``length`` (finite, >= 0), ``count`` (an integer >= 0) or ``entropy`` (finite, >= 0)."""
+    if value is None and optional:
+        return None
+    if kind == "count":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            return f"{key} must be an integer >= 0, got {json.dumps(value)}"
+        return None
+    if not _number(value) or not math.isfinite(value):
+        return f"{key} must be a finite number, got {json.dumps(value)}"
+    if kind == "share" and not 0 <= value <= 1:
+        return f"{key} must be in [0, 1], got {value}"
+    if kind in ("length", "entropy") and value < 0:
+        return f"{key} must be >= 0, got {value}"
+    return None
+
+
+# The figures of a summary (docs/evaluation.md) and what each must be; the first two are required.
+SUMMARY_FIGURES = {
+    "accuracy": "share", "mean_length": "length", "truncated_share": "share", "invalid_share": "share",
+    "routing_entropy": "entropy", "num_samples": "count", "num_prompts": "count", "samples_per_prompt": "count",
+}  # fmt: skip
+GROUP_FIGURES = {"count": "count", "accuracy": "share", "mean_length": "length"}
+
+
+def summary_figure_problem(summary: dict[str, Any]) -> tuple[str, str] | None:
+    """(top-level key, why) for the first figure of a summary that a report cannot use: NaN or Infinity, an
+    accuracy or share outside [0, 1], a negative length, a count that is not a whole number, a seed that is
+    not an integer; None when every figure is usable."""
+    seed = summary.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        return "seed", f"seed must be an integer (the training seed), got {json.dumps(seed)}"
+    for key, kind in SUMMARY_FIGURES.items():
+        if key in summary:
+            problem = _figure_problem(
+                key, summary[key], kind, optional=key not in ("accuracy", "mean_length")
+            )
+            if problem:
+                return key, problem
+    shares = summary.get("mode_shares")
+    if shares is not None:
+        if not isinstance(shares, dict):
+            return "mode_shares", f"mode_shares must be an object of mode -> share, got {json.dumps(shares)}"
+        for mode, share in shares.items():
+            problem = _figure_problem(f"mode_shares.{mode}", share, "share")
+            if problem:
+                return "mode_shares", problem
+    for table in ("per_mode", "per_level"):
+        groups = summary.get(table)
+        if groups is None:
+            continue
+        if not isinstance(groups, dict) or not all(isinstance(g, dict) for g in groups.values()):
+            return table, f"{table} must be an object of name -> figures, got {json.dumps(groups)[:80]}"
+        for name, group in groups.items():
+            for key, kind in GROUP_FIGURES.items():
+                problem = _figure_problem(f"{table}.{name}.{key}", group.get(key), kind, optional=True)
+                if problem:
+                    return table, problem
+    return None
+
+
+def group_by_method(
+    summaries: Sequence[dict[str, Any]],
+) -> dict[str, dict[str, dict[Any, dict[str, Any]]]]:
+    """benchmark -> method -> seed -> summary, adding the combined AIME benchmark."""
+    grouped: dict[str, dict[str, dict[Any, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
+    for s in summaries:
+        seed = s.get("seed", 0)
+        if seed in grouped[s["benchmark"]][s["method"]]:
+            first = grouped[s["benchmark"]][s["method"]][seed]
+            forced = any((x.get("config") or {}).get("force_mode") for x in (first, s))
+            hint = (
+                "; these are a model forced into one mode (evaluated for the oracle's and the world's tables): "
+                "give such folders with --oracle and --world-oracle, not --runs"
+                if forced
+                else "; give each evaluation once, or tell the runs apart with --method / --run-seed"
+            )
+            raise ValueError(
+                f"two summaries for benchmark {s['benchmark']!r}, method {s['method']!r}, seed {seed!r}: "
+                f"{first.get('_path')} and {s.get('_path')}{hint}"
+            )
+        grouped[s["benchmark"]][s["method"]][seed] = s
+    for combined, parts in COMBINED_BENCHMARKS.items():
+        if combined in grouped or not all(p in grouped for p in parts):
+            continue
+        for method in set.intersection(*(set(grouped[p]) for p in parts)):
+            for seed in set.intersection(*(set(grouped[p][method]) for p in parts)):
+                grouped[combined][method][seed] = combine_summaries([grouped[p][method][seed] for p in parts])
+    return grouped
+
+
+def combine_summaries(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Pool benchmark summaries sample-weighted (AIME 2024 + 2025 -> AIME)."""
+    weights = [float(p.get("num_samples") or 1) for p in parts]
+    total = sum(weights)
+    return {
+        "benchmark": "+".join(p["benchmark"] for p in parts),
+        "method": parts[0]["method"],
+        "seed": parts[0].get("seed", 0),
+        "accuracy": sum(w * p["accuracy"] for w, p in zip(weights, parts)) / total,
+        "mean_length": sum(w * p["mean_length"] for w, p in zip(weights, parts)) / total,
+        "num_samples": int(total),
+    }
+
+
+def stats(by_seed: dict[Any, dict[str, Any]], key: str) -> Stat:
+    return Stat([float(s[key]) for s in by_seed.values() if s.get(key) is not None])
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The Pareto frontier of the single-mode baselines
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrontierComparison:
+    """The router against the single-mode baselines, measured two ways.
+
+    * pruned frontier: the Pareto frontier of the baselines (dominated points dropped), what
+      :attr:`above` and :attr:`token_saving` use;
+    * the paper's polyline: all single-mode points joined in length order (:func:`polyline_length_for`),
+      what :attr:`polyline_token_saving` uses; it gives the paper's "27% on MATH-500, 44% on GSM8K".
+    """
+
+    benchmark: str
+    router: Point
+    frontier: list[Point]
+    frontier_accuracy_at_router_length: float | None
+    frontier_length_for_router_accuracy: float | None
+    polyline: list[Point] = field(default_factory=list)
+    polyline_length_for_router_accuracy: float | None = None
+
+    @property
+    def above(self) -> bool | None:
+        if self.frontier_accuracy_at_router_length is None:
+            return None
+        return self.router.accuracy > self.frontier_accuracy_at_router_length
+
+    @property
+    def token_saving(self) -> float | None:
+        """Share of tokens the router saves against the pruned frontier at the router's accuracy."""
+        return token_saving(self.router.length, self.frontier_length_for_router_accuracy)
+
+    @property
+    def polyline_token_saving(self) -> float | None:
+        """Share of tokens the router saves against the paper's polyline at the router's accuracy."""
+        return token_saving(self.router.length, self.polyline_length_for_router_accuracy)
+
+
+def method_points(grouped_benchmark: dict[str, dict[Any, dict[str, Any]]]) -> dict[str, Point]:
+    return {
+        method: Point(method, stats(seeds, "mean_length").mean, stats(seeds, "accuracy").mean)
+        for method, seeds in grouped_benchmark.items()
+    }
+
+
+def compare_to_frontier(benchmark: str, grouped_benchmark: dict[str, dict[Any, dict[str, Any]]]):
+    points = method_points(grouped_benchmark)
+    baselines = [points[m] for m in BASELINE_METHODS if m in points]
+    if "router" not in points or not baselines:
+        return None
+    frontier = pareto_frontier(baselines)
+    router = points["router"]
+    return FrontierComparison(
+        benchmark,
+        router,
+        frontier,
+        frontier_accuracy_at(frontier, router.length),
+        frontier_length_for(frontier, router.accuracy),
+        sorted(baselines, key=lambda q: (q.length, q.accuracy)),
+        polyline_length_for(baselines, router.accuracy),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Tables
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _ordered(keys: Iterable[str], order: Sequence[str]) -> list[str]:
+    keys = list(keys)
+    return [k for k in order if k in keys] + sorted(k for k in keys if k not in order)
+
+
+def results_rows(grouped) -> list[dict[str, Any]]:
+    """One row per (benchmark, method): accuracy and mean length, mean and std over seeds."""
+    rows = []
+    for bench in _ordered(grouped, BENCHMARK_ORDER):
+        for method in _ordered(grouped[bench], METHOD_ORDER):
+            seeds = grouped[bench][method]
+            acc, length = stats(seeds, "accuracy"), stats(seeds, "mean_length")
+            rows.append(
+                {
+                    "benchmark": bench,
+                    "method": method,
+                    "seeds": len(seeds),
+                    "accuracy_mean": acc.mean,
+                    "accuracy_std": acc.std,
+                    "length_mean": length.mean,
+                    "length_std": length.std,
+                }
+            )
+    return rows
+
+
+def reduction_rows(grouped) -> list[dict[str, Any]]:
+    """Token reduction of free routing against the base model, per benchmark (tab:reduction)."""
+    rows = []
+    for bench in _ordered(grouped, BENCHMARK_ORDER):
+        methods = grouped[bench]
+        if "router" not in methods or "base" not in methods:
+            continue
+        base = stats(methods["base"], "mean_length").mean
+        router = stats(methods["router"], "mean_length").mean
+        rows.append(
+            {
+                "benchmark": bench,
+                "base_length": base,
+                "router_length": router,
+                "reduction": 1 - router / base,
+                "factor": base / router,
+            }
+        )
+    return rows
+
+
+def frontier_rows(grouped) -> list[dict[str, Any]]:
+    rows = []
+    for bench in _ordered(grouped, BENCHMARK_ORDER):
+        cmp = compare_to_frontier(bench, grouped[bench])
+        if cmp is None:
+            continue
+        rows.append(
+            {
+                "benchmark": bench,
+                "router_accuracy": cmp.router.accuracy,
+                "router_length": cmp.router.length,
+                "frontier_accuracy_at_router_length": cmp.frontier_accuracy_at_router_length,
+                "above_frontier": cmp.above,
+                "frontier_length_for_router_accuracy": cmp.frontier_length_for_router_accuracy,
+                "token_saving_vs_frontier": cmp.token_saving,
+                "frontier": " -> ".join(p.method for p in cmp.frontier),
+                "polyline_length_for_router_accuracy": cmp.polyline_length_for_router_accuracy,
+                "token_saving_vs_polyline": cmp.polyline_token_saving,
+                "polyline": " -> ".join(p.method for p in cmp.polyline),
+            }
+        )
+    return rows
+
+
+# Why a table can be empty: said in results.md instead of writing an empty CSV.
+EMPTY_TABLE_REASONS = {
+    "results": "no evaluation summaries",
+    "reduction": "no benchmark has both the router and the base model (method base) evaluated",
+    "frontier": "no benchmark has both the router and a single-mode baseline (nothink, short, long) evaluated",
+}
+
+
+def to_csv(rows: Sequence[dict[str, Any]]) -> str:
+    if not rows:
+        return ""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{100 * x:.0f}%"
+
+
+def number_text(x: float | None, digits: int = 3) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
+
+
+def markdown_report(grouped) -> str:
+    benches = _ordered(grouped, BENCHMARK_ORDER)
+    methods = _ordered({m for b in benches for m in grouped[b]}, METHOD_ORDER)
+    lines = ["# Results", "", "## Accuracy and mean response length (mean ± std over seeds)", ""]
+    header = "| method | " + " | ".join(f"{b} acc" for b in benches)
+    header += " | " + " | ".join(f"{b} length" for b in benches) + " |"
+    lines += [header, "|" + "---|" * (1 + 2 * len(benches))]
+    for m in methods:
+        accs = [stats(grouped[b][m], "accuracy").fmt(3) if m in grouped[b] else "-" for b in benches]
+        lens = [stats(grouped[b][m], "mean_length").fmt(0) if m in grouped[b] else "-" for b in benches]
+        lines.append(f"| {METHOD_LABELS.get(m, m)} | " + " | ".join(accs + lens) + " |")
+
+    red = reduction_rows(grouped)
+    if red:
+        lines += ["", "## Token reduction of free routing vs. the base model", ""]
+        lines += ["| benchmark | base | router | reduction |", "|---|---|---|---|"]
+        for r in red:
+            lines.append(
+                f"| {r['benchmark']} | {r['base_length']:.0f} | {r['router_length']:.0f} | "
+                f"{_pct(r['reduction'])} ({r['factor']:.1f}x) |"
+            )
+    front = frontier_rows(grouped)
+    if front:
+        lines += ["", "## Free routing against the single-mode Pareto frontier", ""]
+        lines += [
+            "| benchmark | router acc @ length | frontier acc @ router length | above | "
+            "frontier tokens for router acc | router saves (pruned frontier) | "
+            "polyline tokens for router acc | router saves (paper's polyline) |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for r in front:
+            above = {True: "yes", False: "no", None: "n/a"}[r["above_frontier"]]
+            need = r["frontier_length_for_router_accuracy"]
+            line_need = r["polyline_length_for_router_accuracy"]
+            lines.append(
+                f"| {r['benchmark']} | {r['router_accuracy']:.3f} @ {r['router_length']:.0f} | "
+                f"{number_text(r['frontier_accuracy_at_router_length'])} | {above} | "
+                f"{'unreached' if need is None else f'{need:.0f}'} | {_pct(r['token_saving_vs_frontier'])} | "
+                f"{'unreached' if line_need is None else f'{line_need:.0f}'} | "
+                f"{_pct(r['token_saving_vs_polyline'])} |"
+            )
+        lines += [
+            "",
+            "Saving = 1 - router tokens / tokens the line needs for the router's accuracy. Pruned frontier: "
+            "the single-mode baselines that no other baseline dominates, joined in length order. Paper's "
+            "polyline: all single-mode points joined in length order, a dominated one kept (as the paper's "
+            "figure draws them), the first length at which it reaches the router's accuracy; this is the "
+            "measure of the paper's text.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Samples and training logs
+# ---------------------------------------------------------------------------------------------------------
+
+
+def load_samples(path: str | Path) -> list[dict[str, Any]]:
+    """The rows of a ``samples.jsonl``, the first per prompt and sample (and forced mode).
+
+    A torn last line (an evaluation killed while writing) is left out; any other bad line, or a row without
+    ``prompt_id`` and an integer ``sample_index``, is a ValueError naming ``path:line``.
+    """
+    return [row for _, row in load_sample_lines(path)]
+
+
+def load_sample_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """:func:`load_samples` with each row's line number. A forced row's mode is part of what makes it one
+    sample, so a file holding every mode forced keeps them all."""
+    rows: dict[tuple[str, int, str | None], tuple[int, dict[str, Any]]] = {}
+    for number, row in read_jsonl(path, torn="drop"):
+        try:
+            prompt, index = sample_key(row)
+        except ValueError as err:
+            raise ValueError(
+                f"{path}:{number}: a sample needs prompt_id and an integer sample_index ({err})"
+            ) from None
+        forced = row.get("forced") or row.get("routing") == "forced"
+        rows.setdefault((prompt, index, str(row.get("mode")) if forced else None), (number, row))
+    return list(rows.values())
+
+
+def samples_of(summary: dict[str, Any]) -> Path | None:
+    """The ``samples.jsonl`` written beside a summary, if there is one."""
+    path = summary.get("_path")
+    if not path:
+        return None
+    samples = Path(path).parent / "samples.jsonl"
+    return samples if samples.is_file() else None
+
+
+@dataclass(frozen=True)
+class TrainingRun:
+    """One training output folder: its ``log_history`` and the group its folder name puts it in."""
+
+    path: Path
+    group: str
+    history: list[dict[str, Any]]
+
+
+def training_group(name: str) -> str:
+    """no_balance / no_warmup when the folder path names the ablation, router_level_mix when it names the
+    level mix, router_word_weight the routing word's weight, router_blind a level-blind cold start, baseline
+    for a single-mode baseline (``baseline`` or a mode word nothink / short / long in the name), router
+    otherwise."""
+    key = name.lower().replace("-", "_")
+    if "level_mix" in key:
+        return LEVEL_MIX_METHOD
+    if "blind" in key:
+        return BLIND_METHOD
+    if "word_weight" in key:
+        return WORD_WEIGHT_METHOD
+    for ablation in ABLATION_METHODS:
+        if ablation in key:
+            return ablation
+    words = set(key.replace("/", "_").split("_"))
+    return "baseline" if "baseline" in key or words & set(BASELINE_METHODS) else "router"
+
+
+def find_training_runs(dirs: Iterable[str | Path]) -> list[TrainingRun]:
+    """Every run under ``dirs`` with a ``trainer_state.json`` that logged ``routing/`` metrics.
+
+    A run's own trainer_state.json supersedes its checkpoints' copies (the newest checkpoint otherwise).
+    """
+    runs = []
+    for top in dirs:
+        top = Path(top)
+        if not top.exists():
+            raise FileNotFoundError(f"--training: no such directory: {top}")
+        states = (
+            sorted(top.rglob("trainer_state.json"), key=lambda p: p.stat().st_mtime) if top.is_dir() else []
+        )
+        by_dir: dict[Path, Path] = {}
+        for state in states:
+            root = state.parent.parent if state.parent.name.startswith("checkpoint-") else state.parent
+            if root not in by_dir or state.parent == root:
+                by_dir[root] = state
+        for root, state in sorted(by_dir.items()):
+            state_data = read_json_file(state)
+            history = state_data.get("log_history", []) if isinstance(state_data, dict) else []
+            if any(str(k).startswith("routing/") for row in history for k in row):
+                # The recipe's folder names the group: OUT/runs/<recipe>/seed<N>.
+                name = root.relative_to(top).as_posix() if root != top else top.as_posix()
+                runs.append(TrainingRun(root, training_group(name), history))
+    return runs
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def training_summary(history: Sequence[dict[str, Any]], mode_names: Sequence[str]) -> dict[str, Any]:
+    """What a run's logs say about free routing.
+
+    ``final_split`` and ``final_entropy``: the last logged free split / routing entropy;
+    ``collapse_alarm``: True if ``routing/collapse_alarm`` was ever positive (it is averaged over a logging
+    window), False if logged and never positive, None if never logged;
+    ``ever_chosen``: per mode, whether any logged free share was positive;
+    ``last_batch_step``: the last ``routing/batch_step``.
+    """
+
+    def share(row: dict[str, Any], mode: str) -> float | None:
+        value = row.get(f"routing/share/{mode}")  # None or NaN: no free rollout in the logging window
+        return value if _finite(value) else None
+
+    split_rows = [r for r in history if any(share(r, m) is not None for m in mode_names)]
+    final_split = {m: share(split_rows[-1], m) for m in mode_names} if split_rows else None
+    entropies = [r["routing/entropy"] for r in history if _finite(r.get("routing/entropy"))]
+    alarms = [r["routing/collapse_alarm"] for r in history if "routing/collapse_alarm" in r]
+    steps = [r["routing/batch_step"] for r in history if _finite(r.get("routing/batch_step"))]
+    return {
+        "final_split": final_split,
+        "final_entropy": entropies[-1] if entropies else None,
+        "collapse_alarm": any(_finite(a) and a > 0 for a in alarms) if alarms else None,
+        "ever_chosen": {m: any((share(r, m) or 0.0) > 0 for r in history) for m in mode_names},
+        "last_batch_step": steps[-1] if steps else None,
+    }
+
+
+def _under(path: str | Path, dirs: Sequence[Path]) -> bool:
+    resolved = Path(path).resolve()
+    return any(resolved == d or d in resolved.parents for d in dirs)
+
+
+@dataclass
+class ReportPart:
+    """What a caller adds to the report (:func:`write_report`'s ``part``): a Markdown section after the
+    results, CSV tables (rows per table name), JSON documents (name -> JSON-ready object, written as
+    ``name.json`` and returned among the tables) and keyword arguments for the figure writer."""
+
+    markdown: str = ""
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    documents: dict[str, Any] = field(default_factory=dict)
+    plot_args: dict[str, Any] = field(default_factory=dict)
+
+
+# part(grouped summaries, training runs) -> the part to add.
+PartBuilder = Callable[[dict[str, Any], Sequence[TrainingRun]], ReportPart]
+
+
+def write_report(
+    run_dirs: Sequence[str | Path],
+    output: str | Path,
+    *,
+    plots: Callable[..., Iterable[Path]] | None | bool = None,
+    training_dirs: Sequence[str | Path] = (),
+    exclude_dirs: Sequence[str | Path] = (),
+    part: PartBuilder | None = None,
+) -> dict[str, Any]:
+    """Writes results.md and the CSV tables (and the figures) to ``output``; returns the tables.
+
+    ``plots``: the figure writer, :func:`routing_grpo.evaluation.plots.draw_all` (``tables["figures"]`` lists what it
+    wrote); None or False: tables only. It is passed in because the figures build on this module's tables
+    (``plots`` imports ``report``, never the other way round).
+
+    ``training_dirs``: training output folders (trainer_state.json) for the training-dynamics figures and
+    the ablations' logs. ``exclude_dirs``: summaries under these folders are left out of the results even
+    when they lie under ``run_dirs``. ``part``: builds a part to add from the grouped summaries and the
+    training runs (the miniature adds its part this way, in ``mini/report.py``).
+    """
+    output = Path(output)
+    excluded = [Path(d).resolve() for d in exclude_dirs]
+    summaries = [s for s in find_summaries(run_dirs) if not _under(s["_path"], excluded)]
+    if not summaries:
+        raise ValueError(f"no summary.json found under {[str(r) for r in run_dirs]}")
+    output.mkdir(parents=True, exist_ok=True)  # once the summaries are read: a refused report makes nothing
+    training = find_training_runs(training_dirs)
+    grouped = group_by_method(summaries)
+    tables: dict[str, Any] = {
+        "results": results_rows(grouped),
+        "reduction": reduction_rows(grouped),
+        "frontier": frontier_rows(grouped),
+    }
+    markdown = markdown_report(grouped)
+    added = part(grouped, training) if part is not None else ReportPart()
+    markdown += added.markdown
+    for name, rows in added.tables.items():
+        tables.setdefault(name, []).extend(rows)
+    csv_names = list(tables)
+    for name, document in added.documents.items():
+        tables[name] = document
+        under(output, f"{name}.json").write_text(json.dumps(document, indent=2, allow_nan=False))
+    skipped = []
+    for name in csv_names:
+        rows = tables[name]
+        path = under(output, f"{name}.csv")
+        if rows:
+            path.write_text(to_csv(rows))
+        else:
+            path.unlink(missing_ok=True)  # an older report's table would be taken for this one's
+            skipped.append(f"- `{name}.csv`: {EMPTY_TABLE_REASONS.get(name, 'no rows')}")
+    if skipped:
+        markdown += "\n## Tables not written\n\n" + "\n".join(skipped) + "\n"
+    under(output, "results.md").write_text(markdown)
+    if plots is True:
+        raise TypeError(
+            "plots: pass the figure writer (routing_grpo.evaluation.plots.draw_all), or None for tables only"
+        )
+    if plots:
+        tables["figures"] = [
+            str(p)
+            for p in plots(grouped, summaries, run_dirs, output, training_runs=training, **added.plot_args)
+        ]
+        if tables["figures"]:  # results.md names every figure written beside it
+            links = [
+                f"- [`{Path(f).name}`]({Path(f).relative_to(output).as_posix()})" for f in tables["figures"]
+            ]
+            markdown += "\n## Figures\n\n" + "\n".join(links) + "\n"
+            under(output, "results.md").write_text(markdown)
+    return tables

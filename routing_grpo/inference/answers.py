@@ -1,0 +1,498 @@
+"""The answers file of ``routing-grpo generate --input Q.jsonl --output A.jsonl``: the questions file it is
+made from, its rows, and the resumable writer (the command parses and prints; a Python call does the same).
+
+A questions file holds one question per line (:func:`read_questions`). An answers file holds one row per
+answer (:func:`answer_row`): the answer's fields, ``model_output`` and ``reference_answer`` as
+``routing-grpo grade`` reads them, and ``request``, what the answer was made for (:func:`request_record`:
+the question, its routing, the model, the routing settings and the sampling options).
+
+Resuming: a rerun over the same file keeps each answer made for the same request and generates the rest
+(:func:`plan_answers`); an answered id asked with another request is refused before the model loads, naming
+the line and what differs, unless the file is started afresh (``overwrite``: the new answers go beside it
+and replace it once all are written, so a run that fails leaves it as it was). Rows are appended a batch at
+a time, whole and synced (:func:`write_answers`); a torn last line (a run killed mid-write) is set aside
+(``FILE.torn-<n>``) and its answer generated again. :func:`answer_questions` is the whole run, one writer at a time (the file is
+locked, ``FILE.lock`` beside it, while it is written).
+
+    from routing_grpo.inference.answers import answer_questions, read_questions
+
+    run = answer_questions("outputs/router", read_questions("q.jsonl"), "answers.jsonl", mode="Short")
+    run.answers, run.reused, run.tokens
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from routing_grpo.core.modes import mode_index
+from routing_grpo.evaluation.samples import model_fingerprint
+from routing_grpo.generation.options import DEFAULT_TEMPERATURE
+from routing_grpo.inference.router import Answer, Request, Router, parse_allow, resolve_routing
+from routing_grpo.io.errors import model_loading, naming_path
+from routing_grpo.io.jsonl import append_jsonl, id_text, read_jsonl
+from routing_grpo.io.locks import OutputLock, file_lock_path
+from routing_grpo.io.storage import check_output_file
+from routing_grpo.training.settings import RoutingSettings
+
+# ---------------------------------------------------------------------------------------------------------
+# Questions
+# ---------------------------------------------------------------------------------------------------------
+
+
+CHAT_ROLES = ("system", "user", "assistant")
+
+
+def chat_messages_problem(messages: Sequence[Any]) -> str | None:
+    """Why a list of chat messages cannot be a question (None when it can): each a {role, content} mapping
+    with a known role and text content, the last one the user's (the routing prompt follows it)."""
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            return f"chat message {i + 1} must be a {{role, content}} object, got {message!r}"
+        role, content = message.get("role"), message.get("content")
+        if role not in CHAT_ROLES:
+            return f"chat message {i + 1}: role must be one of {list(CHAT_ROLES)}, got {role!r}"
+        if not isinstance(content, str):
+            return f"chat message {i + 1}: content must be text, got {content!r}"
+    if messages[-1].get("role") != "user":
+        return "the last chat message must be the user's (the routing prompt follows it)"
+    return None
+
+
+def read_questions(path: str | Path) -> list[dict[str, Any]]:
+    """Rows of a questions JSONL file: ``question`` (or ``prompt``: text or chat messages), and optionally
+    ``id`` (default: the line number), ``mode``, ``allow`` (list or comma-separated), ``caps`` and the
+    reference answer (``reference_answer`` or ``answer``), which the answers file carries on for
+    ``routing-grpo grade``.
+
+    Blank lines are skipped. Raises FileNotFoundError, or ValueError naming the line of a malformed row or
+    a repeated id.
+    """
+    rows, seen = [], set()
+    for lineno, item in read_jsonl(path, torn="error"):
+        question = item.get("question", item.get("prompt"))
+        if not (isinstance(question, str) and question.strip()) and not (
+            isinstance(question, list) and question
+        ):
+            raise ValueError(
+                f"{path}:{lineno}: needs a non-empty `question` (text or a list of chat messages)"
+            )
+        if isinstance(question, list):
+            problem = chat_messages_problem(question)
+            if problem:
+                raise ValueError(f"{path}:{lineno}: {problem}")
+        caps = item.get("caps", True)
+        if not isinstance(caps, bool):
+            raise ValueError(f"{path}:{lineno}: `caps` must be true or false")
+        allow = item.get("allow")
+        if allow is not None and not isinstance(allow, str | list):
+            raise ValueError(
+                f"{path}:{lineno}: `allow` must be a list of mode names or a comma-separated string"
+            )
+        mode = item.get("mode")
+        if mode is not None and not isinstance(mode, str):
+            raise ValueError(f"{path}:{lineno}: `mode` must be a mode name")
+        try:
+            row_id = id_text(item["id"]) if "id" in item else str(lineno)
+        except ValueError as err:
+            raise ValueError(f"{path}:{lineno}: {err}") from None
+        if row_id in seen:
+            raise ValueError(f"{path}:{lineno}: id {row_id!r} appears twice")
+        seen.add(row_id)
+        reference = item.get("reference_answer", item.get("answer"))
+        if reference is not None and (
+            not isinstance(reference, str | int | float) or isinstance(reference, bool)
+        ):
+            raise ValueError(f"{path}:{lineno}: the reference answer must be a string or a number")
+        rows.append(
+            {
+                "id": row_id,
+                "question": question,
+                "mode": mode,
+                "allow": allow,
+                "caps": caps,
+                "reference": reference,
+            }
+        )
+    return rows
+
+
+def question_rows(questions: Sequence[Any]) -> list[dict[str, Any]]:
+    """Questions given one by one (text or chat messages) as :func:`read_questions` rows: ids from 1, the
+    run's routing, caps on, no reference answer."""
+    return [
+        {"id": str(i), "question": q, "mode": None, "allow": None, "caps": True, "reference": None}
+        for i, q in enumerate(questions, start=1)
+    ]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Answers: what a row holds and the request it was made for
+# ---------------------------------------------------------------------------------------------------------
+
+
+def read_answered_ids(path: str | Path) -> set[str]:
+    """Ids already in an answers JSONL file. A torn last line (a run killed mid-write) is removed so that
+    its answer is generated again; a malformed line elsewhere raises ValueError."""
+    return set(read_answered_requests(path))
+
+
+def read_answered_requests(path: str | Path) -> dict[str, tuple[int, dict[str, Any] | None]]:
+    """Id -> (line, the request that answer was made for: :func:`request_record`, None in a row written
+    before requests were recorded) of an answers JSONL file. A torn last line is removed (its answer is
+    generated again); a malformed line elsewhere raises ValueError naming ``path:line``."""
+    if not Path(path).exists():
+        return {}
+    done: dict[str, tuple[int, dict[str, Any] | None]] = {}
+    for lineno, row in read_jsonl(path, torn="repair"):
+        if "id" not in row:
+            raise ValueError(f"{path}:{lineno}: not an answer row (no id); fix or remove that line")
+        try:
+            answered = id_text(row["id"])
+        except ValueError as err:
+            raise ValueError(f"{path}:{lineno}: {err}") from None
+        request = row.get("request")
+        done[answered] = (lineno, request if isinstance(request, dict) else None)
+    return done
+
+
+def request_record(
+    request: Request, model: Mapping[str, Any], settings: RoutingSettings, sampling: Mapping[str, Any]
+) -> dict[str, Any]:
+    """What determines an answer, as stored in each answers-file row: the question, its routing (mode,
+    allowed set, caps), the model (``model``: a fingerprint of the folder or Hub id), the routing settings
+    (a digest of :meth:`RoutingSettings.to_dict`) and the sampling options. A rerun reuses an answer only
+    for the same record."""
+    mode, allow = resolved_modes(settings, request.mode, request.allow)
+    digest = hashlib.sha256(json.dumps(settings.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
+    return {
+        "question": request.question,
+        "mode": mode,
+        "allow": allow,
+        "caps": bool(request.caps),
+        "model": dict(model),
+        "settings": digest[:16],
+        "sampling": dict(sampling),
+    }
+
+
+def resolved_modes(settings: RoutingSettings, mode: Any, allow: Any) -> tuple[str | None, list[str] | None]:
+    """A request's forced mode and allowed set as the mode names they resolve to: matched case-insensitively
+    (as :func:`routing_grpo.inference.router.resolve_routing` matches them), each once, in the modes' order. ``nothink`` is ``NoThink``
+    and ``Long,Long`` is ``Long``: the same request. A name that matches no mode is kept as written."""
+    modes = settings.modes
+    order = [m.name for m in modes]
+
+    def name(value: Any) -> str:
+        text = str(value).strip()
+        try:
+            return order[mode_index(modes, text)]
+        except ValueError:
+            return text
+
+    allowed = None
+    if allow is not None:
+        chosen = {name(a) for a in parse_allow(allow if isinstance(allow, str | list | tuple) else [allow])}
+        allowed = sorted(chosen, key=lambda n: (order.index(n) if n in order else len(order), n))
+    return (name(mode) if mode is not None else None), allowed
+
+
+def resolved_record(record: Mapping[str, Any] | None, settings: RoutingSettings) -> dict[str, Any] | None:
+    """A stored request record (:func:`request_record`) with its mode and allowed set resolved against
+    ``settings``: rows written with another spelling of the same modes compare equal."""
+    if not isinstance(record, Mapping):
+        return None
+    mode, allow = resolved_modes(settings, record.get("mode"), record.get("allow"))
+    return {**record, "mode": mode, "allow": allow}
+
+
+def request_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
+    """What differs between the request an answer was made for and this one ([] when nothing does)."""
+    if old is None:
+        return ["no record of its request (written by an older version)"]
+    names = {"settings": "routing settings"}
+    out = [
+        names.get(key, key)
+        for key in ("question", "mode", "allow", "caps", "model", "settings")
+        if old.get(key) != new[key]
+    ]
+    old_sampling = old.get("sampling") or {}
+    out += [
+        f"--{key.replace('_', '-')}"
+        for key, value in new["sampling"].items()
+        if old_sampling.get(key) != value
+    ]
+    return out
+
+
+def answer_line(row_id: str, answer: Answer) -> str:
+    """The one-line summary ``routing-grpo generate`` prints per answer."""
+    mode = answer.mode or "no routing word"
+    found = answer.answer if answer.answer is not None else "-"
+    return (
+        f"[{row_id}] {mode} ({answer.routing}): {answer.tokens} tokens, L={answer.length}, "
+        f"stopped by {answer.stopped_by}, answer: {found}"
+    )
+
+
+def answer_row(
+    row_id: str, answer: Answer, reference: Any = None, request: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """An answers-file row: the answer's fields, ``model_output`` (its text, or "" when it did not finish, so
+    that the grader scores it wrong), ``reference_answer`` when the question had one, and ``request``: what
+    the answer was made for (:func:`request_record`), which a rerun checks."""
+    row = {
+        "id": row_id,
+        **answer.to_dict(),
+        "model_output": answer.text if answer.stopped_by == "eos" else "",
+    }
+    if reference is not None:
+        row["reference_answer"] = reference
+    if request is not None:
+        row["request"] = dict(request)
+    return row
+
+
+# ---------------------------------------------------------------------------------------------------------
+# A run over an answers file: what to generate, and the writer
+# ---------------------------------------------------------------------------------------------------------
+
+
+def question_requests(
+    rows: Sequence[Mapping[str, Any]],
+    settings: RoutingSettings,
+    *,
+    mode: str | None = None,
+    allow: Sequence[str] | str | None = None,
+    caps: bool = True,
+) -> dict[str, Request]:
+    """Id -> the request of each question row: its own mode or allowed set, else the run's (``mode`` /
+    ``allow``); caps on when both the row and the run say so. ValueError ``question ID: why`` for a routing
+    the modes refuse or an empty question."""
+    requests = {}
+    for row in rows:
+        if isinstance(row["question"], str) and not row["question"].strip():
+            raise ValueError(f"question {row['id']} is empty")
+    for row in rows:
+        own = row.get("mode") is not None or row.get("allow") is not None
+        chosen_mode, chosen_allow = (row.get("mode"), row.get("allow")) if own else (mode, allow)
+        try:
+            resolve_routing(settings, chosen_mode, chosen_allow)
+        except ValueError as err:
+            raise ValueError(f"question {row['id']}: {err}") from None
+        requests[row["id"]] = Request(
+            row["question"], mode=chosen_mode, allow=chosen_allow, caps=row.get("caps", True) and caps
+        )
+    return requests
+
+
+@dataclass
+class AnswerPlan:
+    """What a run over questions does: each question's request and record (:func:`request_record`), its
+    reference answer, the ids still to answer (in order), whether the answers file had answers to resume
+    from, and whether it is started afresh (``replace``)."""
+
+    requests: dict[str, Request]
+    records: dict[str, dict[str, Any]]
+    references: dict[str, Any]
+    output: Path | None
+    todo: list[str]
+    resumed: bool = False
+    replace: bool = False
+
+    @property
+    def reused(self) -> int:
+        """Questions the answers file already answers for the same request."""
+        return len(self.requests) - len(self.todo)
+
+
+def plan_answers(
+    requests: Mapping[str, Request],
+    records: Mapping[str, dict[str, Any]],
+    output: str | Path | None = None,
+    *,
+    settings: RoutingSettings,
+    references: Mapping[str, Any] | None = None,
+    overwrite: bool = False,
+) -> AnswerPlan:
+    """The ids to answer: those ``output`` does not answer yet. An id it answers for another request (the
+    modes compared by what they resolve to, not their spelling: ``nothink`` is ``NoThink``) is a ValueError
+    naming the file's line and what differs, before anything is generated, unless ``overwrite`` (then the
+    file is started afresh); a malformed answers file is a ValueError naming its line."""
+    path = Path(output) if output else None
+    try:
+        answered = read_answered_requests(path) if path else {}
+    except ValueError as err:
+        raise ValueError(f"--output: {err}") from None
+    answered = {i: (line, resolved_record(record, settings)) for i, (line, record) in answered.items()}
+    conflicts = [
+        (answered[i][0], i, request_differences(answered[i][1], records[i]))
+        for i in requests
+        if i in answered and answered[i][1] != records[i]
+    ]
+    if conflicts and not overwrite:
+        line, row_id, differences = conflicts[0]
+        more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
+        raise ValueError(
+            f"--output: {path}:{line} answers question {row_id} for another request ({', '.join(differences)})"
+            f"{more}; nothing was generated or overwritten. Give another --output, or --overwrite to start "
+            "that file afresh"
+        )
+    replace = bool(overwrite and path is not None and path.exists())
+    done = set() if replace else set(answered)
+    return AnswerPlan(
+        requests=dict(requests),
+        records=dict(records),
+        references=dict(references or {}),
+        output=path,
+        todo=[row_id for row_id in requests if row_id not in done],
+        resumed=bool(done),
+        replace=replace,
+    )
+
+
+@dataclass
+class AnswersRun:
+    """What a run did: questions in all, answers reused from the file, answers generated, their tokens and
+    the seconds spent generating them."""
+
+    questions: int
+    reused: int
+    answers: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    output: Path | None = None
+
+
+OnAnswers = Callable[[list[str], list[Answer]], None]
+"""``on_answers(ids, answers)``: called after each batch is generated (and written)."""
+
+
+def write_answers(
+    router: Router, plan: AnswerPlan, batch_size: int = 8, on_answers: OnAnswers | None = None
+) -> AnswersRun:
+    """Generates the plan's questions ``batch_size`` at a time, each batch's rows appended to the answers file
+    (whole, synced; a full disk or the file-size limit names the file). Every prompt is checked against the
+    model's context first. A file started afresh is written beside the old one and replaces it once all are
+    written: a run that fails or is stopped leaves the old file as it was."""
+    run = AnswersRun(len(plan.requests), plan.reused, output=plan.output)
+    todo = plan.todo
+    if not todo:
+        return run
+    # Every prompt against the model's context, before the first batch is generated.
+    router.plan_all([plan.requests[i] for i in todo], todo, warn=False)
+    output = writing = plan.output
+    if output:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        if plan.replace:  # the new answers go beside the old file and replace it once all are written
+            writing = output.with_name(f".{output.name}.overwrite")
+            writing.unlink(missing_ok=True)
+    try:
+        for start in range(0, len(todo), batch_size):
+            ids = todo[start : start + batch_size]
+            call_started = time.perf_counter()
+            answers = router.generate([plan.requests[i] for i in ids], names=ids)
+            run.seconds += time.perf_counter() - call_started
+            run.answers += len(answers)
+            run.tokens += sum(a.tokens for a in answers)
+            if writing:  # each row also as `routing-grpo grade` reads it: model_output (+ reference_answer)
+                rows = [
+                    answer_row(i, a, plan.references.get(i), plan.records[i]) for i, a in zip(ids, answers)
+                ]
+                with naming_path(writing):
+                    append_jsonl(writing, rows)
+            if on_answers is not None:
+                on_answers(ids, answers)
+    except BaseException:
+        if writing != output:  # a run that fails or is stopped leaves the old file as it was
+            writing.unlink(missing_ok=True)
+        raise
+    if writing != output:
+        os.replace(writing, output)
+    return run
+
+
+def answer_questions(
+    model: str,
+    rows: Sequence[Mapping[str, Any]],
+    output: str | Path | None = None,
+    *,
+    settings: RoutingSettings | str | Path | None = None,
+    mode: str | None = None,
+    allow: Sequence[str] | str | None = None,
+    caps: bool = True,
+    overwrite: bool = False,
+    temperature: float = DEFAULT_TEMPERATURE,
+    top_p: float = 1.0,
+    top_k: int = 0,
+    max_new_tokens: int | None = None,
+    seed: int | None = 0,
+    batch_size: int = 8,
+    backend: str = "auto",
+    device: str | None = None,
+    revision: str | None = None,
+    on_resumed: Callable[[AnswerPlan], None] | None = None,
+    on_answers: OnAnswers | None = None,
+) -> AnswersRun:
+    """Answers question rows (:func:`read_questions`, :func:`question_rows`) with the router at ``model``:
+    ``routing-grpo generate``, with its defaults, as a Python call.
+
+    With ``output`` the run is resumable and one writer at a time: the file is checked for writing, then
+    locked (``FILE.lock`` beside it; another process writing it is refused at once, naming it) before it is
+    read; the answers made for the same request are kept (:func:`plan_answers`) and the model is loaded only
+    when something is left to answer. ``settings``: the routing settings (default: the model's own).
+    ``on_resumed(plan)`` is called once the plan is known, before the model loads; ``on_answers`` after each
+    batch. Errors are ValueError (one line, naming the question, the file's line or the option); a model
+    that cannot be loaded says so, naming it."""
+    if not isinstance(settings, RoutingSettings):
+        settings = RoutingSettings.resolve(model, settings, revision=revision)
+    if output is not None and (not str(output).strip() or Path(output).is_dir()):
+        raise ValueError(f"--output: {output!r} is not a file; give a file for the answers")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
+    requests = question_requests(rows, settings, mode=mode, allow=allow, caps=caps)
+    # Each answer is bound to what determines it; a rerun reuses only the answers made for the same request.
+    sampling = {
+        "temperature": temperature, "top_p": top_p, "top_k": top_k,
+        "max_new_tokens": max_new_tokens, "seed": seed, "backend": backend,
+    }  # fmt: skip
+    model_id = model_fingerprint(model, revision)
+    records = {i: request_record(r, model_id, settings, sampling) for i, r in requests.items()}
+    references = {row["id"]: row.get("reference") for row in rows}
+
+    def run() -> AnswersRun:
+        plan = plan_answers(
+            requests, records, output, settings=settings, references=references, overwrite=overwrite
+        )
+        if on_resumed is not None:
+            on_resumed(plan)
+        if not plan.todo:
+            return AnswersRun(len(requests), plan.reused, output=plan.output)
+        with model_loading(model):
+            router = Router.from_pretrained(
+                model,
+                settings=settings,
+                backend=backend,
+                device=device,
+                revision=revision,
+                temperature=temperature,
+                top_p=top_p,
+                top_k=top_k,
+                max_new_tokens=max_new_tokens,
+                seed=seed,
+            )
+        return write_answers(router, plan, batch_size, on_answers)
+
+    if output is None:
+        return run()
+    # A device, a read-only place, a path through a file, a file at the size limit: said before a lock file
+    # is made beside it.
+    check_output_file(output)
+    with OutputLock(file_lock_path(output), flag="--output", output=output, command="routing-grpo generate"):
+        return run()

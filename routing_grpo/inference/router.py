@@ -1,0 +1,517 @@
+"""Running a trained router: free routing, a forced mode, or a set of allowed modes, with per-mode caps
+enforced while generating (``routing-grpo generate`` is the command line over this module).
+
+The trainer writes the routing settings into the output folder (:class:`routing_grpo.training.settings.RoutingSettings`),
+so a user passes only the model::
+
+    from routing_grpo.inference.router import Router
+
+    router = Router.from_pretrained("outputs/demo/runs/router/seed0")   # folder or Hub id
+    answer = router("L3: 4 q+3 f*7 x+1")                               # the model picks the mode
+    answer = router("L3: 4 q+3 f*7 x+1", mode="Short")                 # forced
+    answer = router("L3: 4 q+3 f*7 x+1", allow=["NoThink", "Short"])   # never Long
+    answer.mode, answer.answer, answer.tokens, answer.stopped_by
+
+How one request is generated (the prompt is laid out as in training and evaluation:
+:class:`routing_grpo.core.prompting.PromptPlan`):
+
+* **forced**: the mode's forcing text follows the routing question (:func:`routing_grpo.core.prompting.forcing_text`)
+  and the answer is generated with the mode's budget (:func:`routing_grpo.generation.caps.known_budget`).
+* **allowed set**: the routing word is generated first, token by token, with every token masked out that
+  does not continue one of the allowed words' token forms (:func:`routing_grpo.core.modes.word_token_id_forms`),
+  until one is complete (a word of several tokens is always completed); then the answer continues within
+  the chosen mode's budget.
+* **free**: the first tokens are sampled unrestricted. As soon as the mode is known (an exact token form
+  of a word is complete, or the detector's text rule finds a word) the rest is generated within that mode's
+  budget (:func:`routing_grpo.generation.caps.free_budget`), so a small cap is never overrun while the
+  detector's head is still being read. A completion with no routing word within the detection head
+  (:data:`routing_grpo.core.modes.DETECTION_HEAD_TOKENS` tokens) has no mode and no cap.
+
+With caps on (the default) no token past a mode's cap is generated: L, the tokens after the routing word
+(EOS included, as in training), is at most the cap. ``max_new_tokens`` (default: the training run's
+``max_completion_length``) bounds the tokens the model generates for each answer (a forced word is not
+generated). The answer reports whether EOS, the cap or that limit ended it.
+
+Generation is the caps driver's (:func:`routing_grpo.generation.caps.generate_with_caps`), the trainer's
+too, with the word phase (:mod:`routing_grpo.generation.word_phase`: the backend's ``next_tokens``, one
+token per row, optionally restricted to given token ids) as the heads; the backends are evaluation's
+(built by :func:`routing_grpo.generation.factory.make_backend`), on transformers (CPU or GPU) or vLLM.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from routing_grpo.core.modes import INVALID, Detection, ModeDetector, mode_index, word_token_id_forms
+from routing_grpo.core.prompting import render_prompt
+from routing_grpo.generation.caps import apply_caps, free_budget, generate_with_caps, known_budget
+from routing_grpo.generation.factory import check_backend, make_backend
+from routing_grpo.generation.interface import Backend
+from routing_grpo.generation.options import (
+    DEFAULT_TEMPERATURE,
+    BackendOptions,
+    check_device,
+    check_sampling,
+    check_seed,
+)
+from routing_grpo.generation.word_phase import choose_words
+from routing_grpo.io.model_files import weight_file_problem
+from routing_grpo.training.settings import RoutingSettings, local_model_path
+
+logger = logging.getLogger(__name__)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Requests and answers
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """One question and how to route it.
+
+    Attributes:
+        question: the user's question (text) or a list of chat messages.
+        mode: force this mode (its word is placed after the routing question).
+        allow: the modes the model may choose from (the routing word is restricted to them); a list of
+            names or a comma-separated string. ``mode`` and ``allow`` exclude each other; neither = free.
+        caps: enforce the per-mode caps while generating (default True).
+    """
+
+    question: Any
+    mode: str | None = None
+    allow: Sequence[str] | str | None = None
+    caps: bool = True
+
+
+@dataclass(frozen=True)
+class Routing:
+    """A request's routing, resolved against the modes: ``kind`` is free, forced, allowed or single (a
+    single-mode baseline: no routing word)."""
+
+    kind: str
+    forced: int | None = None
+    allowed: tuple[int, ...] | None = None
+
+
+def parse_allow(allow: Sequence[str] | str) -> list[str]:
+    """``"NoThink,Short"`` or ``["NoThink", "Short"]`` -> the names (stripped, empty items dropped); a
+    ValueError for anything else (a number, a mapping, a list holding something other than names)."""
+    if not isinstance(allow, str | list | tuple) or not all(isinstance(a, str) for a in allow):
+        raise ValueError(f"allow: expected mode names (a list, or one comma-separated string), got {allow!r}")
+    items = allow.split(",") if isinstance(allow, str) else list(allow)
+    return [name.strip() for name in items if name.strip()]
+
+
+def check_count(value: Any, name: str, *, optional: bool = True) -> None:
+    """Raises ValueError naming ``name`` unless ``value`` is a positive integer (or None when ``optional``):
+    the Router's ``max_new_tokens`` and ``batch_size``, checked as the command line checks its flags."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: must be a positive integer{' or None' if optional else ''}, got {value!r}")
+
+
+def resolve_routing(
+    settings: RoutingSettings, mode: str | None = None, allow: Sequence[str] | str | None = None
+) -> Routing:
+    """Checks a request's routing against the modes (unknown names, empty allow set, both given)."""
+    modes = settings.modes
+    names = [m.name for m in modes]
+    if mode is not None and allow is not None:
+        raise ValueError("a forced mode and an allowed set exclude each other")
+    allowed: tuple[int, ...] | None = None
+    if allow is not None:
+        chosen = parse_allow(allow)
+        if not chosen:
+            raise ValueError(f"the allowed set is empty; name at least one of {names}")
+        allowed = tuple(sorted({mode_index(modes, name) for name in chosen}))
+    if mode is not None and not isinstance(mode, str):
+        raise ValueError(f"mode: expected a mode name (one of {names}), got {mode!r}")
+    forced = mode_index(modes, mode) if mode is not None else None
+    single = settings.single_mode_index
+    if single is not None:
+        if (forced is not None and forced != single) or (allowed is not None and single not in allowed):
+            raise ValueError(f"this checkpoint is a single-mode baseline: it answers in {names[single]} only")
+        return Routing("single")
+    if forced is not None:
+        return Routing("forced", forced=forced)
+    if allowed is not None:
+        return Routing("allowed", allowed=allowed)
+    return Routing("free")
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One generated answer.
+
+    Attributes:
+        question: the request's question.
+        mode: the mode's name, or None when the completion has no routing word.
+        forced: the mode was forced (its word was in the prompt, not generated).
+        routing: free, forced, allowed or single.
+        answer: the final answer extracted by the project's grader (``grading.extract_answer``); None when
+            there is none, and for a response stopped by a cap or the length limit (graded wrong).
+        text: the whole answer, routing word first (special tokens dropped).
+        tokens: tokens the model generated (a forced word is not generated).
+        length: L, tokens after the routing word, EOS included (all tokens when there is no word).
+        stopped_by: ``eos`` (the model finished), ``cap`` (the mode's cap) or ``length`` (``max_new_tokens``).
+        caps: whether the per-mode caps were enforced.
+    """
+
+    question: Any
+    mode: str | None
+    forced: bool
+    routing: str
+    answer: str | None
+    text: str
+    tokens: int
+    length: int
+    stopped_by: str
+    caps: bool = True
+
+    @property
+    def capped(self) -> bool:
+        return self.stopped_by == "cap"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rows: prompts, budgets, answers (pure)
+# ---------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One request on its way through generation."""
+
+    question: Any
+    routing: Routing
+    caps: bool
+    prompt_ids: list[int]
+    forced_text: str = ""
+    prefix: list[int] = field(default_factory=list)
+    decision: Detection | None = None
+    rest: list[int] = field(default_factory=list)
+
+
+def needs_word_phase(row: Row) -> bool:
+    """Allowed sets always; free rows when caps are on (their budget follows the word)."""
+    return row.routing.kind == "allowed" or (row.routing.kind == "free" and row.caps)
+
+
+def known_row_budget(row: Row, settings: RoutingSettings, max_new_tokens: int) -> int | None:
+    """Tokens the row may generate when that is known before generation: a forced or single-mode row's cap,
+    the limit for an uncapped row; None for a row whose word phase sets it (:func:`head_row_budget`)."""
+    if needs_word_phase(row):
+        return None
+    if not row.caps:
+        return max_new_tokens
+    if row.routing.kind == "forced":
+        return int(known_budget(row.routing.forced, settings.modes, max_new_tokens))
+    return int(known_budget(None, settings.modes, max_new_tokens, settings.single_mode_index))
+
+
+def head_row_budget(
+    row: Row, head: Sequence[int], settings: RoutingSettings, detector: ModeDetector, max_new_tokens: int
+) -> int:
+    """Total tokens (the word phase's included) of a row once its word phase has written ``head``."""
+    if not row.caps:
+        return max_new_tokens
+    return free_budget(head, detector, settings.modes, max_new_tokens)
+
+
+def finish_row(
+    row: Row, settings: RoutingSettings, tokenizer: Any, detector: ModeDetector, eos_token_ids: Sequence[int]
+) -> Answer:
+    """The answer of a generated row: mode, L, what stopped it, text and extracted answer."""
+    from routing_grpo.core.grading import extract_answer
+
+    modes = settings.modes
+    completion = [*row.prefix, *row.rest]
+    kind = row.routing.kind
+    if kind == "forced":
+        mode, word_tokens = row.routing.forced, 0
+    elif kind == "single":
+        mode, word_tokens = settings.single_mode_index, 0
+    else:
+        decision = row.decision if row.decision is not None else detector.detect(completion)
+        mode, word_tokens = decision.mode, decision.word_tokens
+    capped = False
+    if mode != INVALID and row.caps:
+        # Never cuts a row generated here (it stopped at its cap); the exact rule of training decides `capped`.
+        completion, capped = apply_caps(completion, word_tokens, modes[mode].cap, eos_token_ids)
+    length = len(completion) - (word_tokens if mode != INVALID else 0)
+    if completion and completion[-1] in set(eos_token_ids):
+        stopped_by = "eos"
+    elif capped:
+        stopped_by = "cap"
+    else:
+        stopped_by = "length"
+    text = tokenizer.decode(completion, skip_special_tokens=True)
+    text = (row.forced_text.lstrip() + text) if kind == "forced" else text.lstrip()
+    return Answer(
+        question=row.question,
+        mode=modes[mode].name if mode != INVALID else None,
+        forced=kind == "forced",
+        routing=kind,
+        # Only a finished answer has one: stopped by a cap or the length limit, the grader scores it wrong.
+        answer=extract_answer(text, finished=stopped_by == "eos"),
+        text=text,
+        tokens=len(completion),
+        length=length,
+        stopped_by=stopped_by,
+        caps=row.caps,
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The router
+# ---------------------------------------------------------------------------------------------------------
+
+
+def context_problem(prompt_tokens: int, max_new_tokens: int, context: int | None) -> str | None:
+    """Why a prompt and its answer may not fit the model's context (None when they do, or it is unknown)."""
+    if not context or prompt_tokens + max_new_tokens <= context:
+        return None
+    if prompt_tokens >= context:
+        return prompt_past_context(prompt_tokens, context)
+    return (
+        f"its prompt ({prompt_tokens} tokens) and max_new_tokens ({max_new_tokens}) pass the model's context "
+        f"({context}); the answer may be cut short or degrade near the end"
+    )
+
+
+def prompt_past_context(prompt_tokens: int, context: int | None) -> str | None:
+    """Why a prompt leaves no room for an answer in the model's context (None when it does, or the context
+    is unknown): such a prompt is refused, as generating past the context gives no useful answer and can
+    take minutes."""
+    if not context or prompt_tokens < context:
+        return None
+    return (
+        f"its prompt ({prompt_tokens} tokens) is past the model's context ({context} positions), leaving no "
+        "room for an answer; shorten the question"
+    )
+
+
+class Router:
+    """A trained router ready to answer: settings, tokenizer and a backend.
+
+    Build one with :meth:`from_pretrained` (a folder or Hub id; the settings saved with it are read), or
+    from parts: ``Router(TransformersBackend(model, tokenizer), tokenizer, settings)``.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        tokenizer: Any,
+        settings: RoutingSettings,
+        *,
+        max_new_tokens: int | None = None,
+        context: int | None = None,
+    ) -> None:
+        """``context``: the model's context in tokens (None: unknown): a prompt past it is refused, and one
+        whose answer would not fit is warned about. ``max_new_tokens`` None: the training run's limit."""
+        check_count(max_new_tokens, "max_new_tokens")
+        self.backend, self.tokenizer, self.settings = backend, tokenizer, settings
+        self.context = context
+        self.max_new_tokens = settings.max_completion_length if max_new_tokens is None else max_new_tokens
+        self.forms = {i: word_token_id_forms(tokenizer, m.word) for i, m in enumerate(settings.modes)}
+        self.detector = ModeDetector.from_tokenizer(settings.modes, tokenizer)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model: str | Path,
+        *,
+        settings: RoutingSettings | str | Path | None = None,
+        backend: str = "auto",
+        device: str | None = None,
+        dtype: str = "auto",
+        revision: str | None = None,
+        temperature: float = DEFAULT_TEMPERATURE,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        max_new_tokens: int | None = None,
+        seed: int | None = None,
+        **engine_kwargs: Any,
+    ) -> Router:
+        """Loads a checkpoint and its routing settings.
+
+        Args:
+            model: a local folder, a Hub id, or ``offline:mini`` and the like; a LoRA run's folder (a PEFT
+                adapter) loads its base and the adapter through PEFT, on transformers.
+            settings: override of the saved settings: a :class:`RoutingSettings`, a settings file or a
+                training recipe. Default: ``MODEL/routing_config.json``
+                (:class:`routing_grpo.training.settings.SettingsNotFoundError` if absent).
+            backend: ``auto`` (vLLM with a GPU when installed, else transformers), ``transformers``, ``vllm``.
+            device: transformers device (default: ``cuda`` when there is a GPU, else ``cpu``).
+            dtype: transformers ``dtype`` (default ``auto``: the checkpoint's).
+            temperature / top_p / top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off); checked
+                before anything loads (:func:`routing_grpo.generation.options.check_sampling`).
+            max_new_tokens: tokens the model may generate per answer (default: the training run's limit).
+            seed: seeds torch (transformers) or the vLLM engine, an integer in [0, 2**32).
+            engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``).
+
+        Every argument is checked before anything loads (a ValueError naming it), as ``routing-grpo generate``
+        checks its flags: the sampling options, ``max_new_tokens``, ``seed``, the backend (vLLM installed,
+        a GPU for it), the device (known, and present here) and a local model's weight files (whole).
+        """
+        check_sampling(temperature, top_p, top_k)
+        check_count(max_new_tokens, "max_new_tokens")
+        check_seed(seed)
+        check_backend(backend)
+        check_device(device)
+        name = local_model_path(str(model))
+        problem = weight_file_problem(name)  # a LoRA adapter folder: its base found and whole too
+        if problem:
+            raise ValueError(f"model: {problem}")
+        check_backend(backend, model=name)  # vLLM refuses an adapter folder, saying how to merge it
+        if not isinstance(settings, RoutingSettings):
+            settings = RoutingSettings.resolve(name, settings, revision=revision)
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
+        options = BackendOptions(
+            model=name,
+            revision=revision,
+            dtype=dtype,
+            device=device,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            seed=seed,
+            engine_kwargs=engine_kwargs,
+            progress=False,
+        )
+        built = make_backend(backend, options, tokenizer)
+        return cls(built, tokenizer, settings, max_new_tokens=max_new_tokens, context=built.context_length())
+
+    def plan(self, request: Request) -> Row:
+        """The row of a request: routing checked against the modes (an error names ``mode`` or ``allow``),
+        prompt rendered and tokenized."""
+        try:
+            routing = resolve_routing(self.settings, request.mode, request.allow)
+        except ValueError as err:
+            given = [name for name in ("mode", "allow") if getattr(request, name) is not None]
+            message, argument = str(err), "/".join(given) or "mode"
+            raise ValueError(message if message.startswith(argument) else f"{argument}: {message}") from None
+        if not isinstance(request.caps, bool):
+            raise ValueError(f"caps: expected true or false, got {request.caps!r}")
+        text, forced_text = render_prompt(self.settings, self.tokenizer, request.question, routing.forced)
+        prompt_ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return Row(request.question, routing, request.caps, prompt_ids, forced_text)
+
+    def plan_all(
+        self,
+        requests: Sequence[Request],
+        names: Sequence[str],
+        max_new_tokens: int | None = None,
+        *,
+        warn: bool = True,
+    ) -> list[Row]:
+        """The rows of requests (``names``: how errors and warnings call them), each prompt checked against
+        the model's context before anything is generated: one past it is a ValueError naming the question,
+        one whose answer may not fit a warning (unless ``warn`` is false: a check of a whole file whose
+        batches warn as they are generated)."""
+        limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        rows = [self.plan(r) for r in requests]
+        for name, row in zip(names, rows, strict=True):
+            past = prompt_past_context(len(row.prompt_ids), self.context)
+            if past:
+                raise ValueError(f"question {name}: {past}")
+        for name, row in zip(names, rows, strict=True):
+            problem = context_problem(len(row.prompt_ids), limit, self.context) if warn else None
+            if problem:
+                logger.warning("question %s: %s", name, problem)
+        return rows
+
+    def generate(
+        self,
+        questions: Sequence[Any],
+        *,
+        mode: str | None = None,
+        allow: Sequence[str] | str | None = None,
+        caps: bool = True,
+        max_new_tokens: int | None = None,
+        seed: int | None = None,
+        batch_size: int | None = None,
+        names: Sequence[str] | None = None,
+    ) -> list[Answer]:
+        """Answers questions, ``batch_size`` at a time (default: all in one batch), in order; ``names``
+        (default: their numbers from 1) is how errors and warnings call them.
+
+        Each item is a question (text or chat messages), routed by ``mode`` / ``allow`` / ``caps``, or a
+        :class:`Request` carrying its own. Raises ValueError before anything is generated for an unknown
+        mode, an empty allowed set, a prompt past the model's context (naming the question by its number),
+        and an argument out of range (``max_new_tokens`` and ``batch_size`` positive integers or None,
+        ``seed`` in [0, 2**32), ``caps`` true or false), each naming the argument.
+        """
+        check_count(max_new_tokens, "max_new_tokens")
+        check_count(batch_size, "batch_size")
+        check_seed(seed)
+        if isinstance(questions, str | bytes):
+            raise ValueError(
+                "questions: expected a list of questions, got one text (router(question) asks one)"
+            )
+        requests = [
+            q if isinstance(q, Request) else Request(q, mode=mode, allow=allow, caps=caps) for q in questions
+        ]
+        limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
+        if names is None:
+            names = [str(n) for n in range(1, len(requests) + 1)]
+        elif len(names) != len(requests):
+            raise ValueError(f"names: {len(names)} names for {len(requests)} questions")
+        rows = self.plan_all(requests, [str(n) for n in names], limit)
+        if seed is not None:
+            import torch
+
+            torch.manual_seed(seed)
+        step = batch_size or max(len(rows), 1)
+        answers: list[Answer] = []
+        for start in range(0, len(rows), step):
+            answers += self._generate_rows(rows[start : start + step], limit)
+        return answers
+
+    def _generate_rows(self, rows: list[Row], limit: int) -> list[Answer]:
+        """One generation batch through the caps driver: the rows that need one write their word phase as
+        their head (:func:`~routing_grpo.generation.word_phase.choose_words`), then every row runs within
+        its budget."""
+        eos = self.backend.eos_token_ids
+
+        def write_heads(indices: list[int], prompts: list[list[int]]) -> list[list[int]]:
+            chosen = choose_words(
+                self.backend.next_tokens,
+                prompts,
+                [rows[i].routing.allowed for i in indices],
+                forms=self.forms,
+                detector=self.detector,
+                eos_token_ids=eos,
+                max_tokens=limit,
+            )
+            for i, (prefix, decision) in zip(indices, chosen, strict=True):
+                rows[i].prefix, rows[i].decision = prefix, decision
+            return [prefix for prefix, _ in chosen]
+
+        completions = generate_with_caps(
+            self.backend,
+            [row.prompt_ids for row in rows],
+            [known_row_budget(row, self.settings, limit) for row in rows],
+            max_tokens=limit,
+            head_budget=lambda i, head: head_row_budget(rows[i], head, self.settings, self.detector, limit),
+            write_heads=write_heads,
+            cut_at_stop=True,
+        )
+        for row, (ids, _) in zip(rows, completions, strict=True):
+            row.rest = list(ids[len(row.prefix) :])
+        return [finish_row(row, self.settings, self.tokenizer, self.detector, eos) for row in rows]
+
+    def __call__(self, question: Any, **kwargs: Any) -> Answer:
+        """One question: ``router("...", mode="Short")``."""
+        return self.generate([question], **kwargs)[0]

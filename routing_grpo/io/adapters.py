@@ -1,0 +1,185 @@
+"""LoRA runs' folders: a PEFT adapter is loaded with its base, or merged into an ordinary checkpoint.
+
+A run trained with ``use_peft`` saves the adapter in its folder (``adapter_config.json`` beside
+``adapter_model.safetensors``), with the tokenizer, ``routing_config.json`` and the base's config.json; the
+rules for such a folder:
+
+* a local folder is an adapter folder when it holds ``adapter_config.json`` and adapter weights
+  (:func:`is_adapter_folder`); its base is the config's ``base_model_name_or_path`` (:func:`adapter_base`; a
+  relative path is read from the working directory, as PEFT reads it);
+* the base must be reachable before anything loads: a local model folder that is there, or a Hub id, which
+  while the Hub is offline must be in the Hub cache (:func:`base_problem`: one line naming the base and the
+  adapter folder);
+* generation and evaluation (the transformers backend) load the base, then the adapter through
+  ``PeftModel.from_pretrained``, merged in memory (:func:`load_adapter_model`: the same model, no adapter
+  layers to run);
+* vLLM loads whole models only: an adapter folder is refused there (:func:`vllm_problem`, saying how to
+  merge); it is merged by ``merge_adapter: true`` at the end of training (:func:`save_final_model`) or
+  afterwards (:func:`merge_adapter_folder`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from routing_grpo.io.locations import hub_offline, looks_local
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
+# What a merged folder keeps of the run's own files (the model, its config and tokenizer are saved afresh).
+CARRIED_FILES = ("routing_config.json",)
+MERGE_HINT = (
+    "merge it into a full model first (merge_adapter: true when training, or "
+    'routing_grpo.io.adapters.merge_adapter_folder; docs/inference.md, "LoRA runs")'
+)
+
+
+def is_adapter_folder(model: str | Path) -> bool:
+    """Whether ``model`` is a local folder holding a PEFT adapter (its config and weights), not a whole model."""
+    if not str(model):
+        return False
+    folder = Path(model).expanduser()
+    return (folder / ADAPTER_CONFIG).is_file() and any((folder / name).is_file() for name in ADAPTER_WEIGHTS)
+
+
+def adapter_config(folder: str | Path) -> dict[str, Any]:
+    """The adapter's config (a ValueError naming the file when it is not a JSON object)."""
+    path = Path(folder).expanduser() / ADAPTER_CONFIG
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        raise ValueError(f"{path}: not a PEFT adapter config ({type(err).__name__})") from None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: not a PEFT adapter config (not a JSON object)")
+    return config
+
+
+def adapter_base(folder: str | Path) -> str:
+    """The base model of an adapter folder: its config's ``base_model_name_or_path`` (a ValueError naming the
+    file when it has none)."""
+    base = adapter_config(folder).get("base_model_name_or_path")
+    if not isinstance(base, str) or not base.strip():
+        path = Path(folder).expanduser() / ADAPTER_CONFIG
+        raise ValueError(f"{path}: names no base model (base_model_name_or_path)")
+    return base
+
+
+def base_revision(folder: str | Path) -> str | None:
+    """The base's revision the adapter was trained on (None: the default branch, or a local folder)."""
+    revision = adapter_config(folder).get("revision")
+    return revision if isinstance(revision, str) and revision else None
+
+
+def hub_cached(repo_id: str, revision: str | None = None) -> bool:
+    """Whether the Hub cache holds ``repo_id``'s config.json (what an offline load needs first)."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    except Exception:  # noqa: BLE001 - a name the Hub would refuse: not cached
+        return False
+
+
+def base_problem(folder: str | Path) -> str | None:
+    """Why the base of the adapter in ``folder`` cannot be loaded from here (None when it can be tried): one
+    line naming the base and the adapter folder. A Hub id is checked only while the Hub is offline."""
+    try:
+        base = adapter_base(folder)
+    except ValueError as err:
+        return str(err)
+    lead = f"{folder} is a LoRA adapter of the base model {base}"
+    fix = f"put the base there, or set base_model_name_or_path in {Path(folder) / ADAPTER_CONFIG} to where it is"
+    path = Path(base).expanduser()
+    if path.is_dir():
+        if is_adapter_folder(path):
+            return f"{lead}, which is itself an adapter folder: merge that one into a full model first"
+        return None
+    if path.exists():
+        return f"{lead}, which is a file, not a model folder; {fix}"
+    if looks_local(base):
+        return f"{lead}, which is not here (no such folder); {fix}"
+    if hub_offline() and not hub_cached(base, base_revision(folder)):
+        return (
+            f"{lead}, which is neither a local folder nor in the Hub cache, and the Hub is offline here "
+            f"(HF_HUB_OFFLINE is set); download it while online, or set base_model_name_or_path in "
+            f"{Path(folder) / ADAPTER_CONFIG} to a local copy"
+        )
+    return None
+
+
+def vllm_problem(folder: str | Path, name: str = "backend") -> str:
+    """The one line refusing vLLM for an adapter folder (``name``: the option that asked for vLLM)."""
+    try:
+        base = f" of {adapter_base(folder)}"
+    except ValueError:
+        base = ""
+    return f"{name}: vllm loads whole models, and {folder} is a LoRA adapter{base}: use transformers, or {MERGE_HINT}"
+
+
+def load_adapter_model(folder: str | Path, *, dtype: str = "auto") -> Any:
+    """The base (at the revision the adapter names) with the adapter of ``folder`` merged in, through PEFT's
+    ``PeftModel.from_pretrained`` and ``merge_and_unload``: an ordinary transformers model."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(
+        adapter_base(folder), revision=base_revision(folder), dtype=dtype
+    )
+    return PeftModel.from_pretrained(base, str(Path(folder).expanduser())).merge_and_unload()
+
+
+def merge_adapter_folder(folder: str | Path, output: str | Path, *, dtype: str = "auto") -> Path:
+    """Saves the adapter of ``folder`` merged into its base as an ordinary checkpoint in ``output`` (the model,
+    its config and generation config, the tokenizer, and the run's ``routing_config.json``), which every
+    backend loads, vLLM too. Raises ValueError (one line) for a folder that is no adapter, a base that
+    cannot be found, or ``output`` being ``folder``."""
+    from transformers import AutoTokenizer
+
+    source, target = Path(folder).expanduser(), Path(output).expanduser()
+    if not is_adapter_folder(source):
+        raise ValueError(f"{folder}: not a LoRA adapter folder ({ADAPTER_CONFIG} and {ADAPTER_WEIGHTS[0]})")
+    problem = base_problem(source)
+    if problem:
+        raise ValueError(problem)
+    if target.resolve() == source.resolve():
+        raise ValueError(f"{output}: the adapter's own folder; merge into another folder")
+    model = load_adapter_model(source, dtype=dtype)
+    model.save_pretrained(target)
+    AutoTokenizer.from_pretrained(source).save_pretrained(target)
+    for name in CARRIED_FILES:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, target / name)
+    return target
+
+
+def save_final_model(trainer: Any, output_dir: str, merge: bool) -> None:
+    """The trainer's final save into ``output_dir``: with ``merge`` (``merge_adapter``) and a PEFT model, the
+    adapter merged into its base (``merge_and_unload``), so that the folder is an ordinary checkpoint and
+    holds no adapter files; else what ``trainer.save_model`` saves (a LoRA run: the adapter; also under
+    DeepSpeed or FSDP, whose processes hold shards of the weights, with a warning)."""
+    from peft import PeftModel
+
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    merged = merge and isinstance(model, PeftModel)
+    if merged and (
+        getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False)
+    ):
+        # Each process holds a shard of the weights: merging it would save a broken model.
+        logger.warning(
+            "merge_adapter: not under DeepSpeed or FSDP (sharded weights); the adapter is saved: merge it "
+            "afterwards with routing_grpo.io.adapters.merge_adapter_folder"
+        )
+        trainer.args.merge_adapter = merged = False  # the model card says what the folder holds
+    if merged:
+        trainer.model = model.merge_and_unload()
+    trainer.save_model(output_dir)
+    if merged and trainer.accelerator.is_main_process:
+        for name in (ADAPTER_CONFIG, *ADAPTER_WEIGHTS):
+            (Path(output_dir) / name).unlink(missing_ok=True)
+        logger.info("Saved the LoRA adapter merged into its base in %s (merge_adapter)", output_dir)

@@ -1,0 +1,117 @@
+"""The training entry's three argument classes, as open-r1's ``configs``: what to train on
+(:class:`RoutingScriptArguments`), how (:class:`~routing_grpo.training.config.RoutingGRPOConfig`, TRL's ``GRPOConfig``
+with the method's fields) and which model (TRL's ``ModelConfig``).
+
+Every field of the three is a recipe key and a ``--KEY VALUE`` option of ``routing-grpo train``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from dataclasses import dataclass, field
+from typing import Any
+
+from trl import ModelConfig
+
+from routing_grpo.io.locations import OFFLINE_CACHE_DIR
+from routing_grpo.training.config import RoutingGRPOConfig
+
+
+@dataclass
+class RoutingScriptArguments:
+    """What to train on and how to load it (the model itself is described by ``ModelConfig``).
+
+    ``trust_remote_code`` is :class:`RoutingGRPOConfig`'s (TRL's) field; it is off unless a recipe sets it.
+    """
+
+    task: str = field(
+        default="math_train",
+        metadata={
+            "help": "Training task: math_train, gsm8k, synthetic, countdown (see routing_grpo.data.datasets)."
+        },
+    )
+    dataset_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub name or local JSONL/parquet file or folder for the task. Default: its Hub name."
+        },
+    )
+    dataset_split: str | None = field(default=None, metadata={"help": "Split of the training data."})
+    train_limit: int | None = field(default=None, metadata={"help": "Use only the first N training rows."})
+    train_level_mix: dict | str | None = field(
+        default=None,
+        metadata={
+            "help": "Resample the training rows by level: {level: share}, e.g. {1: 0.8, 6: 0.2} (YAML or "
+            "JSON). Shares are normalised, levels not named are dropped and the row count stays "
+            "(routing_grpo.data.datasets.mix_levels). Default: the data's own mix."
+        },
+    )
+    eval_task: str | None = field(
+        default=None,
+        metadata={"help": "Validation task during training (e.g. math500); needs eval_strategy != 'no'."},
+    )
+    eval_dataset_path: str | None = field(
+        default=None, metadata={"help": "Hub name or local file for the validation task."}
+    )
+    eval_split: str | None = field(default=None, metadata={"help": "Split of the validation data."})
+    eval_limit: int | None = field(default=None, metadata={"help": "Use only the first N validation rows."})
+    skip_malformed: bool = field(
+        default=False,
+        metadata={"help": "Drop malformed data rows (their count is logged) instead of failing at load."},
+    )
+    chat_template: str | None = field(
+        default=None,
+        metadata={"help": "Jinja chat template (inline, or a path to a file) replacing the tokenizer's own."},
+    )
+    offline_cache_dir: str = field(
+        default=OFFLINE_CACHE_DIR,
+        metadata={
+            "help": "Where offline models (model_name_or_path: offline:smollm2 / offline:tiny) are cached."
+        },
+    )
+    hub_org: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub user or organisation of the run's repo when hub_model_id is not set: the run pushes to "
+            "<hub_org>/<recipe name>-seed<seed> (default: your own namespace). `make ... HUB_ORG=...` sets it."
+        },
+    )
+    hub_overwrite: bool = field(
+        default=False,
+        metadata={
+            "help": "Push even when the Hub repo already holds the model card of another run (another recipe or "
+            "seed, or a card routing-grpo did not write); without it such a push is refused before training."
+        },
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Train into an output_dir of other files (else refused)."},
+    )
+
+    def __post_init__(self) -> None:
+        # Field values are checked where the fields live (docs/method.md "Where each check lives").
+        for key in ("train_limit", "eval_limit"):
+            value = getattr(self, key)
+            if value is not None and value < 1:
+                raise ValueError(f"{key}: must be >= 1 (or null for every row), got {value}")
+
+
+DATACLASS_TYPES = (RoutingScriptArguments, RoutingGRPOConfig, ModelConfig)
+
+
+def recipe_fields() -> dict[str, tuple[type, Any]]:
+    """Every key a recipe may set: name -> (owning dataclass, resolved type)."""
+    out: dict[str, tuple[type, Any]] = {}
+    for dc in DATACLASS_TYPES:
+        hints = typing.get_type_hints(dc)
+        for f in dataclasses.fields(dc):
+            if f.init and f.name not in out:
+                out[f.name] = (dc, hints[f.name])
+    return out
+
+
+def method_fields() -> list[str]:
+    """The method's own settings: the fields :class:`RoutingGRPOConfig` declares (its own, and the TRL fields
+    whose defaults it changes), in declaration order."""
+    return list(RoutingGRPOConfig.__dict__.get("__annotations__", {}))

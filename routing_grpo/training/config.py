@@ -1,0 +1,703 @@
+"""``RoutingGRPOConfig``: TRL's ``GRPOConfig`` plus the self-routing method's settings (docs/method.md).
+
+Every schedule here (``routing_warmup_steps``, ``flatten_reward_step``, ``balance_anneal_*``) counts
+*generation batches*, the paper's steps (docs/method.md "Loss and steps"); the trainer converts TRL's
+``global_step``.
+The config stays parseable by ``trl.TrlParser`` from YAML: ``modes`` is a list of plain dicts there and
+:attr:`RoutingGRPOConfig.mode_specs` holds the parsed :class:`~routing_grpo.core.modes.ModeSpec` tuple.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from trl import GRPOConfig
+
+from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, mode_index, parse_modes
+from routing_grpo.core.modes import routing_instruction as build_routing_instruction
+from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
+from routing_grpo.core.schedules import balance_coef_at
+from routing_grpo.core.verifiers import VERIFIERS
+from routing_grpo.training.geometry import (
+    GEOMETRY_FIELDS,
+    derive_given_geometry,
+    geometry_line,
+    geometry_table,
+    launch_process_count,
+    settle_batch_geometry,
+    settled_geometry_problem,
+    steps_per_generation_batch,
+    uses_paper_units,
+)
+from routing_grpo.training.importance_sampling import CORRECTION_MODES
+
+BATCH_STEP_FIELDS = ("total_batch_steps", "eval_every_batch_steps", "save_every_batch_steps")
+# Signals a run may turn into a preemption checkpoint (`preemption_signals`); the first two by default.
+PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP")
+DEFAULT_PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT")
+# Float settings where +inf means something (no clipping of the logged norm, no time-out); every other
+# float setting, the method's and TRL's, must be finite, and NaN is refused everywhere.
+INFINITE_ALLOWED = frozenset({"max_grad_norm", "vllm_server_timeout"})
+
+
+@cache
+def float_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a config dataclass whose type holds ``float`` (``float``, ``float | None``,
+    ``list[float] | None``, ...), TRL's and transformers' inherited ones included."""
+    hints = typing.get_type_hints(cls)
+    return tuple(f.name for f in dataclasses.fields(cls) if _holds_float(hints.get(f.name)))
+
+
+def _holds_float(tp: Any) -> bool:
+    return tp is float or any(_holds_float(arg) for arg in typing.get_args(tp))
+
+
+def _default_modes() -> list[dict[str, Any]]:
+    return [m.to_dict() for m in DEFAULT_MODES]
+
+
+@dataclass
+class RoutingGRPOConfig(GRPOConfig):
+    """Configuration of :class:`~routing_grpo.training.trainer.RoutingGRPOTrainer`.
+
+    Defaults follow the paper's MATH recipe where TRL's defaults differ: token-mean loss (``dapo``), no
+    KL term (``beta=0``) and no std division (``scale_rewards="none"``). TRL's vLLM importance-sampling
+    correction, which the paper does not name, is per token (``vllm_importance_sampling_mode=
+    "token_truncate"``) so its effect does not grow with a mode's length.
+    """
+
+    modes: list[dict] = field(
+        default_factory=_default_modes,
+        metadata={
+            "help": "Reasoning modes, briefest first: a list of {name, word, base, gamma, cap} mappings "
+            "(cap null = no cap beyond max_completion_length). Default: NoThink / Short / Long of the paper."
+        },
+    )
+    routing_instruction: str | None = field(
+        default=None,
+        metadata={
+            "help": "Sentence appended to the last user turn of every prompt. Default: built from the mode "
+            "words ('Output NoThink to answer directly, Short for brief reasoning, or Long for extended "
+            "reasoning.'). Use an empty string for none."
+        },
+    )
+    routing_question: str = field(
+        default=DEFAULT_ROUTING_QUESTION,
+        metadata={
+            "help": "Text placed after the chat template's generation prompt, before the answer (may be empty). "
+            "A short question that invites the routing word makes free routing words appear sooner."
+        },
+    )
+    routing_warmup_steps: int = field(
+        default=45,
+        metadata={
+            "help": "Routing warmup: generation batches with forced rollouts (steps s < routing_warmup_steps; "
+            "the paper: 45). Not the learning-rate warmup, which is TRL's `warmup_steps`."
+        },
+    )
+    forced_per_mode: int | None = field(
+        default=None,
+        metadata={"help": "Rollouts of a group forced into each mode in the warmup. Default floor(G/4)."},
+    )
+    invalid_routing_reward: float = field(
+        default=-0.5,
+        metadata={"help": "Reward of a rollout without a valid routing word."},
+    )
+    balance_coef: float = field(
+        default=1.0,
+        metadata={"help": "beta_bal, the balance term's coefficient before its anneal."},
+    )
+    balance_target: float | None = field(
+        default=None,
+        metadata={"help": "p*, the target share of each mode among free rollouts. Default 1/K."},
+    )
+    batch_progress_bar: bool = field(
+        default=True,
+        metadata={
+            "help": "On a terminal, show training as a progress bar in generation batches with the batch's "
+            "reward, accuracy and free split beside it (elsewhere, and with false: one line per generation "
+            "batch). TRL's per-step metrics dicts are not printed; they go to the trackers and "
+            "OUTPUT/metrics.jsonl."
+        },
+    )
+    routing_word_weight: float | None = field(
+        default=None,
+        metadata={
+            "help": "Not the paper's: the routing word's own weight w in the loss (after Thinkless' Decoupled "
+            "GRPO): its token counts w x the mean response length, so the words' part of the loss is w x their "
+            'per-rollout mean. Unset: the paper\'s token mean (docs/method.md "Beyond the paper").'
+        },
+    )
+    routing_word_weight_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Not the paper's: routing_word_weight for generation batches s < N only, then the paper's "
+            "loss. Unset: every batch."
+        },
+    )
+    early_tell: bool = field(
+        default=True,
+        metadata={
+            "help": "Log the early tell per generation batch (routing/fanout and more; docs/method.md), at the "
+            "cost of one no-grad forward."
+        },
+    )
+    balance_anneal_start: int = field(
+        default=60,
+        metadata={"help": "Generation batch at which beta_bal starts a linear anneal to 0."},
+    )
+    balance_anneal_end: int = field(
+        default=85,
+        metadata={"help": "Generation batch at which beta_bal reaches 0."},
+    )
+    flatten_reward_step: int | None = field(
+        default=60,
+        metadata={"help": "Generation batch from which every base and gamma is 1.0 (phase 2); null = never."},
+    )
+    single_mode: str | None = field(
+        default=None,
+        metadata={
+            "help": "Name of a mode: train that single-mode baseline (every rollout in the mode, its cap and "
+            "reward; no instruction, routing question, routing word, balance term or free rollouts)."
+        },
+    )
+    answer_column: str = field(
+        default="answer",
+        metadata={"help": "Dataset column holding the reference answer."},
+    )
+    eval_temperature: float = field(
+        default=0.6,
+        metadata={"help": "Sampling temperature of validation rollouts (free, uncapped)."},
+    )
+    verifier: str = field(
+        default="math",
+        metadata={
+            "help": "How a completion is graded against the reference (the answer_column value): 'math' (last "
+            "\\boxed{} answer verified with math-verify), 'countdown' (the final expression uses every number "
+            "of the reference solution once and reaches its value), or 'package.module:function' naming a "
+            "callable (completion_text, reference) -> bool."
+        },
+    )
+    enforce_caps_in_generation: bool = field(
+        default=True,
+        metadata={
+            "help": "Stop each training rollout at its mode's cap during transformers generation (a free row's "
+            "mode is read from its first tokens); the post-hoc cut after generation stays as the exact rule."
+        },
+    )
+
+    logprob_length_buckets: int = field(
+        default=4,
+        metadata={
+            "help": "Most forwards a micro-batch's log-prob pass (loss, old and reference log-probs) is split "
+            "into, rows of similar length together and each forward trimmed to its widest row, so capped "
+            "NoThink/Short rows are not padded to the Long rows' length. 1 keeps TRL's single padded forward. With ZeRO-3 "
+            "or FSDP (each forward gathers the weights) only the no-grad passes are split."
+        },
+    )
+
+    preemption_signals: list[str] = field(
+        default_factory=lambda: list(DEFAULT_PREEMPTION_SIGNALS),
+        metadata={
+            "help": "Signals that make a run write a checkpoint at the end of the generation batch in progress, "
+            "stop, and exit with 128 + signal (143 for SIGTERM) without saving a final model or pushing; the "
+            f"same command resumes from it. Any of {list(PREEMPTION_SIGNALS)}; add SIGUSR1 for Slurm's warning "
+            "signal (sbatch --signal=USR1@300). [] turns preemption checkpoints off."
+        },
+    )
+
+    merge_adapter: bool = field(
+        default=False,
+        metadata={
+            "help": "With use_peft: the run ends by saving the LoRA adapter merged into its base "
+            "(merge_and_unload), an ordinary checkpoint that vLLM loads too; checkpoints keep the adapter "
+            '(docs/training.md "LoRA runs").'
+        },
+    )
+
+    # Routing-collapse alarm (routing_grpo.diagnostics.collapse): warns and logs routing/collapse_alarm.
+    collapse_alarm_entropy: float = field(
+        default=0.2,
+        metadata={
+            "help": "Collapse alarm: a training generation batch after the warmup is collapsed when the free "
+            "routing entropy H = -sum f_m ln f_m (natural log) is below this. 0 turns this test off."
+        },
+    )
+    collapse_alarm_share: float = field(
+        default=0.95,
+        metadata={
+            "help": "Collapse alarm: a training generation batch after the warmup is collapsed when one mode's "
+            "share of the free rollouts with a valid mode is above this. 1.0 turns this test off."
+        },
+    )
+    collapse_alarm_patience: int = field(
+        default=3,
+        metadata={
+            "help": "Collapse alarm: consecutive collapsed generation batches after which the alarm fires (a "
+            "warning, and routing/collapse_alarm = 1.0 until a batch is not collapsed)."
+        },
+    )
+
+    # Schedules in generation batches (the paper's steps), converted to optimizer steps.
+    total_batch_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Length of training in generation batches (the paper's steps, 90). When set, max_steps = "
+            "total_batch_steps x optimizer steps per generation batch "
+            "(steps_per_generation x num_iterations / gradient_accumulation_steps)."
+        },
+    )
+    eval_every_batch_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Validate every N generation batches (the paper: 10): eval_strategy='steps' and eval_steps = "
+            "N x optimizer steps per generation batch."
+        },
+    )
+    save_every_batch_steps: int | None = field(
+        default=None,
+        metadata={
+            "help": "Save a checkpoint every N generation batches. When set, save_strategy='steps' and "
+            "save_steps = N x optimizer steps per generation batch."
+        },
+    )
+
+    # Batch geometry in the paper's units, derived for each launch.
+    generation_batch_prompts: int | None = field(
+        default=None,
+        metadata={
+            "help": "Prompts per generation batch (one paper step; the paper: 128, i.e. 128 x G 8 = 1,024 "
+            "rollouts). Set with minibatches_per_generation: at launch, steps_per_generation and "
+            "gradient_accumulation_steps are derived from the number of processes and "
+            "per_device_train_batch_size (leave those two unset), and the run stops, naming the numbers, when "
+            "they do not divide. Unset: steps_per_generation / gradient_accumulation_steps as given (per device)."
+        },
+    )
+    minibatches_per_generation: int | None = field(
+        default=None,
+        metadata={
+            "help": "Mini-batches (optimizer steps) each generation batch is trained in, per pass over it (the "
+            "paper: 4 mini-batches of 256 rollouts); with num_iterations > 1 every pass repeats them. Set "
+            "together with generation_batch_prompts."
+        },
+    )
+
+    # Method defaults that differ from TRL's.
+    loss_type: str = field(
+        default="dapo",
+        metadata={"help": "GRPO loss aggregation: the method's token mean ('dapo')."},
+    )
+    beta: float = field(default=0.0, metadata={"help": "KL coefficient; the method uses none (0.0)."})
+    scale_rewards: str = field(
+        default="none",
+        metadata={"help": "Must be 'none': group mean-centring without std division."},
+    )
+    vllm_importance_sampling_mode: str = field(
+        default="token_truncate",
+        metadata={
+            "help": "TRL's vLLM importance-sampling rule: token_truncate, token_mask, sequence_truncate or "
+            "sequence_mask (TRL's default). Per token here: a rollout's summed log-ratio grows with its length, "
+            "so a sequence rule drops long rollouts more often, a per-mode bias "
+            "(docs/method.md 'Differences from the paper')."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        self._check_finite_floats()
+        self._check_numbers()
+        for name in BATCH_STEP_FIELDS:
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}: must be a positive number of generation batches, got {value!r}")
+        # The strategies must be set before TrainingArguments.__post_init__ turns them into enums and checks
+        # them; the step counts are filled in once GRPOConfig has worked out steps_per_generation.
+        if self.eval_every_batch_steps is not None:
+            self.eval_strategy = "steps"
+        if self.save_every_batch_steps is not None:
+            self.save_strategy = "steps"
+        self._generation_batch_size_given = (
+            self.generation_batch_size is not None and self.steps_per_generation is None
+        )
+        # Geometry in the paper's units: derived before GRPOConfig works out the generation batch from it.
+        self._settled: tuple[int, int, int, int] | None = None
+        for name, value in derive_given_geometry(self._geometry_fields(), launch_process_count()).items():
+            setattr(self, name, value)
+        super().__post_init__()
+        self._mode_specs = self._parse_modes()
+        self._validate()
+        self.settle_geometry(self.world_size)
+
+    # ------------------------------------------------------------------------------------------------------
+
+    def _check_finite_floats(self) -> None:
+        """NaN (and infinity, but for :data:`INFINITE_ALLOWED`) refused in every float setting, the method's
+        and the inherited TRL / transformers ones: a NaN compares false with every bound, so it would pass
+        the range checks below and be used (``balance_coef: .nan`` would train as 0, ``invalid_routing_reward:
+        .nan`` make the rewards NaN)."""
+        for name in float_fields(type(self)):
+            value = getattr(self, name, None)
+            values = value if isinstance(value, list | tuple) else [value]
+            for item in values:
+                if not isinstance(item, float) or math.isfinite(item):
+                    continue
+                if math.isinf(item) and item > 0 and name in INFINITE_ALLOWED:
+                    continue
+                raise ValueError(f"{name}: must be a finite number, got {value!r}")
+
+    def _check_numbers(self) -> None:
+        """Ranges of the counts and rates GRPOConfig divides by or hands to torch, checked before it does; and
+        ``vllm_importance_sampling_mode``, which TRL checks only once training has started."""
+        counts = (
+            ("num_generations", self.num_generations, 2),
+            ("per_device_train_batch_size", self.per_device_train_batch_size, 1),
+            ("gradient_accumulation_steps", self.gradient_accumulation_steps, 1),
+            ("steps_per_generation", self.steps_per_generation, 1),
+            ("generation_batch_size", self.generation_batch_size, 1),
+            ("num_iterations", self.num_iterations, 1),
+            ("max_completion_length", self.max_completion_length, 1),
+        )
+        for name, value, least in counts:
+            if value is None and name in (
+                "steps_per_generation",
+                "generation_batch_size",
+                "max_completion_length",
+            ):
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                what = "GRPO compares at least 2 rollouts per prompt" if name == "num_generations" else ""
+                raise ValueError(
+                    f"{name}: must be an integer >= {least}, got {value!r}" + (f" ({what})" if what else "")
+                )
+        for name, value, lowest, strict in (
+            ("learning_rate", self.learning_rate, 0.0, False),
+            ("temperature", self.temperature, 0.0, True),
+        ):
+            number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+            if not number or value < lowest or (strict and value == lowest):
+                raise ValueError(
+                    f"{name}: must be a finite number {'>' if strict else '>='} {lowest}, got {value!r}"
+                )
+        if self.vllm_importance_sampling_mode not in CORRECTION_MODES:
+            raise ValueError(
+                f"vllm_importance_sampling_mode: expected one of {list(CORRECTION_MODES)}, got "
+                f"{self.vllm_importance_sampling_mode!r}"
+            )
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
+        if getattr(self, "enable_jit_checkpoint", False):
+            raise ValueError(
+                "enable_jit_checkpoint: not with routing-grpo, which checkpoints on its own preemption_signals "
+                "(SIGTERM, SIGINT) at the end of a generation batch, agreed by every process, and exits with 128 + "
+                "signal; transformers' JIT checkpoint saves inside an optimizer step and lets the run end as if it "
+                "had finished. Remove enable_jit_checkpoint (preemption_signals: [] turns routing-grpo's off)"
+            )
+        self.preemption_signals = self._parse_signals(self.preemption_signals)
+
+    @staticmethod
+    def _parse_signals(value: Any) -> list[str]:
+        if isinstance(value, str):
+            value = [v for v in value.replace(",", " ").split()]
+        if not isinstance(value, list | tuple):
+            raise ValueError(f"preemption_signals: expected a list of signal names, got {value!r}")
+        names = []
+        for item in value:
+            name = str(item).strip().upper()
+            name = name if name.startswith("SIG") else "SIG" + name
+            if name not in PREEMPTION_SIGNALS:
+                raise ValueError(f"preemption_signals: {item!r} is not one of {list(PREEMPTION_SIGNALS)}")
+            if name not in names:
+                names.append(name)
+        return names
+
+    def set_modes(self, modes: Any) -> None:
+        """Replaces the modes (a list of mappings, or its JSON text), e.g. from the command line, and checks
+        them and everything that depends on them again."""
+        self.modes = modes
+        self._mode_specs = self._parse_modes()
+        self._validate()
+
+    def _parse_modes(self) -> tuple[ModeSpec, ...]:
+        if isinstance(self.modes, str):
+            import json
+
+            try:
+                self.modes = json.loads(self.modes)
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"modes: expected a list of mappings (YAML or JSON), got {self.modes!r}"
+                ) from err
+        if not isinstance(self.modes, list | tuple) or not self.modes:
+            raise ValueError(f"modes: expected a non-empty list of mode mappings, got {self.modes!r}")
+        try:
+            specs = parse_modes(self.modes)
+        except (TypeError, ValueError) as err:
+            message = str(err)
+            raise ValueError(message if message.startswith("modes") else f"modes: {message}") from None
+        # Keep the field plain data so the config serialises (to_dict / checkpoints) and re-parses.
+        self.modes = [m.to_dict() for m in specs]
+        return specs
+
+    def _validate(self) -> None:
+        specs = self._mode_specs
+        k = len(specs)
+        g = self.num_generations
+        if self.scale_rewards != "none":
+            raise ValueError(
+                f"scale_rewards: must be 'none' for self-routing (rewards are group-centred without std "
+                f"division, docs/method.md 'Advantage'), got {self.scale_rewards!r}"
+            )
+        if self.single_mode is not None:
+            try:
+                mode_index(specs, self.single_mode)
+            except ValueError as err:
+                raise ValueError(f"single_mode: {err}") from None
+        if self.single_mode is None and k < 2:
+            raise ValueError(
+                f"modes: a router needs at least two modes to choose from, got {k} ({[m.name for m in specs]}); "
+                f"for a single-mode baseline set single_mode: {specs[0].name}"
+            )
+        if self.single_mode is None:
+            warmup = self.routing_warmup_steps
+            if self.flatten_reward_step is not None and self.flatten_reward_step < warmup:
+                raise ValueError(
+                    f"flatten_reward_step ({self.flatten_reward_step}) comes before the end of the routing warmup "
+                    f"(routing_warmup_steps {warmup}): the schedule is warmup, then phase 2 (the paper: 45, then 60)"
+                )
+        if self.forced_per_mode is None:
+            self.forced_per_mode = g // 4
+        if self.logprob_length_buckets < 1:
+            raise ValueError(f"logprob_length_buckets: must be >= 1, got {self.logprob_length_buckets}")
+        if self.forced_per_mode < 0:
+            raise ValueError(f"forced_per_mode: must be >= 0, got {self.forced_per_mode}")
+        if self.single_mode is None and k * self.forced_per_mode > g:
+            raise ValueError(
+                f"forced_per_mode: {k} modes x forced_per_mode {self.forced_per_mode} = "
+                f"{k * self.forced_per_mode} forced rollouts exceed num_generations ({g})"
+            )
+        if self.routing_warmup_steps < 0:
+            raise ValueError(f"routing_warmup_steps: must be >= 0, got {self.routing_warmup_steps}")
+        if self.max_completion_length is not None:
+            for m in specs:
+                if m.cap is not None and m.cap > self.max_completion_length:
+                    raise ValueError(
+                        f"modes: cap of {m.name!r} ({m.cap}) exceeds max_completion_length "
+                        f"({self.max_completion_length}); lower the cap or raise max_completion_length"
+                    )
+        if self.balance_anneal_start > self.balance_anneal_end:
+            raise ValueError(
+                f"balance_anneal_start ({self.balance_anneal_start}) must be <= balance_anneal_end "
+                f"({self.balance_anneal_end})"
+            )
+        if self.balance_coef < 0:
+            raise ValueError(f"balance_coef: must be >= 0, got {self.balance_coef}")
+        if self.balance_target is not None and not 0.0 < self.balance_target <= 1.0:
+            raise ValueError(f"balance_target: must be in (0, 1], got {self.balance_target}")
+        if self.routing_word_weight is not None and not 0.0 <= self.routing_word_weight < math.inf:
+            raise ValueError(f"routing_word_weight: must be >= 0 or null, got {self.routing_word_weight}")
+        steps = self.routing_word_weight_steps
+        if steps is not None:
+            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+                raise ValueError(
+                    f"routing_word_weight_steps: must be a number of generation batches >= 0, got {steps!r}"
+                )
+            if self.routing_word_weight is None:
+                raise ValueError(
+                    "routing_word_weight_steps: set routing_word_weight too (the weight it keeps for those batches)"
+                )
+            total = self.total_generation_batches
+            if total is not None and steps > total:
+                raise ValueError(
+                    f"routing_word_weight_steps: {steps} is past the end of the run ({total} generation batches), "
+                    "where it means every batch; leave it unset for that, or count generation batches, not "
+                    "optimizer steps"
+                )
+        if self.flatten_reward_step is not None and self.flatten_reward_step < 0:
+            raise ValueError(f"flatten_reward_step: must be >= 0 or null, got {self.flatten_reward_step}")
+        entropy = self.collapse_alarm_entropy
+        if isinstance(entropy, bool) or not isinstance(entropy, int | float) or not 0 <= entropy < math.inf:
+            raise ValueError(
+                f"collapse_alarm_entropy: must be a finite number >= 0 (nats; 0 turns the entropy test off), "
+                f"got {entropy!r}"
+            )
+        share = self.collapse_alarm_share
+        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+            raise ValueError(
+                f"collapse_alarm_share: must be in (0, 1] (1.0 turns the share test off), got {share!r}"
+            )
+        patience = self.collapse_alarm_patience
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+            raise ValueError(
+                f"collapse_alarm_patience: must be a positive number of generation batches, got {patience!r}"
+            )
+        if not self.eval_temperature > 0:
+            raise ValueError(f"eval_temperature: must be > 0, got {self.eval_temperature}")
+        if not isinstance(self.verifier, str) or not (self.verifier in VERIFIERS or ":" in self.verifier):
+            raise ValueError(
+                f"verifier: expected one of {list(VERIFIERS)} or 'package.module:function', got {self.verifier!r}"
+            )
+        if not self.answer_column:
+            raise ValueError("answer_column: must name the dataset column with reference answers")
+        for name in ("routing_question", "routing_instruction"):
+            value = getattr(self, name)
+            problem = prompt_text_problem(name, value) if value is not None else None
+            if problem:
+                raise ValueError(problem)
+        if self.mask_truncated_completions:
+            raise ValueError(
+                "mask_truncated_completions: must be False; a rollout cut at its mode's cap keeps its first "
+                "C_m tokens in the loss (docs/method.md 'Caps')"
+            )
+        if self.multi_objective_aggregation != "sum_then_normalize":
+            raise ValueError(
+                "multi_objective_aggregation: must be 'sum_then_normalize'; the routing advantages are the "
+                "group-centred weighted reward sum"
+            )
+
+    # ------------------------------------------------------------------------------------------------------
+
+    @property
+    def total_generation_batches(self) -> int | None:
+        """The run's length in generation batches: ``total_batch_steps``, or ``max_steps`` converted (None
+        when neither says: the run ends with its epochs)."""
+        if self.total_batch_steps is not None:
+            return self.total_batch_steps
+        if self.max_steps is not None and self.max_steps > 0:
+            return math.ceil(self.max_steps / self.optimizer_steps_per_generation_batch)
+        return None
+
+    def schedule_warning(self) -> str | None:
+        """One line for the schedules that reach past the end of the run, each with what it means for this
+        run (None when all fit). Not refused: a shortened run of a recipe (a smoke test, the miniature's
+        ``--batch-steps``) keeps the paper's schedules, and what they then do is well defined; it is said."""
+        total = self.total_generation_batches
+        if total is None:
+            return None
+        notes = []
+        routing = self.single_mode is None
+        if routing and self.routing_warmup_steps >= total:
+            notes.append(
+                f"routing_warmup_steps {self.routing_warmup_steps}: every batch is a warmup batch (forced "
+                "rollouts throughout; no batch trains on free routing alone)"
+            )
+        if self.flatten_reward_step is not None and self.flatten_reward_step >= total:
+            notes.append(
+                f"flatten_reward_step {self.flatten_reward_step}: the reward is never flattened (no phase 2)"
+            )
+        if routing and self.balance_coef > 0:
+            if self.balance_anneal_start >= total:
+                notes.append(
+                    f"balance_anneal_start {self.balance_anneal_start}: the balance term keeps its full coefficient "
+                    f"{self.balance_coef} to the end"
+                )
+            elif self.balance_anneal_end > total:
+                last = balance_coef_at(
+                    total - 1,
+                    coef=self.balance_coef,
+                    anneal_start=self.balance_anneal_start,
+                    anneal_end=self.balance_anneal_end,
+                )
+                notes.append(
+                    f"balance_anneal_end {self.balance_anneal_end}: the balance coefficient is still {last:.3g} "
+                    "in the last batch, not 0"
+                )
+        if not notes:
+            return None
+        return f"schedules past the end of the run ({total} generation batches): " + "; ".join(notes)
+
+    @property
+    def uses_batch_geometry(self) -> bool:
+        """The generation batch is stated in the paper's units (``generation_batch_prompts``)."""
+        return uses_paper_units(self._geometry_fields())
+
+    def _geometry_fields(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in GEOMETRY_FIELDS}
+
+    def _geometry_values(self) -> tuple[int, int, int]:
+        return self.generation_batch_size, self.steps_per_generation, self.gradient_accumulation_steps
+
+    def settle_geometry(self, num_processes: int) -> None:
+        """Settles the batch geometry for a launch of ``num_processes`` processes, and the schedules stated in
+        generation batches (:func:`~routing_grpo.training.geometry.settle_batch_geometry`).
+
+        Done when the config is built (for the ``world_size`` GRPOConfig sees, under ``accelerate launch`` the
+        launched count) and by the trainer before TRL reads the config, so TRL's sampler, vLLM's
+        ``max_num_seqs`` and its logs see the settled values. A geometry field changed since the last settling
+        is refused (:meth:`geometry_problem`).
+        """
+        settled = getattr(self, "_settled", None)
+        problem = self.geometry_problem(settled[0]) if settled is not None else None
+        if problem is None:
+            fields = self._geometry_fields()
+            values = settle_batch_geometry(
+                fields, num_processes, size_given=self._generation_batch_size_given
+            )
+            for name, value in values.items():
+                setattr(self, name, value)
+            self._settled = (num_processes, *self._geometry_values())
+            problem = self.geometry_problem(num_processes)
+        if problem:
+            raise ValueError(problem)
+
+    def geometry_problem(self, num_processes: int) -> str | None:
+        """Why this config's batch geometry does not fit a launch of ``num_processes`` processes (None when it
+        does; :func:`~routing_grpo.training.geometry.settled_geometry_problem`). The trainer refuses a config with one
+        once its accelerator exists, instead of changing what TRL has read."""
+        settled = getattr(self, "_settled", None)
+        if settled is None:
+            return "batch geometry: not settled; build the config with RoutingGRPOConfig(...)"
+        return settled_geometry_problem(
+            settled=settled,
+            current=self._geometry_values(),
+            num_processes=num_processes,
+            per_device_train_batch_size=self.per_device_train_batch_size,
+            num_generations=self.num_generations,
+        )
+
+    def batch_geometry(self, num_processes: int) -> dict[str, Any]:
+        """The batch geometry of a launch on ``num_processes`` processes, in rollouts and steps
+        (:func:`~routing_grpo.training.geometry.geometry_table`)."""
+        fields = self._geometry_fields()
+        names = ("per_device_train_batch_size", "num_generations", "steps_per_generation")
+        names += ("gradient_accumulation_steps", "num_iterations")
+        return geometry_table(num_processes=num_processes, **{name: fields[name] for name in names})
+
+    def geometry_summary(self, num_processes: int) -> str:
+        """One line for the start of a run: processes, rollouts per generation batch and per optimizer step."""
+        return geometry_line(self.batch_geometry(num_processes), self.num_iterations)
+
+    @property
+    def optimizer_steps_per_generation_batch(self) -> int | float:
+        """Optimizer steps (TRL's ``global_step``) per generation batch: the paper's 4 (1,024 rollouts in 4
+        mini-batches of 256)."""
+        return steps_per_generation_batch(
+            self.steps_per_generation, self.num_iterations, self.gradient_accumulation_steps
+        )
+
+    @property
+    def mode_specs(self) -> tuple[ModeSpec, ...]:
+        """The parsed modes, briefest first."""
+        return self._mode_specs
+
+    @property
+    def single_mode_index(self) -> int | None:
+        """Index of the single-mode baseline's mode, or None for a routing run."""
+        return None if self.single_mode is None else mode_index(self._mode_specs, self.single_mode)
+
+    @property
+    def effective_routing_instruction(self) -> str:
+        """The instruction appended to prompts ("" for single-mode baselines)."""
+        if self.single_mode is not None:
+            return ""
+        if self.routing_instruction is None:
+            return build_routing_instruction(self._mode_specs)
+        return self.routing_instruction
+
+    @property
+    def effective_routing_question(self) -> str:
+        """The routing question placed after the generation prompt ("" for single-mode baselines)."""
+        return "" if self.single_mode is not None else self.routing_question

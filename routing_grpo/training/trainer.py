@@ -1,0 +1,673 @@
+"""``RoutingGRPOTrainer``: self-routing GRPO as thin glue around TRL 1.16's ``GRPOTrainer``.
+
+One generation batch (the paper's step s) goes:
+
+1. ``_generate_and_score_completions``: routing instruction appended to each prompt; forced modes planned
+   per row from the row's place in the global batch (warmup only).
+2. ``_tokenize_prompts``: routing question Q after the generation prompt, and a forced row's mode word.
+3. ``_generate_single_turn``: rollouts through the generation layer (:func:`routing_grpo.generation.caps.
+   generate_rollouts` over a backend of :mod:`routing_grpo.generation`: the policy's transformers decoding, or
+   TRL's colocated vLLM engine or server), with caps inside generation in training; TRL's own generation
+   where nothing is capped; then promotion, detection, caps and L (``finalize_rollouts``).
+4. ``_calculate_rewards``: the rollout facts go to :class:`~routing_grpo.core.rewards.RoutingReward` as columns.
+5. back in ``_generate_and_score_completions``: TRL's advantages are replaced by
+   :func:`~routing_grpo.core.advantages.compute_advantages` over the gathered global batch, sliced back to this
+   process; routing metrics are logged (per dataset ``level`` too, when the data has one) and the collapse
+   alarm (:class:`~routing_grpo.training.callbacks.CollapseAlarmCallback`) is fed the batch's free shares.
+6. TRL's loss, with its log-prob forwards run on length buckets of rows (``logprob_length_buckets``,
+   :class:`~routing_grpo.training.bucketed_logprobs.LengthBucketedLogprobs`), so rows cut at a short cap are not padded
+   to the longest row of the micro-batch.
+
+Steps: ``s = (global_step * grad_accum + micro-step in the accumulation) // (steps_per_generation *
+num_iterations)`` counts generation batches, survives checkpoint resumption (``global_step`` is restored)
+and drives every schedule.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from accelerate.utils import gather, gather_object
+from transformers import Trainer
+from trl import GRPOTrainer
+
+from routing_grpo.core import paper
+from routing_grpo.core.advantages import compute_advantages, decoupled_word_advantages
+from routing_grpo.core.grading import generation_prompt_opens_reasoning
+from routing_grpo.core.modes import INVALID, ModeDetector
+from routing_grpo.core.prompting import add_routing_instruction, early_tell_word_ids, forced_word_ids
+from routing_grpo.core.rewards import RoutingReward
+from routing_grpo.core.schedules import balance_coef_at, in_warmup, reward_phase, routing_word_weight_at
+from routing_grpo.core.verifiers import Verifier, resolve_verifier
+from routing_grpo.data.datasets import check_columns
+from routing_grpo.diagnostics.early_tell import (
+    word_loss_share,
+)
+from routing_grpo.diagnostics.routing_metrics import GenerationRecord, batch_line, batch_metrics, free_split
+from routing_grpo.generation.caps import generate_rollouts
+from routing_grpo.generation.factory import policy_backend
+from routing_grpo.training.bucketed_logprobs import LengthBucketedLogprobs
+from routing_grpo.training.callbacks import CollapseAlarmCallback, default_callbacks
+from routing_grpo.training.config import RoutingGRPOConfig
+from routing_grpo.training.importance_sampling import correction_counts, correction_metrics
+from routing_grpo.training.preemption import preemption_exit_code
+from routing_grpo.training.rollouts import RolloutFacts, finalize_rollouts, plan_forced_modes
+from routing_grpo.training.trl_private import check_trainer as check_trl_private_names
+from routing_grpo.training.trl_vllm import generate_on_vllm
+
+__all__ = ["RoutingGRPOTrainer"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _BatchState:
+    """What one call of ``_generate_and_score_completions`` learns as it goes (local rows)."""
+
+    mode: str
+    step: int
+    phase: int
+    forced_modes: list[int | None]
+    facts: list[RolloutFacts] | None = None
+    rewards_per_func: torch.Tensor | None = None  # gathered (N, F)
+    correct: list[bool] | None = None
+    past_caps: list[int] | None = None  # tokens generated past each row's cap
+    finished: list[bool] | None = None  # ended with EOS (not at the completion limit or a cap)
+
+
+class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
+    """GRPO in which the policy writes a routing word (NoThink / Short / Long) first (docs/method.md).
+
+    Args are those of ``GRPOTrainer``; ``args`` must be a :class:`RoutingGRPOConfig`. ``reward_funcs``
+    defaults to one :class:`RoutingReward` built from the config; if given, it must contain exactly one.
+    ``verifier`` (``(completion_text, reference) -> bool``) overrides ``args.verifier`` (e.g.
+    :func:`~routing_grpo.core.verifiers.countdown_verifier` for Countdown).
+    Tools, environments and custom ``rollout_func`` are not supported (the routing word must be the first
+    thing the model writes).
+    """
+
+    _tag_names = ["trl", "grpo", "routing-grpo"]
+    # TRL's model card names the trainer and cites its paper from these (no arXiv id yet: no paper link).
+    _name = paper.METHOD
+    _paper = {"title": paper.TITLE, "id": None, "citation": paper.CITATION}
+
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: RoutingGRPOConfig | None = None,
+        verifier: Verifier | None = None,
+        **kwargs: Any,
+    ):
+        if not isinstance(args, RoutingGRPOConfig):
+            raise TypeError(f"args: RoutingGRPOTrainer needs a RoutingGRPOConfig, got {type(args).__name__}")
+        for unsupported in ("tools", "rollout_func", "environment_factory"):
+            if kwargs.get(unsupported):
+                raise ValueError(f"{unsupported}: not supported by RoutingGRPOTrainer")
+        self.modes = args.mode_specs
+        self.single_mode = args.single_mode_index
+        schedules = args.schedule_warning()  # once, as the run starts: schedules that reach past its end
+        if schedules and args.process_index == 0:
+            logger.warning(schedules)
+        if reward_funcs is None:
+            reward_funcs = [
+                RoutingReward(
+                    self.modes,
+                    answer_column=args.answer_column,
+                    invalid_reward=args.invalid_routing_reward,
+                    single_mode=self.single_mode,
+                    verifier=verifier if verifier is not None else args.verifier,
+                )
+            ]
+        elif not isinstance(reward_funcs, list):
+            reward_funcs = [reward_funcs]
+        routing_rewards = [f for f in reward_funcs if isinstance(f, RoutingReward)]
+        if len(routing_rewards) != 1:
+            raise ValueError(
+                f"reward_funcs: exactly one RoutingReward is needed (it grades and scores the routing), "
+                f"got {len(routing_rewards)}"
+            )
+        self.routing_reward = routing_rewards[0]
+        if verifier is not None:
+            self.routing_reward.verifier = resolve_verifier(verifier)
+        for key, split in (("train_dataset", "train"), ("eval_dataset", "eval")):
+            check_columns(kwargs.get(key), split, args.answer_column)
+
+        # Preemption checkpoints and the non-finite stop come with every run (once, if also passed in).
+        callbacks = list(kwargs.pop("callbacks", None) or [])
+        missing = [c for c in default_callbacks(args) if not any(isinstance(x, type(c)) for x in callbacks)]
+        kwargs["callbacks"] = missing + callbacks
+
+        # The batch geometry settled for this launch before TRL reads it (its sampler, vLLM's max_num_seqs, its
+        # logs): a no-op for a config built in this launch; a geometry field changed since is refused here.
+        args.settle_geometry(args.world_size)
+        super().__init__(model, reward_funcs, args, **kwargs)
+        # The console gets one line (or a bar) per generation batch from this trainer, not a metrics dict per
+        # optimizer step: those go to the trackers and metrics.jsonl.
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        self.remove_callback(ProgressCallback)
+        self.remove_callback(PrinterCallback)
+        check_trl_private_names(self)  # a TRL release that moved one fails here, by name, not mid-run
+        # The accelerator's process count is known now: a config settled for another one is refused, not changed.
+        problem = args.geometry_problem(self.accelerator.num_processes)
+        if problem:
+            raise ValueError(problem)
+        if self.accelerator.is_main_process:
+            logger.info(args.geometry_summary(self.accelerator.num_processes))
+
+        tokenizer = self._tokenizer
+        self.detector = ModeDetector.from_tokenizer(self.modes, tokenizer)
+        self.routing_reward.detector = self.detector
+        # Finished or wrong: a completion must end with EOS, and close the reasoning when the generation
+        # prompt opened it (DeepSeek-R1-Distill's ends with "<think>\n").
+        self.prompt_opens_reasoning = generation_prompt_opens_reasoning(
+            tokenizer,
+            **({"chat_template": self.chat_template} if self.chat_template else {}),
+            **self.chat_template_kwargs,
+        )
+        self.routing_reward.prompt_opens_reasoning = self.prompt_opens_reasoning
+        self.routing_reward.eos_token_ids = [int(t) for t in self.eos_token_ids]
+        question = args.effective_routing_question
+        self.question_ids: list[int] = (
+            tokenizer.encode(question, add_special_tokens=False) if question else []
+        )
+        self.forced_word_ids: list[list[int]] = forced_word_ids(self.modes, tokenizer, question)
+        self.tell_word_ids = early_tell_word_ids(self.modes, tokenizer) if self._reads_early_tell() else None
+        self.routing_history: list[GenerationRecord] = []
+        self._batch: _BatchState | None = None
+        self._last_batch_time: float | None = None
+        self._batch_bar: Any = None
+        # The console line (or bar) per generation batch; an embedding program may show its own progress.
+        self.show_batches = True
+
+    def _reads_early_tell(self) -> bool:
+        return self.args.early_tell and self.single_mode is None and len(self.modes) > 1
+
+    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
+        """transformers pushes each checkpoint under hub_strategy every_save / checkpoint / all_checkpoints; not
+        the one a preemption writes: a preempted run pushes nothing (it is pushed once it has finished)."""
+        if preemption_exit_code(self) is not None:
+            logger.info("Preemption: %s is not pushed to the Hub", checkpoint_folder)
+            return
+        super()._push_from_checkpoint(checkpoint_folder)
+
+    # ------------------------------------------------------------------------------------------------------
+    # Steps and schedules
+    # ------------------------------------------------------------------------------------------------------
+
+    @property
+    def generation_step(self) -> int:
+        """s: the generation batch being trained (the paper's step; every schedule counts these)."""
+        ga = self.args.gradient_accumulation_steps
+        micro_step = self.state.global_step * ga + self._step % ga
+        return micro_step // (self.args.steps_per_generation * self.num_iterations)
+
+    def balance_coef_at(self, step: int) -> float:
+        if self.single_mode is not None:
+            return 0.0
+        args = self.args
+        return balance_coef_at(
+            step,
+            coef=args.balance_coef,
+            anneal_start=args.balance_anneal_start,
+            anneal_end=args.balance_anneal_end,
+        )
+
+    # ------------------------------------------------------------------------------------------------------
+    # 1. Plan the batch, run TRL, replace the advantages
+    # ------------------------------------------------------------------------------------------------------
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        mode = "train" if self.model.training else "eval"
+        step = self.generation_step
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        n_local = len(inputs)
+        warmup = (
+            mode == "train" and self.single_mode is None and in_warmup(step, self.args.routing_warmup_steps)
+        )
+        forced_modes = plan_forced_modes(
+            n_local,
+            self.accelerator.process_index * n_local,
+            group_size=group_size,
+            num_modes=len(self.modes),
+            forced_per_mode=self.args.forced_per_mode,
+            warmup=warmup,
+        )
+        instruction = self.args.effective_routing_instruction
+        inputs = [{**x, "prompt": add_routing_instruction(x["prompt"], instruction)} for x in inputs]
+        self._batch = _BatchState(
+            mode=mode,
+            step=step,
+            phase=reward_phase(step, self.args.flatten_reward_step),
+            forced_modes=forced_modes,
+        )
+        try:
+            with self._eval_sampling(mode == "eval"):
+                output = super()._generate_and_score_completions(inputs)
+            self._replace_advantages(output, inputs, group_size)
+            self._log_importance_sampling(output)
+        finally:
+            self._batch = None
+        return output
+
+    def _replace_advantages(
+        self, output: dict[str, Any], inputs: list[dict[str, Any]], group_size: int
+    ) -> None:
+        batch = self._batch
+        device = self.accelerator.device
+        local = torch.tensor(
+            [
+                [f.mode, int(f.forced), int(f.capped), f.length, int(c), past, int(not done and not f.capped)]
+                for f, c, past, done in zip(
+                    batch.facts,
+                    batch.correct,
+                    batch.past_caps or [0] * len(batch.facts),
+                    batch.finished or [True] * len(batch.facts),
+                )
+            ],
+            dtype=torch.long,
+            device=device,
+        )
+        facts = gather(local)
+        modes, forced, capped, lengths, correct, past_caps, truncated = facts.unbind(dim=1)
+        weights = self.reward_weights.to(batch.rewards_per_func.device).unsqueeze(0)
+        rewards = (batch.rewards_per_func * weights).nansum(dim=1).to(device)
+        coef = self.balance_coef_at(batch.step) if batch.mode == "train" else 0.0
+        advantages = compute_advantages(
+            rewards,
+            modes,
+            forced.bool(),
+            correct.bool(),
+            group_size=group_size,
+            num_modes=len(self.modes),
+            balance_coef=coef,
+            target=self.args.balance_target,
+        )
+        start = self.accelerator.process_index * len(inputs)
+        local = advantages[start : start + len(inputs)].to(output["advantages"].dtype)
+        weight = None
+        if batch.mode == "train":
+            weight = routing_word_weight_at(
+                batch.step, self.args.routing_word_weight, self.args.routing_word_weight_steps
+            )
+        mask = output["completion_mask"]
+        lengths_in_loss = gather(mask.sum(dim=1).to(torch.float64))
+        num_tokens, mean_tokens = int(lengths_in_loss.sum().item()), lengths_in_loss.mean().item()
+        share = None
+        if self.single_mode is None and num_tokens > 0:
+            word_weight = 1.0 if weight is None else weight * mean_tokens
+            share = word_loss_share(num_tokens, int((modes != INVALID).sum()), word_weight)
+        if weight is not None:
+            local = decoupled_word_advantages(
+                local,
+                mask,
+                modes[start : start + len(inputs)] != INVALID,
+                weight=weight,
+                mean_tokens=mean_tokens,
+            )
+        output["advantages"] = local
+
+        # TRL logged its own advantages for the completions table; show the routing ones instead.
+        logged = self._logs["advantages"]
+        k = min(len(advantages), len(logged))
+        for _ in range(k):
+            logged.pop()
+        logged.extend(advantages[len(advantages) - k :].tolist())
+
+        levels = None
+        if "level" in inputs[0]:
+            levels = gather_object([None if x.get("level") is None else str(x["level"]) for x in inputs])
+        record = GenerationRecord(
+            mode=batch.mode,
+            batch_step=batch.step,
+            global_step=self.state.global_step,
+            balance_coef=coef,
+            phase=batch.phase,
+            modes=modes.tolist(),
+            forced=forced.bool().tolist(),
+            lengths=lengths.tolist(),
+            capped=capped.bool().tolist(),
+            correct=correct.bool().tolist(),
+            rewards=rewards.tolist(),
+            advantages=advantages.tolist(),
+            tokens_past_caps=past_caps.tolist(),
+            levels=levels,
+            truncated=truncated.bool().tolist(),
+            group_size=group_size,
+            word_loss_share=share,
+            logodds=gather(self._routing_logodds(output)).tolist()
+            if self.tell_word_ids is not None
+            else None,
+        )
+        self.routing_history.append(record)
+        self._log_routing_metrics(record)
+        if record.mode == "train" and self.accelerator.is_main_process and self.show_batches:
+            self._show_batch(record)
+
+    def _log_importance_sampling(self, output: dict[str, Any]) -> None:
+        """Per mode, what TRL's vLLM importance-sampling correction did to this batch (``routing/is/<mode>/...``,
+        :mod:`routing_grpo.training.importance_sampling`; docs/method.md "Differences from the paper"): a sequence-level
+        rule cuts long rollouts more often, and the split per mode shows it."""
+        if not (self.use_vllm and self.vllm_importance_sampling_correction):
+            return
+        old, sampled = output.get("old_per_token_logps"), output.get("sampling_per_token_logps")
+        if old is None or sampled is None:
+            return
+        batch = self._batch
+        counts = correction_counts(
+            old - sampled,
+            output["completion_mask"],
+            torch.tensor([f.mode for f in batch.facts], device=old.device),
+            num_modes=len(self.modes),
+            correction_mode=self.vllm_importance_sampling_mode,
+            clip_min=self.vllm_importance_sampling_clip_min,
+            clip_max=self.vllm_importance_sampling_clip_max,
+        )
+        counts = gather(counts.unsqueeze(0)).sum(dim=0)  # every process's sums
+        metrics = self._metrics[batch.mode]
+        for name, value in correction_metrics(
+            counts, [m.name for m in self.modes], self.vllm_importance_sampling_mode
+        ).items():
+            metrics[name].append(value)
+
+    def _routing_logodds(self, output: dict[str, Any]) -> torch.Tensor:
+        """z = log pi(longest word) - log pi(briefest word) at the routing position, for each local rollout
+        (docs/method.md "The early tell"), a word's probability over all its tokens: forwards without
+        gradient over each distinct prompt [P | Q] (one more, [P | Q | w], per spelling of more than one
+        token), keeping only the positions that predict the word's tokens."""
+        ids, mask = output["prompt_ids"], output["prompt_mask"]
+        distinct: dict[tuple[int, ...], int] = {}  # prompt -> its index among the distinct ones
+        index = [
+            distinct.setdefault(tuple(ids[r][mask[r].bool()].tolist()), len(distinct))
+            for r in range(len(ids))
+        ]
+        firsts = [index.index(i) for i in range(len(distinct))]  # a row of each distinct prompt
+        rows = torch.tensor(firsts, device=ids.device)
+        prompt_ids, prompt_mask = ids[rows], mask[rows]
+
+        def forward(head: list[int]) -> torch.Tensor:  # log-probabilities at the last len(head) + 1 positions
+            tail = torch.tensor([head], dtype=ids.dtype, device=ids.device).expand(len(firsts), -1)
+            sub_ids = torch.cat([prompt_ids, tail], dim=1)
+            sub_mask = torch.cat([prompt_mask, torch.ones_like(tail, dtype=prompt_mask.dtype)], dim=1)
+            positions = (sub_mask.long().cumsum(-1) - 1).clamp(min=0)  # prompts are padded on the left
+            with torch.no_grad():
+                logits = self.model(
+                    input_ids=sub_ids, attention_mask=sub_mask, position_ids=positions,
+                    logits_to_keep=len(head) + 1, use_cache=False,
+                ).logits[:, -(len(head) + 1) :]  # fmt: skip
+            return logits.float().log_softmax(-1)
+
+        at_word = forward([])[:, 0]  # the routing position: every spelling's first token
+
+        def form_logprob(form: list[int]) -> torch.Tensor:  # log pi(form | prompt), one per distinct prompt
+            if len(form) == 1:
+                return at_word[:, form[0]]
+            target = torch.tensor(form, device=ids.device).expand(len(firsts), -1)
+            return forward(form[:-1]).gather(-1, target.unsqueeze(-1)).squeeze(-1).sum(-1)
+
+        brief, longest = (
+            torch.stack([form_logprob(f) for f in forms]).logsumexp(0) for forms in self.tell_word_ids
+        )
+        z = longest - brief
+        return z[torch.tensor(index, device=z.device)].to(torch.float64)
+
+    # ------------------------------------------------------------------------------------------------------
+    # 2. Prompt tail: routing question and forced word
+    # ------------------------------------------------------------------------------------------------------
+
+    def _tokenize_prompts(self, prompts: list) -> Any:
+        prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
+        batch = self._batch
+        if batch is None:
+            return prompt_ids, images, multimodal_fields
+        extended = []
+        for ids, forced_mode in zip(prompt_ids, batch.forced_modes, strict=True):
+            tail = self.forced_word_ids[forced_mode] if forced_mode is not None else []
+            extended.append([int(t) for t in ids] + self.question_ids + tail)
+        return extended, images, multimodal_fields
+
+    # ------------------------------------------------------------------------------------------------------
+    # 3. Generation, promotion, detection, caps
+    # ------------------------------------------------------------------------------------------------------
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
+        batch = self._batch
+        if batch is None:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
+            )
+        caps_in_generation = self._caps_in_generation(batch)
+        if self.use_vllm or (
+            caps_in_generation and images is None and not self.use_transformers_continuous_batching
+        ):
+            completion_ids, logprobs = self._generate_routed(prompt_ids, images, batch, caps_in_generation)
+        else:
+            completion_ids, logprobs = super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
+            )
+        raw_lengths = [len(ids) for ids in completion_ids]
+        new_prompts, new_completions, new_logprobs, facts = finalize_rollouts(
+            prompt_ids,
+            completion_ids,
+            batch.forced_modes,
+            modes=self.modes,
+            detector=self.detector,
+            forced_word_ids=self.forced_word_ids,
+            single_mode=self.single_mode,
+            enforce_caps=batch.mode == "train",
+            logprobs=logprobs,
+            eos_token_ids=self.eos_token_ids,
+        )
+        # TRL's `_generate` keeps and returns this same list as the prompts: the promoted word leaves it here.
+        prompt_ids[:] = new_prompts
+        batch.facts = facts
+        eos = {int(t) for t in self.eos_token_ids}
+        batch.finished = [bool(ids) and int(ids[-1]) in eos for ids in new_completions]
+        # Tokens generated past a cap (0 when caps are enforced in generation): what post-hoc cutting dropped.
+        forced_word = [len(self.forced_word_ids[f]) if f is not None else 0 for f in batch.forced_modes]
+        batch.past_caps = [
+            raw - (len(ids) - word)
+            for raw, ids, word in zip(raw_lengths, new_completions, forced_word, strict=True)
+        ]
+        return new_completions, new_logprobs
+
+    def _caps_in_generation(self, batch: _BatchState) -> bool:
+        """Training rollouts stop at their caps inside generation (validation is uncapped)."""
+        return (
+            batch.mode == "train"
+            and self.args.enforce_caps_in_generation
+            and any(m.cap is not None for m in self.modes)
+        )
+
+    def _generate_routed(self, prompt_ids: list[list[int]], images: Any, batch: _BatchState, caps: bool):
+        """Rollouts through the generation layer (:func:`~routing_grpo.generation.caps.generate_rollouts`): per-row
+        token budgets, forced rows never merged with free ones, and with ``caps`` no token past a cap. On TRL's
+        vLLM engine through :func:`routing_grpo.training.trl_vllm.generate_on_vllm` (weight sync, sleep mode, the
+        server's gather and broadcast), else on the policy itself."""
+        if images is not None:
+            raise ValueError("RoutingGRPOTrainer: images are not supported with vLLM routing")
+
+        def rollouts(backend: Any, rows: list[tuple[list[int], int | None]]) -> list:
+            return self._rollouts(backend, [p for p, _ in rows], [f for _, f in rows], caps)
+
+        rows_in = list(zip(prompt_ids, batch.forced_modes, strict=True))
+        if self.use_vllm:
+            rows = generate_on_vllm(self, rows_in, rollouts)
+        else:
+            with self._policy_backend() as backend:
+                rows = rollouts(backend, rows_in)
+        completion_ids = [list(ids) for ids, _ in rows]
+        logprobs = None if any(lp is None for _, lp in rows) else [list(lp) for _, lp in rows]
+        return completion_ids, logprobs
+
+    def _rollouts(self, backend: Any, prompts: list[list[int]], forced: list[int | None], caps: bool) -> list:
+        return generate_rollouts(
+            backend,
+            prompts,
+            forced,
+            modes=self.modes,
+            detector=self.detector,
+            max_completion_length=self.max_completion_length,
+            single_mode=self.single_mode,
+            caps=caps,
+        )
+
+    @contextlib.contextmanager
+    def _policy_backend(self) -> Iterator[Any]:
+        """The policy itself, unwrapped for generation, behind the transformers backend."""
+        from trl.models import unwrap_model_for_generation
+
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            yield policy_backend(
+                model,
+                self.generation_config,
+                pad_token_id=self._tokenizer.pad_token_id,
+                eos_token_ids=self.eos_token_ids,
+                # The base Trainer's: moves tensors to the device. GRPOTrainer's would generate rollouts again.
+                prepare=lambda inputs: Trainer._prepare_inputs(self, inputs),
+            )
+
+    @contextlib.contextmanager
+    def _eval_sampling(self, active: bool) -> Iterator[None]:
+        """Validation samples at ``eval_temperature``: free, uncapped, T 0.6.
+
+        See docs/method.md "Validation and evaluation".
+        """
+        if not active:
+            yield
+            return
+        saved = self.temperature
+        targets = [self]
+        if getattr(self, "generation_config", None) is not None and not self.use_vllm:
+            targets.append(self.generation_config)
+        if self.use_vllm:
+            targets.append(self.vllm_generation)
+        kwargs = getattr(self, "generation_kwargs", None) if not self.use_vllm else None
+        for t in targets:
+            t.temperature = self.args.eval_temperature
+        if isinstance(kwargs, dict):
+            kwargs["temperature"] = self.args.eval_temperature
+        try:
+            yield
+        finally:
+            for t in targets:
+                t.temperature = saved
+            if isinstance(kwargs, dict):
+                kwargs["temperature"] = saved
+
+    # ------------------------------------------------------------------------------------------------------
+    # 4. Rewards
+    # ------------------------------------------------------------------------------------------------------
+
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        batch = self._batch
+        if batch is None or batch.facts is None:
+            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        facts = batch.facts
+        inputs = [
+            {
+                **x,
+                "routing_mode": f.mode,
+                "routing_length": f.length,
+                "routing_capped": f.capped,
+                "routing_finished": done,
+                "routing_phase": batch.phase,
+            }
+            for x, f, done in zip(inputs, facts, batch.finished or [True] * len(facts), strict=True)
+        ]
+        names = [self.modes[f.mode].name if f.mode != INVALID else "invalid" for f in facts]
+        self._log_completion_extra("mode", names)
+        self._log_completion_extra("forced", [f.forced for f in facts])
+        self._log_completion_extra("L", [f.length for f in facts])
+        self._log_completion_extra("capped", [f.capped for f in facts])
+        self._log_completion_extra(
+            "truncated",
+            [not done and not f.capped for f, done in zip(facts, batch.finished or [True] * len(facts))],
+        )
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        batch.rewards_per_func = rewards_per_func
+        batch.correct = [bool(c) for c in self.routing_reward.last["correct"]]
+        return rewards_per_func
+
+    # ------------------------------------------------------------------------------------------------------
+    # 5. Metrics
+    # ------------------------------------------------------------------------------------------------------
+
+    def _log_routing_metrics(self, record: GenerationRecord) -> None:
+        """The batch's ``routing/...`` metrics (routing_grpo.diagnostics.routing_metrics) into TRL's metrics, and the
+        collapse alarm fed with the free split of a training batch."""
+        values = batch_metrics(record, self.modes, early_tell=self.single_mode is None)
+        record.fanout = values.get("routing/fanout", record.fanout)
+        metrics = self._metrics[record.mode]
+        for name, value in values.items():
+            metrics[name].append(value)
+        if record.mode == "train":
+            alarm = self.collapse_alarm
+            if alarm is not None:
+                firing = alarm.observe(
+                    record.batch_step, free_split(record, self.modes), global_step=record.global_step
+                )
+                metrics["routing/collapse_alarm"].append(float(firing))
+
+    def _show_batch(self, record: GenerationRecord) -> None:
+        """The console's view of training: one line per generation batch (a progress bar in generation
+        batches on a terminal, with the line beside it); the full metrics go to the logs and trackers."""
+        now = time.monotonic()
+        seconds = now - self._last_batch_time if self._last_batch_time is not None else None
+        self._last_batch_time = now
+        line = batch_line(record, [m.name for m in self.modes], self.args.total_generation_batches, seconds)
+        if not self.args.batch_progress_bar or not sys.stdout.isatty():
+            print(line, flush=True)
+            return
+        if self._batch_bar is None:
+            from tqdm.auto import tqdm
+
+            self._batch_bar = tqdm(
+                total=self.args.total_generation_batches,
+                unit="batch",
+                desc="generation batches",
+                dynamic_ncols=True,
+            )
+            self._batch_bar.update(record.batch_step)
+        self._batch_bar.update(1)
+        self._batch_bar.set_postfix_str(line.split(" ", 3)[-1], refresh=True)
+
+    def close_batch_bar(self) -> None:
+        if self._batch_bar is not None:
+            self._batch_bar.close()
+            self._batch_bar = None
+
+    @property
+    def collapse_alarm(self) -> CollapseAlarmCallback | None:
+        """The installed :class:`~routing_grpo.training.callbacks.CollapseAlarmCallback` (None if it was removed)."""
+        for callback in self.callback_handler.callbacks:
+            if isinstance(callback, CollapseAlarmCallback):
+                return callback
+        return None
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """TRL's ``log``; ``routing/collapse_alarm`` is 1.0 if the alarm held at any generation batch of the
+        logging window (not the window's mean, which would dilute it), 0.0 otherwise."""
+        if self.model.training:
+            alarm = self._metrics["train"].pop("routing/collapse_alarm", None)
+            if alarm:
+                logs["routing/collapse_alarm"] = max(alarm)
+        super().log(logs, start_time)

@@ -1,0 +1,195 @@
+"""Every private name of TRL (and of transformers' ``Trainer`` beneath it) the package overrides, calls, reads or
+writes, in one table, so that a TRL release that moves one fails loudly and by name.
+
+TRL 1.16's ``GRPOTrainer`` has no hook for advantages, per-row generation budgets or prompt tails, so the
+trainer wraps a few of its private methods around ``super()`` and reads a few of its private fields (the
+pin ``trl>=1.16,<1.17`` in pyproject.toml says why). Nothing in Python stops a release from renaming them:
+an override would then never be called, or a field read would fail deep inside a run. Two checks hold them:
+
+* :func:`check_trainer`, when the trainer is built: every listed method, attribute and class attribute is
+  where the table says; otherwise one error naming each moved name, before any training.
+* tests/test_training_trl_private.py: the table against the installed TRL (each overridden or called method's
+  signature exactly as recorded here, and each override still accepting every call TRL makes:
+  :func:`override_mismatch`; each attribute assigned in its owner's source), and the package's source
+  against the table (no private TRL name used that is not listed).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+OVERRIDDEN, CALLED, ATTRIBUTE, CLASS_ATTRIBUTE = "overridden", "called", "attribute", "class attribute"
+# The modules of the routing trainer's own class and its engine calls: what check_trainer checks.
+TRAINER_MODULES = ("training.trainer", "training.bucketed_logprobs", "training.trl_vllm")
+
+
+@dataclass(frozen=True)
+class PrivateName:
+    """One private name of TRL's or transformers' that the package uses.
+
+    Attributes:
+        owner: the class that defines it: ``GRPOTrainer`` (trl), ``VLLMGeneration`` (trl.generation), or
+            ``Trainer`` (transformers).
+        name: the name.
+        use: ``overridden`` (a method the package overrides), ``called`` (a method it calls), ``attribute``
+            (an instance attribute it reads or writes) or ``class attribute`` (one it sets on its class).
+        where: the package's module(s) that use it.
+        signature: for methods, the owner's signature as the installed TRL / transformers has it.
+        needs: for attributes TRL sets only on some runs: ``use_vllm`` or ``vllm_colocate``.
+    """
+
+    owner: str
+    name: str
+    use: str
+    where: str
+    signature: str | None = None
+    needs: str | None = None
+
+
+TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
+    # Overridden: the steps of one generation batch (routing_grpo.training.trainer's module docstring).
+    PrivateName(
+        "GRPOTrainer", "_generate_and_score_completions", OVERRIDDEN, "training.trainer",
+        "(self, inputs: list[dict[str, torch.Tensor | typing.Any]]) -> dict[str, torch.Tensor | typing.Any]",
+    ),
+    PrivateName("GRPOTrainer", "_tokenize_prompts", OVERRIDDEN, "training.trainer", "(self, prompts: list)"),
+    PrivateName(
+        "GRPOTrainer", "_generate_single_turn", OVERRIDDEN, "training.trainer",
+        "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)",
+    ),
+    PrivateName(
+        "GRPOTrainer", "_calculate_rewards", OVERRIDDEN, "training.trainer",
+        "(self, inputs, prompts, completions, completion_ids_list)",
+    ),
+    PrivateName(
+        "GRPOTrainer", "_get_per_token_logps_and_entropies", OVERRIDDEN, "training.bucketed_logprobs",
+        "(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, "
+        "compute_aux_loss=False, pixel_values=None, image_grid_thw=None, num_images=None, "
+        "pixel_attention_mask=None, spatial_shapes=None, num_tiles=None, image_sizes=None, token_type_ids=None, "
+        "mm_token_type_ids=None, image_position_ids=None) "
+        "-> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]",
+    ),
+    PrivateName(
+        "Trainer", "_push_from_checkpoint", OVERRIDDEN, "training.trainer", "(self, checkpoint_folder: str) -> None"
+    ),
+    PrivateName(
+        "Trainer", "_set_signature_columns_if_needed", OVERRIDDEN, "mini.teach", "(self) -> None"
+    ),
+    # Called.
+    PrivateName(
+        "GRPOTrainer", "_log_completion_extra", CALLED, "training.trainer", "(self, column: str, values: list)"
+    ),
+    PrivateName(
+        "Trainer", "_prepare_inputs", CALLED, "training.trainer",
+        "(self, inputs: dict[str, torch.Tensor | typing.Any]) -> dict[str, torch.Tensor | typing.Any]",
+    ),
+    # Instance attributes.
+    PrivateName("GRPOTrainer", "_metrics", ATTRIBUTE, "training.trainer"),  # routing/... metrics beside TRL's
+    PrivateName("GRPOTrainer", "_logs", ATTRIBUTE, "training.trainer"),  # the completions table's advantages
+    PrivateName("GRPOTrainer", "_step", ATTRIBUTE, "training.trainer"),  # micro-step: the generation batch s
+    PrivateName("GRPOTrainer", "_tokenizer", ATTRIBUTE, "training.trainer"),
+    PrivateName("GRPOTrainer", "_dist", ATTRIBUTE, "training.trainer"),  # full parameters for generation
+    PrivateName("GRPOTrainer", "_last_loaded_step", ATTRIBUTE, "training.trl_vllm", needs="use_vllm"),
+    PrivateName("VLLMGeneration", "_llm_weights_sleeping", ATTRIBUTE, "training.trl_vllm", needs="vllm_colocate"),
+    PrivateName("Trainer", "_signature_columns", ATTRIBUTE, "mini.teach"),
+    # Class attributes: the model card's trainer name, paper and tags.
+    PrivateName("GRPOTrainer", "_tag_names", CLASS_ATTRIBUTE, "training.trainer"),
+    PrivateName("GRPOTrainer", "_name", CLASS_ATTRIBUTE, "training.trainer"),
+    PrivateName("GRPOTrainer", "_paper", CLASS_ATTRIBUTE, "training.trainer"),
+)  # fmt: skip
+
+
+def owner_class(owner: str) -> type:
+    """The class a :class:`PrivateName` names, from the installed TRL / transformers."""
+    if owner == "GRPOTrainer":
+        from trl import GRPOTrainer
+
+        return GRPOTrainer
+    if owner == "VLLMGeneration":
+        from trl.generation.vllm_generation import VLLMGeneration
+
+        return VLLMGeneration
+    if owner == "Trainer":
+        from transformers import Trainer
+
+        return Trainer
+    raise ValueError(f"unknown owner {owner!r}")
+
+
+def override_mismatch(ours: Callable[..., Any], theirs: Callable[..., Any]) -> str | None:
+    """Why an override would not accept every call made to the method it overrides, or None when it does.
+
+    Its named positional parameters must be the first ones of the original, in order; the original's other
+    parameters must reach it through ``**kwargs`` (or ``*args``); it may require nothing the original does not,
+    and must keep a default wherever the original has one (a caller may leave that argument out)."""
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    mine = inspect.signature(ours).parameters.values()
+    orig = inspect.signature(theirs).parameters.values()
+    mine_named = [p for p in mine if p.kind in positional]
+    orig_named = [p for p in orig if p.kind in positional]
+    if [p.name for p in orig_named[: len(mine_named)]] != [p.name for p in mine_named]:
+        return (
+            f"its parameters {[p.name for p in mine_named]} are not the first of "
+            f"{[p.name for p in orig_named]}, in order"
+        )
+    by_name = {p.name: p for p in mine}
+    rest = [p for p in orig if p.name not in by_name and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    takes_rest = any(p.kind == p.VAR_KEYWORD for p in mine)
+    if rest and not takes_rest:
+        return f"it takes no {', '.join(p.name for p in rest)} (and no **kwargs)"
+    orig_names = {p.name: p for p in orig}
+    for p in mine:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        theirs_p = orig_names.get(p.name)
+        if theirs_p is None and p.default is p.empty:
+            return f"it requires {p.name}, which the original does not have"
+        if theirs_p is not None and theirs_p.default is not theirs_p.empty and p.default is p.empty:
+            return f"it requires {p.name}, which callers of the original may leave out"
+    return None
+
+
+def _applies(entry: PrivateName, trainer: Any) -> bool:
+    if entry.needs == "use_vllm":
+        return bool(getattr(trainer, "use_vllm", False))
+    if entry.needs == "vllm_colocate":
+        engine = getattr(trainer, "vllm_generation", None) if getattr(trainer, "use_vllm", False) else None
+        return engine is not None and getattr(engine, "mode", None) == "colocate"
+    return True
+
+
+def problems(trainer: Any) -> list[str]:
+    """What of :data:`TRL_PRIVATE_NAMES` does not hold on a built trainer (empty when all does). Names used
+    only by other modules' classes (``mini.teach``) are the tests' to check."""
+    found = []
+    for entry in TRL_PRIVATE_NAMES:
+        if entry.where not in TRAINER_MODULES or not _applies(entry, trainer):
+            continue
+        owner = owner_class(entry.owner)
+        label = f"{entry.owner}.{entry.name}"
+        if entry.use in (OVERRIDDEN, CALLED):
+            if not callable(getattr(owner, entry.name, None)):
+                found.append(f"{label} ({entry.use} by routing_grpo.{entry.where}) is gone")
+        elif entry.use == CLASS_ATTRIBUTE:
+            if not hasattr(owner, entry.name):
+                found.append(f"{label} (set by routing_grpo.{entry.where}) is gone")
+        else:
+            holder = trainer.vllm_generation if entry.owner == "VLLMGeneration" else trainer
+            if not hasattr(holder, entry.name):
+                found.append(f"{label} (used by routing_grpo.{entry.where}) is not set")
+    return found
+
+
+def check_trainer(trainer: Any) -> None:
+    """Raises RuntimeError naming every private TRL name the built trainer relies on that has moved."""
+    found = problems(trainer)
+    if found:
+        import trl
+
+        raise RuntimeError(
+            f"RoutingGRPOTrainer relies on private names of TRL 1.16 that this TRL ({trl.__version__}) has "
+            f"moved: {'; '.join(found)}. Install the TRL the package pins (trl>=1.16,<1.17)."
+        )

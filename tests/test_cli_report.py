@@ -1,0 +1,51 @@
+"""``routing-grpo report`` (routing_grpo.cli.report): the command, its general path importing no miniature, and
+an oracle part no package adds."""
+
+from tests.helpers import write_paper_summaries
+
+
+def test_report_command(tmp_path, capsys):
+    from routing_grpo.cli import main
+
+    write_paper_summaries(tmp_path / "runs")
+    assert (
+        main(["report", "--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "o"), "--no-plots"]) == 0
+    )
+    assert "| math500 | 4743 | 2810 | 41% (1.7x) |" in capsys.readouterr().out
+    assert main(["report", "--runs", str(tmp_path / "none"), "--output", str(tmp_path / "o")]) == 2
+
+
+def test_the_general_report_command_imports_no_miniature(tmp_path):
+    """``routing-grpo report`` without --oracle is the general report: the miniature is never imported (its
+    part comes through the entry point group routing_grpo.report_parts, only for --oracle)."""
+    import subprocess
+    import sys
+
+    from tests.helpers import REPO_ROOT, offline_env
+
+    write_paper_summaries(tmp_path / "runs")
+    script = (
+        "import sys\nfrom routing_grpo.cli import main\n"
+        f"code = main(['report', '--runs', {str(tmp_path / 'runs')!r}, '--output', {str(tmp_path / 'o')!r}, "
+        "'--no-plots'])\n"
+        "print(code, sorted(m for m in sys.modules if m.startswith('routing_grpo.mini')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, env=offline_env()
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "0 []"
+
+
+def test_an_oracle_part_no_package_adds_is_one_line(tmp_path, capsys, monkeypatch):
+    from routing_grpo.cli import main
+    from routing_grpo.io import plugins
+
+    write_paper_summaries(tmp_path / "runs")
+    monkeypatch.setattr(plugins, "load_entry_point", lambda group, name: None)
+    argv = ["report", "--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "o"), "--no-plots"]
+    assert main([*argv, "--oracle", str(tmp_path / "runs")]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        "routing-grpo report: error: --oracle: no installed package adds the oracle's part (entry point group "
+        "routing_grpo.report_parts); reinstall this one: pip install -e ."
+    ]

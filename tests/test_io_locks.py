@@ -1,0 +1,319 @@
+"""One writer per output (#39): ``generate``'s answers file, ``eval``'s folder and training's run folder are
+locked before anything is read or written; a second writer is refused at once with one line naming the
+holder (exit code 2), a lock whose process is gone is taken over with a warning, one of another host is
+refused with the file to remove, and the lock goes when its holder leaves (also on an error, Ctrl-C and a
+training run's SIGTERM). In-process through the entry points; the slow test runs two real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from transformers import TrainerCallback
+
+from routing_grpo import train
+from routing_grpo.cli import main
+from routing_grpo.inference import router as inference
+from routing_grpo.io.errors import UsageError
+from routing_grpo.io.locks import (
+    FOLDER_LOCK_NAME,
+    OutputLock,
+    file_lock_path,
+    holder_record,
+    process_start,
+)
+from routing_grpo.training import loading
+from tests.helpers import REPO_ROOT, router_settings, save_tiny_router, tiny_recipe, write_recipe
+
+SETTINGS = router_settings(8)
+
+
+@pytest.fixture(scope="module")
+def model(tiny_model_path, tmp_path_factory) -> Path:
+    """The tiny model with routing settings saved beside it (as a trained checkpoint has)."""
+    return save_tiny_router(tiny_model_path, tmp_path_factory.mktemp("lock") / "router", SETTINGS)
+
+
+@pytest.fixture
+def no_model_loading(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded although the output is locked")
+
+    monkeypatch.setattr(inference.Router, "from_pretrained", refuse)
+    monkeypatch.setattr("transformers.AutoTokenizer.from_pretrained", refuse)
+    monkeypatch.setattr(loading, "resolve_model", refuse)
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def write_lock(path: Path, **fields) -> dict:
+    """A lock file as another holder leaves it: this process's record with ``fields`` changed."""
+    record = {**holder_record("routing-grpo generate"), **fields}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record) + "\n")
+    return record
+
+
+def finished_pid() -> int:
+    """The pid of a process that has ended (a stale lock's holder)."""
+    child = subprocess.Popen(["true"])
+    child.wait()
+    return child.pid
+
+
+def holder_text(record: dict) -> str:
+    return f"pid {record['pid']} on host {record['host']} since {record['since']} ({record['command']})"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# generate
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_a_second_writer_of_an_answers_file_is_refused_naming_the_holder(
+    model, tmp_path, capsys, no_model_loading
+):
+    answers = tmp_path / "answers.jsonl"
+    answers.write_text("")
+    lock = file_lock_path(answers)
+    assert lock == tmp_path / "answers.jsonl.lock"
+    holder = write_lock(lock)  # held by a running process: this one
+    code, out, err = run(capsys, "generate", "--model", model, "--output", answers, "q")
+    assert code == 2 and out == ""
+    assert err.splitlines() == [
+        f"routing-grpo generate: error: --output: {answers} is being written by another process: "
+        f"{holder_text(holder)}; wait for it to end, or give another --output"
+    ]
+    assert json.loads(lock.read_text()) == holder  # the holder's lock is left alone
+    assert answers.read_text() == ""
+
+
+def test_a_lock_of_another_host_is_refused_with_the_file_to_remove(model, tmp_path, capsys, no_model_loading):
+    answers = tmp_path / "answers.jsonl"
+    holder = write_lock(file_lock_path(answers), host="node-7", pid=4242)
+    code, _, err = run(capsys, "generate", "--model", model, "--output", answers, "q")
+    assert code == 2
+    assert err.splitlines() == [
+        f"routing-grpo generate: error: --output: {answers} is locked by {holder_text(holder)}, another host, "
+        f"which cannot be checked from here; once that run has ended, remove {file_lock_path(answers)}"
+    ]
+
+
+def test_a_stale_lock_is_taken_over_with_a_warning_and_removed_at_the_end(model, tmp_path, capsys, caplog):
+    answers = tmp_path / "answers.jsonl"
+    stale = write_lock(file_lock_path(answers), pid=finished_pid())
+    code, out, err = run(capsys, "generate", "--model", model, "--output", answers, "--mode", "Short", "q")
+    assert code == 0, err
+    assert out.startswith("[1] Short (forced): ")
+    warnings = [r.getMessage() for r in caplog.records if r.name == "routing_grpo.io.locks"]
+    assert warnings == [
+        f"{file_lock_path(answers)}: taking over the lock of {holder_text(stale)}: that process is no longer "
+        "running"
+    ]
+    assert [json.loads(line)["id"] for line in answers.read_text().splitlines()] == ["1"]
+    assert not file_lock_path(answers).exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["answers.jsonl"]  # nothing set aside is left
+
+
+def test_a_reused_pid_is_not_a_holder(tmp_path):
+    """A lock whose pid now belongs to a process started later (the pid was reused) is stale."""
+    lock = tmp_path / "out.lock"
+    assert process_start(os.getpid()) is not None
+    write_lock(lock, started="1")  # this pid, but a process that started at another time
+    with OutputLock(lock, flag="--output", output="out", command="test") as taken:
+        assert json.loads(lock.read_text())["token"] == taken.holder["token"]
+    assert not lock.exists()
+
+
+def test_a_lock_that_names_no_holder_is_refused_naming_the_file(tmp_path, monkeypatch):
+    from routing_grpo.io import locks as output_lock
+
+    monkeypatch.setattr(output_lock, "UNWRITTEN_WAIT_S", 0.1)
+    lock = tmp_path / "out.lock"
+    lock.write_text("")
+    with pytest.raises(UsageError) as err:
+        OutputLock(lock, flag="--output", output="out", command="test").acquire()
+    assert str(err.value) == (
+        f"--output: out is locked by {lock}, which names no holder; if no run is writing to out, remove {lock}"
+    )
+
+
+def test_the_lock_goes_on_an_error_and_on_ctrl_c_with_the_folders_it_made(
+    model, tmp_path, capsys, monkeypatch
+):
+    answers = tmp_path / "new" / "sub" / "answers.jsonl"
+    code, _, err = run(capsys, "generate", "--model", model, "--output", answers, "--mode", "Medium", "q")
+    assert code == 2 and "unknown mode 'Medium'" in err
+    assert not (tmp_path / "new").exists()  # a refused run leaves nothing behind
+
+    def interrupted(self, *args, **kwargs):
+        assert file_lock_path(answers).is_file()  # held while generating
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inference.Router, "generate", interrupted)
+    code, _, err = run(capsys, "generate", "--model", model, "--output", answers, "q")
+    assert code == 130 and "interrupted" in err
+    assert not file_lock_path(answers).exists()
+
+
+def test_an_output_under_a_file_is_one_line_before_loading(model, tmp_path, capsys, no_model_loading):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    code, _, err = run(capsys, "generate", "--model", model, "--output", blocker / "answers.jsonl", "q")
+    assert code == 2
+    assert err.splitlines() == [
+        f"routing-grpo generate: error: --output: {blocker / 'answers.jsonl'}: a part of this path is a file, "
+        f"not a folder (ENOTDIR) ({blocker} is a file)"
+    ]  # said before a lock file is made beside it
+
+
+# ----------------------------------------------------------------------------------------------------------
+# eval
+# ----------------------------------------------------------------------------------------------------------
+
+
+EVAL = ["eval", "--benchmarks", "synthetic", "--limit", "2", "--samples", "synthetic=1", "--max-tokens", "4"]
+EVAL += ["--backend", "transformers"]
+
+
+def test_a_second_evaluation_into_one_folder_is_refused(model, tmp_path, capsys, no_model_loading):
+    out = tmp_path / "eval"
+    holder = write_lock(out / FOLDER_LOCK_NAME, command="routing-grpo eval")
+    code, _, err = run(capsys, *EVAL, "--model", model, "--output", out)
+    assert code == 2
+    assert err.splitlines() == [
+        f"routing-grpo eval: error: --output: {out} is being written by another process: {holder_text(holder)}; "
+        "wait for it to end, or give another --output"
+    ]
+    assert sorted(p.name for p in out.iterdir()) == [FOLDER_LOCK_NAME]  # nothing claimed or written
+
+
+def test_an_evaluation_holds_its_folder_while_it_runs(model, tmp_path, capsys, monkeypatch):
+    from routing_grpo.evaluation import evaluate
+
+    out = tmp_path / "eval"
+    seen = []
+    real = evaluate.evaluate_benchmark
+
+    def watched(config, *args, **kwargs):
+        seen.append(json.loads((out / FOLDER_LOCK_NAME).read_text()))
+        return real(config, *args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "evaluate_benchmark", watched)
+    code, _, err = run(capsys, *EVAL, "--model", model, "--output", out)
+    assert code == 0, err
+    assert [(h["pid"], h["host"], h["command"]) for h in seen] == [
+        (os.getpid(), socket.gethostname(), "routing-grpo eval")
+    ]
+    assert not (out / FOLDER_LOCK_NAME).exists() and (out / "synthetic" / "summary.json").is_file()
+
+
+# ----------------------------------------------------------------------------------------------------------
+# training
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_a_second_training_into_one_run_folder_is_refused(
+    tmp_path, tiny_model_path, capsys, no_model_loading
+):
+    out = tmp_path / "run"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out))
+    holder = write_lock(out / FOLDER_LOCK_NAME, command="routing-grpo train")
+    assert train.command(["--config", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        f"routing-grpo train: error: output_dir: {out} is being written by another process: "
+        f"{holder_text(holder)}; wait for it to end, or give another output_dir"
+    ]
+
+
+def test_a_training_run_holds_its_folder_and_frees_it_on_sigterm(tmp_path, tiny_model_path):
+    """While training the run folder is locked (a second training into it is refused, naming this
+    process); a SIGTERM checkpoints, exits with 143 and removes the lock."""
+    out = tmp_path / "run"
+    recipe = write_recipe(
+        tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1, save_strategy="no")
+    )
+    seen = {}
+
+    class Meanwhile(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            if state.global_step == 0:
+                seen["holder"] = json.loads((out / FOLDER_LOCK_NAME).read_text())
+                with pytest.raises(UsageError) as refused:
+                    train.main(*second)
+                seen["second"] = str(refused.value)
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    # Parsed before the first run's own arguments: parsing resets the accelerator state a running trainer uses.
+    second = train.parse_args(["--config", str(recipe)])
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with pytest.raises(SystemExit) as exit_info:
+            train.main(*train.parse_args(["--config", str(recipe)]), callbacks=[Meanwhile()])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert exit_info.value.code == 143
+    assert seen["holder"]["pid"] == os.getpid() and seen["holder"]["command"] == "routing-grpo train"
+    assert seen["second"].startswith(
+        f"output_dir: {out} is being written by another process: pid {os.getpid()} on host "
+    )
+    assert not (out / FOLDER_LOCK_NAME).exists()
+    assert any(p.name.startswith("checkpoint-") for p in out.iterdir())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Two real processes
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_two_real_generate_processes_on_one_answers_file(model, tmp_path):
+    """The second ``routing-grpo generate`` is refused while the first writes, naming its pid; after the
+    first is killed with -9, a rerun takes its stale lock over and every question is answered once."""
+    questions = tmp_path / "q.jsonl"
+    n = 400
+    questions.write_text(
+        "".join(json.dumps({"id": f"q{i}", "question": f"What is {i} + 1?"}) + "\n" for i in range(n))
+    )
+    answers = tmp_path / "answers.jsonl"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "routing_grpo", "generate", "--model", str(model), "--input", str(questions)]
+    cmd += ["--output", str(answers), "--batch-size", "1", "--mode", "Long"]
+    first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (answers.is_file() and answers.stat().st_size > 0):  # writing: the lock is held
+            assert first.poll() is None and time.monotonic() < deadline, "the first writer did not start"
+            time.sleep(0.2)
+        second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        assert first.poll() is None, (
+            "the first writer ended before the second started; give it more questions"
+        )
+        assert second.returncode == 2, second.stderr
+        assert second.stderr.splitlines()[0].startswith(
+            f"routing-grpo generate: error: --output: {answers} is being written by another process: "
+            f"pid {first.pid} on host {socket.gethostname()} since "
+        )
+        assert len(second.stderr.splitlines()) == 1 and second.stdout == ""
+    finally:
+        first.kill()  # kill -9: its lock stays behind, stale
+        first.wait()
+    assert file_lock_path(answers).is_file()
+    third = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert third.returncode == 0, third.stderr
+    assert f"taking over the lock of pid {first.pid} on host {socket.gethostname()}" in third.stderr
+    ids = [json.loads(line)["id"] for line in answers.read_text().splitlines() if line.strip()]
+    assert sorted(ids) == sorted(f"q{i}" for i in range(n))  # every question once
+    assert not file_lock_path(answers).exists()

@@ -1,0 +1,61 @@
+"""``train --help`` (routing_grpo.training.help): short and grouped, naming the method; ``--help-all`` lists every
+option; with a recipe it shows the recipe's values."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from routing_grpo.training import arguments
+from routing_grpo.training.help import full_help
+from tests.helpers import REPO_ROOT, run_main
+
+
+def test_train_help_is_short_grouped_and_names_the_method(capsys):
+    code, out, _ = run_main(capsys, ["train", "--help"])
+    assert code == 0 and out.startswith("usage: routing-grpo train --config RECIPE.yaml")
+    lines = out.splitlines()
+    full = full_help()
+    assert len(lines) < 210 and len(lines) * 5 < len(full.splitlines())
+    for heading in (
+        "The method (RoutingGRPOConfig",
+        "Task and data (RoutingScriptArguments):",
+        "Model (TRL ModelConfig):",
+        "Optimisation and batch (TRL GRPOConfig / transformers TrainingArguments):",
+        "Rollouts with vLLM (TRL GRPOConfig):",
+        "Validation, logging, checkpoints and the Hub (TRL / transformers):",
+    ):
+        assert heading in out
+    # Every method field and every task/data field is there, with its text.
+    own = arguments.method_fields()
+    assert {"modes", "routing_warmup_steps", "balance_coef", "single_mode", "verifier"} <= set(own)
+    for name in own + [f.name for f in dataclasses.fields(arguments.RoutingScriptArguments)]:
+        (i,) = [i for i, ln in enumerate(lines) if ln.split()[:1] == [f"--{name}"]]
+        text = lines[i].split(maxsplit=1)[1:] or lines[i + 1].split()  # a long name has its text below
+        assert text, f"--{name} has no text"
+    # Every listed option has text beside it or on the next line.
+    for i, line in enumerate(lines):
+        if line.startswith("  --"):
+            text = line.split(maxsplit=1)[1:] or lines[i + 1].split()
+            assert text, line
+    words = " ".join(out.split())
+    assert "--warmup_steps" in out and "the routing warmup is routing_warmup_steps" in words
+    assert "--help-all" in out and "--version" in out
+
+
+def test_help_all_lists_every_option(capsys):
+    code, out, _ = run_main(capsys, ["train", "--help-all"])
+    assert code == 0
+    for name in arguments.recipe_fields():
+        assert f"--{name}" in out, name
+
+
+def test_train_help_with_a_recipe_shows_the_recipes_values(capsys):
+    """`--config R --help`: each key the recipe sets shows the recipe's value in place of the default."""
+    from routing_grpo import train
+
+    recipe = REPO_ROOT / "recipes" / "mini_graded" / "graded_router.yaml"
+    assert train.train_command(["--config", str(recipe), "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "(recipe: 5e-05)" in out and "(recipe: offline:mini_graded)" in out
+    assert "(recipe: 90)" in out and "(recipe: [{" in out  # total_batch_steps, and the modes list shortened
+    assert "(default: math_train)" not in out  # the recipe's task is shown instead
