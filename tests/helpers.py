@@ -646,7 +646,7 @@ class ScriptedGeneration:
         def fake(trainer, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
             return script(trainer, prompt_ids, num_generations)
 
-        def fake_routed(trainer, prompt_ids, images, batch, caps):
+        def fake_routed(trainer, prompt_ids, forced, caps):
             # The caps-in-generation path: the same script, cut afterwards by the exact post-hoc rule.
             return script(trainer, prompt_ids, trainer.num_generations)[0], None
 
@@ -666,7 +666,7 @@ class ScriptedGeneration:
         for i, ids in enumerate(prompt_ids):
             forced_word = None
             for m, word_ids in enumerate(trainer.forced_word_ids):
-                if list(ids[-len(word_ids) :]) == word_ids and trainer._batch.forced_modes[i] == m:
+                if list(ids[-len(word_ids) :]) == word_ids:
                     forced_word = trainer.modes[m].word
             forced_words.append(forced_word)
             position = (rank * n_local + i) % num_generations

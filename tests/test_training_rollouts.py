@@ -7,7 +7,6 @@ import pytest
 
 from routing_grpo.core.modes import INVALID, ModeDetector
 from routing_grpo.training.rollouts import (
-    decode_completions,
     finalize_rollouts,
     plan_forced_modes,
     promote_forced_word,
@@ -130,8 +129,3 @@ def test_finalize_rollouts_uncapped_for_validation_and_single_mode():
 # ----------------------------------------------------------------------------------------------------------
 # vLLM requests
 # ----------------------------------------------------------------------------------------------------------
-
-
-def test_decode_completions():
-    assert decode_completions([[1, 2]], lambda ids: "x" * len(ids), False) == ["xx"]
-    assert decode_completions([[1]], lambda ids: "y", True) == [[{"role": "assistant", "content": "y"}]]

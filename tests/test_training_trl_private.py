@@ -142,11 +142,11 @@ def test_a_built_trainer_passes_the_check_and_a_moved_name_fails_it(tiny_model_p
     trainer = build_trainer(tiny_model_path, make_args(tmp_path))
     assert problems(trainer) == []
     del trainer._logs
-    monkeypatch.delattr(GRPOTrainer, "_log_completion_extra")
+    monkeypatch.delattr(GRPOTrainer, "_generate_single_turn")
     with pytest.raises(RuntimeError) as raised:
         check_trainer(trainer)
     assert str(raised.value).startswith("RoutingGRPOTrainer relies on private names of TRL 1.16")
-    assert "GRPOTrainer._log_completion_extra (called by routing_grpo.training.trainer) is gone" in str(
+    assert "GRPOTrainer._generate_single_turn (called by routing_grpo.training.trainer) is gone" in str(
         raised.value
     )
     assert "GRPOTrainer._logs (used by routing_grpo.training.trainer) is not set" in str(raised.value)

@@ -210,6 +210,14 @@ class RoutingReward:
             "finished": finished,
             "correct": correct,
         }
+        log_extra = columns.get("log_extra")  # TRL's: a column of the completions table
+        if log_extra is not None and columns.get("routing_capped") is not None:
+            rollout_capped = [bool(c) for c in columns["routing_capped"]]
+            log_extra("mode", [self.modes[m].name if m != INVALID else "invalid" for m in modes_idx])
+            log_extra("forced", [bool(f) for f in columns.get("routing_forced") or [False] * n])
+            log_extra("L", lengths)
+            log_extra("capped", rollout_capped)
+            log_extra("truncated", [not f and not c for f, c in zip(finished, rollout_capped, strict=True)])
         return rewards
 
     def _finished(self, ids: list[list[int]], columns: dict[str, Any], n: int) -> list[bool]:

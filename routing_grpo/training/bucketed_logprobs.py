@@ -1,20 +1,135 @@
 """TRL's log-prob forwards on length buckets of rows (``logprob_length_buckets``; docs/method.md "Caps").
 
-Rows cut at a short cap would otherwise be padded to the longest row of the micro-batch in every loss
-forward. :class:`LengthBucketedLogprobs` overrides ``GRPOTrainer._get_per_token_logps_and_entropies`` to run
-each bucket of rows of similar prompt and completion widths (:func:`routing_grpo.training.length_buckets.plan_length_buckets`)
-on its own columns and put the results back in row order, so the loss is that of the single padded forward up
-to floating-point rounding.
+TRL pads every completion of a micro-batch to the longest one, so once routing puts NoThink rows (cap 1,024)
+beside Long rows (16,384) most of the loss forward and backward runs on padding. Rows of similar width are
+grouped into a few forwards, each trimmed to its widest row (:func:`plan_length_buckets`, pure), and
+:class:`LengthBucketedLogprobs` runs them and puts the results back in row order: the same per-token
+log-probs, up to floating-point rounding, on far fewer positions. A row's width is its prompt from its first
+real token (prompts are left-padded) and its completion up to its last real token (right-padded).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from accelerate.utils import gather
 
-from routing_grpo.training.length_buckets import plan_length_buckets, row_widths, split_to_count
+__all__ = ["LengthBucketedLogprobs", "padded_tokens", "plan_length_buckets", "row_widths", "split_to_count"]
 
-__all__ = ["LengthBucketedLogprobs"]
+# What one more forward costs, in padded token positions: a split that saves fewer positions than this is not
+# worth a second pass over the weights.
+FORWARD_OVERHEAD_TOKENS = 32
+
+
+def row_widths(attention_mask: torch.Tensor, completion_width: int) -> tuple[list[int], list[int]]:
+    """Per row of a ``[prompt | completion]`` attention mask whose last ``completion_width`` columns are the
+    completion: the prompt columns from its first real token, and the completion columns up to its last real
+    token (at least 1, so every row keeps a place in the forward and the graph)."""
+    width = attention_mask.size(1)
+    prompt_width = width - completion_width
+    columns = torch.arange(width, device=attention_mask.device)
+    real = attention_mask.bool()
+    first = torch.where(real, columns, width).min(dim=1).values.clamp(max=prompt_width)
+    last = torch.where(real, columns, -1).max(dim=1).values.clamp(min=prompt_width)
+    return (prompt_width - first).tolist(), (last + 1 - prompt_width).tolist()
+
+
+def padded_tokens(
+    buckets: Sequence[Sequence[int]], prompt_widths: Sequence[int], completion_widths: Sequence[int]
+) -> int:
+    """Token positions the forwards of ``buckets`` run on (each bucket padded to its widest prompt and
+    completion)."""
+    total = 0
+    for rows in buckets:
+        if rows:
+            total += len(rows) * (
+                max(prompt_widths[r] for r in rows) + max(completion_widths[r] for r in rows)
+            )
+    return total
+
+
+def plan_length_buckets(
+    prompt_widths: Sequence[int],
+    completion_widths: Sequence[int],
+    *,
+    max_buckets: int,
+    max_rows: int | None = None,
+    overhead_tokens: int = FORWARD_OVERHEAD_TOKENS,
+) -> list[list[int]]:
+    """Row indices grouped into forwards that cover as few padded positions as possible.
+
+    Rows are ordered by completion width (longest first, then prompt width) and cut into at most
+    ``max_buckets`` runs of consecutive rows; the cut is the exact minimum of padded positions plus
+    ``overhead_tokens`` per forward (dynamic programming over the order). A run longer than ``max_rows`` is
+    then split into forwards of at most ``max_rows`` rows (TRL's memory chunking). Every row appears once.
+    """
+    n = len(prompt_widths)
+    if len(completion_widths) != n:
+        raise ValueError(f"{n} prompt widths but {len(completion_widths)} completion widths")
+    if max_buckets < 1:
+        raise ValueError(f"max_buckets: must be >= 1, got {max_buckets}")
+    if max_rows is not None and max_rows < 1:
+        raise ValueError(f"max_rows: must be >= 1, got {max_rows}")
+    if n == 0:
+        return []
+    order = sorted(range(n), key=lambda r: (-completion_widths[r], -prompt_widths[r], r))
+    chunk = max_rows or n
+
+    def forwards(rows: int) -> int:
+        return -(-rows // chunk)
+
+    inf = float("inf")
+    # best[k][j]: least cost of the first j ordered rows in k runs; cut[k][j]: where the last run starts.
+    best = [[inf] * (n + 1) for _ in range(max_buckets + 1)]
+    cut = [[0] * (n + 1) for _ in range(max_buckets + 1)]
+    best[0][0] = 0.0
+    for j in range(1, n + 1):
+        widest_prompt = 0
+        widest_completion = 0
+        segment_costs = []
+        for i in range(j - 1, -1, -1):  # the run is order[i:j]
+            r = order[i]
+            widest_prompt = max(widest_prompt, prompt_widths[r])
+            widest_completion = max(widest_completion, completion_widths[r])
+            rows = j - i
+            segment_costs.append(
+                (i, rows * (widest_prompt + widest_completion) + overhead_tokens * forwards(rows))
+            )
+        for k in range(1, max_buckets + 1):
+            for i, cost in segment_costs:
+                total = best[k - 1][i] + cost
+                if total < best[k][j]:
+                    best[k][j] = total
+                    cut[k][j] = i
+    k = min(range(1, max_buckets + 1), key=lambda b: (best[b][n], b))
+    runs = []
+    j = n
+    while k > 0:
+        i = cut[k][j]
+        runs.append(order[i:j])
+        j, k = i, k - 1
+    runs.reverse()
+    return [run[s : s + chunk] for run in runs for s in range(0, len(run), chunk)]
+
+
+def split_to_count(buckets: Sequence[Sequence[int]], count: int) -> list[list[int]]:
+    """``buckets`` split until there are ``count`` of them (the bucket with most rows is halved first).
+
+    In a multi-process run every process must run the same number of forwards: a forward of a DDP model
+    broadcasts its buffers, and one under ZeRO-3 gathers the weights, both collective.
+    """
+    result = [list(b) for b in buckets if b]
+    if count < len(result):
+        raise ValueError(f"count: {count} is fewer than the {len(result)} buckets there are")
+    if count > sum(len(b) for b in result):
+        raise ValueError(f"count: {count} forwards need at least {count} rows")
+    while len(result) < count:
+        i = max(range(len(result)), key=lambda j: len(result[j]))
+        rows = result[i]
+        half = len(rows) // 2
+        result[i : i + 1] = [rows[:half], rows[half:]]
+    return result
 
 
 class LengthBucketedLogprobs:
@@ -32,7 +147,7 @@ class LengthBucketedLogprobs:
         compute_aux_loss=False,
         **model_kwargs,
     ):
-        """TRL's log-prob forward, run on length buckets of rows (:mod:`routing_grpo.training.length_buckets`).
+        """TRL's log-prob forward, run on length buckets of rows (:func:`plan_length_buckets`).
 
         Each bucket's forward sees its rows' prompt columns from the first real token and completion columns up
         to the last real one; the results are padded back to ``logits_to_keep`` (padded positions hold 0 and

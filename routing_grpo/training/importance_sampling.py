@@ -1,32 +1,12 @@
-"""TRL's vLLM importance-sampling correction, measured per mode.
+"""TRL's vLLM importance-sampling correction, measured per mode (not the paper's: docs/method.md "Differences").
 
-Not a part of the paper's method (docs/method.md "Differences from the paper"). With ``use_vllm`` TRL
-weights each completion token's loss by a ratio between the training model's log-probabilities at
-generation time (log pi_old) and vLLM's (log pi_vllm), both over the completion mask M:
-
-    delta_{i,t} = (log pi_old(o_{i,t}) - log pi_vllm(o_{i,t})) * M_{i,t}     (NaN -> 0: ratio 1)
-
-    token_truncate      w_{i,t} = clamp(exp(delta_{i,t}), C_min, C_max)
-    token_mask          w_{i,t} = exp(delta_{i,t})  if C_min <= exp(delta_{i,t}) <= C_max, else 0
-    sequence_truncate   w_i = clamp(exp(sum_t delta_{i,t}), C_min, C_max)      (every token of rollout i)
-    sequence_mask       w_i = exp(sum_t delta_{i,t})  if C_min <= it <= C_max, else 0
-
-A bound set to None is no bound on that side. The sequence modes sum the drift over the whole rollout, so
-a 16k-token Long rollout passes a bound far more often than a 300-token NoThink one at the same drift per
-token: a sequence-level rule cuts modes by their length. The token modes do not.
-
-:func:`correction_counts` reduces one batch to sums per mode (rows: the modes, briefest first, then the
-rollouts without a valid routing word), so the counts of every process can be added before
-:func:`correction_metrics` turns them into shares and means (``routing/is/<mode>/...``):
-
-    rollouts        rollouts of the mode
-    rollouts_cut    rollouts the rule touched: sequence modes, w_i's ratio outside [C_min, C_max];
-                    token modes, at least one of its tokens' ratios outside
-    tokens          completion tokens (M = 1)
-    tokens_cut      completion tokens the rule touched (sequence modes: every token of a cut rollout)
-    ratio_sum       sum of the ratio as the loss applies it (after the rule): per rollout for sequence
-                    modes, per completion token for token modes
-    log_ratio_sum   sum of delta before the rule (the same total both ways: per rollout it is sum_t delta)
+With ``use_vllm`` TRL weights each completion token's loss by exp(delta), delta = log pi_old - log pi_vllm over
+the completion mask (NaN -> ratio 1): clamped to [C_min, C_max] (``*_truncate``) or zeroed outside it
+(``*_mask``), per token or, for the ``sequence_*`` modes, on the rollout's summed delta. A sequence rule cuts a
+16k-token Long rollout far more often than a 300-token NoThink one at the same drift per token: it cuts modes
+by their length. :func:`correction_counts` reduces a batch to sums per mode (:data:`COUNT_COLUMNS`; the rows of
+all processes can be added) and :func:`correction_metrics` turns them into ``routing/is/<mode>/...`` shares
+and means.
 """
 
 from __future__ import annotations

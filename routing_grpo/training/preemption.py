@@ -312,6 +312,9 @@ class PreemptionCallback(TrainerCallback):
         control.should_save = True
         control.should_log = True
         control.should_training_stop = True
+        if getattr(args, "push_to_hub", False):  # a preempted run pushes nothing: it is pushed once finished
+            logger.info("Preemption: checkpoint-%s is not pushed to the Hub", state.global_step)
+            args.push_to_hub = False
         where = "this process" if local else "another process"
         message = (
             f"Preemption: {_signal_name(signum)} received by {where}; writing checkpoint-{state.global_step} "

@@ -15,9 +15,8 @@ docs/method.md "Prompt layout", "Rollouts and the routing warmup" and "Caps":
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from routing_grpo.core.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.generation.caps import apply_caps
@@ -155,13 +154,3 @@ def finalize_rollouts(
             RolloutFacts(mode=mode, forced=forced, word_tokens=word_tokens, length=length, capped=capped)
         )
     return out_prompts, out_completions, out_logprobs, facts
-
-
-def decode_completions(
-    completion_ids: Sequence[Sequence[int]], decode: Callable[[Sequence[int]], str], conversational: bool
-) -> list[Any]:
-    """Completions in TRL's format: text, or one assistant message for conversational prompts."""
-    texts = [decode(ids) for ids in completion_ids]
-    if conversational:
-        return [[{"role": "assistant", "content": t}] for t in texts]
-    return texts

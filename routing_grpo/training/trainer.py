@@ -1,42 +1,35 @@
-"""``RoutingGRPOTrainer``: self-routing GRPO as thin glue around TRL 1.16's ``GRPOTrainer``.
+"""``RoutingGRPOTrainer``: self-routing GRPO on TRL 1.16's ``GRPOTrainer`` (docs/method.md).
 
-One generation batch (the paper's step s) goes:
+One generation batch (the paper's step s):
 
-1. ``_generate_and_score_completions``: routing instruction appended to each prompt; forced modes planned
-   per row from the row's place in the global batch (warmup only).
-2. ``_tokenize_prompts``: routing question Q after the generation prompt, and a forced row's mode word.
-3. ``_generate_single_turn``: rollouts through the generation layer (:func:`routing_grpo.generation.caps.
-   generate_rollouts` over a backend of :mod:`routing_grpo.generation`: the policy's transformers decoding, or
-   TRL's colocated vLLM engine or server), with caps inside generation in training; TRL's own generation
-   where nothing is capped; then promotion, detection, caps and L (``finalize_rollouts``).
-4. ``_calculate_rewards``: the rollout facts go to :class:`~routing_grpo.core.rewards.RoutingReward` as columns.
-5. back in ``_generate_and_score_completions``: TRL's advantages are replaced by
-   :func:`~routing_grpo.core.advantages.compute_advantages` over the gathered global batch, sliced back to this
-   process; routing metrics are logged (per dataset ``level`` too, when the data has one) and the collapse
-   alarm (:class:`~routing_grpo.training.callbacks.CollapseAlarmCallback`) is fed the batch's free shares.
-6. TRL's loss, with its log-prob forwards run on length buckets of rows (``logprob_length_buckets``,
-   :class:`~routing_grpo.training.bucketed_logprobs.LengthBucketedLogprobs`), so rows cut at a short cap are not padded
-   to the longest row of the micro-batch.
+1. ``_generate_and_score_completions`` appends the routing instruction to each prompt and runs TRL's.
+2. TRL calls :meth:`RoutingGRPOTrainer.rollout`, its ``rollout_func``: forced modes planned per row (warmup),
+   the routing question and a forced row's word put after the prompt, rollouts generated with caps
+   (:mod:`routing_grpo.generation`), then promotion, detection, caps and L. The routing facts go back as extra
+   fields, which TRL forwards to :class:`~routing_grpo.core.rewards.RoutingReward`.
+3. Back in ``_generate_and_score_completions``: the advantages of :mod:`routing_grpo.core.advantages` over the
+   gathered batch replace TRL's; the routing metrics and the collapse alarm are fed.
+4. TRL's loss, its log-prob forwards on length buckets (``logprob_length_buckets``).
 
-Steps: ``s = (global_step * grad_accum + micro-step in the accumulation) // (steps_per_generation *
-num_iterations)`` counts generation batches, survives checkpoint resumption (``global_step`` is restored)
-and drives every schedule.
+The private TRL names used, each with its reason: :mod:`routing_grpo.training.trl_private`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import sys
 import time
+import warnings
+from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 from accelerate.utils import gather, gather_object
-from transformers import Trainer
 from trl import GRPOTrainer
+from trl.data_utils import is_conversational
 
 from routing_grpo.core import paper
 from routing_grpo.core.advantages import compute_advantages, decoupled_word_advantages
@@ -47,9 +40,7 @@ from routing_grpo.core.rewards import RoutingReward
 from routing_grpo.core.schedules import balance_coef_at, in_warmup, reward_phase, routing_word_weight_at
 from routing_grpo.core.verifiers import Verifier, resolve_verifier
 from routing_grpo.data.datasets import check_columns
-from routing_grpo.diagnostics.early_tell import (
-    word_loss_share,
-)
+from routing_grpo.diagnostics.early_tell import word_loss_share
 from routing_grpo.diagnostics.routing_metrics import GenerationRecord, batch_line, batch_metrics, free_split
 from routing_grpo.generation.caps import generate_rollouts
 from routing_grpo.generation.factory import policy_backend
@@ -57,8 +48,7 @@ from routing_grpo.training.bucketed_logprobs import LengthBucketedLogprobs
 from routing_grpo.training.callbacks import CollapseAlarmCallback, default_callbacks
 from routing_grpo.training.config import RoutingGRPOConfig
 from routing_grpo.training.importance_sampling import correction_counts, correction_metrics
-from routing_grpo.training.preemption import preemption_exit_code
-from routing_grpo.training.rollouts import RolloutFacts, finalize_rollouts, plan_forced_modes
+from routing_grpo.training.rollouts import finalize_rollouts, plan_forced_modes
 from routing_grpo.training.trl_private import check_trainer as check_trl_private_names
 from routing_grpo.training.trl_vllm import generate_on_vllm
 
@@ -66,20 +56,11 @@ __all__ = ["RoutingGRPOTrainer"]
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass
-class _BatchState:
-    """What one call of ``_generate_and_score_completions`` learns as it goes (local rows)."""
-
-    mode: str
-    step: int
-    phase: int
-    forced_modes: list[int | None]
-    facts: list[RolloutFacts] | None = None
-    rewards_per_func: torch.Tensor | None = None  # gathered (N, F)
-    correct: list[bool] | None = None
-    past_caps: list[int] | None = None  # tokens generated past each row's cap
-    finished: list[bool] | None = None  # ended with EOS (not at the completion limit or a cap)
+# The routing facts :meth:`RoutingGRPOTrainer.rollout` returns beside the ids; TRL forwards them into each row.
+ROUTING_FIELDS = frozenset(
+    {"routing_mode", "routing_forced", "routing_length", "routing_capped", "routing_finished", "routing_past_cap",
+     "routing_phase"}
+)  # fmt: skip
 
 
 class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
@@ -88,9 +69,9 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
     Args are those of ``GRPOTrainer``; ``args`` must be a :class:`RoutingGRPOConfig`. ``reward_funcs``
     defaults to one :class:`RoutingReward` built from the config; if given, it must contain exactly one.
     ``verifier`` (``(completion_text, reference) -> bool``) overrides ``args.verifier`` (e.g.
-    :func:`~routing_grpo.core.verifiers.countdown_verifier` for Countdown).
-    Tools, environments and custom ``rollout_func`` are not supported (the routing word must be the first
-    thing the model writes).
+    :func:`~routing_grpo.core.verifiers.countdown_verifier` for Countdown). Tools, environments and a
+    ``rollout_func`` of one's own are not supported: the trainer generates the rollouts (the routing word must
+    be the first thing the model writes).
     """
 
     _tag_names = ["trl", "grpo", "routing-grpo"]
@@ -148,7 +129,9 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         # The batch geometry settled for this launch before TRL reads it (its sampler, vLLM's max_num_seqs, its
         # logs): a no-op for a config built in this launch; a geometry field changed since is refused here.
         args.settle_geometry(args.world_size)
-        super().__init__(model, reward_funcs, args, **kwargs)
+        with warnings.catch_warnings():  # TRL marks its rollout_func hook experimental
+            warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
+            super().__init__(model, reward_funcs, args, rollout_func=self.rollout, **kwargs)
         # The console gets one line (or a bar) per generation batch from this trainer, not a metrics dict per
         # optimizer step: those go to the trackers and metrics.jsonl.
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
@@ -163,7 +146,8 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         if self.accelerator.is_main_process:
             logger.info(args.geometry_summary(self.accelerator.num_processes))
 
-        tokenizer = self._tokenizer
+        tokenizer = getattr(self.processing_class, "tokenizer", self.processing_class)
+        self.pad_token_id = tokenizer.pad_token_id
         self.detector = ModeDetector.from_tokenizer(self.modes, tokenizer)
         self.routing_reward.detector = self.detector
         # Finished or wrong: a completion must end with EOS, and close the reasoning when the generation
@@ -182,7 +166,12 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self.forced_word_ids: list[list[int]] = forced_word_ids(self.modes, tokenizer, question)
         self.tell_word_ids = early_tell_word_ids(self.modes, tokenizer) if self._reads_early_tell() else None
         self.routing_history: list[GenerationRecord] = []
-        self._batch: _BatchState | None = None
+        # The routing/... metrics of the logging window, per mode (train, eval), merged into the logs by `log`.
+        self.routing_metrics: dict[str, defaultdict[str, list[float]]] = {
+            "train": defaultdict(list),
+            "eval": defaultdict(list),
+        }
+        self._rewards_per_func: torch.Tensor | None = None  # this batch's, kept by _calculate_rewards
         self._last_batch_time: float | None = None
         self._batch_bar: Any = None
         # The console line (or bar) per generation batch; an embedding program may show its own progress.
@@ -190,18 +179,6 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
     def _reads_early_tell(self) -> bool:
         return self.args.early_tell and self.single_mode is None and len(self.modes) > 1
-
-    def _push_from_checkpoint(self, checkpoint_folder: str) -> None:
-        """transformers pushes each checkpoint under hub_strategy every_save / checkpoint / all_checkpoints; not
-        the one a preemption writes: a preempted run pushes nothing (it is pushed once it has finished)."""
-        if preemption_exit_code(self) is not None:
-            logger.info("Preemption: %s is not pushed to the Hub", checkpoint_folder)
-            return
-        super()._push_from_checkpoint(checkpoint_folder)
-
-    # ------------------------------------------------------------------------------------------------------
-    # Steps and schedules
-    # ------------------------------------------------------------------------------------------------------
 
     @property
     def generation_step(self) -> int:
@@ -222,65 +199,218 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         )
 
     # ------------------------------------------------------------------------------------------------------
-    # 1. Plan the batch, run TRL, replace the advantages
+    # 1. Rollouts: TRL's rollout_func
     # ------------------------------------------------------------------------------------------------------
 
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    def rollout(self, prompts: list[Any], trainer: Any = None) -> dict[str, Any]:
+        """TRL's ``rollout_func``: one rollout for each of this process's rows (groups already repeated).
+
+        Args:
+            prompts: the rows' prompts, routing instruction included (text or chat messages).
+            trainer: this trainer (TRL passes it).
+
+        Returns:
+            ``prompt_ids``, ``completion_ids`` (a forced row's word promoted to the completion head, caps applied
+            in training) and ``logprobs``, and the routing facts TRL forwards to the reward functions (see
+            :data:`ROUTING_FIELDS`): the mode, forced or not, L, capped, finished (ended with EOS), tokens
+            generated past the cap, and the reward phase.
+        """
         mode = "train" if self.model.training else "eval"
-        step = self.generation_step
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
-        n_local = len(inputs)
+        step = self.generation_step
         warmup = (
             mode == "train" and self.single_mode is None and in_warmup(step, self.args.routing_warmup_steps)
         )
-        forced_modes = plan_forced_modes(
-            n_local,
-            self.accelerator.process_index * n_local,
+        forced = plan_forced_modes(
+            len(prompts),
+            self.accelerator.process_index * len(prompts),
             group_size=group_size,
             num_modes=len(self.modes),
             forced_per_mode=self.args.forced_per_mode,
             warmup=warmup,
         )
+        prompt_ids = [
+            [int(t) for t in ids] + self.question_ids + (self.forced_word_ids[f] if f is not None else [])
+            for ids, f in zip(self._prompt_token_ids(prompts), forced, strict=True)
+        ]
+        caps = (
+            mode == "train"
+            and self.args.enforce_caps_in_generation
+            and any(m.cap is not None for m in self.modes)
+        )
+        if self.use_vllm or (caps and not self.use_transformers_continuous_batching):
+            completion_ids, logprobs = self._generate_routed(prompt_ids, forced, caps)
+        else:  # nothing capped in generation: TRL's own
+            completion_ids, logprobs = self._generate_single_turn(prompt_ids, None, {}, group_size)
+        raw_lengths = [len(ids) for ids in completion_ids]
+        prompt_ids, completion_ids, logprobs, facts = finalize_rollouts(
+            prompt_ids,
+            completion_ids,
+            forced,
+            modes=self.modes,
+            detector=self.detector,
+            forced_word_ids=self.forced_word_ids,
+            single_mode=self.single_mode,
+            enforce_caps=mode == "train",
+            logprobs=logprobs,
+            eos_token_ids=self.eos_token_ids,
+        )
+        eos = {int(t) for t in self.eos_token_ids}
+        words = [len(self.forced_word_ids[f]) if f is not None else 0 for f in forced]
+        return {
+            "prompt_ids": prompt_ids,
+            "completion_ids": completion_ids,
+            "logprobs": logprobs,
+            "routing_mode": [f.mode for f in facts],
+            "routing_forced": [f.forced for f in facts],
+            "routing_length": [f.length for f in facts],
+            "routing_capped": [f.capped for f in facts],
+            "routing_finished": [bool(ids) and int(ids[-1]) in eos for ids in completion_ids],
+            # Tokens generated past a cap (0 with caps in generation): what post-hoc cutting dropped.
+            "routing_past_cap": [
+                raw - (len(ids) - word)
+                for raw, ids, word in zip(raw_lengths, completion_ids, words, strict=True)
+            ],
+            "routing_phase": reward_phase(step, self.args.flatten_reward_step),
+        }
+
+    def _prompt_token_ids(self, prompts: list[Any]) -> list[list[int]]:
+        """The prompts tokenized as TRL does: the chat template with its generation prompt, or plain text."""
+        if is_conversational({"prompt": prompts[0]}):
+            return self.processing_class.apply_chat_template(
+                conversation=prompts,
+                chat_template=self.chat_template,
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+                **self.chat_template_kwargs,
+            )["input_ids"]
+        return self.processing_class(text=prompts)["input_ids"]
+
+    def _generate_routed(self, prompt_ids: list[list[int]], forced: list[int | None], caps: bool):
+        """Rollouts through :func:`~routing_grpo.generation.caps.generate_rollouts`: per-row token budgets,
+        forced rows never merged with free ones, and with ``caps`` no token past a cap; on TRL's vLLM engine
+        (:func:`~routing_grpo.training.trl_vllm.generate_on_vllm`) or on the policy itself."""
+
+        def rollouts(backend: Any, rows: list[tuple[list[int], int | None]]) -> list:
+            return generate_rollouts(
+                backend,
+                [p for p, _ in rows],
+                [f for _, f in rows],
+                modes=self.modes,
+                detector=self.detector,
+                max_completion_length=self.max_completion_length,
+                single_mode=self.single_mode,
+                caps=caps,
+            )
+
+        rows_in = list(zip(prompt_ids, forced, strict=True))
+        if self.use_vllm:
+            rows = generate_on_vllm(self, rows_in, rollouts)
+        else:
+            with self._policy_backend() as backend:
+                rows = rollouts(backend, rows_in)
+        completion_ids = [list(ids) for ids, _ in rows]
+        logprobs = None if any(lp is None for _, lp in rows) else [list(lp) for _, lp in rows]
+        return completion_ids, logprobs
+
+    @contextlib.contextmanager
+    def _policy_backend(self) -> Iterator[Any]:
+        """The policy itself, unwrapped for generation, behind the transformers backend."""
+        from trl.models import unwrap_model_for_generation
+
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                generation_kwargs=self.generation_kwargs,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            torch.no_grad(),
+            self._dist.summon_full_params(self.model_wrapped, recurse=False),
+        ):
+            device = self.accelerator.device
+            yield policy_backend(
+                model,
+                self.generation_config,
+                pad_token_id=self.pad_token_id,
+                eos_token_ids=self.eos_token_ids,
+                prepare=lambda inputs: {k: v.to(device) for k, v in inputs.items()},
+            )
+
+    @contextlib.contextmanager
+    def _eval_sampling(self, active: bool) -> Iterator[None]:
+        """Validation samples at ``eval_temperature``: free, uncapped, T 0.6 (docs/method.md "Validation and
+        evaluation")."""
+        if not active:
+            yield
+            return
+        saved = self.temperature
+        targets = [self]
+        if getattr(self, "generation_config", None) is not None and not self.use_vllm:
+            targets.append(self.generation_config)
+        if self.use_vllm:
+            targets.append(self.vllm_generation)
+        kwargs = getattr(self, "generation_kwargs", None) if not self.use_vllm else None
+        for t in targets:
+            t.temperature = self.args.eval_temperature
+        if isinstance(kwargs, dict):
+            kwargs["temperature"] = self.args.eval_temperature
+        try:
+            yield
+        finally:
+            for t in targets:
+                t.temperature = saved
+            if isinstance(kwargs, dict):
+                kwargs["temperature"] = saved
+
+    # ------------------------------------------------------------------------------------------------------
+    # 2. The batch: TRL's step, then the routing advantages
+    # ------------------------------------------------------------------------------------------------------
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        if "image" in inputs[0] or "images" in inputs[0]:
+            raise ValueError("RoutingGRPOTrainer: image inputs are not supported")
+        mode = "train" if self.model.training else "eval"
         instruction = self.args.effective_routing_instruction
         inputs = [{**x, "prompt": add_routing_instruction(x["prompt"], instruction)} for x in inputs]
-        self._batch = _BatchState(
-            mode=mode,
-            step=step,
-            phase=reward_phase(step, self.args.flatten_reward_step),
-            forced_modes=forced_modes,
-        )
-        try:
-            with self._eval_sampling(mode == "eval"):
-                output = super()._generate_and_score_completions(inputs)
-            self._replace_advantages(output, inputs, group_size)
-            self._log_importance_sampling(output)
-        finally:
-            self._batch = None
+        with self._eval_sampling(mode == "eval"):
+            output = super()._generate_and_score_completions(inputs)
+        # TRL forwards the rollout's extra fields into the rows it scores (rollout_func's contract).
+        if not all(x.keys() >= ROUTING_FIELDS for x in inputs):
+            raise RuntimeError(
+                "RoutingGRPOTrainer: TRL did not forward the rollout's routing fields to the batch's rows; "
+                "install the TRL the package pins (trl>=1.16,<1.17)"
+            )
+        self._replace_advantages(output, inputs, mode)
+        self._log_importance_sampling(output, inputs, mode)
         return output
 
-    def _replace_advantages(
-        self, output: dict[str, Any], inputs: list[dict[str, Any]], group_size: int
-    ) -> None:
-        batch = self._batch
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        """TRL's rewards of every reward function (gathered), kept for this batch's advantages."""
+        self._rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        return self._rewards_per_func
+
+    def _replace_advantages(self, output: dict[str, Any], inputs: list[dict[str, Any]], mode: str) -> None:
         device = self.accelerator.device
+        step = self.generation_step
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
         local = torch.tensor(
             [
-                [f.mode, int(f.forced), int(f.capped), f.length, int(c), past, int(not done and not f.capped)]
-                for f, c, past, done in zip(
-                    batch.facts,
-                    batch.correct,
-                    batch.past_caps or [0] * len(batch.facts),
-                    batch.finished or [True] * len(batch.facts),
-                )
+                [
+                    x["routing_mode"], int(x["routing_forced"]), int(x["routing_capped"]), x["routing_length"],
+                    int(c), x["routing_past_cap"], int(not x["routing_finished"] and not x["routing_capped"]),
+                ]
+                for x, c in zip(inputs, self.routing_reward.last["correct"], strict=True)
             ],
             dtype=torch.long,
             device=device,
-        )
-        facts = gather(local)
-        modes, forced, capped, lengths, correct, past_caps, truncated = facts.unbind(dim=1)
-        weights = self.reward_weights.to(batch.rewards_per_func.device).unsqueeze(0)
-        rewards = (batch.rewards_per_func * weights).nansum(dim=1).to(device)
-        coef = self.balance_coef_at(batch.step) if batch.mode == "train" else 0.0
+        )  # fmt: skip
+        modes, forced, capped, lengths, correct, past_caps, truncated = gather(local).unbind(dim=1)
+        weights = self.reward_weights.to(self._rewards_per_func.device).unsqueeze(0)
+        rewards = (self._rewards_per_func * weights).nansum(dim=1).to(device)
+        coef = self.balance_coef_at(step) if mode == "train" else 0.0
         advantages = compute_advantages(
             rewards,
             modes,
@@ -294,9 +424,9 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         start = self.accelerator.process_index * len(inputs)
         local = advantages[start : start + len(inputs)].to(output["advantages"].dtype)
         weight = None
-        if batch.mode == "train":
+        if mode == "train":
             weight = routing_word_weight_at(
-                batch.step, self.args.routing_word_weight, self.args.routing_word_weight_steps
+                step, self.args.routing_word_weight, self.args.routing_word_weight_steps
             )
         mask = output["completion_mask"]
         lengths_in_loss = gather(mask.sum(dim=1).to(torch.float64))
@@ -326,11 +456,11 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         if "level" in inputs[0]:
             levels = gather_object([None if x.get("level") is None else str(x["level"]) for x in inputs])
         record = GenerationRecord(
-            mode=batch.mode,
-            batch_step=batch.step,
+            mode=mode,
+            batch_step=step,
             global_step=self.state.global_step,
             balance_coef=coef,
-            phase=batch.phase,
+            phase=inputs[0]["routing_phase"],
             modes=modes.tolist(),
             forced=forced.bool().tolist(),
             lengths=lengths.tolist(),
@@ -352,27 +482,27 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         if record.mode == "train" and self.accelerator.is_main_process and self.show_batches:
             self._show_batch(record)
 
-    def _log_importance_sampling(self, output: dict[str, Any]) -> None:
+    def _log_importance_sampling(
+        self, output: dict[str, Any], inputs: list[dict[str, Any]], mode: str
+    ) -> None:
         """Per mode, what TRL's vLLM importance-sampling correction did to this batch (``routing/is/<mode>/...``,
-        :mod:`routing_grpo.training.importance_sampling`; docs/method.md "Differences from the paper"): a sequence-level
-        rule cuts long rollouts more often, and the split per mode shows it."""
+        :mod:`routing_grpo.training.importance_sampling`)."""
         if not (self.use_vllm and self.vllm_importance_sampling_correction):
             return
         old, sampled = output.get("old_per_token_logps"), output.get("sampling_per_token_logps")
         if old is None or sampled is None:
             return
-        batch = self._batch
         counts = correction_counts(
             old - sampled,
             output["completion_mask"],
-            torch.tensor([f.mode for f in batch.facts], device=old.device),
+            torch.tensor([x["routing_mode"] for x in inputs], device=old.device),
             num_modes=len(self.modes),
             correction_mode=self.vllm_importance_sampling_mode,
             clip_min=self.vllm_importance_sampling_clip_min,
             clip_max=self.vllm_importance_sampling_clip_max,
         )
         counts = gather(counts.unsqueeze(0)).sum(dim=0)  # every process's sums
-        metrics = self._metrics[batch.mode]
+        metrics = self.routing_metrics[mode]
         for name, value in correction_metrics(
             counts, [m.name for m in self.modes], self.vllm_importance_sampling_mode
         ).items():
@@ -420,203 +550,15 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         return z[torch.tensor(index, device=z.device)].to(torch.float64)
 
     # ------------------------------------------------------------------------------------------------------
-    # 2. Prompt tail: routing question and forced word
-    # ------------------------------------------------------------------------------------------------------
-
-    def _tokenize_prompts(self, prompts: list) -> Any:
-        prompt_ids, images, multimodal_fields = super()._tokenize_prompts(prompts)
-        batch = self._batch
-        if batch is None:
-            return prompt_ids, images, multimodal_fields
-        extended = []
-        for ids, forced_mode in zip(prompt_ids, batch.forced_modes, strict=True):
-            tail = self.forced_word_ids[forced_mode] if forced_mode is not None else []
-            extended.append([int(t) for t in ids] + self.question_ids + tail)
-        return extended, images, multimodal_fields
-
-    # ------------------------------------------------------------------------------------------------------
-    # 3. Generation, promotion, detection, caps
-    # ------------------------------------------------------------------------------------------------------
-
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs):
-        batch = self._batch
-        if batch is None:
-            return super()._generate_single_turn(
-                prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
-            )
-        caps_in_generation = self._caps_in_generation(batch)
-        if self.use_vllm or (
-            caps_in_generation and images is None and not self.use_transformers_continuous_batching
-        ):
-            completion_ids, logprobs = self._generate_routed(prompt_ids, images, batch, caps_in_generation)
-        else:
-            completion_ids, logprobs = super()._generate_single_turn(
-                prompt_ids, images, multimodal_fields, num_generations, *args, **kwargs
-            )
-        raw_lengths = [len(ids) for ids in completion_ids]
-        new_prompts, new_completions, new_logprobs, facts = finalize_rollouts(
-            prompt_ids,
-            completion_ids,
-            batch.forced_modes,
-            modes=self.modes,
-            detector=self.detector,
-            forced_word_ids=self.forced_word_ids,
-            single_mode=self.single_mode,
-            enforce_caps=batch.mode == "train",
-            logprobs=logprobs,
-            eos_token_ids=self.eos_token_ids,
-        )
-        # TRL's `_generate` keeps and returns this same list as the prompts: the promoted word leaves it here.
-        prompt_ids[:] = new_prompts
-        batch.facts = facts
-        eos = {int(t) for t in self.eos_token_ids}
-        batch.finished = [bool(ids) and int(ids[-1]) in eos for ids in new_completions]
-        # Tokens generated past a cap (0 when caps are enforced in generation): what post-hoc cutting dropped.
-        forced_word = [len(self.forced_word_ids[f]) if f is not None else 0 for f in batch.forced_modes]
-        batch.past_caps = [
-            raw - (len(ids) - word)
-            for raw, ids, word in zip(raw_lengths, new_completions, forced_word, strict=True)
-        ]
-        return new_completions, new_logprobs
-
-    def _caps_in_generation(self, batch: _BatchState) -> bool:
-        """Training rollouts stop at their caps inside generation (validation is uncapped)."""
-        return (
-            batch.mode == "train"
-            and self.args.enforce_caps_in_generation
-            and any(m.cap is not None for m in self.modes)
-        )
-
-    def _generate_routed(self, prompt_ids: list[list[int]], images: Any, batch: _BatchState, caps: bool):
-        """Rollouts through the generation layer (:func:`~routing_grpo.generation.caps.generate_rollouts`): per-row
-        token budgets, forced rows never merged with free ones, and with ``caps`` no token past a cap. On TRL's
-        vLLM engine through :func:`routing_grpo.training.trl_vllm.generate_on_vllm` (weight sync, sleep mode, the
-        server's gather and broadcast), else on the policy itself."""
-        if images is not None:
-            raise ValueError("RoutingGRPOTrainer: images are not supported with vLLM routing")
-
-        def rollouts(backend: Any, rows: list[tuple[list[int], int | None]]) -> list:
-            return self._rollouts(backend, [p for p, _ in rows], [f for _, f in rows], caps)
-
-        rows_in = list(zip(prompt_ids, batch.forced_modes, strict=True))
-        if self.use_vllm:
-            rows = generate_on_vllm(self, rows_in, rollouts)
-        else:
-            with self._policy_backend() as backend:
-                rows = rollouts(backend, rows_in)
-        completion_ids = [list(ids) for ids, _ in rows]
-        logprobs = None if any(lp is None for _, lp in rows) else [list(lp) for _, lp in rows]
-        return completion_ids, logprobs
-
-    def _rollouts(self, backend: Any, prompts: list[list[int]], forced: list[int | None], caps: bool) -> list:
-        return generate_rollouts(
-            backend,
-            prompts,
-            forced,
-            modes=self.modes,
-            detector=self.detector,
-            max_completion_length=self.max_completion_length,
-            single_mode=self.single_mode,
-            caps=caps,
-        )
-
-    @contextlib.contextmanager
-    def _policy_backend(self) -> Iterator[Any]:
-        """The policy itself, unwrapped for generation, behind the transformers backend."""
-        from trl.models import unwrap_model_for_generation
-
-        with (
-            unwrap_model_for_generation(
-                self.model_wrapped,
-                self.accelerator,
-                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-                generation_kwargs=self.generation_kwargs,
-                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-            ) as model,
-            torch.no_grad(),
-            self._dist.summon_full_params(self.model_wrapped, recurse=False),
-        ):
-            yield policy_backend(
-                model,
-                self.generation_config,
-                pad_token_id=self._tokenizer.pad_token_id,
-                eos_token_ids=self.eos_token_ids,
-                # The base Trainer's: moves tensors to the device. GRPOTrainer's would generate rollouts again.
-                prepare=lambda inputs: Trainer._prepare_inputs(self, inputs),
-            )
-
-    @contextlib.contextmanager
-    def _eval_sampling(self, active: bool) -> Iterator[None]:
-        """Validation samples at ``eval_temperature``: free, uncapped, T 0.6.
-
-        See docs/method.md "Validation and evaluation".
-        """
-        if not active:
-            yield
-            return
-        saved = self.temperature
-        targets = [self]
-        if getattr(self, "generation_config", None) is not None and not self.use_vllm:
-            targets.append(self.generation_config)
-        if self.use_vllm:
-            targets.append(self.vllm_generation)
-        kwargs = getattr(self, "generation_kwargs", None) if not self.use_vllm else None
-        for t in targets:
-            t.temperature = self.args.eval_temperature
-        if isinstance(kwargs, dict):
-            kwargs["temperature"] = self.args.eval_temperature
-        try:
-            yield
-        finally:
-            for t in targets:
-                t.temperature = saved
-            if isinstance(kwargs, dict):
-                kwargs["temperature"] = saved
-
-    # ------------------------------------------------------------------------------------------------------
-    # 4. Rewards
-    # ------------------------------------------------------------------------------------------------------
-
-    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
-        batch = self._batch
-        if batch is None or batch.facts is None:
-            return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        facts = batch.facts
-        inputs = [
-            {
-                **x,
-                "routing_mode": f.mode,
-                "routing_length": f.length,
-                "routing_capped": f.capped,
-                "routing_finished": done,
-                "routing_phase": batch.phase,
-            }
-            for x, f, done in zip(inputs, facts, batch.finished or [True] * len(facts), strict=True)
-        ]
-        names = [self.modes[f.mode].name if f.mode != INVALID else "invalid" for f in facts]
-        self._log_completion_extra("mode", names)
-        self._log_completion_extra("forced", [f.forced for f in facts])
-        self._log_completion_extra("L", [f.length for f in facts])
-        self._log_completion_extra("capped", [f.capped for f in facts])
-        self._log_completion_extra(
-            "truncated",
-            [not done and not f.capped for f, done in zip(facts, batch.finished or [True] * len(facts))],
-        )
-        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
-        batch.rewards_per_func = rewards_per_func
-        batch.correct = [bool(c) for c in self.routing_reward.last["correct"]]
-        return rewards_per_func
-
-    # ------------------------------------------------------------------------------------------------------
-    # 5. Metrics
+    # 3. Metrics and the console
     # ------------------------------------------------------------------------------------------------------
 
     def _log_routing_metrics(self, record: GenerationRecord) -> None:
-        """The batch's ``routing/...`` metrics (routing_grpo.diagnostics.routing_metrics) into TRL's metrics, and the
+        """The batch's ``routing/...`` metrics (:mod:`routing_grpo.diagnostics.routing_metrics`), and the
         collapse alarm fed with the free split of a training batch."""
         values = batch_metrics(record, self.modes, early_tell=self.single_mode is None)
         record.fanout = values.get("routing/fanout", record.fanout)
-        metrics = self._metrics[record.mode]
+        metrics = self.routing_metrics[record.mode]
         for name, value in values.items():
             metrics[name].append(value)
         if record.mode == "train":
@@ -664,10 +606,19 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         return None
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """TRL's ``log``; ``routing/collapse_alarm`` is 1.0 if the alarm held at any generation batch of the
-        logging window (not the window's mean, which would dilute it), 0.0 otherwise."""
-        if self.model.training:
-            alarm = self._metrics["train"].pop("routing/collapse_alarm", None)
-            if alarm:
-                logs["routing/collapse_alarm"] = max(alarm)
+        """TRL's ``log``, with the window's ``routing/...`` metrics: means with NaN left out, as TRL's own, and
+        ``eval_`` before them in evaluation. ``routing/collapse_alarm`` is 1.0 if the alarm held at any
+        generation batch of the window (not the window's mean, which would dilute it), 0.0 otherwise."""
+        mode = "train" if self.model.training else "eval"
+        metrics = self.routing_metrics[mode]
+        alarm = metrics.pop("routing/collapse_alarm", None)
+        values: dict[str, float | None] = {}
+        for name, series in metrics.items():
+            valid = [v for v in series if not math.isnan(v)]
+            values[name] = sum(valid) / len(valid) if valid else None
+        if alarm:
+            values["routing/collapse_alarm"] = max(alarm)
+        metrics.clear()
+        prefix = "eval_" if mode == "eval" else ""
+        logs.update({prefix + name: value for name, value in values.items()})
         super().log(logs, start_time)

@@ -1,17 +1,10 @@
-"""Every private name of TRL (and of transformers' ``Trainer`` beneath it) the package overrides, calls, reads or
-writes, in one table, so that a TRL release that moves one fails loudly and by name.
+"""Every private name of TRL (and of transformers' ``Trainer``) the package uses, in one table, with its reason.
 
-TRL 1.16's ``GRPOTrainer`` has no hook for advantages, per-row generation budgets or prompt tails, so the
-trainer wraps a few of its private methods around ``super()`` and reads a few of its private fields (the
-pin ``trl>=1.16,<1.17`` in pyproject.toml says why). Nothing in Python stops a release from renaming them:
-an override would then never be called, or a field read would fail deep inside a run. Two checks hold them:
-
-* :func:`check_trainer`, when the trainer is built: every listed method, attribute and class attribute is
-  where the table says; otherwise one error naming each moved name, before any training.
-* tests/test_training_trl_private.py: the table against the installed TRL (each overridden or called method's
-  signature exactly as recorded here, and each override still accepting every call TRL makes:
-  :func:`override_mismatch`; each attribute assigned in its owner's source), and the package's source
-  against the table (no private TRL name used that is not listed).
+The trainer runs on TRL 1.16's public hooks where they exist (``rollout_func`` for the rollouts, reward
+functions' ``log_extra`` for the completions table); what no public hook carries is listed here (the pin
+``trl>=1.16,<1.17`` in pyproject.toml says why). :func:`check_trainer` checks the table when the trainer is
+built (a moved name fails then, by name, not mid-run); tests/test_training_trl_private.py checks it against the
+installed TRL and the package's source against it.
 """
 
 from __future__ import annotations
@@ -38,6 +31,7 @@ class PrivateName:
             (an instance attribute it reads or writes) or ``class attribute`` (one it sets on its class).
         where: the package's module(s) that use it.
         signature: for methods, the owner's signature as the installed TRL / transformers has it.
+        reason: why no public hook does it.
         needs: for attributes TRL sets only on some runs: ``use_vllm`` or ``vllm_colocate``.
     """
 
@@ -46,23 +40,21 @@ class PrivateName:
     use: str
     where: str
     signature: str | None = None
+    reason: str = ""
     needs: str | None = None
 
 
 TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
-    # Overridden: the steps of one generation batch (routing_grpo.training.trainer's module docstring).
+    # Overridden. TRL has no advantage hook; its maintainers call overriding this method the supported way.
     PrivateName(
         "GRPOTrainer", "_generate_and_score_completions", OVERRIDDEN, "training.trainer",
         "(self, inputs: list[dict[str, torch.Tensor | typing.Any]]) -> dict[str, torch.Tensor | typing.Any]",
-    ),
-    PrivateName("GRPOTrainer", "_tokenize_prompts", OVERRIDDEN, "training.trainer", "(self, prompts: list)"),
-    PrivateName(
-        "GRPOTrainer", "_generate_single_turn", OVERRIDDEN, "training.trainer",
-        "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)",
+        "the routing advantages (centring and the balance term) replace TRL's: no public hook computes them",
     ),
     PrivateName(
         "GRPOTrainer", "_calculate_rewards", OVERRIDDEN, "training.trainer",
         "(self, inputs, prompts, completions, completion_ids_list)",
+        "the advantages need every reward function's gathered rewards, which TRL returns only here",
     ),
     PrivateName(
         "GRPOTrainer", "_get_per_token_logps_and_entropies", OVERRIDDEN, "training.bucketed_logprobs",
@@ -71,34 +63,34 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "pixel_attention_mask=None, spatial_shapes=None, num_tiles=None, image_sizes=None, token_type_ids=None, "
         "mm_token_type_ids=None, image_position_ids=None) "
         "-> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]",
-    ),
-    PrivateName(
-        "Trainer", "_push_from_checkpoint", OVERRIDDEN, "training.trainer", "(self, checkpoint_folder: str) -> None"
-    ),
-    PrivateName(
-        "Trainer", "_set_signature_columns_if_needed", OVERRIDDEN, "mini.teach", "(self) -> None"
+        "the loss forwards on length buckets: TRL pads every row to the micro-batch's longest",
     ),
     # Called.
     PrivateName(
-        "GRPOTrainer", "_log_completion_extra", CALLED, "training.trainer", "(self, column: str, values: list)"
-    ),
-    PrivateName(
-        "Trainer", "_prepare_inputs", CALLED, "training.trainer",
-        "(self, inputs: dict[str, torch.Tensor | typing.Any]) -> dict[str, torch.Tensor | typing.Any]",
+        "GRPOTrainer", "_generate_single_turn", CALLED, "training.trainer",
+        "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)",
+        "where nothing is capped in generation, the rollout takes TRL's own generation, as a plain GRPO run",
     ),
     # Instance attributes.
-    PrivateName("GRPOTrainer", "_metrics", ATTRIBUTE, "training.trainer"),  # routing/... metrics beside TRL's
-    PrivateName("GRPOTrainer", "_logs", ATTRIBUTE, "training.trainer"),  # the completions table's advantages
-    PrivateName("GRPOTrainer", "_step", ATTRIBUTE, "training.trainer"),  # micro-step: the generation batch s
-    PrivateName("GRPOTrainer", "_tokenizer", ATTRIBUTE, "training.trainer"),
-    PrivateName("GRPOTrainer", "_dist", ATTRIBUTE, "training.trainer"),  # full parameters for generation
-    PrivateName("GRPOTrainer", "_last_loaded_step", ATTRIBUTE, "training.trl_vllm", needs="use_vllm"),
-    PrivateName("VLLMGeneration", "_llm_weights_sleeping", ATTRIBUTE, "training.trl_vllm", needs="vllm_colocate"),
-    PrivateName("Trainer", "_signature_columns", ATTRIBUTE, "mini.teach"),
-    # Class attributes: the model card's trainer name, paper and tags.
-    PrivateName("GRPOTrainer", "_tag_names", CLASS_ATTRIBUTE, "training.trainer"),
-    PrivateName("GRPOTrainer", "_name", CLASS_ATTRIBUTE, "training.trainer"),
-    PrivateName("GRPOTrainer", "_paper", CLASS_ATTRIBUTE, "training.trainer"),
+    PrivateName("GRPOTrainer", "_logs", ATTRIBUTE, "training.trainer",
+                reason="the completions table shows the routing advantages, not TRL's"),
+    PrivateName("GRPOTrainer", "_step", ATTRIBUTE, "training.trainer",
+                reason="the micro-step inside an optimizer step: the generation batch s every schedule counts"),
+    PrivateName("GRPOTrainer", "_dist", ATTRIBUTE, "training.trainer",
+                reason="the policy's full parameters for generation under FSDP, as TRL's own generation"),
+    PrivateName("GRPOTrainer", "_last_loaded_step", ATTRIBUTE, "training.trl_vllm", needs="use_vllm",
+                reason="weight sync before the engine generates; TRL's rollout_func path does not re-sync "
+                "weights a sleeping colocated engine dropped"),
+    PrivateName("VLLMGeneration", "_llm_weights_sleeping", ATTRIBUTE, "training.trl_vllm", needs="vllm_colocate",
+                reason="level-2 sleep drops the weights: the next generation must sync them again"),
+    PrivateName("Trainer", "_set_signature_columns_if_needed", OVERRIDDEN, "mini.teach", "(self) -> None",
+                "the miniature's teaching keeps its level columns for its own loss"),
+    PrivateName("Trainer", "_signature_columns", ATTRIBUTE, "mini.teach",
+                reason="the miniature's teaching keeps its level columns for its own loss"),
+    # Class attributes: the model card's trainer name, paper and tags (TRL has no public setting for them).
+    PrivateName("GRPOTrainer", "_tag_names", CLASS_ATTRIBUTE, "training.trainer", reason="the card's tags"),
+    PrivateName("GRPOTrainer", "_name", CLASS_ATTRIBUTE, "training.trainer", reason="the card's trainer name"),
+    PrivateName("GRPOTrainer", "_paper", CLASS_ATTRIBUTE, "training.trainer", reason="the card's citation"),
 )  # fmt: skip
 
 
@@ -162,8 +154,7 @@ def _applies(entry: PrivateName, trainer: Any) -> bool:
 
 
 def problems(trainer: Any) -> list[str]:
-    """What of :data:`TRL_PRIVATE_NAMES` does not hold on a built trainer (empty when all does). Names used
-    only by other modules' classes (``mini.teach``) are the tests' to check."""
+    """What of :data:`TRL_PRIVATE_NAMES` does not hold on a built trainer (empty when all does)."""
     found = []
     for entry in TRL_PRIVATE_NAMES:
         if entry.where not in TRAINER_MODULES or not _applies(entry, trainer):

@@ -1,24 +1,11 @@
-"""TRL's vLLM engine as the trainer's rollouts use it: TRL 1.16's engine contract, held in one place.
+"""TRL's vLLM engine as the trainer's rollouts use it (``trainer.vllm_generation``: a colocated ``vllm.LLM`` in
+every process, or a client of a ``trl vllm-serve`` server).
 
-TRL's ``GRPOTrainer`` keeps its engine in ``trainer.vllm_generation`` (a ``VLLMGeneration``: a colocated
-``vllm.LLM`` in every training process, or a client of a ``trl vllm-serve`` server). The routing trainer does
-not call its ``generate`` (one ``max_tokens`` for every row, one prompt per group on a server); it sends its own
-requests (:mod:`routing_grpo.generation`). The duties TRL's trainer and ``generate`` carry around a call are
-therefore done here, the way TRL does them:
-
-* **Weight sync** before a generation (:func:`needs_weight_sync`), in every process (the weights are gathered
-  from all of them): when the optimizer step has moved since the engine last received the weights (TRL's
-  ``_last_loaded_step``), or when level-2 sleep has dropped a colocated engine's weights
-  (``_llm_weights_sleeping``), as after any earlier generation in sleep mode: a second generation inside one
-  optimizer step, or a validation pass at the same step.
-* **Sleep mode** (colocated): the KV cache is woken for the call and the engine put back to level-2 sleep
-  after it, even when the call fails; the weights are then gone, and the flag says so.
-* **Server mode**: the main process generates the whole global batch (every process's rows gathered) and
-  broadcasts the result; each process takes its own rows back.
-* **Profiling**: the sync and the generation are timed under TRL's names (``profiling/Time taken:
-  RoutingGRPOTrainer.sync_weights`` and ``....vLLM.generate``) in the trackers, as TRL's own are.
-
-The private names used here and in the trainer are listed in :mod:`routing_grpo.training.trl_private`.
+The trainer sends its own requests (:mod:`routing_grpo.generation`: per-row budgets), so the duties TRL carries
+around its own ``generate`` are done here as TRL does them: weight sync when the optimizer step moved or level-2
+sleep dropped a colocated engine's weights; sleep mode (the KV cache woken for the call, level-2 sleep after
+it, even on failure); in server mode the main process generates every process's rows and broadcasts them; the
+sync and the generation timed under TRL's profiling names.
 """
 
 from __future__ import annotations
