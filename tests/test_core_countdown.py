@@ -10,7 +10,6 @@ from routing_grpo.core.countdown import (
     MAX_PAREN_DEPTH,
     ExpressionError,
     check_expression,
-    countdown_reward,
     extract_expression,
     generate_countdown,
     grade_countdown,
@@ -207,15 +206,3 @@ def test_grade_countdown():
     assert not grade_countdown(None, numbers, target)
     assert not grade_countdown("\\boxed{(25 - 3) * 2}", None, target)
     assert not grade_countdown("\\boxed{(25 - 3) * 2}", numbers, "forty-four")
-
-
-def test_countdown_reward_has_the_trl_signature():
-    rewards = countdown_reward(
-        prompts=["p", "p"],
-        completions=["\\boxed{1 + 2}", "\\boxed{1 * 2}"],
-        completion_ids=[[1], [2]],
-        numbers=[[1, 2], [1, 2]],
-        target=[3, 3],
-        answer=["1 + 2", "1 + 2"],
-    )
-    assert rewards == [1.0, 0.0]
