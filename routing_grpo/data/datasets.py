@@ -15,8 +15,8 @@ import math
 import os
 import random
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 
 
 PROBLEM_COLUMNS = ("problem", "question")
+ANSWER_COLUMNS = ("answer", "solution")
 SUBJECT_COLUMNS = ("subject", "type")
 ID_COLUMNS = ("unique_id", "id")
 
@@ -109,8 +110,7 @@ _UNKNOWN_LEVELS = ("level ?", "?", "")
 class _RowError(Exception):
     def __init__(self, column: str, reason: str) -> None:
         super().__init__(reason)
-        self.column = column
-        self.reason = reason
+        self.column, self.reason = column, reason
 
 
 @dataclass(frozen=True)
@@ -119,19 +119,17 @@ class _Columns:
 
     problem: str
     answer: str
-    derive_answer: bool
     level: str | None
     subject: str | None
     id: str | None
 
 
-def _first_present(candidates: Sequence[str], columns: Sequence[str]) -> str | None:
-    return next((c for c in candidates if c in columns), None)
+def _first(candidates: Sequence[str], present: Collection[str]) -> str | None:
+    return next((c for c in candidates if c in present), None)
 
 
 def _resolve_columns(columns: Sequence[str], source: str) -> _Columns:
-    problem = _first_present(PROBLEM_COLUMNS, columns)
-    answer = _first_present(("answer", "solution"), columns)
+    problem, answer = _first(PROBLEM_COLUMNS, columns), _first(ANSWER_COLUMNS, columns)
     missing = [
         name
         for name, col in (("problem (problem/question)", problem), ("answer (answer/solution)", answer))
@@ -139,14 +137,8 @@ def _resolve_columns(columns: Sequence[str], source: str) -> _Columns:
     ]
     if missing:
         raise ValueError(f"{source}: no column for {', '.join(missing)}; columns present: {list(columns)}")
-    return _Columns(
-        problem=problem,
-        answer=answer,
-        derive_answer=answer == "solution",
-        level="level" if "level" in columns else None,
-        subject=_first_present(SUBJECT_COLUMNS, columns),
-        id=_first_present(ID_COLUMNS, columns),
-    )
+    level = "level" if "level" in columns else None
+    return _Columns(problem, answer, level, _first(SUBJECT_COLUMNS, columns), _first(ID_COLUMNS, columns))
 
 
 def _parse_level(value: Any) -> int | None:
@@ -163,24 +155,24 @@ def _parse_level(value: Any) -> int | None:
     raise _RowError("level", f"unparsable level {value!r}")
 
 
-def _answer(value: Any, cols: _Columns, rule: str) -> str:
+def _answer(value: Any, column: str, rule: str) -> str:
     if value is None:
-        raise _RowError(cols.answer, "missing answer")
+        raise _RowError(column, "missing answer")
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)  # some Hub copies store AIME answers as integers
     if not isinstance(value, str):
-        raise _RowError(cols.answer, f"answer is {type(value).__name__}, not a string")
+        raise _RowError(column, f"answer is {type(value).__name__}, not a string")
     if rule == "gsm8k":
         if "####" in value:
             value = value.rsplit("####", 1)[1]
-        elif cols.derive_answer:
-            raise _RowError(cols.answer, "no '####' final answer in the solution")
+        elif column == "solution":
+            raise _RowError(column, "no '####' final answer in the solution")
         return value.strip().replace(",", "")
-    if cols.derive_answer:
+    if column == "solution":
         # An empty last box is an empty reference (MATH train keeps its 7,500 rows), not a missing one.
         box = find_last_boxed(value)
         if box is None:
-            raise _RowError(cols.answer, "no \\boxed{} answer in the solution")
+            raise _RowError(column, "no \\boxed{} answer in the solution")
         value = box.content
     return value.strip()
 
@@ -191,47 +183,36 @@ def _text_or_none(value: Any, column: str) -> str | None:
     raise _RowError(column, f"expected a string, got {type(value).__name__}")
 
 
-def _row_columns(raw: Mapping[str, Any], cols: _Columns) -> _Columns:
-    """The file's columns as this row fills them: one file may mix ``problem`` and ``question``, or
-    ``answer`` and ``solution`` (the first name present in the row)."""
-    problem = next((c for c in PROBLEM_COLUMNS if raw.get(c) is not None), cols.problem)
-    answer = next((c for c in ("answer", "solution") if raw.get(c) is not None), cols.answer)
-    if (problem, answer) == (cols.problem, cols.answer):
-        return cols
-    return replace(cols, problem=problem, answer=answer, derive_answer=answer == "solution")
-
-
 def _normalise_row(
     raw: Mapping[str, Any], index: int, cols: _Columns, spec: TaskSpec, split: str
 ) -> dict[str, Any]:
-    cols = _row_columns(raw, cols)
-    problem = raw.get(cols.problem)
+    # One file may mix ``problem`` and ``question``, or ``answer`` and ``solution``: the row's first filled.
+    filled = {key for key, value in raw.items() if value is not None}
+    problem_column = _first(PROBLEM_COLUMNS, filled) or cols.problem
+    answer_column = _first(ANSWER_COLUMNS, filled) or cols.answer
+    problem = raw.get(problem_column)
     if problem is None:
-        raise _RowError(cols.problem, "missing problem")
+        raise _RowError(problem_column, "missing problem")
     if not isinstance(problem, str):
-        raise _RowError(cols.problem, f"problem is {type(problem).__name__}")
+        raise _RowError(problem_column, f"problem is {type(problem).__name__}")
     if not problem.strip():
-        raise _RowError(cols.problem, "empty problem")
+        raise _RowError(problem_column, "empty problem")
     raw_id = raw.get(cols.id) if cols.id else None
     if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, str | int)):
         raise _RowError(cols.id, f"id is {type(raw_id).__name__}")
     return {
         "problem": problem,
-        "answer": _answer(raw.get(cols.answer), cols, spec.answer_rule),
+        "answer": _answer(raw.get(answer_column), answer_column, spec.answer_rule),
         "level": _parse_level(raw.get(cols.level)) if cols.level else None,
         "subject": _text_or_none(raw.get(cols.subject), cols.subject) if cols.subject else None,
         "id": str(raw_id) if raw_id not in (None, "") else f"{spec.name}-{split}-{index}",
     }
 
 
-def _column_names(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(key for row in rows for key in row))
-
-
 def _normalise(
     raw_rows: Sequence[Mapping[str, Any]], spec: TaskSpec, split: str, source: str, skip_malformed: bool
 ) -> list[dict[str, Any]]:
-    columns = _column_names(raw_rows)
+    columns = list(dict.fromkeys(key for row in raw_rows for key in row))
     cols = _resolve_columns(columns, source)
     rows, skipped, empty = [], [], []
     first_seen: dict[str, int] = {}
