@@ -1,5 +1,5 @@
-"""Tasks by name (routing_grpo.data.tasks): the project's own, and other packages' through entry points, loaded
-once when first asked for; an unknown name lists the known ones."""
+"""Tasks by name (routing_grpo.data.tasks): the project's own, and other packages' through entry points,
+loaded once when first asked for; an unknown name lists the known ones."""
 
 import pytest
 

@@ -73,7 +73,8 @@ def compute_advantages(
         correct: bool (N,) whether the answer verified (capped rollouts are wrong).
         group_size: G, rollouts per prompt.
         num_modes: K.
-        balance_coef: beta_bal at this step (:func:`~routing_grpo.core.schedules.balance_coef_at`); 0 gives plain mean-centring.
+        balance_coef: beta_bal at this step (:func:`~routing_grpo.core.schedules.balance_coef_at`); 0 gives
+            plain mean-centring.
         target: p*, the target share; defaults to 1/K.
 
     Returns:
@@ -114,7 +115,8 @@ def decoupled_word_advantages(
         A_{i,0} = w * (N_tok / N) * A_i     rollouts with a valid routing word (``routed``)
         A_{i,t} = A_i                        every other token
 
-    so the words' part of the loss is w * mean_i(loss_{i,0}), whatever the lengths, and the rest the token mean.
+    so the words' part of the loss is w * mean_i(loss_{i,0}), whatever the lengths, and the rest stays the
+    token mean.
 
     Args:
         advantages: float (B,) A_i of the local rollouts.

@@ -156,7 +156,7 @@ _LINE_DELIMITERS = ("\\[", "\\]", "\\(", "\\)", "**", "`")
 
 
 def _last_answer_tag(text: str) -> tuple[int, str] | None:
-    """(end position, content) of the last ``<answer>...</answer>``; rfind keeps it linear on hostile input."""
+    """(end, content) of the last ``<answer>...</answer>``; rfind keeps it linear on hostile input."""
     close = text.rfind("</answer>")
     open_ = text.rfind("<answer>", 0, close) if close >= 0 else -1
     if open_ < 0:
@@ -226,7 +226,7 @@ class CountdownProblem:
 
 
 def split_of(numbers: Sequence[int], target: int) -> str:
-    """'test' or 'train', fixed by a hash of the instance (not the seed): no seed's train meets any seed's test."""
+    """'test' or 'train', fixed by a hash of the instance, not the seed: no seed's train meets any seed's test."""
     key = f"countdown:{sorted(numbers)}:{target}".encode()
     bucket = int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % 100
     return "test" if bucket < TEST_PERCENT else "train"

@@ -2,11 +2,11 @@
 
 A response has an answer only if it finished (ended with EOS) and closed any reasoning it opened, in the
 completion or through the prompt (:func:`answer_text`). :func:`extract_answer` then reads the last
-``\\boxed{...}`` (an empty or unclosed last box is no answer); only without any box: ``#### N``, ``Answer: N``,
-"the answer is X", the last number. :func:`verify_answer` compares it with the reference through
-``math_verify``, whose own signal timeouts are off: long answers score False unparsed, and the work runs under
-a ``SIGALRM`` timer on the main thread or in the worker pool of :mod:`routing_grpo.core.grading_pool`
-elsewhere. Every scan is linear, so huge and hostile strings stay cheap.
+``\\boxed{...}`` (an empty or unclosed last box is no answer); only without any box: ``#### N``,
+``Answer: N``, "the answer is X", the last number. :func:`verify_answer` compares it with the reference
+through ``math_verify``, whose own signal timeouts are off: long answers score False unparsed, and the work
+runs under a ``SIGALRM`` timer on the main thread or in the worker pool of
+:mod:`routing_grpo.core.grading_pool` elsewhere. Every scan is linear, so hostile strings stay cheap.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from routing_grpo.core.grading_pool import shutdown_pool as shutdown_pool  # re-
 from routing_grpo.io.jsonl import id_text, read_jsonl
 
 DEFAULT_TIMEOUT_S = 5.0
-# Real final answers are far shorter; longer ones come from degenerate outputs, where sympy can take unbounded time.
+# Real answers are far shorter; longer ones come from degenerate outputs, where sympy can take unbounded time.
 MAX_ANSWER_CHARS = 1_000
 # Below this many items a pool's round trips cost more than they save.
 MIN_POOL_BATCH = 32
@@ -229,18 +229,14 @@ def verify_answer(extracted: str | None, reference: str, *, timeout_s: float = D
 
 
 def _verify_limited(extracted: str | None, reference: str, timeout_s: float) -> bool:
-    try:
-        with time_limit(timeout_s):
-            return _verify(extracted, reference)
-    except (Exception, TimedOut):  # an answer we cannot parse or compare in time is not a correct one
-        return False
-
-
-def _verify(extracted: str | None, reference: str) -> bool:
     if not extracted or len(extracted) > MAX_ANSWER_CHARS:
         return False
-    gold = _parse_reference(str(reference))
-    return bool(gold) and verify(gold, _parse_latex(extracted), timeout_seconds=None)
+    try:
+        with time_limit(timeout_s):
+            gold = _parse_reference(str(reference))
+            return bool(gold) and verify(gold, _parse_latex(extracted), timeout_seconds=None)
+    except (Exception, TimedOut):  # an answer we cannot parse or compare in time is not a correct one
+        return False
 
 
 @lru_cache(maxsize=4096)

@@ -1,10 +1,10 @@
 """Deadlines for grading work (:mod:`routing_grpo.core.grading`): a ``SIGALRM`` timer and a worker pool.
 
-On the main thread :func:`time_limit` interrupts slow work. Off it a signal timer is unusable, so the work goes
-to the pool, whose workers run it on their own main thread under the same timer. The pool parent also keeps a
-hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck in C code, or one that died, is
-killed and replaced, and its item's result is None. :func:`run_in_pool` shares one pool of ``forkserver``
-workers per process (safe beside torch's threads), stopped by :func:`shutdown_pool` (also at exit).
+On the main thread :func:`time_limit` interrupts slow work. Off it a signal timer is unusable, so the work
+goes to the pool, whose workers run it on their own main thread under the same timer. The pool parent also
+keeps a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck in C code, or one that
+died, is killed and replaced, and its item's result is None. :func:`run_in_pool` shares one pool of
+``forkserver`` workers per process (safe beside torch's threads), stopped by :func:`shutdown_pool`.
 """
 
 from __future__ import annotations
@@ -91,7 +91,7 @@ class _Worker:
 
 
 class WorkerPool:
-    """Fixed-size process pool with a deadline per item; unlike concurrent.futures it can kill one stuck worker.
+    """A process pool with a deadline per item; unlike concurrent.futures it can kill one stuck worker.
 
     Args:
         size: the number of worker processes.
@@ -121,7 +121,7 @@ class WorkerPool:
         return fresh
 
     def run(self, func: Callable[..., Any], items: list[tuple[Any, ...]], timeout_s: float) -> list[Any]:
-        """`func(*item)` for each item, in order; None where an item hung past its deadline or killed its worker."""
+        """``func(*item)`` for each item, in order; None where an item passed its deadline or killed its worker."""
         results: list[Any] = [None] * len(items)
         # Chunks amortise the round trips; several per worker keep the load balanced.
         chunk = max(1, min(16, len(items) // (4 * self.size)))

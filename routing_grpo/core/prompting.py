@@ -2,8 +2,8 @@
 
 The routing instruction ends the last user turn (:func:`add_routing_instruction`); after the chat template's
 generation prompt comes the routing question Q, and in a forced prompt the mode word (:func:`forcing_text`).
-:class:`PromptPlan` is that layout for a whole run; :func:`forced_word_ids` and :func:`early_tell_word_ids` are
-the words' token ids the trainer appends and reads.
+:class:`PromptPlan` is that layout for a whole run; :func:`forced_word_ids` and :func:`early_tell_word_ids`
+are the words' token ids the trainer appends and reads.
 """
 
 from __future__ import annotations

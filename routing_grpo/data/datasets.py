@@ -1,4 +1,4 @@
-"""Datasets: load each task from the Hugging Face Hub, a local file or its generator, normalised to one schema.
+"""Datasets: each task from the Hugging Face Hub, a local file or its generator, normalised to one schema.
 
 Every task loads through :func:`load_task` into a :class:`datasets.Dataset` with the columns ``prompt`` (one
 user turn: problem and answer-format instruction; the trainer appends the routing instruction), ``problem``,
