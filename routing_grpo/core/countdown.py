@@ -209,22 +209,6 @@ def grade_countdown(completion: Any, numbers: Sequence[int], target: int) -> boo
         return False
 
 
-@dataclass(frozen=True)
-class CountdownProblem:
-    numbers: tuple[int, ...]
-    target: int
-    solution: str
-    level: int
-
-    @property
-    def text(self) -> str:
-        listed = ", ".join(str(n) for n in self.numbers)
-        return (
-            f"Using the numbers [{listed}], create an expression that equals {self.target}. "
-            "You may use +, -, *, / and parentheses, and must use each number exactly once."
-        )
-
-
 def split_of(numbers: Sequence[int], target: int) -> str:
     """'test' or 'train', fixed by a hash of the instance, not the seed: no seed's train meets any seed's test."""
     key = f"countdown:{sorted(numbers)}:{target}".encode()
@@ -266,51 +250,50 @@ def _combine(rng: random.Random, items: list[tuple[int, str, int]]) -> tuple[int
     return items[0][0], items[0][1]
 
 
-def _random_problem(rng: random.Random, level: int) -> CountdownProblem | None:
+def _random_problem(rng: random.Random, level: int) -> tuple[tuple[int, ...], int, str] | None:
+    """(numbers, target, solution) of a random instance of ``level``; None when it breaks a rule."""
     numbers = tuple(rng.randint(*NUMBER_RANGE) for _ in range(LEVEL_SIZES[level]))
     combined = _combine(rng, [(n, str(n), LEAF_PRECEDENCE) for n in numbers])
-    if combined is None:
+    if combined is None or not TARGET_RANGE[0] <= combined[0] <= TARGET_RANGE[1] or combined[0] in numbers:
         return None
-    target, solution = combined
-    if not TARGET_RANGE[0] <= target <= TARGET_RANGE[1] or target in numbers:
-        return None
-    return CountdownProblem(numbers, target, solution, level)
-
-
-def generate_countdown(n: int, *, seed: int = 0, split: str = "train") -> list[CountdownProblem]:
-    """``n`` distinct solvable instances of ``split``, alternating levels 1 and 2; deterministic in (seed,
-    split), a smaller ``n`` giving a prefix of a larger one."""
-    if split not in ("train", "test"):
-        raise ValueError(f"countdown split must be 'train' or 'test', not {split!r}")
-    rng = random.Random(f"countdown:{seed}:{split}")
-    problems: list[CountdownProblem] = []
-    seen: set[tuple[tuple[int, ...], int]] = set()
-    attempts_left = 1000 * max(n, 1)
-    while len(problems) < n:
-        if attempts_left == 0:
-            raise RuntimeError(f"could not generate {n} distinct countdown instances of split {split!r}")
-        attempts_left -= 1
-        problem = _random_problem(rng, level=1 + len(problems) % len(LEVEL_SIZES))
-        if problem is None or split_of(problem.numbers, problem.target) != split:
-            continue
-        key = (tuple(sorted(problem.numbers)), problem.target)
-        if key not in seen:
-            seen.add(key)
-            problems.append(problem)
-    return problems
+    return numbers, *combined
 
 
 def countdown_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-    """Dataset rows (without the prompt) of ``n`` generated instances."""
-    return [
-        {
-            "problem": problem.text,
-            "answer": problem.solution,
-            "numbers": list(problem.numbers),
-            "target": problem.target,
-            "level": problem.level,
-            "subject": "countdown",
-            "id": f"countdown-s{seed}-{split}-{i}",
-        }
-        for i, problem in enumerate(generate_countdown(n, seed=seed, split=split))
-    ]
+    """Dataset rows (without the prompt) of ``n`` distinct solvable instances of ``split``, alternating levels
+    1 and 2; deterministic in (seed, split), a smaller ``n`` giving a prefix of a larger one."""
+    if split not in ("train", "test"):
+        raise ValueError(f"countdown split must be 'train' or 'test', not {split!r}")
+    rng = random.Random(f"countdown:{seed}:{split}")
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[tuple[int, ...], int]] = set()
+    attempts_left = 1000 * max(n, 1)
+    while len(rows) < n:
+        if attempts_left == 0:
+            raise RuntimeError(f"could not generate {n} distinct countdown instances of split {split!r}")
+        attempts_left -= 1
+        level = 1 + len(rows) % len(LEVEL_SIZES)
+        problem = _random_problem(rng, level)
+        if problem is None or split_of(problem[0], problem[1]) != split:
+            continue
+        numbers, target, solution = problem
+        if (tuple(sorted(numbers)), target) in seen:
+            continue
+        seen.add((tuple(sorted(numbers)), target))
+        listed = ", ".join(str(number) for number in numbers)
+        text = (
+            f"Using the numbers [{listed}], create an expression that equals {target}. "
+            "You may use +, -, *, / and parentheses, and must use each number exactly once."
+        )
+        rows.append(
+            {
+                "problem": text,
+                "answer": solution,
+                "numbers": list(numbers),
+                "target": target,
+                "level": level,
+                "subject": "countdown",
+                "id": f"countdown-s{seed}-{split}-{len(rows)}",
+            }
+        )
+    return rows
