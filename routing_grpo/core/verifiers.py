@@ -1,13 +1,10 @@
-"""Answer checks by name: the one registry of verifiers, for the training reward, evaluation and tasks.
+"""Answer checks by name, for the training reward, evaluation and tasks.
 
 A verifier ``(completion, reference) -> bool`` says whether a completion's answer is right given the row's
-reference (the dataset's answer column). Names, as recipes (``verifier``) and tasks (``grader``) write them:
-
-* ``"math"``: math-verify's grading (:mod:`routing_grpo.core.grading`). Its entry is None: the reward and
-  evaluation grade a whole batch at once, with timeouts, rather than row by row.
-* ``"countdown"``: the completion's final expression must use the numbers of the reference solution (such
-  as ``"67 + 92 - 23"``), each exactly once, and reach its value.
-* ``"package.module:function"``: a user's own callable.
+reference. Names, as recipes (``verifier``) and tasks (``grader``) write them: ``"math"`` (math-verify through
+:mod:`routing_grpo.core.grading`; None here, as the reward and evaluation grade whole batches with timeouts),
+``"countdown"`` (the final expression must use the numbers of the reference solution, such as
+``"67 + 92 - 23"``, once each and reach its value) and ``"package.module:function"`` (a user's own callable).
 """
 
 from __future__ import annotations

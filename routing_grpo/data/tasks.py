@@ -1,9 +1,8 @@
 """Tasks by name: what a task name means (its grader, split, Hub source or row generator).
 
 :data:`TASKS` holds the project's own tasks (MATH, GSM8K, AIME, synthetic arithmetic, Countdown). Another
-package adds tasks without the core knowing it, through an entry point of the group ``routing_grpo.tasks``
-whose object is a :class:`TaskSpec` or a function of no arguments returning one; it is loaded when the name is
-first asked for (the miniature's ``mini`` and ``mini_graded`` register so)::
+package adds tasks through an entry point of the group ``routing_grpo.tasks`` naming a :class:`TaskSpec`, or
+a function of no arguments returning one, loaded when the name is first asked for (the miniature does so)::
 
     [project.entry-points."routing_grpo.tasks"]
     my_task = "my_package.tasks:my_task_spec"
