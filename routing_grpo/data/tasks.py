@@ -23,10 +23,9 @@ from routing_grpo.io.plugins import entry_point_names, load_entry_point
 ENTRY_POINT_GROUP = "routing_grpo.tasks"
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
-MESSAGES = List({"role": Value("string"), "content": Value("string")})
 MATH_FEATURES = Features(
     {
-        "prompt": MESSAGES,
+        "prompt": List({"role": Value("string"), "content": Value("string")}),
         "problem": Value("string"),
         "answer": Value("string"),
         "level": Value("int64"),
