@@ -112,17 +112,18 @@ def _read(path: Path) -> list[dict[str, Any]]:
 
 
 def _cpu_s() -> float:
-    """CPU seconds of this process plus the live pool workers (Linux /proc; 0 for workers elsewhere).
+    """CPU seconds of this process plus its live descendants (the pool's forkserver and workers).
 
     Wall-clock rates depend on what else the machine runs; rows per CPU-second do not (much).
     """
+    import psutil  # a dependency of accelerate
+
     total = time.process_time()
-    pool = grading_pool.current_pool()
-    for pid in pool.worker_pids() if pool is not None else []:
+    for child in psutil.Process().children(recursive=True):
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
+            times = child.cpu_times()
+            total += times.user + times.system
+        except psutil.Error:
             pass
     return total
 

@@ -10,9 +10,8 @@ from routing_grpo.core.countdown import (
     MAX_PAREN_DEPTH,
     ExpressionError,
     check_expression,
-    countdown_reward,
+    countdown_rows,
     extract_expression,
-    generate_countdown,
     grade_countdown,
     parse_expression,
     split_of,
@@ -27,32 +26,31 @@ from tests.helpers import evaluate_independently
 
 def test_every_generated_instance_is_solved_by_its_canonical_answer():
     for split in ("train", "test"):
-        for problem in generate_countdown(600, seed=5, split=split):
+        for row in countdown_rows(600, seed=5, split=split):
+            solution, numbers, target = row["answer"], row["numbers"], row["target"]
             # Independently of the module's parser: Python's parser on trusted, generated text.
-            assert evaluate_independently(problem.solution) == problem.target
-            literals = [
-                int(t) for t in problem.solution.replace("(", " ").replace(")", " ").split() if t.isdigit()
-            ]
-            assert Counter(literals) == Counter(problem.numbers)
-            assert check_expression(problem.solution, problem.numbers, problem.target)
-            assert grade_countdown(f"\\boxed{{{problem.solution}}}", problem.numbers, problem.target)
-            assert len(problem.numbers) == LEVEL_SIZES[problem.level]
-            assert problem.target not in problem.numbers and 1 <= problem.target <= 999
+            assert evaluate_independently(solution) == target
+            literals = [int(t) for t in solution.replace("(", " ").replace(")", " ").split() if t.isdigit()]
+            assert Counter(literals) == Counter(numbers)
+            assert check_expression(solution, numbers, target)
+            assert grade_countdown(f"\\boxed{{{solution}}}", numbers, target)
+            assert len(numbers) == LEVEL_SIZES[row["level"]]
+            assert target not in numbers and 1 <= target <= 999
 
 
 def test_generator_is_deterministic_balanced_and_splits_are_disjoint():
-    train = generate_countdown(2000, seed=0)
-    assert train == generate_countdown(2000, seed=0) and train[:10] == generate_countdown(10, seed=0)
-    assert train != generate_countdown(2000, seed=1)
-    assert Counter(p.level for p in train) == {1: 1000, 2: 1000}
-    key = lambda p: (tuple(sorted(p.numbers)), p.target)  # noqa: E731
-    assert len({key(p) for p in train}) == 2000
-    test = generate_countdown(500, seed=0, split="test") + generate_countdown(500, seed=1, split="test")
-    train_keys = {key(p) for seed in (0, 1) for p in generate_countdown(2000, seed=seed)}
-    assert not train_keys & {key(p) for p in test}
-    assert all(split_of(p.numbers, p.target) == "test" for p in test)
+    train = countdown_rows(2000, seed=0)
+    assert train == countdown_rows(2000, seed=0) and train[:10] == countdown_rows(10, seed=0)
+    assert train != countdown_rows(2000, seed=1)
+    assert Counter(r["level"] for r in train) == {1: 1000, 2: 1000}
+    key = lambda r: (tuple(sorted(r["numbers"])), r["target"])  # noqa: E731
+    assert len({key(r) for r in train}) == 2000
+    test = countdown_rows(500, seed=0, split="test") + countdown_rows(500, seed=1, split="test")
+    train_keys = {key(r) for seed in (0, 1) for r in countdown_rows(2000, seed=seed)}
+    assert not train_keys & {key(r) for r in test}
+    assert all(split_of(r["numbers"], r["target"]) == "test" for r in test)
     with pytest.raises(ValueError, match="split"):
-        generate_countdown(3, split="validation")
+        countdown_rows(3, split="validation")
 
 
 def test_countdown_dataset_rows():
@@ -207,15 +205,3 @@ def test_grade_countdown():
     assert not grade_countdown(None, numbers, target)
     assert not grade_countdown("\\boxed{(25 - 3) * 2}", None, target)
     assert not grade_countdown("\\boxed{(25 - 3) * 2}", numbers, "forty-four")
-
-
-def test_countdown_reward_has_the_trl_signature():
-    rewards = countdown_reward(
-        prompts=["p", "p"],
-        completions=["\\boxed{1 + 2}", "\\boxed{1 * 2}"],
-        completion_ids=[[1], [2]],
-        numbers=[[1, 2], [1, 2]],
-        target=[3, 3],
-        answer=["1 + 2", "1 + 2"],
-    )
-    assert rewards == [1.0, 0.0]

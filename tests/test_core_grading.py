@@ -12,11 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from routing_grpo.core import grading
+from routing_grpo.core import grading, grading_pool
 from routing_grpo.core.grading import (
     MAX_ANSWER_CHARS,
     GradeResult,
     answer_text,
+    completion_text,
     extract_answer,
     find_last_boxed,
     generation_prompt_opens_reasoning,
@@ -27,7 +28,6 @@ from routing_grpo.core.grading import (
     opens_reasoning,
     verify_answer,
 )
-from routing_grpo.core.grading_pool import current_pool
 from tests.helpers import R1_DISTILL_TEMPLATE, REPO_ROOT
 
 GRADED_DATA = REPO_ROOT.parent / "shared" / "data" / "graded"
@@ -57,6 +57,18 @@ SHORT_TIMEOUT_S = 1.0
 )
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
+
+
+def test_completion_text_is_a_string_or_the_assistant_turns():
+    assert completion_text("Short so 4") == "Short so 4"
+    completion = [
+        {"role": "assistant", "content": "NoThink "},
+        {"role": "user", "content": "ignored"},
+        {"content": "4"},  # no role: an assistant turn, as TRL writes completions
+    ]
+    assert completion_text(completion) == "NoThink 4"
+    assert completion_text(None) == "" and completion_text(42) == ""
+    assert completion_text([{"role": "assistant", "content": ["not", "text"]}, "not a message"]) == ""
 
 
 def test_last_boxed_takes_an_empty_box_as_no_answer_and_find_last_boxed_reports_it():
@@ -430,12 +442,12 @@ def test_grade_batch_from_worker_threads_uses_pool_and_keeps_order():
 
 
 def test_shutdown_pool_then_reuse():
-    grading.shutdown_pool()  # still grading's name for the pool module's
-    assert current_pool() is None
+    grading.shutdown_pool()  # grading's name for the pool module's
+    assert grading_pool._POOL is None
     completions = [f"\\boxed{{{i}}}" for i in range(grading.MIN_POOL_BATCH)]
     results = grade_batch(completions, [str(i) for i in range(grading.MIN_POOL_BATCH)], num_workers=2)
     assert all(r.correct for r in results)
-    assert current_pool() is not None and current_pool().size == 2
+    assert grading_pool._POOL is not None and grading_pool._POOL.size == 2
 
 
 # ----------------------------------------------------------------------------------------------------------

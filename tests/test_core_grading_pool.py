@@ -15,7 +15,6 @@ from routing_grpo.core.grading_pool import (
     TimedOut,
     WorkerPool,
     available_cpus,
-    current_pool,
     run_in_pool,
     shutdown_pool,
     signal_timer_usable,
@@ -77,20 +76,20 @@ def test_off_the_main_thread_the_timer_is_not_usable():
 
 def test_the_shared_pool_runs_in_order_and_is_resized_and_shut_down():
     shutdown_pool()
-    assert current_pool() is None
+    assert grading_pool._POOL is None
     assert run_in_pool(2, _square_or_misbehave, [(i,) for i in range(10)], timeout_s=5) == [
         i * i for i in range(10)
     ]
-    first = current_pool()
-    assert first is not None and first.size == 2 and len(first.worker_pids()) == 2
+    first = grading_pool._POOL
+    assert first is not None and first.size == 2 and all(w.process.is_alive() for w in first._workers)
     assert run_in_pool(None, _square_or_misbehave, [(3,)], timeout_s=5) == [
         9
     ]  # None: the running pool's size
-    assert current_pool() is first
+    assert grading_pool._POOL is first
     assert run_in_pool(1, _square_or_misbehave, [(4,)], timeout_s=5) == [16]  # another size: a new pool
-    assert current_pool() is not first and current_pool().size == 1
+    assert grading_pool._POOL is not first and grading_pool._POOL.size == 1
     shutdown_pool()
-    assert current_pool() is None
+    assert grading_pool._POOL is None
     assert available_cpus() >= 1
 
 

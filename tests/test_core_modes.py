@@ -8,6 +8,7 @@ import pytest
 from routing_grpo.core.modes import (
     DEFAULT_MODES,
     INVALID,
+    Detection,
     ModeDetector,
     ModeSpec,
     crossovers,
@@ -141,7 +142,7 @@ def test_detect_falls_back_to_the_prefix_regex_and_counts_word_tokens(detector, 
     ],
 )
 def test_detect_text_variants(detector, text, mode):
-    assert detector.detect_text(text) == mode
+    assert detector.detect([], text) == Detection(mode, 0)
 
 
 def test_detection_without_tokenizer_uses_given_text():

@@ -14,14 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from routing_grpo.data import datasets as data
-from routing_grpo.data.datasets import (
-    DEFAULT_INSTRUCTION,
-    DatasetUnavailableError,
-    load_task,
-    load_task_with_report,
-    task_grader,
-)
-from routing_grpo.data.synthetic import synthetic_rows
+from routing_grpo.data.datasets import DatasetUnavailableError, load_task, task_grader
+from routing_grpo.data.tasks import DEFAULT_INSTRUCTION
 from tests.helpers import NORMALISED_COLUMNS
 
 
@@ -98,11 +92,12 @@ def test_aime_answers_are_kept_as_in_the_file(shared_data, task):
 
 def test_math_train_keeps_null_levels_and_warns_about_empty_answers(shared_data, caplog):
     with caplog.at_level(logging.WARNING, logger="routing_grpo.data.datasets"):
-        ds, report = load_task_with_report("math_train", shared_data / "math_train.jsonl")
-    assert len(ds) == report.rows == 7500
-    empty = ("train/number_theory/7115.json", "train/number_theory/7117.json")
-    assert report.empty_answer_ids == empty and report.skipped == ()
-    assert "empty reference answer" in caplog.text and empty[0] in caplog.text
+        ds = load_task("math_train", shared_data / "math_train.jsonl")
+    assert len(ds) == 7500
+    empty = ["train/number_theory/7115.json", "train/number_theory/7117.json"]
+    assert [i for i, a in zip(ds["id"], ds["answer"]) if a == ""] == empty
+    assert f"kept 2 rows with an empty reference answer (never gradable as correct): {empty}" in caplog.text
+    assert "dropped" not in caplog.text
     by_id = dict(zip(ds["id"], ds["level"]))
     assert by_id["train/geometry/377.json"] is None and by_id["train/geometry/471.json"] is None
     assert Counter(ds["level"]) == {1: 564, 2: 1348, 3: 1592, 4: 1690, 5: 2304, None: 2}
@@ -111,15 +106,10 @@ def test_math_train_keeps_null_levels_and_warns_about_empty_answers(shared_data,
 
 def test_math_train_skip_malformed_drops_the_empty_answers(shared_data, caplog):
     with caplog.at_level(logging.WARNING, logger="routing_grpo.data.datasets"):
-        ds, report = load_task_with_report(
-            "math_train", shared_data / "math_train.jsonl", skip_malformed=True
-        )
-    assert len(ds) == 7498
-    assert [(i.row_id, i.column, i.reason) for i in report.skipped] == [
-        ("train/number_theory/7115.json", "answer", "empty answer"),
-        ("train/number_theory/7117.json", "answer", "empty answer"),
-    ]
-    assert "dropped 2 malformed rows" in caplog.text
+        ds = load_task("math_train", shared_data / "math_train.jsonl", skip_malformed=True)
+    assert len(ds) == 7498 and "" not in ds["answer"] and "train/number_theory/7117.json" not in ds["id"]
+    assert "dropped 2 malformed rows (first: row " in caplog.text
+    assert "(id 'train/number_theory/7115.json'), column 'answer': empty answer)" in caplog.text
 
 
 def test_directory_picks_the_files_named_after_the_split(shared_data, tmp_path):
@@ -232,8 +222,7 @@ def test_json_array_file_and_instruction_options(tmp_path):
 
 def test_limit_keeps_the_first_rows(tmp_path):
     path = write_jsonl(tmp_path / "rows.jsonl", [{"problem": f"q{i}", "answer": str(i)} for i in range(5)])
-    ds, report = load_task_with_report("math500", path, limit=2)
-    assert ds["answer"] == ["0", "1"] and report.rows == 2
+    assert load_task("math500", path, limit=2)["answer"] == ["0", "1"]
 
 
 def test_hub_name_failure_is_one_clear_error(monkeypatch):
@@ -336,12 +325,9 @@ def test_skip_malformed_drops_counts_and_warns(tmp_path, caplog):
         {**GOOD, "unique_id": "c"},
     ]
     with caplog.at_level(logging.WARNING, logger="routing_grpo.data.datasets"):
-        ds, report = load_task_with_report(
-            "math500", write_jsonl(tmp_path / "r.jsonl", rows), skip_malformed=True
-        )
-    assert ds["id"] == ["ok", "c"] and report.rows == 2
-    assert [(i.index, i.row_id, i.column) for i in report.skipped] == [(1, "a", "problem"), (2, "b", "level")]
-    assert "dropped 2 malformed rows" in caplog.text
+        ds = load_task("math500", write_jsonl(tmp_path / "r.jsonl", rows), skip_malformed=True)
+    assert ds["id"] == ["ok", "c"]
+    assert "dropped 2 malformed rows (first: row 1 (id 'a'), column 'problem'" in caplog.text
 
 
 def test_the_answer_is_the_last_box_of_the_solution_and_an_empty_one_an_empty_reference(tmp_path, caplog):
@@ -353,9 +339,10 @@ def test_the_answer_is_the_last_box_of_the_solution_and_an_empty_one_an_empty_re
         {"problem": "p2", "solution": "\\boxed{ 7 }"},
     ]
     path = write_parquet(tmp_path / "train.parquet", rows)
-    ds, report = load_task_with_report("math_train", path)
+    with caplog.at_level(logging.WARNING, logger="routing_grpo.data.datasets"):
+        ds = load_task("math_train", path)
     assert ds["answer"] == ["\\frac{1}{\\sqrt{2}}", "", "7"]
-    assert report.empty_answer_ids == ("math_train-train-1",) and "empty reference answer" in caplog.text
+    assert "kept 1 rows with an empty reference answer" in caplog.text and "math_train-train-1" in caplog.text
     for solution in ("\\boxed{unclosed", "\\boxedx{1}"):
         path = write_parquet(tmp_path / "bad.parquet", [{"problem": "p", "solution": solution}])
         with pytest.raises(ValueError, match=r"no \\boxed\{\} answer"):
@@ -464,34 +451,6 @@ def test_level_mix_needs_levels_on_every_row_and_every_named_level():
         mix_levels(_rows_by_level({1: 3, None: 1}), {1: 1.0}, seed=0)
     with pytest.raises(ValueError, match=re.escape("no row has level 4; the levels present are [1, 2]")):
         mix_levels(_rows_by_level({1: 3, 2: 1}), {1: 1.0, 4: 1.0}, seed=0)
-
-
-def test_a_package_adds_a_task_through_an_entry_point(monkeypatch):
-    """A task the core does not know is looked up among the entry points of 'routing_grpo.data.tasks', loaded
-    when first asked for; listing the names loads nothing."""
-    from routing_grpo.data import tasks
-
-    loaded = []
-
-    def spec():
-        loaded.append("user_task")
-        return tasks.TaskSpec(
-            "user_task", "math", "train", generate=synthetic_rows, generated_sizes={"train": 4}
-        )
-
-    registry = tasks.TaskRegistry()
-    monkeypatch.setattr(tasks, "TASKS", registry)
-    monkeypatch.setattr(tasks, "entry_point_names", lambda group: ["user_task"])
-    monkeypatch.setattr(tasks, "load_entry_point", lambda group, name: spec if name == "user_task" else None)
-    assert tasks.task_names() == ["user_task"] and "user_task" in registry and not loaded
-    assert len(load_task("user_task")) == 4 and loaded == ["user_task"]
-    load_task("user_task")
-    assert loaded == ["user_task"]  # loaded once
-    with pytest.raises(ValueError, match=r"unknown task 'other'; known tasks: \['user_task'\]"):
-        tasks.get_task("other")
-    tasks.register_task(tasks.get_task("user_task"))  # the same spec again: nothing happens
-    with pytest.raises(ValueError, match="already registered"):
-        tasks.register_task(tasks.TaskSpec("user_task", "countdown", "train"))
 
 
 def test_check_columns_names_the_key_and_lists_the_columns():

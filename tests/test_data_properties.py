@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 from routing_grpo.core.countdown import (
     ExpressionError,
+    countdown_rows,
     extract_expression,
-    generate_countdown,
     grade_countdown,
     parse_expression,
 )
@@ -134,8 +134,8 @@ def test_huge_hostile_completions_finish_fast():
 @settings(max_examples=25, deadline=None)
 @given(st.integers(min_value=0, max_value=2**32), st.sampled_from(["train", "test"]))
 def test_generated_countdown_instances_verify_for_any_seed(seed, split):
-    for problem in generate_countdown(8, seed=seed, split=split):
-        assert grade_countdown(f"<answer>{problem.solution}</answer>", problem.numbers, problem.target)
+    for row in countdown_rows(8, seed=seed, split=split):
+        assert grade_countdown(f"<answer>{row['answer']}</answer>", row["numbers"], row["target"])
 
 
 @settings(max_examples=25, deadline=None)

@@ -1,51 +1,50 @@
-"""The task registry (routing_grpo.data.tasks): registering a spec (twice the same is a no-op, another one an error
-unless replaced), the names with the entry points', a task loaded from its entry point when asked for, and an
-unknown name listing the known ones. Each test uses a registry of its own, the package's own untouched."""
-
-import importlib
+"""Tasks by name (routing_grpo.data.tasks): the project's own, and other packages' through entry points,
+loaded once when first asked for; an unknown name lists the known ones."""
 
 import pytest
 
 from routing_grpo.data import tasks
-from routing_grpo.data.tasks import TaskRegistry, TaskSpec, get_task, task_names
+from routing_grpo.data.datasets import load_task
+from routing_grpo.data.synthetic import synthetic_rows
+from routing_grpo.data.tasks import TaskSpec, get_task, task_names
 
 
-def test_the_same_spec_twice_is_a_no_op_another_one_an_error_unless_replaced():
-    registry = TaskRegistry()
-    spec = TaskSpec(name="toy", grader="math", split="test", hub_path="someone/toy")
-    assert registry.register(spec) is spec and registry.register(spec) is spec
-    other = TaskSpec(name="toy", grader="countdown", split="test")
-    with pytest.raises(ValueError, match="'toy' is already registered with another spec"):
-        registry.register(other)
-    assert registry.register(other, replace=True) is other and registry["toy"] is other
+def test_a_package_adds_a_task_through_an_entry_point(monkeypatch):
+    loaded = []
 
+    def spec():
+        loaded.append("user_task")
+        return TaskSpec("user_task", "math", "train", generate=synthetic_rows, generated_sizes={"train": 4})
 
-def test_names_include_the_entry_points_sorted_and_load_when_asked_for():
-    registry = TaskRegistry()
-    registry.register(TaskSpec(name="aaa_toy", grader="math", split="test"))
-    names = list(registry)
-    assert names == sorted(names) and "aaa_toy" in names and "mini" in names  # the miniature's entry point
-    assert "mini" in registry and "no_such_task" not in registry and 3 not in registry
-    assert len(registry) == len(names)
-    mini = registry["mini"]  # loaded from its entry point now
-    assert isinstance(mini, TaskSpec) and mini.name == "mini" and mini.generate is not None
-    with pytest.raises(KeyError):
-        registry["no_such_task"]
+    monkeypatch.setattr(tasks, "TASKS", {})
+    monkeypatch.setattr(tasks, "entry_point_names", lambda group: ["user_task"])
+    monkeypatch.setattr(tasks, "load_entry_point", lambda group, name: spec if name == "user_task" else None)
+    assert task_names() == ["user_task"] and not loaded  # listing the names loads nothing
+    assert len(load_task("user_task")) == 4 and loaded == ["user_task"]
+    assert get_task("user_task") is get_task("user_task") and loaded == ["user_task"]  # loaded once
+    with pytest.raises(ValueError, match=r"unknown task 'other'; known tasks: \['user_task'\]"):
+        get_task("other")
 
 
 def test_an_entry_point_that_gives_no_task_spec_of_its_name_is_refused(monkeypatch):
-    registry = TaskRegistry()
     monkeypatch.setattr(
         tasks, "load_entry_point", lambda group, name: lambda: TaskSpec("other", "math", "test")
     )
     with pytest.raises(
         TypeError, match="entry point 'wrong' of 'routing_grpo.tasks' gave .*not a TaskSpec named"
     ):
-        registry["wrong"]
+        get_task("wrong")
+    assert "wrong" not in tasks.TASKS
+
+
+def test_the_miniature_registers_through_its_entry_point():
+    names = task_names()
+    assert names == sorted(names) and {"synthetic", "countdown", "mini", "mini_graded"} <= set(names)
+    mini = get_task("mini")
+    assert isinstance(mini, TaskSpec) and mini.name == "mini" and mini.generate is not None
 
 
 def test_an_unknown_task_lists_the_known_ones():
-    importlib.import_module("routing_grpo.data.datasets")  # registers the package's own tasks
     with pytest.raises(ValueError, match=r"unknown task 'no_such_task'; known tasks: \[.*'synthetic'"):
         get_task("no_such_task")
-    assert "synthetic" in task_names() and get_task("synthetic").generate is not None
+    assert get_task("synthetic").generate is not None

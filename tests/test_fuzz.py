@@ -21,7 +21,6 @@ from routing_grpo.core.countdown import (
     ExpressionError,
     ParsedExpression,
     check_expression,
-    countdown_reward,
     extract_expression,
     grade_countdown,
     parse_expression,
@@ -275,14 +274,19 @@ ID_DETECTOR = ModeDetector(
 )
 
 
+def detect_text(detector, text):
+    """The mode read from the text alone (no token ids)."""
+    return detector.detect([], text).mode
+
+
 @FAST
 @given(any_text)
 def test_detect_text_defined_on_any_text(text):
     for detector in (DETECTOR, BINARY):
-        mode = detector.detect_text(text)
+        mode = detect_text(detector, text)
         assert mode == INVALID or 0 <= mode < len(detector.modes)
         # Only the head of a completion is a routing decision.
-        assert mode == detector.detect_text(text[:64])
+        assert mode == detect_text(detector, text[:64])
 
 
 @FAST
@@ -294,7 +298,7 @@ def test_detect_text_defined_on_any_text(text):
 )
 def test_detect_text_reads_a_leading_word_whatever_follows(index, space, case, rest):
     word = DEFAULT_MODES[index].word
-    assert DETECTOR.detect_text(space + case(word) + rest) == index
+    assert detect_text(DETECTOR, space + case(word) + rest) == index
 
 
 @FAST
@@ -302,7 +306,7 @@ def test_detect_text_reads_a_leading_word_whatever_follows(index, space, case, r
 def test_a_word_after_other_text_is_not_a_routing_decision(text):
     head = text.lstrip()[:1]
     if head and head.lower() not in "nsl":
-        assert DETECTOR.detect_text(text) == INVALID
+        assert detect_text(DETECTOR, text) == INVALID
 
 
 @FAST
@@ -318,16 +322,16 @@ def test_detect_on_ids_defined(ids, text):
 
 def test_detect_text_on_huge_and_odd_strings():
     for text in ["Long" + "{" * 1_000_000, " " * 1_000_000 + "Long", "\x00Long", "\u200fLong", "\u202eShort"]:
-        mode, seconds = _timed(DETECTOR.detect_text, text)
+        mode, seconds = _timed(detect_text, DETECTOR, text)
         assert mode == INVALID or text.startswith("Long")
         assert seconds < 1.0
-    assert DETECTOR.detect_text("\u2028\tNo-Think") == 0
+    assert detect_text(DETECTOR, "\u2028\tNo-Think") == 0
 
 
 # Unicode case folding would make U+017F (long s) match "s" and U+212A (Kelvin sign) match "k".
 @pytest.mark.parametrize("text", ["\u017fhort", "NoThin\u212a", "\u017fHORT answer"])
 def test_only_ascii_spellings_of_a_word_count(text):
-    assert DETECTOR.detect_text(text) == INVALID
+    assert detect_text(DETECTOR, text) == INVALID
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -394,7 +398,6 @@ def test_malicious_expression_is_rejected_without_side_effects(no_eval, expressi
         [{"role": "assistant", "content": f"\\boxed{{{expression}}}"}],
     ):
         assert grade_countdown(completion, [1, 2], 3) is False
-    assert countdown_reward([f"\\boxed{{{expression}}}"], [[1, 2]], [3]) == [0.0]
     assert list(no_eval.iterdir()) == []  # nothing was created
 
 

@@ -51,7 +51,7 @@ def test_the_graph_sees_lazy_imports():
     graph = import_graph()
     assert "routing_grpo.core.grading" in graph["routing_grpo.core.rewards"]  # imported inside a function
     assert "routing_grpo.evaluation.report" in graph["routing_grpo.evaluation.plots"]
-    assert "routing_grpo.core.completions" in graph["routing_grpo.core.countdown"]
+    assert "routing_grpo.core.grading" in graph["routing_grpo.core.verifiers"]
 
 
 def test_no_import_cycles():
@@ -63,7 +63,7 @@ def test_the_two_broken_circles_stay_broken():
     graph = import_graph()
     assert (
         "routing_grpo.core.rewards" not in graph["routing_grpo.core.countdown"]
-    )  # countdown reads completions directly
+    )  # countdown reads completions through grading
     assert (
         "routing_grpo.evaluation.plots" not in graph["routing_grpo.evaluation.report"]
     )  # the figure writer is passed in

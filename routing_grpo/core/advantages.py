@@ -16,15 +16,6 @@ from __future__ import annotations
 import torch
 
 from routing_grpo.core.modes import INVALID
-from routing_grpo.core.schedules import balance_coef_at
-
-__all__ = [
-    "balance_coef_at",
-    "balance_term",
-    "compute_advantages",
-    "decoupled_word_advantages",
-    "mode_shares",
-]
 
 
 def mode_shares(modes: torch.Tensor, forced: torch.Tensor, num_modes: int) -> torch.Tensor:
@@ -82,7 +73,8 @@ def compute_advantages(
         correct: bool (N,) whether the answer verified (capped rollouts are wrong).
         group_size: G, rollouts per prompt.
         num_modes: K.
-        balance_coef: beta_bal at this step (see :func:`balance_coef_at`); 0 gives plain mean-centring.
+        balance_coef: beta_bal at this step (:func:`~routing_grpo.core.schedules.balance_coef_at`); 0 gives
+            plain mean-centring.
         target: p*, the target share; defaults to 1/K.
 
     Returns:
@@ -115,17 +107,16 @@ def decoupled_word_advantages(
     mean_tokens: float,
 ) -> torch.Tensor:
     """Per-token advantages that give the routing word its own weight in the token-mean loss (not the
-    paper's; after Thinkless' Decoupled GRPO). docs/method.md "Beyond the paper".
+    paper's; after Thinkless' Decoupled GRPO; docs/method.md "Beyond the paper").
 
-    Under the token mean every token of the batch weighs 1/N_tok, so the routing word, the first of the
-    |o_i| tokens of rollout i, carries 1/|o_i| of that rollout's update. With N rollouts and
-    N_tok / N = ``mean_tokens``:
+    Under the token mean the routing word carries 1/|o_i| of rollout i's update. With N rollouts of N_tok
+    tokens in all:
 
         A_{i,0} = w * (N_tok / N) * A_i     rollouts with a valid routing word (``routed``)
         A_{i,t} = A_i                        every other token
 
-    so the words' part of the loss is w * mean_i(loss_{i,0}) (each rollout's word counts the same, whatever
-    its length) and the responses' part stays the token mean.
+    so the words' part of the loss is w * mean_i(loss_{i,0}), whatever the lengths, and the rest stays the
+    token mean.
 
     Args:
         advantages: float (B,) A_i of the local rollouts.

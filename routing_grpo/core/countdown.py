@@ -1,22 +1,10 @@
 """The Countdown task (paper appendix "Binary Self-Routing on Countdown"): generator and safe verifier.
 
-An instance gives a few numbers and a target; the model must combine every number exactly once with
-``+ - * /`` and parentheses so that the expression equals the target. Two difficulty levels: 3 numbers
-(level 1) and 4 numbers (level 2).
-
-Generation (:func:`generate_countdown`) builds each instance from a random expression over the drawn
-numbers, so every instance is solvable by construction and carries that expression as its canonical
-solution. Classic Countdown rules hold for the canonical solution: every intermediate value is a
-non-negative integer. A model's answer may use any exact rational intermediate values.
-
-Verification never calls ``eval``: :func:`parse_expression` is a recursive-descent parser over integer
-literals, the four binary operators and parentheses, evaluated with exact :class:`fractions.Fraction`
-arithmetic. Unary operators, decimals, exponents (``**``), names and calls are rejected, and so is any
-input past the length, token, digit or nesting limits below, so hostile strings cost bounded time.
-
-:func:`grade_countdown` extracts the expression from a completion (the last ``\\boxed{...}`` or
-``<answer>...</answer>``, else the last line that looks like an expression; an ``= target`` suffix is
-allowed) and checks it. It never raises, as a reward function must not crash a training step.
+An instance gives 3 (level 1) or 4 (level 2) numbers and a target; the model must combine every number once
+with ``+ - * /`` and parentheses to reach the target. Each instance is built from a random expression, its
+canonical solution, whose intermediate values are non-negative integers. Verification never calls ``eval``:
+:func:`parse_expression` is a recursive-descent parser with exact :class:`fractions.Fraction` arithmetic and
+length, token, digit and nesting limits, so hostile strings cost bounded time.
 """
 
 from __future__ import annotations
@@ -30,15 +18,14 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-from routing_grpo.core.completions import completion_text
-from routing_grpo.core.grading import find_last_boxed
+from routing_grpo.core.grading import completion_text, find_last_boxed
 
 MAX_EXPRESSION_CHARS = 256
 MAX_TOKENS = 64
 MAX_NUMBER_DIGITS = 6
 MAX_PAREN_DEPTH = 8
 
-# Level -> how many numbers the instance gives.
+# Level -> how many numbers an instance gives.
 LEVEL_SIZES = {1: 3, 2: 4}
 NUMBER_RANGE = (1, 99)
 TARGET_RANGE = (1, 999)
@@ -58,24 +45,11 @@ class ParsedExpression:
     numbers: tuple[int, ...]
 
 
-# --------------------------------------------------------------------------------------------------
-# Parsing
-# --------------------------------------------------------------------------------------------------
-
-# Spellings models use for the operators, mostly LaTeX; applied before tokenising.
+# Spellings models use for the operators, mostly LaTeX.
 _SYMBOL_REPLACEMENTS = (
-    ("\\times", "*"),
-    ("\\cdot", "*"),
-    ("\\div", "/"),
-    ("\\left", ""),
-    ("\\right", ""),
-    ("×", "*"),
-    ("·", "*"),
-    ("÷", "/"),
-    ("−", "-"),
-    ("–", "-"),
-    ("$", ""),
-)
+    ("\\times", "*"), ("\\cdot", "*"), ("\\div", "/"), ("\\left", ""), ("\\right", ""),
+    ("×", "*"), ("·", "*"), ("÷", "/"), ("−", "-"), ("–", "-"), ("$", ""),
+)  # fmt: skip
 _TOKEN_RE = re.compile(r"\s*(?:([0-9]+)|(\S))")
 _OPERATORS = frozenset("+-*/()")
 
@@ -123,8 +97,7 @@ class _Parser:
 
     def _expr(self) -> Fraction:
         value = self._term()
-        while self._peek() in ("+", "-"):
-            op = self.tokens[self.pos]
+        while (op := self._peek()) in ("+", "-"):
             self.pos += 1
             right = self._term()
             value = value + right if op == "+" else value - right
@@ -132,16 +105,12 @@ class _Parser:
 
     def _term(self) -> Fraction:
         value = self._factor()
-        while self._peek() in ("*", "/"):
-            op = self.tokens[self.pos]
+        while (op := self._peek()) in ("*", "/"):
             self.pos += 1
             right = self._factor()
-            if op == "*":
-                value *= right
-            elif right == 0:
+            if op == "/" and right == 0:
                 raise ExpressionError("division by zero")
-            else:
-                value /= right
+            value = value * right if op == "*" else value / right
         return value
 
     def _factor(self) -> Fraction:
@@ -173,11 +142,8 @@ def parse_expression(text: str) -> ParsedExpression:
 
 
 def check_expression(expression: str, numbers: Sequence[int], target: int) -> bool:
-    """True when `expression` uses each of `numbers` exactly once and equals `target`.
-
-    An ``= target`` suffix is allowed (the right-hand side must be the target itself).
-    Raises :class:`ExpressionError` when the expression does not parse.
-    """
+    """Whether ``expression`` (an ``= target`` suffix allowed) uses each of ``numbers`` once and equals
+    ``target``; :class:`ExpressionError` when it does not parse."""
     left, *rest = normalise_symbols(expression).split("=")
     if len(rest) > 1 or (rest and rest[0].strip() != str(target)):
         return False
@@ -185,16 +151,12 @@ def check_expression(expression: str, numbers: Sequence[int], target: int) -> bo
     return Counter(parsed.numbers) == Counter(int(n) for n in numbers) and parsed.value == target
 
 
-# --------------------------------------------------------------------------------------------------
-# Extraction and grading
-# --------------------------------------------------------------------------------------------------
-
 _EXPRESSION_LINE_RE = re.compile(r"[\d\s+\-*/()=]+")
 _LINE_DELIMITERS = ("\\[", "\\]", "\\(", "\\)", "**", "`")
 
 
 def _last_answer_tag(text: str) -> tuple[int, str] | None:
-    """(end position, content) of the last ``<answer>...</answer>``; rfind keeps it linear on hostile input."""
+    """(end, content) of the last ``<answer>...</answer>``; rfind keeps it linear on hostile input."""
     close = text.rfind("</answer>")
     open_ = text.rfind("<answer>", 0, close) if close >= 0 else -1
     if open_ < 0:
@@ -218,15 +180,11 @@ def _last_expression_line(text: str) -> str | None:
 
 
 def extract_expression(completion: str) -> str | None:
-    """The final expression of a completion, or None.
+    """The final expression of a completion (after its last ``</think>``), or None.
 
-    Only the text after the last ``</think>`` counts when there is one. The later of the last
-    box (:func:`routing_grpo.core.grading.find_last_boxed`: ``\\boxed{...}`` or ``\\boxed 5``) and the last
-    ``<answer>...</answer>`` wins (the tag, when a box ends inside it); an empty box is no answer (None),
-    and no fallback is tried after it. Without either, the last line made only
-    of digits, operators, parentheses and ``=`` (LaTeX operators and math delimiters allowed). As in
-    :mod:`routing_grpo.core.grading`, an unclosed ``<think>`` (unfinished reasoning) allows no line fallback:
-    a tagged answer is a commitment, a line of scratch work is not.
+    The later of the last box (:func:`routing_grpo.core.grading.find_last_boxed`; an empty one is no answer)
+    and the last ``<answer>...</answer>`` wins. Without either, the last line of digits, operators,
+    parentheses and ``=``, unless a ``<think>`` is left open: a line of scratch work is no commitment.
     """
     end_think = completion.rfind("</think>")
     if end_think >= 0:
@@ -243,10 +201,7 @@ def extract_expression(completion: str) -> str | None:
 
 
 def grade_countdown(completion: Any, numbers: Sequence[int], target: int) -> bool:
-    """True when the completion's final expression uses every number once and equals the target.
-
-    `completion` is a string or a TRL conversational completion (list of messages). Never raises.
-    """
+    """Whether a completion's final expression uses every number once and equals the target. Never raises."""
     try:
         expression = extract_expression(completion_text(completion))
         return expression is not None and check_expression(expression, numbers, int(target))
@@ -254,40 +209,8 @@ def grade_countdown(completion: Any, numbers: Sequence[int], target: int) -> boo
         return False
 
 
-def countdown_reward(
-    completions: list[Any], numbers: list[Sequence[int]], target: list[int], **kwargs: Any
-) -> list[float]:
-    """TRL reward function: 1.0 for a correct Countdown expression, else 0.0 (dataset columns as kwargs)."""
-    return [float(grade_countdown(c, n, t)) for c, n, t in zip(completions, numbers, target)]
-
-
-# --------------------------------------------------------------------------------------------------
-# Generation
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CountdownProblem:
-    numbers: tuple[int, ...]
-    target: int
-    solution: str
-    level: int
-
-    @property
-    def text(self) -> str:
-        listed = ", ".join(str(n) for n in self.numbers)
-        return (
-            f"Using the numbers [{listed}], create an expression that equals {self.target}. "
-            "You may use +, -, *, / and parentheses, and must use each number exactly once."
-        )
-
-
 def split_of(numbers: Sequence[int], target: int) -> str:
-    """'test' or 'train' for an instance, fixed by a hash of its sorted numbers and target.
-
-    The split depends on the instance alone, not on the seed, so no seed's train set shares an
-    instance with any seed's test set.
-    """
+    """'test' or 'train', fixed by a hash of the instance, not the seed: no seed's train meets any seed's test."""
     key = f"countdown:{sorted(numbers)}:{target}".encode()
     bucket = int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % 100
     return "test" if bucket < TEST_PERCENT else "train"
@@ -298,20 +221,15 @@ LEAF_PRECEDENCE = 3
 
 
 def operand_text(text: str, precedence: int, op: str, right: bool) -> str:
-    """`text` as an operand of `op`, parenthesised only where precedence or (for - and /) order needs it.
-
-    `precedence` is that of the operand's own top operator (:data:`LEAF_PRECEDENCE` for a number).
-    """
+    """``text`` (whose top operator has ``precedence``; :data:`LEAF_PRECEDENCE` for a number) as an operand of
+    ``op``, parenthesised only where precedence or (for - and /) order needs it."""
     needs = precedence < PRECEDENCE[op] or (right and precedence == PRECEDENCE[op] and op in "-/")
     return f"({text})" if needs else text
 
 
 def _combine(rng: random.Random, items: list[tuple[int, str, int]]) -> tuple[int, str] | None:
-    """Fold the (value, text, precedence) items with random operators into one; None if a rule breaks.
-
-    Each step merges two random items, so every tree shape can come out. Intermediate values stay
-    non-negative integers and divisions exact (classic Countdown rules, for a readable solution).
-    """
+    """Fold (value, text, precedence) items, two random ones at a time, with random operators; None when an
+    intermediate value would be negative or a division inexact (classic Countdown rules)."""
     items = list(items)
     while len(items) > 1:
         i, j = rng.sample(range(len(items)), 2)
@@ -332,53 +250,50 @@ def _combine(rng: random.Random, items: list[tuple[int, str, int]]) -> tuple[int
     return items[0][0], items[0][1]
 
 
-def _random_problem(rng: random.Random, level: int) -> CountdownProblem | None:
+def _random_problem(rng: random.Random, level: int) -> tuple[tuple[int, ...], int, str] | None:
+    """(numbers, target, solution) of a random instance of ``level``; None when it breaks a rule."""
     numbers = tuple(rng.randint(*NUMBER_RANGE) for _ in range(LEVEL_SIZES[level]))
     combined = _combine(rng, [(n, str(n), LEAF_PRECEDENCE) for n in numbers])
-    if combined is None:
+    if combined is None or not TARGET_RANGE[0] <= combined[0] <= TARGET_RANGE[1] or combined[0] in numbers:
         return None
-    target, solution = combined
-    if not TARGET_RANGE[0] <= target <= TARGET_RANGE[1] or target in numbers:
-        return None
-    return CountdownProblem(numbers, target, solution, level)
-
-
-def generate_countdown(n: int, *, seed: int = 0, split: str = "train") -> list[CountdownProblem]:
-    """`n` distinct solvable instances of `split`, alternating levels 1 and 2; deterministic in (seed, split).
-
-    A smaller `n` gives a prefix of a larger one with the same seed and split.
-    """
-    if split not in ("train", "test"):
-        raise ValueError(f"countdown split must be 'train' or 'test', not {split!r}")
-    rng = random.Random(f"countdown:{seed}:{split}")
-    problems: list[CountdownProblem] = []
-    seen: set[tuple[tuple[int, ...], int]] = set()
-    attempts_left = 1000 * max(n, 1)
-    while len(problems) < n:
-        if attempts_left == 0:
-            raise RuntimeError(f"could not generate {n} distinct countdown instances of split {split!r}")
-        attempts_left -= 1
-        problem = _random_problem(rng, level=1 + len(problems) % len(LEVEL_SIZES))
-        if problem is None or split_of(problem.numbers, problem.target) != split:
-            continue
-        key = (tuple(sorted(problem.numbers)), problem.target)
-        if key not in seen:
-            seen.add(key)
-            problems.append(problem)
-    return problems
+    return numbers, *combined
 
 
 def countdown_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-    """Dataset rows (without the prompt) for `n` generated instances: problem, answer, numbers, target, ..."""
-    return [
-        {
-            "problem": problem.text,
-            "answer": problem.solution,
-            "numbers": list(problem.numbers),
-            "target": problem.target,
-            "level": problem.level,
-            "subject": "countdown",
-            "id": f"countdown-s{seed}-{split}-{i}",
-        }
-        for i, problem in enumerate(generate_countdown(n, seed=seed, split=split))
-    ]
+    """Dataset rows (without the prompt) of ``n`` distinct solvable instances of ``split``, alternating levels
+    1 and 2; deterministic in (seed, split), a smaller ``n`` giving a prefix of a larger one."""
+    if split not in ("train", "test"):
+        raise ValueError(f"countdown split must be 'train' or 'test', not {split!r}")
+    rng = random.Random(f"countdown:{seed}:{split}")
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[tuple[int, ...], int]] = set()
+    attempts_left = 1000 * max(n, 1)
+    while len(rows) < n:
+        if attempts_left == 0:
+            raise RuntimeError(f"could not generate {n} distinct countdown instances of split {split!r}")
+        attempts_left -= 1
+        level = 1 + len(rows) % len(LEVEL_SIZES)
+        problem = _random_problem(rng, level)
+        if problem is None or split_of(problem[0], problem[1]) != split:
+            continue
+        numbers, target, solution = problem
+        if (tuple(sorted(numbers)), target) in seen:
+            continue
+        seen.add((tuple(sorted(numbers)), target))
+        listed = ", ".join(str(number) for number in numbers)
+        text = (
+            f"Using the numbers [{listed}], create an expression that equals {target}. "
+            "You may use +, -, *, / and parentheses, and must use each number exactly once."
+        )
+        rows.append(
+            {
+                "problem": text,
+                "answer": solution,
+                "numbers": list(numbers),
+                "target": target,
+                "level": level,
+                "subject": "countdown",
+                "id": f"countdown-s{seed}-{split}-{len(rows)}",
+            }
+        )
+    return rows

@@ -1,47 +1,12 @@
-"""Answer grading for math RL rewards and evaluation: extract a completion's final answer, check it.
+"""Answer grading for math rewards and evaluation: extract a completion's final answer and verify it.
 
-Finished or wrong (:func:`answer_text`): a response has a final answer only if it finished, that is
-
-* it ended with EOS, not at the completion limit or a mode's cap (``finished``; the caller knows the
-  token ids, the text does not say), and
-* when the reasoning was opened, in the completion or by the prompt's generation prefix (DeepSeek-R1-Distill's
-  chat template ends the generation prompt with ``<think>\\n``: ``reasoning_open``, see
-  :func:`generation_prompt_opens_reasoning`), it was closed: the answer is the text after the last
-  ``</think>``, and a ``<think>`` after that one (or no ``</think>`` at all) leaves no answer.
-
-Anything else has no answer and grades wrong, however many "the answer is" lines its reasoning wrote. Text
-that never opened any reasoning is answer text as a whole.
-
-Extraction (:func:`extract_answer`), on the answer text, in order:
-
-1. The reasoning is gone (above); everything below reads only the text after it.
-2. The last ``\\boxed{...}`` / ``\\fbox{...}`` (braces matched, ``\\{`` ignored), or ``\\boxed 5``. If the last
-   box is empty or never closed (degenerate or truncated output) there is no answer: earlier boxes are not
-   used, in such outputs they belong to hallucinated follow-up questions.
-3. Only when there is no box at all: GSM8K ``#### N``, then a line ``A: N`` / ``Answer: N``, then
-   "... answer is X", then the last number in the text (thousands commas dropped, ``$`` ignored). A one-line
-   answer is cut at the end of its sentence and a number followed only by words ("18 dollars") keeps the number.
-
-Every scan is a single pass or a regex without nested quantifiers, so huge and adversarial strings stay linear.
-
-Verification (:func:`verify_answer`) parses the extracted answer and the reference, each wrapped in
-``\\boxed{}``, with ``math_verify`` (whose LaTeX normalisation handles ``\\dfrac``, units, ``^\\circ``, ``\\%``,
-``10{,}000``, ``\\text{(C)}``, ``x \\in [a,b]``, ...) and compares them with ``math_verify.verify``. A reference
-that is a whole solution (with ``\\boxed`` or ``####``) is reduced to its answer first.
-
-Time limit: ``math_verify``'s own limit is ``signal.alarm``, which fails off the main thread, so we call it with
-its timeouts disabled (``None``) and bound the work ourselves:
-
-* answers longer than :data:`MAX_ANSWER_CHARS` are scored False without parsing;
-* on the main thread a ``SIGALRM`` interval timer interrupts a slow parse or comparison after ``timeout_s``;
-* off the main thread the item goes to the worker pool of :mod:`routing_grpo.core.grading_pool`, whose workers run
-  it on their own main thread under the same timer;
-* the pool parent also keeps a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck
-  in C code, where a signal handler cannot run, or a worker that died is killed and replaced, and its item is
-  scored False.
-
-:func:`grade_batch` uses that module's one shared pool of ``forkserver`` workers, created on first use, reused
-across calls and stopped by :func:`shutdown_pool` (also at exit).
+A response has an answer only if it finished (ended with EOS) and closed any reasoning it opened, in the
+completion or through the prompt (:func:`answer_text`). :func:`extract_answer` then reads the last
+``\\boxed{...}`` (an empty or unclosed last box is no answer); only without any box: ``#### N``,
+``Answer: N``, "the answer is X", the last number. :func:`verify_answer` compares it with the reference
+through ``math_verify``, whose own signal timeouts are off: long answers score False unparsed, and the work
+runs under a ``SIGALRM`` timer on the main thread or in the worker pool of
+:mod:`routing_grpo.core.grading_pool` elsewhere. Every scan is linear, so hostile strings stay cheap.
 """
 
 from __future__ import annotations
@@ -60,27 +25,19 @@ from typing import Any
 from math_verify import parse, verify
 
 from routing_grpo.core.grading_pool import HARD_DEADLINE_GRACE_S as HARD_DEADLINE_GRACE_S  # re-exported
-from routing_grpo.core.grading_pool import (
-    TimedOut,
-    run_in_pool,
-    signal_timer_usable,
-    time_limit,
-)
+from routing_grpo.core.grading_pool import TimedOut, run_in_pool, signal_timer_usable, time_limit
 from routing_grpo.core.grading_pool import shutdown_pool as shutdown_pool  # re-exported
 from routing_grpo.io.jsonl import id_text, read_jsonl
 
 DEFAULT_TIMEOUT_S = 5.0
-# Real final answers (matrices and long polynomials included) are far shorter; longer ones come from
-# degenerate outputs, which is where sympy can take unbounded time.
+# Real answers are far shorter; longer ones come from degenerate outputs, where sympy can take unbounded time.
 MAX_ANSWER_CHARS = 1_000
 # Below this many items a pool's round trips cost more than they save.
 MIN_POOL_BATCH = 32
-# The pool's forkserver imports this module (sympy, math_verify) once: a replacement worker starts in
-# milliseconds instead of re-importing them.
+# The pool's forkserver imports this module (sympy, math_verify) once, for every worker.
 PRELOAD = (__name__,)
-# Time the pool parent allows on top of a worker's own timer before it kills the worker.
 
-# We disable math_verify's signal timeouts on purpose (see the module docstring); its warning about it is noise.
+# math_verify's signal timeouts are off on purpose (see the module docstring); its warning about it is noise.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
 
@@ -89,10 +46,6 @@ class GradeResult:
     correct: bool
     extracted_answer: str | None
 
-
-# ----------------------------------------------------------------------------------------------------------
-# Extraction
-# ----------------------------------------------------------------------------------------------------------
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _BRACE_RE = re.compile(r"\\[{}]|[{}]")
@@ -113,43 +66,56 @@ THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
 
+def completion_text(completion: Any) -> str:
+    """Text of a TRL completion: a string, or the assistant turns of a conversational one ("" otherwise)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list):
+        return "".join(
+            m["content"]
+            for m in completion
+            if isinstance(m, dict)
+            and m.get("role", "assistant") == "assistant"
+            and isinstance(m.get("content"), str)
+        )
+    return ""
+
+
 def opens_reasoning(text: str) -> bool:
     """Whether ``text`` leaves a reasoning block open: a ``<think>`` after its last ``</think>``."""
     return text.rfind(THINK_OPEN) > text.rfind(THINK_CLOSE)
 
 
 def generation_prompt_opens_reasoning(tokenizer: Any, **template_kwargs: Any) -> bool:
-    """Whether the tokenizer's chat template opens the reasoning in its generation prompt.
+    """Whether the chat template's generation prompt opens the reasoning (DeepSeek-R1-Distill's ends with
+    ``<think>\\n``, so its completions must close it before their answer).
 
-    DeepSeek-R1-Distill's template ends the generation prompt with ``<think>\\n``, so its completions start
-    inside the reasoning and must close it (``</think>``) before their answer. The generation prompt is what
-    ``add_generation_prompt=True`` adds to a one-message conversation; ``template_kwargs`` go to
-    ``apply_chat_template`` as the trainer passes them (``chat_template``, ``enable_thinking``, ...). A
-    tokenizer without a chat template opens nothing.
+    Args:
+        tokenizer: a tokenizer; one without a chat template opens nothing.
+        template_kwargs: passed to ``apply_chat_template`` (``chat_template``, ``enable_thinking``, ...).
     """
     if getattr(tokenizer, "chat_template", None) is None and template_kwargs.get("chat_template") is None:
         return False
     probe = [{"role": "user", "content": "What is 1 + 1?"}]
-    with_prompt = tokenizer.apply_chat_template(
-        probe, tokenize=False, add_generation_prompt=True, **template_kwargs
-    )
-    without = tokenizer.apply_chat_template(
-        probe, tokenize=False, add_generation_prompt=False, **template_kwargs
+    with_prompt, without = (
+        tokenizer.apply_chat_template(probe, tokenize=False, add_generation_prompt=add, **template_kwargs)
+        for add in (True, False)
     )
     suffix = with_prompt[len(without) :] if with_prompt.startswith(without) else with_prompt
     return opens_reasoning(suffix)
 
 
 def answer_text(text: str, *, finished: bool = True, reasoning_open: bool = False) -> str | None:
-    """The part of a response that holds its final answer, or None when it has none (finished or wrong).
+    """The part of a response that holds its final answer (finished or wrong).
 
     Args:
         text: the completion as decoded.
         finished: the response ended with EOS (False when it stopped at the completion limit or a cap).
         reasoning_open: the prompt opened the reasoning (its generation prompt ends inside ``<think>``).
 
-    Returns the text after the last ``</think>``; the whole text when no reasoning was opened; None when the
-    response did not finish or left its reasoning open.
+    Returns:
+        The text after the last ``</think>``; the whole text when no reasoning was opened; None when the
+        response did not finish or left its reasoning open.
     """
     if not finished or not isinstance(text, str):
         return None
@@ -162,8 +128,7 @@ def answer_text(text: str, *, finished: bool = True, reasoning_open: bool = Fals
 
 
 def extract_answer(text: str, *, finished: bool = True, reasoning_open: bool = False) -> str | None:
-    """Return the final answer of a completion, or None when it has none (see :func:`answer_text` for
-    ``finished`` and ``reasoning_open``). Never raises."""
+    """The final answer of a completion, or None (flags as in :func:`answer_text`). Never raises."""
     try:
         return _extract(text, finished=finished, reasoning_open=reasoning_open)
     except Exception:  # a reward function must not crash a training step
@@ -198,8 +163,7 @@ class Boxed:
 
 def find_last_boxed(text: str) -> Boxed | None:
     """The last ``\\boxed{...}`` / ``\\fbox{...}`` (braces matched, ``\\{`` ignored) or ``\\boxed 5``; None
-    when there is no box or the last one is never closed. An empty box is found, with content ``""``: a
-    caller that reads answers takes it as no answer (:func:`last_boxed`), a dataset as an empty reference."""
+    when there is none or it is never closed. An empty box has content ``""``."""
     box = _last_match(_BOX_RE, text)
     if box is None:
         return None
@@ -221,8 +185,7 @@ def find_last_boxed(text: str) -> Boxed | None:
 
 
 def last_boxed(text: str) -> str | None:
-    """The answer in the last box; None when there is none, or it is empty or never closed. An empty box is
-    no answer, and it still ends the search: earlier boxes and the fallbacks are not consulted."""
+    """The answer in the last box; None when there is none, or it is empty or never closed."""
     box = find_last_boxed(text)
     return (box.content or None) if box is not None else None
 
@@ -256,16 +219,8 @@ def _last_number(text: str) -> str | None:
     return number.group().replace(",", "") if number else None
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Verification
-# ----------------------------------------------------------------------------------------------------------
-
-
 def verify_answer(extracted: str | None, reference: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
-    """True when `extracted` is mathematically equivalent to `reference`. Never raises; False on error/timeout.
-
-    On the main thread the check runs here under a SIGALRM timer; on other threads it runs in the worker pool.
-    """
+    """Whether ``extracted`` is mathematically equivalent to ``reference``; False on error or timeout."""
     if not signal_timer_usable():
         return bool(
             run_in_pool(None, _verify_limited, [(extracted, reference, timeout_s)], timeout_s, PRELOAD)[0]
@@ -274,19 +229,14 @@ def verify_answer(extracted: str | None, reference: str, *, timeout_s: float = D
 
 
 def _verify_limited(extracted: str | None, reference: str, timeout_s: float) -> bool:
-    """verify_answer for the main thread of this process."""
-    try:
-        with time_limit(timeout_s):
-            return _verify(extracted, reference)
-    except (Exception, TimedOut):  # an answer we cannot parse or compare in time is not a correct one
-        return False
-
-
-def _verify(extracted: str | None, reference: str) -> bool:
     if not extracted or len(extracted) > MAX_ANSWER_CHARS:
         return False
-    gold = _parse_reference(str(reference))
-    return bool(gold) and verify(gold, _parse_latex(extracted), timeout_seconds=None)
+    try:
+        with time_limit(timeout_s):
+            gold = _parse_reference(str(reference))
+            return bool(gold) and verify(gold, _parse_latex(extracted), timeout_seconds=None)
+    except (Exception, TimedOut):  # an answer we cannot parse or compare in time is not a correct one
+        return False
 
 
 @lru_cache(maxsize=4096)
@@ -304,11 +254,6 @@ def _parse_latex(answer: str) -> list[Any]:
     return parse("\\boxed{" + answer + "}", parsing_timeout=None)
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Grading
-# ----------------------------------------------------------------------------------------------------------
-
-
 def grade(
     completion: str,
     reference: str,
@@ -317,10 +262,7 @@ def grade(
     reasoning_open: bool = False,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> GradeResult:
-    """Extract the final answer of `completion` and check it against `reference`. Never raises.
-
-    A response that did not finish (``finished=False``) or left its reasoning open has no answer and is
-    wrong (:func:`answer_text`)."""
+    """Extract the final answer of ``completion`` and verify it against ``reference``. Never raises."""
     extracted = extract_answer(completion, finished=finished, reasoning_open=reasoning_open)
     return GradeResult(verify_answer(extracted, reference, timeout_s=timeout_s), extracted)
 
@@ -328,7 +270,6 @@ def grade(
 def _grade_limited(
     completion: str, reference: str, timeout_s: float, finished: bool = True, reasoning_open: bool = False
 ) -> GradeResult:
-    """grade for the main thread of this process (in-process batches and pool workers)."""
     extracted = extract_answer(completion, finished=finished, reasoning_open=reasoning_open)
     return GradeResult(_verify_limited(extracted, reference, timeout_s), extracted)
 
@@ -342,13 +283,14 @@ def grade_batch(
     num_workers: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[GradeResult]:
-    """Grade completions against references, results in input order.
+    """Grade completions against references, in input order.
 
-    ``finished`` (one flag per completion; default all True) and ``reasoning_open`` (one flag for all, or one
-    per completion) are those of :func:`answer_text`: an unfinished response is wrong.
-    Uses the shared pool of `num_workers` processes (default: the CPUs this process may use). Batches under
-    MIN_POOL_BATCH items, or `num_workers=0`, are graded in this process when called from the main thread.
-    An item past its deadline, or whose worker died, is scored False and the worker replaced.
+    Args:
+        finished: one flag per completion (default all True), as in :func:`answer_text`.
+        reasoning_open: one flag for all, or one per completion.
+        num_workers: the shared pool's size (default: the usable CPUs). On the main thread, batches under
+            :data:`MIN_POOL_BATCH` items, or ``num_workers=0``, are graded in this process.
+        timeout_s: the time limit per item; an item past it, or whose worker died, is scored False.
     """
     n = len(completions)
     if n != len(references):
@@ -371,11 +313,6 @@ def grade_batch(
     ]
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Files
-# ----------------------------------------------------------------------------------------------------------
-
-
 def grade_file(
     input_path: str | Path,
     output_path: str | Path | None = None,
@@ -384,11 +321,16 @@ def grade_file(
     label_column: str = "label",
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Grade a JSONL file whose rows have `model_output` and `reference_answer`.
+    """Grade a JSONL file whose rows have ``model_output`` and ``reference_answer``.
 
-    Writes each row plus `correct` and `extracted_answer` to `output_path` when given. Returns `rows`,
-    `correct`, `seconds`, and `agreement` (fraction of rows where `correct` equals `label_column`) when every
-    row has that label. Raises ValueError naming the line and column of a malformed row.
+    Writes each row plus ``correct`` and ``extracted_answer`` to ``output_path`` when given.
+
+    Returns:
+        ``rows``, ``correct``, ``seconds``, and ``agreement`` (the share of rows where ``correct`` equals
+        ``label_column``) when every row has that label.
+
+    Raises:
+        ValueError: naming the line and column of a malformed row.
     """
     start = time.perf_counter()
     rows = _read_rows(Path(input_path), label_column)

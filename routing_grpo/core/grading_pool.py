@@ -1,18 +1,10 @@
-"""Deadlines for grading work: a ``SIGALRM`` timer for the main thread and a pool of worker processes that
-keeps a hard deadline per item (used by :mod:`routing_grpo.core.grading`; the grading rules live there).
+"""Deadlines for grading work (:mod:`routing_grpo.core.grading`): a ``SIGALRM`` timer and a worker pool.
 
-Rules:
-
-* On the main thread :func:`time_limit` interrupts slow work after ``seconds`` (an interval timer; the
-  :class:`TimedOut` it raises is a ``BaseException``, so broad ``except Exception`` blocks in sympy cannot
-  swallow it). Off the main thread a signal timer is unusable (:func:`signal_timer_usable` is False) and the
-  work goes to the pool, whose workers run it on their own main thread under the same timer.
-* The pool parent keeps a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck in
-  C code, where a signal handler cannot run, or a worker that died is killed and replaced, and its item's
-  result is None.
-* :func:`run_in_pool` uses one module-level pool of ``forkserver`` workers (safe when torch or other threads
-  live in the parent), created on first use, reused across calls (recreated for another size, or after a
-  fork) and stopped by :func:`shutdown_pool` (also at exit).
+On the main thread :func:`time_limit` interrupts slow work. Off it a signal timer is unusable, so the work
+goes to the pool, whose workers run it on their own main thread under the same timer. The pool parent also
+keeps a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck in C code, or one that
+died, is killed and replaced, and its item's result is None. :func:`run_in_pool` shares one pool of
+``forkserver`` workers per process (safe beside torch's threads), stopped by :func:`shutdown_pool`.
 """
 
 from __future__ import annotations
@@ -31,11 +23,6 @@ from typing import Any
 
 HARD_DEADLINE_GRACE_S = 2.0
 WORKER_START_TIMEOUT_S = 120.0
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The main thread's timer
-# ----------------------------------------------------------------------------------------------------------
 
 
 class TimedOut(BaseException):
@@ -64,11 +51,6 @@ def time_limit(seconds: float) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, 0)
         finally:
             signal.signal(signal.SIGALRM, previous)
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Worker pool
-# ----------------------------------------------------------------------------------------------------------
 
 
 def _worker_main(conn: Any) -> None:
@@ -109,17 +91,17 @@ class _Worker:
 
 
 class WorkerPool:
-    """Fixed-size process pool with a deadline per item; unlike concurrent.futures it can kill one stuck worker.
+    """A process pool with a deadline per item; unlike concurrent.futures it can kill one stuck worker.
 
-    ``preload`` names modules the ``forkserver`` imports once, so that a replacement worker forks with them
-    loaded (grading preloads itself: sympy and math_verify)."""
+    Args:
+        size: the number of worker processes.
+        preload: modules the ``forkserver`` imports once, so that a replacement worker starts in milliseconds.
+    """
 
     def __init__(self, size: int, preload: Sequence[str] = ()) -> None:
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         self._ctx = mp.get_context(method)
         if method == "forkserver" and preload:
-            # Workers fork from a server that has imported the preload modules once: a replacement worker
-            # starts in milliseconds instead of re-importing them. (No effect if the server already runs.)
             self._ctx.set_forkserver_preload(list(preload))
         self.size = size
         self.pid = os.getpid()
@@ -139,7 +121,7 @@ class WorkerPool:
         return fresh
 
     def run(self, func: Callable[..., Any], items: list[tuple[Any, ...]], timeout_s: float) -> list[Any]:
-        """`func(*item)` for each item, in order; None where an item hung past its deadline or killed its worker."""
+        """``func(*item)`` for each item, in order; None where an item passed its deadline or killed its worker."""
         results: list[Any] = [None] * len(items)
         # Chunks amortise the round trips; several per worker keep the load balanced.
         chunk = max(1, min(16, len(items) // (4 * self.size)))
@@ -178,10 +160,6 @@ class WorkerPool:
                 idle.append(worker)
         return results
 
-    def worker_pids(self) -> list[int]:
-        """The process ids of the live workers (e.g. to read their CPU time)."""
-        return [w.process.pid for w in self._workers if w.process.is_alive()]
-
     def close(self) -> None:
         for worker in self._workers:
             worker.kill()
@@ -203,9 +181,8 @@ def run_in_pool(
     timeout_s: float,
     preload: Sequence[str] = (),
 ) -> list[Any]:
-    """``func(*item)`` for each item on the shared pool of ``size`` workers (default: the pool's size, else
-    :func:`available_cpus`), in order; None where an item passed its hard deadline or killed its worker.
-    The pool is (re)created as needed; the lock keeps two callers off the same pipes."""
+    """``func(*item)`` for each item, in order, on the shared pool of ``size`` workers (default: the running
+    pool's size, else :func:`available_cpus`); None where an item passed its deadline or killed its worker."""
     global _POOL
     with _POOL_LOCK:
         if _POOL is not None and _POOL.pid != os.getpid():
@@ -224,11 +201,6 @@ def run_in_pool(
             _POOL.close()
             _POOL = None
             raise
-
-
-def current_pool() -> WorkerPool | None:
-    """The shared pool of this process, if one is running."""
-    return _POOL if _POOL is not None and _POOL.pid == os.getpid() else None
 
 
 def shutdown_pool() -> None:

@@ -3,9 +3,9 @@
 Paper: "Three Modes with Hard Token Caps", App. "Reward surface and crossover placement" and
 "Mode detection and per-mode caps". docs/method.md "Modes" and "Mode detection".
 
-A mode m has a routing word (written first by the model), a base reward b_m, a per-token discount
-gamma_m and a hard cap C_m on the tokens generated after the word. Modes are ordered from the briefest
-to the longest; the last one is "the longest mode" that the balance gate exempts.
+A mode m has a routing word (written first by the model), a base reward b_m, a per-token discount gamma_m
+and a hard cap C_m on the tokens after the word. Modes are ordered briefest to longest; the last one is the
+longest mode that the balance gate exempts.
 """
 
 from __future__ import annotations
@@ -19,11 +19,8 @@ from typing import Any
 INVALID = -1
 """Mode index of a rollout with no recognisable routing word."""
 
-# Only the first few tokens of a completion can hold the routing word; looking further is wasted work
-# and would let a word in the middle of an answer count as a routing decision.
 DETECTION_HEAD_TOKENS = 8
-"""The detector reads at most this many tokens of a completion (so a head this long decides the mode)."""
-_MAX_WORD_TOKENS = DETECTION_HEAD_TOKENS
+"""The detector reads at most this many tokens of a completion: a word further on is no routing decision."""
 _MAX_HEAD_CHARS = 64
 MAX_WORD_CHARS = 64
 """A mode's name and routing word are at most this long (a word the detector can find in its head)."""
@@ -79,7 +76,7 @@ DEFAULT_MODES: tuple[ModeSpec, ...] = (
 
 
 def parse_modes(raw: Sequence[ModeSpec | Mapping[str, Any]]) -> tuple[ModeSpec, ...]:
-    """Build mode specs from recipe dicts (``{name, word, base, gamma, cap}``), naming any bad key."""
+    """Mode specs from recipe dicts (``{name, word, base, gamma, cap}``); a ValueError names any bad key."""
     modes = []
     fields = {"name", "word", "base", "gamma", "cap"}
     for i, item in enumerate(raw):
@@ -88,14 +85,11 @@ def parse_modes(raw: Sequence[ModeSpec | Mapping[str, Any]]) -> tuple[ModeSpec, 
             continue
         if not isinstance(item, Mapping):
             raise ValueError(f"modes[{i}]: expected a mapping with keys {sorted(fields)}, got {item!r}")
-        unknown = set(item) - fields
-        if unknown:
+        if unknown := set(item) - fields:
             raise ValueError(f"modes[{i}]: unknown key(s) {sorted(unknown)}; allowed: {sorted(fields)}")
-        missing = {"name", "base", "gamma"} - set(item)
-        if missing:
+        if missing := {"name", "base", "gamma"} - set(item):
             raise ValueError(f"modes[{i}]: missing key(s) {sorted(missing)}")
-        kwargs = dict(item)
-        kwargs.setdefault("word", kwargs["name"])
+        kwargs = {"word": item["name"], **item}
         for key in ("name", "word"):
             if not isinstance(kwargs[key], str):
                 raise ValueError(f"modes[{i}]: `{key}` must be text, got {kwargs[key]!r}")
@@ -123,15 +117,14 @@ def parse_modes(raw: Sequence[ModeSpec | Mapping[str, Any]]) -> tuple[ModeSpec, 
 
 
 def validate_modes(modes: Sequence[ModeSpec]) -> None:
-    """Checks that hold for any mode list: at least one mode, distinct names, prefix-free words."""
+    """At least one mode, distinct names, and routing words none of which starts another (detection reads a
+    prefix, ignoring case and separators)."""
     if not modes:
         raise ValueError("modes: at least one mode is required")
     names = [m.name for m in modes]
     if len(set(names)) != len(names):
         raise ValueError(f"modes: names must be distinct, got {names}")
-    # Detection reads a prefix of the completion, so a word that is a prefix of another
-    # (case-insensitively, ignoring separators) would make the choice ambiguous.
-    keys = [_word_key(m.word) for m in modes]
+    keys = [re.sub(r"[\s_\-]", "", m.word).lower() for m in modes]
     for i, a in enumerate(keys):
         for j in range(i + 1, len(keys)):
             if keys[j] == a:
@@ -149,13 +142,8 @@ def validate_modes(modes: Sequence[ModeSpec]) -> None:
                 )
 
 
-def _word_key(word: str) -> str:
-    return re.sub(r"[\s_\-]", "", word).lower()
-
-
 def mode_index(modes: Sequence[ModeSpec], name: str) -> int:
-    """Index of the mode called ``name`` (case-insensitive), with a clear error otherwise (also for a
-    name that is not text, such as an index)."""
+    """Index of the mode called ``name`` (case-insensitive); a ValueError listing the modes otherwise."""
     if not isinstance(name, str):
         raise ValueError(f"expected a mode name, got {name!r}; modes are {[m.name for m in modes]}")
     for i, m in enumerate(modes):
@@ -165,17 +153,14 @@ def mode_index(modes: Sequence[ModeSpec], name: str) -> int:
 
 
 def routing_instruction(modes: Sequence[ModeSpec]) -> str:
-    """The instruction appended to the user turn, built from the mode words.
-
-    With the default modes this is exactly the paper's sentence:
-    "Output NoThink to answer directly, Short for brief reasoning, or Long for extended reasoning."
+    """The instruction appended to the user turn, built from the mode words; with the default modes the
+    paper's sentence: "Output NoThink to answer directly, Short for brief reasoning, or Long for extended
+    reasoning."
     """
-    descriptions = _mode_descriptions(len(modes))
-    parts = [f"{m.word} {d}" for m, d in zip(modes, descriptions)]
+    parts = [f"{m.word} {d}" for m, d in zip(modes, _mode_descriptions(len(modes)))]
     if len(parts) == 1:
         return f"Output {parts[0]}."
-    body = ", ".join(parts[:-1]) + ("," if len(parts) > 2 else "") + f" or {parts[-1]}"
-    return f"Output {body}."
+    return "Output " + ", ".join(parts[:-1]) + ("," if len(parts) > 2 else "") + f" or {parts[-1]}."
 
 
 def _mode_descriptions(k: int) -> list[str]:
@@ -188,11 +173,6 @@ def _mode_descriptions(k: int) -> list[str]:
         return ["to answer directly", "for brief reasoning", "for extended reasoning"]
     middle = [f"for reasoning at level {i} of {k - 2}" for i in range(1, k - 1)]
     return ["to answer directly", *middle, "for extended reasoning"]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Detection
-# ---------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -211,26 +191,22 @@ INVALID_DETECTION = Detection(INVALID, 0)
 
 
 def word_pattern(word: str) -> str:
-    """Regex (case-insensitive use) for a routing word and its spelling variants.
-
-    "NoThink" also matches "No Think", "no_think", "NO-THINK". There is no trailing word boundary on
-    purpose: "LongI need to..." is Long (docs/method.md "Mode detection").
-    """
-    # Split at camel-case humps and existing separators: "NoThink" -> ["No", "Think"].
+    """Regex (case-insensitive use) for a routing word and its spellings: "NoThink" also matches "No Think",
+    "no_think", "NO-THINK". No trailing word boundary: "LongI need to..." is Long."""
     pieces = [p for p in re.split(r"[\s_\-]+|(?<=[a-z0-9])(?=[A-Z])", word) if p]
     return r"[ _\-]?".join(re.escape(p) for p in pieces)
 
 
 class ModeDetector:
-    """Reads the mode a completion chose from its first tokens.
+    """Reads the mode a completion chose from its first tokens (docs/method.md "Mode detection").
 
-    Detection order (docs/method.md "Mode detection"): an exact match of a mode word's token ids at the
-    start of the completion (with or without a leading space, the two forms tokenize differently), else a
-    case-insensitive prefix regex on the decoded text allowing leading whitespace and spelling variants. No
-    match: INVALID.
+    First an exact match of a word form's token ids at the start of the completion, else a case-insensitive
+    prefix regex on the decoded text (leading whitespace and spelling variants allowed); no match: INVALID.
 
-    ``word_token_ids`` maps each mode index to the token-id sequences of its word forms; ``decode`` turns
-    token ids back into text. Both usually come from a tokenizer (:meth:`from_tokenizer`).
+    Args:
+        modes: the mode specs.
+        word_token_ids: mode index -> the token-id sequences of its word forms (:func:`word_token_id_forms`).
+        decode: token ids -> text. Both usually come from a tokenizer (:meth:`from_tokenizer`).
     """
 
     def __init__(
@@ -241,13 +217,14 @@ class ModeDetector:
     ) -> None:
         validate_modes(modes)
         self.modes = tuple(modes)
-        # Longest id sequences first so that a longer word form wins over a shorter one.
-        candidates = []
-        for idx, forms in (word_token_ids or {}).items():
-            for ids in forms:
-                if ids:
-                    candidates.append((tuple(int(t) for t in ids), idx))
-        self._id_candidates = sorted(set(candidates), key=lambda c: -len(c[0]))
+        candidates = {
+            (tuple(int(t) for t in ids), idx)
+            for idx, forms in (word_token_ids or {}).items()
+            for ids in forms
+            if ids
+        }
+        # Longest id sequences first, so that a longer word form wins over a shorter one.
+        self._id_candidates = sorted(candidates, key=lambda c: -len(c[0]))
         self._decode = decode
         alternatives = "|".join(f"(?P<m{i}>{word_pattern(m.word)})" for i, m in enumerate(self.modes))
         self._regex = re.compile(rf"\s*(?a:{alternatives})", re.IGNORECASE)
@@ -257,16 +234,9 @@ class ModeDetector:
         forms = {i: word_token_id_forms(tokenizer, m.word) for i, m in enumerate(modes)}
         return cls(modes, forms, lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False))
 
-    def detect_text(self, text: str) -> int:
-        """Mode index read from decoded text by the prefix regex, or INVALID."""
-        match = self._regex.match(text[:_MAX_HEAD_CHARS])
-        if match is None:
-            return INVALID
-        return int(match.lastgroup[1:])
-
     def detect(self, completion_ids: Sequence[int], text: str | None = None) -> Detection:
-        """Detects the mode of one completion from its token ids (and text, decoded if not given)."""
-        head = [int(t) for t in completion_ids[:_MAX_WORD_TOKENS]]
+        """The mode of one completion from its token ids (and its text, decoded from them if not given)."""
+        head = [int(t) for t in completion_ids[:DETECTION_HEAD_TOKENS]]
         for ids, idx in self._id_candidates:
             if tuple(head[: len(ids)]) == ids:
                 return Detection(idx, len(ids))
@@ -278,20 +248,11 @@ class ModeDetector:
         if match is None:
             return INVALID_DETECTION
         mode = int(match.lastgroup[1:])
-        return Detection(mode, self._tokens_spanning(head, match.end(), fallback=len(head)))
-
-    def _tokens_spanning(self, head: Sequence[int], end_char: int, fallback: int) -> int:
-        """Smallest k such that the first k tokens decode to at least ``end_char`` characters.
-
-        The token holding the word's last character counts as a word token, so "LongI" as one token
-        gives L = tokens after it.
-        """
         if self._decode is None:
-            return fallback
-        for k in range(1, len(head) + 1):
-            if len(self._decode(head[:k])) >= end_char:
-                return k
-        return fallback
+            return Detection(mode, len(head))
+        # The word's tokens: the fewest that decode to the whole match ("LongI" as one token is a word token).
+        spanning = (k for k in range(1, len(head) + 1) if len(self._decode(head[:k])) >= match.end())
+        return Detection(mode, next(spanning, len(head)))
 
 
 def word_token_id_forms(tokenizer: Any, word: str) -> list[list[int]]:
@@ -305,23 +266,16 @@ def word_token_id_forms(tokenizer: Any, word: str) -> list[list[int]]:
 
 
 def word_first_token_ids(tokenizer: Any, word: str) -> list[int]:
-    """The first token id of each of ``word``'s forms (:func:`word_token_id_forms`), sorted: where a model's
-    probability of starting the word is read."""
+    """The sorted first token ids of ``word``'s forms: where a model's probability of starting it is read."""
     return sorted({ids[0] for ids in word_token_id_forms(tokenizer, word)})
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Gammas from caps, and crossover lengths
-# ---------------------------------------------------------------------------------------------------------
 
 
 def gammas_from_caps(bases: Sequence[float], caps: Sequence[int | None]) -> list[float]:
     """Discounts that put each crossover at the briefer mode's cap (paper Eq. gamma, for any K).
 
-    Working from the longest mode down: the longest mode keeps gamma = 1; for mode m with cap C_m,
-    b_m g_m^C_m = b_{m+1} g_{m+1}^C_m, i.e. g_m = g_{m+1} (b_{m+1}/b_m)^(1/C_m).
-    With bases 1.3/1.2/1.0 and caps 1024/3000 this gives ~0.99984/0.99994/1.0. Note that the paper's
-    recipe gammas put the NoThink/Short crossover near 800, not at 1024 (docs/method.md "Modes").
+    The longest mode keeps gamma = 1; from there down, b_m g_m^C_m = b_{m+1} g_{m+1}^C_m, i.e.
+    g_m = g_{m+1} (b_{m+1}/b_m)^(1/C_m). Bases 1.3/1.2/1.0 and caps 1024/3000 give ~0.99984/0.99994/1.0 (the
+    paper's recipe gammas put the NoThink/Short crossover near 800, not 1024: docs/method.md "Modes").
     """
     if len(bases) != len(caps) or not bases:
         raise ValueError("gammas_from_caps: bases and caps must be non-empty and of equal length")
@@ -346,9 +300,8 @@ class Crossover:
 def crossovers(modes: Sequence[ModeSpec]) -> list[Crossover]:
     """Crossover lengths of the correct-answer reward envelope, for any K.
 
-    log r_m(L) = ln b_m + L ln gamma_m is a line in L, so the best mode over L >= 0 is the upper
-    envelope of K lines; its breakpoints are the crossovers (caps are not applied: this is the designed
-    surface, as in the paper's table).
+    log r_m(L) = ln b_m + L ln gamma_m is a line in L: the crossovers are the breakpoints of the upper
+    envelope of K lines over L >= 0 (caps not applied: the designed surface, as in the paper's table).
     """
     lines = [(math.log(m.base), math.log(m.gamma)) for m in modes]
     result: list[Crossover] = []

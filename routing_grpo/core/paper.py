@@ -9,7 +9,6 @@ from __future__ import annotations
 
 TITLE = "Learning When to Think: Adaptive Reasoning for Test-Time Compute Allocation"
 AUTHORS = ("Gijs Kassenaar", "Zhao Yang", "Vincent François-Lavet")
-AFFILIATION = "Vrije Universiteit Amsterdam"
 METHOD = "Three-mode self-routing GRPO"
 
 CITATION = """\

@@ -1,11 +1,9 @@
-"""Prompt text, the same for training, evaluation and inference.
+"""Prompt text, the same for training, evaluation and inference (docs/method.md "Prompt layout").
 
-docs/method.md "Prompt layout": the routing instruction goes at the end of the last user turn
-(:func:`add_routing_instruction`); after the chat template's generation prompt comes the routing question Q
-(:data:`DEFAULT_ROUTING_QUESTION`), and a forced prompt has its mode word there too (:func:`forcing_text`).
-:class:`PromptPlan` is that layout for a whole run, and :meth:`PromptPlan.render` the prompt text;
-:func:`forced_word_ids` and :func:`early_tell_word_ids` are the words' token ids the trainer appends and reads.
-One module, so that a model is asked in evaluation and inference exactly as it was in training.
+The routing instruction ends the last user turn (:func:`add_routing_instruction`); after the chat template's
+generation prompt comes the routing question Q, and in a forced prompt the mode word (:func:`forcing_text`).
+:class:`PromptPlan` is that layout for a whole run; :func:`forced_word_ids` and :func:`early_tell_word_ids`
+are the words' token ids the trainer appends and reads.
 """
 
 from __future__ import annotations
@@ -22,14 +20,12 @@ logger = logging.getLogger(__name__)
 DEFAULT_ROUTING_QUESTION = "Mode:"
 """The routing question's default: short, and inviting the routing word as the answer's first token."""
 MAX_PROMPT_TEXT_CHARS = 500
-"""The routing question and the routing instruction are at most this many characters (the paper's are 5
-and 92): each is in every prompt of a run, so a pasted document there would be generated against in every
-rollout, or exhaust memory before the first."""
+"""The routing question and instruction are at most this long (the paper's are 5 and 92): both are in every
+prompt of a run."""
 
 
 def prompt_text_problem(name: str, value: Any) -> str | None:
-    """Why ``value`` cannot be the routing question or instruction ``name`` (None when it can): text, at
-    most :data:`MAX_PROMPT_TEXT_CHARS` characters."""
+    """Why ``value`` cannot be the routing question or instruction ``name``, or None when it can."""
     if not isinstance(value, str):
         return f"{name}: must be text, got {type(value).__name__}"
     if len(value) > MAX_PROMPT_TEXT_CHARS:
@@ -44,26 +40,22 @@ INSTRUCTION_SEPARATOR = "\n\n"
 
 
 def add_routing_instruction(prompt: Any, instruction: str) -> Any:
-    """The prompt with ``instruction`` appended to its last user turn (or to the text of a plain prompt).
-
-    The input is not modified. An empty instruction returns the prompt unchanged.
-    """
+    """``prompt`` with ``instruction`` appended to its last user turn (or to a plain prompt's text); the input
+    is not modified."""
     if not instruction:
         return prompt
+    suffix = INSTRUCTION_SEPARATOR + instruction
     if isinstance(prompt, str):
-        return prompt + INSTRUCTION_SEPARATOR + instruction
+        return prompt + suffix
     if isinstance(prompt, list):
         messages = copy.deepcopy(prompt)
         for message in reversed(messages):
             if isinstance(message, dict) and message.get("role") == "user":
                 content = message.get("content")
                 if isinstance(content, str):
-                    message["content"] = content + INSTRUCTION_SEPARATOR + instruction
+                    message["content"] = content + suffix
                 elif isinstance(content, list):
-                    message["content"] = [
-                        *content,
-                        {"type": "text", "text": INSTRUCTION_SEPARATOR + instruction},
-                    ]
+                    message["content"] = [*content, {"type": "text", "text": suffix}]
                 else:
                     raise ValueError(f"prompt: user message content must be text or a list, got {content!r}")
                 return messages
@@ -74,14 +66,9 @@ def add_routing_instruction(prompt: Any, instruction: str) -> Any:
 
 
 def forcing_text(word: str, question: str) -> str:
-    """The text that forces a mode after Q: the word, with a leading space when Q ends in a non-space.
-
-    One form only ("Mode: Short"), so forcing and the promoted token are always the same ids; detection
-    accepts both forms.
-    """
-    if question and not question[-1].isspace():
-        return " " + word
-    return word
+    """The text that forces a mode after Q: the word, with a leading space when Q ends in a non-space (one
+    form only, so forcing and the promoted token are always the same ids)."""
+    return " " + word if question and not question[-1].isspace() else word
 
 
 @dataclass(frozen=True)
@@ -102,12 +89,11 @@ class PromptPlan:
 
     @classmethod
     def from_config(cls, config: Any) -> PromptPlan:
-        """The plan of an evaluation config (``no_routing``, ``force_mode``, ``mode_specs``,
-        ``routing_instruction``, ``routing_question``)."""
+        """The plan of an evaluation config."""
         if config.no_routing:
             return cls("", "")
         modes = config.mode_specs
-        # None: built from the mode words; "" means no instruction, as in training.
+        # None: built from the mode words; "": no instruction.
         instruction = (
             routing_instruction(modes) if config.routing_instruction is None else config.routing_instruction
         )
@@ -135,16 +121,15 @@ class PromptPlan:
 
 
 def render_prompt(settings: Any, tokenizer: Any, question: Any, forced: int | None = None) -> tuple[str, str]:
-    """A checkpoint's prompt for one question (its saved instruction and question, ``settings.modes[forced]``
-    forced when given), and the forced text."""
+    """A checkpoint's prompt text for one question (``settings.modes[forced]`` forced when given) and its
+    forced text."""
     plan = PromptPlan.forcing(settings.routing_instruction, settings.routing_question, settings.modes, forced)
     return plan.render(tokenizer, question), plan.forced_text
 
 
 def early_tell_word_ids(modes: Any, tokenizer: Any) -> tuple[list[list[int]], list[list[int]]] | None:
-    """The token ids of the briefest and the longest mode's words, each spelling (with and without a leading
-    space) whole: what the early tell's log-odds read (a word's probability over all its tokens). None, with
-    a warning, when the two words share a spelling (their log-odds cannot be read)."""
+    """The token ids of each spelling of the briefest and the longest mode's words, whose log-odds the early
+    tell reads; None, with a warning, when the two words share a spelling."""
     brief, longest = (word_token_id_forms(tokenizer, m.word) for m in (modes[0], modes[-1]))
     if any(form in longest for form in brief):
         logger.warning(
@@ -160,9 +145,9 @@ def early_tell_word_ids(modes: Any, tokenizer: Any) -> tuple[list[list[int]], li
 def forced_word_ids(modes: Any, tokenizer: Any, question: str) -> list[list[int]]:
     """The token ids that force each mode after the routing question ``question``.
 
-    Raises ValueError naming the mode when its word tokenizes to nothing, or to ids that differ from the
-    word's own (with or without a leading space) after the question, so detection would not read it back.
-    The training entry calls this once the tokenizer is loaded, before the model.
+    Raises:
+        ValueError: naming the mode whose word tokenizes to nothing, or to other ids after the question than
+            on its own (detection would not read it back).
     """
     out = []
     for m in modes:

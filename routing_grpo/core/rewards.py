@@ -4,35 +4,19 @@
     r_i = 0                     wrong with a valid mode (a capped or unfinished rollout is wrong)
     r_i = invalid_reward        no valid routing word (-0.5)
 
-A rollout is right only if it finished (ended with EOS, not at the completion limit or its cap) and, when its
-reasoning was opened (by the prompt, as DeepSeek-R1-Distill's ``<think>\\n`` generation prompt does, or in the
-completion), closed it before a correct answer (:func:`routing_grpo.core.grading.answer_text`).
-
-Phase 2 (from ``flatten_reward_step``) sets every base and gamma to 1.0; caps stay.
-
-:func:`routing_reward` is the pure function. :class:`RoutingReward` wraps it as a TRL reward function
-(``reward_func(prompts, completions, completion_ids, **columns) -> list[float]``): it detects the mode,
-applies the caps, grades the answer against the dataset's ``answer`` column and returns the rewards.
+Phase 2 (from ``flatten_reward_step``) sets every base and gamma to 1.0; caps stay. :func:`routing_reward` is
+the pure function; :class:`RoutingReward` wraps it as a TRL reward function.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from routing_grpo.core.completions import completion_text  # also re-exported from here
-from routing_grpo.core.modes import INVALID, Detection, ModeDetector, ModeSpec
+from routing_grpo.core.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.core.verifiers import Verifier, resolve_verifier
 
 DEFAULT_INVALID_REWARD = -0.5
-
-"""``verifier(completion_text, reference) -> bool``: whether a completion's answer is right."""
-
-
-def flat_modes(modes: Sequence[ModeSpec]) -> tuple[ModeSpec, ...]:
-    """Phase-2 modes: every base and gamma 1.0, caps and words unchanged."""
-    return tuple(dataclasses.replace(m, base=1.0, gamma=1.0) for m in modes)
 
 
 def exceeds_cap(mode: ModeSpec, length: int) -> bool:
@@ -50,7 +34,7 @@ def routing_reward(
     flatten: bool = False,
     invalid_reward: float = DEFAULT_INVALID_REWARD,
 ) -> float:
-    """Reward of one rollout.
+    """Reward r_i of one rollout (paper Eq. reward).
 
     Args:
         mode: mode index, or ``INVALID`` (-1) when the rollout has no valid routing word.
@@ -92,29 +76,25 @@ def routing_rewards(
 
 
 class RoutingReward:
-    """TRL reward function for self-routing: detection, caps, grading and the reward surface.
+    """TRL reward function for self-routing: mode detection, caps, grading and the reward surface.
 
-    It reads the reference from the dataset column ``answer_column``. The routing trainer passes the
-    rollout's routing facts as extra per-row columns (``routing_mode``: forced label or detected mode;
-    ``routing_length``: L; ``routing_capped``; ``routing_finished``: ended with EOS; ``routing_phase``);
-    without them (e.g. under a plain ``GRPOTrainer``) the mode is detected from the completion tokens, L
-    counted here and a rollout is finished when its last token is one of ``eos_token_ids`` (all are, when
-    neither ids nor EOS tokens are known).
+    The routing trainer passes each rollout's facts as extra columns (``routing_mode``, ``routing_length``,
+    ``routing_capped``, ``routing_finished``, ``routing_phase``); without them (a plain ``GRPOTrainer``) the
+    mode is detected from the completion and a rollout finished when its last token is an EOS. Rollouts
+    without a routing word are graded too, for accuracy. After each call :attr:`last` holds the per-rollout
+    mode, length, capped, finished and correct flags.
 
-    ``prompt_opens_reasoning``: the chat template's generation prompt opens the reasoning
-    (:func:`routing_grpo.core.grading.generation_prompt_opens_reasoning`; the trainer sets it from its tokenizer),
-    so a conversational prompt's completion must close it with ``</think>`` before its answer; a plain-text
-    prompt opens it when the text itself leaves a ``<think>`` open.
-
-    Every uncapped rollout is graded, those without a routing word too: their reward stays
-    ``invalid_reward``, but ``correct`` (and the validation accuracy built on it) says whether the answer was
-    right. After each call, :attr:`last` holds the per-rollout facts (mode, length, capped, finished,
-    correct), so the trainer and its metrics reuse them instead of grading twice.
-
-    ``verifier`` (``(completion_text, reference) -> bool``, or a name of :mod:`routing_grpo.core.verifiers`)
-    decides correctness; the default grades math answers (last ``\\boxed{}``, math-verify) in a batched pool
-    with timeouts. A custom verifier sees only the answer text (after the reasoning) of a finished rollout; an
-    unfinished one is wrong without asking it.
+    Args:
+        modes: the mode specs.
+        tokenizer: reads the routing word's token ids and the EOS token.
+        answer_column: the dataset column of reference answers.
+        invalid_reward: reward of a rollout without a valid routing word.
+        single_mode: a single-mode baseline's mode: no routing word, every token counts towards L.
+        verifier: ``(answer_text, reference) -> bool`` or a name of :mod:`routing_grpo.core.verifiers`; it
+            sees the answer text of finished rollouts only. Default: batched math grading.
+        prompt_opens_reasoning: the chat template's generation prompt opens the reasoning, so a
+            conversational prompt's completion must close it before its answer.
+        eos_token_ids: the ids that end a finished rollout (default: the tokenizer's EOS).
     """
 
     def __init__(
@@ -131,11 +111,7 @@ class RoutingReward:
     ) -> None:
         self.modes = tuple(modes)
         self.prompt_opens_reasoning = prompt_opens_reasoning
-        if (
-            eos_token_ids is None
-            and tokenizer is not None
-            and getattr(tokenizer, "eos_token_id", None) is not None
-        ):
+        if eos_token_ids is None and getattr(tokenizer, "eos_token_id", None) is not None:
             eos_token_ids = [tokenizer.eos_token_id]
         self.eos_token_ids = [int(t) for t in eos_token_ids or ()]
         self.verifier = resolve_verifier(verifier)
@@ -156,7 +132,7 @@ class RoutingReward:
         completion_ids: list[list[int]] | None = None,
         **columns: Any,
     ) -> list[float]:
-        from routing_grpo.core.grading import answer_text, grade_batch, opens_reasoning
+        from routing_grpo.core.grading import answer_text, completion_text, grade_batch, opens_reasoning
 
         n = len(completions)
         if self.answer_column not in columns:
@@ -179,8 +155,7 @@ class RoutingReward:
             for p in (prompts if len(prompts) == n else [None] * n)
         ]
 
-        # Capped and unfinished rollouts are wrong without grading; invalid ones are graded (for accuracy),
-        # though their reward does not depend on the answer.
+        # Capped and unfinished rollouts are wrong without grading.
         to_grade = [i for i in range(n) if not capped[i] and finished[i]]
         correct = [False] * n
         if self.verifier is None:
@@ -203,13 +178,7 @@ class RoutingReward:
             )
             for m, length, c, k, p in zip(modes_idx, lengths, correct, capped, phases)
         ]
-        self.last = {
-            "mode": modes_idx,
-            "length": lengths,
-            "capped": capped,
-            "finished": finished,
-            "correct": correct,
-        }
+        self.last = dict(mode=modes_idx, length=lengths, capped=capped, finished=finished, correct=correct)
         log_extra = columns.get("log_extra")  # TRL's: a column of the completions table
         if log_extra is not None and columns.get("routing_capped") is not None:
             rollout_capped = [bool(c) for c in columns["routing_capped"]]
@@ -237,10 +206,7 @@ class RoutingReward:
             return [self.single_mode] * len(texts), [len(x) for x in ids]
         modes_idx, lengths = [], []
         for text, row_ids in zip(texts, ids):
-            det = self.detector.detect(row_ids, text) if row_ids else self._detect_text_only(text)
+            det = self.detector.detect(row_ids, text)
             modes_idx.append(det.mode)
             lengths.append(max(len(row_ids) - det.word_tokens, 0) if det.valid else len(row_ids))
         return modes_idx, lengths
-
-    def _detect_text_only(self, text: str) -> Detection:
-        return Detection(self.detector.detect_text(text), 0)

@@ -1,13 +1,10 @@
-"""Answer checks by name: the one registry of verifiers, for the training reward, evaluation and tasks.
+"""Answer checks by name, for the training reward, evaluation and tasks.
 
 A verifier ``(completion, reference) -> bool`` says whether a completion's answer is right given the row's
-reference (the dataset's answer column). Names, as recipes (``verifier``) and tasks (``grader``) write them:
-
-* ``"math"``: math-verify's grading (:mod:`routing_grpo.core.grading`). Its registry entry is None: the reward and
-  evaluation then grade a whole batch at once, with timeouts, rather than row by row.
-* ``"countdown"``: the completion's final expression must use the numbers of the reference solution (such
-  as ``"67 + 92 - 23"``), each exactly once, and reach its value.
-* ``"package.module:function"``: a user's own callable.
+reference. Names, as recipes (``verifier``) and tasks (``grader``) write them: ``"math"`` (math-verify through
+:mod:`routing_grpo.core.grading`; None here, as the reward and evaluation grade whole batches with timeouts),
+``"countdown"`` (the final expression must use the numbers of the reference solution, such as
+``"67 + 92 - 23"``, once each and reach its value) and ``"package.module:function"`` (a user's own callable).
 """
 
 from __future__ import annotations
@@ -17,16 +14,14 @@ import importlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from routing_grpo.core.completions import completion_text
-
 Verifier = Callable[[str, Any], bool]
 # (completion, dataset row) -> bool: a verifier applied to the row's ``answer`` column.
 RowGrader = Callable[[Any, Mapping[str, Any]], bool]
 
 
 def countdown_verifier(completion: str, reference: Any) -> bool:
-    """Countdown grading from the reference solution alone. Never raises (an unreadable reference grades
-    every completion wrong)."""
+    """Countdown grading from the reference solution alone; an unreadable reference grades every completion
+    wrong. Never raises."""
     from routing_grpo.core import countdown
 
     try:
@@ -64,18 +59,10 @@ def resolve_verifier(spec: str | Verifier | None) -> Verifier | None:
 
 @functools.cache
 def row_grader(name: str) -> RowGrader:
-    """The verifier ``name`` applied to a row's ``answer`` column, one row at a time (the same object for the
-    same name)."""
+    """The verifier ``name`` applied to a row's ``answer`` column, one row at a time (one object per name)."""
+    from routing_grpo.core.grading import completion_text, grade
+
     verifier = resolve_verifier(name)
     if verifier is None:
-        from routing_grpo.core.grading import grade
-
-        def grade_math(completion: Any, row: Mapping[str, Any]) -> bool:
-            return grade(completion_text(completion), str(row["answer"])).correct
-
-        return grade_math
-
-    def grade_row(completion: Any, row: Mapping[str, Any]) -> bool:
-        return bool(verifier(completion_text(completion), row["answer"]))
-
-    return grade_row
+        return lambda completion, row: grade(completion_text(completion), str(row["answer"])).correct
+    return lambda completion, row: bool(verifier(completion_text(completion), row["answer"]))

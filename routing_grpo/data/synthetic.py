@@ -1,8 +1,8 @@
 """The ``synthetic`` task: seeded integer arithmetic in 5 levels, generated offline (no download).
 
-More operators, more kinds of them and larger numbers per level; the train and test splits are fixed by a
-hash of the problem text, so no seed's train split meets any seed's test split. Registered as a task by
-:mod:`routing_grpo.data.datasets`.
+Level 1 is one addition, level 5 a six-operator expression with parentheses, exact divisions and three-digit
+numbers. The train and test splits are fixed by a hash of the problem text, so no seed's train split meets any
+seed's test split.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ class SyntheticLevel:
     max_number: int
 
 
-# More operators, more kinds of them and larger numbers per level: level 1 is one addition, level 5 a
-# six-operator expression with parentheses, exact divisions and three-digit numbers.
 SYNTHETIC_LEVELS = {
     1: SyntheticLevel(1, "+", 99),
     2: SyntheticLevel(2, "+-", 99),
@@ -32,7 +30,7 @@ SYNTHETIC_LEVELS = {
     5: SyntheticLevel(6, "+-*/", 999),
 }
 SYNTHETIC_MAX_ANSWER = 10**6
-# Share of the problem space, by hash of the problem text, reserved for the test split.
+# Share of the problem space, by hash of the problem text, in the test split.
 SYNTHETIC_TEST_PERCENT = 10
 
 
@@ -67,10 +65,8 @@ def synthetic_split_of(expression: str) -> str:
 
 
 def synthetic_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-    """`n` distinct arithmetic problems of `split`, levels cycling 1..5; deterministic in (seed, split).
-
-    A smaller `n` gives a prefix of a larger one with the same seed and split.
-    """
+    """``n`` distinct arithmetic problems of ``split``, levels cycling 1..5; deterministic in (seed, split), a
+    smaller ``n`` giving a prefix of a larger one."""
     if split not in ("train", "test"):
         raise ValueError(f"synthetic split must be 'train' or 'test', not {split!r}")
     rng = random.Random(f"synthetic:{seed}:{split}")
@@ -82,9 +78,8 @@ def synthetic_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[
             raise RuntimeError(f"could not generate {n} distinct synthetic problems of split {split!r}")
         attempts_left -= 1
         level = 1 + len(rows) % len(SYNTHETIC_LEVELS)
-        value, expression, _ = _synthetic_expression(
-            rng, SYNTHETIC_LEVELS[level].operators, SYNTHETIC_LEVELS[level]
-        )
+        spec = SYNTHETIC_LEVELS[level]
+        value, expression, _ = _synthetic_expression(rng, spec.operators, spec)
         if abs(value) > SYNTHETIC_MAX_ANSWER or expression in seen or synthetic_split_of(expression) != split:
             continue
         seen.add(expression)

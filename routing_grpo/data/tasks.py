@@ -1,36 +1,31 @@
-"""The task registry: what a task name means (its grader, split, Hub source or row generator).
+"""Tasks by name: what a task name means (its grader, split, Hub source or row generator).
 
-The project's own tasks (MATH, GSM8K, AIME, synthetic arithmetic, Countdown) are registered by
-:mod:`routing_grpo.data.datasets`, which re-exports :data:`TASKS` and :func:`get_task`; use those. Any other package
-adds tasks without the core knowing it, through the standard plugin mechanism: an entry point in the group
-``routing_grpo.data.tasks`` whose name is the task's name and whose object is a :class:`TaskSpec` or a
-function of no arguments returning one::
+:data:`TASKS` holds the project's own tasks (MATH, GSM8K, AIME, synthetic arithmetic, Countdown). Another
+package adds tasks through an entry point of the group ``routing_grpo.tasks`` naming a :class:`TaskSpec`, or
+a function of no arguments returning one, loaded when the name is first asked for (the miniature does so)::
 
     [project.entry-points."routing_grpo.tasks"]
     my_task = "my_package.tasks:my_task_spec"
-
-It is loaded the first time the name is asked for; listing the names loads nothing. The miniature's tasks
-(``mini``, ``mini_graded``) register this way. Entry points are read from the installed package's
-metadata (:mod:`routing_grpo.io.plugins`), so a change to them takes effect after reinstalling.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from datasets import Features, List, Value
 
+from routing_grpo.core import countdown
+from routing_grpo.data.synthetic import synthetic_rows
 from routing_grpo.io.plugins import entry_point_names, load_entry_point
 
 ENTRY_POINT_GROUP = "routing_grpo.tasks"
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
 
-MESSAGES = List({"role": Value("string"), "content": Value("string")})
 MATH_FEATURES = Features(
     {
-        "prompt": MESSAGES,
+        "prompt": List({"role": Value("string"), "content": Value("string")}),
         "problem": Value("string"),
         "answer": Value("string"),
         "level": Value("int64"),
@@ -38,11 +33,12 @@ MATH_FEATURES = Features(
         "id": Value("string"),
     }
 )
+COUNTDOWN_FEATURES = Features({**MATH_FEATURES, "numbers": List(Value("int64")), "target": Value("int64")})
 
 
 @dataclass(frozen=True)
 class TaskSpec:
-    """A registry entry. File tasks have a Hub default; generated tasks have a row generator instead."""
+    """A task. File tasks have a Hub default; generated tasks have a row generator instead."""
 
     name: str
     grader: str
@@ -58,59 +54,51 @@ class TaskSpec:
     features: Features = field(default_factory=lambda: MATH_FEATURES)
 
 
-class TaskRegistry(Mapping[str, TaskSpec]):
-    """Task name -> :class:`TaskSpec`: the registered ones, then the entry points, loaded when asked for."""
+_GENERATED_SIZES = {"train": 5000, "test": 500}
 
-    def __init__(self) -> None:
-        self._specs: dict[str, TaskSpec] = {}
-
-    def register(self, spec: TaskSpec, *, replace: bool = False) -> TaskSpec:
-        if not replace and self._specs.get(spec.name, spec) != spec:
-            raise ValueError(f"task {spec.name!r} is already registered with another spec")
-        self._specs[spec.name] = spec
-        return spec
-
-    def __getitem__(self, name: str) -> TaskSpec:
-        if name not in self._specs:
-            spec = load_entry_point(ENTRY_POINT_GROUP, name)
-            if spec is None:
-                raise KeyError(name)
-            if callable(spec):
-                spec = spec()
-            if not isinstance(spec, TaskSpec) or spec.name != name:
-                raise TypeError(
-                    f"entry point {name!r} of {ENTRY_POINT_GROUP!r} gave {spec!r}, not a TaskSpec named {name!r}"
-                )
-            self._specs[name] = spec
-        return self._specs[name]
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and (name in self._specs or name in entry_point_names(ENTRY_POINT_GROUP))
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(sorted({*self._specs, *entry_point_names(ENTRY_POINT_GROUP)}))
-
-    def __len__(self) -> int:
-        return len(list(iter(self)))
-
-
-TASKS = TaskRegistry()
-
-
-def register_task(spec: TaskSpec, *, replace: bool = False) -> TaskSpec:
-    """Adds ``spec`` under its name; registering the same spec twice is a no-op, another one an error
-    unless ``replace``."""
-    return TASKS.register(spec, replace=replace)
+TASKS: dict[str, TaskSpec] = {
+    spec.name: spec
+    for spec in (
+        TaskSpec("math_train", "math", "train", "DigitalLearningGmbH/MATH-lighteval", "default"),
+        TaskSpec("math500", "math", "test", "HuggingFaceH4/MATH-500"),
+        TaskSpec("gsm8k", "math", "test", "openai/gsm8k", "main", answer_rule="gsm8k"),
+        TaskSpec("aime24", "math", "train", "HuggingFaceH4/aime_2024"),
+        TaskSpec("aime25", "math", "train", "yentinglin/aime_2025"),
+        TaskSpec("synthetic", "math", "train", generate=synthetic_rows, generated_sizes=_GENERATED_SIZES),
+        TaskSpec(
+            "countdown",
+            "countdown",
+            "train",
+            generate=countdown.countdown_rows,
+            generated_sizes=_GENERATED_SIZES,
+            instruction=countdown.DEFAULT_INSTRUCTION,
+            features=COUNTDOWN_FEATURES,
+        ),
+    )
+}
+"""The project's own tasks, and the entry points' once loaded."""
 
 
 def task_names() -> list[str]:
-    """Every known task name, sorted (entry points included, not loaded)."""
-    return list(TASKS)
+    """Every known task name, sorted (the entry points' included, not loaded)."""
+    return sorted({*TASKS, *entry_point_names(ENTRY_POINT_GROUP)})
 
 
 def get_task(name: str) -> TaskSpec:
-    """The spec of task ``name``; ValueError listing the known names if there is none."""
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise ValueError(f"unknown task {name!r}; known tasks: {task_names()}") from None
+    """The spec of task ``name``, from :data:`TASKS` or else its entry point.
+
+    Raises:
+        ValueError: listing the known names, when there is no such task.
+        TypeError: when the entry point gives no :class:`TaskSpec` of that name.
+    """
+    if name not in TASKS:
+        spec = load_entry_point(ENTRY_POINT_GROUP, name)
+        if spec is None:
+            raise ValueError(f"unknown task {name!r}; known tasks: {task_names()}")
+        spec = spec() if callable(spec) else spec
+        if not isinstance(spec, TaskSpec) or spec.name != name:
+            raise TypeError(
+                f"entry point {name!r} of {ENTRY_POINT_GROUP!r} gave {spec!r}, not a TaskSpec named {name!r}"
+            )
+        TASKS[name] = spec
+    return TASKS[name]

@@ -198,9 +198,10 @@ def evaluate_benchmark(
 
 def _task_row_grader(benchmark: str):
     """None for math tasks (batched math-verify grading); the task's own check otherwise (Countdown)."""
-    from routing_grpo.data.datasets import TASKS, task_grader
+    from routing_grpo.data.datasets import task_grader
+    from routing_grpo.data.tasks import get_task, task_names
 
-    spec = TASKS.get(benchmark)
+    spec = get_task(benchmark) if benchmark in task_names() else None
     return None if spec is None or spec.grader == "math" else task_grader(spec.grader)
 
 
@@ -268,22 +269,23 @@ def check_benchmarks(config: EvalConfig) -> None:
     """The benchmark names, the ``--samples`` and ``--data`` entries (each a known benchmark, and one of
     ``--benchmarks``) and the local data files, checked
     before anything is loaded; raises ValueError naming the option (FileNotFoundError for a missing file)."""
-    from routing_grpo.data.datasets import TASKS
+    from routing_grpo.data.tasks import get_task, task_names
 
-    known = ", ".join(sorted(TASKS))
+    names = task_names()
+    known = ", ".join(names)
     for bench in config.benchmarks:
-        if bench not in TASKS:
+        if bench not in names:
             raise ValueError(f"--benchmarks: unknown benchmark {bench!r}; known: {known}")
     if len(set(config.benchmarks)) != len(config.benchmarks):
         raise ValueError(f"--benchmarks: a benchmark is named twice ({','.join(config.benchmarks)})")
     for flag, entries in (("--samples", config.samples), ("--data", config.data)):
         for bench in entries:
-            if bench not in TASKS:
+            if bench not in names:
                 raise ValueError(f"{flag}: unknown benchmark {bench!r}; known: {known}")
     for bench, path in config.data.items():
         if bench not in config.benchmarks:
             continue
-        if TASKS[bench].generate is not None:
+        if get_task(bench).generate is not None:
             raise ValueError(f"--data: {bench} is generated (seeded, no download); it takes no file")
         if looks_local(path) and not Path(path).expanduser().exists():
             raise FileNotFoundError(f"--data: {bench}={path}: no such file or directory")
@@ -298,13 +300,14 @@ def check_benchmarks(config: EvalConfig) -> None:
 def load_benchmarks(config: EvalConfig) -> dict[str, Any]:
     """Every benchmark's dataset (checked by :func:`check_benchmarks` first): local files are read and
     Hub datasets downloaded before the model loads, so a bad name, path or row fails in seconds."""
-    from routing_grpo.data.datasets import TASKS, load_task
+    from routing_grpo.data.datasets import load_task
+    from routing_grpo.data.tasks import get_task
 
     check_benchmarks(config)
     datasets = {}
     for bench in config.benchmarks:
         # Generated tasks (synthetic, countdown) are evaluated on their held-out split.
-        split = "test" if TASKS[bench].generate is not None else None
+        split = "test" if get_task(bench).generate is not None else None
         datasets[bench] = load_task(bench, path=config.data.get(bench), split=split, limit=config.limit)
     return datasets
 

@@ -381,9 +381,10 @@ def _plain(value: Any) -> Any:
 def example_question(script_args: RoutingScriptArguments) -> str:
     """The quick start's question: a held-out problem of a generated training task (the miniature's, the
     synthetic arithmetic), which the model was trained to answer; else a plain arithmetic question."""
-    from routing_grpo.data.datasets import TASKS
+    from routing_grpo.data.tasks import get_task, task_names
 
-    spec = TASKS.get(script_args.task) if script_args.dataset_path is None else None
+    known = script_args.dataset_path is None and script_args.task in task_names()
+    spec = get_task(script_args.task) if known else None
     if spec is not None and spec.generate is not None:
         try:
             return str(spec.generate(1, seed=0, split="test")[0]["problem"]).strip()
@@ -394,13 +395,12 @@ def example_question(script_args: RoutingScriptArguments) -> str:
 
 def hub_dataset_name(script_args: RoutingScriptArguments) -> str | None:
     """The training data's Hub name for the model card (None for generated tasks and local files)."""
-    from routing_grpo.data.datasets import TASKS
+    from routing_grpo.data.tasks import get_task, task_names
 
     if script_args.dataset_path is not None:
         path = script_args.dataset_path
         return None if looks_local(path) else path
-    spec = TASKS.get(script_args.task)
-    return spec.hub_path if spec is not None else None
+    return get_task(script_args.task).hub_path if script_args.task in task_names() else None
 
 
 def install_model_card(

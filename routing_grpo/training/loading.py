@@ -150,13 +150,13 @@ def load_datasets(
     eval_dataset = None
     if script_args.eval_task and training_args.eval_strategy != "no":
         # Generated tasks validate on their held-out split.
-        from routing_grpo.data.datasets import TASKS
+        from routing_grpo.data.tasks import get_task, task_names
 
         split = script_args.eval_split
         if (
             split is None
-            and script_args.eval_task in TASKS
-            and TASKS[script_args.eval_task].generate is not None
+            and script_args.eval_task in task_names()
+            and get_task(script_args.eval_task).generate is not None
         ):
             split = "test"
         with user_errors("eval_dataset_path" if script_args.eval_dataset_path else "eval_task", *data_errors):

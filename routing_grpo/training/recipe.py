@@ -408,7 +408,7 @@ def preflight(
 
     Returns the training level mix as read (None without one); the settings themselves are left as given.
     """
-    from routing_grpo.data.datasets import TASKS
+    from routing_grpo.data.tasks import task_names
 
     if training_args.hub_token:
         raise UsageError(
@@ -423,10 +423,10 @@ def preflight(
             )
     for key in ("task", "eval_task"):
         name = getattr(script_args, key)
-        if name is not None and name not in TASKS:
-            close = difflib.get_close_matches(name, list(TASKS), n=1)
+        if name is not None and name not in task_names():
+            close = difflib.get_close_matches(name, task_names(), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise UsageError(f"{key}: unknown task {name!r}{hint}; known tasks: {sorted(TASKS)}")
+            raise UsageError(f"{key}: unknown task {name!r}{hint}; known tasks: {task_names()}")
     resume = training_args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() not in ("true", "false") and not Path(resume).is_dir():
         raise UsageError(f"resume_from_checkpoint: no such checkpoint folder: {resume}")
