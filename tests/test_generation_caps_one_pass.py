@@ -11,7 +11,7 @@ import pytest
 
 from routing_grpo.core.modes import DETECTION_HEAD_TOKENS, ModeDetector, parse_modes
 from routing_grpo.generation.caps import free_budget, generate_rollouts, known_budget
-from routing_grpo.generation.interface import BackendBase, GenerationRequest, generate_rows
+from routing_grpo.generation.interface import Backend, GenerationRequest, generate_rows
 from routing_grpo.io.recipe_file import read_recipe_file
 from routing_grpo.training.rollouts import plan_forced_modes
 from tests.helpers import MODES, REPO_ROOT, rows_backend
@@ -27,7 +27,7 @@ def _fold(state: bytes, item: object) -> bytes:
     return hashlib.blake2b(state + repr(item).encode(), digest_size=16).digest()
 
 
-class SeededEngine(BackendBase):
+class SeededEngine(Backend):
     """A stand-in engine with seeded sampling, answering requests as vLLM does (``n`` samples of at most
     ``max_tokens``). Each token is drawn from a hash of the prefix so far, and of the sample index k while the
     request is fresh (fewer than a head's tokens after the original prompt, which ends with 999): a request

@@ -8,16 +8,11 @@ from __future__ import annotations
 import pytest
 
 from routing_grpo.core.modes import DETECTION_HEAD_TOKENS, ModeDetector
-from routing_grpo.generation.transformers_decoding import group_rows_by_budget
 from tests.helpers import MODES, budget_groups, chat_prompts
 
 WORDS = {0: [[901], [801, 802]], 1: [[902]], 2: [[903]]}
 DETECTOR = ModeDetector(MODES, WORDS)
 MAX_LEN = 60
-
-
-def test_rows_are_grouped_by_budget():
-    assert group_rows_by_budget([5, 8, 5]) == {5: [0, 2], 8: [1]}
 
 
 @pytest.mark.parametrize("do_sample", [False, True])

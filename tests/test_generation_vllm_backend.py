@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from routing_grpo.generation.caps import generate_within_budgets
-from routing_grpo.generation.interface import GenerationRequest
+from routing_grpo.generation.interface import GenerationRequest, generate_rows
 from routing_grpo.generation.vllm_backend import VLLMBackend
 from tests.fake_vllm import FakeLLM
 
 
-def test_vllm_backend_merges_identical_rows_and_cuts_at_eos():
+def test_vllm_backend_merges_identical_rows():
     class EosLLM(FakeLLM):
         def generate(self, prompts, sampling_params, use_tqdm=False):
             outs = super().generate(prompts, sampling_params, use_tqdm)
@@ -23,8 +22,8 @@ def test_vllm_backend_merges_identical_rows_and_cuts_at_eos():
 
     llm = EosLLM(free_token=5)
     backend = VLLMBackend(llm, eos_token_ids=[0], sampling_params=dict)
-    rows = generate_within_budgets(backend, [[1, 2], [1, 2], [3]], [4, 4, 4])
-    assert rows == [[5, 0], [5, 0], [5, 0]]
+    rows = generate_rows(backend.sample, [[1, 2], [1, 2], [3]], [4, 4, 4])
+    assert rows == [([5, 0, 5], None)] * 3
     assert [(p, r["n"]) for p, r in llm.requests] == [([1, 2], 2), ([3], 1)]
 
 

@@ -6,13 +6,19 @@ from __future__ import annotations
 
 import pytest
 
-from routing_grpo.generation.caps import generation_budget, plan_requests
-from routing_grpo.generation.interface import scatter_outputs
+from routing_grpo.generation.caps import known_budget
+from routing_grpo.generation.interface import generate_rows, plan_budget_requests
 from routing_grpo.generation.vllm_server import VLLMServerBackend, batch_requests_by_sampling
 from routing_grpo.training.rollouts import plan_forced_modes
 from tests.helpers import STEEP_MODES_CAPS_3_6 as MODES
 
 FORCED = [[90, 91], [80], [70]]
+
+
+def budget(forced_mode, limit=50):
+    """A row's budget: its mode's when known before generation, else the completion limit."""
+    known = known_budget(forced_mode, MODES, limit)
+    return limit if known is None else known
 
 
 def _warmup_batch(groups: int = 2, g: int = 4):
@@ -49,27 +55,27 @@ def test_server_path_sends_per_row_requests_not_one_prompt_per_group():
     trl_prompts = prompts[::4]
     assert trl_prompts == [prompts[0], prompts[4]] and all(p[-1] == 91 for p in trl_prompts)
 
-    requests = plan_requests(prompts, forced, modes=MODES, max_completion_length=50)
+    budgets = [budget(f) for f in forced]
     server = FakeServer()
-    results = VLLMServerBackend(server, {"temperature": 1.0}, eos_token_ids=[0]).sample(requests)
-    rows = scatter_outputs(requests, results, len(prompts))
+    rows = generate_rows(
+        VLLMServerBackend(server, {"temperature": 1.0}, eos_token_ids=[0]).sample, prompts, budgets
+    )
     # Every row got a sample generated from its own prompt (its last id) with its own budget.
     for row, (ids, lps) in enumerate(rows):
         assert ids[0] == prompts[row][0] and ids[1] == prompts[row][-1]
-        assert ids[3] == generation_budget(forced[row], MODES, 50)
+        assert ids[3] == budgets[row]
         assert lps == [-0.1] * 4
     sent = [tuple(p) for call in server.calls for p in call["prompts"]]
     assert sorted(sent) == sorted(tuple(p) for p in prompts)
     # One server call per (n, max_tokens) pair.
-    assert len(server.calls) == len(batch_requests_by_sampling(requests)) == 3
+    assert len(server.calls) == len(batch_requests_by_sampling(plan_budget_requests(prompts, budgets))) == 3
     assert all(call["temperature"] == 1.0 for call in server.calls)
 
 
 def test_server_path_groups_free_rows_with_n_equal_g():
     free = [[100 + row // 4, 7] for row in range(8)]
-    requests = plan_requests(free, [None] * 8, modes=MODES, max_completion_length=50)
     server = FakeServer()
-    rows = scatter_outputs(requests, VLLMServerBackend(server, {}, eos_token_ids=[0]).sample(requests), 8)
+    rows = generate_rows(VLLMServerBackend(server, {}, eos_token_ids=[0]).sample, free, [50] * 8)
     assert server.calls[0]["n"] == 4 and server.calls[0]["prompts"] == [[100, 7], [101, 7]]
     assert [ids[2] for ids, _ in rows] == [0, 1, 2, 3, 0, 1, 2, 3]
 
@@ -99,21 +105,21 @@ def test_server_calls_go_out_at_once_and_come_back_in_order():
     """A warmup batch's (n, max_tokens) groups are sent concurrently (the server batches whatever arrives
     together); each row still gets its own sample, in request order."""
     prompts, forced = _warmup_batch()
-    requests = plan_requests(prompts, forced, modes=MODES, max_completion_length=50)
-    groups = len(batch_requests_by_sampling(requests))
+    budgets = [budget(f) for f in forced]
+    groups = len(batch_requests_by_sampling(plan_budget_requests(prompts, budgets)))
     assert groups == 3
     server = BarrierServer(parties=groups)
-    rows = scatter_outputs(requests, VLLMServerBackend(server, {}, eos_token_ids=[0]).sample(requests), 8)
+    rows = generate_rows(VLLMServerBackend(server, {}, eos_token_ids=[0]).sample, prompts, budgets)
     for row, (ids, lps) in enumerate(rows):
         assert ids[:2] == [prompts[row][0], prompts[row][-1]]
-        assert ids[3] == generation_budget(forced[row], MODES, 50) and lps == [-0.1] * 4
+        assert ids[3] == budgets[row] and lps == [-0.1] * 4
 
 
 def test_a_failing_server_call_fails_the_step_with_its_message():
     """One group's call fails: ``sample`` raises, naming that call and the server's message, after the other
     calls have returned (none is left running behind the error)."""
     prompts, forced = _warmup_batch()
-    requests = plan_requests(prompts, forced, modes=MODES, max_completion_length=50)
+    requests = plan_budget_requests(prompts, [budget(f) for f in forced])
     server = BarrierServer(parties=3, fail_at=3)  # NoThink's cap
     with pytest.raises(RuntimeError, match=r"2 prompt\(s\) x n=1, max_tokens=3 failed: .*out of KV cache"):
         VLLMServerBackend(server, {}, eos_token_ids=[0]).sample(requests)

@@ -1,5 +1,4 @@
-"""The vLLM server backend (training's ``vllm_mode="server"``): a ``trl vllm-serve`` server, through TRL's
-``VLLMClient``, behind the backend interface."""
+"""The vLLM server backend (training's ``vllm_mode="server"``): TRL's ``VLLMClient`` behind the interface."""
 
 from __future__ import annotations
 
@@ -7,26 +6,24 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from routing_grpo.generation.interface import BackendBase, Completion, GenerationRequest
+from routing_grpo.generation.interface import Backend, Completion, GenerationRequest
 
 
 def batch_requests_by_sampling(requests: Sequence[GenerationRequest]) -> dict[tuple[int, int], list[int]]:
-    """Indices of requests sharing (n, max_tokens): one vLLM server call each (its API takes one of each)."""
+    """Indices of requests sharing (n, max_tokens): one server call each."""
     batches: dict[tuple[int, int], list[int]] = {}
     for j, request in enumerate(requests):
         batches.setdefault((request.n, request.max_tokens), []).append(j)
     return batches
 
 
-# Server calls in flight at once: TRL's client keeps this many pooled connections.
-SERVER_CONCURRENCY = 64
+SERVER_CONCURRENCY = 64  # server calls in flight at once: TRL's client's pooled connections
 
 
-class VLLMServerBackend(BackendBase):
-    """A vLLM server (``trl vllm-serve``, through TRL's ``VLLMClient``) behind the backend interface: one
-    server call per (n, max_tokens), since the client's call takes one of each, all of a ``sample`` sent at
-    once so the server batches them as one; each sample (completion ids, sampled-token logprobs or None).
-    A call that fails fails the whole ``sample``, naming its request, once the others have returned."""
+class VLLMServerBackend(Backend):
+    """A ``trl vllm-serve`` server behind the backend interface: one client call per (n, max_tokens), all
+    sent at once so the server batches them. A failing call fails ``sample``, naming it, once the others
+    have returned."""
 
     def __init__(self, client: Any, sampling: Mapping[str, Any], *, eos_token_ids: Sequence[int]) -> None:
         self.client, self.sampling = client, dict(sampling)
