@@ -23,7 +23,7 @@ from routing_grpo.generation.interface import cut_at_eos
 class RowBudgets(StoppingCriteria):
     """A ``generate`` stopping criterion: per row, done once the completion has ``limits[i]`` tokens.
 
-    ``limits`` is a tensor on the model's device; at ``head_tokens`` tokens, the free rows (``undecided``) whose
+    ``limits`` is a tensor on the model's device; at ``DETECTION_HEAD_TOKENS`` tokens, the free rows (``undecided``) whose
     head holds no EOS get ``head_budget(i, head)`` (within ``max_completion_length``) as their limit."""
 
     def __init__(
@@ -33,7 +33,6 @@ class RowBudgets(StoppingCriteria):
         *,
         undecided: list[bool],
         head_budget: Callable[[int, list[int]], int] | None,
-        head_tokens: int,
         eos_token_ids: Sequence[int],
         max_completion_length: int,
     ) -> None:
@@ -41,13 +40,12 @@ class RowBudgets(StoppingCriteria):
         self.limits = limits
         self.undecided = undecided
         self.head_budget = head_budget
-        self.head_tokens = head_tokens
         self.eos = {int(t) for t in eos_token_ids}
         self.max_completion_length = max_completion_length
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         produced = input_ids.shape[1] - self.width
-        if produced == self.head_tokens and self.head_budget is not None and any(self.undecided):
+        if produced == DETECTION_HEAD_TOKENS and self.head_budget is not None and any(self.undecided):
             heads = input_ids[:, self.width :].tolist()
             for i, head in enumerate(heads):
                 if self.undecided[i] and not self.eos.intersection(head):
@@ -66,7 +64,6 @@ def generate_with_budgets(
     pad_token_id: int,
     max_completion_length: int,
     head_budget: Callable[[int, list[int]], int] | None = None,
-    head_tokens: int = DETECTION_HEAD_TOKENS,
     static_cache: bool = False,
 ) -> list[list[int]]:
     """One completion per row from one ``model.generate`` call, row ``i`` within ``budgets[i]`` tokens (None:
@@ -98,7 +95,6 @@ def generate_with_budgets(
         limits,
         undecided=[b is None and head_budget is not None for b in budgets],
         head_budget=head_budget,
-        head_tokens=head_tokens,
         eos_token_ids=eos_token_ids,
         max_completion_length=max_completion_length,
     )

@@ -1,10 +1,10 @@
 """Caps enforced during generation: no token past a mode's cap is generated (docs/method.md "Caps").
 
 A free row's budget is known once it has written its routing word, so :func:`generate_with_caps` makes at
-most two calls: the free rows' heads (the first ``DETECTION_HEAD_TOKENS`` tokens, or the Router's word
-phase), then one call with the rows of known budget beside the heads' continuations. A backend that
-``continues_rows`` does both in one decode loop. Post-hoc truncation (:func:`apply_caps`) is the exact
-rule: on the same sampled tokens both give the same completion and ``capped`` flag.
+most two calls: the free rows' heads (the detection head, or the Router's word phase), then the rows of
+known budget beside the heads' continuations. A backend that ``continues_rows`` does both in one decode
+loop. Post-hoc truncation (:func:`apply_caps`) is the exact rule: on the same sampled tokens both give the
+same completion and ``capped`` flag.
 """
 
 from __future__ import annotations
@@ -68,7 +68,6 @@ def generate_with_caps(
     max_tokens: int,
     head_budget: HeadBudget | None = None,
     write_heads: WriteHeads | None = None,
-    head_tokens: int = DETECTION_HEAD_TOKENS,
     cut_at_stop: bool = False,
 ) -> list[Completion]:
     """Generates every row within its budget; returns (completion ids, logprobs or None) per row.
@@ -78,8 +77,8 @@ def generate_with_caps(
         budgets: per row its budget when known before generation, or None: then ``head_budget(row, head)``
             gives its total once the head is written.
         max_tokens: no row generates more.
-        write_heads: how the heads are written (default: one ``sample`` call of ``head_tokens`` tokens, or
-            the backend's one decode loop when it ``continues_rows``).
+        write_heads: how the heads are written (default: one ``sample`` call of the detection head, or the
+            backend's one decode loop when it ``continues_rows``).
         cut_at_stop: cut each generated part at its first EOS and its budget (vLLM may stop elsewhere).
     """
     if len(prompt_ids) != len(budgets):
@@ -90,7 +89,7 @@ def generate_with_caps(
     if write_heads is None and backend.continues_rows:
         return backend.sample_rows(prompt_ids, budgets, max_tokens=max_tokens, head_budget=head_budget)
     eos = {int(t) for t in backend.eos_token_ids}
-    head_len = min(head_tokens, max_tokens)
+    head_len = min(DETECTION_HEAD_TOKENS, max_tokens)
 
     # Call 1: the heads.
     results: list[Completion | None] = [None] * len(prompt_ids)

@@ -20,6 +20,7 @@ from routing_grpo.generation.transformers_decoding import (
     last_logits_only,
     left_padded,
     logits_processors,
+    sample_tokens,
     shrinking_loop_supported,
 )
 
@@ -120,8 +121,8 @@ class DeviceDecoder:
         return True
 
     def _new_cache(self, rows: int, length: int) -> Any:
-        """A static cache of ``rows`` x ``length``: the last one, emptied, where the shape is the same (captured
-        graphs read its buffers), else a new one."""
+        """A static cache of ``rows`` x ``length``: the last one, emptied, where the shape is the same (the
+        captured graphs read its buffers), else a new one."""
         if not self.static_cache:
             return None
         if self.cache is not None and self.cache_shape == (rows, length):
@@ -167,10 +168,9 @@ class DeviceDecoder:
         pad_token_id: int,
         max_completion_length: int,
         head_budget: Callable[[int, list[int]], int] | None = None,
-        head_tokens: int = DETECTION_HEAD_TOKENS,
     ) -> list[list[int]]:
-        """One completion per row, as :func:`~routing_grpo.generation.transformers_decoding.sample_with_budgets`.
-        A CUDA-graph failure mid-call starts the call again eagerly."""
+        """One completion per row, as :func:`~.transformers_decoding.sample_with_budgets`; a CUDA graph that
+        fails mid-call starts the call again eagerly."""
         import torch
 
         if not shrinking_loop_supported(generation_config):
@@ -201,6 +201,7 @@ class DeviceDecoder:
 
         limit = torch.tensor(row_limits(budgets, max_completion_length), dtype=torch.long, device=device)
         free_rows = [i for i, b in enumerate(budgets) if b is None and head_budget is not None]
+        head = DETECTION_HEAD_TOKENS
         length = torch.zeros(n, dtype=torch.long, device=device)  # tokens kept per row
         done = limit <= 0
         eos = torch.tensor(sorted({int(t) for t in eos_token_ids}), dtype=torch.long, device=device)
@@ -235,21 +236,18 @@ class DeviceDecoder:
                     early = (length < min_new).unsqueeze(1)
                     scores[:, eos] = scores[:, eos].masked_fill(early, -float("inf"))
                 scores = processors(seq[:, origin : width + t], scores)
-                if sampling:
-                    tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-                else:
-                    tokens = scores.argmax(dim=-1)
+                tokens = sample_tokens(scores, sampling)
                 live = ~done
                 tokens = torch.where(live, tokens, torch.full_like(tokens, pad))
                 seq[:, width + t] = tokens
                 length += live.long()
                 ended = torch.isin(tokens, eos) & live if eos.numel() else torch.zeros_like(live)
                 done = done | ended | (length >= limit)
-                if t + 1 == head_tokens and free_rows:  # the one read of the heads: the free rows' budgets
+                if t + 1 == head and free_rows:  # the one read of the heads, for the free rows' budgets
                     self.host_syncs += 1
-                    heads = seq[:, width : width + head_tokens].tolist()
+                    heads = seq[:, width : width + head].tolist()
                     lengths, ends = length.tolist(), ended.tolist()
-                    rows = [i for i in free_rows if lengths[i] == head_tokens and not ends[i]]
+                    rows = [i for i in free_rows if lengths[i] == head and not ends[i]]
                     values = [max(0, min(int(head_budget(i, heads[i])), max_completion_length)) for i in rows]
                     if rows:
                         limit[torch.tensor(rows, device=device)] = torch.tensor(values, device=device)
@@ -279,9 +277,9 @@ class DeviceDecoder:
                         self.graphs_wanted, self.graphs_note, self.compiled = False, str(error), None
                         self.cache, self.cache_shape = None, None
                         return self.sample(
-                            prompt_ids, budgets, generation_config=generation_config, eos_token_ids=eos_token_ids,
-                            pad_token_id=pad_token_id, max_completion_length=max_completion_length,
-                            head_budget=head_budget, head_tokens=head_tokens,
+                            prompt_ids, budgets, generation_config=generation_config, head_budget=head_budget,
+                            eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
+                            max_completion_length=max_completion_length,
                         )  # fmt: skip
                 logits = step_forward(*step_inputs).logits[:, -1, :]
         self.host_syncs += 1

@@ -21,6 +21,7 @@ from routing_grpo.generation.transformers_decoding import (
     last_logits_only,
     left_padded,
     logits_processors,
+    sample_tokens,
     sample_with_budgets,
     shrinking_loop_supported,
 )
@@ -29,7 +30,7 @@ from routing_grpo.io.adapters import is_adapter_folder, load_adapter_model
 TRANSFORMERS_BATCH_SIZE = 16  # prompts per call when the caller does not say
 
 # The decode loop (docs/benchmarks.md "Decoding on the device"): ``shrinking`` drops finished rows (the
-# saving on a CPU), ``device`` keeps the state on the GPU; ``auto``: device on CUDA. Both give the same tokens.
+# saving on a CPU), ``device`` keeps the state on the GPU; ``auto``: device on CUDA. Same tokens either way.
 DECODE_LOOPS = ("auto", "shrinking", "device")
 DECODE_LOOP_VARIABLE = "ROUTING_GRPO_DECODE_LOOP"
 
@@ -167,9 +168,7 @@ class TransformersBackend(Backend):
                 keep[torch.tensor(list(tokens), dtype=torch.long, device=device)] = 0.0
                 logits[i] = logits[i] + keep
         scores = logits_processors(self.generation_config)(seq, logits)
-        if self.generation_config.do_sample:
-            return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1).tolist()
-        return scores.argmax(dim=-1).tolist()
+        return sample_tokens(scores, self.generation_config.do_sample).tolist()
 
     def sample(
         self, requests: Sequence[GenerationRequest], seed: int | None = None

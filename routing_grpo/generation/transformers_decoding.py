@@ -66,7 +66,7 @@ def logits_processors(config: Any) -> Any:
 
 
 def last_logits_only(model: Any) -> dict[str, int]:
-    """``{"logits_to_keep": 1}`` where the model's forward takes it (or passes ``**kwargs`` on), else ``{}``."""
+    """``{"logits_to_keep": 1}`` where the model's forward takes it (or ``**kwargs``), else ``{}``."""
     import inspect
 
     try:
@@ -75,6 +75,15 @@ def last_logits_only(model: Any) -> dict[str, int]:
         return {}
     passes_on = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     return {"logits_to_keep": 1} if "logits_to_keep" in parameters or passes_on else {}
+
+
+def sample_tokens(scores: Any, do_sample: bool) -> Any:
+    """One token per row: drawn from ``softmax(scores)``, or the argmax when greedy."""
+    import torch
+
+    if do_sample:
+        return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+    return scores.argmax(dim=-1)
 
 
 def left_padded(
@@ -103,12 +112,11 @@ def sample_with_budgets(
     pad_token_id: int,
     max_completion_length: int,
     head_budget: Callable[[int, list[int]], int] | None = None,
-    head_tokens: int = DETECTION_HEAD_TOKENS,
 ) -> list[list[int]]:
     """Samples every row in one decode loop; a row leaves the batch and the KV cache at EOS or its budget.
 
     Args:
-        budgets: each row's token budget, or None for a free row: after ``head_tokens`` tokens,
+        budgets: each row's token budget, or None for a free row: once its detection head is written,
             ``head_budget(i, head)`` gives its total budget.
         max_completion_length: no row generates more.
     """
@@ -153,10 +161,7 @@ def sample_with_budgets(
                     (generated < min_new).nonzero(as_tuple=True)[0].unsqueeze(1), eos.unsqueeze(0)
                 ] = -float("inf")
             scores = processors(seq, logits)
-            if generation_config.do_sample:
-                next_tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-            else:
-                next_tokens = scores.argmax(dim=-1)
+            next_tokens = sample_tokens(scores, generation_config.do_sample)
             generated += 1
             for i, token in zip(rows.tolist(), next_tokens.tolist()):
                 outputs[i].append(int(token))
@@ -165,7 +170,7 @@ def sample_with_budgets(
                 if eos.numel()
                 else torch.zeros_like(next_tokens, dtype=torch.bool)
             )
-            deciding = undecided & (generated >= head_tokens) & ~ended
+            deciding = undecided & (generated >= DETECTION_HEAD_TOKENS) & ~ended
             for k in deciding.nonzero(as_tuple=True)[0].tolist():
                 row = int(rows[k])
                 limit[k] = min(int(head_budget(row, outputs[row])), max_completion_length)

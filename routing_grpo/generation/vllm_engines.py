@@ -209,17 +209,9 @@ def start_vllm_engines(
 ) -> LocalVLLM | DataParallelEngines:
     """One engine in this process, or ``data_parallel_size`` engines on their own GPUs (``llm_factory`` and
     ``sampling_params``: stand-ins for vLLM's, module level when data parallel)."""
+    stand_ins = {"llm_factory": llm_factory, "sampling_params": sampling_params, "use_tqdm": use_tqdm}
     if data_parallel_size > 1:
-        devices = replica_devices(
-            data_parallel_size, tensor_parallel_size, visible_gpus() if visible is None else visible
-        )
-        return DataParallelEngines(
-            engine_kwargs,
-            devices,
-            llm_factory=llm_factory,
-            sampling_params=sampling_params,
-            use_tqdm=use_tqdm,
-        )
-    return LocalVLLM.start(
-        engine_kwargs, llm_factory=llm_factory, sampling_params=sampling_params, use_tqdm=use_tqdm
-    )
+        visible = visible_gpus() if visible is None else visible
+        devices = replica_devices(data_parallel_size, tensor_parallel_size, visible)
+        return DataParallelEngines(engine_kwargs, devices, **stand_ins)
+    return LocalVLLM.start(engine_kwargs, **stand_ins)

@@ -58,13 +58,8 @@ class VLLMServerBackend(Backend):
                 raise ValueError(
                     f"vLLM server returned {len(completions)} completions for {len(indices)} x n={n}"
                 )
-            for k, j in enumerate(indices):
-                for s in range(n):
-                    flat = k * n + s
-                    lps = (
-                        None
-                        if logprobs is None
-                        else [lp[0] if isinstance(lp, list) else lp for lp in logprobs[flat]]
-                    )
-                    results[j].append((list(completions[flat]), lps))
+            for flat, ids in enumerate(completions):  # n samples per prompt, in prompt order
+                lps = None if logprobs is None else logprobs[flat]
+                lps = None if lps is None else [lp[0] if isinstance(lp, list) else lp for lp in lps]
+                results[indices[flat // n]].append((list(ids), lps))
         return results

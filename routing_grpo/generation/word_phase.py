@@ -33,7 +33,6 @@ def word_decision(
     forms: Mapping[int, Sequence[Sequence[int]]],
     detector: ModeDetector,
     eos_token_ids: Sequence[int],
-    head_tokens: int = DETECTION_HEAD_TOKENS,
 ) -> Detection | None:
     """The mode once the first tokens decide it, else None (generate another word token).
 
@@ -55,10 +54,10 @@ def word_decision(
         for mode_forms in forms.values()
         for form in mode_forms
     )
-    if longer and len(prefix) < head_tokens:
+    if longer and len(prefix) < DETECTION_HEAD_TOKENS:
         return None
     detection = detector.detect(prefix)
-    if detection.valid or len(prefix) >= head_tokens:
+    if detection.valid or len(prefix) >= DETECTION_HEAD_TOKENS:
         return detection
     return None
 
@@ -76,7 +75,6 @@ def choose_words(
     detector: ModeDetector,
     eos_token_ids: Sequence[int],
     max_tokens: int,
-    head_tokens: int = DETECTION_HEAD_TOKENS,
 ) -> list[tuple[list[int], Detection]]:
     """The word phase: per row, the tokens generated until its mode is decided (at most ``max_tokens``), and
     the decision. Each ``next_tokens`` call advances the undecided rows by one token."""
@@ -99,7 +97,6 @@ def choose_words(
                 forms=forms,
                 detector=detector,
                 eos_token_ids=eos_token_ids,
-                head_tokens=head_tokens,
             )
             if decision is None and len(prefixes[i]) >= max_tokens:
                 decision = detector.detect(prefixes[i])
