@@ -276,8 +276,7 @@ GENERATION = PACKAGE / "generation"
 # The package's modules that run a model or an engine: one per backend, the transformers decode loops, and
 # the vLLM engines (one in this process, or the data-parallel pool).
 BACKEND_MODULES = {
-    "transformers_backend", "transformers_decoding", "device_decoding", "vllm_backend",
-    "vllm_engines", "vllm_server",
+    "transformers_backend", "transformers_decoding", "device_decoding", "vllm_backend", "vllm_engines",
 }  # fmt: skip
 
 
