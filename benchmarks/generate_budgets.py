@@ -72,7 +72,7 @@ def generate_with_budgets(
     shape, and with it the compiled graph, repeats from batch to batch."""
     import torch
 
-    from routing_grpo.generation.device_decoding import row_limits
+    from routing_grpo.generation.transformers_decoding import row_limits
 
     n = len(prompt_ids)
     if len(budgets) != n:

@@ -10,8 +10,11 @@ from collections import Counter
 import pytest
 
 from routing_grpo.core.modes import DETECTION_HEAD_TOKENS
-from routing_grpo.generation.device_decoding import DeviceDecoder, graph_blocker, row_limits
-from routing_grpo.generation.transformers_decoding import generate_in_budget_groups, sample_with_budgets
+from routing_grpo.generation.device_decoding import DeviceDecoder, graph_blocker
+from routing_grpo.generation.transformers_decoding import (
+    generate_in_budget_groups,
+    sample_with_budgets,
+)
 from tests.helpers import prompts_of
 
 
@@ -203,10 +206,6 @@ def test_the_decoder_reuses_its_static_cache_between_calls(tiny):
     third = decoder.sample(shorter, [12, 12, 12], **kw)
     assert decoder.cache is cache
     assert third == generate_rows(model, tok, config, shorter, 12)
-
-
-def test_row_limits():
-    assert row_limits([None, 5, 100, 0, -3], 30) == [30, 5, 30, 0, 0]
 
 
 def test_settings_the_loop_cannot_reproduce_are_refused(tiny):

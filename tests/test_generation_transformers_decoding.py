@@ -15,6 +15,12 @@ DETECTOR = ModeDetector(MODES, WORDS)
 MAX_LEN = 60
 
 
+def test_row_limits():
+    from routing_grpo.generation.transformers_decoding import row_limits
+
+    assert row_limits([None, 5, 100, 0, -3], 30) == [30, 5, 30, 0, 0]
+
+
 @pytest.mark.parametrize("do_sample", [False, True])
 def test_shrinking_loop_samples_like_generate(tiny_qwen2, do_sample):
     """Without budgets the loop reproduces model.generate token for token (same seed, same processors).

@@ -20,6 +20,7 @@ from routing_grpo.generation.transformers_decoding import (
     last_logits_only,
     left_padded,
     logits_processors,
+    row_limits,
     sample_tokens,
     shrinking_loop_supported,
 )
@@ -28,13 +29,6 @@ logger = logging.getLogger(__name__)
 
 SYNC_EVERY = 8  # decoding steps between two reads of the done flags by the host
 WIDTH_MULTIPLE = 64  # prompts are left-padded to a multiple of this many slots (static cache only)
-
-
-def row_limits(budgets: Sequence[int | None], max_completion_length: int) -> list[int]:
-    """Each row's token limit before its head is read (a free row's is the completion limit)."""
-    return [
-        max_completion_length if b is None else max(0, min(int(b), max_completion_length)) for b in budgets
-    ]
 
 
 def graph_blocker(model: Any) -> str | None:
@@ -241,7 +235,7 @@ class DeviceDecoder:
                 tokens = torch.where(live, tokens, torch.full_like(tokens, pad))
                 seq[:, width + t] = tokens
                 length += live.long()
-                ended = torch.isin(tokens, eos) & live if eos.numel() else torch.zeros_like(live)
+                ended = torch.isin(tokens, eos) & live
                 done = done | ended | (length >= limit)
                 if t + 1 == head and free_rows:  # the one read of the heads, for the free rows' budgets
                     self.host_syncs += 1

@@ -77,6 +77,13 @@ def last_logits_only(model: Any) -> dict[str, int]:
     return {"logits_to_keep": 1} if "logits_to_keep" in parameters or passes_on else {}
 
 
+def row_limits(budgets: Sequence[int | None], max_completion_length: int) -> list[int]:
+    """Each row's token limit before its head is read (a free row's is the completion limit)."""
+    return [
+        max_completion_length if b is None else max(0, min(int(b), max_completion_length)) for b in budgets
+    ]
+
+
 def sample_tokens(scores: Any, do_sample: bool) -> Any:
     """One token per row: drawn from ``softmax(scores)``, or the argmax when greedy."""
     import torch
@@ -132,10 +139,7 @@ def sample_with_budgets(
     eos = torch.tensor(sorted({int(t) for t in eos_token_ids}), dtype=torch.long, device=device)
     seq, mask = left_padded(prompt_ids, pad_token_id, device=device)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    limit = torch.tensor(
-        [max_completion_length if b is None else min(b, max_completion_length) for b in budgets],
-        device=device,
-    )
+    limit = torch.tensor(row_limits(budgets, max_completion_length), device=device)
     undecided = torch.tensor([b is None and head_budget is not None for b in budgets], device=device)
     min_new = int(getattr(generation_config, "min_new_tokens", None) or 0)
     processors = logits_processors(generation_config)
@@ -165,11 +169,7 @@ def sample_with_budgets(
             generated += 1
             for i, token in zip(rows.tolist(), next_tokens.tolist()):
                 outputs[i].append(int(token))
-            ended = (
-                torch.isin(next_tokens, eos)
-                if eos.numel()
-                else torch.zeros_like(next_tokens, dtype=torch.bool)
-            )
+            ended = torch.isin(next_tokens, eos)
             deciding = undecided & (generated >= DETECTION_HEAD_TOKENS) & ~ended
             for k in deciding.nonzero(as_tuple=True)[0].tolist():
                 row = int(rows[k])
