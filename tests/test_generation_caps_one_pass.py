@@ -1,6 +1,6 @@
-"""One pass per step (the caps driver, routing_grpo.generation.caps): the free rows' heads, then one call with the forced rows
-and the free rows' continuations; the same rollouts as the older two-phase order (forced rows beside the
-heads, continuations after), and the makespan of a warmup step of the paper's recipe on an engine whose call
+"""One pass per step (the caps driver, routing_grpo.generation.caps): the free rows' heads, then one call with
+the forced rows and the free rows' continuations; the same rollouts as the two-phase order (forced rows beside
+the heads, continuations after), and the makespan of a warmup step of the paper's recipe on an engine whose call
 costs the decoding steps of its longest row."""
 
 from __future__ import annotations
@@ -68,8 +68,8 @@ class SeededEngine(Backend):
 
 
 def two_phase(prompts, forced, *, modes, detector, max_completion_length, generate, single_mode=None):
-    """The older order, kept here as the reference: forced rows with their full budgets in the same call as the
-    free rows' heads, then the free rows' continuations in a second call."""
+    """The two-phase order, the reference: forced rows with their full budgets in the same call as the free
+    rows' heads, then the free rows' continuations in a second call."""
     head_len = min(DETECTION_HEAD_TOKENS, max_completion_length)
     known = [known_budget(f, modes, max_completion_length, single_mode) for f in forced]
     first = generate(prompts, [head_len if b is None else b for b in known])

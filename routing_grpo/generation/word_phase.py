@@ -36,8 +36,9 @@ def word_decision(
 ) -> Detection | None:
     """The mode once the first tokens decide it, else None (generate another word token).
 
-    An allowed set decides at a complete allowed word. A free row decides once certain: a complete token
-    form no longer form continues, no form matching but the text rule finding a word, EOS, or a full head.
+    An allowed set decides at a complete allowed word. A free row decides once certain: at a complete token
+    form that no longer form continues, at a word the text rule finds where no form matches, at EOS, or at
+    a full detection head.
     """
     prefix = [int(t) for t in prefix]
     if allowed is not None:
