@@ -1,11 +1,9 @@
-"""transformers' own ``generate`` within per-row token budgets: the library's machinery for the contract of
-:func:`routing_grpo.generation.transformers_decoding.sample_with_budgets`, to measure against :mod:`routing_grpo.generation.device_decoding`.
+"""transformers' own ``generate`` within per-row token budgets, measured against the package's decode loops.
 
-One ``model.generate`` call for every row, with a stopping criterion (:class:`RowBudgets`) that ends row
-``i`` once it has ``limit[i]`` tokens (``generate`` then feeds it the pad token, as a row at EOS); a free row's
-limit is set by ``head_budget(i, head)`` when the heads are complete (the one read of the heads by the host).
-``generate`` applies the sampling settings itself; with ``static_cache`` it decodes into a static cache, which
-on CUDA it compiles (CUDA graphs). ``generate`` still reads the device once per decoding step (its stop check).
+The contract of :func:`routing_grpo.generation.transformers_decoding.sample_with_budgets` in one
+``model.generate`` call: a stopping criterion (:class:`RowBudgets`) ends row ``i`` at ``limits[i]`` tokens
+and sets a free row's limit from its head. With ``static_cache``, ``generate`` decodes into a static cache
+(compiled on CUDA); it still reads the device once per step (its stop check).
 """
 
 from __future__ import annotations
@@ -23,8 +21,8 @@ from routing_grpo.generation.interface import cut_at_eos
 class RowBudgets(StoppingCriteria):
     """A ``generate`` stopping criterion: per row, done once the completion has ``limits[i]`` tokens.
 
-    ``limits`` is a tensor on the model's device; at ``head_tokens`` tokens, the free rows (``undecided``) whose
-    head holds no EOS get ``head_budget(i, head)`` (within ``max_completion_length``) as their limit."""
+    ``limits`` is a tensor on the model's device; once the heads are written, the free rows (``undecided``)
+    whose head holds no EOS get ``head_budget(i, head)`` (within ``max_completion_length``) as their limit."""
 
     def __init__(
         self,
@@ -33,7 +31,6 @@ class RowBudgets(StoppingCriteria):
         *,
         undecided: list[bool],
         head_budget: Callable[[int, list[int]], int] | None,
-        head_tokens: int,
         eos_token_ids: Sequence[int],
         max_completion_length: int,
     ) -> None:
@@ -41,13 +38,12 @@ class RowBudgets(StoppingCriteria):
         self.limits = limits
         self.undecided = undecided
         self.head_budget = head_budget
-        self.head_tokens = head_tokens
         self.eos = {int(t) for t in eos_token_ids}
         self.max_completion_length = max_completion_length
 
     def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
         produced = input_ids.shape[1] - self.width
-        if produced == self.head_tokens and self.head_budget is not None and any(self.undecided):
+        if produced == DETECTION_HEAD_TOKENS and self.head_budget is not None and any(self.undecided):
             heads = input_ids[:, self.width :].tolist()
             for i, head in enumerate(heads):
                 if self.undecided[i] and not self.eos.intersection(head):
@@ -66,7 +62,6 @@ def generate_with_budgets(
     pad_token_id: int,
     max_completion_length: int,
     head_budget: Callable[[int, list[int]], int] | None = None,
-    head_tokens: int = DETECTION_HEAD_TOKENS,
     static_cache: bool = False,
 ) -> list[list[int]]:
     """One completion per row from one ``model.generate`` call, row ``i`` within ``budgets[i]`` tokens (None:
@@ -75,7 +70,7 @@ def generate_with_budgets(
     shape, and with it the compiled graph, repeats from batch to batch."""
     import torch
 
-    from routing_grpo.generation.device_decoding import row_limits
+    from routing_grpo.generation.transformers_decoding import left_padded, row_limits
 
     n = len(prompt_ids)
     if len(budgets) != n:
@@ -86,19 +81,13 @@ def generate_with_budgets(
     width = max(len(p) for p in prompt_ids)
     if static_cache:  # left-padded to a multiple of 64: batches of other widths keep the cache's shape
         width = -(-width // 64) * 64
-    input_ids = torch.full((n, width), int(pad_token_id), dtype=torch.long, device=device)
-    attention_mask = torch.zeros((n, width), dtype=torch.long, device=device)
-    for i, ids in enumerate(prompt_ids):
-        if ids:
-            input_ids[i, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long, device=device)
-            attention_mask[i, width - len(ids) :] = 1
+    input_ids, attention_mask = left_padded(prompt_ids, pad_token_id, width, device)
     limits = torch.tensor(row_limits(budgets, max_completion_length), dtype=torch.long, device=device)
     criterion = RowBudgets(
         width,
         limits,
         undecided=[b is None and head_budget is not None for b in budgets],
         head_budget=head_budget,
-        head_tokens=head_tokens,
         eos_token_ids=eos_token_ids,
         max_completion_length=max_completion_length,
     )

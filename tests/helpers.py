@@ -835,9 +835,9 @@ class MarkovStream:
 def rows_backend(generate: Any, eos_token_ids: Sequence[int] = (0,)) -> Any:
     """A backend around ``generate(prompts, budgets) -> [(ids, logprobs)]`` (one sample per row): each
     ``sample`` call is one ``generate`` call over every request's rows, in request order."""
-    from routing_grpo.generation.interface import BackendBase
+    from routing_grpo.generation.interface import Backend
 
-    class RowsBackend(BackendBase):
+    class RowsBackend(Backend):
         def __init__(self) -> None:
             self.eos_token_ids = [int(t) for t in eos_token_ids]
 

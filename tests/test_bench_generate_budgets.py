@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from routing_grpo.generation.device_decoding import sample_on_device
+from routing_grpo.generation.device_decoding import DeviceDecoder
 from tests.helpers import prompts_of
 
 
@@ -31,6 +31,6 @@ def test_generate_with_a_budget_criterion_gives_the_device_loops_tokens(tiny, st
         torch.manual_seed(5)
         library = generate_with_budgets(model, prompts, budgets, static_cache=static_cache, **kw)
         torch.manual_seed(5)
-        ours = sample_on_device(model, prompts, budgets, **kw)
+        ours = DeviceDecoder(model).sample(prompts, budgets, **kw)
         assert library == ours, do_sample
         assert all(len(r) <= b for r, b in zip(library, [5, 12, 17, 30]))

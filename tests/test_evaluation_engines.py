@@ -17,13 +17,13 @@ def _tokenizer(path):
 
 def test_prompts_per_call():
     from routing_grpo.evaluation.engines import prompts_per_call
-    from routing_grpo.generation.interface import BackendBase
+    from routing_grpo.generation.interface import Backend
     from routing_grpo.generation.transformers_backend import TRANSFORMERS_BATCH_SIZE
 
-    class Plain(BackendBase):
+    class Plain(Backend):
         pass
 
-    class Batched(BackendBase):
+    class Batched(Backend):
         default_batch_size = TRANSFORMERS_BATCH_SIZE
 
     cfg = EvalConfig(model="m", benchmarks=["toy"], output="o")

@@ -8,16 +8,13 @@ import pytest
 
 from routing_grpo.core.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.generation.caps import (
-    CappedGenerationStats,
     apply_caps,
     free_budget,
     generate_rollouts,
     generate_with_caps,
-    generation_budget,
     known_budget,
-    plan_requests,
 )
-from routing_grpo.generation.interface import BackendBase
+from routing_grpo.generation.interface import Backend, plan_budget_requests
 from routing_grpo.training.rollouts import plan_forced_modes
 from tests.helpers import MODES, MarkovStream, rows_backend
 
@@ -65,10 +62,9 @@ def rows():
 
 def test_two_phase_generation_equals_posthoc_truncation():
     prompts, forced, sampler = rows()
-    stats = CappedGenerationStats()
     capped = capped_rollouts(
         prompts, forced, modes=MODES, detector=DETECTOR, max_completion_length=MAX_LEN,
-        eos_token_ids=[EOS], generate=sampler, stats=stats,
+        eos_token_ids=[EOS], generate=sampler,
     )  # fmt: skip
     # Post hoc: every row generated to the completion limit, then cut.
     full = MarkovStream(sampler.first_token, sampler.eos_after, eos=EOS)
@@ -85,8 +81,7 @@ def test_two_phase_generation_equals_posthoc_truncation():
     # Nothing past a cap was generated: forced 10 + 30 + 60, free NoThink 1 + 10, Short 1 + 30, invalid 60,
     # and the row that ended after 4 tokens.
     assert sampler.generated == 10 + 30 + 60 + 11 + 31 + 60 + 4
-    assert stats.generated_tokens == sampler.generated
-    assert stats.continued_rows == 3  # the three free rows still going after their head
+    assert sampler.generated == sum(len(ids) for ids, _ in capped)
 
 
 def test_single_mode_rows_get_the_mode_budget():
@@ -125,7 +120,7 @@ def test_generate_rollouts_lets_a_continuing_backend_do_both_phases_in_one_pass(
     calls, decided = [], []
     head = [902, 5, 5]  # Short's word, then text
 
-    class Continuing(BackendBase):
+    class Continuing(Backend):
         eos_token_ids = [EOS]
         continues_rows = True
 
@@ -165,13 +160,6 @@ def test_apply_caps_counts_after_the_word():
     assert apply_caps([1, 2, 3, 4], 0, 2) == ([1, 2], True)
 
 
-def test_generation_budget():
-    assert generation_budget(0, SMALL_MODES, 100) == 3  # the cap: nothing past it is generated
-    assert generation_budget(2, SMALL_MODES, 100) == 100  # Long: uncapped
-    assert generation_budget(None, SMALL_MODES, 100) == 100  # free: mode unknown before generation
-    assert generation_budget(None, SMALL_MODES, 5, single_mode=1) == 5  # min(cap, limit)
-
-
 def _warmup_batch(groups: int = 2, g: int = 4):
     """Prompt ids of a warmup batch: forced rows end with their word, so they differ from the free rows."""
     forced = plan_forced_modes(groups * g, 0, group_size=g, num_modes=3, forced_per_mode=1, warmup=True)
@@ -182,19 +170,25 @@ def _warmup_batch(groups: int = 2, g: int = 4):
     return prompts, forced
 
 
+def plan_requests(prompts, forced, limit=50):
+    """Requests for a batch: each row's mode budget when known before generation, else the limit."""
+    budgets = [known_budget(f, SMALL_MODES, limit) for f in forced]
+    return plan_budget_requests(prompts, [limit if b is None else b for b in budgets])
+
+
 def test_plan_requests_keeps_forced_rows_apart():
     prompts, forced = _warmup_batch()
-    requests = plan_requests(prompts, forced, modes=SMALL_MODES, max_completion_length=50)
+    requests = plan_requests(prompts, forced)
     # Per group: NoThink, Short, Long forced rows and one free row -> 4 requests each.
     assert [r.rows for r in requests] == [(0,), (1,), (2,), (3,), (4,), (5,), (6,), (7,)]
     assert [r.max_tokens for r in requests[:4]] == [3, 6, 50, 50]
     assert requests[0].prompt_ids == (100, 7, 90, 91) and requests[3].prompt_ids == (100, 7)
     # After warmup every row of a group shares one request with n = G.
     free = [[100 + row // 4, 7] for row in range(8)]
-    requests = plan_requests(free, [None] * 8, modes=SMALL_MODES, max_completion_length=50)
+    requests = plan_requests(free, [None] * 8)
     assert [(r.rows, r.n) for r in requests] == [((0, 1, 2, 3), 4), ((4, 5, 6, 7), 4)]
-    with pytest.raises(ValueError, match="same length"):
-        plan_requests(free, [None], modes=SMALL_MODES, max_completion_length=50)
+    with pytest.raises(ValueError):
+        plan_budget_requests(free, [50])
 
 
 def test_the_driver_takes_heads_written_by_a_word_phase():

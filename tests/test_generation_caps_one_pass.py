@@ -1,6 +1,6 @@
-"""One pass per step (the caps driver, routing_grpo.generation.caps): the free rows' heads, then one call with the forced rows
-and the free rows' continuations; the same rollouts as the older two-phase order (forced rows beside the
-heads, continuations after), and the makespan of a warmup step of the paper's recipe on an engine whose call
+"""One pass per step (the caps driver, routing_grpo.generation.caps): the free rows' heads, then one call with
+the forced rows and the free rows' continuations; the same rollouts as the two-phase order (forced rows beside
+the heads, continuations after), and the makespan of a warmup step of the paper's recipe on an engine whose call
 costs the decoding steps of its longest row."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 from routing_grpo.core.modes import DETECTION_HEAD_TOKENS, ModeDetector, parse_modes
 from routing_grpo.generation.caps import free_budget, generate_rollouts, known_budget
-from routing_grpo.generation.interface import BackendBase, GenerationRequest, generate_rows
+from routing_grpo.generation.interface import Backend, GenerationRequest, generate_rows
 from routing_grpo.io.recipe_file import read_recipe_file
 from routing_grpo.training.rollouts import plan_forced_modes
 from tests.helpers import MODES, REPO_ROOT, rows_backend
@@ -27,7 +27,7 @@ def _fold(state: bytes, item: object) -> bytes:
     return hashlib.blake2b(state + repr(item).encode(), digest_size=16).digest()
 
 
-class SeededEngine(BackendBase):
+class SeededEngine(Backend):
     """A stand-in engine with seeded sampling, answering requests as vLLM does (``n`` samples of at most
     ``max_tokens``). Each token is drawn from a hash of the prefix so far, and of the sample index k while the
     request is fresh (fewer than a head's tokens after the original prompt, which ends with 999): a request
@@ -68,8 +68,8 @@ class SeededEngine(BackendBase):
 
 
 def two_phase(prompts, forced, *, modes, detector, max_completion_length, generate, single_mode=None):
-    """The older order, kept here as the reference: forced rows with their full budgets in the same call as the
-    free rows' heads, then the free rows' continuations in a second call."""
+    """The two-phase order, the reference: forced rows with their full budgets in the same call as the free
+    rows' heads, then the free rows' continuations in a second call."""
     head_len = min(DETECTION_HEAD_TOKENS, max_completion_length)
     known = [known_budget(f, modes, max_completion_length, single_mode) for f in forced]
     first = generate(prompts, [head_len if b is None else b for b in known])

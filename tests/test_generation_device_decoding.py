@@ -10,8 +10,11 @@ from collections import Counter
 import pytest
 
 from routing_grpo.core.modes import DETECTION_HEAD_TOKENS
-from routing_grpo.generation.device_decoding import DeviceDecoder, graph_blocker, row_limits, sample_on_device
-from routing_grpo.generation.transformers_decoding import generate_in_budget_groups, sample_with_budgets
+from routing_grpo.generation.device_decoding import DeviceDecoder, graph_blocker
+from routing_grpo.generation.transformers_decoding import (
+    generate_in_budget_groups,
+    sample_with_budgets,
+)
 from tests.helpers import prompts_of
 
 
@@ -76,8 +79,8 @@ def test_sampled_rows_are_generates_samples_token_for_token(tiny):
     torch.manual_seed(3)
     reference = generate_rows(model, tok, config, prompts, 20)
     torch.manual_seed(3)
-    ours = sample_on_device(
-        model, prompts, [20] * 4, generation_config=config, eos_token_ids=[tok.eos_token_id],
+    ours = DeviceDecoder(model).sample(
+        prompts, [20] * 4, generation_config=config, eos_token_ids=[tok.eos_token_id],
         pad_token_id=tok.pad_token_id, max_completion_length=20,
     )  # fmt: skip
     assert ours == reference
@@ -124,8 +127,8 @@ def test_sampled_tokens_follow_generates_distribution(tiny):
     torch.manual_seed(11)
     reference = generate_rows(model, tok, config, [prompt] * rows, 2)
     torch.manual_seed(12)
-    ours = sample_on_device(
-        model, [prompt] * rows, [2] * rows, generation_config=config, eos_token_ids=[tok.eos_token_id],
+    ours = DeviceDecoder(model).sample(
+        [prompt] * rows, [2] * rows, generation_config=config, eos_token_ids=[tok.eos_token_id],
         pad_token_id=tok.pad_token_id, max_completion_length=2,
     )  # fmt: skip
     assert ours != reference  # other seeds: independent draws, not one stream twice
@@ -205,17 +208,13 @@ def test_the_decoder_reuses_its_static_cache_between_calls(tiny):
     assert third == generate_rows(model, tok, config, shorter, 12)
 
 
-def test_row_limits():
-    assert row_limits([None, 5, 100, 0, -3], 30) == [30, 5, 30, 0, 0]
-
-
 def test_settings_the_loop_cannot_reproduce_are_refused(tiny):
     from transformers import GenerationConfig
 
     model, tok = tiny
     with pytest.raises(NotImplementedError, match="need model.generate"):
-        sample_on_device(
-            model, prompts_of(tok, 1), [4], generation_config=GenerationConfig(num_beams=2),
+        DeviceDecoder(model).sample(
+            prompts_of(tok, 1), [4], generation_config=GenerationConfig(num_beams=2),
             eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id, max_completion_length=4,
         )  # fmt: skip
     with pytest.raises(ValueError, match="2 prompts but 1 budgets"):
@@ -278,30 +277,6 @@ def test_greedy_on_cuda_gives_generates_tokens(tiny_model_path, graphs):
     full = generate_rows(model, tok, config, prompts, 24)
     assert [len(r) for r in ours] == [len(f[:b]) for f, b in zip(full, [24, 6, 20, 13])]
     assert ours == [f[:b] for f, b in zip(full, [24, 6, 20, 13])]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The library's machinery: model.generate with a per-row budget stopping criterion
-# ---------------------------------------------------------------------------------------------------------
-
-
-def test_the_prefill_logits_are_the_policy_at_each_rows_last_prompt_position(tiny):
-    """``on_prefill`` hands over what the early tell's own forward computes: the last position's logits."""
-    import torch
-    from transformers import GenerationConfig
-
-    model, tok = tiny
-    prompts = prompts_of(tok, 3)
-    seen = []
-    DeviceDecoder(model).sample(
-        prompts, [3, 3, 3], generation_config=GenerationConfig(do_sample=False), eos_token_ids=[tok.eos_token_id],
-        pad_token_id=tok.pad_token_id, max_completion_length=3, on_prefill=seen.append,
-    )  # fmt: skip
-    assert len(seen) == 1 and seen[0].shape == (3, model.config.vocab_size)
-    for row, ids in enumerate(prompts):
-        with torch.no_grad():
-            alone = model(torch.tensor([ids])).logits[0, -1]
-        torch.testing.assert_close(seen[0][row], alone, rtol=1e-4, atol=1e-4)
 
 
 def test_a_graph_that_fails_restarts_the_call_eagerly_with_one_log_line(tiny, monkeypatch, caplog):

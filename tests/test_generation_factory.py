@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from routing_grpo.generation import factory
-from routing_grpo.generation.interface import BackendBase
+from routing_grpo.generation.interface import Backend
 from routing_grpo.generation.options import BackendOptions
 
 
@@ -33,7 +33,7 @@ def test_a_backend_is_built_by_its_names_builder(monkeypatch):
     one entry in BUILDERS is known to every check and built like the others."""
     built = []
 
-    class Toy(BackendBase):
+    class Toy(Backend):
         eos_token_ids = [0]
 
     def build(options, tokenizer):
@@ -45,7 +45,8 @@ def test_a_backend_is_built_by_its_names_builder(monkeypatch):
     factory.check_backend("toy")
     backend = factory.make_backend("toy", options, "tok")
     assert isinstance(backend, Toy) and built == [(options, "tok")]
-    assert factory.names_text() == "auto, vllm, transformers or toy"
+    with pytest.raises(ValueError, match="must be auto, vllm, transformers or toy"):
+        factory.check_backend("sglang")
 
 
 def test_the_transformers_builder_loads_on_the_device_and_seeds(monkeypatch, tiny_model_path):
@@ -64,7 +65,7 @@ def test_the_transformers_builder_loads_on_the_device_and_seeds(monkeypatch, tin
     options = BackendOptions(model=str(tiny_model_path), device="cpu", temperature=0.0, seed=3)
     backend = factory.make_backend("transformers", options, AutoTokenizer.from_pretrained(tiny_model_path))
     assert loaded == [(str(tiny_model_path), {"revision": None, "dtype": "auto", "device": "cpu"})]
-    assert backend.continues_rows and backend.steps_tokens and backend.default_batch_size == 16
+    assert backend.continues_rows and backend.default_batch_size == 16
     assert backend.context_length() == backend.model.config.max_position_embeddings
     assert not backend.generation_config.do_sample  # temperature 0: greedy
 

@@ -6,14 +6,7 @@ from __future__ import annotations
 import pytest
 
 from routing_grpo.core.modes import DETECTION_HEAD_TOKENS
-from routing_grpo.generation.interface import (
-    BackendBase,
-    GenerationRequest,
-    cut_at_eos,
-    generate_rows,
-    scatter_outputs,
-    stop_token_ids,
-)
+from routing_grpo.generation.interface import Backend, cut_at_eos, generate_rows, stop_token_ids
 
 
 def test_cut_at_eos():
@@ -33,12 +26,9 @@ def test_stop_token_ids_are_the_tokenizers_and_the_models():
     assert stop_token_ids(None, None) == []
 
 
-def test_scatter_outputs_checks_counts():
-    requests = [GenerationRequest(prompt_ids=(1,), n=2, max_tokens=5, rows=(0, 1))]
+def test_generate_rows_checks_the_samples_per_request():
     with pytest.raises(ValueError, match="n=2"):
-        scatter_outputs(requests, [["a"]], 2)
-    with pytest.raises(ValueError, match="no sample"):
-        scatter_outputs(requests, [["a", "b"]], 3)
+        generate_rows(lambda requests: [["a"]], [[1], [1]], [5, 5])
 
 
 def test_generate_rows_plans_identical_rows_as_one_request():
@@ -61,11 +51,11 @@ def test_generate_rows_plans_identical_rows_as_one_request():
 def test_a_backend_declares_every_capability():
     """The defaults of a backend that samples whole requests only: no one-pass loop, no word phase, all
     prompts in one call; asking for what it cannot do says so."""
-    backend = BackendBase()
-    assert backend.continues_rows is False and backend.steps_tokens is False
+    backend = Backend()
+    assert backend.continues_rows is False
     assert backend.default_batch_size is None and backend.context_length() is None
     with pytest.raises(NotImplementedError, match="continues_rows"):
         backend.sample_rows([[1]], [None], max_tokens=4, head_budget=lambda row, head: 4)
-    with pytest.raises(NotImplementedError, match="steps_tokens"):
+    with pytest.raises(NotImplementedError, match="word phase"):
         backend.next_tokens([[1]], [None])
     backend.close()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from routing_grpo.core.modes import DETECTION_HEAD_TOKENS, ModeDetector
-from routing_grpo.generation.transformers_decoding import group_rows_by_budget
 from tests.helpers import MODES, budget_groups, chat_prompts
 
 WORDS = {0: [[901], [801, 802]], 1: [[902]], 2: [[903]]}
@@ -16,8 +15,10 @@ DETECTOR = ModeDetector(MODES, WORDS)
 MAX_LEN = 60
 
 
-def test_rows_are_grouped_by_budget():
-    assert group_rows_by_budget([5, 8, 5]) == {5: [0, 2], 8: [1]}
+def test_row_limits():
+    from routing_grpo.generation.transformers_decoding import row_limits
+
+    assert row_limits([None, 5, 100, 0, -3], 30) == [30, 5, 30, 0, 0]
 
 
 @pytest.mark.parametrize("do_sample", [False, True])

@@ -40,14 +40,14 @@ def three_mode_trainer(tiny_model_path, tmp_path):
 def test_trainer_rollouts_two_phases_through_requests(tiny_model_path, tmp_path):
     """The vLLM path (server or colocate) plans per-row budget requests for both phases; a fake engine that
     answers requests like vLLM (n samples, max_tokens) gets no request past a cap, and rows stay in order."""
-    from routing_grpo.generation.interface import BackendBase
+    from routing_grpo.generation.interface import Backend
 
     trainer = three_mode_trainer(tiny_model_path, tmp_path)
     nothink, short = trainer.forced_word_ids[0], trainer.forced_word_ids[1]
     stream = MarkovStream({1002: nothink[0], 1003: short[0]}, eos=EOS)
     requests_seen = []
 
-    class Engine(BackendBase):  # answers requests like vLLM: n samples of at most max_tokens each
+    class Engine(Backend):  # answers requests like vLLM: n samples of at most max_tokens each
         eos_token_ids = [EOS]
 
         def sample(self, requests, seed=None):

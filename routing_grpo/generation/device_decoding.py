@@ -1,30 +1,12 @@
 """transformers decoding within token budgets with the decoding state on the device.
 
-The contract of :func:`routing_grpo.generation.transformers_decoding.sample_with_budgets`: row ``i`` gets at most ``budgets[i]``
-tokens, ending at its first EOS (kept); a free row (``budgets[i] is None``) runs until it has ``head_tokens``
-tokens, then ``head_budget(i, head)`` sets its budget once (docs/method.md "Caps"); sampling is
-``model.generate``'s for the settings of :func:`~routing_grpo.generation.transformers_decoding.shrinking_loop_supported`, with its
-processors (:func:`~routing_grpo.generation.transformers_decoding.logits_processors`).
-
-Where the shrinking loop drops finished rows (compute follows the tokens kept, which pays on a CPU), this loop
-keeps the batch fixed, as ``model.generate`` does, so that a decoding step is the same work every time and
-nothing in it waits for the host (a GPU's decoding step is bound by launching kernels, not by the rows):
-
-* the state is tensors on the device: each row's kept length, limit and done flag; sampling runs in the step;
-  a finished row is fed the pad token and its samples are dropped;
-* the host reads the device every ``sync_every`` steps (is every row done?), once at the step the free rows'
-  heads are complete (``head_budget`` is a host callback), and once at the end (the tokens);
-* the KV cache is transformers' ``StaticCache`` of the prompt width (rounded up to ``width_multiple``, so that
-  batches of other prompt widths reuse the cache and its captured graphs) plus ``max_completion_length``; the
-  tokens go into a preallocated buffer: no ``torch.cat`` of sequences or masks per step; the attention mask
-  is built once (the completion's slots open from the start; causal attention hides the ones ahead);
-* on CUDA, the one-token forward can be captured as CUDA graphs (``torch.compile``'s ``reduce-overhead``).
-  Where graphs would break or be wrong (gradient checkpointing on a model in training mode, PEFT adapters,
-  ZeRO-3 or FSDP sharded parameters, a model without a static cache) the loop stays eager with one log line
-  saying why; a capture that fails mid-call logs its error and starts the call again eagerly.
-
-Every row draws its sample from the same full-batch ``torch.multinomial`` call as in ``model.generate``, so on
-prompts of equal length a seeded run gives ``model.generate``'s samples token for token.
+The contract of :func:`~routing_grpo.generation.transformers_decoding.sample_with_budgets`, on a batch kept
+fixed as ``model.generate`` keeps it, so that no decoding step waits for the host: the rows' lengths, limits
+and done flags are tensors, a finished row is fed the pad token, and the host reads the device every
+``sync_every`` steps, once for the free rows' heads and once at the end. The KV cache is a ``StaticCache``
+(prompt width rounded up to :data:`WIDTH_MULTIPLE`, so its shape repeats across batches); on CUDA the
+one-token forward is captured as CUDA graphs where :func:`graph_blocker` finds nothing against it. Every
+row samples from one full-batch ``torch.multinomial``, as ``model.generate`` does.
 """
 
 from __future__ import annotations
@@ -36,32 +18,23 @@ from typing import Any
 from routing_grpo.core.modes import DETECTION_HEAD_TOKENS
 from routing_grpo.generation.transformers_decoding import (
     last_logits_only,
+    left_padded,
     logits_processors,
+    row_limits,
+    sample_tokens,
     shrinking_loop_supported,
 )
 
 logger = logging.getLogger(__name__)
 
 SYNC_EVERY = 8  # decoding steps between two reads of the done flags by the host
-
-
-def row_limits(budgets: Sequence[int | None], max_completion_length: int) -> list[int]:
-    """Each row's token limit before its head is read: its budget within the completion limit; a free row
-    (None) the completion limit itself; a budget at or below 0 allows no token."""
-    return [
-        max_completion_length if b is None else max(0, min(int(b), max_completion_length)) for b in budgets
-    ]
+WIDTH_MULTIPLE = 64  # prompts are left-padded to a multiple of this many slots (static cache only)
 
 
 def graph_blocker(model: Any) -> str | None:
-    """Why CUDA graphs cannot replay this model's decoding step, or None where they can.
-
-    Graphs replay fixed kernels on fixed buffers: a model not on CUDA, gradient checkpointing active in
-    training mode (it drops the KV cache), PEFT adapters (their layers and hooks change between steps of a
-    run), parameters sharded by ZeRO-3 or FSDP (gathered into new buffers at each use) and models without a
-    static cache are left to the eager loop."""
+    """Why CUDA graphs cannot replay this model's decoding step, or None where they can."""
     checkpointing = getattr(model, "is_activation_checkpointing", None)
-    if checkpointing is None:  # transformers before the rename
+    if checkpointing is None:
         checkpointing = getattr(model, "is_gradient_checkpointing", False)
     if getattr(model, "training", False) and checkpointing:
         return "gradient checkpointing is on in training mode"
@@ -87,7 +60,7 @@ def graph_blocker(model: Any) -> str | None:
 
 
 def cache_keyword(model: Any) -> str:
-    """The forward's name for the KV cache: ``cache`` in recent transformers, ``past_key_values`` before."""
+    """The forward's name for the KV cache: ``cache`` in recent transformers, else ``past_key_values``."""
     import inspect
 
     try:
@@ -98,13 +71,14 @@ def cache_keyword(model: Any) -> str:
 
 
 class DeviceDecoder:
-    """One model's decoding within budgets (:meth:`sample`), state on the device.
+    """One model's decoding within budgets (:meth:`sample`), keeping its static cache and graphs across calls.
 
-    ``sync_every``: decoding steps between two host reads of the done flags. ``cuda_graphs``: None captures
-    the decoding forward as CUDA graphs where :func:`graph_blocker` finds nothing against it, False never,
-    True asks for it (a blocked request logs its reason and decodes eagerly). ``static_cache``: decode into a
-    preallocated ``StaticCache`` (False: the model's own growing cache), its prompt part ``width_multiple``
-    slots at a time (prompts are left-padded to it)."""
+    Args:
+        sync_every: decoding steps between two host reads of the done flags.
+        cuda_graphs: None captures graphs where :func:`graph_blocker` allows, False never, True asks for them
+            (a refusal is logged once).
+        static_cache: decode into a ``StaticCache`` (False: the model's own growing cache).
+    """
 
     def __init__(
         self,
@@ -113,13 +87,9 @@ class DeviceDecoder:
         sync_every: int = SYNC_EVERY,
         cuda_graphs: bool | None = None,
         static_cache: bool = True,
-        width_multiple: int = 64,
     ) -> None:
         if sync_every < 1:
             raise ValueError(f"sync_every must be at least 1, got {sync_every}")
-        if width_multiple < 1:
-            raise ValueError(f"width_multiple must be at least 1, got {width_multiple}")
-        self.width_multiple = int(width_multiple)
         self.model = model
         self.sync_every = int(sync_every)
         self.static_cache = static_cache
@@ -128,10 +98,9 @@ class DeviceDecoder:
         self.cache: Any = None
         self.cache_shape: tuple[int, int] | None = None
         self.graphs_note: str | None = None  # why graphs are off (logged once)
-        self.host_syncs = 0  # reads of the device by the host in the last call (for tests and benchmarks)
+        self.host_syncs = 0  # reads of the device by the host in the last call
         self.steps = 0  # decoding forwards in the last call
 
-    # ---------------------------------------------------------------------------------------------------
     def _graphs_on(self) -> bool:
         if self.graphs_wanted is False:
             return False
@@ -146,8 +115,8 @@ class DeviceDecoder:
         return True
 
     def _new_cache(self, rows: int, length: int) -> Any:
-        """A static cache for ``rows`` x ``length``: the last call's, emptied, where the shape is the same (its
-        buffers stay where captured graphs read them), else a new one."""
+        """A static cache of ``rows`` x ``length``: the last one, emptied, where the shape is the same (the
+        captured graphs read its buffers), else a new one."""
         if not self.static_cache:
             return None
         if self.cache is not None and self.cache_shape == (rows, length):
@@ -183,7 +152,6 @@ class DeviceDecoder:
 
         return forward
 
-    # ---------------------------------------------------------------------------------------------------
     def sample(
         self,
         prompt_ids: Sequence[Sequence[int]],
@@ -194,14 +162,9 @@ class DeviceDecoder:
         pad_token_id: int,
         max_completion_length: int,
         head_budget: Callable[[int, list[int]], int] | None = None,
-        head_tokens: int = DETECTION_HEAD_TOKENS,
-        on_prefill: Callable[[Any], None] | None = None,
     ) -> list[list[int]]:
-        """One completion per row; see the module's docstring for the contract. ``on_prefill`` gets the
-        prefill's last-position logits (rows x vocabulary, before any processor): for a free row that is the
-        policy at the routing position, which the early tell (docs/method.md "The early tell") otherwise
-        computes with a forward of its own. A CUDA-graph failure mid-call starts the call again eagerly
-        (``on_prefill`` and ``head_budget`` are then called again)."""
+        """One completion per row, as :func:`~.transformers_decoding.sample_with_budgets`; a CUDA graph that
+        fails mid-call starts the call again eagerly."""
         import torch
 
         if not shrinking_loop_supported(generation_config):
@@ -215,28 +178,24 @@ class DeviceDecoder:
         model = self.model
         device = next(model.parameters()).device
         longest = max(len(p) for p in prompt_ids)
-        multiple = self.width_multiple if self.static_cache else 1
+        multiple = WIDTH_MULTIPLE if self.static_cache else 1
         width = -(-longest // multiple) * multiple
         origin = width - longest  # the processors see the prompts as generate would: from the longest's start
         total = width + max_completion_length
         pad = int(pad_token_id)
 
-        # Preallocated: the sequences (prompts left-padded, then the completion's slots) and the mask, built on
-        # the host and moved in one copy each.
-        seq = torch.full((n, total), pad, dtype=torch.long)
-        mask = torch.zeros((n, total), dtype=torch.long)
-        for i, ids in enumerate(prompt_ids):
-            if ids:
-                seq[i, width - len(ids) : width] = torch.tensor(list(ids), dtype=torch.long)
-                mask[i, width - len(ids) : width] = 1
-        seq, mask = seq.to(device), mask.to(device)
+        # The prompts left-padded, then the completion's slots, open in the mask (causal attention hides the
+        # slots not yet written); built on the host.
+        prompts, prompt_mask = left_padded(prompt_ids, pad, width)
+        slots = (n, max_completion_length)
+        seq = torch.cat([prompts, torch.full(slots, pad, dtype=torch.long)], dim=1).to(device)
+        mask = torch.cat([prompt_mask, torch.ones(slots, dtype=torch.long)], dim=1).to(device)
         prompt_lengths = mask[:, :width].sum(-1)
         positions = (mask[:, :width].cumsum(-1) - 1).clamp(min=0)
-        mask[:, width:] = 1  # causal attention hides the slots not yet written
 
-        limits_host = row_limits(budgets, max_completion_length)
-        limit = torch.tensor(limits_host, dtype=torch.long, device=device)
-        undecided_host = [b is None and head_budget is not None for b in budgets]
+        limit = torch.tensor(row_limits(budgets, max_completion_length), dtype=torch.long, device=device)
+        free_rows = [i for i, b in enumerate(budgets) if b is None and head_budget is not None]
+        head = DETECTION_HEAD_TOKENS
         length = torch.zeros(n, dtype=torch.long, device=device)  # tokens kept per row
         done = limit <= 0
         eos = torch.tensor(sorted({int(t) for t in eos_token_ids}), dtype=torch.long, device=device)
@@ -265,27 +224,27 @@ class DeviceDecoder:
                 cache = out[cache_name]
                 step_forward = self._decode_forward(cache_name)
             logits = out.logits[:, -1, :]
-            if on_prefill is not None:
-                on_prefill(logits.detach().clone())
             for t in range(max_completion_length):
                 scores = logits.float()
                 if min_new and eos.numel():
                     early = (length < min_new).unsqueeze(1)
                     scores[:, eos] = scores[:, eos].masked_fill(early, -float("inf"))
                 scores = processors(seq[:, origin : width + t], scores)
-                if sampling:
-                    tokens = torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-                else:
-                    tokens = scores.argmax(dim=-1)
+                tokens = sample_tokens(scores, sampling)
                 live = ~done
                 tokens = torch.where(live, tokens, torch.full_like(tokens, pad))
                 seq[:, width + t] = tokens
                 length += live.long()
-                ended = torch.isin(tokens, eos) & live if eos.numel() else torch.zeros_like(live)
+                ended = torch.isin(tokens, eos) & live
                 done = done | ended | (length >= limit)
-                if t + 1 == head_tokens and any(undecided_host):
-                    self._read_heads(seq[:, width : width + t + 1], length, ended, limit, undecided_host,
-                                     head_budget, max_completion_length, head_tokens)  # fmt: skip
+                if t + 1 == head and free_rows:  # the one read of the heads, for the free rows' budgets
+                    self.host_syncs += 1
+                    heads = seq[:, width : width + head].tolist()
+                    lengths, ends = length.tolist(), ended.tolist()
+                    rows = [i for i in free_rows if lengths[i] == head and not ends[i]]
+                    values = [max(0, min(int(head_budget(i, heads[i])), max_completion_length)) for i in rows]
+                    if rows:
+                        limit[torch.tensor(rows, device=device)] = torch.tensor(values, device=device)
                     done = done | (length >= limit)
                 if t + 1 == max_completion_length:
                     break
@@ -312,68 +271,12 @@ class DeviceDecoder:
                         self.graphs_wanted, self.graphs_note, self.compiled = False, str(error), None
                         self.cache, self.cache_shape = None, None
                         return self.sample(
-                            prompt_ids, budgets, generation_config=generation_config, eos_token_ids=eos_token_ids,
-                            pad_token_id=pad_token_id, max_completion_length=max_completion_length,
-                            head_budget=head_budget, head_tokens=head_tokens, on_prefill=on_prefill,
+                            prompt_ids, budgets, generation_config=generation_config, head_budget=head_budget,
+                            eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
+                            max_completion_length=max_completion_length,
                         )  # fmt: skip
                 logits = step_forward(*step_inputs).logits[:, -1, :]
         self.host_syncs += 1
         kept = length.tolist()
         rows = seq[:, width:].tolist()
         return [row[:k] for row, k in zip(rows, kept, strict=True)]
-
-    def _read_heads(
-        self,
-        heads: Any,
-        length: Any,
-        ended: Any,
-        limit: Any,
-        undecided: list[bool],
-        head_budget: Callable[[int, list[int]], int] | None,
-        max_completion_length: int,
-        head_tokens: int,
-    ) -> None:
-        """The one read of the heads: a free row with ``head_tokens`` tokens and no EOS among them gets its
-        budget from ``head_budget`` (capped at the completion limit), written into ``limit`` on the device."""
-        import torch
-
-        self.host_syncs += 1
-        heads_host, lengths, ends = heads.tolist(), length.tolist(), ended.tolist()
-        rows, values = [], []
-        for i, free in enumerate(undecided):
-            if free and lengths[i] == head_tokens and not ends[i] and head_budget is not None:
-                rows.append(i)
-                values.append(max(0, min(int(head_budget(i, heads_host[i])), max_completion_length)))
-            undecided[i] = False
-        if rows:
-            index = torch.tensor(rows, dtype=torch.long, device=limit.device)
-            limit[index] = torch.tensor(values, dtype=torch.long, device=limit.device)
-
-
-def sample_on_device(
-    model: Any,
-    prompt_ids: Sequence[Sequence[int]],
-    budgets: Sequence[int | None],
-    *,
-    generation_config: Any,
-    eos_token_ids: Sequence[int],
-    pad_token_id: int,
-    max_completion_length: int,
-    head_budget: Callable[[int, list[int]], int] | None = None,
-    head_tokens: int = DETECTION_HEAD_TOKENS,
-    sync_every: int = SYNC_EVERY,
-    cuda_graphs: bool | None = None,
-) -> list[list[int]]:
-    """:func:`routing_grpo.generation.transformers_decoding.sample_with_budgets`'s signature and contract on a :class:`DeviceDecoder`
-    made for this call (hold a decoder to keep its compiled graphs across calls)."""
-    decoder = DeviceDecoder(model, sync_every=sync_every, cuda_graphs=cuda_graphs)
-    return decoder.sample(
-        prompt_ids,
-        budgets,
-        generation_config=generation_config,
-        eos_token_ids=eos_token_ids,
-        pad_token_id=pad_token_id,
-        max_completion_length=max_completion_length,
-        head_budget=head_budget,
-        head_tokens=head_tokens,
-    )

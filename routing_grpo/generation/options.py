@@ -1,5 +1,4 @@
-"""The generation options every backend shares, checked before a model loads (a typo costs nothing):
-sampling, seed, device; and what the environment offers (vLLM installed, a model's generation config)."""
+"""The options every backend shares (sampling, seed, device), checked before a model loads."""
 
 from __future__ import annotations
 
@@ -12,8 +11,8 @@ DEFAULT_TEMPERATURE = 0.6
 
 
 def check_sampling(temperature: float, top_p: float, top_k: int = 0, *, flags: bool = False) -> None:
-    """Raises ValueError naming the first bad sampling option (``--top-p`` style when ``flags``): checked
-    before a model loads, so a typo costs nothing. top_k 0 or -1 means off."""
+    """Raises ValueError naming the first bad sampling option (``--top-p`` style when ``flags``); top_k 0 or
+    -1 is off."""
 
     def name(option: str) -> str:
         return "--" + option.replace("_", "-") if flags else option
@@ -26,14 +25,12 @@ def check_sampling(temperature: float, top_p: float, top_k: int = 0, *, flags: b
         raise ValueError(f"{name('top_k')} must be a positive integer, or 0 or -1 for off, got {top_k}")
 
 
-# The device types the transformers backend runs on, and how torch says whether one is present.
 DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
 SEED_LIMIT = 2**32  # numpy's and vLLM's seeds are 32-bit; training's seed has the same range
 
 
 def check_device(device: str | None, name: str = "device") -> None:
-    """Raises ValueError naming ``name`` for a device torch does not know, or one this machine does not
-    have (``cuda`` without a CUDA GPU, ``cuda:3`` on two GPUs): checked before a model loads."""
+    """Raises ValueError naming ``name`` for a device torch does not know or this machine does not have."""
     if device is None:
         return
     import torch
@@ -63,7 +60,7 @@ def check_device(device: str | None, name: str = "device") -> None:
 
 
 def vllm_installed() -> bool:
-    """Whether ``import vllm`` can work here (an imported module counts, whatever its spec)."""
+    """Whether ``import vllm`` can work here (an imported module counts)."""
     import importlib.util
     import sys
 
@@ -84,7 +81,7 @@ def check_seed(seed: int | None, name: str = "seed") -> None:
 
 
 def transformers_device(device: str | None) -> str:
-    """The transformers backend's device: the one given, else ``cuda`` when there is a GPU, else ``cpu``."""
+    """The device given, else ``cuda`` when there is a GPU, else ``cpu``."""
     if device:
         return device
     import torch
@@ -98,25 +95,20 @@ def read_generation_config(model: str, revision: str | None = None) -> Any:
         from transformers import GenerationConfig
 
         return GenerationConfig.from_pretrained(model, revision=revision)
-    except Exception:  # no generation config (or offline): the tokenizer's EOS still counts
+    except Exception:  # none, or offline: the tokenizer's EOS still counts
         return None
 
 
 @dataclass(frozen=True)
 class BackendOptions:
-    """What builds a backend (:func:`routing_grpo.generation.factory.make_backend`), whichever it is.
+    """What builds a backend (:func:`~routing_grpo.generation.factory.make_backend`), whichever it is.
 
     Attributes:
-        model: a local folder or Hub id.
-        revision / dtype: the checkpoint's revision; the transformers ``dtype`` (vLLM's goes in
-            ``engine_kwargs``).
-        device: the transformers device (default: ``cuda`` when there is a GPU, else ``cpu``).
+        dtype / device: the transformers model's (vLLM's dtype goes in ``engine_kwargs``).
         temperature / top_p / top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off).
         seed: seeds torch (transformers) or the vLLM engine.
-        engine_kwargs: ``vllm.LLM`` arguments of each engine.
-        data_parallel_size / tensor_parallel_size: vLLM engines, each on ``tensor_parallel_size`` GPUs
-            (``visible``: the GPUs to use, default ``CUDA_VISIBLE_DEVICES``).
-        progress: vLLM's progress bar.
+        engine_kwargs: ``vllm.LLM`` arguments of each engine; ``data_parallel_size`` engines of
+            ``tensor_parallel_size`` GPUs each, from ``visible`` (default ``CUDA_VISIBLE_DEVICES``).
         llm_factory / sampling_params: stand-ins for ``vllm.LLM`` / ``vllm.SamplingParams`` (tests).
     """
 

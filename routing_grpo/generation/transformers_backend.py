@@ -1,6 +1,6 @@
-"""The transformers backend (CPU or GPU): a (masked) forward per word token, and budgeted decoding for
-completions (the decode loops of :mod:`routing_grpo.generation.transformers_decoding`: rows leave the batch at
-EOS or at their budget, so no token past a cap is computed)."""
+"""The transformers backend (CPU or GPU): a masked forward per word token, and completions within budgets
+through the decode loops of :mod:`~routing_grpo.generation.transformers_decoding` and
+:mod:`~routing_grpo.generation.device_decoding`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from routing_grpo.generation.interface import BackendBase, Completion, GenerationRequest, stop_token_ids
+from routing_grpo.generation.interface import Backend, Completion, GenerationRequest, stop_token_ids
 from routing_grpo.generation.options import (
     DEFAULT_TEMPERATURE,
     BackendOptions,
@@ -19,27 +19,25 @@ from routing_grpo.generation.options import (
 from routing_grpo.generation.transformers_decoding import (
     generate_in_budget_groups,
     last_logits_only,
+    left_padded,
     logits_processors,
+    sample_tokens,
     sample_with_budgets,
     shrinking_loop_supported,
 )
 from routing_grpo.io.adapters import is_adapter_folder, load_adapter_model
 
-# Prompts per call with the transformers backend when the caller does not say (vLLM: all at once).
-TRANSFORMERS_BATCH_SIZE = 16
+TRANSFORMERS_BATCH_SIZE = 16  # prompts per call when the caller does not say
 
-# The decode loop of the one-pass contract (docs/benchmarks.md "Decoding on the device"): ``shrinking``
-# drops finished rows (compute follows the tokens kept: the saving on CPU); ``device`` keeps the state on the
-# GPU with a static cache and CUDA graphs (the host-bound step on a GPU); ``auto``: device on CUDA, else
-# shrinking. Both give the same tokens; the environment variable picks one for a benchmark or a fallback.
+# The decode loop (docs/benchmarks.md "Decoding on the device"): ``shrinking`` drops finished rows (the
+# saving on a CPU), ``device`` keeps the state on the GPU; ``auto``: device on CUDA. Same tokens either way.
 DECODE_LOOPS = ("auto", "shrinking", "device")
 DECODE_LOOP_VARIABLE = "ROUTING_GRPO_DECODE_LOOP"
 
 
-def decode_loop(device_type: str, setting: str | None = None) -> str:
-    """The loop for a model on ``device_type`` under ``setting`` (default: the environment variable, else
-    ``auto``): ``device`` on CUDA under ``auto``, else ``shrinking``."""
-    setting = (setting if setting is not None else os.environ.get(DECODE_LOOP_VARIABLE, "auto")).strip()
+def decode_loop(device_type: str) -> str:
+    """The decode loop for a model on ``device_type``, under the environment variable's setting."""
+    setting = os.environ.get(DECODE_LOOP_VARIABLE, "auto").strip()
     if setting not in DECODE_LOOPS:
         raise ValueError(f"{DECODE_LOOP_VARIABLE}={setting!r}: must be one of {', '.join(DECODE_LOOPS)}")
     if setting == "auto":
@@ -48,8 +46,7 @@ def decode_loop(device_type: str, setting: str | None = None) -> str:
 
 
 def build(options: BackendOptions, tokenizer: Any) -> TransformersBackend:
-    """The model moved to ``options.device`` (default: the GPU when there is one), torch seeded with
-    ``options.seed`` first when given."""
+    """The model on ``options.device``, torch seeded with ``options.seed`` first when given."""
     if options.seed is not None:
         import torch
 
@@ -66,11 +63,11 @@ def load_transformers_model(
     model: str, *, revision: str | None = None, dtype: str = "auto", device: str | None = None
 ) -> Any:
     """The causal LM in eval mode on ``device`` (default: the GPU when there is one); a LoRA adapter folder
-    is its base with the adapter merged in (:func:`routing_grpo.io.adapters.load_adapter_model`, through PEFT)."""
+    is loaded with its adapter merged in."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as transformers_logging
 
-    # No weight-loading bar above generate's and eval's own lines; restored for whatever runs next in the process.
+    # No weight-loading bar above generate's and eval's own lines.
     bars = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
     try:
@@ -86,17 +83,12 @@ def load_transformers_model(
     return loaded
 
 
-class TransformersBackend(BackendBase):
-    """transformers on CPU or GPU: a (masked) forward per word token, and budgeted decoding for completions:
-    the shrinking decode loop (:func:`routing_grpo.generation.transformers_decoding.sample_with_budgets`) where it reproduces the
-    sampling settings (``continues_rows``), else ``model.generate`` per budget group.
-
-    Evaluation and inference build it from sampling options (``TransformersBackend(model, tokenizer,
-    temperature=...)``); the trainer from its own generation config (:meth:`from_generation_config`).
-    """
+class TransformersBackend(Backend):
+    """A transformers model behind the backend interface, built from sampling options or, for the trainer,
+    from a generation config (:meth:`from_generation_config`). It ``continues_rows`` where the decode loops
+    reproduce the sampling settings, else samples with ``model.generate`` per budget group."""
 
     default_batch_size = TRANSFORMERS_BATCH_SIZE
-    steps_tokens = True
 
     def __init__(
         self,
@@ -134,8 +126,8 @@ class TransformersBackend(BackendBase):
         eos_token_ids: Sequence[int],
         prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> TransformersBackend:
-        """A backend with these sampling settings (a trainer's); ``prepare`` moves ``model.generate``'s inputs
-        to the device (a trainer's ``_prepare_inputs``)."""
+        """A backend with a trainer's sampling settings; ``prepare`` moves ``model.generate``'s inputs to the
+        device (the trainer's ``_prepare_inputs``)."""
         backend = cls.__new__(cls)
         backend._setup(
             model, generation_config, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids, prepare=prepare
@@ -154,7 +146,6 @@ class TransformersBackend(BackendBase):
         self.model, self.generation_config, self.prepare = model, generation_config, prepare
         self.pad_token_id = int(pad_token_id)
         self.eos_token_ids = [int(t) for t in eos_token_ids]
-        # The shrinking loop sets a free row's budget once its head is written, in the same pass.
         self.continues_rows = shrinking_loop_supported(generation_config)
         self.device_decoder: Any = None  # made on first use; keeps its static cache and graphs across calls
 
@@ -164,35 +155,25 @@ class TransformersBackend(BackendBase):
         import torch
 
         device = next(self.model.parameters()).device
-        width = max(len(p) for p in prompts)
-        seq = torch.full((len(prompts), width), int(self.pad_token_id), dtype=torch.long, device=device)
-        mask = torch.zeros_like(seq)
-        for i, ids in enumerate(prompts):
-            seq[i, width - len(ids) :] = torch.tensor(list(ids), dtype=torch.long, device=device)
-            mask[i, width - len(ids) :] = 1
+        seq, mask = left_padded(prompts, self.pad_token_id, device=device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         with torch.no_grad():
-            logits = (
-                self.model(
-                    input_ids=seq, attention_mask=mask, position_ids=positions, **last_logits_only(self.model)
-                )
-                .logits[:, -1, :]
-                .float()
+            out = self.model(
+                input_ids=seq, attention_mask=mask, position_ids=positions, **last_logits_only(self.model)
             )
+        logits = out.logits[:, -1, :].float()
         for i, tokens in enumerate(allowed):
             if tokens is not None:
                 keep = torch.full_like(logits[i], -float("inf"))
                 keep[torch.tensor(list(tokens), dtype=torch.long, device=device)] = 0.0
                 logits[i] = logits[i] + keep
         scores = logits_processors(self.generation_config)(seq, logits)
-        if self.generation_config.do_sample:
-            return torch.multinomial(torch.softmax(scores, dim=-1), num_samples=1).squeeze(1).tolist()
-        return scores.argmax(dim=-1).tolist()
+        return sample_tokens(scores, self.generation_config.do_sample).tolist()
 
     def sample(
         self, requests: Sequence[GenerationRequest], seed: int | None = None
     ) -> list[list[Completion]]:
-        """Every sample of every request in one decoding call (``n`` rows per request), seeded with ``seed``."""
+        """Every sample of every request in one decoding call, torch seeded with ``seed``."""
         if not requests:
             return []
         import torch
@@ -201,12 +182,8 @@ class TransformersBackend(BackendBase):
             torch.manual_seed(seed)
         prompts = [list(r.prompt_ids) for r in requests for _ in range(r.n)]
         budgets = [int(r.max_tokens) for r in requests for _ in range(r.n)]
-        rows = self.sample_rows(prompts, budgets, max_tokens=max(budgets))
-        out, start = [], 0
-        for r in requests:
-            out.append(rows[start : start + r.n])
-            start += r.n
-        return out
+        rows = iter(self.sample_rows(prompts, budgets, max_tokens=max(budgets)))
+        return [[next(rows) for _ in range(r.n)] for r in requests]
 
     def sample_rows(
         self,
@@ -216,9 +193,7 @@ class TransformersBackend(BackendBase):
         max_tokens: int,
         head_budget: Callable[[int, list[int]], int] | None = None,
     ) -> list[Completion]:
-        """One completion per row (no logprobs: the trainer computes them), within ``budgets[i]`` tokens, or
-        for a None budget within ``head_budget(i, head)`` once the row's head is written (``continues_rows``
-        only); never more than ``max_tokens``."""
+        """One completion per row, without logprobs (the trainer computes them)."""
         if self.continues_rows:
             if decode_loop(next(self.model.parameters()).device.type) == "device":
                 if self.device_decoder is None:

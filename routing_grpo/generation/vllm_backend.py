@@ -1,16 +1,14 @@
-"""The vLLM backend (GPU): vLLM engine(s) of evaluation's or inference's own (:class:`VLLMBackend`, on the
-engines of :mod:`routing_grpo.generation.vllm_engines`), and TRL's colocated engine in training
-(:class:`ColocatedVLLMBackend`; the trainer keeps TRL's engine object through :mod:`routing_grpo.training.trl_vllm`).
-Requests become SamplingParams arguments through pure builders (:func:`vllm_word_params`,
-:func:`vllm_request_params`, :func:`colocated_sampling`)."""
+"""The vLLM backends: evaluation's and inference's own engines (:class:`VLLMBackend`), and in training TRL's
+colocated engine (:class:`ColocatedVLLMBackend`) or a ``trl vllm-serve`` server (:class:`VLLMServerBackend`)."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from routing_grpo.generation.interface import BackendBase, Completion, GenerationRequest, stop_token_ids
+from routing_grpo.generation.interface import Backend, Completion, GenerationRequest, stop_token_ids
 from routing_grpo.generation.options import (
     DEFAULT_TEMPERATURE,
     BackendOptions,
@@ -23,7 +21,7 @@ logger = logging.getLogger(__name__)
 
 
 def usable() -> bool:
-    """Whether vLLM can run here: it imports, and torch sees a GPU (``auto`` then picks it)."""
+    """Whether vLLM can run here: it imports, and torch sees a GPU."""
     try:
         import torch
         import vllm  # noqa: F401
@@ -34,15 +32,10 @@ def usable() -> bool:
 
 
 def build(options: BackendOptions, tokenizer: Any) -> VLLMBackend:
-    """One engine, or ``data_parallel_size`` engines of ``tensor_parallel_size`` GPUs each, seeded with
-    ``options.seed``; it stops at the model's generation-config EOS tokens and the tokenizer's."""
-    kwargs: dict[str, Any] = {"model": options.model}
-    if options.revision is not None:
-        kwargs["revision"] = options.revision
-    if options.seed is not None:
-        kwargs["seed"] = options.seed
+    """One engine, or ``data_parallel_size`` engines of ``tensor_parallel_size`` GPUs each."""
+    given = {"model": options.model, "revision": options.revision, "seed": options.seed}
     engine = start_vllm_engines(
-        {**kwargs, **options.engine_kwargs},
+        {**{k: v for k, v in given.items() if v is not None}, **options.engine_kwargs},
         data_parallel_size=options.data_parallel_size,
         tensor_parallel_size=options.tensor_parallel_size,
         visible=options.visible,
@@ -64,29 +57,6 @@ def build(options: BackendOptions, tokenizer: Any) -> VLLMBackend:
         raise
 
 
-def vllm_sampling(temperature: float, top_p: float, top_k: int = 0) -> dict[str, Any]:
-    """vLLM sampling arguments shared by every request (top_k only when on: vLLM's default is off)."""
-    sampling: dict[str, Any] = {"temperature": float(temperature), "top_p": float(top_p)}
-    if top_k and top_k > 0:
-        sampling["top_k"] = int(top_k)
-    return sampling
-
-
-def vllm_word_params(allowed: Sequence[int] | None, sampling: Mapping[str, Any]) -> dict[str, Any]:
-    """SamplingParams arguments of one word-phase request: one token, restricted when ``allowed`` is given."""
-    params = {**sampling, "n": 1, "max_tokens": 1}
-    if allowed is not None:
-        params["allowed_token_ids"] = [int(t) for t in allowed]
-    return params
-
-
-def vllm_request_params(request: GenerationRequest, sampling: Mapping[str, Any]) -> dict[str, Any]:
-    """SamplingParams arguments of one request: its ``n`` and ``max_tokens``, the shared sampling. No
-    per-request seed (the engine is seeded): one seed shared by every request would correlate their
-    samples, and per-request generators slow vLLM's sampler."""
-    return {**sampling, "n": int(request.n), "max_tokens": int(request.max_tokens)}
-
-
 def colocated_sampling(
     sampling: Mapping[str, Any],
     generation_kwargs: Mapping[str, Any] | None,
@@ -94,10 +64,8 @@ def colocated_sampling(
     structured_outputs_params: Callable[..., Any] | None = None,
 ) -> dict[str, Any]:
     """The shared SamplingParams arguments of TRL's colocated engine, as TRL 1.16's colocate path builds
-    them: ``sampling``, then the config's ``generation_kwargs`` over it, then structured outputs: the
-    config's ``structured_outputs_regex`` (it wins over ``generation_kwargs["structured_outputs"]``, with
-    TRL's warning), or a ``structured_outputs`` dict of arguments. ``structured_outputs_params`` builds the
-    object (default ``vllm.sampling_params.StructuredOutputsParams``, imported only when needed)."""
+    them: ``sampling``, ``generation_kwargs`` over it, then structured outputs from the regex (it wins, with
+    TRL's warning) or a ``structured_outputs`` dict (``structured_outputs_params``: default vLLM's)."""
     settings = {**sampling, **(generation_kwargs or {})}
     given = settings.get("structured_outputs")
     if structured_outputs_regex is None and not isinstance(given, Mapping):
@@ -116,18 +84,13 @@ def colocated_sampling(
     return settings
 
 
-class VLLMBackend(BackendBase):
-    """vLLM engine(s) (GPU) behind the backend interface: a word-phase step is one ``max_tokens=1`` request
-    per row (``allowed_token_ids`` for an allowed set); ``sample`` sends every request in one call, which
-    vLLM schedules (continuous batching), so no request waits for another's longest sample.
+class VLLMBackend(Backend):
+    """vLLM engine(s) behind the backend interface: ``sample`` sends every request in one call, which vLLM
+    schedules; a word-phase step is one ``max_tokens=1`` request per row.
 
-    ``engine``: a :class:`LocalVLLM` or :class:`DataParallelEngines` (anything with ``run``), or a
-    ``vllm.LLM`` itself (wrapped in a :class:`LocalVLLM` with ``sampling_params``). The engine is seeded
-    when it is built, so ``sample`` takes no seed of its own.
+    ``engine``: anything with ``run`` (:mod:`~routing_grpo.generation.vllm_engines`), or a ``vllm.LLM``
+    (wrapped with ``sampling_params``). The engine is seeded when built, so ``sample`` ignores ``seed``.
     """
-
-    default_batch_size = None  # all prompts in one call
-    steps_tokens = True
 
     def __init__(
         self,
@@ -144,12 +107,18 @@ class VLLMBackend(BackendBase):
             engine = LocalVLLM(engine, sampling_params=sampling_params, use_tqdm=False)
         self.engine = engine
         self.eos_token_ids = [int(t) for t in eos_token_ids]
-        self.sampling = vllm_sampling(temperature, top_p, top_k)
+        self.sampling: dict[str, Any] = {"temperature": float(temperature), "top_p": float(top_p)}
+        if top_k and top_k > 0:  # vLLM's default is off
+            self.sampling["top_k"] = int(top_k)
 
     def next_tokens(
         self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int] | None]
     ) -> list[int]:
-        outputs = self.engine.run(prompts, [vllm_word_params(a, self.sampling) for a in allowed])
+        params = [{**self.sampling, "n": 1, "max_tokens": 1} for _ in allowed]
+        for p, tokens in zip(params, allowed, strict=True):
+            if tokens is not None:
+                p["allowed_token_ids"] = [int(t) for t in tokens]
+        outputs = self.engine.run(prompts, params)
         return [int(samples[0][0]) for samples in outputs]
 
     def sample(
@@ -157,27 +126,22 @@ class VLLMBackend(BackendBase):
     ) -> list[list[Completion]]:
         if not requests:
             return []
-        outputs = self.engine.run(
-            [r.prompt_ids for r in requests], [vllm_request_params(r, self.sampling) for r in requests]
-        )
+        params = [{**self.sampling, "n": int(r.n), "max_tokens": int(r.max_tokens)} for r in requests]
+        outputs = self.engine.run([r.prompt_ids for r in requests], params)
         return [[(list(ids), None) for ids in samples] for samples in outputs]
 
     def context_length(self) -> int | None:
-        llm = getattr(self.engine, "llm", None)  # one engine in this process: vLLM knows its context
+        llm = getattr(self.engine, "llm", None)  # one engine in this process
         return getattr(getattr(getattr(llm, "llm_engine", None), "model_config", None), "max_model_len", None)
 
     def close(self) -> None:
         self.engine.close()
 
 
-class ColocatedVLLMBackend(BackendBase):
-    """A colocated ``vllm.LLM`` (TRL's, in training) behind the backend interface: ``sample(requests)`` is one
-    engine call, each sample (completion ids, sampled-token logprobs or None).
-
-    ``sampling``: the shared SamplingParams arguments (temperature, top_p, ..., logprobs); ``generation_kwargs``
-    and ``structured_outputs_regex``: the config's, applied as TRL applies them (:func:`colocated_sampling`).
-    The trainer keeps TRL's engine (weight sync, sleep mode); this only samples.
-    """
+class ColocatedVLLMBackend(Backend):
+    """TRL's colocated ``vllm.LLM`` behind the backend interface: one engine call per ``sample``, with
+    logprobs. ``sampling``, ``generation_kwargs`` and ``structured_outputs_regex`` are applied as TRL applies
+    them (:func:`colocated_sampling`); the trainer keeps the engine (weight sync, sleep mode)."""
 
     def __init__(
         self,
@@ -219,3 +183,59 @@ class ColocatedVLLMBackend(BackendBase):
                 ]
             )
         return outputs
+
+
+def batch_requests_by_sampling(requests: Sequence[GenerationRequest]) -> dict[tuple[int, int], list[int]]:
+    """Indices of requests sharing (n, max_tokens): one server call each."""
+    batches: dict[tuple[int, int], list[int]] = {}
+    for j, request in enumerate(requests):
+        batches.setdefault((request.n, request.max_tokens), []).append(j)
+    return batches
+
+
+SERVER_CONCURRENCY = 64  # server calls in flight at once: TRL's client's pooled connections
+
+
+class VLLMServerBackend(Backend):
+    """A ``trl vllm-serve`` server behind the backend interface: one client call per (n, max_tokens), all
+    sent at once so the server batches them. A failing call fails ``sample``, naming it, once the others
+    have returned."""
+
+    def __init__(self, client: Any, sampling: Mapping[str, Any], *, eos_token_ids: Sequence[int]) -> None:
+        self.client, self.sampling = client, dict(sampling)
+        self.eos_token_ids = [int(t) for t in eos_token_ids]
+
+    def sample(
+        self, requests: Sequence[GenerationRequest], seed: int | None = None
+    ) -> list[list[Completion]]:
+        batches = list(batch_requests_by_sampling(requests).items())
+        if not batches:
+            return []
+
+        def call(batch: tuple[tuple[int, int], list[int]]) -> dict[str, Any]:
+            (n, max_tokens), indices = batch
+            prompts = [list(requests[j].prompt_ids) for j in indices]
+            return self.client.generate(prompts=prompts, n=n, max_tokens=max_tokens, **self.sampling)
+
+        with ThreadPoolExecutor(max_workers=min(len(batches), SERVER_CONCURRENCY)) as pool:
+            futures = [pool.submit(call, batch) for batch in batches]
+        results: list[list[Completion]] = [[] for _ in requests]
+        for ((n, max_tokens), indices), future in zip(batches, futures, strict=True):
+            try:
+                output = future.result()
+            except Exception as err:
+                raise RuntimeError(
+                    f"vLLM server call for {len(indices)} prompt(s) x n={n}, max_tokens={max_tokens} "
+                    f"failed: {err}"
+                ) from err
+            completions = output["completion_ids"]
+            logprobs = output.get("logprobs")
+            if len(completions) != n * len(indices):
+                raise ValueError(
+                    f"vLLM server returned {len(completions)} completions for {len(indices)} x n={n}"
+                )
+            for flat, ids in enumerate(completions):  # n samples per prompt, in prompt order
+                lps = None if logprobs is None else logprobs[flat]
+                lps = None if lps is None else [lp[0] if isinstance(lp, list) else lp for lp in lps]
+                results[indices[flat // n]].append((list(ids), lps))
+        return results

@@ -1,7 +1,5 @@
-"""vLLM engines for evaluation and inference: one ``vllm.LLM`` in this process (:class:`LocalVLLM`), or
-``data_parallel_size`` of them, each in its own process on its own GPUs (:class:`DataParallelEngines`, the
-data-parallel engine pool). An engine runs a call's prompts with their SamplingParams arguments and returns
-token ids; :class:`routing_grpo.generation.vllm_backend.VLLMBackend` turns requests into such calls."""
+"""vLLM engines for evaluation and inference: one ``vllm.LLM`` in this process (:class:`LocalVLLM`), or one
+per process on its own GPUs (:class:`DataParallelEngines`). ``run(prompts, params)`` returns token ids."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ def visible_gpus() -> list[str]:
 
 
 def replica_devices(data_parallel_size: int, tensor_parallel_size: int, visible: Sequence[str]) -> list[str]:
-    """``CUDA_VISIBLE_DEVICES`` of each data-parallel engine: consecutive blocks of ``tensor_parallel_size``
-    of the visible GPUs. Raises ValueError when there are too few."""
+    """``CUDA_VISIBLE_DEVICES`` of each data-parallel engine: consecutive blocks of the visible GPUs."""
     need = data_parallel_size * tensor_parallel_size
     if len(visible) < need:
         raise ValueError(
@@ -38,18 +35,8 @@ def replica_devices(data_parallel_size: int, tensor_parallel_size: int, visible:
     ]
 
 
-def shard(count: int, parts: int) -> list[list[int]]:
-    """Request indices per data-parallel engine, dealt round-robin (neighbouring prompts, often of similar
-    difficulty and length, go to different engines)."""
-    return [list(range(r, count, parts)) for r in range(parts)]
-
-
 class LocalVLLM:
-    """One vLLM engine in this process: a call's prompts and sampling arguments in, token ids out.
-
-    ``llm`` is a ``vllm.LLM`` (or anything with its ``generate``); ``sampling_params`` builds its request
-    objects (default ``vllm.SamplingParams``).
-    """
+    """One ``vllm.LLM`` in this process; ``sampling_params`` builds its requests (default vLLM's)."""
 
     def __init__(self, llm: Any, *, sampling_params: Any = None, use_tqdm: bool = True) -> None:
         if sampling_params is None:
@@ -92,8 +79,8 @@ def _replica_main(
     sampling_params: Any,
     use_tqdm: bool,
 ) -> None:
-    """A data-parallel engine's process: its GPUs set before anything touches CUDA, then one call per
-    message until ``None``. Errors go back to the parent as text."""
+    """A data-parallel engine's process: its GPUs set before CUDA starts, then one call per message until
+    ``None``; errors go back as text."""
     os.environ["CUDA_VISIBLE_DEVICES"] = devices
     try:
         engine = LocalVLLM.start(
@@ -117,10 +104,8 @@ def _replica_main(
 
 
 class DataParallelEngines:
-    """``data_parallel_size`` independent vLLM engines, each in its own process on its own GPUs (see
-    :func:`replica_devices`); engine r is seeded with ``seed + r``. A call's requests are dealt round-robin
-    (:func:`shard`), every engine gets its share at once, and the outputs come back in request order.
-    An engine that fails stops them all (the error, with the engine's traceback, is raised here)."""
+    """Independent vLLM engines, one process each on its own GPUs, engine r seeded with ``seed + r``. A call's
+    requests are dealt round-robin and come back in request order; an engine that fails stops them all."""
 
     def __init__(
         self,
@@ -180,7 +165,8 @@ class DataParallelEngines:
     ) -> list[list[list[int]]]:
         if not self.conns:
             raise RuntimeError("the vLLM data-parallel engines have been stopped")
-        shards = shard(len(prompts), len(self.conns))
+        # Dealt round-robin: neighbouring prompts are often alike.
+        shards = [range(r, len(prompts), len(self.conns)) for r in range(len(self.conns))]
         out: list[list[list[int]]] = [[] for _ in prompts]
         try:
             for rank, indices in enumerate(shards):
@@ -221,20 +207,11 @@ def start_vllm_engines(
     sampling_params: Any = None,
     use_tqdm: bool = True,
 ) -> LocalVLLM | DataParallelEngines:
-    """One engine in this process, or ``data_parallel_size`` engines on their own GPUs. ``llm_factory`` /
-    ``sampling_params`` stand in for ``vllm.LLM`` / ``vllm.SamplingParams`` (tests; module-level callables
-    when data parallel)."""
+    """One engine in this process, or ``data_parallel_size`` engines on their own GPUs (``llm_factory`` and
+    ``sampling_params``: stand-ins for vLLM's, module level when data parallel)."""
+    stand_ins = {"llm_factory": llm_factory, "sampling_params": sampling_params, "use_tqdm": use_tqdm}
     if data_parallel_size > 1:
-        devices = replica_devices(
-            data_parallel_size, tensor_parallel_size, visible_gpus() if visible is None else visible
-        )
-        return DataParallelEngines(
-            engine_kwargs,
-            devices,
-            llm_factory=llm_factory,
-            sampling_params=sampling_params,
-            use_tqdm=use_tqdm,
-        )
-    return LocalVLLM.start(
-        engine_kwargs, llm_factory=llm_factory, sampling_params=sampling_params, use_tqdm=use_tqdm
-    )
+        visible = visible_gpus() if visible is None else visible
+        devices = replica_devices(data_parallel_size, tensor_parallel_size, visible)
+        return DataParallelEngines(engine_kwargs, devices, **stand_ins)
+    return LocalVLLM.start(engine_kwargs, **stand_ins)

@@ -1,10 +1,8 @@
-"""The Router's word phase: the routing word generated one token at a time, as the head of the caps driver
-(:func:`routing_grpo.generation.caps.generate_with_caps`).
+"""The Router's word phase: the routing word one token at a time, the heads of the caps driver.
 
-* an **allowed set** keeps every token on one of the allowed words' token forms
-  (:func:`routing_grpo.core.modes.word_token_id_forms`; :func:`allowed_next_tokens`) until one is complete;
-* a **free** row's mode is decided as the detector will decide it after generation, as early as that is
-  certain (:func:`word_decision`), so a small cap is never overrun while the detection head is being read.
+An allowed set keeps every token on an allowed word's token forms (:func:`allowed_next_tokens`); a free row's
+mode is decided as the detector will decide it, as early as that is certain (:func:`word_decision`), so a
+small cap is never overrun while the detection head is read.
 """
 
 from __future__ import annotations
@@ -35,14 +33,12 @@ def word_decision(
     forms: Mapping[int, Sequence[Sequence[int]]],
     detector: ModeDetector,
     eos_token_ids: Sequence[int],
-    head_tokens: int = DETECTION_HEAD_TOKENS,
 ) -> Detection | None:
     """The mode once the first tokens decide it, else None (generate another word token).
 
-    Allowed set: decided when the tokens form a complete allowed word (the mask keeps them on one).
-    Free: decided as the detector will decide after generation, as early as that is certain: an exact token
-    form is complete and no longer form continues it, or no form can match and the text rule finds a word,
-    or EOS, or the detection head is full (then INVALID when no word was found).
+    An allowed set decides at a complete allowed word. A free row decides once certain: at a complete token
+    form that no longer form continues, at a word the text rule finds where no form matches, at EOS, or at
+    a full detection head.
     """
     prefix = [int(t) for t in prefix]
     if allowed is not None:
@@ -59,10 +55,10 @@ def word_decision(
         for mode_forms in forms.values()
         for form in mode_forms
     )
-    if longer and len(prefix) < head_tokens:
+    if longer and len(prefix) < DETECTION_HEAD_TOKENS:
         return None
     detection = detector.detect(prefix)
-    if detection.valid or len(prefix) >= head_tokens:
+    if detection.valid or len(prefix) >= DETECTION_HEAD_TOKENS:
         return detection
     return None
 
@@ -80,13 +76,9 @@ def choose_words(
     detector: ModeDetector,
     eos_token_ids: Sequence[int],
     max_tokens: int,
-    head_tokens: int = DETECTION_HEAD_TOKENS,
 ) -> list[tuple[list[int], Detection]]:
-    """The word phase: per row, the tokens generated until its mode is decided, and the decision.
-
-    Rows are advanced one token per ``next_tokens`` call, the finished ones dropped; at most ``max_tokens``
-    tokens per row (the row's generation limit).
-    """
+    """The word phase: per row, the tokens generated until its mode is decided (at most ``max_tokens``), and
+    the decision. Each ``next_tokens`` call advances the undecided rows by one token."""
     n = len(prompt_ids)
     prefixes: list[list[int]] = [[] for _ in range(n)]
     decisions: list[Detection | None] = [None] * n
@@ -106,7 +98,6 @@ def choose_words(
                 forms=forms,
                 detector=detector,
                 eos_token_ids=eos_token_ids,
-                head_tokens=head_tokens,
             )
             if decision is None and len(prefixes[i]) >= max_tokens:
                 decision = detector.detect(prefixes[i])

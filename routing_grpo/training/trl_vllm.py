@@ -14,8 +14,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from routing_grpo.generation.vllm_backend import ColocatedVLLMBackend
-from routing_grpo.generation.vllm_server import VLLMServerBackend
+from routing_grpo.generation.vllm_backend import ColocatedVLLMBackend, VLLMServerBackend
 
 
 def needs_weight_sync(
