@@ -72,7 +72,7 @@ from routing_grpo.data.tasks import (  # noqa: F401  (part of this module's inte
     task_names,
 )
 from routing_grpo.io.jsonl import read_json_file, read_jsonl
-from routing_grpo.io.locations import DATA_SUFFIXES, looks_local
+from routing_grpo.io.paths import DATA_SUFFIXES, looks_local
 
 logger = logging.getLogger(__name__)
 
