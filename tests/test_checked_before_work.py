@@ -193,7 +193,7 @@ GENERATE_CASES = [
     (
         "answers-id-dict",
         ["--output", "ANSWERS_ID_DICT", "q"],
-        ["--output: ", "answers_dict.jsonl:1: `id` must be", 'got {"a": 1}'],
+        ["--output: ", "answers_dict.jsonl:1: not an answer row (`id` must be", 'got {"a": 1}'],
         None,
     ),
     (

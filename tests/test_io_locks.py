@@ -129,10 +129,7 @@ def test_the_kernel_frees_the_lock_of_a_killed_holder(tmp_path):
     assert not lock.exists()
 
 
-def test_a_lock_that_names_no_holder_is_refused_naming_the_file(tmp_path, monkeypatch):
-    from routing_grpo.io import locks
-
-    monkeypatch.setattr(locks, "UNWRITTEN_WAIT_S", 0.1)
+def test_a_lock_that_names_no_holder_is_refused_naming_the_file(tmp_path):
     lock = tmp_path / "out.lock"
     with FileLock(lock, timeout=0), pytest.raises(UsageError) as err:  # held, its holder not yet written
         OutputLock(lock, flag="--output", output="out", command="test").acquire()

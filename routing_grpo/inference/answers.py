@@ -15,6 +15,7 @@ writer at a time (``FILE.lock``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -54,61 +55,43 @@ def chat_messages_problem(messages: Sequence[Any]) -> str | None:
 
 
 def read_questions(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a questions JSONL file: ``question`` (or ``prompt``: text or chat messages) and optionally
-    ``id`` (default: the line number), ``mode``, ``allow`` (a list or comma-separated), ``caps`` and the
-    reference answer (``reference_answer`` or ``answer``), carried on for ``routing-grpo grade``.
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: naming the line of a malformed row or a repeated id.
-    """
+    """Rows of a questions JSONL file (:func:`question_row`); FileNotFoundError, or ValueError naming the line
+    of a malformed row or a repeated id."""
     rows, seen = [], set()
     for lineno, item in read_jsonl(path, torn="error"):
-        question = item.get("question", item.get("prompt"))
-        if not (isinstance(question, str) and question.strip()) and not (
-            isinstance(question, list) and question
-        ):
-            raise ValueError(
-                f"{path}:{lineno}: needs a non-empty `question` (text or a list of chat messages)"
-            )
-        if isinstance(question, list):
-            problem = chat_messages_problem(question)
-            if problem:
-                raise ValueError(f"{path}:{lineno}: {problem}")
-        caps = item.get("caps", True)
-        if not isinstance(caps, bool):
-            raise ValueError(f"{path}:{lineno}: `caps` must be true or false")
-        allow = item.get("allow")
-        if allow is not None and not isinstance(allow, str | list):
-            raise ValueError(
-                f"{path}:{lineno}: `allow` must be a list of mode names or a comma-separated string"
-            )
-        mode = item.get("mode")
-        if mode is not None and not isinstance(mode, str):
-            raise ValueError(f"{path}:{lineno}: `mode` must be a mode name")
         try:
-            row_id = id_text(item["id"]) if "id" in item else str(lineno)
+            row = question_row(item, lineno)
+            if row["id"] in seen:
+                raise ValueError(f"id {row['id']!r} appears twice")
         except ValueError as err:
             raise ValueError(f"{path}:{lineno}: {err}") from None
-        if row_id in seen:
-            raise ValueError(f"{path}:{lineno}: id {row_id!r} appears twice")
-        seen.add(row_id)
-        reference = item.get("reference_answer", item.get("answer"))
-        if reference is not None and (
-            not isinstance(reference, str | int | float) or isinstance(reference, bool)
-        ):
-            raise ValueError(f"{path}:{lineno}: the reference answer must be a string or a number")
-        rows.append(
-            {
-                "id": row_id,
-                "question": question,
-                "mode": mode,
-                "allow": allow,
-                "caps": caps,
-                "reference": reference,
-            }
-        )
+        seen.add(row["id"])
+        rows.append(row)
     return rows
+
+
+def question_row(item: Mapping[str, Any], lineno: int) -> dict[str, Any]:
+    """A questions-file row checked: ``question`` (or ``prompt``: text or chat messages) and optionally ``id``
+    (default: the line number), ``mode``, ``allow`` (a list or comma-separated), ``caps`` and the reference
+    answer (``reference_answer`` or ``answer``), carried on for ``routing-grpo grade``."""
+    question = item.get("question", item.get("prompt"))
+    if not (question.strip() if isinstance(question, str) else isinstance(question, list) and question):
+        raise ValueError("needs a non-empty `question` (text or a list of chat messages)")
+    problem = isinstance(question, list) and chat_messages_problem(question)
+    caps, allow, mode = item.get("caps", True), item.get("allow"), item.get("mode")
+    if problem:
+        raise ValueError(problem)
+    if not isinstance(caps, bool):
+        raise ValueError("`caps` must be true or false")
+    if allow is not None and not isinstance(allow, str | list):
+        raise ValueError("`allow` must be a list of mode names or a comma-separated string")
+    if mode is not None and not isinstance(mode, str):
+        raise ValueError("`mode` must be a mode name")
+    row_id = id_text(item["id"]) if "id" in item else str(lineno)
+    reference = item.get("reference_answer", item.get("answer"))
+    if isinstance(reference, bool) or not isinstance(reference, str | int | float | None):
+        raise ValueError("the reference answer must be a string or a number")
+    return dict(id=row_id, question=question, mode=mode, allow=allow, caps=caps, reference=reference)
 
 
 def question_rows(questions: Sequence[Any]) -> list[dict[str, Any]]:
@@ -133,15 +116,8 @@ def request_record(
     model's fingerprint, a digest of the routing settings and the sampling options."""
     mode, allow = resolved_modes(settings, request.mode, request.allow)
     digest = hashlib.sha256(json.dumps(settings.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
-    return {
-        "question": request.question,
-        "mode": mode,
-        "allow": allow,
-        "caps": bool(request.caps),
-        "model": dict(model),
-        "settings": digest[:16],
-        "sampling": dict(sampling),
-    }
+    record = {"question": request.question, "mode": mode, "allow": allow, "caps": bool(request.caps)}
+    return {**record, "model": dict(model), "settings": digest[:16], "sampling": dict(sampling)}
 
 
 def resolved_modes(settings: RoutingSettings, mode: Any, allow: Any) -> tuple[str | None, list[str] | None]:
@@ -176,19 +152,10 @@ def request_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -
     """What differs between the request an answer was made for and this one ([] when nothing does)."""
     if old is None:
         return ["no record of its request"]
-    names = {"settings": "routing settings"}
-    out = [
-        names.get(key, key)
-        for key in ("question", "mode", "allow", "caps", "model", "settings")
-        if old.get(key) != new[key]
-    ]
-    old_sampling = old.get("sampling") or {}
-    out += [
-        f"--{key.replace('_', '-')}"
-        for key, value in new["sampling"].items()
-        if old_sampling.get(key) != value
-    ]
-    return out
+    keys = ("question", "mode", "allow", "caps", "model", "settings")
+    out = [key.replace("settings", "routing settings") for key in keys if old.get(key) != new[key]]
+    sampling = old.get("sampling") or {}
+    return out + [f"--{k.replace('_', '-')}" for k, v in new["sampling"].items() if sampling.get(k) != v]
 
 
 def answer_line(row_id: str, answer: Answer) -> str:
@@ -247,8 +214,8 @@ def question_requests(
 
 @dataclass
 class AnswerPlan:
-    """What a run over questions does: each question's request, record and reference answer, the ids still to
-    answer (in order), whether the file had answers to resume, and whether it is started afresh."""
+    """A run over questions: each one's request, record and reference, the ids left to answer (in order),
+    whether the file had answers to resume, and whether it is started afresh."""
 
     requests: dict[str, Request]
     records: dict[str, dict[str, Any]]
@@ -282,13 +249,10 @@ def plan_answers(
     except ValueError as err:
         raise ValueError(f"--output: {err}") from None
     answered = {i: (line, resolved_record(row.get("request"), settings)) for i, (line, row) in rows.items()}
-    conflicts = [
-        (answered[i][0], i, request_differences(answered[i][1], records[i]))
-        for i in requests
-        if i in answered and answered[i][1] != records[i]
-    ]
+    conflicts = [i for i in requests if i in answered and answered[i][1] != records[i]]
     if conflicts and not overwrite:
-        line, row_id, differences = conflicts[0]
+        (line, record), row_id = answered[conflicts[0]], conflicts[0]
+        differences = request_differences(record, records[row_id])
         more = f" (and {len(conflicts) - 1} more)" if len(conflicts) > 1 else ""
         raise ValueError(
             f"--output: {path}:{line} answers question {row_id} for another request ({', '.join(differences)})"
@@ -297,15 +261,8 @@ def plan_answers(
         )
     replace = bool(overwrite and path is not None and path.exists())
     done = set() if replace else set(answered)
-    return AnswerPlan(
-        requests=dict(requests),
-        records=dict(records),
-        references=dict(references or {}),
-        output=path,
-        todo=[row_id for row_id in requests if row_id not in done],
-        resumed=bool(done),
-        replace=replace,
-    )
+    todo = [row_id for row_id in requests if row_id not in done]
+    return AnswerPlan(dict(requests), dict(records), dict(references or {}), path, todo, bool(done), replace)
 
 
 @dataclass
@@ -332,8 +289,6 @@ def write_answers(
     the old one and replaces it once all are written, so a run that fails leaves the old file as it was."""
     run = AnswersRun(len(plan.requests), plan.reused, output=plan.output)
     todo = plan.todo
-    if not todo:
-        return run
     router.plan_all([plan.requests[i] for i in todo], todo, warn=False)
     output = writing = plan.output
     if output:
@@ -344,9 +299,9 @@ def write_answers(
     try:
         for start in range(0, len(todo), batch_size):
             ids = todo[start : start + batch_size]
-            call_started = time.perf_counter()
+            started = time.perf_counter()
             answers = router.generate([plan.requests[i] for i in ids], names=ids)
-            run.seconds += time.perf_counter() - call_started
+            run.seconds += time.perf_counter() - started
             run.answers += len(answers)
             run.tokens += sum(a.tokens for a in answers)
             if writing:
@@ -410,7 +365,13 @@ def answer_questions(
     records = {i: request_record(r, model_id, settings, sampling) for i, r in requests.items()}
     references = {row["id"]: row.get("reference") for row in rows}
 
-    def run() -> AnswersRun:
+    lock: Any = contextlib.nullcontext()
+    if output is not None:
+        check_output_file(output)  # before a lock file is made beside it
+        lock = OutputLock(
+            file_lock_path(output), flag="--output", output=output, command="routing-grpo generate"
+        )
+    with lock:
         plan = plan_answers(
             requests, records, output, settings=settings, references=references, overwrite=overwrite
         )
@@ -423,9 +384,3 @@ def answer_questions(
                 model, settings=settings, device=device, revision=revision, **sampling
             )
         return write_answers(router, plan, batch_size, on_answers)
-
-    if output is None:
-        return run()
-    check_output_file(output)  # before a lock file is made beside it
-    with OutputLock(file_lock_path(output), flag="--output", output=output, command="routing-grpo generate"):
-        return run()

@@ -20,8 +20,6 @@ logger = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-# What a merged folder keeps of the run's own files (the model, its config and tokenizer are saved afresh).
-CARRIED_FILES = ("routing_config.json",)
 MERGE_HINT = (
     "merge it into a full model first (merge_adapter: true when training, or "
     'routing_grpo.io.adapters.merge_adapter_folder; docs/inference.md, "LoRA runs")'
@@ -30,10 +28,12 @@ MERGE_HINT = (
 
 def is_adapter_folder(model: str | Path) -> bool:
     """Whether ``model`` is a local folder holding a PEFT adapter (its config and weights), not a whole model."""
-    if not str(model):
-        return False
     folder = Path(model).expanduser()
-    return (folder / ADAPTER_CONFIG).is_file() and any((folder / name).is_file() for name in ADAPTER_WEIGHTS)
+    return (
+        bool(str(model))
+        and (folder / ADAPTER_CONFIG).is_file()
+        and any((folder / n).is_file() for n in ADAPTER_WEIGHTS)
+    )
 
 
 def adapter_config(folder: str | Path) -> dict[str, Any]:
@@ -63,16 +63,6 @@ def base_revision(folder: str | Path) -> str | None:
     return revision if isinstance(revision, str) and revision else None
 
 
-def hub_cached(repo_id: str, revision: str | None = None) -> bool:
-    """Whether the Hub cache holds ``repo_id``'s config.json (what an offline load needs first)."""
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
-    except Exception:  # noqa: BLE001 - a name the Hub would refuse: not cached
-        return False
-
-
 def base_problem(folder: str | Path) -> str | None:
     """Why the base of the adapter in ``folder`` cannot be loaded from here, in one line naming both (None when
     it can be tried); a Hub id is checked only while the Hub is offline."""
@@ -91,13 +81,23 @@ def base_problem(folder: str | Path) -> str | None:
         return f"{lead}, which is a file, not a model folder; {fix}"
     if looks_local(base):
         return f"{lead}, which is not here (no such folder); {fix}"
-    if hub_offline() and not hub_cached(base, base_revision(folder)):
+    if hub_offline() and not hub_cached(base, base_revision(folder)):  # what an offline load needs first
         return (
             f"{lead}, which is neither a local folder nor in the Hub cache, and the Hub is offline here "
             f"(HF_HUB_OFFLINE is set); download it while online, or set base_model_name_or_path in "
             f"{Path(folder) / ADAPTER_CONFIG} to a local copy"
         )
     return None
+
+
+def hub_cached(repo_id: str, revision: str | None = None) -> bool:
+    """Whether the Hub cache holds ``repo_id``'s config.json."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    except Exception:  # noqa: BLE001 - a name the Hub would refuse: not cached
+        return False
 
 
 def vllm_problem(folder: str | Path, name: str = "backend") -> str:
@@ -138,9 +138,8 @@ def merge_adapter_folder(folder: str | Path, output: str | Path, *, dtype: str =
     model = load_adapter_model(source, dtype=dtype)
     model.save_pretrained(target)
     AutoTokenizer.from_pretrained(source).save_pretrained(target)
-    for name in CARRIED_FILES:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, target / name)
+    if (source / "routing_config.json").is_file():  # the run's routing settings go with the model
+        shutil.copyfile(source / "routing_config.json", target / "routing_config.json")
     return target
 
 

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-# With this environment variable set (to anything but "" or 0), errors show their traceback.
+# Set (to anything but "" or 0), errors show their traceback.
 DEBUG_ENV = "ROUTING_GRPO_DEBUG"
 USAGE_EXIT_CODE = 2
 INTERRUPT_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports Ctrl-C
@@ -23,10 +23,8 @@ MAX_LINE = 800
 
 
 class UsageError(ValueError):
-    """A problem with what the user gave (recipe, command line, file, data): one line, exit code 2.
-
-    ``prog``: the command that speaks (the parser that found it); else the one :func:`run_entry` runs.
-    """
+    """A problem with what the user gave (recipe, command line, file, data): one line, exit code 2; ``prog``
+    names the command that speaks (else the one :func:`run_entry` runs)."""
 
     def __init__(self, message: str, prog: str | None = None):
         super().__init__(message)
@@ -74,12 +72,9 @@ def as_declared(words: list[str], options: Any, *, abbreviations: bool = True) -
 
 
 def model_file_errors() -> tuple[type[BaseException], ...]:
-    """What reading a malformed config.json raises besides OSError and ValueError: the Hub library's
-    validation errors, where it has them."""
-    try:
-        from huggingface_hub.errors import StrictDataclassError
-    except ImportError:  # pragma: no cover - older huggingface_hub
-        return ()
+    """What reading a malformed config.json raises besides OSError and ValueError (the Hub's validation)."""
+    from huggingface_hub.errors import StrictDataclassError
+
     return (StrictDataclassError,)
 
 
@@ -104,19 +99,14 @@ def one_line(err: BaseException) -> str:
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
 
 
-# What an OS error means for the file it names, in words (the code name follows in brackets).
+# What an OS error means for the file it names, where the OS's own words (lowercased) say it less well.
 OS_ERROR_WORDS = {
     errno.ENOSPC: "no space left on the device",
     errno.EROFS: "on a read-only file system",
     errno.EISDIR: "is a folder, not a file",
     errno.ENOTDIR: "a part of this path is a file, not a folder",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "operation not permitted",
     errno.ENOENT: "no such file or folder",
     errno.EEXIST: "already exists",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.ENAMETOOLONG: "file name too long",
-    errno.EFBIG: "file too large",
 }
 
 

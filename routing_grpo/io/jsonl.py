@@ -25,29 +25,19 @@ from routing_grpo.io.errors import UsageError, os_error_line
 logger = logging.getLogger(__name__)
 
 TornLine = Literal["error", "drop", "repair"]
-_CHUNK = 1 << 16
-
-
-def _lines(data: bytes) -> Iterator[tuple[int, bytes]]:
-    """(line number, raw line) split on ``\\n`` only: JSON strings may hold U+2028, which ``splitlines`` splits."""
-    yield from enumerate(data.split(b"\n"), start=1)
 
 
 def read_jsonl(path: str | Path, *, torn: TornLine = "error") -> list[tuple[int, dict[str, Any]]]:
-    """The objects of a JSONL file with their line numbers; blank lines skipped.
-
-    Raises:
-        FileNotFoundError: no such file.
-        ValueError: ``path:line: ...`` for a line that is not a JSON object (a torn last line aside).
-    """
+    """The objects of a JSONL file with their line numbers, blank lines skipped; FileNotFoundError, or
+    ValueError ``path:line: ...`` for a line that is not a JSON object (a torn last line as ``torn`` says)."""
     path = Path(path)
     check_readable_file(path)
     if torn == "repair":
         repair_tail(path)
     data = path.read_bytes()
-    lines = list(_lines(data))
+    lines = data.split(b"\n")  # not splitlines: JSON strings may hold U+2028
     rows: list[tuple[int, dict[str, Any]]] = []
-    for number, raw in lines:
+    for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
         try:
@@ -69,17 +59,9 @@ def read_jsonl(path: str | Path, *, torn: TornLine = "error") -> list[tuple[int,
 def resumable_rows(
     path: str | Path, key: Callable[[dict[str, Any]], Any], what: str
 ) -> dict[Any, tuple[int, dict[str, Any]]]:
-    """The rows of a file a run appends to (:func:`append_jsonl`) and resumes, by ``key(row)``.
-
-    Args:
-        path: the JSONL file ({} when there is none); a torn last line is repaired first, so its row is
-            produced again.
-        key: a row's key; a ValueError it raises becomes ``path:line: not {what} (why)``.
-        what: what a row is, for that message.
-
-    Returns:
-        key -> (line, row), the first row of a key written twice.
-    """
+    """key(row) -> (line, row) of a file a run appends to and resumes ({} when there is none), the first row
+    of a key; a torn last line is repaired first, so its row is produced again. A ValueError ``key`` raises
+    is one ``path:line: not {what} (why)``."""
     if not Path(path).exists():
         return {}
     done: dict[Any, tuple[int, dict[str, Any]]] = {}
@@ -92,27 +74,11 @@ def resumable_rows(
     return done
 
 
-# -- repairs ------------------------------------------------------------------------------------------------
-
-
 def _is_whole_row(raw: bytes) -> bool:
     try:
         return isinstance(json.loads(raw), dict)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return False
-
-
-def _tail_start(f: Any, size: int) -> int:
-    """The offset just after the last newline of an open binary file (0 when it has none)."""
-    end = size
-    while end > 0:
-        start = max(0, end - _CHUNK)
-        f.seek(start)
-        found = f.read(end - start).rfind(b"\n")
-        if found >= 0:
-            return start + found + 1
-        end = start
-    return 0
 
 
 def set_aside(path: Path, data: bytes, kind: str) -> Path:
@@ -140,22 +106,18 @@ def repair_tail(path: str | Path) -> None:
     try:
         if not path.is_file() or _ends_whole(path):
             return
+        data = path.read_bytes()
+        start = data.rfind(b"\n") + 1
+        tail, line = data[start:], data.count(b"\n", 0, start) + 1
         with path.open("r+b") as f:
-            size = f.seek(0, os.SEEK_END)
-            start = _tail_start(f, size)
-            f.seek(start)
-            tail = f.read()
-            where = f"{path}:{_line_number(f, start)}"
             if _is_whole_row(tail):
-                f.seek(size)
+                f.seek(len(data))
                 f.write(b"\n")
-                message = f"{where}: the last row had no newline; the row is kept and its newline added"
+                message = f"{path}:{line}: the last row had no newline; the row is kept and its newline added"
             else:
                 aside = set_aside(path, tail, "torn")
                 f.truncate(start)
-                message = (
-                    f"{where}: a torn last line ({len(tail)} bytes) is cut, kept in {aside}, produced again"
-                )
+                message = f"{path}:{line}: a torn last line ({len(tail)} bytes) is cut and kept in {aside}"
             f.flush()
             os.fsync(f.fileno())
         logger.warning(message)
@@ -166,24 +128,10 @@ def repair_tail(path: str | Path) -> None:
 def _ends_whole(path: Path) -> bool:
     """Whether a file is empty or ends with a newline (read only: such a file may be read-only)."""
     with path.open("rb") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
+        if f.seek(0, os.SEEK_END) == 0:
             return True
-        f.seek(size - 1)
+        f.seek(-1, os.SEEK_END)
         return f.read(1) == b"\n"
-
-
-def _line_number(f: Any, offset: int) -> int:
-    """The 1-based number of the line starting at ``offset`` of an open binary file."""
-    f.seek(0)
-    count, left = 0, offset
-    while left > 0:
-        chunk = f.read(min(_CHUNK, left))
-        if not chunk:
-            break
-        count += chunk.count(b"\n")
-        left -= len(chunk)
-    return count + 1
 
 
 def remove_rows(
@@ -196,7 +144,7 @@ def remove_rows(
         return None
     repair_tail(path)
     kept, removed = [], []
-    for number, raw in _lines(path.read_bytes()):
+    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
         if not raw.strip():
             continue
         try:
@@ -212,9 +160,6 @@ def remove_rows(
     except OSError as err:
         raise UsageError(f"{os_error_line(err, path)} (rewriting it)") from None
     return aside, len(removed)
-
-
-# -- writers ------------------------------------------------------------------------------------------------
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:
@@ -260,6 +205,7 @@ def _serialize(row: Any, default: Callable[[Any], Any] | None) -> bytes:
 
 
 def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until all of ``data`` is written."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
@@ -286,32 +232,19 @@ def append_jsonl(
             _write_all(fd, data)
             os.fsync(fd)
         except OSError as err:
-            after = (
-                "the file ends on its last whole row, as before this write"
-                if _take_back(fd, start)
-                else "its torn tail is repaired when it is next opened"
-            )
+            after = "the file ends on its last whole row, as before this write"
+            try:  # taken back
+                os.ftruncate(fd, start)
+                os.fsync(fd)
+            except OSError:
+                after = "its torn tail is repaired when it is next opened"
             raise UsageError(f"{os_error_line(err, path)}; {after}") from None
     finally:
         os.close(fd)
 
 
-def _take_back(fd: int, size: int) -> bool:
-    """Cuts a file back to ``size`` bytes after a failed write; whether that worked."""
-    try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-    except OSError:
-        return False
-    return True
-
-
-# -- one JSON text, strictly --------------------------------------------------------------------------------
-
-
 class JSONProblem(ValueError):
-    """Valid JSON syntax still refused: a key written twice, nesting past the recursion limit, a lone
-    surrogate."""
+    """JSON refused all the same: a key written twice, nesting past the recursion limit, a lone surrogate."""
 
 
 def check_readable_file(path: Path) -> None:
@@ -339,12 +272,7 @@ _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 def parse_json(raw: bytes | str) -> Any:
     """One JSON text, strictly: UTF-8 (a byte-order mark allowed), unique keys, nesting within the recursion
-    limit, no lone surrogate escaped as ``\\udXXX``.
-
-    Raises:
-        UnicodeDecodeError, json.JSONDecodeError: not JSON (a torn line looks like this).
-        JSONProblem: JSON that is refused.
-    """
+    limit, no lone surrogate. Raises UnicodeDecodeError or json.JSONDecodeError (not JSON), JSONProblem."""
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     text = data.decode("utf-8-sig")
     try:
@@ -406,12 +334,8 @@ def top_level_key_line(text: str, key: str) -> int | None:
 
 
 def read_json_file(path: str | Path) -> Any:
-    """A JSON file's value, read as strictly as a JSONL line (:func:`parse_json`).
-
-    Raises:
-        FileNotFoundError, IsADirectoryError: no file.
-        ValueError: ``path:line: ...``.
-    """
+    """A JSON file's value, read as strictly as a JSONL line; FileNotFoundError, IsADirectoryError, or
+    ValueError ``path:line: ...``."""
     path = Path(path)
     check_readable_file(path)
     data = path.read_bytes()

@@ -1,9 +1,9 @@
 """One writer per output: a ``filelock`` (``flock``) taken before anything of the output is read or written.
 
 ``generate --output FILE`` locks ``FILE.lock``; ``eval`` and training lock ``FOLDER/_routing_grpo.lock`` (a
-Hub push leaves ``_`` names out). The kernel releases the lock when its holder ends, however it ends; the
-holder writes its pid, host, start and command into the file, so that a second writer is refused at once
-with one line naming it (:class:`~routing_grpo.io.errors.UsageError`, exit code 2).
+Hub push leaves ``_`` names out). The kernel frees the lock when its holder ends, however it ends; the holder
+writes its pid, host, start and command into the file, so that a second writer is refused at once with one
+line naming it (:class:`~routing_grpo.io.errors.UsageError`, exit code 2).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import logging
 import os
 import socket
-import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,6 @@ from routing_grpo.io.errors import UsageError, os_error_line
 logger = logging.getLogger(__name__)
 
 FOLDER_LOCK_NAME = "_routing_grpo.lock"
-# How long a refused writer waits for the holder to write its name (it may have just taken the lock).
-UNWRITTEN_WAIT_S = 1.0
 
 
 def file_lock_path(path: str | Path) -> Path:
@@ -40,43 +37,28 @@ def folder_lock_path(folder: str | Path) -> Path:
     return Path(folder) / FOLDER_LOCK_NAME
 
 
-def describe(holder: dict[str, Any]) -> str:
-    """``pid 123 on host h since 2025-01-01T12:00:00+00:00 (routing-grpo generate)``."""
-    return (
-        f"pid {holder.get('pid')} on host {holder.get('host')} since {holder.get('since')} "
-        f"({holder.get('command') or 'unknown command'})"
-    )
-
-
-def read_holder(lock: Path, wait: float = 0.0) -> dict[str, Any] | None:
-    """The holder a lock file names, waiting up to ``wait`` seconds for one; None when it names none."""
-    deadline = time.monotonic() + wait
-    while True:
-        with contextlib.suppress(OSError, ValueError):
-            holder = json.loads(lock.read_text(encoding="utf-8", errors="replace"))
-            if isinstance(holder, dict) and holder:
-                return holder
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(0.05)
+def read_holder(lock: Path) -> str | None:
+    """``pid 123 on host h since 2025-01-01T12:00:00+00:00 (routing-grpo generate)``: the holder a lock file
+    names (None when it names none)."""
+    with contextlib.suppress(OSError, ValueError):
+        holder = json.loads(lock.read_text(encoding="utf-8", errors="replace"))
+        if isinstance(holder, dict) and holder:
+            pid, host, since, command = (holder.get(k) for k in ("pid", "host", "since", "command"))
+            return f"pid {pid} on host {host} since {since} ({command or 'unknown command'})"
+    return None
 
 
 class OutputLock:
     """The lock of one output (a file or a folder), held from :meth:`acquire` to :meth:`release`.
 
     Args:
-        lock: the lock file.
+        lock: the lock file; missing folders above it are made, and removed on release while empty.
         flag, output: name the output in messages (``--output answers.jsonl``).
         command: written into the lock for whoever is refused by it.
-
-    Missing folders above the lock are made, and removed on release while still empty.
     """
 
     def __init__(self, lock: str | Path, *, flag: str, output: str | Path, command: str):
-        self.lock = Path(lock)
-        self.flag = flag
-        self.output = str(output)
-        self.command = command
+        self.lock, self.flag, self.output, self.command = Path(lock), flag, str(output), command
         self.held: FileLock | None = None
         self.made: list[Path] = []
 
@@ -93,19 +75,31 @@ class OutputLock:
         self.made = [p for p in (folder, *folder.parents) if not p.exists()]
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            for _ in range(3):  # a lock freed between the try and the read of its holder: tried again
+            for _ in range(3):  # a lock freed between the try and the read of its holder is tried again
                 lock = FileLock(self.lock, timeout=0)
                 try:
                     lock.acquire()
                 except Timeout:
                     if self.lock.exists():
-                        raise self._refusal() from None
+                        raise self.refusal() from None
                 else:
                     self.held = lock
                     break
             else:
-                raise self._refusal()
-            self._sign()
+                raise self.refusal()
+            stale = read_holder(self.lock)
+            if stale:
+                logger.warning(
+                    "%s: taking over the lock of %s: that process is no longer running", self.lock, stale
+                )
+            since = datetime.now().astimezone().isoformat(timespec="seconds")
+            record = {
+                "pid": os.getpid(),
+                "host": socket.gethostname(),
+                "since": since,
+                "command": self.command,
+            }
+            self.lock.write_text(json.dumps(record) + "\n")
         except OSError as err:
             self.release()
             raise UsageError(f"{self.flag}: {os_error_line(err, self.lock)}") from None
@@ -113,42 +107,26 @@ class OutputLock:
             self.release()
             raise
 
-    def _sign(self) -> None:
-        """Writes this process into the lock, saying so when the last holder ended without releasing it."""
-        stale = read_holder(self.lock)
-        if stale:
-            logger.warning(
-                "%s: taking over the lock of %s: that process is no longer running",
-                self.lock,
-                describe(stale),
-            )
-        record = {
-            "pid": os.getpid(),
-            "host": socket.gethostname(),
-            "since": datetime.now().astimezone().isoformat(timespec="seconds"),
-            "command": self.command,
-        }
-        self.lock.write_text(json.dumps(record) + "\n")
-
-    def _refusal(self) -> UsageError:
-        holder = read_holder(self.lock, UNWRITTEN_WAIT_S)
+    def refusal(self) -> UsageError:
+        """The one line refusing a second writer, naming the holder."""
+        holder = read_holder(self.lock)
         if holder is None:
             return UsageError(
                 f"{self.flag}: {self.output} is locked by {self.lock}, which names no holder; another run is "
                 f"starting on it: wait for it, or give another {self.flag}"
             )
         return UsageError(
-            f"{self.flag}: {self.output} is being written by another process: {describe(holder)}; wait "
-            f"for it to end, or give another {self.flag}"
+            f"{self.flag}: {self.output} is being written by another process: {holder}; wait for it to end, "
+            f"or give another {self.flag}"
         )
 
     def release(self) -> None:
         """Removes the lock file and frees the lock, then the folders :meth:`acquire` made, if empty."""
         if self.held is not None:
-            self.lock.unlink(missing_ok=True)  # while held: a waiter locking the old file tries again
+            self.lock.unlink(missing_ok=True)  # while held: a writer locking the old file tries again
             self.held.release()
             self.held = None
         for folder in self.made:
-            with contextlib.suppress(OSError):  # not empty (the run wrote there), or gone
+            with contextlib.suppress(OSError):  # not empty, or gone
                 folder.rmdir()
         self.made = []

@@ -19,7 +19,6 @@ from routing_grpo.io.errors import model_file_errors
 
 INDEX_FILE = "model.safetensors.index.json"
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
-# The files whose sizes and modification times fingerprint a local model (weights, config, tokenizer).
 FINGERPRINT_FILES = (
     "*.safetensors",
     "*.bin",
@@ -33,14 +32,8 @@ FINGERPRINT_FILES = (
 def context_length(
     model: str | Path, revision: str | None = None, trust_remote_code: bool = False
 ) -> int | None:
-    """The model's context in tokens, from its config through ``AutoConfig`` (no weights loaded).
-
-    Returns:
-        The first of :data:`CONTEXT_KEYS` the config sets to a positive integer, else None.
-
-    Raises:
-        What ``AutoConfig`` raises for a config it cannot read (OSError, ValueError, the Hub's config errors).
-    """
+    """The model's context in tokens from its config (``AutoConfig``, no weights loaded); None when it names
+    none. Raises what ``AutoConfig`` raises for a config it cannot read."""
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(str(model), revision=revision, trust_remote_code=trust_remote_code)
@@ -95,6 +88,7 @@ def weight_file_problem(folder: str | Path) -> str | None:
 
 
 def _own_weight_problem(folder: Path) -> str | None:
+    """:func:`weight_file_problem` of the folder's own files."""
     index = folder / INDEX_FILE
     if index.is_file():
         try:
