@@ -71,9 +71,8 @@ def read_questions(path: str | Path) -> list[dict[str, Any]]:
 
 
 def question_row(item: Mapping[str, Any], lineno: int) -> dict[str, Any]:
-    """A questions-file row checked: ``question`` (or ``prompt``: text or chat messages) and optionally ``id``
-    (default: the line number), ``mode``, ``allow`` (a list or comma-separated), ``caps`` and the reference
-    answer (``reference_answer`` or ``answer``), carried on for ``routing-grpo grade``."""
+    """A questions-file row checked: ``question`` (or ``prompt``: text or chat messages); optionally ``id``
+    (default: the line number), ``mode``, ``allow``, ``caps`` and ``reference_answer`` (or ``answer``)."""
     question = item.get("question", item.get("prompt"))
     if not (question.strip() if isinstance(question, str) else isinstance(question, list) and question):
         raise ValueError("needs a non-empty `question` (text or a list of chat messages)")
@@ -343,13 +342,11 @@ def answer_questions(
     on_resumed: Callable[[AnswerPlan], None] | None = None,
     on_answers: OnAnswers | None = None,
 ) -> AnswersRun:
-    """Answers question rows (:func:`read_questions`, :func:`question_rows`) with the router at ``model``:
-    ``routing-grpo generate``, with its defaults, as a Python call.
+    """``routing-grpo generate`` as a Python call: answers question rows with the router at ``model``.
 
-    With ``output`` the file is checked and locked before it is read, the answers made for the same request
-    are kept (:func:`plan_answers`), and the model loads only when something is left to answer.
-    ``settings``: the routing settings (default: the model's own); ``on_resumed(plan)`` is called before the
-    model loads, ``on_answers`` after each batch. Errors are one-line ValueErrors."""
+    With ``output`` the file is checked and locked before it is read, and the model loads only when something
+    is left to answer (:func:`plan_answers`); ``on_resumed(plan)`` is called before it loads, ``on_answers``
+    after each batch. ``settings`` defaults to the model's own. Errors are one-line ValueErrors."""
     if not isinstance(settings, RoutingSettings):
         settings = RoutingSettings.resolve(model, settings, revision=revision)
     if output is not None and (not str(output).strip() or Path(output).is_dir()):

@@ -37,12 +37,8 @@ def uses_markers(output_dir: str | Path) -> bool:
 
 
 def checkpoint_problem(checkpoint: str | Path, markers: bool | None = None) -> str | None:
-    """Why a checkpoint folder is incomplete (None when it is complete).
-
-    Args:
-        checkpoint: the ``checkpoint-N`` folder.
-        markers: whether its run folder uses completion markers (looked up beside it when None).
-    """
+    """Why a checkpoint folder is incomplete (None when complete); ``markers``: whether its run folder uses
+    completion markers (looked up when None)."""
     folder = Path(checkpoint)
     if markers is None:
         markers = uses_markers(folder.parent)

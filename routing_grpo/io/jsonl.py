@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import itertools
 import json
 import logging
 import os
@@ -83,20 +84,13 @@ def _is_whole_row(raw: bytes) -> bool:
 
 def set_aside(path: Path, data: bytes, kind: str) -> Path:
     """Writes ``data`` (synced) to the first free ``PATH.<kind>-<n>`` and returns that path."""
-    n = 1
-    while True:
+    for n in itertools.count(1):
         aside = path.with_name(f"{path.name}.{kind}-{n}")
-        try:
-            fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            n += 1
-            continue
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return aside
+        with contextlib.suppress(FileExistsError), aside.open("xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+            return aside
 
 
 def repair_tail(path: str | Path) -> None:
@@ -167,12 +161,10 @@ def write_atomic(path: str | Path, data: bytes) -> None:
     folder synced."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
     sync_path(path.parent)
 

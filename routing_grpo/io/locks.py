@@ -49,13 +49,8 @@ def read_holder(lock: Path) -> str | None:
 
 
 class OutputLock:
-    """The lock of one output (a file or a folder), held from :meth:`acquire` to :meth:`release`.
-
-    Args:
-        lock: the lock file; missing folders above it are made, and removed on release while empty.
-        flag, output: name the output in messages (``--output answers.jsonl``).
-        command: written into the lock for whoever is refused by it.
-    """
+    """The lock file ``lock`` of one output, held from :meth:`acquire` to :meth:`release`; ``flag`` and
+    ``output`` name it in messages, ``command`` is written into it for whoever it refuses."""
 
     def __init__(self, lock: str | Path, *, flag: str, output: str | Path, command: str):
         self.lock, self.flag, self.output, self.command = Path(lock), flag, str(output), command

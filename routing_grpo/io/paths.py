@@ -38,6 +38,7 @@ KINDS = {
 
 
 def _refused(flag: str, code: int, path: Path, more: str = "") -> UsageError:
+    """The one line for an OS error code on ``path``, as the OS would report it when writing."""
     return UsageError(f"{flag}: {os_error_line(OSError(code, os.strerror(code), str(path)))}{more}")
 
 
@@ -59,18 +60,6 @@ def _check_folder(path: Path, flag: str, output: Path) -> None:
         raise UsageError(f"{flag}: {output} cannot be written: {os_error_line(where)}") from None
 
 
-def _probe_device(path: Path, flag: str) -> None:
-    """A write of no bytes to a device: ``/dev/full`` answers it with ENOSPC."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
-        try:
-            os.write(fd, b"")
-        finally:
-            os.close(fd)
-    except OSError as err:
-        raise UsageError(f"{flag}: {os_error_line(err, path)}") from None
-
-
 def check_output_file(path: str | os.PathLike, flag: str = "--output") -> None:
     """An output file that will be appended to: a regular file (or none yet) in a writable folder, below the
     file-size limit. Raises :class:`UsageError` naming ``flag`` and the path."""
@@ -81,24 +70,26 @@ def check_output_file(path: str | os.PathLike, flag: str = "--output") -> None:
         info = None
     except OSError as err:
         raise UsageError(f"{flag}: {os_error_line(err, path)}") from None
-    if info is not None:
-        if stat.S_ISDIR(info.st_mode):
-            raise _refused(flag, errno.EISDIR, path, "; give a file")
-        if not stat.S_ISREG(info.st_mode):
-            _probe_device(path, flag)
-            kind = KINDS.get(stat.S_IFMT(info.st_mode), "not a regular file")
+    if info is not None and stat.S_ISDIR(info.st_mode):
+        raise _refused(flag, errno.EISDIR, path, "; give a file")
+    try:
+        if info is not None and not stat.S_ISREG(info.st_mode):
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)  # /dev/full: ENOSPC
+            try:
+                os.write(fd, b"")
+            finally:
+                os.close(fd)
             raise UsageError(
-                f"{flag}: {path} is {kind}, not a regular file; give a file (a run appends to it and reads it "
-                "back to resume)"
+                f"{flag}: {path} is {KINDS.get(stat.S_IFMT(info.st_mode), 'not a regular file')}, not a regular "
+                "file; give a file (a run appends to it and reads it back to resume)"
             )
-        try:
-            with path.open("ab"):
-                pass
-        except OSError as err:
-            raise UsageError(f"{flag}: {os_error_line(err, path)}") from None
-        limit = file_size_limit()
-        if limit is not None and info.st_size >= limit:
-            raise _refused(flag, errno.EFBIG, path, f": it already holds {info.st_size} bytes")
+        if info is not None:
+            path.open("ab").close()
+    except OSError as err:
+        raise UsageError(f"{flag}: {os_error_line(err, path)}") from None
+    limit = file_size_limit()
+    if info is not None and limit is not None and info.st_size >= limit:
+        raise _refused(flag, errno.EFBIG, path, f": it already holds {info.st_size} bytes")
     _check_folder(path.parent, flag, path)
 
 
