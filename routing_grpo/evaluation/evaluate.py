@@ -44,7 +44,7 @@ from routing_grpo.evaluation.samples import (
 from routing_grpo.evaluation.summary import summarize
 from routing_grpo.generation.factory import VLLM, resolve_backend
 from routing_grpo.generation.interface import Backend, GenerationRequest
-from routing_grpo.io.errors import model_loading, naming_path
+from routing_grpo.io.errors import model_loading
 from routing_grpo.io.jsonl import append_jsonl, write_json
 from routing_grpo.io.model_files import local_context_length, model_fingerprint
 from routing_grpo.io.paths import looks_local, under
@@ -159,8 +159,7 @@ def evaluate_benchmark(
                     _sample_row(row, sample_index, ids, tokenizer, plan, detector, modes, eos_ids)
                 )
         _grade_rows(new_rows, verifier, rows_by_id, reasoning_open)
-        with naming_path(samples_path):  # a full disk or the file-size limit names the file
-            append_jsonl(samples_path, new_rows)
+        append_jsonl(samples_path, new_rows)  # a full disk or the file-size limit names the file
         if progress:
             finished = min(start + per_call, len(todo))
             rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0

@@ -28,7 +28,7 @@ from typing import Any
 from routing_grpo.core.modes import mode_index
 from routing_grpo.generation.options import DEFAULT_TEMPERATURE
 from routing_grpo.inference.router import Answer, Request, Router, parse_allow, resolve_routing
-from routing_grpo.io.errors import model_loading, naming_path
+from routing_grpo.io.errors import model_loading
 from routing_grpo.io.jsonl import append_jsonl, id_text, read_jsonl, resumable_rows
 from routing_grpo.io.locks import OutputLock, file_lock_path
 from routing_grpo.io.model_files import model_fingerprint
@@ -307,8 +307,7 @@ def write_answers(
                 rows = [
                     answer_row(i, a, plan.references.get(i), plan.records[i]) for i, a in zip(ids, answers)
                 ]
-                with naming_path(writing):
-                    append_jsonl(writing, rows)
+                append_jsonl(writing, rows)
             if on_answers is not None:
                 on_answers(ids, answers)
     except BaseException:

@@ -138,17 +138,6 @@ def os_error_line(err: OSError, path: str | os.PathLike | None = None) -> str:
 
 
 @contextlib.contextmanager
-def naming_path(path: str | os.PathLike):
-    """Inside, an OS error that names no file (a write, flush or fsync) is raised again naming ``path``."""
-    try:
-        yield
-    except OSError as err:
-        if err.filename is None and err.errno is not None:
-            raise OSError(err.errno, os.strerror(err.errno), os.fspath(path)) from err
-        raise
-
-
-@contextlib.contextmanager
 def user_errors(what: str, *types: type[BaseException]):
     """Inside, an exception of ``types`` becomes a :class:`UsageError` "``what``: message" (one line)."""
     try:
