@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from routing_grpo.io.locations import resolve_model_path
+    from routing_grpo.io.paths import resolve_model_path
 
     if args.threads:
         torch.set_num_threads(args.threads)

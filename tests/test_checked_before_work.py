@@ -193,7 +193,7 @@ GENERATE_CASES = [
     (
         "answers-id-dict",
         ["--output", "ANSWERS_ID_DICT", "q"],
-        ["--output: ", "answers_dict.jsonl:1: `id` must be", 'got {"a": 1}'],
+        ["--output: ", "answers_dict.jsonl:1: not an answer row (`id` must be", 'got {"a": 1}'],
         None,
     ),
     (
@@ -726,12 +726,12 @@ def test_schedules_past_the_run_are_said_with_what_they_mean(tmp_path):
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
 def test_a_failed_write_names_its_file_and_what_the_os_said():
-    from routing_grpo.io.errors import naming_path, os_error_line
+    from routing_grpo.io.errors import os_error_line
 
-    with pytest.raises(OSError) as raised, naming_path("/dev/full"), open("/dev/full", "a") as f:
+    with pytest.raises(OSError) as raised, open("/dev/full", "a") as f:
         f.write("x")
         f.flush()
-    assert os_error_line(raised.value) == "/dev/full: no space left on the device (ENOSPC)"
+    assert os_error_line(raised.value, "/dev/full") == "/dev/full: no space left on the device (ENOSPC)"
     assert (
         os_error_line(OSError(errno.EROFS, "x", "/mnt/out")) == "/mnt/out: on a read-only file system (EROFS)"
     )

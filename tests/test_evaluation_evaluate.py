@@ -433,7 +433,7 @@ def test_eval_takes_the_offline_model_names_training_takes(tmp_path, capsys, mon
     offline name is one line naming the known ones."""
     import routing_grpo.evaluation.evaluate as evaluate
     from routing_grpo.cli import main
-    from routing_grpo.io.locations import resolve_model_path
+    from routing_grpo.io.paths import resolve_model_path
 
     seen = {}
 

@@ -1,6 +1,6 @@
-"""The answers file (routing_grpo.inference.answers): the questions file, the answered ids of a torn file, a
-request bound to its resolved modes, the resume plan (reuse, conflict, afresh), and a whole run as a Python
-call on the tiny router, agreeing with ``routing-grpo generate``."""
+"""The answers file (routing_grpo.inference.answers): the questions file, a torn answers file, a request bound
+to its resolved modes, the resume plan (reuse, conflict, afresh), and a whole run as a Python call on the
+tiny router, agreeing with ``routing-grpo generate``."""
 
 from __future__ import annotations
 
@@ -16,7 +16,6 @@ from routing_grpo.inference.answers import (
     plan_answers,
     question_requests,
     question_rows,
-    read_answered_ids,
     read_questions,
     request_record,
 )
@@ -64,18 +63,19 @@ def test_read_questions(tmp_path):
         read_questions(tmp_path / "missing.jsonl")
 
 
-def test_read_answered_ids_drops_a_torn_last_line(tmp_path):
+def test_an_answers_file_torn_or_malformed(tmp_path):
+    """A torn last line is cut (its answer generated again); a bad line elsewhere names the file's line."""
+    requests = question_requests(question_rows(["a", "b", "c"]), SETTINGS)
+    records = records_of(requests)
     path = tmp_path / "a.jsonl"
-    assert read_answered_ids(path) == set()
-    path.write_text('{"id": "1"}\n{"id": "2"}\n{"id": "3", "te')
-    assert read_answered_ids(path) == {"1", "2"}
-    assert path.read_text() == '{"id": "1"}\n{"id": "2"}\n'
-    path.write_text('{"id": "1"}\nnot json\n{"id": "3"}\n')
-    with pytest.raises(ValueError, match=":2: not valid JSON"):
-        read_answered_ids(path)
-    path.write_text('{"id": "1"}\n{"text": "no id"}\n{"id": "3"}\n')
-    with pytest.raises(ValueError, match=":2: not an answer row"):
-        read_answered_ids(path)
+    row = json.dumps({"id": "1", "request": records["1"]})
+    path.write_text(row + '\n{"id": "2", "te')
+    assert plan_answers(requests, records, path, settings=SETTINGS).todo == ["2", "3"]
+    assert path.read_text() == row + "\n"
+    for bad, why in (("not json", "not valid JSON"), ('{"text": "no id"}', "not an answer row \\(no id\\)")):
+        path.write_text(f"{row}\n{bad}\n{row}\n")
+        with pytest.raises(ValueError, match=f"^--output: {path}:2: {why}"):
+            plan_answers(requests, records, path, settings=SETTINGS)
 
 
 def records_of(requests):

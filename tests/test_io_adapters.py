@@ -21,7 +21,7 @@ from routing_grpo.cli import main
 from routing_grpo.evaluation.config import EvalConfig
 from routing_grpo.generation import factory, vllm_backend
 from routing_grpo.io import adapters
-from routing_grpo.io.model_files import context_length, weight_file_problem
+from routing_grpo.io.model_files import local_context_length, weight_file_problem
 from tests.helpers import REPO_ROOT, offline_env, router_settings, tiny_recipe, write_recipe
 
 
@@ -139,7 +139,7 @@ def test_the_adapter_loads_with_its_base_through_peft(adapter, tiny_model_path):
     assert not (with_adapter - plain).abs().max() < 1e-4  # the adapter changes the model
     assert (logits(loaded) - with_adapter).abs().max() < 1e-4
     # A run's checkpoint has no config.json: the context is its base's.
-    assert context_length(adapter) == context_length(tiny_model_path) is not None
+    assert local_context_length(adapter) == local_context_length(tiny_model_path) is not None
 
 
 def test_router_from_pretrained_answers_from_an_adapter_folder(adapter):

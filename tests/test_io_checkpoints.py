@@ -20,7 +20,7 @@ def test_which_checkpoints_are_complete(tmp_path):
             checkpoints.mark_complete(folder, step)
         return folder
 
-    # Written before markers were: trainer_state.json, the Trainer's last file, decides.
+    # A run folder without markers: trainer_state.json, the Trainer's last file, decides.
     saved(2, marker=False)
     torn = saved(4, marker=False)
     (torn / "trainer_state.json").write_text('{"global_st')

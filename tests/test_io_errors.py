@@ -12,7 +12,6 @@ from routing_grpo.io.errors import (
     UsageError,
     as_declared,
     model_loading,
-    naming_path,
     one_line,
     option_key,
     os_error_line,
@@ -55,12 +54,6 @@ def test_an_os_error_in_words_naming_its_file():
     assert os_error_line(OSError(errno.EACCES, "x"), "/d/g") == "/d/g: permission denied (EACCES)"
     assert os_error_line(OSError(errno.EXDEV, "x", "/a", None, "/b")).endswith("(EXDEV) -> /b")
     assert os_error_line(OSError("no errno\nhere")) == "no errno here"
-
-
-def test_an_os_error_without_a_file_is_raised_again_naming_the_path(tmp_path):
-    with pytest.raises(OSError) as err, naming_path(tmp_path / "out.jsonl"):
-        raise OSError(errno.ENOSPC, "No space left on device")
-    assert err.value.filename == str(tmp_path / "out.jsonl") and err.value.errno == errno.ENOSPC
 
 
 def test_user_errors_and_model_loading_become_one_line_usage_errors():

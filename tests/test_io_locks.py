@@ -1,8 +1,7 @@
-"""One writer per output (#39): ``generate``'s answers file, ``eval``'s folder and training's run folder are
-locked before anything is read or written; a second writer is refused at once with one line naming the
-holder (exit code 2), a lock whose process is gone is taken over with a warning, one of another host is
-refused with the file to remove, and the lock goes when its holder leaves (also on an error, Ctrl-C and a
-training run's SIGTERM). In-process through the entry points; the slow test runs two real processes."""
+"""One writer per output (routing_grpo.io.locks): ``generate``'s answers file, ``eval``'s folder and training's
+run folder are locked before anything is read or written; a second writer is refused at once with one line
+naming the holder (exit code 2), the kernel frees the lock of a killed holder (taken over with a warning), and
+the lock file goes when its holder leaves (also on an error, Ctrl-C and a training run's SIGTERM)."""
 
 from __future__ import annotations
 
@@ -16,19 +15,14 @@ import time
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from transformers import TrainerCallback
 
 from routing_grpo import train
 from routing_grpo.cli import main
 from routing_grpo.inference import router as inference
 from routing_grpo.io.errors import UsageError
-from routing_grpo.io.locks import (
-    FOLDER_LOCK_NAME,
-    OutputLock,
-    file_lock_path,
-    holder_record,
-    process_start,
-)
+from routing_grpo.io.locks import FOLDER_LOCK_NAME, OutputLock, file_lock_path
 from routing_grpo.training import loading
 from tests.helpers import REPO_ROOT, router_settings, save_tiny_router, tiny_recipe, write_recipe
 
@@ -57,19 +51,9 @@ def run(capsys, *argv):
     return code, out.out, out.err
 
 
-def write_lock(path: Path, **fields) -> dict:
-    """A lock file as another holder leaves it: this process's record with ``fields`` changed."""
-    record = {**holder_record("routing-grpo generate"), **fields}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record) + "\n")
-    return record
-
-
-def finished_pid() -> int:
-    """The pid of a process that has ended (a stale lock's holder)."""
-    child = subprocess.Popen(["true"])
-    child.wait()
-    return child.pid
+def held(lock: Path, command: str = "routing-grpo generate") -> OutputLock:
+    """The lock held by another writer (a lock of its own on the same file)."""
+    return OutputLock(lock, flag="--output", output="other", command=command)
 
 
 def holder_text(record: dict) -> str:
@@ -88,65 +72,68 @@ def test_a_second_writer_of_an_answers_file_is_refused_naming_the_holder(
     answers.write_text("")
     lock = file_lock_path(answers)
     assert lock == tmp_path / "answers.jsonl.lock"
-    holder = write_lock(lock)  # held by a running process: this one
-    code, out, err = run(capsys, "generate", "--model", model, "--output", answers, "q")
+    with held(lock):
+        holder = json.loads(lock.read_text())
+        code, out, err = run(capsys, "generate", "--model", model, "--output", answers, "q")
+        assert json.loads(lock.read_text()) == holder  # the holder's lock is left alone
     assert code == 2 and out == ""
     assert err.splitlines() == [
         f"routing-grpo generate: error: --output: {answers} is being written by another process: "
         f"{holder_text(holder)}; wait for it to end, or give another --output"
     ]
-    assert json.loads(lock.read_text()) == holder  # the holder's lock is left alone
+    assert holder["pid"] == os.getpid() and holder["host"] == socket.gethostname()
     assert answers.read_text() == ""
 
 
-def test_a_lock_of_another_host_is_refused_with_the_file_to_remove(model, tmp_path, capsys, no_model_loading):
+def test_a_lock_left_by_a_killed_holder_is_taken_over_with_a_warning(model, tmp_path, capsys, caplog):
     answers = tmp_path / "answers.jsonl"
-    holder = write_lock(file_lock_path(answers), host="node-7", pid=4242)
-    code, _, err = run(capsys, "generate", "--model", model, "--output", answers, "q")
-    assert code == 2
-    assert err.splitlines() == [
-        f"routing-grpo generate: error: --output: {answers} is locked by {holder_text(holder)}, another host, "
-        f"which cannot be checked from here; once that run has ended, remove {file_lock_path(answers)}"
-    ]
-
-
-def test_a_stale_lock_is_taken_over_with_a_warning_and_removed_at_the_end(model, tmp_path, capsys, caplog):
-    answers = tmp_path / "answers.jsonl"
-    stale = write_lock(file_lock_path(answers), pid=finished_pid())
+    lock = file_lock_path(answers)
+    stale = {
+        "pid": 4242,
+        "host": "h",
+        "since": "2025-01-01T00:00:00+00:00",
+        "command": "routing-grpo generate",
+    }
+    lock.write_text(json.dumps(stale) + "\n")  # its holder is gone: nobody holds the lock
     code, out, err = run(capsys, "generate", "--model", model, "--output", answers, "--mode", "Short", "q")
     assert code == 0, err
     assert out.startswith("[1] Short (forced): ")
     warnings = [r.getMessage() for r in caplog.records if r.name == "routing_grpo.io.locks"]
     assert warnings == [
-        f"{file_lock_path(answers)}: taking over the lock of {holder_text(stale)}: that process is no longer "
-        "running"
+        f"{lock}: taking over the lock of {holder_text(stale)}: that process is no longer running"
     ]
     assert [json.loads(line)["id"] for line in answers.read_text().splitlines()] == ["1"]
-    assert not file_lock_path(answers).exists()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["answers.jsonl"]  # nothing set aside is left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["answers.jsonl"]  # the lock file is gone
 
 
-def test_a_reused_pid_is_not_a_holder(tmp_path):
-    """A lock whose pid now belongs to a process started later (the pid was reused) is stale."""
+def test_the_kernel_frees_the_lock_of_a_killed_holder(tmp_path):
     lock = tmp_path / "out.lock"
-    assert process_start(os.getpid()) is not None
-    write_lock(lock, started="1")  # this pid, but a process that started at another time
-    with OutputLock(lock, flag="--output", output="out", command="test") as taken:
-        assert json.loads(lock.read_text())["token"] == taken.holder["token"]
+    code = (
+        "import sys, time; from routing_grpo.io.locks import OutputLock; "
+        f"held = OutputLock({str(lock)!r}, flag='--output', output='out', command='holder'); held.acquire(); "
+        "print('held', flush=True); time.sleep(60)"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(
+            UsageError, match=f"^--output: out is being written by another process: pid {holder.pid} "
+        ):
+            OutputLock(lock, flag="--output", output="out", command="test").acquire()
+    finally:
+        holder.kill()  # kill -9: no cleanup runs
+        holder.wait()
+    with OutputLock(lock, flag="--output", output="out", command="test"):
+        assert json.loads(lock.read_text())["command"] == "test"
     assert not lock.exists()
 
 
-def test_a_lock_that_names_no_holder_is_refused_naming_the_file(tmp_path, monkeypatch):
-    from routing_grpo.io import locks as output_lock
-
-    monkeypatch.setattr(output_lock, "UNWRITTEN_WAIT_S", 0.1)
+def test_a_lock_that_names_no_holder_is_refused_naming_the_file(tmp_path):
     lock = tmp_path / "out.lock"
-    lock.write_text("")
-    with pytest.raises(UsageError) as err:
+    with FileLock(lock, timeout=0), pytest.raises(UsageError) as err:  # held, its holder not yet written
         OutputLock(lock, flag="--output", output="out", command="test").acquire()
-    assert str(err.value) == (
-        f"--output: out is locked by {lock}, which names no holder; if no run is writing to out, remove {lock}"
-    )
+    assert str(err.value).startswith(f"--output: out is locked by {lock}, which names no holder;")
 
 
 def test_the_lock_goes_on_an_error_and_on_ctrl_c_with_the_folders_it_made(
@@ -189,14 +176,15 @@ EVAL += ["--backend", "transformers"]
 
 def test_a_second_evaluation_into_one_folder_is_refused(model, tmp_path, capsys, no_model_loading):
     out = tmp_path / "eval"
-    holder = write_lock(out / FOLDER_LOCK_NAME, command="routing-grpo eval")
-    code, _, err = run(capsys, *EVAL, "--model", model, "--output", out)
+    with held(out / FOLDER_LOCK_NAME, "routing-grpo eval"):
+        holder = json.loads((out / FOLDER_LOCK_NAME).read_text())
+        code, _, err = run(capsys, *EVAL, "--model", model, "--output", out)
+        assert sorted(p.name for p in out.iterdir()) == [FOLDER_LOCK_NAME]  # nothing claimed or written
     assert code == 2
     assert err.splitlines() == [
         f"routing-grpo eval: error: --output: {out} is being written by another process: {holder_text(holder)}; "
         "wait for it to end, or give another --output"
     ]
-    assert sorted(p.name for p in out.iterdir()) == [FOLDER_LOCK_NAME]  # nothing claimed or written
 
 
 def test_an_evaluation_holds_its_folder_while_it_runs(model, tmp_path, capsys, monkeypatch):
@@ -229,8 +217,9 @@ def test_a_second_training_into_one_run_folder_is_refused(
 ):
     out = tmp_path / "run"
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out))
-    holder = write_lock(out / FOLDER_LOCK_NAME, command="routing-grpo train")
-    assert train.command(["--config", str(recipe)]) == 2
+    with held(out / FOLDER_LOCK_NAME, "routing-grpo train"):
+        holder = json.loads((out / FOLDER_LOCK_NAME).read_text())
+        assert train.command(["--config", str(recipe)]) == 2
     err = capsys.readouterr().err
     assert err.splitlines() == [
         f"routing-grpo train: error: output_dir: {out} is being written by another process: "
@@ -281,7 +270,7 @@ def test_a_training_run_holds_its_folder_and_frees_it_on_sigterm(tmp_path, tiny_
 @pytest.mark.slow
 def test_two_real_generate_processes_on_one_answers_file(model, tmp_path):
     """The second ``routing-grpo generate`` is refused while the first writes, naming its pid; after the
-    first is killed with -9, a rerun takes its stale lock over and every question is answered once."""
+    first is killed with -9, a rerun takes its lock over and every question is answered once."""
     questions = tmp_path / "q.jsonl"
     n = 400
     questions.write_text(
@@ -308,7 +297,7 @@ def test_two_real_generate_processes_on_one_answers_file(model, tmp_path):
         )
         assert len(second.stderr.splitlines()) == 1 and second.stdout == ""
     finally:
-        first.kill()  # kill -9: its lock stays behind, stale
+        first.kill()  # kill -9: its lock file stays behind, freed by the kernel
         first.wait()
     assert file_lock_path(answers).is_file()
     third = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)

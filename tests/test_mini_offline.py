@@ -4,7 +4,7 @@ the known ones."""
 
 import pytest
 
-from routing_grpo.io.locations import is_offline_name, offline_model_names, resolve_model_path
+from routing_grpo.io.paths import is_offline_name, offline_model_names, resolve_model_path
 from routing_grpo.mini.offline import CHATML_TEMPLATE, build_tiny_qwen2
 
 

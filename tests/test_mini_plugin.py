@@ -10,7 +10,7 @@ from routing_grpo.mini import cliff
 
 def test_the_miniature_registers_its_tasks_and_models_through_entry_points():
     from routing_grpo.data.datasets import get_task, load_task, task_names
-    from routing_grpo.io.locations import resolve_model_path
+    from routing_grpo.io.paths import resolve_model_path
     from routing_grpo.io.plugins import entry_point_names
     from routing_grpo.mini.plugin import MINI_CHECKPOINTS, MINI_GRADED_BLIND_CHECKPOINT
 

@@ -1,4 +1,4 @@
-"""Nothing lost, nothing torn (#39, through the entry points): ``routing-grpo generate``'s answers, ``eval``'s
+"""Nothing lost, nothing torn (through the entry points): ``routing-grpo generate``'s answers, ``eval``'s
 samples and training's metrics are appended whole and repaired when cut; ``eval --overwrite`` replaces a
 benchmark's folder only once its new summary is there; a run resumes from its latest complete checkpoint.
 

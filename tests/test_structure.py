@@ -202,14 +202,14 @@ def test_a_recipe_file_is_parsed_in_one_place():
 
 
 def test_the_offline_prefix_lives_in_one_module():
-    """``offline:NAME`` is recognised by io.locations.is_offline_name alone: no other module spells the
+    """``offline:NAME`` is recognised by io.paths.is_offline_name alone: no other module spells the
     bare prefix (names such as ``offline:mini`` are fine)."""
     spelled = []
     for path in PACKAGE.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Constant) and node.value == "offline:" and path.name != "locations.py":
+            if isinstance(node, ast.Constant) and node.value == "offline:" and path.name != "paths.py":
                 spelled.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
-    assert not spelled, f"use routing_grpo.io.locations.is_offline_name: {spelled}"
+    assert not spelled, f"use routing_grpo.io.paths.is_offline_name: {spelled}"
 
 
 def test_one_registry_of_answer_checks():

@@ -30,7 +30,7 @@ def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
 def _check_output(output: str, benchmarks: list[str]) -> None:
     """The output folder and each benchmark's samples file can be written (not read-only, not a folder
     where the samples file goes, not at the file-size limit), before the model loads."""
-    from routing_grpo.io.storage import check_output_file, check_output_folder
+    from routing_grpo.io.paths import check_output_file, check_output_folder
 
     check_output_folder(output)
     for bench in benchmarks:

@@ -118,7 +118,7 @@ def _tolerance(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     from routing_grpo.diagnostics.oracle import analyse, render_markdown
-    from routing_grpo.io.storage import check_output_folder
+    from routing_grpo.io.paths import check_output_folder
     from routing_grpo.training.recipe import load_recipe_modes, read_recipe
 
     modes = load_recipe_modes(args.config)

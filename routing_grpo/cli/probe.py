@@ -54,8 +54,7 @@ def run(args: argparse.Namespace) -> int:
 
     from routing_grpo.diagnostics.probe import load_probe_rows, logodds_summary, read_states
     from routing_grpo.diagnostics.state_probe import probe_statistics
-    from routing_grpo.io.locations import is_offline_name, resolve_model_path
-    from routing_grpo.io.storage import check_output_folder
+    from routing_grpo.io.paths import check_output_folder, is_offline_name, resolve_model_path
 
     if (
         not is_offline_name(args.model)

@@ -15,8 +15,8 @@ REPORT_PARTS = "routing_grpo.report_parts"
 
 def run(args: argparse.Namespace) -> int:
     from routing_grpo.evaluation.report import write_report
+    from routing_grpo.io.paths import check_output_folder
     from routing_grpo.io.plugins import load_entry_point
-    from routing_grpo.io.storage import check_output_folder
 
     check_output_folder(args.output)  # a file there, or a read-only place: before anything is read
     if args.no_plots:

@@ -28,7 +28,7 @@ from routing_grpo.core.verifiers import VERIFIERS, RowGrader, row_grader
 from routing_grpo.data.tasks import TaskSpec, get_task
 from routing_grpo.data.tasks import task_names as task_names  # re-exported
 from routing_grpo.io.jsonl import read_json_file, read_jsonl
-from routing_grpo.io.locations import DATA_SUFFIXES, looks_local
+from routing_grpo.io.paths import DATA_SUFFIXES, looks_local
 
 logger = logging.getLogger(__name__)
 

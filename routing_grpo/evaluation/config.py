@@ -15,7 +15,7 @@ defaults, so that a Python call and the command agree:
   checkpoint (``routing_config.json``);
 * ``max_tokens``: the checkpoint's training completion limit, else :data:`DEFAULT_EVAL_MAX_TOKENS`; never
   past the model's context (``max_position_embeddings`` of its config.json,
-  :func:`routing_grpo.io.model_files.context_length`);
+  :func:`routing_grpo.io.model_files.local_context_length`);
 * ``output``: ``outputs/eval/<method>/seed<run_seed or 0>`` (docs/evaluation.md's layout).
 """
 
@@ -30,7 +30,7 @@ from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_pr
 from routing_grpo.generation.factory import AUTO, check_backend, check_backend_name, resolve_backend
 from routing_grpo.generation.options import check_sampling, check_seed
 from routing_grpo.io.adapters import MERGE_HINT, is_adapter_folder
-from routing_grpo.io.path_names import check_name
+from routing_grpo.io.paths import check_name
 
 # The paper's protocol: MATH-500 once, GSM8K avg@5, AIME avg@16.
 DEFAULT_SAMPLES = {"math500": 1, "gsm8k": 5, "aime24": 16, "aime25": 16}
@@ -159,8 +159,8 @@ class EvalConfig:
         benchmarks and their ``samples`` and ``data`` are checked by
         :func:`routing_grpo.evaluation.evaluate.check_benchmarks`, which ``run_eval`` calls first). An explicit ``max_tokens``
         past the model's context is lowered to it and said in :attr:`notes`."""
-        from routing_grpo.io.locations import is_offline_name, resolve_model_path
-        from routing_grpo.io.model_files import context_length, weight_file_problem
+        from routing_grpo.io.model_files import local_context_length, weight_file_problem
+        from routing_grpo.io.paths import is_offline_name, resolve_model_path
 
         notes: list[str] = []
         if is_offline_name(model):
@@ -193,7 +193,7 @@ class EvalConfig:
         limit = max_tokens
         if limit is None:
             limit = saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
-        context = context_length(model)
+        context = local_context_length(model)
         if context is not None and limit > context:
             if max_tokens is not None:  # said only when asked for explicitly
                 notes.append(f"--max-tokens: {limit} is past the model's context; using {context}")
@@ -218,7 +218,7 @@ def check_model_location(model: str) -> None:
     """A model that is neither a local folder nor something the Hub could serve is a ValueError naming
     ``--model``, before anything loads (a path that is not there, a file, a Hub id while the Hub is
     offline)."""
-    from routing_grpo.io.locations import hub_offline, looks_local
+    from routing_grpo.io.paths import hub_offline, looks_local
 
     path = Path(model).expanduser()
     if path.is_file():

@@ -35,22 +35,19 @@ from routing_grpo.diagnostics.routing_metrics import duration_text
 from routing_grpo.evaluation.config import SAMPLE_SETTINGS, EvalConfig
 from routing_grpo.evaluation.engines import check_engine, make_eval_backend, prompts_per_call
 from routing_grpo.evaluation.samples import (
-    append_samples,
     begin_replacement,
     claim_folder,
     commit_replacement,
     data_fingerprint,
-    model_fingerprint,
     read_samples,
-    write_json_atomic,
 )
 from routing_grpo.evaluation.summary import summarize
 from routing_grpo.generation.factory import VLLM, resolve_backend
 from routing_grpo.generation.interface import Backend, GenerationRequest
-from routing_grpo.io.errors import model_loading, naming_path
-from routing_grpo.io.locations import looks_local
-from routing_grpo.io.model_files import context_length
-from routing_grpo.io.path_names import under
+from routing_grpo.io.errors import model_loading
+from routing_grpo.io.jsonl import append_jsonl, write_json
+from routing_grpo.io.model_files import local_context_length, model_fingerprint
+from routing_grpo.io.paths import looks_local, under
 
 logger = logging.getLogger(__name__)
 
@@ -162,8 +159,7 @@ def evaluate_benchmark(
                     _sample_row(row, sample_index, ids, tokenizer, plan, detector, modes, eos_ids)
                 )
         _grade_rows(new_rows, verifier, rows_by_id, reasoning_open)
-        with naming_path(samples_path):  # a full disk or the file-size limit names the file
-            append_samples(samples_path, new_rows)
+        append_jsonl(samples_path, new_rows)  # a full disk or the file-size limit names the file
         if progress:
             finished = min(start + per_call, len(todo))
             rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
@@ -190,7 +186,7 @@ def evaluate_benchmark(
         },
         "config": asdict(config),
     }
-    write_json_atomic(out_dir / "summary.json", summary)
+    write_json(out_dir / "summary.json", summary)
     if out_dir != final_dir:
         commit_replacement(final_dir)
     return summary
@@ -317,7 +313,7 @@ def evaluation_context(config: EvalConfig, backend: str) -> int | None:
     own (a local folder's config.json; None when unknown)."""
     if backend == VLLM and config.max_model_len is not None:
         return config.max_model_len
-    return context_length(config.model)
+    return local_context_length(config.model)
 
 
 def check_prompt_lengths(

@@ -46,7 +46,7 @@ from routing_grpo.evaluation.report import (  # noqa: E402
     pareto_frontier,
     stats,
 )
-from routing_grpo.io.path_names import under  # noqa: E402
+from routing_grpo.io.paths import under  # noqa: E402
 
 METHOD_COLORS = {
     "base": "#7f7f7f",

@@ -38,7 +38,7 @@ from routing_grpo.evaluation.frontier import (  # noqa: F401  (part of this modu
 )
 from routing_grpo.evaluation.samples import files_under, sample_key
 from routing_grpo.io.jsonl import read_json_file, read_jsonl, top_level_key_line
-from routing_grpo.io.path_names import check_name, under
+from routing_grpo.io.paths import check_name, under
 
 BASELINE_METHODS = ("nothink", "short", "long")
 ABLATION_METHODS = ("no_balance", "no_warmup")

@@ -1,18 +1,10 @@
-"""The samples file of an evaluation: append-only, resumable, bound to what drew its samples, and replaced
-only whole.
+"""The samples of an evaluation: resumable, bound to what drew them, and replaced only whole.
 
-``OUTPUT/<benchmark>/samples.jsonl`` gets each graded call's samples appended (whole lines, synced:
-:func:`routing_grpo.io.jsonl.append_jsonl`) as they come, so an interrupted evaluation resumes after its last
-whole line (a torn last line is cut, kept aside in ``samples.jsonl.torn-<n>``, and drawn again).
-``samples_record.json`` beside it holds what the samples are bound to (the model's files, the data file,
-the sampling settings); a rerun under another record is refused naming what differs.
-
-``--overwrite`` replaces a benchmark's folder only when its new samples and summary are all there: they are
-drawn into ``OUTPUT/.<benchmark>.overwrite/`` (started once the model has loaded; an interrupted one is
-resumed by the same command), which then takes the old folder's place (:func:`commit_replacement`). A run
-that fails before that leaves the old folder as it was; one killed in the middle of the swap is finished
-(or undone) by the next run (:func:`recover_replacement`). Folders whose names start with a dot are not
-outputs (:func:`files_under`).
+``OUTPUT/<benchmark>/samples.jsonl`` is appended to as samples are graded and resumed after its last whole
+line (:func:`routing_grpo.io.jsonl.resumable_rows`); ``samples_record.json`` beside it binds them to the
+model's files, the data and the sampling settings, and a rerun under another record is refused naming what
+differs. ``--overwrite`` draws into ``OUTPUT/.<benchmark>.overwrite/``, which takes the old folder's place
+only once its summary is written (:func:`commit_replacement`; a swap cut short is finished by the next run).
 """
 
 from __future__ import annotations
@@ -21,34 +13,18 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.io.jsonl import append_jsonl, id_text, read_json_file, read_jsonl
+from routing_grpo.io.jsonl import id_text, read_json_file, resumable_rows, write_json
 
 logger = logging.getLogger(__name__)
 
-
-def read_samples(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
-    """Finished samples by (prompt id, sample index), the first of any repeat. A torn last line (killed
-    mid-write) is cut from the file, so its sample is drawn again; a bad line elsewhere raises ValueError
-    naming ``path:line``."""
-    done: dict[tuple[str, int], dict[str, Any]] = {}
-    if not Path(path).exists():
-        return done
-    for lineno, row in read_jsonl(path, torn="repair"):
-        try:
-            key = sample_key(row)
-        except ValueError as err:
-            raise ValueError(f"{path}:{lineno}: not a sample row ({err})") from None
-        done.setdefault(key, row)
-    return done
+SAMPLES_RECORD = "samples_record.json"
 
 
 def sample_key(row: dict[str, Any]) -> tuple[str, int]:
-    """(prompt id, sample index) of a sample row: ``prompt_id`` a string or an integer, ``sample_index`` an
-    integer >= 0; a ValueError naming the column otherwise."""
+    """(prompt id, sample index) of a sample row; a ValueError naming the column when it has none."""
     if "prompt_id" not in row or "sample_index" not in row:
         raise ValueError("it needs prompt_id and sample_index")
     index = row["sample_index"]
@@ -57,22 +33,9 @@ def sample_key(row: dict[str, Any]) -> tuple[str, int]:
     return id_text(row["prompt_id"], "prompt_id"), index
 
 
-SAMPLES_RECORD = "samples_record.json"
-# The files whose sizes and modification times fingerprint a local model (weights, config, tokenizer).
-_MODEL_FILES = ("*.safetensors", "*.bin", "*.pt", "config.json", "tokenizer.json", "tokenizer_config.json")
-
-
-def model_fingerprint(model: str, revision: str | None = None) -> dict[str, Any]:
-    """A local model folder: its resolved path and each weight, config and tokenizer file's size and
-    modification time (a retrained folder differs); a Hub id: the id and revision."""
-    folder = Path(model).expanduser()
-    if not folder.is_dir():
-        return {"hub_id": model, "revision": revision}
-    files = sorted({f for pattern in _MODEL_FILES for f in folder.glob(pattern) if f.is_file()})
-    return {
-        "path": str(folder.resolve()),
-        "files": {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files},
-    }
+def read_samples(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
+    """The finished samples of a samples file by :func:`sample_key`; a torn last line is drawn again."""
+    return {key: row for key, (_, row) in resumable_rows(path, sample_key, "a sample row").items()}
 
 
 def data_fingerprint(benchmark: str, path: str | None) -> dict[str, Any]:
@@ -90,7 +53,7 @@ def data_fingerprint(benchmark: str, path: str | None) -> dict[str, Any]:
 
 
 def record_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Human-readable differences between two records (model, data, settings; [] when they agree)."""
+    """What differs between two samples records, in words (model, data, settings; [] when they agree)."""
     out = []
     old_model, new_model = old.get("model", {}), new["model"]
     if old_model != new_model:
@@ -112,9 +75,7 @@ def record_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 def _data_label(data: dict[str, Any] | None) -> str:
-    if not data:
-        return "unknown"
-    return data.get("file") or "the built-in source"
+    return (data.get("file") or "the built-in source") if data else "unknown"
 
 
 def _short(value: Any) -> str:
@@ -123,14 +84,14 @@ def _short(value: Any) -> str:
 
 
 def claim_folder(out_dir: Path, record: dict[str, Any], *, overwrite: bool = False) -> None:
-    """Binds ``out_dir`` (its ``samples.jsonl``) to ``record`` before anything is generated: resuming samples
-    drawn under another record (model, data or settings) is refused naming what differs. With ``overwrite``
-    nothing is checked or touched (the new samples go to :func:`begin_replacement`'s folder)."""
+    """Binds ``out_dir``'s samples to ``record`` before anything is generated; resuming samples drawn under
+    another record is a ValueError naming what differs. With ``overwrite`` nothing is checked or touched
+    (the new samples go to :func:`begin_replacement`'s folder)."""
     samples = out_dir / "samples.jsonl"
     record_path = out_dir / SAMPLES_RECORD
     recover_replacement(out_dir)
     if overwrite:
-        return  # nothing is touched before the model loads: see begin_replacement
+        return
     if samples.is_file() and samples.stat().st_size > 0:
         if not record_path.is_file():
             raise ValueError(
@@ -153,27 +114,10 @@ def claim_folder(out_dir: Path, record: dict[str, Any], *, overwrite: bool = Fal
                 "--output, or pass --overwrite to start afresh"
             )
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(record_path, record)
+    write_json(record_path, record)
 
 
-def append_samples(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    """Appends one generation call's graded samples as whole, synced lines."""
-    append_jsonl(path, rows)
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Writes a JSON file whole or not at all: a synced temporary file beside it, then a rename."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with tmp.open("w", encoding="utf-8") as f:
-        f.write(json.dumps(obj, indent=2, ensure_ascii=False))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-# ---------------------------------------------------------------------------------------------------------
-# --overwrite: a benchmark's folder replaced whole, once its new samples and summary are there
-# ---------------------------------------------------------------------------------------------------------
+# -- --overwrite: a benchmark's folder replaced whole -------------------------------------------------------
 
 
 def staging_folder(out_dir: Path) -> Path:
@@ -182,14 +126,13 @@ def staging_folder(out_dir: Path) -> Path:
 
 
 def replaced_folder(out_dir: Path) -> Path:
-    """Where the old folder waits, for the moment of the swap, before it is removed."""
+    """Where the old folder waits during the swap, before it is removed."""
     return out_dir.with_name(f".{out_dir.name}.replaced")
 
 
 def begin_replacement(out_dir: Path, record: dict[str, Any]) -> Path:
     """The folder the new samples of ``--overwrite`` go to, bound to ``record``: the one an interrupted run
-    of the same evaluation left (resumed), else a new one (a staging folder of another record is removed).
-    Called once the model has loaded, so that a run that fails to start leaves everything as it was."""
+    of the same evaluation left (resumed), else a new one. Called once the model has loaded."""
     staged = staging_folder(Path(out_dir))
     if staged.is_dir():
         try:
@@ -201,13 +144,13 @@ def begin_replacement(out_dir: Path, record: dict[str, Any]) -> Path:
             return staged
         shutil.rmtree(staged)
     staged.mkdir(parents=True)
-    write_json_atomic(staged / SAMPLES_RECORD, record)
+    write_json(staged / SAMPLES_RECORD, record)
     return staged
 
 
 def commit_replacement(out_dir: Path) -> None:
-    """Puts a finished staging folder (samples, record and summary) in the place of ``out_dir``, then removes
-    the old folder. Each step is a rename, and :func:`recover_replacement` finishes a swap cut short."""
+    """Puts a finished staging folder in the place of ``out_dir``, then removes the old folder; each step a
+    rename that :func:`recover_replacement` can finish."""
     out_dir = Path(out_dir)
     staged, old = staging_folder(out_dir), replaced_folder(out_dir)
     if old.exists() and out_dir.exists():
@@ -219,9 +162,7 @@ def commit_replacement(out_dir: Path) -> None:
 
 
 def recover_replacement(out_dir: Path) -> None:
-    """Finishes the swap of a run killed while replacing ``out_dir`` (its staging folder holds a summary:
-    it had finished), or puts the old folder back (the new one had not finished); removes what a finished
-    swap left behind."""
+    """Finishes a swap cut short (its staging folder holds a summary), or puts the old folder back."""
     out_dir = Path(out_dir)
     staged, old = staging_folder(out_dir), replaced_folder(out_dir)
     if (staged / "summary.json").is_file():
@@ -238,10 +179,8 @@ def recover_replacement(out_dir: Path) -> None:
 
 def files_under(root: str | Path, name: str) -> list[Path]:
     """Every file called ``name`` under ``root``, sorted, leaving out folders whose names start with a dot
-    (an ``--overwrite`` in progress, a checkout's ``.git``): the outputs a report or an analysis reads."""
+    (an ``--overwrite`` in progress, ``.git``): the outputs a report reads."""
     root = Path(root)
     return sorted(
-        p
-        for p in root.rglob(name)
-        if not any(part.startswith(".") for part in p.relative_to(root).parts[:-1])
+        p for p in root.rglob(name) if not any(s.startswith(".") for s in p.relative_to(root).parts[:-1])
     )

@@ -1,21 +1,9 @@
 """LoRA runs' folders: a PEFT adapter is loaded with its base, or merged into an ordinary checkpoint.
 
-A run trained with ``use_peft`` saves the adapter in its folder (``adapter_config.json`` beside
-``adapter_model.safetensors``), with the tokenizer, ``routing_config.json`` and the base's config.json; the
-rules for such a folder:
-
-* a local folder is an adapter folder when it holds ``adapter_config.json`` and adapter weights
-  (:func:`is_adapter_folder`); its base is the config's ``base_model_name_or_path`` (:func:`adapter_base`; a
-  relative path is read from the working directory, as PEFT reads it);
-* the base must be reachable before anything loads: a local model folder that is there, or a Hub id, which
-  while the Hub is offline must be in the Hub cache (:func:`base_problem`: one line naming the base and the
-  adapter folder);
-* generation and evaluation (the transformers backend) load the base, then the adapter through
-  ``PeftModel.from_pretrained``, merged in memory (:func:`load_adapter_model`: the same model, no adapter
-  layers to run);
-* vLLM loads whole models only: an adapter folder is refused there (:func:`vllm_problem`, saying how to
-  merge); it is merged by ``merge_adapter: true`` at the end of training (:func:`save_final_model`) or
-  afterwards (:func:`merge_adapter_folder`).
+A folder holding ``adapter_config.json`` and adapter weights is an adapter folder; its base (the config's
+``base_model_name_or_path``) must be reachable before anything loads (:func:`base_problem`). Generation and
+evaluation on transformers merge it in memory (:func:`load_adapter_model`); vLLM loads whole models only, so
+it is merged at the end of training (``merge_adapter: true``) or afterwards (:func:`merge_adapter_folder`).
 """
 
 from __future__ import annotations
@@ -26,14 +14,12 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.io.locations import hub_offline, looks_local
+from routing_grpo.io.paths import hub_offline, looks_local
 
 logger = logging.getLogger(__name__)
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-# What a merged folder keeps of the run's own files (the model, its config and tokenizer are saved afresh).
-CARRIED_FILES = ("routing_config.json",)
 MERGE_HINT = (
     "merge it into a full model first (merge_adapter: true when training, or "
     'routing_grpo.io.adapters.merge_adapter_folder; docs/inference.md, "LoRA runs")'
@@ -42,10 +28,12 @@ MERGE_HINT = (
 
 def is_adapter_folder(model: str | Path) -> bool:
     """Whether ``model`` is a local folder holding a PEFT adapter (its config and weights), not a whole model."""
-    if not str(model):
-        return False
     folder = Path(model).expanduser()
-    return (folder / ADAPTER_CONFIG).is_file() and any((folder / name).is_file() for name in ADAPTER_WEIGHTS)
+    return (
+        bool(str(model))
+        and (folder / ADAPTER_CONFIG).is_file()
+        and any((folder / n).is_file() for n in ADAPTER_WEIGHTS)
+    )
 
 
 def adapter_config(folder: str | Path) -> dict[str, Any]:
@@ -61,8 +49,7 @@ def adapter_config(folder: str | Path) -> dict[str, Any]:
 
 
 def adapter_base(folder: str | Path) -> str:
-    """The base model of an adapter folder: its config's ``base_model_name_or_path`` (a ValueError naming the
-    file when it has none)."""
+    """An adapter folder's ``base_model_name_or_path`` (a ValueError naming the file when it has none)."""
     base = adapter_config(folder).get("base_model_name_or_path")
     if not isinstance(base, str) or not base.strip():
         path = Path(folder).expanduser() / ADAPTER_CONFIG
@@ -76,19 +63,9 @@ def base_revision(folder: str | Path) -> str | None:
     return revision if isinstance(revision, str) and revision else None
 
 
-def hub_cached(repo_id: str, revision: str | None = None) -> bool:
-    """Whether the Hub cache holds ``repo_id``'s config.json (what an offline load needs first)."""
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
-    except Exception:  # noqa: BLE001 - a name the Hub would refuse: not cached
-        return False
-
-
 def base_problem(folder: str | Path) -> str | None:
-    """Why the base of the adapter in ``folder`` cannot be loaded from here (None when it can be tried): one
-    line naming the base and the adapter folder. A Hub id is checked only while the Hub is offline."""
+    """Why the base of the adapter in ``folder`` cannot be loaded from here, in one line naming both (None when
+    it can be tried); a Hub id is checked only while the Hub is offline."""
     try:
         base = adapter_base(folder)
     except ValueError as err:
@@ -104,13 +81,23 @@ def base_problem(folder: str | Path) -> str | None:
         return f"{lead}, which is a file, not a model folder; {fix}"
     if looks_local(base):
         return f"{lead}, which is not here (no such folder); {fix}"
-    if hub_offline() and not hub_cached(base, base_revision(folder)):
+    if hub_offline() and not hub_cached(base, base_revision(folder)):  # what an offline load needs first
         return (
             f"{lead}, which is neither a local folder nor in the Hub cache, and the Hub is offline here "
             f"(HF_HUB_OFFLINE is set); download it while online, or set base_model_name_or_path in "
             f"{Path(folder) / ADAPTER_CONFIG} to a local copy"
         )
     return None
+
+
+def hub_cached(repo_id: str, revision: str | None = None) -> bool:
+    """Whether the Hub cache holds ``repo_id``'s config.json."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    except Exception:  # noqa: BLE001 - a name the Hub would refuse: not cached
+        return False
 
 
 def vllm_problem(folder: str | Path, name: str = "backend") -> str:
@@ -123,8 +110,8 @@ def vllm_problem(folder: str | Path, name: str = "backend") -> str:
 
 
 def load_adapter_model(folder: str | Path, *, dtype: str = "auto") -> Any:
-    """The base (at the revision the adapter names) with the adapter of ``folder`` merged in, through PEFT's
-    ``PeftModel.from_pretrained`` and ``merge_and_unload``: an ordinary transformers model."""
+    """The base (at the adapter's revision) with the adapter of ``folder`` merged in (PEFT's
+    ``merge_and_unload``): an ordinary transformers model."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -135,10 +122,9 @@ def load_adapter_model(folder: str | Path, *, dtype: str = "auto") -> Any:
 
 
 def merge_adapter_folder(folder: str | Path, output: str | Path, *, dtype: str = "auto") -> Path:
-    """Saves the adapter of ``folder`` merged into its base as an ordinary checkpoint in ``output`` (the model,
-    its config and generation config, the tokenizer, and the run's ``routing_config.json``), which every
-    backend loads, vLLM too. Raises ValueError (one line) for a folder that is no adapter, a base that
-    cannot be found, or ``output`` being ``folder``."""
+    """Saves the adapter of ``folder`` merged into its base as an ordinary checkpoint in ``output`` (model,
+    tokenizer and ``routing_config.json``), which vLLM loads too. Raises ValueError (one line) for a folder
+    that is no adapter, a base that cannot be found, or ``output`` being ``folder``."""
     from transformers import AutoTokenizer
 
     source, target = Path(folder).expanduser(), Path(output).expanduser()
@@ -152,17 +138,15 @@ def merge_adapter_folder(folder: str | Path, output: str | Path, *, dtype: str =
     model = load_adapter_model(source, dtype=dtype)
     model.save_pretrained(target)
     AutoTokenizer.from_pretrained(source).save_pretrained(target)
-    for name in CARRIED_FILES:
-        if (source / name).is_file():
-            shutil.copyfile(source / name, target / name)
+    if (source / "routing_config.json").is_file():  # the run's routing settings go with the model
+        shutil.copyfile(source / "routing_config.json", target / "routing_config.json")
     return target
 
 
 def save_final_model(trainer: Any, output_dir: str, merge: bool) -> None:
-    """The trainer's final save into ``output_dir``: with ``merge`` (``merge_adapter``) and a PEFT model, the
-    adapter merged into its base (``merge_and_unload``), so that the folder is an ordinary checkpoint and
-    holds no adapter files; else what ``trainer.save_model`` saves (a LoRA run: the adapter; also under
-    DeepSpeed or FSDP, whose processes hold shards of the weights, with a warning)."""
+    """The trainer's final save into ``output_dir``: with ``merge`` and a PEFT model, the adapter merged into
+    its base (no adapter files left); else what ``trainer.save_model`` saves (also under DeepSpeed or FSDP,
+    whose sharded weights cannot be merged, with a warning)."""
     from peft import PeftModel
 
     model = trainer.accelerator.unwrap_model(trainer.model)
@@ -170,7 +154,6 @@ def save_final_model(trainer: Any, output_dir: str, merge: bool) -> None:
     if merged and (
         getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False)
     ):
-        # Each process holds a shard of the weights: merging it would save a broken model.
         logger.warning(
             "merge_adapter: not under DeepSpeed or FSDP (sharded weights); the adapter is saved: merge it "
             "afterwards with routing_grpo.io.adapters.merge_adapter_folder"

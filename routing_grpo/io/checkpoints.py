@@ -1,29 +1,21 @@
 """Checkpoints whole or ignored: which ``checkpoint-N`` folders a run may resume from.
 
-transformers' Trainer writes ``OUTPUT/checkpoint-N/`` file by file (weights, optimizer, scheduler, RNG
-states, ``trainer_state.json`` last), so a run killed while saving leaves a folder that looks like a
-checkpoint and is not one (say, only its configs), and resuming from it ends in a traceback. So:
-
-- when the Trainer has finished a checkpoint (``on_save``, which runs after it has saved, and after every
-  process has), the main process syncs its files to disk and then writes :data:`MARKER` into it: the
-  checkpoint's step and every file's size. That file, written last and atomically, is what makes a
-  checkpoint complete (:func:`mark_complete`);
-- a checkpoint is complete when its marker is there and its files still have the sizes it lists. In a folder
-  where no checkpoint has a marker (written before markers were), one is complete when its
-  ``trainer_state.json``, the Trainer's last file, is whole JSON (:func:`checkpoint_problem`);
-- a run resumes from the latest complete checkpoint and says which, and which incomplete ones it skipped
-  (:func:`latest_complete`); the incomplete ones past it are renamed ``checkpoint-N.incomplete-<k>``
-  (:func:`set_aside_incomplete`), a name the Trainer neither resumes from nor rotates, and kept for a look.
+The Trainer writes a checkpoint file by file, so a run killed while saving leaves a folder that looks like
+one and is not. Once every process has saved, the main process syncs the files and writes :data:`MARKER`
+last (:func:`mark_complete`): each file's size. A checkpoint is complete when its marker is there and the
+sizes agree; in a run folder where no checkpoint has a marker, when ``trainer_state.json`` is whole JSON. A
+run resumes from the latest complete one (:func:`latest_complete`); the incomplete ones past it are renamed
+``checkpoint-N.incomplete-<k>`` (:func:`set_aside_incomplete`), which the Trainer neither resumes nor rotates.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+
+from routing_grpo.io.jsonl import sync_path, write_json
 
 MARKER = "checkpoint_complete.json"
 TRAINER_STATE = "trainer_state.json"
@@ -35,12 +27,8 @@ def checkpoint_folders(output_dir: str | Path) -> list[tuple[int, Path]]:
     folder = Path(output_dir)
     if not folder.is_dir():
         return []
-    found = []
-    for path in folder.iterdir():
-        match = _CHECKPOINT.match(path.name)
-        if match and path.is_dir():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
+    found = [(_CHECKPOINT.match(p.name), p) for p in folder.iterdir() if p.is_dir()]
+    return sorted((int(match.group(1)), path) for match, path in found if match)
 
 
 def uses_markers(output_dir: str | Path) -> bool:
@@ -49,8 +37,8 @@ def uses_markers(output_dir: str | Path) -> bool:
 
 
 def checkpoint_problem(checkpoint: str | Path, markers: bool | None = None) -> str | None:
-    """Why a checkpoint folder is incomplete, or None when it is complete. ``markers``: whether its run
-    folder uses completion markers (looked up beside it when not given)."""
+    """Why a checkpoint folder is incomplete (None when complete); ``markers``: whether its run folder uses
+    completion markers (looked up when None)."""
     folder = Path(checkpoint)
     if markers is None:
         markers = uses_markers(folder.parent)
@@ -101,13 +89,10 @@ def latest_complete(output_dir: str | Path) -> tuple[Path | None, list[tuple[Pat
 
 
 def set_aside_incomplete(output_dir: str | Path, resumed: str | Path | None) -> list[tuple[Path, Path]]:
-    """Renames the incomplete checkpoints past ``resumed`` (all of them when None) to
-    ``checkpoint-N.incomplete-<k>``, so that the Trainer neither resumes from nor rotates them and the run
-    writes those steps' checkpoints afresh; returns (old, new) names."""
-    after = -1
-    if resumed is not None:
-        match = _CHECKPOINT.match(Path(resumed).name)
-        after = int(match.group(1)) if match else -1
+    """Renames the incomplete checkpoints past ``resumed`` (all when None) to ``checkpoint-N.incomplete-<k>``;
+    returns (old, new) paths."""
+    match = _CHECKPOINT.match(Path(resumed).name) if resumed is not None else None
+    after = int(match.group(1)) if match else -1
     markers = uses_markers(output_dir)
     moved = []
     for step, path in checkpoint_folders(output_dir):
@@ -123,36 +108,18 @@ def set_aside_incomplete(output_dir: str | Path, resumed: str | Path | None) -> 
 
 
 def mark_complete(checkpoint: str | Path, global_step: int) -> None:
-    """Syncs a saved checkpoint's files to disk, then writes its marker (atomically, last): the checkpoint
-    is complete from here on."""
+    """Syncs a saved checkpoint's files to disk, then writes its marker (atomically, last)."""
     folder = Path(checkpoint)
-    files: dict[str, Any] = {}
+    files = {}
     for path in sorted(folder.rglob("*")):
-        if path.is_file() and path.name != MARKER and not path.name.startswith(f".{MARKER}"):
-            _sync(path)
+        if path.is_file() and not path.name.startswith((MARKER, f".{MARKER}")):
+            sync_path(path)
             files[path.relative_to(folder).as_posix()] = path.stat().st_size
-    tmp = folder / f".{MARKER}.tmp"
-    with tmp.open("w") as f:
-        json.dump({"global_step": int(global_step), "files": files}, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, folder / MARKER)
-    _sync(folder)
-
-
-def _sync(path: Path) -> None:
-    """fsync a file or a folder (a folder's entries; not every system allows it: then skipped)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    write_json(folder / MARKER, {"global_step": int(global_step), "files": files}, indent=1)
 
 
 def wait_for_every_process() -> None:
-    """A barrier across the training processes (nothing without a process group): the main process marks a
-    checkpoint only once every process has written its part (its RNG state, its optimizer shard)."""
+    """A barrier across the training processes (nothing without a process group)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:

@@ -1,9 +1,8 @@
 """One error front-end for every command: bad input is one line on stderr and exit code 2, never a traceback.
 
-A recipe, data, command-line or file problem raises :class:`UsageError` (or a library's error, turned into
-one by :func:`user_errors`); :func:`run_entry` runs a command and reports it as ``PROG: error: message``.
-argparse's own errors go the same way through :class:`OneLineParser`. With ``ROUTING_GRPO_DEBUG=1`` the
-traceback is shown instead, for a bug report.
+A problem with what the user gave raises :class:`UsageError` (or a library's error, turned into one by
+:func:`user_errors`); :func:`run_entry` reports it as ``PROG: error: message``, argparse's through
+:class:`OneLineParser`. ``ROUTING_GRPO_DEBUG=1`` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -16,7 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-# With this environment variable set (to anything but "" or 0), errors show their traceback.
+# Set (to anything but "" or 0), errors show their traceback.
 DEBUG_ENV = "ROUTING_GRPO_DEBUG"
 USAGE_EXIT_CODE = 2
 INTERRUPT_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports Ctrl-C
@@ -24,11 +23,8 @@ MAX_LINE = 800
 
 
 class UsageError(ValueError):
-    """A problem with what the user gave (recipe, command line, file, data): one line, exit code 2.
-
-    ``prog`` names the command that speaks (set by the parser that found the problem); without it the
-    command :func:`run_entry` runs speaks.
-    """
+    """A problem with what the user gave (recipe, command line, file, data): one line, exit code 2; ``prog``
+    names the command that speaks (else the one :func:`run_entry` runs)."""
 
     def __init__(self, message: str, prog: str | None = None):
         super().__init__(message)
@@ -36,10 +32,8 @@ class UsageError(ValueError):
 
 
 class OneLineParser(argparse.ArgumentParser):
-    """argparse whose errors are a :class:`UsageError` (one line, exit code 2), not the usage block, naming
-    the command's own ``--help``. Each long option is taken in both spellings, ``--max-tokens`` and
-    ``--max_tokens`` (as TRL's parser takes training's options): :func:`as_declared`; ``--help`` shows the
-    one it was declared with."""
+    """argparse whose errors are one :class:`UsageError` naming the command's ``--help``; each long option is
+    taken in both spellings, ``--max-tokens`` and ``--max_tokens``, as TRL's parser does (:func:`as_declared`)."""
 
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(f"{message} (`{self.prog} --help` lists the options)", prog=self.prog)
@@ -57,11 +51,9 @@ def option_key(option: str) -> str:
 
 
 def as_declared(words: list[str], options: Any, *, abbreviations: bool = True) -> list[str]:
-    """``words`` with each long option (``--name`` or ``--name=value``) spelled as one of ``options`` is
-    declared: dashes for underscores or the other way round, and (with ``abbreviations``, as argparse's
-    ``allow_abbrev``) an unambiguous abbreviation completed in the declared spelling. Words after ``--``,
-    and options no spelling of which is declared, are left as they are (argparse then names the unknown
-    one)."""
+    """``words`` with each long option spelled as ``options`` declares it: dashes for underscores or the other
+    way round and, with ``abbreviations``, an unambiguous abbreviation completed. Words after ``--`` and
+    undeclared options are left as they are (argparse names them)."""
     declared = {option_key(o): o for o in options if o.startswith("--")}
     out = []
     for i, word in enumerate(words):
@@ -80,20 +72,15 @@ def as_declared(words: list[str], options: Any, *, abbreviations: bool = True) -
 
 
 def model_file_errors() -> tuple[type[BaseException], ...]:
-    """What reading a malformed model folder raises besides OSError and ValueError: the Hub library's
-    config validation (a config.json field of the wrong type), where that library has it."""
-    try:
-        from huggingface_hub.errors import StrictDataclassError
-    except ImportError:  # pragma: no cover - older huggingface_hub
-        return ()
+    """What reading a malformed config.json raises besides OSError and ValueError (the Hub's validation)."""
+    from huggingface_hub.errors import StrictDataclassError
+
     return (StrictDataclassError,)
 
 
 @contextlib.contextmanager
 def model_loading(model: str):
-    """Inside, what loading a model or its tokenizer raises (OSError, ValueError, the Hub library's config
-    errors) becomes one line ``MODEL: the model could not be loaded (why)``; only the loading goes in, so
-    that an output or data problem is never blamed on the model."""
+    """Inside, what loading a model raises becomes one line ``MODEL: the model could not be loaded (why)``."""
     try:
         yield
     except UsageError:
@@ -112,24 +99,19 @@ def one_line(err: BaseException) -> str:
     return text if len(text) <= MAX_LINE else text[: MAX_LINE - 3] + "..."
 
 
-# What an OS error means for the file it names, in words (the code name follows in brackets).
+# What an OS error means for the file it names, where the OS's own words (lowercased) say it less well.
 OS_ERROR_WORDS = {
     errno.ENOSPC: "no space left on the device",
     errno.EROFS: "on a read-only file system",
     errno.EISDIR: "is a folder, not a file",
     errno.ENOTDIR: "a part of this path is a file, not a folder",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "operation not permitted",
     errno.ENOENT: "no such file or folder",
     errno.EEXIST: "already exists",
-    errno.EDQUOT: "disk quota exceeded",
-    errno.ENAMETOOLONG: "file name too long",
-    errno.EFBIG: "file too large",
 }
 
 
 def file_size_limit() -> int | None:
-    """This process's file-size limit in bytes (``ulimit -f``; RLIMIT_FSIZE), None when there is none."""
+    """This process's file-size limit in bytes (``ulimit -f``), None when there is none."""
     try:
         import resource
     except ImportError:  # pragma: no cover - not POSIX
@@ -139,10 +121,8 @@ def file_size_limit() -> int | None:
 
 
 def os_error_line(err: OSError, path: str | os.PathLike | None = None) -> str:
-    """An OS error as one line saying what it is and where: ``PATH: no space left on the device (ENOSPC)``.
-
-    ``path`` is used when the error does not name its file (a failed flush or fsync does not); EFBIG names
-    the file-size limit that caused it. Errors without an errno are their message on one line."""
+    """An OS error as one line: ``PATH: no space left on the device (ENOSPC)``; ``path`` when the error names
+    no file (a failed fsync), and the file-size limit for EFBIG."""
     code = err.errno
     where = err.filename if err.filename is not None else path
     if code is None:
@@ -155,18 +135,6 @@ def os_error_line(err: OSError, path: str | os.PathLike | None = None) -> str:
     if err.filename2 is not None:
         text += f" -> {os.fsdecode(err.filename2)}"
     return f"{os.fsdecode(where)}: {text}" if where is not None else text
-
-
-@contextlib.contextmanager
-def naming_path(path: str | os.PathLike):
-    """Inside, an OS error that names no file (a write, flush or fsync) is raised again naming ``path``, so
-    that :func:`os_error_line` can say where it happened."""
-    try:
-        yield
-    except OSError as err:
-        if err.filename is None and err.errno is not None:
-            raise OSError(err.errno, os.strerror(err.errno), os.fspath(path)) from err
-        raise
 
 
 @contextlib.contextmanager
@@ -189,28 +157,16 @@ def run_entry(
     input_errors: tuple[type[BaseException], ...] = (),
     interrupted: str = "interrupted",
 ) -> int:
-    """Runs ``entry(arg)`` (a command line, or its parsed namespace) and returns its exit code.
-
-    A :class:`UsageError` (and ``input_errors``: problems no check named) is one line ``PROG: error: ...``
-    and exit code 2; so is an OS error with its code (a full disk, a read-only file system, a file-size
-    limit, a folder where a file was due: :func:`os_error_line`); Ctrl-C one line and 130.
-    """
+    """Runs ``entry(arg)`` and returns its exit code: a :class:`UsageError`, an ``input_errors`` one or an OS
+    error with its code is one line ``PROG: error: ...`` and 2; Ctrl-C one line and 130."""
     try:
         return entry(arg) or 0
-    except UsageError as err:
-        if debug_requested():
+    except (UsageError, OSError, *input_errors) as err:
+        if debug_requested() or not (isinstance(err, (UsageError, *input_errors)) or err.errno is not None):
             raise
-        print(f"{err.prog or prog}: error: {one_line(err)}", file=sys.stderr, flush=True)
-        return USAGE_EXIT_CODE
-    except OSError as err:
-        if debug_requested() or (err.errno is None and not isinstance(err, input_errors)):
-            raise
-        print(f"{prog}: error: {one_line(OSError(os_error_line(err)))}", file=sys.stderr, flush=True)
-        return USAGE_EXIT_CODE
-    except input_errors as err:
-        if debug_requested():
-            raise
-        print(f"{prog}: error: {one_line(err)}", file=sys.stderr, flush=True)
+        if isinstance(err, OSError) and err.errno is not None:
+            err = OSError(os_error_line(err))
+        print(f"{getattr(err, 'prog', None) or prog}: error: {one_line(err)}", file=sys.stderr, flush=True)
         return USAGE_EXIT_CODE
     except KeyboardInterrupt:
         if debug_requested():

@@ -1,28 +1,18 @@
-"""One JSONL reader and one JSONL writer for every file the project reads or appends to, and one JSON file
-reader.
+"""JSON and JSONL files: one strict reader, one whole-line appender, one atomic writer.
 
-A line is one JSON object; blank lines are skipped. A bad line names itself as ``path:line``: not UTF-8
-(a lone surrogate, escaped or encoded, included), not JSON, a key written twice in one object (JSON keeps
-the last without a word), nested past Python's recursion limit. The one exception is a **torn last line**:
-no newline after it, which is what a run killed in the middle of a write, or a write stopped by a full disk
-or a file-size limit, leaves. What happens to it is the caller's choice, the same everywhere:
-
-- ``torn="error"`` (input files a user wrote): it is a bad line like any other (when not valid JSON);
-- ``torn="drop"`` (reading another run's output): it is left out, with a warning;
-- ``torn="repair"`` (a file this run appends to): the file is repaired first (:func:`repair_tail`).
-
-**The writer** (:func:`append_jsonl`, the one way answers, samples and training metrics are appended)
-writes whole lines only: every row is serialized first, the lines go out in one write and are synced, a
-write that fails part-way is taken back, and the file's tail is repaired before anything is appended, so
-a row is never glued to a torn one. **Repairing** a tail that is not a complete newline-terminated line:
-a complete JSON object lacking only its newline (a write stopped just before it) is kept as a row and
-gets its newline; anything else is cut from the file and kept aside in ``FILE.torn-<n>``, with a warning
-naming both files, so that the lost row is produced again and nothing is silently dropped.
+A bad line names itself as ``path:line`` (not UTF-8, not JSON, a key written twice, nested too deep). A
+**torn last line** (no newline after it: a killed run or a full disk) is the caller's choice: ``torn="error"``
+for files a user wrote, ``"drop"`` (with a warning) for another run's output, ``"repair"`` for a file this
+run appends to: a complete row gets its newline, anything else is cut and kept aside in ``FILE.torn-<n>``.
+:func:`append_jsonl` writes whole, synced lines after repairing the tail and takes back a failed write;
+:func:`resumable_rows` reads such a file back by key; :func:`write_json` replaces a file atomically.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import itertools
 import json
 import logging
 import os
@@ -36,43 +26,27 @@ from routing_grpo.io.errors import UsageError, os_error_line
 logger = logging.getLogger(__name__)
 
 TornLine = Literal["error", "drop", "repair"]
-# Bytes read at a time when looking for the last newline of a file from its end.
-_CHUNK = 1 << 16
-
-
-def _lines(data: bytes) -> Iterator[tuple[int, int, bytes]]:
-    """(line number, byte offset, raw line without its newline) of every line; split on ``\\n`` only,
-    as JSON strings may hold U+2028 and other characters ``splitlines`` splits on."""
-    offset = 0
-    for number, raw in enumerate(data.split(b"\n"), start=1):
-        yield number, offset, raw
-        offset += len(raw) + 1
 
 
 def read_jsonl(path: str | Path, *, torn: TornLine = "error") -> list[tuple[int, dict[str, Any]]]:
-    """The objects of a JSONL file with their line numbers.
-
-    Raises FileNotFoundError if there is no such file, and ValueError ``path:line: ...`` for a line that is
-    not a JSON object (a torn last line aside, see the module's docstring).
-    """
+    """The objects of a JSONL file with their line numbers, blank lines skipped; FileNotFoundError, or
+    ValueError ``path:line: ...`` for a line that is not a JSON object (a torn last line as ``torn`` says)."""
     path = Path(path)
     check_readable_file(path)
     if torn == "repair":
         repair_tail(path)
     data = path.read_bytes()
+    lines = data.split(b"\n")  # not splitlines: JSON strings may hold U+2028
     rows: list[tuple[int, dict[str, Any]]] = []
-    ends_with_newline = data.endswith(b"\n")
-    lines = list(_lines(data))
-    for number, _, raw in lines:
+    for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
-        last = number == len(lines)
         try:
             item = parse_json(raw)
         except JSONProblem as err:
             raise ValueError(f"{path}:{number}: {err}") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            if last and not ends_with_newline and torn == "drop":
+            if number == len(lines) and not data.endswith(b"\n") and torn == "drop":
                 logger.warning("%s:%d: a torn last line (an interrupted write) is left out", path, number)
                 break
             reason = err.msg if isinstance(err, json.JSONDecodeError) else "not UTF-8 text"
@@ -83,130 +57,88 @@ def read_jsonl(path: str | Path, *, torn: TornLine = "error") -> list[tuple[int,
     return rows
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Repairs: a torn tail, rows rolled back
-# ---------------------------------------------------------------------------------------------------------
+def resumable_rows(
+    path: str | Path, key: Callable[[dict[str, Any]], Any], what: str
+) -> dict[Any, tuple[int, dict[str, Any]]]:
+    """key(row) -> (line, row) of a file a run appends to and resumes ({} when there is none), the first row
+    of a key; a torn last line is repaired first, so its row is produced again. A ValueError ``key`` raises
+    is one ``path:line: not {what} (why)``."""
+    if not Path(path).exists():
+        return {}
+    done: dict[Any, tuple[int, dict[str, Any]]] = {}
+    for line, row in read_jsonl(path, torn="repair"):
+        try:
+            found = key(row)
+        except ValueError as err:
+            raise ValueError(f"{path}:{line}: not {what} ({err})") from None
+        done.setdefault(found, (line, row))
+    return done
 
 
 def _is_whole_row(raw: bytes) -> bool:
-    """Whether a line is a complete JSON object (a serialized row's last byte is its closing brace, so no
-    cut-short row is one)."""
     try:
         return isinstance(json.loads(raw), dict)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return False
 
 
-def _tail_start(f: Any, size: int) -> int:
-    """The byte offset just after the last newline of an open binary file (0 when it has none)."""
-    end = size
-    while end > 0:
-        start = max(0, end - _CHUNK)
-        f.seek(start)
-        found = f.read(end - start).rfind(b"\n")
-        if found >= 0:
-            return start + found + 1
-        end = start
-    return 0
-
-
 def set_aside(path: Path, data: bytes, kind: str) -> Path:
-    """Writes ``data`` (synced) to the first free ``PATH.<kind>-<n>`` beside ``path`` and returns it."""
-    n = 1
-    while True:
+    """Writes ``data`` (synced) to the first free ``PATH.<kind>-<n>`` and returns that path."""
+    for n in itertools.count(1):
         aside = path.with_name(f"{path.name}.{kind}-{n}")
-        try:
-            fd = os.open(aside, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            n += 1
-            continue
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        return aside
+        with contextlib.suppress(FileExistsError), aside.open("xb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+            return aside
 
 
 def repair_tail(path: str | Path) -> None:
-    """Makes ``path`` end on a whole line: a last line that is a complete JSON object gets its newline; any
-    other tail is cut and kept aside in ``PATH.torn-<n>``. Each repair is a warning naming the file. Nothing
-    to do when the file is empty, absent, not a regular file or ends with a newline. OS errors are one line
-    naming the path."""
+    """Makes ``path`` end on a whole line: a complete last row gets its newline, any other tail is cut and
+    kept aside in ``PATH.torn-<n>``, each with a warning. OS errors are one line naming the path."""
     path = Path(path)
     try:
-        if not path.is_file() or _ends_whole(path):  # absent or not a file: the write that follows says so
+        if not path.is_file() or _ends_whole(path):
             return
+        data = path.read_bytes()
+        start = data.rfind(b"\n") + 1
+        tail, line = data[start:], data.count(b"\n", 0, start) + 1
         with path.open("r+b") as f:
-            size = f.seek(0, os.SEEK_END)
-            start = _tail_start(f, size)
-            f.seek(start)
-            tail = f.read()
-            line = _line_number(f, start)
             if _is_whole_row(tail):
-                f.seek(size)
+                f.seek(len(data))
                 f.write(b"\n")
-                f.flush()
-                os.fsync(f.fileno())
-                logger.warning(
-                    "%s:%d: the last row had no newline (a write stopped just before it); the row is kept "
-                    "and its newline added",
-                    path,
-                    line,
-                )
-                return
-            aside = set_aside(path, tail, "torn")
-            f.truncate(start)
+                message = f"{path}:{line}: the last row had no newline; the row is kept and its newline added"
+            else:
+                aside = set_aside(path, tail, "torn")
+                f.truncate(start)
+                message = f"{path}:{line}: a torn last line ({len(tail)} bytes) is cut and kept in {aside}"
             f.flush()
             os.fsync(f.fileno())
-            logger.warning(
-                "%s:%d: a torn last line (an interrupted write, %d bytes) is cut from the file and kept in "
-                "%s; its row is produced again",
-                path,
-                line,
-                len(tail),
-                aside,
-            )
+        logger.warning(message)
     except OSError as err:
         raise UsageError(f"{os_error_line(err, path)} (repairing its tail)") from None
 
 
 def _ends_whole(path: Path) -> bool:
-    """Whether a file is empty or ends with a newline (read only: a file that needs no repair may be
-    read-only)."""
+    """Whether a file is empty or ends with a newline (read only: such a file may be read-only)."""
     with path.open("rb") as f:
-        size = f.seek(0, os.SEEK_END)
-        if size == 0:
+        if f.seek(0, os.SEEK_END) == 0:
             return True
-        f.seek(size - 1)
+        f.seek(-1, os.SEEK_END)
         return f.read(1) == b"\n"
-
-
-def _line_number(f: Any, offset: int) -> int:
-    """The 1-based number of the line starting at ``offset`` of an open binary file."""
-    f.seek(0)
-    count, left = 0, offset
-    while left > 0:
-        chunk = f.read(min(_CHUNK, left))
-        if not chunk:
-            break
-        count += chunk.count(b"\n")
-        left -= len(chunk)
-    return count + 1
 
 
 def remove_rows(
     path: str | Path, keep: Callable[[dict[str, Any]], bool], kind: str
 ) -> tuple[Path, int] | None:
-    """Takes the rows ``keep`` refuses out of a JSONL file (repaired first), keeping them aside in
-    ``PATH.<kind>-<n>``; the rest is rewritten in place atomically, byte for byte. Returns the aside file
-    and the number of rows moved there (None when every row is kept or there is no file)."""
+    """Moves the rows ``keep`` refuses out of a JSONL file into ``PATH.<kind>-<n>``; the rest is rewritten
+    atomically, byte for byte. Returns the aside file and the rows moved (None when none or no file)."""
     path = Path(path)
     if not path.is_file():
         return None
     repair_tail(path)
     kept, removed = [], []
-    for number, _, raw in _lines(path.read_bytes()):
+    for number, raw in enumerate(path.read_bytes().split(b"\n"), start=1):
         if not raw.strip():
             continue
         try:
@@ -218,32 +150,45 @@ def remove_rows(
         return None
     try:
         aside = set_aside(path, b"".join(removed), kind)
-        _replace_bytes(path, b"".join(kept))
+        write_atomic(path, b"".join(kept))
     except OSError as err:
         raise UsageError(f"{os_error_line(err, path)} (rewriting it)") from None
     return aside, len(removed)
 
 
-def _replace_bytes(path: Path, data: bytes) -> None:
-    """Replaces a file's content atomically (a synced temporary file beside it, then a rename)."""
+def write_atomic(path: str | Path, data: bytes) -> None:
+    """Replaces a file's content whole or not at all: a synced temporary file beside it, a rename, and the
+    folder synced."""
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with tmp.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
+    sync_path(path.parent)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The writer
-# ---------------------------------------------------------------------------------------------------------
+def write_json(path: str | Path, value: Any, indent: int = 2) -> None:
+    """Writes ``value`` as a JSON file (UTF-8, a newline at the end) with :func:`write_atomic`."""
+    write_atomic(path, (json.dumps(value, indent=indent, ensure_ascii=False) + "\n").encode())
+
+
+def sync_path(path: str | Path) -> None:
+    """fsyncs a file or a folder's entries (skipped where the system refuses it)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _serialize(row: Any, default: Callable[[Any], Any] | None) -> bytes:
-    """One row as one UTF-8 line. A lone surrogate (text that is not valid Unicode, which no reader here
-    accepts back) is written as U+FFFD, the replacement character."""
+    """One row as one UTF-8 line; a lone surrogate (not valid Unicode) is written as U+FFFD."""
     text = json.dumps(row, ensure_ascii=False, default=default)
     try:
         return (text + "\n").encode("utf-8")
@@ -251,22 +196,19 @@ def _serialize(row: Any, default: Callable[[Any], Any] | None) -> bytes:
         return (_LONE_SURROGATE.sub("\ufffd", text) + "\n").encode("utf-8")
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until all of ``data`` is written."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
 
 
 def append_jsonl(
-    path: str | Path, rows: Iterable[Any], *, default: Callable[[Any], Any] | None = None, sync: bool = True
+    path: str | Path, rows: Iterable[Any], *, default: Callable[[Any], Any] | None = None
 ) -> None:
-    """Appends rows as whole lines: all serialized first, written together and synced (``sync``), after
-    the file's tail is repaired (:func:`repair_tail`). A write the OS refuses part-way (a full disk, a
-    file-size limit) is taken back to the last whole line and raised as one line naming the path and the
-    OS's reason (:class:`~routing_grpo.io.errors.UsageError`)."""
+    """Appends rows as whole lines: all serialized first, then written in one go and synced, after the tail
+    is repaired (:func:`repair_tail`). A write the OS refuses part-way is cut back to the last whole line and
+    raised as one line naming the path (:class:`~routing_grpo.io.errors.UsageError`)."""
     data = b"".join(_serialize(row, default) for row in rows)
     if not data:
         return
@@ -280,42 +222,26 @@ def append_jsonl(
         start = os.fstat(fd).st_size
         try:
             _write_all(fd, data)
-            if sync:
-                os.fsync(fd)
+            os.fsync(fd)
         except OSError as err:
-            after = (
-                "the file ends on its last whole row, as before this write"
-                if _take_back(fd, start)
-                else "its torn tail is repaired when it is next opened"
-            )
+            after = "the file ends on its last whole row, as before this write"
+            try:  # taken back
+                os.ftruncate(fd, start)
+                os.fsync(fd)
+            except OSError:
+                after = "its torn tail is repaired when it is next opened"
             raise UsageError(f"{os_error_line(err, path)}; {after}") from None
     finally:
         os.close(fd)
 
 
-def _take_back(fd: int, size: int) -> bool:
-    """Cuts a file back to ``size`` bytes after a failed write; whether that worked."""
-    try:
-        os.ftruncate(fd, size)
-        os.fsync(fd)
-    except OSError:
-        return False
-    return True
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Parsing one JSON text strictly (a JSONL line, or a whole JSON file)
-# ---------------------------------------------------------------------------------------------------------
-
-
 class JSONProblem(ValueError):
-    """Valid JSON syntax that is still refused: a key written twice, nesting past the recursion limit, a
-    lone surrogate. The message says which; readers put ``path:line`` before it."""
+    """JSON refused all the same: a key written twice, nesting past the recursion limit, a lone surrogate."""
 
 
 def check_readable_file(path: Path) -> None:
-    """A file to read must be a regular file: FileNotFoundError ("file not found: PATH") when there is none,
-    IsADirectoryError for a folder, ValueError for a device, pipe or socket."""
+    """FileNotFoundError ("file not found: PATH") when there is no file, IsADirectoryError for a folder,
+    ValueError for a device, pipe or socket."""
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     if not path.is_file():
@@ -325,7 +251,6 @@ def check_readable_file(path: Path) -> None:
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook``: the object as a dict, refusing a key written twice (JSON keeps the last)."""
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
@@ -334,17 +259,12 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-# An escaped UTF-16 surrogate (\ud800-\udfff): a pair decodes to one character, a lone one to no text.
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def parse_json(raw: bytes | str) -> Any:
-    """One JSON text, strictly: UTF-8 (a byte-order mark allowed; encoded surrogates are not UTF-8), unique
-    keys per object, nesting within the recursion limit, no lone surrogate escaped as ``\\udXXX``.
-
-    Raises UnicodeDecodeError and json.JSONDecodeError (the text is not JSON: a torn line looks like this)
-    or :class:`JSONProblem` (JSON that is refused).
-    """
+    """One JSON text, strictly: UTF-8 (a byte-order mark allowed), unique keys, nesting within the recursion
+    limit, no lone surrogate. Raises UnicodeDecodeError or json.JSONDecodeError (not JSON), JSONProblem."""
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     text = data.decode("utf-8-sig")
     try:
@@ -360,9 +280,8 @@ def parse_json(raw: bytes | str) -> Any:
 
 
 def _key_positions(text: str) -> Iterator[tuple[int, str, int]]:
-    """(object number, key, offset) of every key of every object in a JSON text, objects numbered in the
-    order they open: a small scanner for the error path only (where a key written twice stands)."""
-    stack: list[int] = []  # the open containers: an object's number, or -1 for an array
+    """(object number, key, offset) of every key in a JSON text, objects numbered as they open."""
+    stack: list[int] = []  # open containers: an object's number, or -1 for an array
     objects = 0
     i, n = 0, len(text)
     while i < n:
@@ -389,7 +308,7 @@ def _key_positions(text: str) -> Iterator[tuple[int, str, int]]:
 
 
 def duplicate_key_line(text: str) -> int | None:
-    """The line (1-based) of the first key written a second time in one object of ``text``, or None."""
+    """The line (1-based) of the first key written twice in one object of ``text``, or None."""
     seen: set[tuple[int, str]] = set()
     for obj, key, offset in _key_positions(text):
         if (obj, key) in seen:
@@ -407,8 +326,8 @@ def top_level_key_line(text: str, key: str) -> int | None:
 
 
 def read_json_file(path: str | Path) -> Any:
-    """A JSON file's value, read as strictly as a JSONL line (:func:`parse_json`). Raises FileNotFoundError
-    when there is none, IsADirectoryError for a folder, and ValueError ``path:line: ...`` otherwise."""
+    """A JSON file's value, read as strictly as a JSONL line; FileNotFoundError, IsADirectoryError, or
+    ValueError ``path:line: ...``."""
     path = Path(path)
     check_readable_file(path)
     data = path.read_bytes()
@@ -425,9 +344,8 @@ def read_json_file(path: str | Path) -> Any:
 
 
 def id_text(value: Any, key: str = "id") -> str:
-    """A row's id as text: a string, or an integer (read as its digits). Anything else (null, true, a
-    number with a fraction, a list, an object) is a ValueError naming ``key``, as its text would be Python's
-    spelling of it (``None``, ``[1]``) and could match another row's."""
+    """A row's id as text: a string, or an integer's digits; anything else is a ValueError naming ``key``
+    (its text, ``None`` or ``[1]``, could match another row's)."""
     if isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool):

@@ -1,91 +1,94 @@
-"""A local model folder's weight files, checked before the model loads: a garbage or truncated
-``*.safetensors`` file (a copy cut short, a download stopped, a file overwritten) is one line naming the file,
-not a traceback from deep inside transformers after the tokenizer has loaded.
+"""A model's files, read before the model loads: whole weights, the context length, a fingerprint.
 
-The check reads each file's header only (safetensors: an 8-byte length, then a JSON header whose
-``data_offsets`` say how long the data must be), so it costs milliseconds for any model size; a sharded
-model's index must name shards that are there. A LoRA adapter folder (:mod:`routing_grpo.io.adapters`) is
-checked with its base: the base must be found, and its weight files whole too.
+:func:`weight_file_problem` refuses a garbage or truncated ``*.safetensors`` file (its header read by
+``safetensors.safe_open``: milliseconds for any size) or a shard the index names and the folder lacks, in one
+line naming the file, not a traceback after the tokenizer has loaded. A LoRA adapter folder
+(:mod:`routing_grpo.io.adapters`) is checked with its base.
 """
 
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
+from typing import Any
+
+from safetensors import SafetensorError, safe_open
 
 from routing_grpo.io.adapters import adapter_base, base_problem, is_adapter_folder
+from routing_grpo.io.errors import model_file_errors
 
-# A safetensors header larger than this is not one (the format itself caps it at 100 MB).
-MAX_HEADER_BYTES = 100_000_000
 INDEX_FILE = "model.safetensors.index.json"
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+FINGERPRINT_FILES = (
+    "*.safetensors",
+    "*.bin",
+    "*.pt",
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+)
 
 
-def context_length(model: str | Path) -> int | None:
-    """``max_position_embeddings`` of a local model folder's config.json, else of a LoRA adapter's local base
-    (None for a Hub id, when absent, or when the file cannot be read: loading the model will say why)."""
-    config = Path(model).expanduser() / "config.json"
-    if not config.is_file():
-        # An adapter folder without the base's config.json (a LoRA run's checkpoint): its base's context.
-        if is_adapter_folder(model) and base_problem(model) is None:
-            return context_length(adapter_base(model))
-        return None
-    try:
-        value = json.loads(config.read_text()).get("max_position_embeddings")
-    except (OSError, UnicodeDecodeError, ValueError, AttributeError, RecursionError):
-        return None
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+def context_length(
+    model: str | Path, revision: str | None = None, trust_remote_code: bool = False
+) -> int | None:
+    """The model's context in tokens from its config (``AutoConfig``, no weights loaded); None when it names
+    none. Raises what ``AutoConfig`` raises for a config it cannot read."""
+    from transformers import AutoConfig
 
-
-def safetensors_problem(path: str | Path) -> str | None:
-    """Why ``path`` is not a whole safetensors file (None when its header and length agree)."""
-    path = Path(path)
-    size = path.stat().st_size
-    if size < 8:
-        return f"{size} bytes: too short for a safetensors file (truncated or empty)"
-    with path.open("rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        if length > MAX_HEADER_BYTES or 8 + length > size:
-            return (
-                f"not a safetensors file, or truncated: its header claims {length} bytes and the file has "
-                f"{size - 8} after the length"
-            )
-        raw = f.read(length)
-    try:
-        header = json.loads(raw)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return "not a safetensors file: its header is not JSON"
-    if not isinstance(header, dict):
-        return "not a safetensors file: its header is not a JSON object"
-    end = 0
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if not (isinstance(offsets, list) and len(offsets) == 2 and all(isinstance(o, int) for o in offsets)):
-            return f"not a safetensors file: tensor {name!r} has no data_offsets"
-        end = max(end, offsets[1])
-    data = size - 8 - length
-    if data < end:
-        return f"truncated: its tensors need {end} bytes of data and the file has {data}"
+    config = AutoConfig.from_pretrained(str(model), revision=revision, trust_remote_code=trust_remote_code)
+    config = getattr(config, "text_config", None) or config
+    for key in CONTEXT_KEYS:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
     return None
 
 
+def local_context_length(model: str | Path) -> int | None:
+    """:func:`context_length` of a local model folder (of a LoRA adapter folder's base when it has no
+    config.json); None for a Hub id or a config that cannot be read (loading the model says why)."""
+    folder = Path(model).expanduser()
+    if not (folder / "config.json").is_file():
+        if is_adapter_folder(folder) and base_problem(folder) is None:
+            return local_context_length(adapter_base(folder))
+        return None
+    try:
+        return context_length(folder)
+    except (OSError, ValueError, *model_file_errors()):
+        return None
+
+
+def safetensors_problem(path: str | Path) -> str | None:
+    """Why ``path`` is not a whole safetensors file, as ``safe_open`` reads its header (None when it is)."""
+    try:
+        with safe_open(str(path), framework="numpy"):
+            return None
+    except SafetensorError as err:
+        reason = str(err).removeprefix("Error while deserializing header: ")
+    size = Path(path).stat().st_size
+    if "too small" in reason:
+        return f"{size} bytes: too short for a safetensors file (truncated or empty)"
+    if "not fully covered" in reason:
+        return f"truncated: {size} bytes do not hold the tensors its header lists"
+    return f"not a safetensors file ({reason})"
+
+
 def weight_file_problem(folder: str | Path) -> str | None:
-    """The first problem of a local model folder's safetensors files, as ``FILE: what`` (None when whole); for
-    a LoRA adapter folder also a base that cannot be found (:func:`routing_grpo.io.adapters.base_problem`) and
-    the base's own files. A folder that is not there (a Hub id) has none to check."""
+    """The first problem of a local model folder's weights as ``FILE: what`` (None when whole, or for a Hub
+    id); for a LoRA adapter folder also a base that cannot be found, and the base's own weights."""
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         return None
     if is_adapter_folder(folder):
-        return base_problem(folder) or own_weight_problem(folder) or weight_file_problem(adapter_base(folder))
-    return own_weight_problem(folder)
+        return (
+            base_problem(folder) or _own_weight_problem(folder) or weight_file_problem(adapter_base(folder))
+        )
+    return _own_weight_problem(folder)
 
 
-def own_weight_problem(folder: Path) -> str | None:
+def _own_weight_problem(folder: Path) -> str | None:
     """:func:`weight_file_problem` of the folder's own files."""
-    files = sorted(folder.glob("*.safetensors"))
     index = folder / INDEX_FILE
     if index.is_file():
         try:
@@ -95,10 +98,21 @@ def own_weight_problem(folder: Path) -> str | None:
         missing = sorted({str(v) for v in weight_map.values() if not (folder / str(v)).is_file()})
         if missing:
             return f"{index}: names shard(s) that are not there: {', '.join(missing)}"
-    for file in files:
-        if not file.is_file():
-            continue
-        problem = safetensors_problem(file)
+    for file in sorted(folder.glob("*.safetensors")):
+        problem = file.is_file() and safetensors_problem(file)
         if problem:
             return f"{file}: {problem}"
     return None
+
+
+def model_fingerprint(model: str, revision: str | None = None) -> dict[str, Any]:
+    """A local model folder: its resolved path and each weight, config and tokenizer file's size and
+    modification time (a retrained folder differs); a Hub id: the id and revision."""
+    folder = Path(model).expanduser()
+    if not folder.is_dir():
+        return {"hub_id": model, "revision": revision}
+    files = sorted({f for pattern in FINGERPRINT_FILES for f in folder.glob(pattern) if f.is_file()})
+    return {
+        "path": str(folder.resolve()),
+        "files": {f.name: [f.stat().st_size, f.stat().st_mtime_ns] for f in files},
+    }

@@ -262,7 +262,7 @@ def run(argv: Sequence[str] | None = None) -> str:
     from routing_grpo.evaluation.config import EvalConfig
     from routing_grpo.evaluation.evaluate import run_eval
     from routing_grpo.io.errors import UsageError
-    from routing_grpo.io.locations import resolve_model_path
+    from routing_grpo.io.paths import resolve_model_path
     from routing_grpo.training.recipe import read_recipe
     from routing_grpo.training.runs import RUN_FILE
 

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from routing_grpo.core.modes import word_first_token_ids
-from routing_grpo.io.locations import is_offline_name, resolve_model_path
+from routing_grpo.io.paths import is_offline_name, resolve_model_path
 from routing_grpo.mini import cliff, graded
 from routing_grpo.mini.teach import teaching_record
 

@@ -173,7 +173,7 @@ class TeachConfig:
 
 def teaching_record(model: str) -> dict[str, Any] | None:
     """The ``teaching.json`` of a taught model (a folder or ``offline:NAME``), or None where it keeps none."""
-    from routing_grpo.io.locations import OFFLINE_PREFIX, is_offline_name, resolve_model_path
+    from routing_grpo.io.paths import OFFLINE_PREFIX, is_offline_name, resolve_model_path
 
     if is_offline_name(model) and model[len(OFFLINE_PREFIX) :] in ("tiny", "smollm2"):
         return None  # built from other models' files, never taught here: nothing to read, nothing to build
@@ -322,7 +322,7 @@ def load_taught(init: str) -> tuple[Any, Any]:
     """The tokenizer and model of a taught folder (or ``offline:NAME``), to continue teaching from."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from routing_grpo.io.locations import is_offline_name, resolve_model_path
+    from routing_grpo.io.paths import is_offline_name, resolve_model_path
 
     path = resolve_model_path(init) if is_offline_name(init) else init
     return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)

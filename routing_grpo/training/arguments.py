@@ -14,7 +14,7 @@ from typing import Any
 
 from trl import ModelConfig
 
-from routing_grpo.io.locations import OFFLINE_CACHE_DIR
+from routing_grpo.io.paths import OFFLINE_CACHE_DIR
 from routing_grpo.training.config import RoutingGRPOConfig
 
 

@@ -22,7 +22,7 @@ from routing_grpo.diagnostics.early_tell import (
     fanout_points,
 )
 from routing_grpo.io.errors import UsageError, one_line
-from routing_grpo.io.locations import is_offline_name, looks_local
+from routing_grpo.io.paths import is_offline_name, looks_local
 from routing_grpo.training.arguments import RoutingScriptArguments
 from routing_grpo.training.config import RoutingGRPOConfig
 from routing_grpo.training.runs import run_identity

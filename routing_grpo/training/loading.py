@@ -18,30 +18,13 @@ from typing import Any
 from trl import ModelConfig, get_quantization_config
 
 from routing_grpo.io.errors import UsageError, model_file_errors, user_errors
-from routing_grpo.io.locations import is_offline_name, looks_local, resolve_model_path
-from routing_grpo.io.model_files import weight_file_problem
+from routing_grpo.io.model_files import context_length, weight_file_problem
+from routing_grpo.io.paths import is_offline_name, looks_local, resolve_model_path
 from routing_grpo.training.arguments import RoutingScriptArguments
 from routing_grpo.training.config import RoutingGRPOConfig
 from routing_grpo.training.launch_checks import report_targets
 
 logger = logging.getLogger(__name__)
-
-
-def model_context_length(
-    model_path: str, model_args: ModelConfig, trust_remote_code: bool = False
-) -> int | None:
-    """The model's context in tokens from its config (no weights loaded); None when it does not say."""
-    from transformers import AutoConfig
-
-    config = AutoConfig.from_pretrained(
-        model_path, revision=model_args.model_revision, trust_remote_code=trust_remote_code
-    )
-    config = getattr(config, "text_config", None) or config
-    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(config, key, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 def check_context(training_args: RoutingGRPOConfig, context: int | None) -> None:
@@ -235,7 +218,7 @@ def resolve_model(
     with user_errors(
         f"model_name_or_path: {name} could not be loaded", OSError, ValueError, *model_file_errors()
     ):
-        context = model_context_length(model_path, model_args, training_args.trust_remote_code)
+        context = context_length(model_path, model_args.model_revision, training_args.trust_remote_code)
     check_context(training_args, context)
     return model_path
 

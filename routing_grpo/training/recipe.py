@@ -22,7 +22,7 @@ from trl import ModelConfig, TrlParser
 
 from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, parse_modes
 from routing_grpo.io.errors import OneLineParser, UsageError, one_line, user_errors
-from routing_grpo.io.locations import hub_offline, looks_local
+from routing_grpo.io.paths import check_output_folder, hub_offline, looks_local
 from routing_grpo.io.recipe_file import (
     RecipeFileError,
     load_yaml_text,
@@ -30,7 +30,6 @@ from routing_grpo.io.recipe_file import (
     message_key_line,
     read_recipe_file,
 )
-from routing_grpo.io.storage import check_output_folder
 from routing_grpo.training.arguments import DATACLASS_TYPES, RoutingScriptArguments, recipe_fields
 from routing_grpo.training.config import RoutingGRPOConfig
 from routing_grpo.training.launch_checks import report_targets

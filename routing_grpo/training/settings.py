@@ -5,8 +5,6 @@ the model and it is asked as it was trained.
 
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,8 +12,8 @@ from typing import Any
 
 from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, mode_index, parse_modes, routing_instruction
 from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
-from routing_grpo.io.jsonl import read_json_file
-from routing_grpo.io.locations import looks_local
+from routing_grpo.io.jsonl import read_json_file, write_json
+from routing_grpo.io.paths import looks_local
 
 SETTINGS_FILE = "routing_config.json"
 """The routing settings the trainer saves beside the model (see :class:`RoutingSettings`)."""
@@ -205,9 +203,7 @@ class RoutingSettings:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         path = folder / SETTINGS_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n")
-        os.replace(tmp, path)
+        write_json(path, self.to_dict())
         return path
 
 
@@ -226,7 +222,7 @@ def _default_max_completion_length() -> int:
 
 def local_model_path(model: str) -> str:
     """``offline:NAME`` models resolve to their folders; anything else is returned as is."""
-    from routing_grpo.io.locations import is_offline_name, resolve_model_path
+    from routing_grpo.io.paths import is_offline_name, resolve_model_path
 
     if not is_offline_name(model):
         return model

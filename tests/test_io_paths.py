@@ -1,17 +1,26 @@
-"""Names are names, not paths (#39): a benchmark or method name read from summary.json, and ``eval --method``,
-are refused with one line (exit code 2) when they hold a path separator, ``..``, an absolute path or
-nothing, before anything is written; and every report file lands under ``--output`` (a link inside it
-that points out is refused). Through the entry points, in-process."""
+"""Paths (routing_grpo.io.paths): where a command writes, checked first (one line naming the flag and the
+path; nothing created); names that are not paths, refused in one line before anything is written, and every
+report file under ``--output``; the rule for a local path or a Hub id."""
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from routing_grpo.cli import main
-from routing_grpo.io.path_names import check_name, name_problem, under
+from routing_grpo.io.errors import UsageError
+from routing_grpo.io.paths import (
+    check_name,
+    check_output_file,
+    check_output_folder,
+    hub_offline,
+    looks_local,
+    name_problem,
+    under,
+)
 from tests.helpers import router_settings, save_tiny_router
 
 SETTINGS = router_settings(8)
@@ -157,3 +166,79 @@ def test_eval_method_must_be_a_name(model, tmp_path, capsys, monkeypatch, method
     ]
     assert not any(tmp_path.rglob("*.json")) and not any(tmp_path.rglob("*.jsonl"))
     assert sorted(p.name for p in work.iterdir()) == []
+
+
+def test_a_new_or_existing_file_in_a_folder_passes_and_nothing_is_created(tmp_path):
+    check_output_file(tmp_path / "new.jsonl")
+    check_output_file(tmp_path / "deeper" / "new.jsonl")  # its folder made later, under a writable one
+    assert list(tmp_path.iterdir()) == []
+    (tmp_path / "old.jsonl").write_text("{}\n")
+    check_output_file(tmp_path / "old.jsonl")
+    assert (tmp_path / "old.jsonl").read_text() == "{}\n"
+
+
+def test_a_folder_or_a_file_under_a_file_is_refused_naming_the_flag(tmp_path):
+    with pytest.raises(UsageError, match=r"^--answers: .*give a file") as err:
+        check_output_file(tmp_path, flag="--answers")
+    assert str(tmp_path) in str(err.value) and "\n" not in str(err.value)
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(UsageError, match=r"^--output: .*a_file is a file\)"):
+        check_output_file(tmp_path / "a_file" / "out.jsonl")
+
+
+def test_an_output_folder_that_is_a_file_or_lies_under_one_is_refused(tmp_path):
+    check_output_folder(tmp_path / "new" / "run")
+    check_output_folder(tmp_path)
+    (tmp_path / "a_file").write_text("x")
+    with pytest.raises(UsageError, match=r"^--output: .*a_file is a file; give a folder"):
+        check_output_folder(tmp_path / "a_file")
+    with pytest.raises(UsageError, match=r"^--output-dir: .*\(.*a_file is a file\)"):
+        check_output_folder(tmp_path / "a_file" / "run", flag="--output-dir")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in read-only folders")
+def test_a_read_only_folder_is_refused(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    try:
+        with pytest.raises(UsageError, match="^--output: "):
+            check_output_folder(locked / "run")
+    finally:
+        locked.chmod(0o700)
+
+
+@pytest.mark.parametrize(
+    ("name", "local"),
+    [
+        ("Qwen/Qwen2.5-1.5B", False),
+        ("gpt2", False),
+        ("./model", True),
+        ("/abs/model", True),
+        ("~/model", True),
+        ("outputs/router/seed0", True),
+        ("data/train.jsonl", True),
+        ("train.parquet", True),
+        ("", False),
+    ],
+)
+def test_local_path_rule(name, local):
+    assert looks_local(name) is local
+
+
+def test_an_existing_folder_is_local(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "owner" / "name").mkdir(parents=True)
+    assert looks_local("owner/name")
+
+
+@pytest.mark.parametrize(("value", "offline"), [("1", True), (" on ", True), ("yes", True), ("TRUE", True),
+                                                 ("0", False), ("", False), ("no", False)])  # fmt: skip
+def test_hub_offline_reads_hf_hub_offline(monkeypatch, value, offline):
+    monkeypatch.setenv("HF_HUB_OFFLINE", value)
+    assert hub_offline() is offline
+
+
+def test_hub_offline_without_the_variable(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    assert hub_offline() is False
