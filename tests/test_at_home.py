@@ -17,7 +17,8 @@ import pytest
 from routing_grpo import train
 from routing_grpo.diagnostics.routing_metrics import batch_line, duration_text
 from routing_grpo.io.errors import UsageError
-from routing_grpo.training import launch_checks, loading
+from routing_grpo.training import loading
+from routing_grpo.training.recipe import DEFAULT_PROJECT
 from tests.helpers import REPO_ROOT, offline_env, tiny_recipe, write_recipe
 
 
@@ -151,11 +152,11 @@ def test_a_failed_final_push_names_the_saved_folder(tmp_path):
         def push_to_hub(self):
             raise ConnectionError("[Errno 101] Network is unreachable")
 
-    _, args, _ = train.parse_args(
+    script_args, args, _ = train.parse_args(
         ["--config", str(write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out")))]
     )
     with pytest.raises(UsageError) as err:
-        push_saved_model(Trainer(), args)
+        push_saved_model(Trainer(), args, script_args)
     message = str(err.value)
     assert "\n" not in message and "someone/run-seed0" in message and "Network is unreachable" in message
     assert (
@@ -186,7 +187,7 @@ def test_trackio_logs_to_a_project_named_after_the_run(tmp_path, monkeypatch, st
         tiny_recipe(tmp_path / "m", tmp_path / "out", report_to=["trackio"], seed=3),
     )
     script_args, training_args, model_args = train.parse_args(["--config", str(recipe)])
-    assert training_args.project == launch_checks.DEFAULT_PROJECT
+    assert training_args.project == DEFAULT_PROJECT
     with pytest.raises(ModelLoadReached):
         train.main(script_args, training_args, model_args)
     assert training_args.project == "router_x-seed3"

@@ -10,9 +10,8 @@ import json
 import textwrap
 from typing import Any
 
-from routing_grpo.training.arguments import RoutingScriptArguments, method_fields, recipe_fields
+from routing_grpo.training.arguments import RoutingScriptArguments, method_fields, recipe_fields, train_parser
 from routing_grpo.training.config import RoutingGRPOConfig
-from routing_grpo.training.recipe import train_parser
 
 # The TRL / transformers settings a recipe usually touches, shown by `--help` (every option: `--help-all`).
 COMMON_TRL_FIELDS: dict[str, tuple[str, ...]] = {
@@ -166,14 +165,6 @@ def short_help(prog: str = "routing-grpo train", recipe: dict[str, Any] | None =
         'Recipes: recipes/*.yaml (docs/training.md "Recipes"). The method: docs/method.md.',
     ]
     return "\n".join(lines) + "\n"
-
-
-def recipe_for_help(argv: list[str]) -> dict[str, Any] | None:
-    """The recipe ``--config R --help`` names, for its values in place of the defaults (a bad recipe is its
-    one line, as when training); None without one."""
-    from routing_grpo.training.recipe import read_recipe
-
-    return read_recipe(argv[argv.index("--config") + 1]) if "--config" in argv[:-1] else None
 
 
 def full_help(prog: str = "routing-grpo train") -> str:
