@@ -106,9 +106,8 @@ def main(
     level_mix = preflight(script_args, training_args, model_args)
 
     # One run, one folder: locked for this process; another run's folder or checkpoint is refused
-    with runs.run_folder_lock(training_args):
-        run = runs.check_run_folder(script_args, training_args)
-        if run is None:  # this run has finished in its folder already
+    with runs.run_folder(script_args, training_args) as run:
+        if run is None:  # this run has finished in its folder already: nothing to train
             return None
         identity, checkpoint = run
 

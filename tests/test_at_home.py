@@ -1,4 +1,4 @@
-"""A TRL user's first runs (#42): a launch that runs fewer processes than it asked for warns before loading,
+"""A TRL user's first runs: a launch that runs fewer processes than it asked for warns before loading,
 the docs' own-data example trains, progress lines carry an ETA, a Hub that cannot be reached and a tracker
 that is not installed are refused before the model loads, a push that fails names the saved folder.
 """
@@ -35,7 +35,7 @@ def stop_at_model_loading(monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Point 2: a launch that asked for several processes and runs one
+# A launch that asked for several processes and runs one
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -56,7 +56,7 @@ def test_accelerate_launch_without_multi_gpu_warns_before_loading(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Point 3: the docs' own-data example
+# The docs' own-data example
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -93,7 +93,7 @@ def test_the_docs_own_data_jsonl_is_accepted_by_the_training_entry(
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Point 5: progress with an ETA
+# Progress with an ETA
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -113,7 +113,7 @@ def test_the_training_batch_line_carries_the_time_left():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Point 8: the Hub and the trackers
+# The Hub and the trackers
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -211,5 +211,5 @@ def test_docs_state_how_long_the_slow_tier_and_the_bench_take():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Points 6, 7 and 9 (and #41's summary): the demos' folders, the figures, the summary in plain words
+# The demos' folders, the figures, the summary in plain words
 # ----------------------------------------------------------------------------------------------------------

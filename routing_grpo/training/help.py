@@ -15,25 +15,28 @@ from routing_grpo.training.config import RoutingGRPOConfig
 
 # The TRL / transformers settings a recipe usually touches, shown by `--help` (every option: `--help-all`).
 COMMON_TRL_FIELDS: dict[str, list[str]] = {
-    "Model (TRL ModelConfig)": (
-        "model_name_or_path model_revision dtype attn_implementation use_peft lora_r lora_alpha "
-        "lora_target_modules load_in_4bit"
-    ).split(),
-    "Optimisation and batch (TRL GRPOConfig / transformers TrainingArguments)": (
-        "output_dir seed learning_rate lr_scheduler_type warmup_steps num_generations "
-        "per_device_train_batch_size gradient_accumulation_steps steps_per_generation "
-        "generation_batch_size num_iterations max_completion_length temperature bf16 "
-        "gradient_checkpointing use_cpu"
-    ).split(),
-    "Rollouts with vLLM (TRL GRPOConfig)": (
-        "use_vllm vllm_mode vllm_gpu_memory_utilization vllm_max_model_length vllm_server_host "
-        "vllm_server_base_url"
-    ).split(),
-    "Validation, logging, checkpoints and the Hub (TRL / transformers)": (
-        "per_device_eval_batch_size num_generations_eval logging_steps report_to run_name "
-        "log_completions save_total_limit resume_from_checkpoint push_to_hub hub_model_id hub_strategy "
-        "hub_private_repo"
-    ).split(),
+    heading: names.split()
+    for heading, names in {
+        "Model (TRL ModelConfig)": (
+            "model_name_or_path model_revision dtype attn_implementation use_peft lora_r lora_alpha "
+            "lora_target_modules load_in_4bit"
+        ),
+        "Optimisation and batch (TRL GRPOConfig / transformers TrainingArguments)": (
+            "output_dir seed learning_rate lr_scheduler_type warmup_steps num_generations "
+            "per_device_train_batch_size gradient_accumulation_steps steps_per_generation "
+            "generation_batch_size num_iterations max_completion_length temperature bf16 "
+            "gradient_checkpointing use_cpu"
+        ),
+        "Rollouts with vLLM (TRL GRPOConfig)": (
+            "use_vllm vllm_mode vllm_gpu_memory_utilization vllm_max_model_length vllm_server_host "
+            "vllm_server_base_url"
+        ),
+        "Validation, logging, checkpoints and the Hub (TRL / transformers)": (
+            "per_device_eval_batch_size num_generations_eval logging_steps report_to run_name "
+            "log_completions save_total_limit resume_from_checkpoint push_to_hub hub_model_id hub_strategy "
+            "hub_private_repo"
+        ),
+    }.items()
 }
 # What a TRL setting means here, added to its own first sentence in `--help`.
 HELP_NOTES = {

@@ -85,6 +85,40 @@ def _another_run(
     )
 
 
+@contextlib.contextmanager
+def run_folder(
+    script_args: Any, training_args: RoutingGRPOConfig
+) -> Iterator[tuple[dict[str, Any], str | None] | None]:
+    """Holds the run folder's lock (``output_dir/_routing_grpo.lock``) and yields :func:`check_run_folder`'s
+    answer: another training into the same folder is refused at once, naming the holder. Under ``accelerate
+    launch`` the main process takes the lock and tells every process, so all stop with the same line."""
+    import torch.distributed as dist
+
+    lock = problem = None
+    if training_args.process_index == 0:
+        lock = OutputLock(
+            folder_lock_path(training_args.output_dir),
+            flag="output_dir",
+            output=training_args.output_dir,
+            command="routing-grpo train",
+        )
+        try:
+            lock.acquire()
+        except UsageError as err:
+            lock, problem = None, str(err)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        shared = [problem]
+        dist.broadcast_object_list(shared, src=0)
+        problem = shared[0]
+    if problem:
+        raise UsageError(problem)
+    try:
+        yield check_run_folder(script_args, training_args)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
 def check_run_folder(
     script_args: Any, training_args: RoutingGRPOConfig
 ) -> tuple[dict[str, Any], str | None] | None:
@@ -179,38 +213,6 @@ def resume_checkpoint(training_args: RoutingGRPOConfig) -> str | None:
             f"resuming from {latest.name}, the latest complete one" if latest else "starting afresh",
         )
     return str(latest) if latest is not None else None
-
-
-@contextlib.contextmanager
-def run_folder_lock(training_args: RoutingGRPOConfig) -> Iterator[None]:
-    """Holds the run folder's lock (``output_dir/_routing_grpo.lock``): another training into the same
-    folder is refused at once, naming the holder. Under ``accelerate launch`` the main process takes it and
-    tells every process the outcome, so a refused run stops on all of them with the same line."""
-    import torch.distributed as dist
-
-    lock = problem = None
-    if training_args.process_index == 0:
-        lock = OutputLock(
-            folder_lock_path(training_args.output_dir),
-            flag="output_dir",
-            output=training_args.output_dir,
-            command="routing-grpo train",
-        )
-        try:
-            lock.acquire()
-        except UsageError as err:
-            lock, problem = None, str(err)
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        shared = [problem]
-        dist.broadcast_object_list(shared, src=0)
-        problem = shared[0]
-    if problem:
-        raise UsageError(problem)
-    try:
-        yield
-    finally:
-        if lock is not None:
-            lock.release()
 
 
 def claim_run_folder(
