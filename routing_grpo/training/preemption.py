@@ -138,10 +138,6 @@ class PreemptionCallback(TrainerCallback):
         """``128 + signal number`` after a preemption stop (143 for SIGTERM), else None."""
         return None if self.preempted_signal is None else 128 + self.preempted_signal
 
-    @property
-    def installed(self) -> bool:
-        return bool(self._previous)
-
     def install_signal_handlers(self) -> bool:
         """Installs the handlers (main thread only); returns whether they are installed."""
         if self._previous:
