@@ -1,4 +1,4 @@
-"""A TRL user's first runs (#42): a launch that runs fewer processes than it asked for warns before loading,
+"""A TRL user's first runs: a launch that runs fewer processes than it asked for warns before loading,
 the docs' own-data example trains, progress lines carry an ETA, a Hub that cannot be reached and a tracker
 that is not installed are refused before the model loads, a push that fails names the saved folder.
 """
@@ -17,7 +17,8 @@ import pytest
 from routing_grpo import train
 from routing_grpo.diagnostics.routing_metrics import batch_line, duration_text
 from routing_grpo.io.errors import UsageError
-from routing_grpo.training import launch_checks, loading
+from routing_grpo.training import loading
+from routing_grpo.training.recipe import DEFAULT_PROJECT
 from tests.helpers import REPO_ROOT, offline_env, tiny_recipe, write_recipe
 
 
@@ -34,7 +35,7 @@ def stop_at_model_loading(monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Point 2: a launch that asked for several processes and runs one
+# A launch that asked for several processes and runs one
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -55,7 +56,7 @@ def test_accelerate_launch_without_multi_gpu_warns_before_loading(tmp_path):
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Point 3: the docs' own-data example
+# The docs' own-data example
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -92,7 +93,7 @@ def test_the_docs_own_data_jsonl_is_accepted_by_the_training_entry(
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Point 5: progress with an ETA
+# Progress with an ETA
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -112,7 +113,7 @@ def test_the_training_batch_line_carries_the_time_left():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Point 8: the Hub and the trackers
+# The Hub and the trackers
 # ----------------------------------------------------------------------------------------------------------
 
 
@@ -151,11 +152,11 @@ def test_a_failed_final_push_names_the_saved_folder(tmp_path):
         def push_to_hub(self):
             raise ConnectionError("[Errno 101] Network is unreachable")
 
-    _, args, _ = train.parse_args(
+    script_args, args, _ = train.parse_args(
         ["--config", str(write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out")))]
     )
     with pytest.raises(UsageError) as err:
-        push_saved_model(Trainer(), args)
+        push_saved_model(Trainer(), args, script_args)
     message = str(err.value)
     assert "\n" not in message and "someone/run-seed0" in message and "Network is unreachable" in message
     assert (
@@ -186,7 +187,7 @@ def test_trackio_logs_to_a_project_named_after_the_run(tmp_path, monkeypatch, st
         tiny_recipe(tmp_path / "m", tmp_path / "out", report_to=["trackio"], seed=3),
     )
     script_args, training_args, model_args = train.parse_args(["--config", str(recipe)])
-    assert training_args.project == launch_checks.DEFAULT_PROJECT
+    assert training_args.project == DEFAULT_PROJECT
     with pytest.raises(ModelLoadReached):
         train.main(script_args, training_args, model_args)
     assert training_args.project == "router_x-seed3"
@@ -210,5 +211,5 @@ def test_docs_state_how_long_the_slow_tier_and_the_bench_take():
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Points 6, 7 and 9 (and #41's summary): the demos' folders, the figures, the summary in plain words
+# The demos' folders, the figures, the summary in plain words
 # ----------------------------------------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Values and limits checked before work, and one line before loading (#39, items 7-9), through the real
+"""Values and limits checked before work, and one line before loading, through the real
 entry points: ``routing-grpo generate|eval|report|oracle|grade|reward-table`` (``cli.main``), ``python -m
 routing_grpo.train`` (``train.cli``) and the Python ``Router``, in this process.
 

@@ -72,9 +72,8 @@ TRAIN_CASES = [
     Case("type-mode-cap-text", ("modes[1]", "`cap`", "'eight'"), {"modes": modes(1, cap="eight")}),
     Case("type-mode-gamma-text", ("modes[0]", "gamma", "'high'"), {"modes": modes(0, gamma="high")}),
     Case("type-env-list", ("env: expected a mapping",), {"env": ["A=1"]}),
-    # -- unknown, renamed and forbidden keys
+    # -- unknown and forbidden keys
     Case("key-typo", ("num_generation: unknown recipe key", "num_generations"), {"num_generation": 4}),
-    Case("key-renamed-warmup-ratio", ("warmup_ratio", "warmup_steps: 0.1"), {"warmup_ratio": 0.1}),
     Case("key-hub-token", ("hub_token", "environment only"), {"hub_token": "hf_secret"}),
     Case(
         "key-written-twice",

@@ -24,6 +24,7 @@ import pytest
 from routing_grpo import train
 from routing_grpo.io.errors import UsageError
 from routing_grpo.training import loading, runs
+from routing_grpo.training.recipe import configure_tracking
 from tests.helpers import (
     REPO_ROOT,
     StandInHub,
@@ -197,18 +198,18 @@ def test_wandb_without_credentials_logs_offline(tmp_path):
     _, args, _ = train.parse_args(["--config", str(recipe)])
     no_netrc = {"NETRC": str(tmp_path / "missing-netrc")}
     env = dict(no_netrc)
-    assert loading.configure_tracking(args, env) == "offline" and env["WANDB_MODE"] == "offline"
+    assert configure_tracking(args, env) == "offline" and env["WANDB_MODE"] == "offline"
     env = {**no_netrc, "WANDB_API_KEY": "k"}
-    assert loading.configure_tracking(args, env) == "online" and "WANDB_MODE" not in env
+    assert configure_tracking(args, env) == "online" and "WANDB_MODE" not in env
     netrc_file = tmp_path / "netrc"
     netrc_file.write_text("machine api.wandb.ai\n  login user\n  password secret\n")
     netrc_file.chmod(0o600)
     env = {"NETRC": str(netrc_file)}
-    assert loading.configure_tracking(args, env) == "online"
+    assert configure_tracking(args, env) == "online"
     env = {**no_netrc, "WANDB_MODE": "disabled"}
-    assert loading.configure_tracking(args, env) == "disabled"
+    assert configure_tracking(args, env) == "disabled"
     _, args, _ = train.parse_args(["--config", str(recipe), "--report_to", "none"])
-    assert loading.configure_tracking(args, dict(no_netrc)) is None
+    assert configure_tracking(args, dict(no_netrc)) is None
 
 
 def test_chat_template_override_from_a_file(tmp_path, tiny_model_path):
@@ -221,7 +222,7 @@ def test_chat_template_override_from_a_file(tmp_path, tiny_model_path):
         tmp_path / "r.yaml", tiny_recipe(tiny_model_path, tmp_path / "out", chat_template=str(template))
     )
     script_args, args, model_args = train.parse_args(["--config", str(recipe)])
-    tokenizer = loading.load_tokenizer(str(tiny_model_path), script_args, model_args)
+    tokenizer = loading.load_tokenizer(str(tiny_model_path), script_args, model_args, args)
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
     )
@@ -491,22 +492,6 @@ def test_command_line_typos_and_prefixes_get_a_suggestion(tmp_path, no_model_loa
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(Path("unused"), tmp_path / "out"))
     message = run_cli_expecting_error(["--config", str(recipe), "--total_batch_step", "6"])
     assert "--total_batch_step: did you mean --total_batch_steps?" in message
-    message = run_cli_expecting_error(["--config", str(recipe), "--system_prompt", "Be brief."])
-    assert "routing instruction is appended to the user turn" in message
-
-
-@pytest.mark.parametrize(
-    ("key", "expected"),
-    [
-        ("system_prompt", "`routing_instruction`"),
-        ("dataset_prompt_column", "`problem` (or `question`) column"),
-        ("reward_funcs", "the answer check is `verifier`"),
-    ],
-)
-def test_open_r1_keys_say_what_to_write_here(tmp_path, no_model_loading, key, expected):
-    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(Path("unused"), tmp_path / "out", **{key: "x"}))
-    message = run_cli_expecting_error(["--config", str(recipe)])
-    assert f"{key}: not a recipe key here" in message and expected in message
 
 
 def test_a_missing_resume_checkpoint_is_one_line_before_the_model_loads(tmp_path, no_model_loading):
@@ -568,7 +553,7 @@ def test_a_run_that_fails_to_load_claims_no_folder(tmp_path, tiny_model_path, mo
         raise OSError("the weights are corrupt")
 
     with monkeypatch.context() as m:
-        m.setattr(loading, "model_for_training", broken)
+        m.setattr(loading, "load_model", broken)
         with pytest.raises((OSError, SystemExit)):
             train.main(*train.parse_args(["--config", str(recipe)]))
     assert not (out / runs.RUN_FILE).exists()

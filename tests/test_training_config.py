@@ -271,7 +271,6 @@ def test_geometry_settings_are_checked(tmp_path, kwargs, match):
 
 def test_per_device_settings_still_work_without_the_geometry_fields(tmp_path):
     args = make(tmp_path, gradient_accumulation_steps=8, steps_per_generation=32, total_batch_steps=90)
-    assert not args.uses_batch_geometry
     assert (args.steps_per_generation, args.gradient_accumulation_steps) == (32, 8)
     assert args.max_steps == 360
     # Given values that agree with the derivation are accepted (a config rebuilt from its own values).

@@ -1,6 +1,6 @@
 """The recipes under recipes/: each parses with the training parser and builds its RoutingGRPOConfig (no
 model is loaded); the router recipe holds the paper's hyperparameters; the baselines differ from it only
-where a single-mode baseline must."""
+where a single-mode baseline must; the launch's process-count warning reads the simple launcher's environment."""
 
 from __future__ import annotations
 
@@ -278,3 +278,18 @@ def test_demo_recipe_is_offline_and_small():
     assert args.report_to == [] or args.report_to == ["none"] or args.report_to == "none"
     assert 0 < args.routing_warmup_steps < args.total_batch_steps <= 10
     assert all(m.cap is None or m.cap <= args.max_completion_length for m in args.mode_specs)
+
+
+def test_process_count_warning_reads_the_simple_launchers_environment():
+    from routing_grpo.training.recipe import asked_processes, process_count_warning
+
+    simple = {"ACCELERATE_USE_CPU": "True", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}
+    argv = ["accelerate", "launch", "--config_file", "cpu.yaml", "--num_processes", "2", "-m", "x"]
+    line = process_count_warning(simple, 1, argv)
+    assert line is not None and "asked for 2 processes but runs 1" in line and "--multi_gpu" in line
+    assert "several processes" in process_count_warning(simple, 1, [])
+    # torch's launcher (--multi_gpu) sets WORLD_SIZE; one process asked for sets no MASTER_PORT.
+    assert process_count_warning({**simple, "WORLD_SIZE": "2"}, 2, argv) is None
+    assert process_count_warning({"ACCELERATE_USE_CPU": "True"}, 1, []) is None
+    assert process_count_warning({}, 1, argv) is None
+    assert asked_processes(["--num_processes=4"]) == 4

@@ -1,13 +1,9 @@
 """A recipe file read: the one place a recipe's YAML is parsed (training, eval, generate, the miniature).
 
-A recipe is a YAML mapping of keys to values. PyYAML keeps the last of a key written twice; a recipe file
-that does so is refused, as its first value would be lost without a word. A recipe is also bounded: at most
-:data:`MAX_RECIPE_BYTES` on disk, and at most :data:`MAX_RECIPE_NODES` values once its aliases are expanded,
-counted on the composed document before anything is built from it (an alias bomb, a few lines that expand
-to billions of values, is refused in milliseconds instead of filling memory); an alias inside its own
-anchor is refused too. The light reader here (PyYAML only) serves the settings file and the miniature;
-:func:`routing_grpo.training.recipe.read_recipe` turns its errors into the entries' one-line usage errors and checks
-the keys. Errors name ``path:line``.
+A recipe is a YAML mapping. A key written twice is refused (PyYAML would keep the last without a word), and
+so is a recipe past :data:`MAX_RECIPE_BYTES` on disk or :data:`MAX_RECIPE_NODES` values once its aliases are
+expanded (counted on the composed document, before anything is built: an alias bomb is refused in
+milliseconds). Errors name ``path:line``; :mod:`routing_grpo.training.recipe` checks the keys.
 """
 
 from __future__ import annotations
@@ -20,8 +16,7 @@ import yaml
 
 from routing_grpo.io.errors import os_error_line
 
-# The paper's recipe is 3 KB and about 150 values; these bounds are far above any recipe and far below
-# what would exhaust memory.
+# Far above any recipe (the paper's is 3 KB, about 150 values), far below what would exhaust memory.
 MAX_RECIPE_BYTES = 1_000_000
 MAX_RECIPE_NODES = 100_000
 
@@ -36,8 +31,7 @@ class RecipeSizeError(yaml.constructor.ConstructorError):
 
 def expanded_size(node: yaml.Node, limit: int = MAX_RECIPE_NODES) -> int:
     """The number of values a composed YAML node holds once every alias is expanded, counted without
-    expanding (each node once); a ConstructorError at the node past ``limit``, or at an alias used inside its
-    own anchor."""
+    expanding; :class:`RecipeSizeError` past ``limit`` or at an alias used inside its own anchor."""
     sizes: dict[int, int] = {}
     open_nodes: set[int] = set()
 
@@ -71,8 +65,8 @@ def expanded_size(node: yaml.Node, limit: int = MAX_RECIPE_NODES) -> int:
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a key written twice in one mapping (PyYAML would keep the last) and a
-    document past :data:`MAX_RECIPE_NODES` values with its aliases expanded (:func:`expanded_size`)."""
+    """PyYAML's safe loader, refusing a key written twice in one mapping and a document past
+    :data:`MAX_RECIPE_NODES` values (:func:`expanded_size`)."""
 
     def construct_document(self, node):
         expanded_size(node)
@@ -96,8 +90,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
 
 
 def load_yaml_text(text: str) -> Any:
-    """YAML text given on a command line (``--modes``, ``train_level_mix``), read as a recipe file is: a key
-    written twice and aliases past :data:`MAX_RECIPE_NODES` values are a ``yaml.YAMLError``."""
+    """YAML text given on a command line (``--modes``, ``train_level_mix``), read as a recipe file is (a
+    ``yaml.YAMLError`` for what a recipe refuses)."""
     if len(text) > MAX_RECIPE_BYTES:
         raise yaml.YAMLError(f"{len(text):,} characters; at most {MAX_RECIPE_BYTES:,}")
     try:
@@ -137,8 +131,7 @@ def read_recipe_file(path: str | Path) -> dict[str, Any]:
 
 
 def key_lines(path: str | Path) -> dict[str, int]:
-    """The line (1-based) of each top-level key of a recipe file that :func:`read_recipe_file` has read ({}
-    when it cannot be composed): where an error about a key's value points."""
+    """The line (1-based) of each top-level key of a recipe file ({} when it cannot be composed)."""
     try:
         node = yaml.compose(Path(path).read_text(encoding="utf-8"), Loader=UniqueKeyLoader)  # noqa: S506
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
@@ -149,16 +142,14 @@ def key_lines(path: str | Path) -> dict[str, int]:
 
 
 def message_key_line(path: str | Path, message: str, skip: Collection[str] = ()) -> int | None:
-    """The line of the recipe's top-level key a message is about (it starts with the key's name, as
-    ``modes[0]: ...`` does), None when it is about no key of the file or one in ``skip`` (given elsewhere,
-    such as on the command line)."""
+    """The line of the recipe's top-level key a message starts with (as ``modes[0]: ...`` does); None when
+    it names no key of the file, or one in ``skip`` (given on the command line)."""
     lines = {k: v for k, v in key_lines(path).items() if k not in skip}
     key = max((k for k in lines if message.startswith(k)), key=len, default=None)
     return lines[key] if key is not None else None
 
 
 def located(path: str | Path, message: str) -> str:
-    """``path:line: message`` when the message is about a top-level key of the recipe, else ``path:
-    message``."""
+    """``path:line: message`` when the message is about a top-level key of the recipe, else ``path: message``."""
     line = message_key_line(path, message)
     return f"{path}:{line}: {message}" if line is not None else f"{path}: {message}"

@@ -1,8 +1,6 @@
-"""The training entry's three argument classes, as open-r1's ``configs``: what to train on
-(:class:`RoutingScriptArguments`), how (:class:`~routing_grpo.training.config.RoutingGRPOConfig`, TRL's ``GRPOConfig``
-with the method's fields) and which model (TRL's ``ModelConfig``).
-
-Every field of the three is a recipe key and a ``--KEY VALUE`` option of ``routing-grpo train``.
+"""The training entry's three argument classes and their parser, as open-r1's ``configs``: what to train on
+(:class:`RoutingScriptArguments`), how (:class:`~routing_grpo.training.config.RoutingGRPOConfig`) and which
+model (TRL's ``ModelConfig``). Every field of the three is a recipe key and a ``--KEY VALUE`` option.
 """
 
 from __future__ import annotations
@@ -12,18 +10,16 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any
 
-from trl import ModelConfig
+from trl import ModelConfig, TrlParser
 
+from routing_grpo.io.errors import OneLineParser
 from routing_grpo.io.paths import OFFLINE_CACHE_DIR
 from routing_grpo.training.config import RoutingGRPOConfig
 
 
 @dataclass
 class RoutingScriptArguments:
-    """What to train on and how to load it (the model itself is described by ``ModelConfig``).
-
-    ``trust_remote_code`` is :class:`RoutingGRPOConfig`'s (TRL's) field; it is off unless a recipe sets it.
-    """
+    """What to train on and how to load it (the model itself is described by ``ModelConfig``)."""
 
     task: str = field(
         default="math_train",
@@ -90,7 +86,6 @@ class RoutingScriptArguments:
     )
 
     def __post_init__(self) -> None:
-        # Field values are checked where the fields live (docs/method.md "Where each check lives").
         for key in ("train_limit", "eval_limit"):
             value = getattr(self, key)
             if value is not None and value < 1:
@@ -109,6 +104,15 @@ def recipe_fields() -> dict[str, tuple[type, Any]]:
             if f.init and f.name not in out:
                 out[f.name] = (dc, hints[f.name])
     return out
+
+
+class TrainParser(OneLineParser, TrlParser):
+    """TRL's parser (recipe YAML + every option of the three argument classes) with one-line errors."""
+
+
+def train_parser(prog: str = "routing-grpo train") -> TrainParser:
+    # No abbreviations: `--total_batch_step 6` is an unknown option, not total_batch_steps.
+    return TrainParser(DATACLASS_TYPES, prog=prog, allow_abbrev=False)
 
 
 def method_fields() -> list[str]:

@@ -1,31 +1,8 @@
-"""The trainer's callbacks: stop on non-finite metrics, the routing-collapse alarm and the metrics file, and
-:func:`default_callbacks`, which returns them with the preemption callback (:mod:`routing_grpo.training.preemption`).
-
-Four ``transformers`` callbacks for :class:`~routing_grpo.training.trainer.RoutingGRPOTrainer` (all but the collapse
-alarm, which the trainer feeds, work with any ``Trainer``); :func:`default_callbacks` returns them in the
-order they must run (the guard always, the preemption callback unless ``preemption_signals`` is
-empty, the collapse alarm and the metrics file only when given a
-:class:`~routing_grpo.training.config.RoutingGRPOConfig`):
-
-* :class:`~routing_grpo.training.preemption.PreemptionCallback` (module :mod:`routing_grpo.training.preemption`): checkpoint
-  and stop on a preemption signal, then exit with ``128 + signal``.
-* :class:`NonFiniteGuard`: if the logged loss, grad norm or reward (or a reward function's mean) is NaN or
-  infinite, it raises :class:`NonFiniteTrainingError` naming the metric and the step. It turns off
-  ``logging_nan_inf_filter`` (which would otherwise hide a NaN loss behind the window's average) and makes
-  the trainer log before every checkpoint it writes, so the error comes before a checkpoint of a bad step
-  and the last checkpoint on disk is a good one.
-* :class:`CollapseAlarmCallback`: warns when free routing has collapsed onto one mode for a few generation
-  batches after the warmup (rule: :mod:`routing_grpo.diagnostics.collapse`); the trainer feeds it and logs
-  ``routing/collapse_alarm``.
-* :class:`MetricsFileCallback`: on the main process, appends every logged metrics dict as one JSON line to
-  ``OUTPUT/metrics.jsonl``; a resumed run first moves aside the rows logged past its checkpoint.
-
-Where the hooks fire (``transformers.Trainer._inner_training_loop``): after each optimizer step,
-``global_step`` is incremented, ``on_step_end`` runs, then ``_maybe_log_save_evaluate`` logs (``on_log``),
-evaluates, and saves when ``control.should_save`` is set; the loop stops when
-``control.should_training_stop`` is set. The preemption callback and the guard act only at those points,
-so checkpoints are always whole optimizer steps (in the self-routing trainer: whole generation batches, the
-paper's steps, when ``steps_per_generation == gradient_accumulation_steps`` as by default).
+"""The trainer's callbacks, returned in the order they must run by :func:`default_callbacks`: the preemption
+checkpoint (:mod:`routing_grpo.training.preemption`), :class:`NonFiniteGuard` (a NaN or inf loss, grad norm or
+reward stops training before a checkpoint of that step is written), :class:`CollapseAlarmCallback` (warns when
+free routing has collapsed onto one mode; the trainer feeds it) and :class:`MetricsFileCallback`
+(``OUTPUT/metrics.jsonl``).
 """
 
 from __future__ import annotations
@@ -33,7 +10,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-from collections.abc import Iterable
 from typing import Any
 
 from transformers import TrainerCallback
@@ -44,19 +20,6 @@ from routing_grpo.io.jsonl import append_jsonl, remove_rows
 from routing_grpo.training.preemption import PreemptionCallback
 
 logger = logging.getLogger(__name__)
-
-__all__ = [
-    "CollapseAlarmCallback",
-    "MetricsFileCallback",
-    "NonFiniteGuard",
-    "NonFiniteTrainingError",
-    "default_callbacks",
-]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# Non-finite metrics
-# ----------------------------------------------------------------------------------------------------------
 
 
 class NonFiniteTrainingError(RuntimeError):
@@ -69,63 +32,29 @@ class NonFiniteTrainingError(RuntimeError):
 
 
 class NonFiniteGuard(TrainerCallback):
-    """Stops training with :class:`NonFiniteTrainingError` when a watched logged metric is NaN or inf.
+    """Stops training with :class:`NonFiniteTrainingError` when a watched logged metric is NaN, inf or None.
 
-    Watched by default: ``loss``, ``grad_norm``, ``reward`` and every ``rewards/<function>/mean`` (and their
-    ``eval_`` forms). TRL averages its reward metrics over the logging window dropping NaNs (a window with
-    none finite logs None, which counts as non-finite here unless ``none_is_finite``); a NaN reward still
-    shows up, as a NaN loss or grad norm, because the advantages it produces are NaN.
-
-    So that no checkpoint of a bad step is written:
-
-    * ``logging_nan_inf_filter`` is switched off at ``on_train_begin`` (with it on, transformers replaces a
-      NaN / inf loss by the window's mean and the guard would never see it);
-    * at ``on_step_end``, when the step is going to be saved, ``control.should_log`` is set, so the trainer
-      logs (and this guard checks) before it saves. This can add a log entry at save steps that are not
-      logging steps.
-
-    The logged values are already averaged over all processes (transformers gathers the loss, TRL its
-    reward metrics; the grad norm is that of the synchronised gradients), so every rank raises together; no
-    collective runs in ``on_log``, which some code calls on the main process only. The error is raised from ``on_log``, after the logging integrations (W&B, TensorBoard) have recorded
-    the bad values, and ends ``trainer.train()``.
+    Watched: ``loss``, ``grad_norm``, ``reward`` and every ``rewards/<function>/mean`` (and their ``eval_``
+    forms). So that no checkpoint of a bad step is written, ``logging_nan_inf_filter`` is switched off (it
+    would hide a NaN loss behind the window's mean) and the trainer is made to log (and so check) before
+    every save. The logged values are already averaged over all processes, so every rank raises together.
     """
 
-    DEFAULT_METRICS: tuple[str, ...] = ("loss", "grad_norm", "reward")
-
-    def __init__(
-        self,
-        metrics: Iterable[str] = DEFAULT_METRICS,
-        *,
-        reward_means: bool = True,
-        check_eval: bool = True,
-        none_is_finite: bool = False,
-        disable_nan_inf_filter: bool = True,
-    ) -> None:
-        self.metrics = tuple(metrics)
-        self.reward_means = reward_means
-        self.check_eval = check_eval
-        self.none_is_finite = none_is_finite
-        self.disable_nan_inf_filter = disable_nan_inf_filter
+    METRICS: tuple[str, ...] = ("loss", "grad_norm", "reward")
 
     def watches(self, key: str) -> bool:
         """Whether a logged key is checked."""
-        if key.startswith("eval_"):
-            if not self.check_eval:
-                return False
-            key = key[len("eval_") :]
-        if key in self.metrics:
-            return True
-        return self.reward_means and key.startswith("rewards/") and key.endswith("/mean")
+        key = key.removeprefix("eval_")
+        return key in self.METRICS or (key.startswith("rewards/") and key.endswith("/mean"))
 
     def bad_metrics(self, logs: dict[str, Any]) -> dict[str, float | None]:
-        """The watched entries of ``logs`` that are NaN, infinite (or None, unless allowed)."""
+        """The watched entries of ``logs`` that are NaN, infinite or None (no finite value in the window)."""
         bad: dict[str, float | None] = {}
         for key, value in logs.items():
             if not self.watches(key):
                 continue
             if value is None:
-                if not self.none_is_finite:
-                    bad[key] = None
+                bad[key] = None
                 continue
             try:
                 number = float(value)
@@ -136,7 +65,7 @@ class NonFiniteGuard(TrainerCallback):
         return bad
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if self.disable_nan_inf_filter and getattr(args, "logging_nan_inf_filter", False):
+        if getattr(args, "logging_nan_inf_filter", False):
             args.logging_nan_inf_filter = False
             logger.info(
                 "NonFiniteGuard: logging_nan_inf_filter turned off so that a NaN / inf loss is logged"
@@ -175,32 +104,17 @@ class NonFiniteGuard(TrainerCallback):
         )
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Routing collapse
-# ----------------------------------------------------------------------------------------------------------
-
-
 class CollapseAlarmCallback(TrainerCallback):
     """Warns when free routing collapses onto one mode (rule and defaults: :mod:`routing_grpo.diagnostics.collapse`).
 
-    :class:`~routing_grpo.training.trainer.RoutingGRPOTrainer` calls :meth:`observe` once per *training* generation
-    batch (the paper's step s; one generation batch spanning several optimizer steps is observed once, and
-    validation batches are never observed) with the free shares of that batch, and logs the returned flag
-    as ``routing/collapse_alarm`` (1.0 while the alarm holds, 0.0 otherwise) with the batch's other routing
-    metrics. A callback cannot add to what ``Trainer.log`` records (``state.log_history`` gets a copy of
-    the logs before ``on_log`` runs), so the metric comes from the trainer and the warning from here: one
-    ``logger.warning`` on the main process when the alarm fires, naming the steps, what collapsed and the
-    shares; one ``logger.info`` when it clears.
-
-    Resuming: the count is not checkpointed. ``on_train_begin`` starts it afresh, so after a resume the
-    alarm needs ``patience`` collapsed generation batches again before it fires (at most ``patience - 1``
-    batches later than in an uninterrupted run).
+    The trainer calls :meth:`observe` once per training generation batch with its free shares and logs the
+    returned flag as ``routing/collapse_alarm`` (a callback cannot add to ``Trainer.log``'s record); this
+    callback warns once when the alarm fires and says when it clears. The count starts afresh at
+    ``on_train_begin`` (it is not checkpointed).
 
     Args:
-        entropy_threshold, share_threshold, patience, routing_warmup_steps: the rule's settings (see
-            :func:`~routing_grpo.diagnostics.collapse.update_collapse_alarm`); :meth:`from_args` reads them from a
-            :class:`~routing_grpo.training.config.RoutingGRPOConfig` (``collapse_alarm_entropy``,
-            ``collapse_alarm_share``, ``collapse_alarm_patience``, ``routing_warmup_steps``).
+        entropy_threshold, share_threshold, patience, routing_warmup_steps: the rule's settings
+            (:func:`~routing_grpo.diagnostics.collapse.update_collapse_alarm`).
     """
 
     def __init__(
@@ -271,21 +185,11 @@ class CollapseAlarmCallback(TrainerCallback):
         return after.firing
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Wiring
-# ----------------------------------------------------------------------------------------------------------
-
-
 class MetricsFileCallback(TrainerCallback):
-    """Every logged metrics dict, one JSON line each, in ``OUTPUT/metrics.jsonl`` (the console shows one
-    line per generation batch instead; trackers get the same dicts), appended whole and synced by the one
-    JSONL writer (:func:`routing_grpo.io.jsonl.append_jsonl`: a torn last line is repaired first).
-
-    A run that starts at optimizer step N (resumed from ``checkpoint-N``, or N = 0) trains the steps after
-    N again, so the rows a killed or preempted run logged past N, and the end-of-training summary it logged
-    at N (``train_runtime``, ...: the resumed run logs its own at its end), are moved to
-    ``metrics.jsonl.rolled-back-<n>`` first: each optimizer step appears once in the file, as in a run
-    that was never stopped."""
+    """Every logged metrics dict as one JSON line of ``OUTPUT/metrics.jsonl`` (main process; the one JSONL
+    writer, :func:`routing_grpo.io.jsonl.append_jsonl`). A run that starts at optimizer step N first moves
+    the rows logged past N (and a summary logged at N) to ``metrics.jsonl.rolled-back-<n>``, so each step
+    appears once, as in a run that was never stopped."""
 
     FILE = "metrics.jsonl"
 
@@ -325,14 +229,10 @@ def _logged_again(row: dict[str, Any], step: int) -> bool:
 
 
 def default_callbacks(args: Any = None) -> list[TrainerCallback]:
-    """``[PreemptionCallback(), NonFiniteGuard()]``, in this order, then a :class:`CollapseAlarmCallback`
-    and a :class:`MetricsFileCallback` when ``args`` is a :class:`~routing_grpo.training.config.RoutingGRPOConfig`.
-
-    The preemption callback handles ``args.preemption_signals`` when ``args`` has them (an empty list: no
-    preemption callback). The order matters: the guard, running after the preemption callback at
-    ``on_step_end``, sees the preemption's ``should_save`` and makes the trainer log (and check) before that
-    checkpoint too. The collapse alarm acts only when the trainer feeds it, so its place does not matter.
-    """
+    """``[PreemptionCallback(), NonFiniteGuard()]`` in this order (the guard then sees a preemption's
+    ``should_save`` and checks before that checkpoint too), then a :class:`CollapseAlarmCallback` and a
+    :class:`MetricsFileCallback` when ``args`` is a :class:`~routing_grpo.training.config.RoutingGRPOConfig`;
+    no preemption callback when ``args.preemption_signals`` is empty."""
     signals = getattr(args, "preemption_signals", None)
     callbacks: list[TrainerCallback] = [NonFiniteGuard()]
     if signals is None:

@@ -1,10 +1,8 @@
 """``RoutingGRPOConfig``: TRL's ``GRPOConfig`` plus the self-routing method's settings (docs/method.md).
 
-Every schedule here (``routing_warmup_steps``, ``flatten_reward_step``, ``balance_anneal_*``) counts
-*generation batches*, the paper's steps (docs/method.md "Loss and steps"); the trainer converts TRL's
-``global_step``.
-The config stays parseable by ``trl.TrlParser`` from YAML: ``modes`` is a list of plain dicts there and
-:attr:`RoutingGRPOConfig.mode_specs` holds the parsed :class:`~routing_grpo.core.modes.ModeSpec` tuple.
+Every schedule here counts *generation batches*, the paper's steps (docs/method.md "Loss and steps").
+``modes`` is a list of plain dicts (so ``trl.TrlParser`` reads it from YAML); :attr:`~RoutingGRPOConfig.mode_specs`
+holds the parsed :class:`~routing_grpo.core.modes.ModeSpec` tuple.
 """
 
 from __future__ import annotations
@@ -32,7 +30,6 @@ from routing_grpo.training.geometry import (
     settle_batch_geometry,
     settled_geometry_problem,
     steps_per_generation_batch,
-    uses_paper_units,
 )
 from routing_grpo.training.importance_sampling import CORRECTION_MODES
 
@@ -47,8 +44,7 @@ INFINITE_ALLOWED = frozenset({"max_grad_norm", "vllm_server_timeout"})
 
 @cache
 def float_fields(cls: type) -> tuple[str, ...]:
-    """The fields of a config dataclass whose type holds ``float`` (``float``, ``float | None``,
-    ``list[float] | None``, ...), TRL's and transformers' inherited ones included."""
+    """The fields of a config dataclass whose type holds ``float`` (``float | None``, ``list[float]``, ...)."""
     hints = typing.get_type_hints(cls)
     return tuple(f.name for f in dataclasses.fields(cls) if _holds_float(hints.get(f.name)))
 
@@ -65,10 +61,8 @@ def _default_modes() -> list[dict[str, Any]]:
 class RoutingGRPOConfig(GRPOConfig):
     """Configuration of :class:`~routing_grpo.training.trainer.RoutingGRPOTrainer`.
 
-    Defaults follow the paper's MATH recipe where TRL's defaults differ: token-mean loss (``dapo``), no
-    KL term (``beta=0``) and no std division (``scale_rewards="none"``). TRL's vLLM importance-sampling
-    correction, which the paper does not name, is per token (``vllm_importance_sampling_mode=
-    "token_truncate"``) so its effect does not grow with a mode's length.
+    Defaults follow the paper's MATH recipe where TRL's differ: token-mean loss (``dapo``), no KL term
+    (``beta=0``), no std division (``scale_rewards="none"``), and a per-token vLLM importance-sampling correction.
     """
 
     modes: list[dict] = field(
@@ -220,7 +214,6 @@ class RoutingGRPOConfig(GRPOConfig):
         },
     )
 
-    # Routing-collapse alarm (routing_grpo.diagnostics.collapse): warns and logs routing/collapse_alarm.
     collapse_alarm_entropy: float = field(
         default=0.2,
         metadata={
@@ -332,13 +325,9 @@ class RoutingGRPOConfig(GRPOConfig):
         self._validate()
         self.settle_geometry(self.world_size)
 
-    # ------------------------------------------------------------------------------------------------------
-
     def _check_finite_floats(self) -> None:
-        """NaN (and infinity, but for :data:`INFINITE_ALLOWED`) refused in every float setting, the method's
-        and the inherited TRL / transformers ones: a NaN compares false with every bound, so it would pass
-        the range checks below and be used (``balance_coef: .nan`` would train as 0, ``invalid_routing_reward:
-        .nan`` make the rewards NaN)."""
+        """NaN (and infinity, but for :data:`INFINITE_ALLOWED`) refused in every float setting: a NaN compares
+        false with every bound, so it would pass the range checks and be used."""
         for name in float_fields(type(self)):
             value = getattr(self, name, None)
             values = value if isinstance(value, list | tuple) else [value]
@@ -350,8 +339,7 @@ class RoutingGRPOConfig(GRPOConfig):
                 raise ValueError(f"{name}: must be a finite number, got {value!r}")
 
     def _check_numbers(self) -> None:
-        """Ranges of the counts and rates GRPOConfig divides by or hands to torch, checked before it does; and
-        ``vllm_importance_sampling_mode``, which TRL checks only once training has started."""
+        """Ranges of the counts and rates GRPOConfig divides by or hands to torch, checked before it does."""
         counts = (
             ("num_generations", self.num_generations, 2),
             ("per_device_train_batch_size", self.per_device_train_batch_size, 1),
@@ -401,7 +389,7 @@ class RoutingGRPOConfig(GRPOConfig):
     @staticmethod
     def _parse_signals(value: Any) -> list[str]:
         if isinstance(value, str):
-            value = [v for v in value.replace(",", " ").split()]
+            value = value.replace(",", " ").split()
         if not isinstance(value, list | tuple):
             raise ValueError(f"preemption_signals: expected a list of signal names, got {value!r}")
         names = []
@@ -415,8 +403,7 @@ class RoutingGRPOConfig(GRPOConfig):
         return names
 
     def set_modes(self, modes: Any) -> None:
-        """Replaces the modes (a list of mappings, or its JSON text), e.g. from the command line, and checks
-        them and everything that depends on them again."""
+        """Replaces the modes (a list of mappings, or its JSON text) and checks them and what depends on them."""
         self.modes = modes
         self._mode_specs = self._parse_modes()
         self._validate()
@@ -438,7 +425,7 @@ class RoutingGRPOConfig(GRPOConfig):
         except (TypeError, ValueError) as err:
             message = str(err)
             raise ValueError(message if message.startswith("modes") else f"modes: {message}") from None
-        # Keep the field plain data so the config serialises (to_dict / checkpoints) and re-parses.
+        # Plain data, so the config serialises (to_dict / checkpoints) and re-parses.
         self.modes = [m.to_dict() for m in specs]
         return specs
 
@@ -558,8 +545,6 @@ class RoutingGRPOConfig(GRPOConfig):
                 "group-centred weighted reward sum"
             )
 
-    # ------------------------------------------------------------------------------------------------------
-
     @property
     def total_generation_batches(self) -> int | None:
         """The run's length in generation batches: ``total_batch_steps``, or ``max_steps`` converted (None
@@ -571,9 +556,8 @@ class RoutingGRPOConfig(GRPOConfig):
         return None
 
     def schedule_warning(self) -> str | None:
-        """One line for the schedules that reach past the end of the run, each with what it means for this
-        run (None when all fit). Not refused: a shortened run of a recipe (a smoke test, the miniature's
-        ``--batch-steps``) keeps the paper's schedules, and what they then do is well defined; it is said."""
+        """One line for the schedules that reach past the end of the run, each with what it means (None when
+        all fit). Not refused: a shortened run of a recipe (a smoke test) keeps the paper's schedules."""
         total = self.total_generation_batches
         if total is None:
             return None
@@ -609,11 +593,6 @@ class RoutingGRPOConfig(GRPOConfig):
             return None
         return f"schedules past the end of the run ({total} generation batches): " + "; ".join(notes)
 
-    @property
-    def uses_batch_geometry(self) -> bool:
-        """The generation batch is stated in the paper's units (``generation_batch_prompts``)."""
-        return uses_paper_units(self._geometry_fields())
-
     def _geometry_fields(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in GEOMETRY_FIELDS}
 
@@ -621,14 +600,9 @@ class RoutingGRPOConfig(GRPOConfig):
         return self.generation_batch_size, self.steps_per_generation, self.gradient_accumulation_steps
 
     def settle_geometry(self, num_processes: int) -> None:
-        """Settles the batch geometry for a launch of ``num_processes`` processes, and the schedules stated in
-        generation batches (:func:`~routing_grpo.training.geometry.settle_batch_geometry`).
-
-        Done when the config is built (for the ``world_size`` GRPOConfig sees, under ``accelerate launch`` the
-        launched count) and by the trainer before TRL reads the config, so TRL's sampler, vLLM's
-        ``max_num_seqs`` and its logs see the settled values. A geometry field changed since the last settling
-        is refused (:meth:`geometry_problem`).
-        """
+        """Settles the batch geometry and the schedules stated in generation batches for a launch of
+        ``num_processes`` processes (:func:`~routing_grpo.training.geometry.settle_batch_geometry`), when the
+        config is built and by the trainer before TRL reads it; a geometry field changed since is refused."""
         settled = getattr(self, "_settled", None)
         problem = self.geometry_problem(settled[0]) if settled is not None else None
         if problem is None:
@@ -645,8 +619,7 @@ class RoutingGRPOConfig(GRPOConfig):
 
     def geometry_problem(self, num_processes: int) -> str | None:
         """Why this config's batch geometry does not fit a launch of ``num_processes`` processes (None when it
-        does; :func:`~routing_grpo.training.geometry.settled_geometry_problem`). The trainer refuses a config with one
-        once its accelerator exists, instead of changing what TRL has read."""
+        does; :func:`~routing_grpo.training.geometry.settled_geometry_problem`)."""
         settled = getattr(self, "_settled", None)
         if settled is None:
             return "batch geometry: not settled; build the config with RoutingGRPOConfig(...)"
@@ -659,8 +632,7 @@ class RoutingGRPOConfig(GRPOConfig):
         )
 
     def batch_geometry(self, num_processes: int) -> dict[str, Any]:
-        """The batch geometry of a launch on ``num_processes`` processes, in rollouts and steps
-        (:func:`~routing_grpo.training.geometry.geometry_table`)."""
+        """The batch geometry of a launch in rollouts and steps (:func:`~routing_grpo.training.geometry.geometry_table`)."""
         fields = self._geometry_fields()
         names = ("per_device_train_batch_size", "num_generations", "steps_per_generation")
         names += ("gradient_accumulation_steps", "num_iterations")
@@ -672,8 +644,7 @@ class RoutingGRPOConfig(GRPOConfig):
 
     @property
     def optimizer_steps_per_generation_batch(self) -> int | float:
-        """Optimizer steps (TRL's ``global_step``) per generation batch: the paper's 4 (1,024 rollouts in 4
-        mini-batches of 256)."""
+        """Optimizer steps (TRL's ``global_step``) per generation batch (the paper: 4)."""
         return steps_per_generation_batch(
             self.steps_per_generation, self.num_iterations, self.gradient_accumulation_steps
         )

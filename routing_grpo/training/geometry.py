@@ -1,7 +1,6 @@
 """The batch geometry in the paper's units: a generation batch of ``prompts x G`` rollouts, trained in a
-number of optimizer steps, as the per-device settings TRL takes (docs/training.md "Schedules and batch geometry").
-
-Pure arithmetic; :class:`routing_grpo.training.config.RoutingGRPOConfig` applies it to its fields.
+number of optimizer steps, as the per-device settings TRL takes (docs/training.md "Schedules and batch
+geometry"). Pure arithmetic; :class:`~routing_grpo.training.config.RoutingGRPOConfig` applies it.
 """
 
 from __future__ import annotations
@@ -10,12 +9,35 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+# The config fields the geometry reads (RoutingGRPOConfig's and TRL's).
+GEOMETRY_FIELDS = (
+    "generation_batch_prompts",
+    "minibatches_per_generation",
+    "num_generations",
+    "per_device_train_batch_size",
+    "generation_batch_size",
+    "steps_per_generation",
+    "gradient_accumulation_steps",
+    "num_iterations",
+    "total_batch_steps",
+    "eval_every_batch_steps",
+    "save_every_batch_steps",
+)
+
+
+def steps_per_generation_batch(
+    steps_per_generation: int, num_iterations: int, gradient_accumulation_steps: int
+) -> int | float:
+    """Optimizer steps per generation batch, ``steps_per_generation x num_iterations /
+    gradient_accumulation_steps``: an int when whole, else the fraction."""
+    per = steps_per_generation * num_iterations / gradient_accumulation_steps
+    return int(per) if float(per).is_integer() else per
+
 
 def optimizer_steps_per_generation_batch(
     steps_per_generation: int, num_iterations: int, gradient_accumulation_steps: int
 ) -> int:
-    """Optimizer steps one generation batch is trained in: ``steps_per_generation x num_iterations /
-    gradient_accumulation_steps``, which must be a whole number for schedules stated in generation batches.
+    """:func:`steps_per_generation_batch`, which must be whole for schedules stated in generation batches.
 
     Example (the paper on 4 processes): per-device batch 8, GA 8, steps_per_generation 32 -> 32 / 8 = 4.
     """
@@ -38,17 +60,13 @@ def derive_batch_geometry(
     per_device_train_batch_size: int,
     num_processes: int,
 ) -> tuple[int, int]:
-    """``(steps_per_generation, gradient_accumulation_steps)`` for a generation batch stated in the paper's
-    units, on ``num_processes`` processes with ``per_device_train_batch_size`` rollouts per micro-batch.
+    """``(steps_per_generation, gradient_accumulation_steps)`` for ``generation_batch_prompts x
+    num_generations`` rollouts trained in ``minibatches_per_generation`` optimizer steps, on ``num_processes``
+    processes of ``per_device_train_batch_size`` rollouts per micro-batch; ValueError naming the numbers when
+    they do not divide.
 
-    A generation batch is ``generation_batch_prompts x num_generations`` rollouts, trained in
-    ``minibatches_per_generation`` optimizer steps (per pass); each process sees ``steps_per_generation``
-    micro-batches of it and accumulates ``gradient_accumulation_steps`` of them per optimizer step. Raises
-    ValueError naming the numbers when they do not divide.
-
-    Example (the paper): 128 prompts x G 8 = 1,024 rollouts in 4 optimizer steps of 256; per-device batch 8 on
-    4 processes -> (32, 8); on 8 processes -> (16, 4); on 3 processes 256 does not split into micro-batches of
-    8 x 3 = 24 rollouts, so it raises.
+    Example (the paper): 128 prompts x G 8 = 1,024 rollouts in 4 steps of 256; per-device batch 8 on 4
+    processes -> (32, 8); on 8 -> (16, 4); on 3, 256 does not split into micro-batches of 24: ValueError.
     """
     prompts, k, g = generation_batch_prompts, minibatches_per_generation, num_generations
     rollouts = prompts * g
@@ -83,8 +101,7 @@ def launch_process_count(environ: Any = None) -> int:
 
 
 def check_geometry_fields(generation_batch_prompts: Any, minibatches_per_generation: Any) -> None:
-    """The paper's units come as a pair: ``generation_batch_prompts`` and ``minibatches_per_generation`` both
-    set, each a positive integer (or neither, for the per-device settings). Raises ValueError naming the field."""
+    """The paper's units come as a pair of positive integers (or neither); ValueError naming the field."""
     for name, value in (
         ("generation_batch_prompts", generation_batch_prompts),
         ("minibatches_per_generation", minibatches_per_generation),
@@ -108,13 +125,9 @@ def given_geometry_conflict(
     gradient_accumulation_steps: int,
     derived: tuple[int, int],
 ) -> str | None:
-    """Why per-device settings given beside the paper's units conflict with them (None when they agree).
-
-    Rule: with ``generation_batch_prompts`` the generation batch is stated, so ``generation_batch_size`` is
-    refused; ``steps_per_generation`` and ``gradient_accumulation_steps`` are derived (``derived``, from
-    :func:`derive_batch_geometry`), and one given as well must equal its derived value (or its default:
-    unset, and 1 for gradient accumulation), as in a config rebuilt from its own values.
-    """
+    """Why per-device settings given beside the paper's units conflict with them (None when they agree):
+    ``generation_batch_size`` is refused, and ``steps_per_generation`` / ``gradient_accumulation_steps`` must
+    equal their ``derived`` values or their defaults (as in a config rebuilt from its own values)."""
     if generation_batch_size is not None:
         return "generation_batch_size: not with generation_batch_prompts, which states the generation batch"
     given = (
@@ -141,15 +154,8 @@ def generation_batch_on(
     num_processes: int,
 ) -> tuple[int, int]:
     """``(generation_batch_size, steps_per_generation)`` on ``num_processes`` processes, as TRL's
-    ``GRPOConfig.__post_init__`` derives them from the one that was given.
-
-    Rule: a micro-batch of the whole launch is ``b = per_device_train_batch_size x num_processes`` rollouts.
-    A given ``generation_batch_size`` (rollouts) stays and ``steps_per_generation = generation_batch_size / b``,
-    which must be whole; a given ``steps_per_generation`` stays and ``generation_batch_size = b x
-    steps_per_generation``.
-
-    Example: generation_batch_size 1024 given, per-device 8: 1 process -> (1024, 128), 4 -> (1024, 32).
-    """
+    ``GRPOConfig`` derives them from the one given (``size_given``: ``generation_batch_size``, which must split
+    into micro-batches of ``per_device_train_batch_size x num_processes``)."""
     micro = per_device_train_batch_size * num_processes
     if not size_given:
         return micro * steps_per_generation, steps_per_generation
@@ -161,24 +167,9 @@ def generation_batch_on(
     return generation_batch_size, generation_batch_size // micro
 
 
-def steps_per_generation_batch(
-    steps_per_generation: int, num_iterations: int, gradient_accumulation_steps: int
-) -> int | float:
-    """Optimizer steps per generation batch, ``steps_per_generation x num_iterations /
-    gradient_accumulation_steps``: an int when whole, else the fraction (a run without schedules in generation
-    batches may have one; :func:`optimizer_steps_per_generation_batch` is the whole-number rule)."""
-    per = steps_per_generation * num_iterations / gradient_accumulation_steps
-    return int(per) if float(per).is_integer() else per
-
-
 def batch_steps_to_optimizer_steps(batch_steps: dict[str, int | None], per_batch: int) -> dict[str, int]:
-    """The schedules stated in generation batches as optimizer steps: ``total_batch_steps -> max_steps``,
-    ``eval_every_batch_steps -> eval_steps``, ``save_every_batch_steps -> save_steps``, each ``N x per_batch``
-    (unset ones left out).
-
-    Example (the paper): 90 batches, validation every 10, 4 optimizer steps per batch -> max_steps 360,
-    eval_steps 40.
-    """
+    """The schedules stated in generation batches as optimizer steps (``total_batch_steps -> max_steps``,
+    ``eval_every_batch_steps -> eval_steps``, ``save_every_batch_steps -> save_steps``; unset ones left out)."""
     targets = {
         "total_batch_steps": "max_steps",
         "eval_every_batch_steps": "eval_steps",
@@ -197,12 +188,10 @@ def settled_geometry_problem(
 ) -> str | None:
     """Why a config's batch geometry does not fit a launch of ``num_processes`` processes (None when it does).
 
-    ``settled`` is ``(processes, generation_batch_size, steps_per_generation, gradient_accumulation_steps)`` as
-    the config settled them, ``current`` the last three as they are now. Rule: they must be unchanged since
-    (a change after the config was built skips its derivation and checks), the launch must have the settled
-    process count, and ``generation_batch_size = per_device_train_batch_size x processes x
-    steps_per_generation``, the layout TRL's sampler and vLLM engine are built for, a whole number of groups
-    of ``num_generations``.
+    Args:
+        settled: ``(processes, generation_batch_size, steps_per_generation, gradient_accumulation_steps)`` as
+            the config settled them; the last three must be unchanged in ``current``, the launch must have
+            that many processes, and the batch must be whole groups laid out as TRL's sampler expects.
     """
     processes, *values = settled
     names = ("generation_batch_size", "steps_per_generation", "gradient_accumulation_steps")
@@ -244,9 +233,7 @@ def geometry_table(
     gradient_accumulation_steps: int,
     num_iterations: int,
 ) -> dict[str, Any]:
-    """The batch geometry of a launch in rollouts and steps: a generation batch is ``per-device batch x
-    processes x steps_per_generation`` rollouts (``/ G`` prompts), an optimizer step ``per-device batch x
-    processes x gradient_accumulation_steps`` rollouts."""
+    """The batch geometry of a launch in rollouts and steps."""
     micro = per_device_train_batch_size * num_processes
     rollouts = micro * steps_per_generation
     return {
@@ -265,8 +252,7 @@ def geometry_table(
 
 
 def geometry_line(table: dict[str, Any], num_iterations: int = 1) -> str:
-    """One line for the start of a run from :func:`geometry_table`: processes, rollouts per generation batch
-    and per optimizer step."""
+    """One line for the start of a run from :func:`geometry_table`."""
     g = table
     prompts = g["prompts_per_generation_batch"]
     prompts = int(prompts) if float(prompts).is_integer() else prompts
@@ -280,22 +266,6 @@ def geometry_line(table: dict[str, Any], num_iterations: int = 1) -> str:
     )
 
 
-# The config fields the geometry reads (RoutingGRPOConfig's and TRL's).
-GEOMETRY_FIELDS = (
-    "generation_batch_prompts",
-    "minibatches_per_generation",
-    "num_generations",
-    "per_device_train_batch_size",
-    "generation_batch_size",
-    "steps_per_generation",
-    "gradient_accumulation_steps",
-    "num_iterations",
-    "total_batch_steps",
-    "eval_every_batch_steps",
-    "save_every_batch_steps",
-)
-
-
 def uses_paper_units(fields: Mapping[str, Any]) -> bool:
     """The generation batch is stated in the paper's units (either of the pair set)."""
     return fields["generation_batch_prompts"] is not None or fields["minibatches_per_generation"] is not None
@@ -303,11 +273,8 @@ def uses_paper_units(fields: Mapping[str, Any]) -> bool:
 
 def derive_given_geometry(fields: Mapping[str, Any], num_processes: int) -> dict[str, int]:
     """``steps_per_generation`` and ``gradient_accumulation_steps`` from the paper's units as the config is
-    built, before GRPOConfig works out the generation batch from them ({} without the paper's units).
-
-    Rule: the pair must be complete (:func:`check_geometry_fields`), divide (:func:`derive_batch_geometry`)
-    and agree with any per-device setting given beside it (:func:`given_geometry_conflict`).
-    """
+    built, before GRPOConfig works out the generation batch from them ({} without the paper's units); the
+    pair must be complete, divide, and agree with any per-device setting given beside it."""
     if not uses_paper_units(fields):
         return {}
     prompts, k = fields["generation_batch_prompts"], fields["minibatches_per_generation"]
@@ -337,16 +304,9 @@ def settle_batch_geometry(
     fields: Mapping[str, Any], num_processes: int, *, size_given: bool
 ) -> dict[str, int]:
     """The geometry fields settled for a launch of ``num_processes`` processes: ``generation_batch_size``,
-    ``steps_per_generation``, ``gradient_accumulation_steps``, and ``max_steps`` / ``eval_steps`` /
-    ``save_steps`` for the schedules stated in generation batches.
-
-    Rule: with the paper's units, ``(steps_per_generation, gradient_accumulation_steps)`` are
-    :func:`derive_batch_geometry`'s and the generation batch is ``per-device batch x processes x
-    steps_per_generation``; otherwise the generation batch follows what was given
-    (:func:`generation_batch_on`, ``size_given``: ``generation_batch_size`` rather than
-    ``steps_per_generation``). The schedules are then ``N x`` :func:`optimizer_steps_per_generation_batch`
-    (:func:`batch_steps_to_optimizer_steps`).
-    """
+    ``steps_per_generation``, ``gradient_accumulation_steps`` (from the paper's units, else following what
+    was given: :func:`generation_batch_on`), and ``max_steps`` / ``eval_steps`` / ``save_steps`` for the
+    schedules stated in generation batches."""
     per_device = fields["per_device_train_batch_size"]
     if uses_paper_units(fields):
         spg, ga = derive_batch_geometry(

@@ -1,5 +1,5 @@
-"""The help of ``routing-grpo train``: ``--help`` is short and grouped (the method's settings in full, the
-TRL settings a recipe usually touches in one sentence each), ``--help-all`` is TRL's own list of every option.
+"""``routing-grpo train --help``: short and grouped (the method's settings in full, the TRL settings a recipe
+usually touches in one sentence each); ``--help-all``: TRL's own list of every option.
 """
 
 from __future__ import annotations
@@ -10,63 +10,33 @@ import json
 import textwrap
 from typing import Any
 
-from routing_grpo.training.arguments import RoutingScriptArguments, method_fields, recipe_fields
+from routing_grpo.training.arguments import RoutingScriptArguments, method_fields, recipe_fields, train_parser
 from routing_grpo.training.config import RoutingGRPOConfig
-from routing_grpo.training.recipe import train_parser
 
 # The TRL / transformers settings a recipe usually touches, shown by `--help` (every option: `--help-all`).
-COMMON_TRL_FIELDS: dict[str, tuple[str, ...]] = {
-    "Model (TRL ModelConfig)": (
-        "model_name_or_path",
-        "model_revision",
-        "dtype",
-        "attn_implementation",
-        "use_peft",
-        "lora_r",
-        "lora_alpha",
-        "lora_target_modules",
-        "load_in_4bit",
-    ),
-    "Optimisation and batch (TRL GRPOConfig / transformers TrainingArguments)": (
-        "output_dir",
-        "seed",
-        "learning_rate",
-        "lr_scheduler_type",
-        "warmup_steps",
-        "num_generations",
-        "per_device_train_batch_size",
-        "gradient_accumulation_steps",
-        "steps_per_generation",
-        "generation_batch_size",
-        "num_iterations",
-        "max_completion_length",
-        "temperature",
-        "bf16",
-        "gradient_checkpointing",
-        "use_cpu",
-    ),
-    "Rollouts with vLLM (TRL GRPOConfig)": (
-        "use_vllm",
-        "vllm_mode",
-        "vllm_gpu_memory_utilization",
-        "vllm_max_model_length",
-        "vllm_server_host",
-        "vllm_server_base_url",
-    ),
-    "Validation, logging, checkpoints and the Hub (TRL / transformers)": (
-        "per_device_eval_batch_size",
-        "num_generations_eval",
-        "logging_steps",
-        "report_to",
-        "run_name",
-        "log_completions",
-        "save_total_limit",
-        "resume_from_checkpoint",
-        "push_to_hub",
-        "hub_model_id",
-        "hub_strategy",
-        "hub_private_repo",
-    ),
+COMMON_TRL_FIELDS: dict[str, list[str]] = {
+    heading: names.split()
+    for heading, names in {
+        "Model (TRL ModelConfig)": (
+            "model_name_or_path model_revision dtype attn_implementation use_peft lora_r lora_alpha "
+            "lora_target_modules load_in_4bit"
+        ),
+        "Optimisation and batch (TRL GRPOConfig / transformers TrainingArguments)": (
+            "output_dir seed learning_rate lr_scheduler_type warmup_steps num_generations "
+            "per_device_train_batch_size gradient_accumulation_steps steps_per_generation "
+            "generation_batch_size num_iterations max_completion_length temperature bf16 "
+            "gradient_checkpointing use_cpu"
+        ),
+        "Rollouts with vLLM (TRL GRPOConfig)": (
+            "use_vllm vllm_mode vllm_gpu_memory_utilization vllm_max_model_length vllm_server_host "
+            "vllm_server_base_url"
+        ),
+        "Validation, logging, checkpoints and the Hub (TRL / transformers)": (
+            "per_device_eval_batch_size num_generations_eval logging_steps report_to run_name "
+            "log_completions save_total_limit resume_from_checkpoint push_to_hub hub_model_id hub_strategy "
+            "hub_private_repo"
+        ),
+    }.items()
 }
 # What a TRL setting means here, added to its own first sentence in `--help`.
 HELP_NOTES = {
@@ -166,14 +136,6 @@ def short_help(prog: str = "routing-grpo train", recipe: dict[str, Any] | None =
         'Recipes: recipes/*.yaml (docs/training.md "Recipes"). The method: docs/method.md.',
     ]
     return "\n".join(lines) + "\n"
-
-
-def recipe_for_help(argv: list[str]) -> dict[str, Any] | None:
-    """The recipe ``--config R --help`` names, for its values in place of the defaults (a bad recipe is its
-    one line, as when training); None without one."""
-    from routing_grpo.training.recipe import read_recipe
-
-    return read_recipe(argv[argv.index("--config") + 1]) if "--config" in argv[:-1] else None
 
 
 def full_help(prog: str = "routing-grpo train") -> str:

@@ -1,9 +1,8 @@
 """The Hub and the model card: each run its own repo, never a push over another run's card, and a card that
 records what was trained (modes, caps, rewards, the schedule as run, the final routing split).
 
-The run's identity (recipe and seed, :mod:`routing_grpo.training.runs`) is written into the card as a hidden line;
-before training and before the final push the repo's card is read and a card of another run refuses the
-push (``hub_overwrite: true`` replaces it).
+The run's identity (recipe and seed) is a hidden line of the card; before training and before the final push
+the repo's card is read, and a card of another run refuses the push (``hub_overwrite: true`` replaces it).
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from routing_grpo import __version__
 from routing_grpo.diagnostics.early_tell import (
     FANOUT_WINDOW,
     early_tell_readings,
@@ -29,13 +29,8 @@ from routing_grpo.training.runs import run_identity
 
 
 def hub_repo_name(recipe: str | Path, seed: int, org: str | None = None) -> str:
-    """The Hub repo of one run of a recipe: ``[<org>/]<recipe file name>-seed<seed>``.
-
-    Every recipe and seed gets its own repo (transformers would otherwise name it after the output folder,
-    ``seed0``, so the router and every baseline would push into the same repos).
-    Example: ``hub_repo_name("recipes/router_r1_distill_qwen_1.5b.yaml", 1, "my-lab")`` is
-    ``"my-lab/router_r1_distill_qwen_1.5b-seed1"``.
-    """
+    """The Hub repo of one run of a recipe: ``[<org>/]<recipe file name>-seed<seed>`` (transformers would
+    name it after the output folder, ``seed0``, the same for every recipe)."""
     name = f"{Path(recipe).stem}-seed{seed}"
     return f"{org.strip('/')}/{name}" if org else name
 
@@ -68,10 +63,8 @@ def _describe_run(identity: dict[str, Any] | None) -> str:
 
 
 def hub_card_problem(repo_id: str, identity: dict[str, Any], revision: str | None = None) -> str | None:
-    """Why pushing this run to ``repo_id`` would overwrite another run's model card (None: it would not).
-
-    Reads ``README.md`` of the repo through transformers' Hub API (a repo without one is fine).
-    """
+    """Why pushing this run to ``repo_id`` would overwrite another run's model card (None: it would not);
+    the card is read through transformers' Hub API (a repo without one is fine)."""
     from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
     from transformers import trainer as hf_trainer
 
@@ -122,10 +115,8 @@ def check_hub_card(
 def final_routing_split(
     log_history: list[dict[str, Any]], mode_names: list[str], prefix: str = ""
 ) -> dict[str, Any]:
-    """The last logged free routing split: ``{"batch": step, "shares": {mode: f_m}, "entropy": H}`` ({} if none).
-
-    ``prefix`` "" reads the training logs, "eval_" the validation logs (TRL's names for both).
-    """
+    """The last logged free routing split: ``{"batch": step, "shares": {mode: f_m}, "entropy": H}`` ({} if
+    none), of the training logs (``prefix`` "") or the validation logs ("eval_")."""
     for row in reversed(log_history or []):
         shares = {m: row.get(f"{prefix}routing/share/{m}") for m in mode_names}
         numbers = all(isinstance(v, int | float) and math.isfinite(v) for v in shares.values())
@@ -330,7 +321,7 @@ def model_card(
         f"steps per generation {args.steps_per_generation}; lr {args.learning_rate} ({_plain(args.lr_scheduler_type)}, "
         f"learning-rate warmup {args.warmup_steps}); loss {args.loss_type}; beta {args.beta}; scale_rewards "
         f"{args.scale_rewards}; max completion length {args.max_completion_length}; seed {args.seed}. "
-        f"Versions: routing-grpo {_package_version()}, TRL {trl.__version__}, transformers "
+        f"Versions: routing-grpo {__version__}, TRL {trl.__version__}, transformers "
         f"{transformers.__version__}, PyTorch {torch.__version__}.",
         "",
         "## Citation",
@@ -365,15 +356,6 @@ def lora_lines(use_peft: bool, adapter: bool, base_text: str) -> list[str]:
     ]
 
 
-def _package_version() -> str:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("routing-grpo")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
-
-
 def _plain(value: Any) -> Any:
     return value.value if isinstance(value, enum.Enum) else value
 
@@ -404,15 +386,15 @@ def hub_dataset_name(script_args: RoutingScriptArguments) -> str | None:
 
 
 def install_model_card(
-    trainer: Any,
-    training_args: RoutingGRPOConfig,
-    script_args: RoutingScriptArguments,
-    model_args: Any,
-    dataset_name: str | None,
+    trainer: Any, training_args: RoutingGRPOConfig, script_args: RoutingScriptArguments, model_args: Any
 ) -> None:
-    """Makes ``trainer.create_model_card`` (which TRL also calls at checkpoints and pushes) write
+    """Refuses a push over another run's card (:func:`check_hub_card`; ``every_save`` pushes while training),
+    then makes ``trainer.create_model_card`` (which TRL also calls at checkpoints and pushes) write
     :func:`model_card` instead of TRL's generic template."""
     from routing_grpo.training.preemption import preemption_exit_code
+
+    check_hub_card(trainer, training_args, script_args)
+    dataset_name = hub_dataset_name(script_args)
 
     def create_model_card(model_name: str | None = None, dataset_name: str | None = dataset_name, tags=None):
         if not trainer.is_world_process_zero():
@@ -430,32 +412,13 @@ def install_model_card(
     trainer.create_model_card = create_model_card
 
 
-# A push's first look at the Hub: long enough for a slow network, short enough that no one waits on a dead one.
-HUB_CHECK_TIMEOUT = 10.0
-
-
-def hub_unreachable(token: str, timeout: float = HUB_CHECK_TIMEOUT) -> str | None:
-    """Why the Hub cannot take a push from here (None when it can): one authenticated call (``whoami``) with a
-    short timeout. No network, a refused connection, a proxy that blocks it or a token the Hub rejects are
-    known now, before training, instead of as a traceback when the trainer creates the repo."""
-    from huggingface_hub import constants
-    from huggingface_hub.utils import build_hf_headers, get_session
-
-    url = f"{constants.ENDPOINT}/api/whoami-v2"
-    try:
-        response = get_session().get(url, headers=build_hf_headers(token=token), timeout=timeout)
-    except Exception as err:  # httpx / requests / OS errors: each library names them differently
-        return f"the Hub ({constants.ENDPOINT}) cannot be reached from here ({type(err).__name__}: {one_line(err)})"
-    if response.status_code == 401:
-        return "the Hub refuses the token (HTTP 401; check HF_TOKEN or run `hf auth login`)"
-    if response.status_code >= 400:
-        return f"the Hub answered HTTP {response.status_code} to a check of the token ({url})"
-    return None
-
-
-def push_saved_model(trainer: Any, training_args: RoutingGRPOConfig) -> None:
-    """The final push; when it fails, one line naming the saved folder and how to upload it later (the model
-    is on disk: nothing is lost)."""
+def push_saved_model(
+    trainer: Any, training_args: RoutingGRPOConfig, script_args: RoutingScriptArguments
+) -> None:
+    """The final push, never over another run's card (:func:`check_hub_card`); when it fails, one line naming
+    the saved folder and how to upload it later (the model is on disk: nothing is lost). The token comes from
+    HF_TOKEN or ``hf auth login``, never from a recipe."""
+    check_hub_card(trainer, training_args, script_args)
     try:
         trainer.push_to_hub()
     except (UsageError, KeyboardInterrupt):

@@ -1,22 +1,13 @@
-"""Checkpoint and stop on preemption: a ``transformers`` callback and the exit that follows it.
+"""Checkpoint and stop on preemption: :class:`PreemptionCallback` and :func:`exit_if_preempted`.
 
-:class:`PreemptionCallback`: a SIGTERM or SIGINT (and SIGUSR1 when the recipe's ``preemption_signals``
-names it) sets a flag; at the end of the optimizer step in progress every process learns whether any
-process was signalled (a tiny ``all_reduce``), and then all of them write a checkpoint at the current
-``global_step`` and leave the training loop (when a generation batch spans several optimizer steps, at the
-end of the generation batch in progress). Under ``torchrun`` / ``accelerate launch`` a SIGTERM or SIGINT
-to the launcher is forwarded to every worker (SIGUSR1 only when the launcher is told to handle it:
-``PET_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1``), and the launcher kills workers that
-have not exited after ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (30 by default; raise it above the
-length of a generation batch plus a checkpoint). After ``trainer.train()`` returns,
-:func:`exit_if_preempted` ends every process with exit code ``128 + signal`` (143 for SIGTERM, 130 for
-SIGINT, 138 for SIGUSR1), so a scheduler or wrapper sees a run that did not finish and requeues it (the
-launcher reports the failed workers and exits non-zero itself); rerunning the same command resumes from
-the checkpoint (the training entry resumes from the last checkpoint in ``output_dir``). A second signal
-of the same kind, a few seconds after the first, goes to the handler that was there before (by default: the
-process ends at once, without a checkpoint); a repeat within ``duplicate_window`` seconds (the launcher's
-forward of a signal the scheduler also sent to the worker, or a terminal's Ctrl-C reaching launcher and
-workers) counts as the same request.
+A SIGTERM or SIGINT (and the recipe's ``preemption_signals``) sets a flag; at the end of the generation batch in
+progress every process learns whether any was signalled, all write a checkpoint and leave the training loop,
+and each exits with ``128 + signal`` (143 for SIGTERM) so a scheduler requeues the run, which then resumes
+from that checkpoint. Under ``torchrun`` / ``accelerate launch`` the launcher forwards SIGTERM and SIGINT to
+every worker (SIGUSR1 only with ``PET_SIGNALS_TO_HANDLE``) and kills workers still running after
+``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (30 by default: raise it above a generation batch plus a
+checkpoint). A second signal of the same kind stops at once, unless it comes within ``duplicate_window``
+seconds of the first (a launcher's forward of the same request).
 """
 
 from __future__ import annotations
@@ -61,10 +52,7 @@ def _signal_name(signum: int) -> str:
 
 
 def _max_across_processes(value: int) -> int:
-    """The maximum of ``value`` over all processes (itself when there is no process group).
-
-    Every process must call this at the same point of training (it is a collective operation).
-    """
+    """The maximum of ``value`` over all processes (a collective: every process calls it at the same point)."""
     import torch
     import torch.distributed as dist
 
@@ -88,7 +76,7 @@ def _max_across_processes(value: int) -> int:
 
 
 def _micro_steps_per_generation(args: Any) -> int:
-    """Micro-steps per generation batch: ``steps_per_generation * num_iterations`` (1 for a plain Trainer)."""
+    """Micro-steps per generation batch: ``steps_per_generation x num_iterations`` (1 for a plain Trainer)."""
     spg = getattr(args, "steps_per_generation", None)
     if not isinstance(spg, int) or spg < 1:
         return 1
@@ -106,47 +94,21 @@ def _at_generation_boundary(args: Any, state: Any) -> bool:
     return (state.global_step * ga) % _micro_steps_per_generation(args) == 0
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Preemption
-# ----------------------------------------------------------------------------------------------------------
-
-
 class PreemptionCallback(TrainerCallback):
-    """On SIGTERM / SIGINT: finish the optimizer step, write a checkpoint there, stop training cleanly.
+    """On a preemption signal: write a checkpoint at the end of the generation batch in progress and stop.
 
-    The signal handler (installed at ``on_train_begin`` from the main thread only, removed again at
-    ``on_train_end``) only records the signal. At every ``on_step_end`` the processes take the maximum of
-    their recorded signal numbers (one ``int64`` ``all_reduce``; a scheduler may signal only some ranks),
-    so they all agree; if any process was signalled, ``control.should_save``, ``should_log`` and
-    ``should_training_stop`` are set: the trainer writes ``checkpoint-<global_step>`` and leaves the loop.
-
-    Chaining: the first delivery of a signal also calls the previous handler when that is a Python
-    function other than ``signal.default_int_handler`` (defaults that would end the process are not called
-    then). A second delivery of the same signal restores the previous handler and hands the signal to it:
-    a second Ctrl-C (or a scheduler's second SIGTERM) stops at once, without a checkpoint. A signal that
-    arrives outside training (between ``on_train_end`` and a later ``on_train_begin``) is handed on as well.
-
-    After ``trainer.train()`` returns, :attr:`preempted` tells whether the run stopped for a signal and
-    :attr:`exit_code` is ``128 + signal number`` (143 for SIGTERM), the code to exit with
-    (:func:`exit_if_preempted`). A signal that arrives before training starts (model loading) or after its
-    last step is not turned into a checkpoint.
-
-    Generation batches: with GRPO's ``steps_per_generation * num_iterations`` larger than
-    ``gradient_accumulation_steps``, one generation batch spans several optimizer steps, and TRL does not
-    checkpoint its buffer of generated rollouts (nor its micro-step counter): a run resumed from inside a
-    generation batch regenerates there and its later generation batches are shifted. So by default the
-    checkpoint is deferred to the end of the generation batch in progress (at most
-    ``steps_per_generation * num_iterations / gradient_accumulation_steps - 1`` more optimizer steps; pick the
-    scheduler's warning time accordingly); ``align_to_generation_batch=False`` stops at the next optimizer
-    step instead. At ``on_train_begin`` a warning is logged when ``save_steps`` would place regular
-    checkpoints inside generation batches, for the same reason.
+    The signal handler (installed at ``on_train_begin`` from the main thread, removed at ``on_train_end``)
+    only records the signal; at every ``on_step_end`` the processes take the maximum of their recorded signals
+    (one ``all_reduce``; a scheduler may signal only some ranks), and if any was signalled they set
+    ``should_save`` and ``should_training_stop``. TRL does not checkpoint its buffer of generated rollouts,
+    so by default the checkpoint waits for the end of the generation batch in progress. The first delivery
+    also calls a previous Python handler (but ``signal.default_int_handler``); a second one, outside
+    ``duplicate_window``, restores the previous handler and hands the signal to it (a stop without checkpoint).
 
     Args:
-        signals: signal names or numbers to handle. SIGUSR1 is useful where the scheduler can send an early
-            warning signal (Slurm ``--signal=USR1@300``, which reaches every task) ahead of its SIGTERM.
-        align_to_generation_batch: write the checkpoint only at the end of a generation batch (see above).
-        duplicate_window: seconds after the first delivery of a signal in which a repeat of it counts as the
-            same request rather than as "stop at once" (0: every repeat stops at once).
+        signals: signal names or numbers to handle (SIGUSR1: Slurm's ``--signal=USR1@300`` warning).
+        align_to_generation_batch: write the checkpoint only at the end of a generation batch.
+        duplicate_window: seconds after the first delivery in which a repeat counts as the same request.
     """
 
     def __init__(
@@ -171,16 +133,10 @@ class PreemptionCallback(TrainerCallback):
         self._previous: dict[int, _Handler] = {}
         self._active = False
 
-    # -- signal handling ---------------------------------------------------------------------------------
-
     @property
     def exit_code(self) -> int | None:
         """``128 + signal number`` after a preemption stop (143 for SIGTERM), else None."""
         return None if self.preempted_signal is None else 128 + self.preempted_signal
-
-    @property
-    def installed(self) -> bool:
-        return bool(self._previous)
 
     def install_signal_handlers(self) -> bool:
         """Installs the handlers (main thread only); returns whether they are installed."""
@@ -246,8 +202,6 @@ class PreemptionCallback(TrainerCallback):
         elif previous == signal.SIG_DFL or previous is None:
             os.kill(os.getpid(), signum)
         # SIG_IGN: ignored, as before.
-
-    # -- trainer hooks -----------------------------------------------------------------------------------
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.received = None
@@ -340,10 +294,8 @@ def _callbacks_of(source: Any) -> list[Any]:
 
 
 def preemption_exit_code(source: Any) -> int | None:
-    """The exit code of a preempted run (``128 + signal``), or None if it was not preempted.
-
-    ``source`` is a trainer, a callback or a list of callbacks.
-    """
+    """The exit code (``128 + signal``) of a preempted run, None if it was not; ``source`` is a trainer, a
+    callback or a list of callbacks."""
     for callback in _callbacks_of(source):
         if isinstance(callback, PreemptionCallback) and callback.preempted:
             return callback.exit_code
@@ -351,13 +303,8 @@ def preemption_exit_code(source: Any) -> int | None:
 
 
 def exit_if_preempted(trainer: Any) -> None:
-    """After ``trainer.train()``: if it stopped for a preemption signal, wait for all processes, end the
-    trainer (``trainer.end()``: trackers finished, process group destroyed), then exit.
-
-    The exit code is ``128 + signal`` (143 for SIGTERM), on every process: not zero, so that a scheduler or
-    wrapper requeues the run, which then resumes from the checkpoint just written. Does nothing when the run
-    finished. Call it before saving the final model or pushing (a preempted run is not finished).
-    """
+    """After ``trainer.train()``: if it stopped for a preemption signal, waits for every process, ends the
+    trainer (trackers finished, process group destroyed) and exits with ``128 + signal``; else nothing."""
     code = preemption_exit_code(trainer)
     if code is None:
         return

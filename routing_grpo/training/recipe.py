@@ -1,8 +1,8 @@
-"""The recipe, checked before anything loads: reading the YAML, its keys and value types against the three
-argument classes, renamed and forbidden keys, and what the settings and this machine can tell (preflight).
+"""The recipe and the launch, checked before anything loads: the YAML's keys and value types against the three
+argument classes, the command line, and what the settings, the launch and this machine can tell
+(:func:`preflight`).
 
-Every problem is a :class:`~routing_grpo.io.errors.UsageError` naming the key (one line, exit code 2), found
-before the data and the (possibly large) model load. Nothing here changes the settings it checks.
+Every problem is a :class:`~routing_grpo.io.errors.UsageError` naming the key (one line, exit code 2).
 """
 
 from __future__ import annotations
@@ -10,18 +10,22 @@ from __future__ import annotations
 import difflib
 import enum
 import importlib.util
+import logging
+import netrc
 import os
 import re
+import sys
 import types
 import typing
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
-from trl import ModelConfig, TrlParser
+from trl import ModelConfig
 
 from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, parse_modes
-from routing_grpo.io.errors import OneLineParser, UsageError, one_line, user_errors
+from routing_grpo.io.errors import UsageError, one_line, user_errors
 from routing_grpo.io.paths import check_output_folder, hub_offline, looks_local
 from routing_grpo.io.recipe_file import (
     RecipeFileError,
@@ -30,38 +34,30 @@ from routing_grpo.io.recipe_file import (
     message_key_line,
     read_recipe_file,
 )
-from routing_grpo.training.arguments import DATACLASS_TYPES, RoutingScriptArguments, recipe_fields
+from routing_grpo.training.arguments import RoutingScriptArguments, recipe_fields
 from routing_grpo.training.config import RoutingGRPOConfig
-from routing_grpo.training.launch_checks import report_targets
 
-# ----------------------------------------------------------------------------------------------------------
-# Reading and checking the recipe (its keys against the three argument classes)
-# ----------------------------------------------------------------------------------------------------------
-
+logger = logging.getLogger(__name__)
 
 # Keys of the recipe's `env:` mapping that look like credentials: those come from the real environment only.
 SECRET_ENV_WORDS = ("TOKEN", "API_KEY", "SECRET", "PASSWORD")
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+# attn_implementation -> the module it needs.
+ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2", ".tmpl", ".txt")
+# transformers' TrainingArguments.project default (used only by trackio).
+DEFAULT_PROJECT = "huggingface"
+# A push's first look at the Hub: long enough for a slow network, short enough that no one waits on a dead one.
+HUB_CHECK_TIMEOUT = 10.0
 
 
-# Keys that once meant something else here, or that transformers dropped: the message says what to write.
-RENAMED_KEYS = {
-    "lr_warmup_steps": "the learning-rate warmup is TRL's `warmup_steps` (optimizer steps, or a fraction < 1 "
-    "of the run); the routing warmup is `routing_warmup_steps`",
-    "warmup_ratio": "transformers 5 folded it into `warmup_steps`: write `warmup_steps: 0.1` for a 10% "
-    "learning-rate warmup (a value below 1 is a share of the run)",
-    # open-r1's GRPO keys, which mean something else (or nothing) here.
-    "system_prompt": "the routing instruction is appended to the user turn (`routing_instruction`); a system "
-    "turn, if the model needs one, belongs in `chat_template`",
-    "dataset_prompt_column": "the problem is read from a `problem` (or `question`) column and the reference "
-    'from `answer_column`; rename your columns (docs/training.md, "Train on your own data")',
-    "dataset_name": "the data is `task` (a registered task) or `dataset_path` (a Hub name or local file)",
-    "reward_funcs": "the reward is the method's own (mode, correctness and length; "
-    'docs/method.md "Reward"); the answer check is `verifier`',
-}
+# ----------------------------------------------------------------------------------------------------------
+# The recipe's keys and the command line
+# ----------------------------------------------------------------------------------------------------------
 
 
 def read_recipe(path: str | Path) -> dict[str, Any]:
-    """The recipe file's mapping (:func:`routing_grpo.io.recipe_file.read_recipe_file`); a bad file is one line."""
+    """The recipe file's mapping (:func:`~routing_grpo.io.recipe_file.read_recipe_file`); a bad file is one line."""
     path = Path(path)
     if path.is_dir():
         raise UsageError(f"--config: {path} is a folder; give a recipe YAML file (recipes/*.yaml)")
@@ -145,75 +141,22 @@ def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
                     problems.append(
                         f"env.{name}: credentials are read from the environment only; do not put them in a recipe"
                     )
-            continue
-        if key == "hub_token":
+        elif key == "hub_token":
             problems.append(
                 "hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`); "
                 "remove it from the recipe"
             )
-            continue
-        if key not in known and key in RENAMED_KEYS:
-            problems.append(f"{key}: not a recipe key here; {RENAMED_KEYS[key]}")
-            continue
-        if key not in known:
+        elif key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             problems.append(f"{key}: unknown recipe key{hint}")
-            continue
-        _, tp = known[key]
-        if not value_matches(value, tp):
+        elif not value_matches(value, known[key][1]):
+            tp = known[key][1]
             problems.append(
                 f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}{_choices(tp)}"
             )
     if problems:
         raise UsageError(f"{source}: " + "; ".join(problems))
-
-
-def _looks_like_batch_count(value: Any) -> bool:
-    """Whether a ``warmup_steps`` value reads like the old routing warmup (a whole number of batches)."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int):
-        return True
-    if isinstance(value, float):
-        return value.is_integer()
-    if isinstance(value, str):
-        try:
-            return float(value).is_integer()
-        except ValueError:
-            return False
-    return False
-
-
-def check_warmup_keys(recipe: dict[str, Any], cli_values: dict[str, str], source: str = "recipe") -> None:
-    """Refuses a ``warmup_steps`` that reads like the routing warmup of older routing-grpo recipes.
-
-    ``warmup_steps`` is TRL's learning-rate warmup (optimizer steps, or a share of the run when below 1); the
-    routing warmup (generation batches with forced rollouts) is ``routing_warmup_steps``. Older recipes used
-    ``warmup_steps: 45`` for the routing warmup, which would now silently become 45 optimizer steps of
-    learning-rate warmup and the paper's default routing warmup. So a whole-number ``warmup_steps`` (recipe or
-    command line) is accepted only when ``routing_warmup_steps`` is stated too; a fraction is unambiguous.
-    """
-    if "routing_warmup_steps" in recipe or "routing_warmup_steps" in cli_values:
-        return
-    if "warmup_steps" in cli_values:
-        where, value = "--warmup_steps", cli_values["warmup_steps"]
-    elif "warmup_steps" in recipe:
-        where, value = f"{source}: warmup_steps", recipe["warmup_steps"]
-    else:
-        return
-    if _looks_like_batch_count(value):
-        raise UsageError(
-            f"{where}: {value!r} is TRL's learning-rate warmup in optimizer steps, not the routing warmup; "
-            "the routing warmup (generation batches with forced rollouts, the paper's 45) is "
-            "`routing_warmup_steps`. Rename the key if you meant the routing warmup; if you meant "
-            "learning-rate warmup, state `routing_warmup_steps` as well"
-        )
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The command line (every recipe key is also --KEY VALUE)
-# ----------------------------------------------------------------------------------------------------------
 
 
 def command_line_values(argv: list[str]) -> dict[str, str]:
@@ -249,7 +192,7 @@ def take_option(argv: list[str], flag: str) -> tuple[list[str], str | None]:
 
 def check_command_line(argv: list[str]) -> tuple[str | None, dict[str, Any]]:
     """The recipe's path and contents (None and {} without ``--config``), checked with the command line's
-    keys before anything is parsed into the argument classes or loaded."""
+    keys before anything is parsed into the argument classes."""
     path = None
     recipe: dict[str, Any] = {}
     if "--config" not in argv and "model_name_or_path" not in command_line_values(argv):
@@ -264,15 +207,9 @@ def check_command_line(argv: list[str]) -> tuple[str | None, dict[str, Any]]:
         path = argv[i + 1]
         recipe = read_recipe(path)
         check_recipe(recipe, source=str(path))
-    check_warmup_keys(recipe, command_line_values(argv), source=str(path or "recipe"))
     given = {**recipe, **command_line_values(argv)}
-    if given.get("max_steps") not in (None, -1, "-1", "null", "None") and given.get(
-        "total_batch_steps"
-    ) not in (
-        None,
-        "null",
-        "None",
-    ):
+    unset = (None, "null", "None")
+    if given.get("max_steps") not in (*unset, -1, "-1") and given.get("total_batch_steps") not in unset:
         raise UsageError(
             f"max_steps: {given['max_steps']} set beside total_batch_steps: {given['total_batch_steps']}, which "
             "decides the run's length (max_steps = total_batch_steps x optimizer steps per generation batch); "
@@ -289,19 +226,9 @@ def check_command_line(argv: list[str]) -> tuple[str | None, dict[str, Any]]:
     return path, recipe
 
 
-class TrainParser(OneLineParser, TrlParser):
-    """TRL's parser (recipe YAML + every option of the three argument classes) with one-line errors."""
-
-
-def train_parser(prog: str = "routing-grpo train") -> TrainParser:
-    # No abbreviations: `--total_batch_step 6` is an unknown option, not total_batch_steps.
-    return TrainParser(DATACLASS_TYPES, prog=prog, allow_abbrev=False)
-
-
 def parse_error_line(err: ValueError, recipe: Path | None, command_line: Any = ()) -> str:
     """A settings error while parsing, as one line in recipe terms (:func:`parser_problem`); a value the
     recipe file holds (not one the command line overrides) is named by its ``recipe:line``."""
-
     message = parser_problem(" ".join(str(err).split()))
     line = message_key_line(recipe, message, skip=command_line) if recipe is not None else None
     return f"{recipe}:{line}: {message}" if line else message
@@ -314,11 +241,7 @@ def parser_problem(message: str) -> str:
         flags = [a for a in re.findall(r"'([^']*)'", unused.group(1)) if a.startswith("--")]
         hints = []
         for flag in flags:
-            key = flag[2:].split("=")[0].replace("-", "_")
-            if key in RENAMED_KEYS:
-                hints.append(f"{flag}: {RENAMED_KEYS[key]}")
-                continue
-            close = difflib.get_close_matches(key, recipe_fields(), n=1)
+            close = difflib.get_close_matches(flag[2:].split("=")[0].replace("-", "_"), recipe_fields(), n=1)
             if close:
                 hints.append(f"{flag}: did you mean --{close[0]}?")
         hint = "; ".join(hints)
@@ -337,7 +260,6 @@ def parser_problem(message: str) -> str:
 
 def set_modes_text(training_args: RoutingGRPOConfig, text: str) -> None:
     """``--modes`` from the command line: a list of mappings as JSON or YAML text."""
-
     try:
         modes = load_yaml_text(text)
     except yaml.YAMLError as err:
@@ -346,19 +268,102 @@ def set_modes_text(training_args: RoutingGRPOConfig, text: str) -> None:
         training_args.set_modes(modes)
 
 
+def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
+    """The ``modes`` of a recipe YAML (the paper's defaults when the recipe does not set them), read by the
+    trainer's own recipe reader so every command refuses a bad file with the same line."""
+    recipe = read_recipe(path)
+    if "modes" not in recipe:
+        return DEFAULT_MODES
+    try:
+        return parse_modes(recipe["modes"])
+    except (TypeError, ValueError) as err:
+        message = str(err)
+        raise UsageError(
+            located(path, message if message.startswith("modes") else f"modes: {message}")
+        ) from None
+
+
 # ----------------------------------------------------------------------------------------------------------
-# Preflight: what the settings and this machine can tell before anything loads
+# Preflight: what the settings, the launch and this machine can tell before anything loads
 # ----------------------------------------------------------------------------------------------------------
 
 
-DTYPES = ("auto", "bfloat16", "float16", "float32")
+def preflight(
+    script_args: RoutingScriptArguments, training_args: RoutingGRPOConfig, model_args: ModelConfig
+) -> dict[int, float] | None:
+    """Refuses (:class:`UsageError`) what the settings and this machine can tell before any data or model
+    loads; warns of a launch that runs fewer processes than asked; sets up the trackers.
 
+    Returns:
+        The training level mix as read (None without one).
+    """
+    from routing_grpo.core.verifiers import resolve_verifier
+    from routing_grpo.data.datasets import TASKS, parse_level_mix
 
-# attn_implementation -> the module it needs.
-ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+    if training_args.hub_token:
+        raise UsageError(
+            "hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`)"
+        )
+    if training_args.push_to_hub:
+        problem = hub_push_problem()
+        if problem:
+            raise UsageError(
+                f"push_to_hub: true, but {problem}; nothing was trained. Train with push_to_hub false and "
+                "upload the folder later (`hf upload`), or push from a machine that reaches the Hub"
+            )
+    for key in ("task", "eval_task"):
+        name = getattr(script_args, key)
+        if name is not None and name not in TASKS:
+            close = difflib.get_close_matches(name, list(TASKS), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise UsageError(f"{key}: unknown task {name!r}{hint}; known tasks: {sorted(TASKS)}")
+    resume = training_args.resume_from_checkpoint
+    if isinstance(resume, str) and resume.lower() not in ("true", "false") and not Path(resume).is_dir():
+        raise UsageError(f"resume_from_checkpoint: no such checkpoint folder: {resume}")
+    level_mix = None
+    if script_args.train_level_mix is not None:
+        with user_errors("train_level_mix", ValueError):
+            level_mix = parse_level_mix(script_args.train_level_mix)
+    for key in ("dataset_path", "eval_dataset_path"):
+        value = getattr(script_args, key)
+        if value and looks_local(value) and not Path(value).expanduser().exists():
+            raise UsageError(f"{key}: no such file or folder: {value}")
+    if model_args.dtype not in (None, *DTYPES):
+        raise UsageError(f"dtype: expected one of {list(DTYPES)}, got {model_args.dtype!r}")
+    if not str(training_args.output_dir or "").strip():
+        raise UsageError(
+            "output_dir: empty; give the run a folder (without output_dir a recipe's run writes to "
+            "outputs/<recipe name>/seed<seed>)"
+        )
+    output_dir = Path(training_args.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UsageError(f"output_dir: {output_dir} exists and is not a folder")
+    check_output_folder(output_dir, "output_dir")  # read-only, or under a file: before anything loads
+    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
 
-
-TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2", ".tmpl", ".txt")
+    known = sorted(INTEGRATION_TO_CALLBACK)
+    unknown = [r for r in report_targets(training_args) if r not in (*known, "all", "none")]
+    if unknown:
+        raise UsageError(f"report_to: unknown {unknown}; expected some of {known}, or none")
+    if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
+        raise UsageError(
+            "use_vllm: true, but vLLM is not installed here (`make install-gpu`); set use_vllm: false to "
+            "generate with transformers"
+        )
+    module = ATTENTION_MODULES.get(model_args.attn_implementation or "")
+    if module and importlib.util.find_spec(module) is None:
+        raise UsageError(
+            f"attn_implementation: {model_args.attn_implementation} needs the {module} package, which is not "
+            "installed; use sdpa (or eager)"
+        )
+    with user_errors("verifier", ValueError, ImportError):
+        resolve_verifier(training_args.verifier)
+    check_chat_template_setting(script_args.chat_template)
+    line = process_count_warning(os.environ, training_args.world_size, launcher_argv())
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    check_trackers(script_args, training_args)
+    return level_mix
 
 
 def check_chat_template_setting(value: str | None) -> None:
@@ -384,111 +389,127 @@ def check_chat_template_setting(value: str | None) -> None:
         ) from None
 
 
-def hub_push_problem() -> str | None:
+def hub_push_problem(timeout: float = HUB_CHECK_TIMEOUT) -> str | None:
     """Why a push to the Hub cannot work from here (None when it can): the Hub switched off
-    (``HF_HUB_OFFLINE``), no token (``HF_TOKEN`` or ``hf auth login``), or a Hub that does not answer or
-    refuses the token (:func:`routing_grpo.training.hub.hub_unreachable`, a short authenticated call)."""
+    (``HF_HUB_OFFLINE``), no token, or a Hub that does not answer or refuses the token (one ``whoami`` call
+    with a short timeout)."""
     if hub_offline():
         return "the Hub is offline here (HF_HUB_OFFLINE is set)"
-    from huggingface_hub import get_token
+    from huggingface_hub import constants, get_token
+    from huggingface_hub.utils import build_hf_headers, get_session
 
     token = get_token()
     if not token:
         return "no Hub token (set HF_TOKEN or run `hf auth login`)"
-    from routing_grpo.training.hub import hub_unreachable
+    url = f"{constants.ENDPOINT}/api/whoami-v2"
+    try:
+        response = get_session().get(url, headers=build_hf_headers(token=token), timeout=timeout)
+    except Exception as err:  # httpx / requests / OS errors: each library names them differently
+        return f"the Hub ({constants.ENDPOINT}) cannot be reached from here ({type(err).__name__}: {one_line(err)})"
+    if response.status_code == 401:
+        return "the Hub refuses the token (HTTP 401; check HF_TOKEN or run `hf auth login`)"
+    if response.status_code >= 400:
+        return f"the Hub answered HTTP {response.status_code} to a check of the token ({url})"
+    return None
 
-    return hub_unreachable(token)
+
+def launcher_argv(pid: int | None = None) -> list[str]:
+    """The parent process's command line (``accelerate launch ...``) where /proc shows it; else []."""
+    try:
+        raw = Path(f"/proc/{os.getppid() if pid is None else pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
-def preflight(
-    script_args: RoutingScriptArguments, training_args: RoutingGRPOConfig, model_args: ModelConfig
-) -> dict[int, float] | None:
-    """What the settings and this machine can tell before any data or model loads (:class:`UsageError`).
+def asked_processes(argv: Sequence[str]) -> int | None:
+    """``--num_processes N`` (or ``=N``) of an accelerate command line; None when it does not say."""
+    for i, word in enumerate(argv):
+        value = None
+        if word == "--num_processes" and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif word.startswith("--num_processes="):
+            value = word.split("=", 1)[1]
+        if value is not None:
+            return int(value) if value.isdigit() else None
+    return None
 
-    Returns the training level mix as read (None without one); the settings themselves are left as given.
+
+def process_count_warning(
+    env: Mapping[str, str], world_size: int, launcher: Sequence[str] = ()
+) -> str | None:
+    """The warning for a launch that asked for more processes than it runs (None when it did not).
+
+    accelerate's simple launcher (a non-GPU config without ``--multi_gpu``) starts the script once; it alone
+    sets ``ACCELERATE_USE_CPU``, and ``MASTER_PORT`` only when several processes were asked for, while
+    torch's launcher sets ``WORLD_SIZE``. The count asked for is read from the launcher's command line.
     """
-    from routing_grpo.data.tasks import task_names
+    if "ACCELERATE_USE_CPU" not in env or "WORLD_SIZE" in env or "MASTER_PORT" not in env:
+        return None
+    asked = asked_processes(launcher)
+    if asked is not None and asked <= world_size:
+        return None
+    count = f"{asked} processes" if asked is not None else "several processes"
+    return (
+        f"routing-grpo train: warning: accelerate launch was asked for {count} but runs {world_size}: with this "
+        "config and without --multi_gpu its simple launcher starts the script once; add --multi_gpu (torch's "
+        "launcher; the recipe's use_cpu: true keeps it on CPU) to train in every process"
+    )
 
-    if training_args.hub_token:
-        raise UsageError(
-            "hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`)"
-        )
-    if training_args.push_to_hub:
-        problem = hub_push_problem()
-        if problem:
-            raise UsageError(
-                f"push_to_hub: true, but {problem}; nothing was trained. Train with push_to_hub false and "
-                "upload the folder later (`hf upload`), or push from a machine that reaches the Hub"
-            )
-    for key in ("task", "eval_task"):
-        name = getattr(script_args, key)
-        if name is not None and name not in task_names():
-            close = difflib.get_close_matches(name, task_names(), n=1)
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise UsageError(f"{key}: unknown task {name!r}{hint}; known tasks: {task_names()}")
-    resume = training_args.resume_from_checkpoint
-    if isinstance(resume, str) and resume.lower() not in ("true", "false") and not Path(resume).is_dir():
-        raise UsageError(f"resume_from_checkpoint: no such checkpoint folder: {resume}")
-    level_mix = None
-    if script_args.train_level_mix is not None:
-        from routing_grpo.data.datasets import parse_level_mix
 
-        with user_errors("train_level_mix", ValueError):
-            level_mix = parse_level_mix(script_args.train_level_mix)
-    for key in ("dataset_path", "eval_dataset_path"):
-        value = getattr(script_args, key)
-        if value and looks_local(value) and not Path(value).expanduser().exists():
-            raise UsageError(f"{key}: no such file or folder: {value}")
-    if model_args.dtype not in (None, *DTYPES):
-        raise UsageError(f"dtype: expected one of {list(DTYPES)}, got {model_args.dtype!r}")
-    if not str(training_args.output_dir or "").strip():
+def report_targets(training_args: RoutingGRPOConfig) -> list[str]:
+    """``report_to`` as a list (transformers takes one name or a list)."""
+    report_to = training_args.report_to or []
+    return [report_to] if isinstance(report_to, str) else list(report_to)
+
+
+def check_trackers(script_args: RoutingScriptArguments, training_args: RoutingGRPOConfig) -> None:
+    """Refuses a ``report_to`` whose package is missing (transformers would say so once the model has
+    loaded); names trackio's project after the run; lets wandb without credentials log offline."""
+    from transformers.integrations.integration_utils import (
+        INTEGRATION_TO_CALLBACK,
+        get_available_reporting_integrations,
+    )
+
+    targets = report_targets(training_args)
+    available = set(get_available_reporting_integrations())
+    missing = [t for t in targets if t in INTEGRATION_TO_CALLBACK and t not in available]
+    if missing:
         raise UsageError(
-            "output_dir: empty; give the run a folder (without output_dir a recipe's run writes to "
-            "outputs/<recipe name>/seed<seed>)"
+            f"report_to: {', '.join(missing)} is not installed here (`pip install {' '.join(missing)}`), "
+            "or leave it out of report_to (none: no tracker)"
         )
-    output_dir = Path(training_args.output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise UsageError(f"output_dir: {output_dir} exists and is not a folder")
-    check_output_folder(output_dir, "output_dir")  # read-only, or under a file: before anything loads
+    if ("trackio" in targets or "all" in targets) and training_args.project == DEFAULT_PROJECT:
+        recipe = getattr(script_args, "recipe_path", None)
+        training_args.project = (
+            f"{Path(recipe).stem}-seed{training_args.seed}"
+            if recipe
+            else Path(training_args.output_dir).resolve().name
+        )
+    configure_tracking(training_args)
+
+
+def configure_tracking(training_args: RoutingGRPOConfig, environ: dict[str, str] | None = None) -> str | None:
+    """wandb without credentials logs offline (sync later with ``wandb sync``) instead of failing.
+
+    Returns:
+        The WANDB_MODE in effect when wandb is a ``report_to`` target, else None.
+    """
+    env = os.environ if environ is None else environ
     report_to = report_targets(training_args)
+    if "wandb" not in report_to and "all" not in report_to:
+        return None
+    if "WANDB_MODE" not in env and not _wandb_has_credentials(env):
+        env["WANDB_MODE"] = "offline"
+        logger.warning("wandb: no credentials (WANDB_API_KEY or `wandb login`); logging offline")
+    return env.get("WANDB_MODE", "online")
+
+
+def _wandb_has_credentials(env: Mapping[str, str]) -> bool:
+    if env.get("WANDB_API_KEY"):
+        return True
     try:
-        from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-
-        known = sorted(INTEGRATION_TO_CALLBACK)
-    except ImportError:  # pragma: no cover - other transformers versions
-        known = []
-    unknown = [r for r in report_to if known and r not in (*known, "all", "none")]
-    if unknown:
-        raise UsageError(f"report_to: unknown {unknown}; expected some of {known}, or none")
-    if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
-        raise UsageError(
-            "use_vllm: true, but vLLM is not installed here (`make install-gpu`); set use_vllm: false to "
-            "generate with transformers"
-        )
-    module = ATTENTION_MODULES.get(model_args.attn_implementation or "")
-    if module and importlib.util.find_spec(module) is None:
-        raise UsageError(
-            f"attn_implementation: {model_args.attn_implementation} needs the {module} package, which is not "
-            "installed; use sdpa (or eager)"
-        )
-    from routing_grpo.core.verifiers import resolve_verifier
-
-    with user_errors("verifier", ValueError, ImportError):
-        resolve_verifier(training_args.verifier)
-    check_chat_template_setting(script_args.chat_template)
-    return level_mix
-
-
-def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
-    """The ``modes`` of a recipe YAML (the paper's defaults when the recipe does not set them), read by the
-    trainer's own recipe reader so both commands refuse a bad file with the same line."""
-    recipe = read_recipe(path)
-    if "modes" not in recipe:
-        return DEFAULT_MODES
-    try:
-        return parse_modes(recipe["modes"])
-    except (TypeError, ValueError) as err:
-        message = str(err)
-        raise UsageError(
-            located(path, message if message.startswith("modes") else f"modes: {message}")
-        ) from None
+        host = netrc.netrc(env.get("NETRC") or None).authenticators("api.wandb.ai")
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
+        return False
+    return bool(host and host[2])

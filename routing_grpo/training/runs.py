@@ -1,10 +1,9 @@
 """One run, one folder: a run is its recipe and seed, and its folder (and every checkpoint in it) says so.
 
 A recipe's run writes to ``outputs/<recipe name>/seed<seed>`` unless told otherwise; another recipe's or
-seed's folder or checkpoint is never trained into or resumed from, and a finished run is not trained again.
-Each refusal is a :class:`~routing_grpo.io.errors.UsageError` naming both runs. One process trains into a
-folder at a time: :func:`run_folder_lock` (the lock of :mod:`routing_grpo.io.locks`). A run resumes only
-from a complete checkpoint (:mod:`routing_grpo.io.checkpoints`), the latest one, and says which.
+seed's folder or checkpoint is never trained into or resumed from, and a finished run is not trained again
+(each refusal a :class:`~routing_grpo.io.errors.UsageError` naming both runs). One process trains into a
+folder at a time, and a run resumes only from the latest complete checkpoint (:mod:`routing_grpo.io.checkpoints`).
 """
 
 from __future__ import annotations
@@ -43,15 +42,19 @@ def run_identity(script_args: Any, training_args: RoutingGRPOConfig) -> dict[str
     }
 
 
+def _read_identity(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
 def read_run_identity(checkpoint: str | Path) -> dict[str, Any] | None:
     """The identity stored in a checkpoint, else in the run folder holding it; None when neither has one."""
     folder = Path(checkpoint)
     for candidate in (folder / RUN_FILE, folder.parent / RUN_FILE):
         if candidate.is_file():
-            try:
-                return json.loads(candidate.read_text())
-            except (OSError, ValueError):
-                return None
+            return _read_identity(candidate)
     return None
 
 
@@ -59,26 +62,6 @@ def write_run_identity(folder: str | Path, identity: dict[str, Any]) -> None:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     (folder / RUN_FILE).write_text(json.dumps(identity, indent=2) + "\n")
-
-
-def check_resume(checkpoint: str | Path | None, identity: dict[str, Any]) -> None:
-    """Refuses (:class:`UsageError`, naming both) to resume from a checkpoint of another recipe or seed.
-
-    A checkpoint written before run identities were stored, or a run without a recipe, is not compared on
-    the recipe; the seed always is when the checkpoint has one.
-    """
-    if not checkpoint or not isinstance(checkpoint, str | Path) or not Path(checkpoint).is_dir():
-        return
-    stored = read_run_identity(checkpoint)
-    if not stored:
-        return
-    if is_another_run(stored, identity):
-        raise UsageError(
-            f"resume: {checkpoint} is a checkpoint of recipe {stored.get('recipe')!r} with seed "
-            f"{stored.get('seed')}, but this run is recipe {identity['recipe']!r} with seed {identity['seed']}. "
-            "One run, one folder: give this run its own --output_dir (without one, a recipe's run writes to "
-            f"{DEFAULT_OUTPUT_ROOT}/<recipe name>/seed<seed>), or resume_from_checkpoint a checkpoint of this run"
-        )
 
 
 def is_another_run(stored: dict[str, Any], identity: dict[str, Any]) -> bool:
@@ -91,20 +74,97 @@ def is_another_run(stored: dict[str, Any], identity: dict[str, Any]) -> bool:
     return seed_differs or recipe_differs
 
 
-def _folder_identity(folder: str | Path) -> dict[str, Any] | None:
-    path = Path(folder) / RUN_FILE
-    if not path.is_file():
-        return None
+def _another_run(
+    what: str, stored: dict[str, Any], identity: dict[str, Any], instead: str = ""
+) -> UsageError:
+    return UsageError(
+        f"{what} recipe {stored.get('recipe')!r} with seed "
+        f"{stored.get('seed')}, but this run is recipe {identity['recipe']!r} with seed {identity['seed']}. "
+        "One run, one folder: give this run its own --output_dir (without one, a recipe's run writes to "
+        f"{DEFAULT_OUTPUT_ROOT}/<recipe name>/seed<seed>){instead}"
+    )
+
+
+@contextlib.contextmanager
+def run_folder(
+    script_args: Any, training_args: RoutingGRPOConfig
+) -> Iterator[tuple[dict[str, Any], str | None] | None]:
+    """Holds the run folder's lock (``output_dir/_routing_grpo.lock``) and yields :func:`check_run_folder`'s
+    answer: another training into the same folder is refused at once, naming the holder. Under ``accelerate
+    launch`` the main process takes the lock and tells every process, so all stop with the same line."""
+    import torch.distributed as dist
+
+    lock = problem = None
+    if training_args.process_index == 0:
+        lock = OutputLock(
+            folder_lock_path(training_args.output_dir),
+            flag="output_dir",
+            output=training_args.output_dir,
+            command="routing-grpo train",
+        )
+        try:
+            lock.acquire()
+        except UsageError as err:
+            lock, problem = None, str(err)
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        shared = [problem]
+        dist.broadcast_object_list(shared, src=0)
+        problem = shared[0]
+    if problem:
+        raise UsageError(problem)
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+        yield check_run_folder(script_args, training_args)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def check_run_folder(
+    script_args: Any, training_args: RoutingGRPOConfig
+) -> tuple[dict[str, Any], str | None] | None:
+    """One run, one folder: checks the output folder and the checkpoint to resume from against this run.
+
+    Returns:
+        ``(identity, checkpoint)``: this run's identity and the checkpoint it resumes from (None: afresh);
+        None when this very run has finished in its folder already (nothing to train; a note says so).
+    """
+    identity = run_identity(script_args, training_args)
+    output_dir = training_args.output_dir
+    check_output_folder(output_dir, script_args.overwrite_output_dir)
+    checkpoint = resume_checkpoint(training_args) or None
+    check_resume(checkpoint, identity)
+    stored = _read_identity(Path(output_dir) / RUN_FILE)
+    if not stored:
+        return identity, checkpoint
+    if is_another_run(stored, identity):
+        raise _another_run(f"output_dir: {output_dir} holds the run of", stored, identity)
+    finished = stored.get("finished")
+    if not finished:
+        return identity, checkpoint
+    if finished.get("max_steps") != training_args.max_steps:
+        if checkpoints.latest_complete(output_dir)[0] is not None:
+            return (
+                identity,
+                checkpoint,
+            )  # a longer (or shorter) run resumes from the last checkpoint, as asked
+        raise UsageError(
+            f"output_dir: {output_dir} holds this run finished at {finished.get('global_step')} optimizer steps "
+            f"of {finished.get('max_steps')} and no checkpoint to continue from; this command asks for "
+            f"{training_args.max_steps}. Give it another --output_dir"
+        )
+    if training_args.process_index == 0:
+        print(
+            f"{output_dir}: this run (recipe {identity['recipe']!r}, seed {identity['seed']}) has finished "
+            "already; nothing to train, the final model is left as it is. Remove the folder or give another "
+            "--output_dir to train again.",
+            flush=True,
+        )
+    return None
 
 
 def check_output_folder(output_dir: str | Path, overwrite: bool = False) -> None:
-    """A run trains into a new or empty folder, or one holding a run of this project (its ``routing_run.json``);
-    a folder of other files (a model, an evaluation, the user's own) is refused (:class:`UsageError`, naming
-    some of them) unless ``overwrite``. The run's own lock file is not one of them."""
+    """Refuses (:class:`UsageError`, naming some of them) a folder of other files than a run of this project's
+    (its ``routing_run.json``) and the run's own lock file, unless ``overwrite``."""
     folder = Path(output_dir)
     if overwrite or not folder.is_dir() or (folder / RUN_FILE).is_file():
         return
@@ -117,39 +177,22 @@ def check_output_folder(output_dir: str | Path, overwrite: bool = False) -> None
         )
 
 
-def check_run_folder(output_dir: str | Path, identity: dict[str, Any], max_steps: int) -> bool:
-    """One run, one folder. Refuses (:class:`UsageError`, naming both) a folder that holds another recipe's
-    or seed's run, checkpoints or not; returns True when this very run has finished there already (nothing
-    to train), and refuses a finished run asked for a different length."""
-    stored = _folder_identity(output_dir)
-    if not stored:
-        return False
-    if is_another_run(stored, identity):
-        raise UsageError(
-            f"output_dir: {output_dir} holds the run of recipe {stored.get('recipe')!r} with seed "
-            f"{stored.get('seed')}, but this run is recipe {identity['recipe']!r} with seed {identity['seed']}. "
-            "One run, one folder: give this run its own --output_dir (without one, a recipe's run writes to "
-            f"{DEFAULT_OUTPUT_ROOT}/<recipe name>/seed<seed>)"
-        )
-    finished = stored.get("finished")
-    if not finished:
-        return False
-    if finished.get("max_steps") != max_steps:
-        if checkpoints.latest_complete(output_dir)[0] is not None:
-            return False  # a longer (or shorter) run resumes from the last checkpoint, as asked
-        raise UsageError(
-            f"output_dir: {output_dir} holds this run finished at {finished.get('global_step')} optimizer steps "
-            f"of {finished.get('max_steps')} and no checkpoint to continue from; this command asks for "
-            f"{max_steps}. Give it another --output_dir"
-        )
-    return True
+def check_resume(checkpoint: str | Path | None, identity: dict[str, Any]) -> None:
+    """Refuses (:class:`UsageError`, naming both) to resume from a checkpoint of another recipe or seed."""
+    if not checkpoint or not isinstance(checkpoint, str | Path) or not Path(checkpoint).is_dir():
+        return
+    stored = read_run_identity(checkpoint)
+    if stored and is_another_run(stored, identity):
+        raise _another_run(
+            f"resume: {checkpoint} is a checkpoint of", stored, identity,
+            ", or resume_from_checkpoint a checkpoint of this run",
+        )  # fmt: skip
 
 
 def resume_checkpoint(training_args: RoutingGRPOConfig) -> str | None:
     """The checkpoint this run resumes from: the one asked for (refused in one line when incomplete), else
-    the latest complete one in the output folder (``resume_from_checkpoint: true`` too), incomplete ones
-    after it skipped with a warning naming each; None to start afresh (also ``resume_from_checkpoint:
-    false``)."""
+    the latest complete one in the output folder (``resume_from_checkpoint: true`` too), with a warning
+    naming each incomplete one skipped; None to start afresh (also ``resume_from_checkpoint: false``)."""
     asked = training_args.resume_from_checkpoint
     if isinstance(asked, str) and asked.strip().lower() == "false":
         return None
@@ -172,17 +215,25 @@ def resume_checkpoint(training_args: RoutingGRPOConfig) -> str | None:
     return str(latest) if latest is not None else None
 
 
-def set_aside_incomplete_checkpoints(output_dir: str | Path, resumed: str | None) -> None:
-    """Once the run has started (main process): the incomplete checkpoints past the one it resumes from are
-    renamed out of the Trainer's way (:func:`routing_grpo.io.checkpoints.set_aside_incomplete`), with a note."""
-    for old, new in checkpoints.set_aside_incomplete(output_dir, resumed):
-        logger.warning("%s is incomplete: renamed %s, and its step is saved afresh", old, new.name)
+def claim_run_folder(
+    training_args: RoutingGRPOConfig, identity: dict[str, Any], checkpoint: str | None
+) -> None:
+    """Once the model has loaded: the folder is this run's (main process), the incomplete checkpoints past
+    the one it resumes from are renamed out of the Trainer's way, and a resume says where it starts."""
+    if training_args.process_index == 0:
+        write_run_identity(training_args.output_dir, identity)
+        for old, new in checkpoints.set_aside_incomplete(training_args.output_dir, checkpoint):
+            logger.warning("%s is incomplete: renamed %s, and its step is saved afresh", old, new.name)
+    if checkpoint and training_args.resume_from_checkpoint is None:
+        logger.info("Resuming from %s, the latest complete checkpoint", checkpoint)
 
 
 def run_identity_callback(identity: dict[str, Any]) -> Any:
     """A callback that stores the run identity and the routing settings in every checkpoint saved, then marks
     it complete (:func:`routing_grpo.io.checkpoints.mark_complete`)."""
     from transformers import TrainerCallback
+
+    from routing_grpo.training.settings import save_routing_settings
 
     class RunIdentityCallback(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
@@ -191,71 +242,16 @@ def run_identity_callback(identity: dict[str, Any]) -> Any:
             if state.is_world_process_zero and folder.is_dir():
                 write_run_identity(folder, identity)
                 # A checkpoint routes like the final model: eval and generate need no --config for it.
-                from routing_grpo.training.settings import save_routing_settings
-
                 save_routing_settings(args, folder)
                 checkpoints.mark_complete(folder, state.global_step)  # last: the checkpoint is whole
 
     return RunIdentityCallback()
 
 
-def finished_note(output_dir: str | Path, identity: dict[str, Any]) -> str:
-    """What a rerun of a finished run says (it trains nothing)."""
-    return (
-        f"{output_dir}: this run (recipe {identity['recipe']!r}, seed {identity['seed']}) has finished already; "
-        "nothing to train, the final model is left as it is. Remove the folder or give another --output_dir to "
-        "train again."
-    )
-
-
-@contextlib.contextmanager
-def run_folder_lock(training_args: RoutingGRPOConfig) -> Iterator[None]:
-    """Holds the run folder's lock (``output_dir/_routing_grpo.lock``) for a ``with`` block: another
-    training into the same folder is refused at once, naming the holder (:class:`UsageError`).
-
-    Under ``accelerate launch`` only the main process takes it; every process learns the outcome (a
-    broadcast from the main process), so a refused run stops on all of them with the same line, before any
-    model loads.
-    """
-    lock = None
-    problem = None
-    if training_args.process_index == 0:
-        lock = OutputLock(
-            folder_lock_path(training_args.output_dir),
-            flag="output_dir",
-            output=training_args.output_dir,
-            command="routing-grpo train",
-        )
-        try:
-            lock.acquire()
-        except UsageError as err:
-            lock, problem = None, str(err)
-    problem = from_main_process(problem)
-    if problem:
-        raise UsageError(problem)
-    try:
-        yield
-    finally:
-        if lock is not None:
-            lock.release()
-
-
-def from_main_process(value: str | None) -> str | None:
-    """The main process's ``value`` on every process (itself without a process group)."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return value
-    shared = [value]
-    dist.broadcast_object_list(shared, src=0)
-    return shared[0]
-
-
 def finish_run_folder(trainer: Any, training_args: RoutingGRPOConfig, identity: dict[str, Any]) -> None:
-    """The main process's last words on a finished run, after the model is saved: the routing summary on the
-    console, the model card, the model config (KV cache on), ``routing_config.json`` (modes, caps,
-    instruction and question, so eval and generate need no recipe), and the run marked finished, so that a
-    rerun of the same command trains nothing (:func:`check_run_folder`)."""
+    """The main process's last words on a finished run, after the model is saved: the routing summary, the
+    model card, the model config (KV cache on), ``routing_config.json``, and the run marked finished (a
+    rerun of the same command trains nothing)."""
     from routing_grpo.diagnostics.routing_metrics import routing_summary
     from routing_grpo.training.settings import save_routing_settings
 

@@ -1,6 +1,6 @@
-"""The routing settings file: how a checkpoint routes, saved beside the model by the trainer and read by
-evaluation and inference (``routing_config.json``, see :class:`RoutingSettings`), so that a user passes only
-the model and it is asked as it was trained.
+"""The routing settings file ``routing_config.json``: how a checkpoint routes (its modes and the prompt it was
+trained with), saved beside the model by the trainer and read by evaluation and inference, so that a user
+passes only the model and it is asked as it was trained.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import Any
 from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, mode_index, parse_modes, routing_instruction
 from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
 from routing_grpo.io.jsonl import read_json_file, write_json
-from routing_grpo.io.paths import looks_local
+from routing_grpo.io.paths import is_offline_name, looks_local, resolve_model_path
+from routing_grpo.io.recipe_file import located, read_recipe_file
 
 SETTINGS_FILE = "routing_config.json"
-"""The routing settings the trainer saves beside the model (see :class:`RoutingSettings`)."""
 SETTINGS_VERSION = 1
 
 
@@ -26,26 +26,14 @@ class SettingsNotFoundError(FileNotFoundError):
 
 @dataclass(frozen=True)
 class RoutingSettings:
-    """How a checkpoint routes: the modes, and the prompt it was trained with.
-
-    Saved by the trainer as ``routing_config.json`` in the output folder (and so in the Hub push)::
-
-        {
-          "version": 1,
-          "modes": [{"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 0.99984, "cap": 1024}, ...],
-          "routing_instruction": "Output NoThink to answer directly, ...",
-          "routing_question": "Mode:",
-          "max_completion_length": 16384,
-          "single_mode": null
-        }
+    """How a checkpoint routes, as ``routing_config.json`` holds it (with a ``version``).
 
     Attributes:
         modes: the modes, briefest first (``cap`` null = no cap beyond the completion limit).
         routing_instruction: the instruction appended to the user turn, as used in training ("" = none).
         routing_question: the text after the chat template's generation prompt, before the answer.
         max_completion_length: the training run's completion limit (the default ``max_new_tokens``).
-        single_mode: the mode of a single-mode baseline (no routing word; empty instruction and question),
-            or None for a router.
+        single_mode: the mode of a single-mode baseline (no routing word, no instruction or question), or None.
     """
 
     modes: tuple[ModeSpec, ...]
@@ -124,9 +112,8 @@ class RoutingSettings:
 
     @classmethod
     def from_recipe(cls, path: str | Path) -> RoutingSettings:
-        """The effective settings a training recipe (YAML) would save, with the trainer's defaults; a missing
-        or malformed file is a :class:`~routing_grpo.io.recipe_file.RecipeFileError` (a ValueError)."""
-        from routing_grpo.io.recipe_file import read_recipe_file
+        """The settings a training recipe (YAML) would save, with the trainer's defaults (a ValueError for a
+        missing or malformed file)."""
 
         recipe = read_recipe_file(path)
         try:
@@ -147,8 +134,6 @@ class RoutingSettings:
                 single_mode=single,
             )
         except (TypeError, ValueError) as err:
-            from routing_grpo.io.recipe_file import located
-
             raise ValueError(located(path, str(err))) from None
 
     @classmethod
@@ -164,8 +149,8 @@ class RoutingSettings:
 
     @classmethod
     def load(cls, model: str | Path, revision: str | None = None) -> RoutingSettings:
-        """The settings saved with a checkpoint: ``MODEL/routing_config.json`` for a folder, the same file in
-        the Hub repository otherwise. Raises :class:`SettingsNotFoundError` when there is none."""
+        """The settings saved with a checkpoint, in its folder or Hub repository (:class:`SettingsNotFoundError`
+        when there are none)."""
         model = str(model)
         folder = Path(model).expanduser()
         if folder.is_dir():
@@ -222,8 +207,4 @@ def _default_max_completion_length() -> int:
 
 def local_model_path(model: str) -> str:
     """``offline:NAME`` models resolve to their folders; anything else is returned as is."""
-    from routing_grpo.io.paths import is_offline_name, resolve_model_path
-
-    if not is_offline_name(model):
-        return model
-    return resolve_model_path(model)
+    return resolve_model_path(model) if is_offline_name(model) else model
