@@ -33,19 +33,15 @@ from routing_grpo.evaluation.report import (  # noqa: E402
     compare_to_frontier,
     find_training_runs,
     method_points,
+    ordered,
     stats,
 )
 from routing_grpo.io.path_names import under  # noqa: E402
 
 METHOD_COLORS = {
-    "base": "#7f7f7f",
-    "nothink": "#2ca02c",
-    "short": "#ff7f0e",
-    "long": "#1f77b4",
-    "router": "#d62728",
-    "no_balance": "#9467bd",
-    "no_warmup": "#8c564b",
-}
+    "base": "#7f7f7f", "nothink": "#2ca02c", "short": "#ff7f0e", "long": "#1f77b4", "router": "#d62728",
+    "no_balance": "#9467bd", "no_warmup": "#8c564b",
+}  # fmt: skip
 MODE_COLORS = ["#2ca02c", "#ff7f0e", "#1f77b4", "#9467bd", "#8c564b"]
 
 
@@ -116,22 +112,14 @@ def plot_pareto(
         xs = [p.length for p in forced_frontier] + [right * 1.05]
         ys = [p.accuracy for p in forced_frontier] + [forced_frontier[-1].accuracy]
         ax.plot(xs, ys, linestyle=":", color="black", linewidth=1, label="frontier of the forced modes")
-    for method in [m for m in METHOD_ORDER if m in grouped_benchmark] + sorted(
-        m for m in grouped_benchmark if m not in METHOD_ORDER
-    ):
+    for method in ordered(grouped_benchmark, METHOD_ORDER):
         seeds = grouped_benchmark[method]
         acc, length = stats(seeds, "accuracy"), stats(seeds, "mean_length")
         ax.errorbar(
-            length.mean,
-            acc.mean,
-            xerr=length.std,
-            yerr=acc.std,
-            fmt="D" if method == "router" else "o",
-            color=METHOD_COLORS.get(method, "black"),
-            label=f"{METHOD_LABELS.get(method, method)} (n={len(seeds)})",
-            capsize=3,
-            markersize=8 if method == "router" else 6,
-        )
+            length.mean, acc.mean, xerr=length.std, yerr=acc.std, fmt="D" if method == "router" else "o",
+            color=METHOD_COLORS.get(method, "black"), label=f"{METHOD_LABELS.get(method, method)} (n={len(seeds)})",
+            capsize=3, markersize=8 if method == "router" else 6,
+        )  # fmt: skip
     points = method_points(grouped_benchmark)
     frontier = pareto_frontier([points[m] for m in BASELINE_METHODS if m in points])
     if frontier:
@@ -142,16 +130,8 @@ def plot_pareto(
         ax.plot(xs_ext, ys_ext, linestyle="--", color="black", linewidth=1, label="single-mode frontier")
         ax.fill_between(xs_ext, [0] * len(xs_ext), ys_ext, color="grey", alpha=0.12, step=None)
     if oracle is not None:
-        ax.plot(
-            oracle.length,
-            oracle.accuracy,
-            marker="*",
-            markersize=13,
-            linestyle="none",
-            color="gold",
-            markeredgecolor="black",
-            label="oracle router (best mode per level)",
-        )
+        ax.plot(oracle.length, oracle.accuracy, marker="*", markersize=13, linestyle="none", color="gold",
+                markeredgecolor="black", label="oracle router (best mode per level)")  # fmt: skip
     ax.set_xlabel("mean response length (tokens)")
     ax.set_ylabel("accuracy")
     title = f"{benchmark}: accuracy vs length"
@@ -202,16 +182,8 @@ def plot_levels(
             if mode is None:
                 continue
             i = modes.index(mode) if mode in modes else 0
-            ax.bar(
-                x + 0.21,
-                1.0,
-                width=0.4,
-                color="white",
-                edgecolor=_mode_color(i, mode),
-                hatch="//",
-                linewidth=1.5,
-                label="oracle's choice" if x == 0 else None,
-            )
+            ax.bar(x + 0.21, 1.0, width=0.4, color="white", edgecolor=_mode_color(i, mode), hatch="//",
+                   linewidth=1.5, label="oracle's choice" if x == 0 else None)  # fmt: skip
             ax.text(x + 0.21, 0.5, mode, ha="center", va="center", rotation=90, fontsize=8)
     ax.set_xticks(xs, [str(lv) for lv in levels])
     ax.set_ylim(0, 1.1)

@@ -255,7 +255,7 @@ def compare_to_frontier(benchmark: str, grouped_benchmark: dict[str, dict[Any, d
     }
 
 
-def _ordered(keys: Iterable[str], order: Sequence[str]) -> list[str]:
+def ordered(keys: Iterable[str], order: Sequence[str]) -> list[str]:
     keys = list(keys)
     return [k for k in order if k in keys] + sorted(k for k in keys if k not in order)
 
@@ -263,8 +263,8 @@ def _ordered(keys: Iterable[str], order: Sequence[str]) -> list[str]:
 def results_rows(grouped) -> list[dict[str, Any]]:
     """One row per (benchmark, method): accuracy and mean length, mean and std over seeds."""
     rows = []
-    for bench in _ordered(grouped, BENCHMARK_ORDER):
-        for method in _ordered(grouped[bench], METHOD_ORDER):
+    for bench in ordered(grouped, BENCHMARK_ORDER):
+        for method in ordered(grouped[bench], METHOD_ORDER):
             seeds = grouped[bench][method]
             acc, length = stats(seeds, "accuracy"), stats(seeds, "mean_length")
             rows.append({
@@ -277,7 +277,7 @@ def results_rows(grouped) -> list[dict[str, Any]]:
 def reduction_rows(grouped) -> list[dict[str, Any]]:
     """Token reduction of free routing against the base model, per benchmark (tab:reduction)."""
     rows = []
-    for bench in _ordered(grouped, BENCHMARK_ORDER):
+    for bench in ordered(grouped, BENCHMARK_ORDER):
         methods = grouped[bench]
         if "router" not in methods or "base" not in methods:
             continue
@@ -291,7 +291,7 @@ def reduction_rows(grouped) -> list[dict[str, Any]]:
 
 
 def frontier_rows(grouped) -> list[dict[str, Any]]:
-    rows = [compare_to_frontier(bench, grouped[bench]) for bench in _ordered(grouped, BENCHMARK_ORDER)]
+    rows = [compare_to_frontier(bench, grouped[bench]) for bench in ordered(grouped, BENCHMARK_ORDER)]
     return [row for row in rows if row is not None]
 
 
@@ -320,8 +320,8 @@ def number_text(x: float | None, digits: int = 3) -> str:
 
 
 def markdown_report(grouped) -> str:
-    benches = _ordered(grouped, BENCHMARK_ORDER)
-    methods = _ordered({m for b in benches for m in grouped[b]}, METHOD_ORDER)
+    benches = ordered(grouped, BENCHMARK_ORDER)
+    methods = ordered({m for b in benches for m in grouped[b]}, METHOD_ORDER)
     lines = ["# Results", "", "## Accuracy and mean response length (mean ± std over seeds)", ""]
     header = "| method | " + " | ".join(f"{b} acc" for b in benches)
     header += " | " + " | ".join(f"{b} length" for b in benches) + " |"
