@@ -100,7 +100,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds this command to ``routing-grpo``'s subcommands."""
     p = subparsers.add_parser(
         "probe",
         help="before training: what the model's routing state carries about difficulty",
