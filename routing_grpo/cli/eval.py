@@ -104,7 +104,6 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--max-tokens",
         type=int,
-        default=None,
         help="uncapped generation up to this many tokens (default: the checkpoint's training completion "
         f"limit from routing_config.json, else {16384}; never past the model's context)",
     )

@@ -36,7 +36,7 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="JSONL with `model_output` and `reference_answer` columns")
     p.add_argument("--output", help="write each row with `correct` and `extracted_answer` here")
     p.add_argument("--label-column", default="label", help="column to report agreement with (if present)")
-    p.add_argument("--workers", type=int, default=None, help="grading processes (default: CPU count)")
+    p.add_argument("--workers", type=int, help="grading processes (default: CPU count)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=run)
     return p

@@ -197,18 +197,10 @@ def _sample_row(
     else:
         mode, forced, length, routing = None, False, len(ids), "none"
     return {
-        "prompt_id": str(row["id"]),
-        "sample_index": sample_index,
-        "level": row.get("level"),
-        "routing": routing,
-        "mode": mode,
-        "forced": forced,
-        "L": length,
-        "tokens": len(ids),
-        "reference_answer": str(row["answer"]),
-        "completion": text,
-        "finished": finished,
-    }
+        "prompt_id": str(row["id"]), "sample_index": sample_index, "level": row.get("level"), "routing": routing,
+        "mode": mode, "forced": forced, "L": length, "tokens": len(ids), "reference_answer": str(row["answer"]),
+        "completion": text, "finished": finished,
+    }  # fmt: skip
 
 
 def check_benchmarks(config: EvalConfig) -> None:

@@ -229,21 +229,15 @@ def plot_training_dynamics(
 ) -> Path | None:
     series: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for history in histories:
-        for row in history:
-            step = row.get("routing/batch_step", row.get("step"))
-            if step is None:
-                continue
-            for key, value in row.items():
-                if key.startswith("routing/") and isinstance(value, int | float) and math.isfinite(value):
-                    series[key][float(step)].append(float(value))
+        for step, key, value in _logged(history):
+            if key.startswith("routing/"):
+                series[key][step].append(value)
     if not series:
         return None
     panels = [
-        ("free mode share", "routing/share/"),
-        ("routing entropy", "routing/entropy"),
-        ("accuracy per mode", "routing/accuracy/"),
-        ("mean length per mode (tokens)", "routing/length/"),
-    ]
+        ("free mode share", "routing/share/"), ("routing entropy", "routing/entropy"),
+        ("accuracy per mode", "routing/accuracy/"), ("mean length per mode (tokens)", "routing/length/"),
+    ]  # fmt: skip
     if "routing/fanout" in series:
         panels.append(("early tell: fanout (nats per level step)", "routing/fanout"))
     cols = 2 if len(panels) <= 4 else 3  # a grid that reads at page width
@@ -320,15 +314,10 @@ def plot_training_levels(
     shares: dict[str, dict[str, list[dict[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for history in histories:
         per_run: dict[tuple[str, str], dict[float, float]] = defaultdict(dict)
-        for row in history:
-            step = row.get("routing/batch_step", row.get("step"))
-            if step is None:
-                continue
-            for key, value in row.items():
-                parts = key.split("/")
-                is_share = len(parts) == 5 and parts[:2] == ["routing", "level"] and parts[3] == "share"
-                if is_share and isinstance(value, int | float) and math.isfinite(value):
-                    per_run[(parts[2], parts[4])][float(step)] = float(value)
+        for step, key, value in _logged(history):
+            parts = key.split("/")
+            if len(parts) == 5 and parts[:2] == ["routing", "level"] and parts[3] == "share":
+                per_run[(parts[2], parts[4])][step] = value
         for (level, mode), series in per_run.items():
             shares[level][mode].append(series)
     if not shares:
@@ -438,6 +427,16 @@ def _ordered_modes(summaries: Sequence[dict[str, Any]]) -> list[str]:
 
 def _level_key(level: str) -> tuple[int, str]:
     return (int(level), "") if str(level).isdigit() else (10**6, str(level))
+
+
+def _logged(history: Sequence[dict[str, Any]]):
+    """(generation batch, key, value) of each finite number a run logged."""
+    for row in history:
+        step = row.get("routing/batch_step", row.get("step"))
+        if step is not None:
+            for key, value in row.items():
+                if isinstance(value, int | float) and math.isfinite(value):
+                    yield float(step), key, float(value)
 
 
 def _mean_std(cells: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
