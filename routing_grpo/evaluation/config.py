@@ -8,6 +8,7 @@ completion limit and never past the model's context, ``output`` ``outputs/eval/<
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -212,7 +213,12 @@ class EvalConfig:
             options["backend"] = resolve_backend(backend, model)
         if output and Path(output).exists() and not Path(output).is_dir():
             raise ValueError(f"--output: {output} is a file; give a folder for the evaluation")
-        saved = saved_routing_settings(model, revision) if not config or max_tokens is None else {}
+        saved: dict[str, Any] = {}  # the modes, routing texts and completion limit saved with a checkpoint
+        if not config or max_tokens is None:
+            from routing_grpo.training.settings import RoutingSettings, SettingsNotFoundError
+
+            with contextlib.suppress(SettingsNotFoundError):
+                saved = RoutingSettings.load(model, revision=revision).to_dict()
         if config:
             from routing_grpo.training.recipe import load_recipe_modes, read_recipe
 
@@ -237,14 +243,3 @@ class EvalConfig:
             made.output = str(Path("outputs") / "eval" / made.effective_method / f"seed{seed}")
         made.notes = tuple(notes)
         return made
-
-
-def saved_routing_settings(model: str, revision: str | None = None) -> dict[str, Any]:
-    """The modes, routing texts and completion limit saved with a checkpoint ({} when it has none)."""
-    from routing_grpo.training.settings import RoutingSettings, SettingsNotFoundError
-
-    try:
-        data = RoutingSettings.load(model, revision=revision).to_dict()
-    except SettingsNotFoundError:
-        return {}
-    return {k: data[k] for k in (*ROUTING_KEYS, "max_completion_length")}

@@ -95,13 +95,7 @@ def evaluate_benchmark(
     for start in range(0, len(todo), per_call):
         chunk = todo[start : start + per_call]
         requests = [
-            GenerationRequest(
-                prompt_ids=tuple(
-                    tokenizer(plan.render(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"]
-                ),
-                n=len(missing),
-                max_tokens=int(config.max_tokens),
-            )
+            GenerationRequest(tuple(_prompt_ids(plan, tokenizer, row)), len(missing), int(config.max_tokens))
             for row, missing in chunk
         ]
         call_started = time.perf_counter()
@@ -149,6 +143,10 @@ def evaluate_benchmark(
     if out_dir != final_dir:
         commit_replacement(final_dir)
     return summary
+
+
+def _prompt_ids(plan: PromptPlan, tokenizer: Any, row: dict[str, Any]) -> list[int]:
+    return tokenizer(plan.render(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"]
 
 
 def _grade_rows(
@@ -245,9 +243,7 @@ def check_prompt_lengths(config: EvalConfig, datasets: dict[str, Any], tokenizer
     for bench, dataset in datasets.items():
         for i in range(len(dataset)):
             row = dataset[i]
-            tokens = len(
-                tokenizer(plan.render(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"]
-            )
+            tokens = len(_prompt_ids(plan, tokenizer, row))
             if tokens >= context:
                 raise ValueError(
                     f"{bench}: problem {row['id']}: its prompt ({tokens} tokens) is past the model's context "

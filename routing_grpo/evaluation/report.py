@@ -394,11 +394,8 @@ def load_sample_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
 
 def samples_of(summary: dict[str, Any]) -> Path | None:
     """The ``samples.jsonl`` written beside a summary, if there is one."""
-    path = summary.get("_path")
-    if not path:
-        return None
-    samples = Path(path).parent / "samples.jsonl"
-    return samples if samples.is_file() else None
+    samples = Path(summary["_path"]).parent / "samples.jsonl" if summary.get("_path") else None
+    return samples if samples is not None and samples.is_file() else None
 
 
 @dataclass(frozen=True)
@@ -478,11 +475,6 @@ def training_summary(history: Sequence[dict[str, Any]], mode_names: Sequence[str
     }
 
 
-def _under(path: str | Path, dirs: Sequence[Path]) -> bool:
-    resolved = Path(path).resolve()
-    return any(resolved == d or d in resolved.parents for d in dirs)
-
-
 @dataclass
 class ReportPart:
     """What a caller adds to the report: a Markdown section, CSV tables (rows per name), JSON documents
@@ -518,7 +510,11 @@ def write_report(
     """
     output = Path(output)
     excluded = [Path(d).resolve() for d in exclude_dirs]
-    summaries = [s for s in find_summaries(run_dirs) if not _under(s["_path"], excluded)]
+    summaries = [
+        s
+        for s in find_summaries(run_dirs)
+        if not any(Path(s["_path"]).resolve().is_relative_to(d) for d in excluded)
+    ]
     if not summaries:
         raise ValueError(f"no summary.json found under {[str(r) for r in run_dirs]}")
     output.mkdir(parents=True, exist_ok=True)  # once the summaries are read: a refused report makes nothing
