@@ -445,15 +445,10 @@ def _mean_std(cells: Sequence[Sequence[float]]) -> tuple[list[float], list[float
 
 
 def _band(
-    ax, steps: Sequence[float], means: Sequence[float], stds: Sequence[float], color: str, alpha: float
-):
-    ax.fill_between(
-        steps,
-        [m - s for m, s in zip(means, stds)],
-        [m + s for m, s in zip(means, stds)],
-        color=color,
-        alpha=alpha,
-    )
+    ax, steps: Sequence[float], means: list[float], stds: list[float], color: str, alpha: float
+) -> None:
+    lows, highs = [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)]
+    ax.fill_between(steps, lows, highs, color=color, alpha=alpha)
 
 
 def _mean(values) -> float:
