@@ -1,7 +1,6 @@
 """routing-grpo: a reasoning LLM learns, inside GRPO, whether to answer directly or reason briefly or at length.
 
-The pure modules (``modes``, ``rewards``, ``advantages``, ``schedules``, ``grading``) hold the paper's
-equations; the trainer glues them to TRL's ``GRPOTrainer``. The public surface, as TRL's::
+``routing_grpo.core`` holds the paper's equations; the trainer glues them to TRL's ``GRPOTrainer``::
 
     from routing_grpo import RoutingGRPOConfig, RoutingGRPOTrainer, Router, ModeSpec, DEFAULT_MODES
 
@@ -58,8 +57,7 @@ def __dir__() -> list[str]:
 
 
 def version_text() -> str:
-    """``routing-grpo X (TRL Y, transformers Z, torch W)``: the versions a bug report needs (read from the
-    installed packages' metadata, nothing imported)."""
+    """``routing-grpo X (TRL Y, transformers Z, torch W)``: the versions a bug report needs."""
     from importlib.metadata import PackageNotFoundError, version
 
     parts = []
@@ -71,9 +69,8 @@ def version_text() -> str:
     return f"routing-grpo {__version__} ({', '.join(parts)})"
 
 
-# Deprecation notices of newer transformers about names TRL 1.16 itself passes (gradient_checkpointing,
-# is_gradient_checkpointing, past_key_values): printed on every run whatever the recipe says, and above
-# every error line; nothing a user can change. The entries (train, cli) filter them.
+# Deprecation notices of newer transformers about names TRL 1.16 itself passes: printed on every run, above
+# every error line, and nothing a user can change; the entries (train, cli) filter them.
 KNOWN_NOISE = (
     r"`gradient_checkpointing(_kwargs)?` is deprecated",
     r"`is_gradient_checkpointing` is deprecated",

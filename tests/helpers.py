@@ -349,12 +349,16 @@ def toy_eval_config(tmp_path: Path, **kw: Any) -> Any:
 
 def vllm_generator(cfg: Any, **kw: Any) -> Any:
     """The evaluation's vLLM backend for ``cfg`` on the stand-in vLLM of ``tests/fake_vllm.py``."""
-    from routing_grpo.evaluation.engines import make_vllm_backend
+    from routing_grpo.generation.factory import VLLM, make_backend
     from tests import fake_vllm
 
-    return make_vllm_backend(
-        cfg, llm_factory=fake_vllm.FakeLLM, sampling_params=fake_vllm.SamplingParams, use_tqdm=False, **kw
-    )
+    kw = {
+        "llm_factory": fake_vllm.FakeLLM,
+        "sampling_params": fake_vllm.SamplingParams,
+        "progress": False,
+        **kw,
+    }
+    return make_backend(VLLM, cfg.backend_options(**kw), None)
 
 
 def run_main(capsys: Any, argv: list[str]) -> tuple[Any, str, str]:

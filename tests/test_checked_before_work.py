@@ -68,7 +68,6 @@ def no_model_loading(monkeypatch):
 
     for target in (
         "routing_grpo.generation.transformers_backend.load_transformers_model",
-        "routing_grpo.evaluation.engines.make_vllm_backend",
         "routing_grpo.generation.vllm_engines.LocalVLLM.start",
         "transformers.AutoModelForCausalLM.from_pretrained",
     ):

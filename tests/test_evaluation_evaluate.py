@@ -96,6 +96,32 @@ def test_eval_run_writes_samples_and_summary_and_resumes(tmp_path, tiny):
     assert len(keys) == len(set(keys)) == 6
 
 
+def test_prompts_per_call(tmp_path, tiny):
+    """--batch-size when given, else the backend's default (vLLM: none, every prompt in one call)."""
+    _, tok = tiny
+
+    class Scripted:
+        eos_token_ids = [tok.eos_token_id]
+
+        def __init__(self, default_batch_size):
+            self.default_batch_size, self.calls = default_batch_size, []
+
+        def sample(self, requests, seed=None):
+            self.calls.append(len(requests))
+            return [[([tok.eos_token_id], None)] * r.n for r in requests]
+
+    for default, batch_size, calls in [
+        (16, None, [5]),
+        (2, None, [2, 2, 1]),
+        (None, None, [5]),
+        (2, 3, [3, 2]),
+    ]:
+        backend = Scripted(default)
+        cfg = config(tmp_path / f"{default}-{batch_size}", samples={"toy": 1}, batch_size=batch_size)
+        evaluate_benchmark(cfg, "toy", toy_dataset(5), tok, backend, progress=False)
+        assert backend.calls == calls
+
+
 def test_forced_and_plain_runs(tmp_path, tiny):
     model, tok = tiny
     gen = TransformersBackend(model, tok, temperature=0.6, top_p=1.0)
@@ -315,7 +341,7 @@ def test_cli_checks_names_files_and_config_before_the_model_loads(tmp_path, caps
         raise AssertionError("the model was loaded before the check")
 
     monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", no_model)
-    monkeypatch.setattr(evaluate, "make_eval_backend", no_model)
+    monkeypatch.setattr(evaluate, "make_backend", no_model)
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("modes: [\n")
     malformed = tmp_path / "math500.jsonl"

@@ -414,7 +414,7 @@ def test_one_backend_factory():
                     builders.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {called}")
     assert not builders, builders
     assert "make_backend(" in (PACKAGE / "inference" / "router.py").read_text()
-    assert "build_backend(" in (PACKAGE / "evaluation" / "engines.py").read_text()
+    assert "make_backend(" in (PACKAGE / "evaluation" / "evaluate.py").read_text()
     assert "policy_backend(" in (PACKAGE / "training" / "trainer.py").read_text()
     for name, build in factory.BUILDERS.items():
         assert build.__name__ == "build" and build.__module__.startswith("routing_grpo.generation."), name

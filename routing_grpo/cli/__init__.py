@@ -5,6 +5,7 @@ Every command's bad input is one line and exit code 2 (:mod:`routing_grpo.io.err
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 
@@ -12,11 +13,11 @@ from routing_grpo.io.errors import OneLineParser, run_entry
 
 # The subcommands after `train`, in the order `routing-grpo --help` lists them: routing_grpo.cli.<name>.
 COMMANDS = ("reward_table", "oracle", "probe", "grade", "eval", "generate", "report")
+# Problems of the input no check named (a file that cannot be read, a value a library refused): one line too.
+INPUT_ERRORS = (ValueError, OSError, UnicodeDecodeError)
 
 
 def build_parser() -> OneLineParser:
-    import importlib
-
     from routing_grpo import train, version_text
 
     parser = OneLineParser(
@@ -35,10 +36,6 @@ def build_parser() -> OneLineParser:
     return parser
 
 
-# Problems of the input no check named (a file that cannot be read, a value a library refused): one line too.
-INPUT_ERRORS = (ValueError, OSError, UnicodeDecodeError)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     from routing_grpo import filter_known_warnings
 
@@ -47,17 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_command(argv: list[str]) -> int:
-    """Parses ``routing-grpo COMMAND ...`` and runs the command; ``train`` gets the words after it (its
-    options are the recipe keys, parsed by its own TrlParser)."""
-    parser = build_parser()
-    args, rest = parser.parse_known_args(argv)
+    """Parses ``routing-grpo COMMAND ...`` and runs the command (``train`` parses the words after it)."""
+    args, rest = build_parser().parse_known_args(argv)
     if hasattr(args, "entry"):
         return args.entry(rest)
     command = args.__dict__.pop("command_parsers")[args.command]
     if rest:  # named by the command's parser: its --help lists its options
         command.error(f"unrecognized arguments: {' '.join(rest)}")
     return run_entry(f"routing-grpo {args.command}", args.func, args, input_errors=INPUT_ERRORS)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -27,34 +27,28 @@ def _parse_mapping(text: str | None, flag: str, cast=str) -> dict[str, Any]:
     return out
 
 
-def _check_output(output: str, benchmarks: list[str]) -> None:
-    """The output folder and each benchmark's samples file can be written (not read-only, not a folder
-    where the samples file goes, not at the file-size limit), before the model loads."""
-    from routing_grpo.io.paths import check_output_file, check_output_folder
-
-    check_output_folder(output)
-    for bench in benchmarks:
-        check_output_file(Path(output) / bench / "samples.jsonl")
+# The options the command passes to EvalConfig as they are.
+OPTIONS = (
+    "temperature", "top_p", "backend", "limit", "force_mode", "no_routing", "batch_size", "seed", "method",
+    "run_seed", "dtype", "device", "tensor_parallel_size", "data_parallel_size", "max_model_len",
+    "gpu_memory_utilization", "overwrite",
+)  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
-    """Evaluates with :meth:`routing_grpo.evaluation.config.EvalConfig.for_checkpoint`'s defaults; everything the
-    command line names (the recipe, the options, the benchmark names and data files, the output) is checked
-    before the model loads (run_eval then loads the benchmarks before the model)."""
+    """Evaluates with :meth:`EvalConfig.for_checkpoint`'s defaults; everything the command line names is
+    checked before the model loads."""
     from routing_grpo.data.datasets import DatasetUnavailableError
     from routing_grpo.evaluation.config import EvalConfig
-    from routing_grpo.evaluation.engines import check_engine
     from routing_grpo.evaluation.evaluate import check_benchmarks, run_eval
     from routing_grpo.generation.factory import check_backend, resolve_backend
     from routing_grpo.generation.options import check_device, check_sampling
+    from routing_grpo.io.paths import check_output_file, check_output_folder
 
     try:  # a bad sampling or engine option is its own one-line error, before anything is read or loaded
         check_sampling(args.temperature, args.top_p, flags=True)
         check_backend(args.backend, "--backend")
         check_device(args.device, "--device")
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    try:
         config = EvalConfig.for_checkpoint(
             args.model,
             [b.strip() for b in args.benchmarks.split(",") if b.strip()],
@@ -63,30 +57,16 @@ def run(args: argparse.Namespace) -> int:
             config=args.config,
             revision=args.revision,
             samples=_parse_mapping(args.samples, "--samples", int),
-            temperature=args.temperature,
-            top_p=args.top_p,
-            backend=args.backend,
-            limit=args.limit,
-            force_mode=args.force_mode,
-            no_routing=args.no_routing,
             data=_parse_mapping(args.data, "--data"),
-            batch_size=args.batch_size,
-            seed=args.seed,
-            method=args.method,
-            run_seed=args.run_seed,
-            dtype=args.dtype,
-            device=args.device,
-            tensor_parallel_size=args.tensor_parallel_size,
-            data_parallel_size=args.data_parallel_size,
-            max_model_len=args.max_model_len,
-            gpu_memory_utilization=args.gpu_memory_utilization,
-            overwrite=args.overwrite,
+            **{name: getattr(args, name) for name in OPTIONS},
         )
         check_benchmarks(config)
-        check_engine(config, resolve_backend(config.backend))
+        config.check_engine(resolve_backend(config.backend))
     except (FileNotFoundError, ValueError) as err:
         raise UsageError(str(err)) from None
-    _check_output(config.output, config.benchmarks)
+    check_output_folder(config.output)
+    for bench in config.benchmarks:
+        check_output_file(Path(config.output) / bench / "samples.jsonl")
     for note in config.notes:  # said once the command line has been checked
         print(note, file=sys.stderr)
     try:  # a model that cannot be loaded is said so by run_eval; an OS error is said as what it is
@@ -109,7 +89,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds this command to ``routing-grpo``'s subcommands (as TRL's scripts do)."""
     p = subparsers.add_parser(
         "eval",
         help="evaluate a model on math500 / gsm8k / aime24 / aime25",
@@ -125,7 +104,6 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--max-tokens",
         type=int,
-        default=None,
         help="uncapped generation up to this many tokens (default: the checkpoint's training completion "
         f"limit from routing_config.json, else {16384}; never past the model's context)",
     )

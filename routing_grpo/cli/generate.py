@@ -14,9 +14,8 @@ from routing_grpo.io.errors import UsageError, os_error_line
 
 
 def run(args: argparse.Namespace) -> int:
-    """Answers questions with a trained router (:func:`routing_grpo.inference.answers.answer_questions`): checks
-    everything the command line names before the model loads, then prints each answer as it comes; with
-    --output, resumable (an answer is reused only for the same request) and one writer at a time."""
+    """Answers questions with :func:`routing_grpo.inference.answers.answer_questions`, printing each as it
+    comes; everything the command line names is checked before the model loads."""
     from routing_grpo.diagnostics.routing_metrics import duration_text
     from routing_grpo.generation.factory import check_backend
     from routing_grpo.generation.options import check_device, check_sampling, check_seed
@@ -27,25 +26,24 @@ def run(args: argparse.Namespace) -> int:
 
     if args.mode is not None and args.allow is not None:
         raise UsageError("--mode and --allow exclude each other")
-    try:  # a bad sampling or engine option is its own one-line error, before the model loads
+    try:  # each a one-line error, before the model loads
         check_sampling(args.temperature, args.top_p, args.top_k, flags=True)
         check_seed(args.seed, "--seed")
         check_backend(args.backend, "--backend")
         check_device(args.device, "--device")
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-    if bool(args.questions) == bool(args.input):
-        raise UsageError("give the questions as arguments or with --input FILE.jsonl (one of the two)")
-    if args.output is not None and not args.output.strip():
-        raise UsageError("--output: empty path; give a file for the answers")
-    if args.input and args.output and Path(args.output).resolve() == Path(args.input).resolve():
-        raise UsageError(f"--output: {args.output} is the --input file; write the answers to another file")
-    if args.output and Path(args.output).is_dir():
-        raise UsageError(f"--output: {args.output} is a folder; give a file for the answers")
-    for flag, value in (("--batch-size", args.batch_size), ("--max-new-tokens", args.max_new_tokens)):
-        if value is not None and value < 1:
-            raise UsageError(f"{flag} must be >= 1, got {value}")
-    try:
+        if bool(args.questions) == bool(args.input):
+            raise ValueError("give the questions as arguments or with --input FILE.jsonl (one of the two)")
+        if args.output is not None and not args.output.strip():
+            raise ValueError("--output: empty path; give a file for the answers")
+        if args.input and args.output and Path(args.output).resolve() == Path(args.input).resolve():
+            raise ValueError(
+                f"--output: {args.output} is the --input file; write the answers to another file"
+            )
+        if args.output and Path(args.output).is_dir():
+            raise ValueError(f"--output: {args.output} is a folder; give a file for the answers")
+        for flag, value in (("--batch-size", args.batch_size), ("--max-new-tokens", args.max_new_tokens)):
+            if value is not None and value < 1:
+                raise ValueError(f"{flag} must be >= 1, got {value}")
         settings = RoutingSettings.resolve(args.model, args.config, revision=args.revision)
     except (FileNotFoundError, ValueError) as err:
         raise UsageError(str(err)) from None
@@ -105,13 +103,10 @@ def run(args: argparse.Namespace) -> int:
             backend=args.backend, device=args.device, revision=args.revision, on_resumed=resumed,
             on_answers=printed,
         )  # fmt: skip
-    except (
-        ValueError
-    ) as err:  # e.g. another request under an answered id, a tokenizer without a chat template
+    except ValueError as err:  # another request under an answered id, a tokenizer without a chat template
         raise UsageError(str(err)) from None
     if not done.answers:
         return 0
-    # On stderr: stdout stays one line (or JSON object) per answer.
     rate = done.tokens / done.seconds if done.seconds else 0.0
     print(
         f"generated {done.answers} answers, {done.tokens} tokens in {done.seconds:.1f}s ({rate:.0f} tokens/s)",
@@ -122,7 +117,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds this command to ``routing-grpo``'s subcommands (as TRL's scripts do)."""
     p = subparsers.add_parser(
         "generate",
         help="answer questions with a trained router: free routing, a forced mode or an allowed set, capped",

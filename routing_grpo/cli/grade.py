@@ -32,12 +32,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds this command to ``routing-grpo``'s subcommands (as TRL's scripts do)."""
     p = subparsers.add_parser("grade", help="grade model outputs (JSONL with model_output, reference_answer)")
     p.add_argument("--input", required=True, help="JSONL with `model_output` and `reference_answer` columns")
     p.add_argument("--output", help="write each row with `correct` and `extracted_answer` here")
     p.add_argument("--label-column", default="label", help="column to report agreement with (if present)")
-    p.add_argument("--workers", type=int, default=None, help="grading processes (default: CPU count)")
+    p.add_argument("--workers", type=int, help="grading processes (default: CPU count)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.set_defaults(func=run)
     return p

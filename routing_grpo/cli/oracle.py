@@ -16,9 +16,9 @@ logger = logging.getLogger(__name__)
 
 def _sample_files(paths: Sequence[str]) -> list[Path]:
     """The ``samples.jsonl`` files ``--samples`` names (files, or every one under folders), each once: a file
-    named twice (directly, through a folder above it, or by a link) is read once, and so is a copy with
-    the same bytes under another path (a warning names both), as counting it twice would weigh its samples
-    double. Folders whose names start with a dot (an ``--overwrite`` in progress) are not searched."""
+    named twice, or a copy with the same bytes (a warning names both), would weigh its samples double."""
+    import hashlib
+
     from routing_grpo.evaluation.samples import files_under
 
     files: list[Path] = []
@@ -36,7 +36,11 @@ def _sample_files(paths: Sequence[str]) -> list[Path]:
             if resolved in seen_paths:
                 continue
             seen_paths.add(resolved)
-            digest = _digest(f)
+            try:
+                with f.open("rb") as file:
+                    digest = hashlib.file_digest(file, "sha256").hexdigest()
+            except OSError:  # left to the reader to report
+                digest = f"unreadable:{resolved}"
             if digest in seen_digests:
                 logger.warning(
                     "--samples: %s holds the same bytes as %s (a copy); its samples are counted once",
@@ -49,27 +53,11 @@ def _sample_files(paths: Sequence[str]) -> list[Path]:
     return files
 
 
-def _digest(path: Path) -> str:
-    """The SHA-256 of a file's bytes, read in blocks; an unreadable path is left to the reader to report."""
-    import hashlib
-
-    sha = hashlib.sha256()
-    try:
-        with path.open("rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                sha.update(block)
-    except OSError:
-        return f"unreadable:{path.resolve()}"
-    return sha.hexdigest()
-
-
 def _forced_rows(
     paths: Sequence[str], limit: int | None = None, by: str | None = None
 ) -> list[dict[str, Any]]:
-    """Forced-mode sample rows of ``samples.jsonl`` files, or of every one under folders (each file once:
-    :func:`_sample_files`), each checked before anything is computed
-    (:func:`routing_grpo.diagnostics.oracle.sample_row_problem`; ``limit``: the recipe's completion limit), and the
-    bin column ``by`` of one type throughout. Errors name ``path:line``."""
+    """The forced-mode rows of the samples files, each checked (``limit``: the recipe's completion limit) and
+    the bin column ``by`` of one type throughout. Errors name ``path:line``."""
     from routing_grpo.diagnostics.oracle import sample_row_problem
     from routing_grpo.evaluation.report import load_sample_lines
 
@@ -123,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
 
     modes = load_recipe_modes(args.config)
     limit = read_recipe(args.config).get("max_completion_length")
-    check_output_folder(args.output)  # a file there, or a read-only place: said before the analysis
+    check_output_folder(args.output)
     rows = _forced_rows(args.samples, limit if isinstance(limit, int) else None, args.by)
     try:
         result = analyse(rows, modes, by=args.by, tolerance=args.tolerance)
@@ -143,7 +131,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds this command to ``routing-grpo``'s subcommands (as TRL's scripts do)."""
     p = subparsers.add_parser(
         "oracle",
         help="before training: will routing emerge? (from forced-mode samples of the training problems)",

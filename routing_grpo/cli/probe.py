@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -79,14 +80,11 @@ def run(args: argparse.Namespace) -> int:
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     states, lengths, logodds = read_states(model, tokenizer, rows)
     difficulty = [r.difficulty for r in rows]
-    counts: dict[str, int] = {}
-    for d in difficulty:
-        counts[f"{d:g}"] = counts.get(f"{d:g}", 0) + 1
     result = {
         "model": args.model,
         "data": args.data + (f" ({args.data_path})" if args.data_path else ""),
         "seed": args.seed,
-        "difficulties": counts,
+        "difficulties": dict(Counter(f"{d:g}" for d in difficulty)),
         "statistics": probe_statistics(states, difficulty, lengths, seed=args.seed),
         "logodds": logodds_summary(difficulty, logodds),
     }
@@ -99,7 +97,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds this command to ``routing-grpo``'s subcommands."""
     p = subparsers.add_parser(
         "probe",
         help="before training: what the model's routing state carries about difficulty",

@@ -51,7 +51,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def make_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds this command to ``routing-grpo``'s subcommands (as TRL's scripts do)."""
     p = subparsers.add_parser(
         "report", help="tables and figures across eval runs (router vs single-mode baselines)"
     )

@@ -31,16 +31,13 @@ def format_reward_table(table: dict[str, Any]) -> str:
     width = max(8, *(len(n) for n in names))
     lines = ["L".rjust(6) + "".join(n.rjust(width + 2) for n in names)]
     for i, length in enumerate(table["lengths"]):
-        cells = []
-        for name in names:
-            cap = table["caps"][name]
-            # Past the cap the rollout is cut and scored 0; the designed curve is still shown, marked.
-            mark = "*" if cap is not None and length > cap else " "
-            cells.append(f"{table['rewards'][name][i]:.2f}{mark}".rjust(width + 2))
+        cells = [
+            f"{table['rewards'][n][i]:.2f}{'*' if table['past_cap'][n][i] else ' '}".rjust(width + 2)
+            for n in names
+        ]
         lines.append(str(length).rjust(6) + "".join(cells))
     lines.append("(* past the mode's cap: such a rollout is cut and scored 0)")
-    for c in table["crossovers"]:
-        lines.append(f"crossover {c['from']} -> {c['to']} at L = {c['length']:.1f}")
+    lines += [f"crossover {c['from']} -> {c['to']} at L = {c['length']:.1f}" for c in table["crossovers"]]
     return "\n".join(lines)
 
 
@@ -73,22 +70,17 @@ def run(args: argparse.Namespace) -> int:
         limit = read_recipe(args.config).get("max_completion_length") if args.config else None
         lengths = default_lengths(modes, limit if isinstance(limit, int) else None)
     table = reward_table(modes, lengths)
-    if args.json:
-        print(json.dumps(table))
-    else:
-        print(format_reward_table(table))
+    print(json.dumps(table) if args.json else format_reward_table(table))
     return 0
 
 
 def make_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Adds this command to ``routing-grpo``'s subcommands (as TRL's scripts do)."""
     p = subparsers.add_parser(
         "reward-table", help="reward of a correct answer per mode and length, and crossovers"
     )
     p.add_argument("--config", help="recipe YAML whose `modes` to use (default: the paper's modes)")
     p.add_argument(
         "--lengths",
-        default=None,
         help="comma-separated L values (default: the paper's "
         f"{','.join(map(str, DEFAULT_LENGTHS))}, or 0, the caps and the quarters of a shorter recipe's "
         "max_completion_length)",

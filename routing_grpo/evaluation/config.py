@@ -1,36 +1,27 @@
-"""The settings of an evaluation (``routing-grpo eval``): what is evaluated, how, and on which engine.
+"""The configuration of an evaluation (``routing-grpo eval``): what is evaluated, how, and on which engine.
 
-:class:`EvalConfig` checks its values when made (each error names the command's option);
-:data:`DEFAULT_SAMPLES` is the paper's samples per benchmark, and :data:`SAMPLE_SETTINGS` the settings a
-sample depends on (what a resumed evaluation must not change: :func:`routing_grpo.evaluation.evaluate.samples_record`).
-
-:meth:`EvalConfig.for_checkpoint` is the configuration ``routing-grpo eval`` makes for a checkpoint, with its
-defaults, so that a Python call and the command agree:
-
-* the model: an offline name (``offline:mini``) is its folder; a path that is not there, a file, a Hub id while
-  the Hub is offline, or a weight file cut short is refused before anything loads; a LoRA run's folder (a PEFT
-  adapter, :mod:`routing_grpo.io.adapters`) is evaluated with its base on transformers (``--backend vllm``
-  refused, saying how to merge it);
-* the modes, routing instruction and question: the recipe's (``config``) or else the ones saved with the
-  checkpoint (``routing_config.json``);
-* ``max_tokens``: the checkpoint's training completion limit, else :data:`DEFAULT_EVAL_MAX_TOKENS`; never
-  past the model's context (``max_position_embeddings`` of its config.json,
-  :func:`routing_grpo.io.model_files.local_context_length`);
-* ``output``: ``outputs/eval/<method>/seed<run_seed or 0>`` (docs/evaluation.md's layout).
+:class:`EvalConfig` checks its values when made (each error names the command's option) and gives the
+backend's options; :meth:`EvalConfig.for_checkpoint` is the configuration the command makes for a checkpoint
+(the modes and routing texts of the recipe or of ``routing_config.json``, ``max_tokens`` the training
+completion limit and never past the model's context, ``output`` ``outputs/eval/<method>/seed<N>``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, mode_index
+from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, mode_index, parse_modes
 from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
-from routing_grpo.generation.factory import AUTO, check_backend, check_backend_name, resolve_backend
-from routing_grpo.generation.options import check_sampling, check_seed
+from routing_grpo.generation.factory import AUTO, VLLM, check_backend, check_backend_name, resolve_backend
+from routing_grpo.generation.options import BackendOptions, check_sampling, check_seed
 from routing_grpo.io.adapters import MERGE_HINT, is_adapter_folder
 from routing_grpo.io.paths import check_name
+
+logger = logging.getLogger(__name__)
 
 # The paper's protocol: MATH-500 once, GSM8K avg@5, AIME avg@16.
 DEFAULT_SAMPLES = {"math500": 1, "gsm8k": 5, "aime24": 16, "aime25": 16}
@@ -39,6 +30,11 @@ DTYPES = ("auto", "bfloat16", "float16", "float32")
 DEFAULT_EVAL_MAX_TOKENS = 16384
 # What a recipe or a checkpoint's routing settings give an evaluation.
 ROUTING_KEYS = ("modes", "routing_instruction", "routing_question")
+# What a sample depends on besides the model and the data: a resumed evaluation must not change them.
+SAMPLE_SETTINGS = (
+    "temperature", "top_p", "max_tokens", "force_mode", "no_routing", "modes", "routing_instruction",
+    "routing_question", "seed", "revision", "dtype",
+)  # fmt: skip
 
 
 @dataclass
@@ -58,14 +54,12 @@ class EvalConfig:
     routing_instruction: str | None = None
     routing_question: str = DEFAULT_ROUTING_QUESTION
     data: dict[str, str] = field(default_factory=dict)
-    # Prompts per generation call; None: vLLM gets all of a benchmark's prompts in one call, transformers
-    # TRANSFORMERS_BATCH_SIZE. Each call's samples are appended when graded (what a resumed run keeps).
+    # Prompts per generation call; None: the backend's default (vLLM: all of a benchmark's prompts).
     batch_size: int | None = None
     seed: int = 0
     method: str | None = None
     run_seed: int | None = None
-    # The model and the engine: both backends take revision and dtype; device is transformers', the rest
-    # vLLM's (tensor_parallel_size GPUs per engine, data_parallel_size engines, each its own process).
+    # Both backends take revision and dtype; device is transformers', the rest vLLM's.
     revision: str | None = None
     dtype: str = "auto"
     device: str | None = None
@@ -73,10 +67,8 @@ class EvalConfig:
     data_parallel_size: int = 1
     max_model_len: int | None = None
     gpu_memory_utilization: float = 0.9
-    # Start a benchmark's samples afresh instead of resuming them (never part of what a sample records).
     overwrite: bool = False
-    # What :meth:`for_checkpoint` decided that its caller may say (an explicit max_tokens lowered to the
-    # model's context); not a setting, so never saved with the samples.
+    # What for_checkpoint decided that its caller may say; not a setting, never saved with the samples.
     notes: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self) -> None:
@@ -96,10 +88,8 @@ class EvalConfig:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        for flag, value in (
-            ("--tensor-parallel-size", self.tensor_parallel_size),
-            ("--data-parallel-size", self.data_parallel_size),
-        ):
+        for flag in ("--tensor-parallel-size", "--data-parallel-size"):
+            value = getattr(self, flag[2:].replace("-", "_"))
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{flag} must be a positive integer, got {value!r}")
         if self.max_model_len is not None and self.max_model_len < 1:
@@ -114,7 +104,6 @@ class EvalConfig:
         for bench, k in self.samples.items():
             if k < 1:
                 raise ValueError(f"--samples: {bench}={k}: need at least one sample")
-        # The method names the default output folder (outputs/eval/<method>/seed<N>) and the report's rows.
         check_name(self.effective_method, "--method" if self.method is not None else "--force-mode")
         for name in ("routing_question", "routing_instruction"):
             value = getattr(self, name)
@@ -124,8 +113,6 @@ class EvalConfig:
 
     @property
     def mode_specs(self) -> tuple[ModeSpec, ...]:
-        from routing_grpo.core.modes import parse_modes
-
         return parse_modes(self.modes)
 
     @property
@@ -140,6 +127,38 @@ class EvalConfig:
     def samples_for(self, benchmark: str) -> int:
         return self.samples.get(benchmark, DEFAULT_SAMPLES.get(benchmark, 1))
 
+    def backend_options(self, **stand_ins: Any) -> BackendOptions:
+        """The backend's options; ``stand_ins`` (``llm_factory``, ``sampling_params``, ``progress``,
+        ``visible``) for tests. Each data-parallel replica is a ``vllm.LLM`` of its own."""
+        engine = {
+            "model": self.model, "tensor_parallel_size": self.tensor_parallel_size,
+            "gpu_memory_utilization": self.gpu_memory_utilization, "dtype": self.dtype, "seed": self.seed,
+        }  # fmt: skip
+        if self.revision is not None:
+            engine["revision"] = self.revision
+        if self.max_model_len is not None:
+            engine["max_model_len"] = self.max_model_len
+        return BackendOptions(
+            model=self.model, revision=self.revision, dtype=self.dtype, device=self.device,
+            temperature=self.temperature, top_p=self.top_p, engine_kwargs=engine,
+            data_parallel_size=self.data_parallel_size, tensor_parallel_size=self.tensor_parallel_size,
+            **stand_ins,
+        )  # fmt: skip
+
+    def check_engine(self, backend: str) -> None:
+        """Tensor / data parallel need vLLM; the other backend's options are noted as unused."""
+        if backend != VLLM:
+            if self.tensor_parallel_size > 1 or self.data_parallel_size > 1:
+                raise ValueError(
+                    "--tensor-parallel-size / --data-parallel-size need the vLLM backend (--backend vllm); "
+                    f"this run uses {backend}"
+                    + (" (auto: vLLM is not installed or there is no GPU)" if self.backend == "auto" else "")
+                )
+            if self.max_model_len is not None:
+                logger.warning("--max-model-len is a vLLM option; the transformers backend ignores it")
+        elif self.device is not None:
+            logger.warning("--device is a transformers option; vLLM places its engines itself")
+
     @classmethod
     def for_checkpoint(
         cls,
@@ -152,15 +171,18 @@ class EvalConfig:
         revision: str | None = None,
         **options: Any,
     ) -> EvalConfig:
-        """The evaluation of ``model`` with ``routing-grpo eval``'s defaults (the module's docstring):
-        ``config`` a training recipe whose modes and routing texts are used, ``max_tokens`` and ``output``
-        None for their defaults; ``options`` the other fields. Raises ValueError (naming the command's
-        option) for a model that is not there and a recipe or saved settings that cannot be read (the
-        benchmarks and their ``samples`` and ``data`` are checked by
-        :func:`routing_grpo.evaluation.evaluate.check_benchmarks`, which ``run_eval`` calls first). An explicit ``max_tokens``
-        past the model's context is lowered to it and said in :attr:`notes`."""
+        """The evaluation of ``model`` with ``routing-grpo eval``'s defaults.
+
+        Args:
+            config: a training recipe whose modes and routing texts are used (default: the checkpoint's).
+            max_tokens, output: None for their defaults; an explicit ``max_tokens`` past the model's
+                context is lowered to it and said in :attr:`notes`.
+            options: the other fields.
+
+        Raises ValueError naming the option for a model that is not there and settings that cannot be read.
+        """
         from routing_grpo.io.model_files import local_context_length, weight_file_problem
-        from routing_grpo.io.paths import is_offline_name, resolve_model_path
+        from routing_grpo.io.paths import hub_offline, is_offline_name, looks_local, resolve_model_path
 
         notes: list[str] = []
         if is_offline_name(model):
@@ -168,7 +190,16 @@ class EvalConfig:
                 model = resolve_model_path(model)
             except ValueError as err:
                 raise ValueError(str(err).replace("model_name_or_path", "--model")) from None
-        check_model_location(model)
+        path = Path(model).expanduser()
+        if path.is_file():
+            raise ValueError(f"--model: {model} is a file; give a checkpoint folder or a Hub id")
+        if not path.exists() and looks_local(model):
+            raise ValueError(f"--model: no such folder: {model} (a checkpoint folder or a Hub id owner/name)")
+        if not path.exists() and hub_offline():
+            raise ValueError(
+                f"--model: {model} is not a local folder, and the Hub is offline here (HF_HUB_OFFLINE is set); "
+                "give a checkpoint folder"
+            )
         weights = weight_file_problem(model)  # a LoRA adapter folder: its base found and whole too
         if weights:
             raise ValueError(f"--model: {weights}")
@@ -182,7 +213,12 @@ class EvalConfig:
             options["backend"] = resolve_backend(backend, model)
         if output and Path(output).exists() and not Path(output).is_dir():
             raise ValueError(f"--output: {output} is a file; give a folder for the evaluation")
-        saved = saved_routing_settings(model, revision) if not config or max_tokens is None else {}
+        saved: dict[str, Any] = {}  # the modes, routing texts and completion limit saved with a checkpoint
+        if not config or max_tokens is None:
+            from routing_grpo.training.settings import RoutingSettings, SettingsNotFoundError
+
+            with contextlib.suppress(SettingsNotFoundError):
+                saved = RoutingSettings.load(model, revision=revision).to_dict()
         if config:
             from routing_grpo.training.recipe import load_recipe_modes, read_recipe
 
@@ -199,57 +235,11 @@ class EvalConfig:
                 notes.append(f"--max-tokens: {limit} is past the model's context; using {context}")
             limit = context
         made = cls(
-            model=model,
-            benchmarks=benchmarks,
-            output=output or "",
-            max_tokens=limit,
-            revision=revision,
-            **options,
-            **{k: routing[k] for k in ROUTING_KEYS if routing.get(k) is not None},
-        )
-        if not output:  # docs/evaluation.md's layout: outputs/eval/<method>/seed<N>
+            model=model, benchmarks=benchmarks, output=output or "", max_tokens=limit, revision=revision,
+            **options, **{k: routing[k] for k in ROUTING_KEYS if routing.get(k) is not None},
+        )  # fmt: skip
+        if not output:
             seed = made.run_seed if made.run_seed is not None else 0
             made.output = str(Path("outputs") / "eval" / made.effective_method / f"seed{seed}")
         made.notes = tuple(notes)
         return made
-
-
-def check_model_location(model: str) -> None:
-    """A model that is neither a local folder nor something the Hub could serve is a ValueError naming
-    ``--model``, before anything loads (a path that is not there, a file, a Hub id while the Hub is
-    offline)."""
-    from routing_grpo.io.paths import hub_offline, looks_local
-
-    path = Path(model).expanduser()
-    if path.is_file():
-        raise ValueError(f"--model: {model} is a file; give a checkpoint folder or a Hub id")
-    if path.exists():
-        return
-    if looks_local(model):
-        raise ValueError(f"--model: no such folder: {model} (a checkpoint folder or a Hub id owner/name)")
-    if hub_offline():
-        raise ValueError(
-            f"--model: {model} is not a local folder, and the Hub is offline here (HF_HUB_OFFLINE is set); "
-            "give a checkpoint folder"
-        )
-
-
-def saved_routing_settings(model: str, revision: str | None = None) -> dict[str, Any]:
-    """The modes, instruction, question and completion limit saved with a trained checkpoint ({} when it
-    has none; a ValueError when they cannot be read)."""
-    from routing_grpo.training.settings import RoutingSettings, SettingsNotFoundError
-
-    try:
-        settings = RoutingSettings.load(model, revision=revision)
-    except SettingsNotFoundError:
-        return {}
-    data = settings.to_dict()
-    return {k: data[k] for k in (*ROUTING_KEYS, "max_completion_length")}
-
-
-# What a sample depends on besides the model and the data: resuming with any of these changed would mix
-# samples drawn two ways under one summary.
-SAMPLE_SETTINGS = (
-    "temperature", "top_p", "max_tokens", "force_mode", "no_routing", "modes", "routing_instruction",
-    "routing_question", "seed", "revision", "dtype",
-)  # fmt: skip

@@ -1,23 +1,10 @@
 """Evaluation of a routing model (or a baseline) on MATH-500, GSM8K and AIME: ``routing-grpo eval``.
 
-Free routing with the routing prompt by default, uncapped (docs/method.md "Validation and evaluation":
-validation and evaluation are free and uncapped, temperature 0.6). ``force_mode`` appends one mode's word after the routing question;
-``no_routing`` uses the plain prompt (a base model or a single-mode baseline).
-
-Per benchmark, ``OUTPUT/<benchmark>/samples.jsonl`` gets one line per (prompt, sample) as soon as its batch
-is graded, so an interrupted run resumes without redoing finished samples, and ``summary.json`` (written
-atomically) holds accuracy (avg@k), mean length, the routing split and per-mode / per-level figures. With
-``--overwrite`` both are drawn beside the old folder and replace it once the benchmark's summary is written
-(:mod:`routing_grpo.evaluation.samples`): a run that fails before that leaves the old output as it was.
-
-At GPU scale (:func:`run_eval`): the benchmark names, ``--samples`` / ``--data`` entries and data files are
-checked, and the benchmarks loaded, before the model is; with vLLM each benchmark's prompts go to the
-engine in one generation call (vLLM schedules them), on ``tensor_parallel_size`` GPUs per engine and
-``data_parallel_size`` engines; the transformers backend runs on the GPU when there is one, ``batch_size``
-prompts per call. The backends are inference's too (:mod:`routing_grpo.generation`).
-
-The run's settings are :mod:`routing_grpo.evaluation.config`'s, its engine :mod:`routing_grpo.evaluation.engines`' and
-the summary's figures :mod:`routing_grpo.evaluation.summary`'s; this module draws, grades and keeps the samples.
+Free routing with the routing prompt by default, uncapped at temperature 0.6 (docs/method.md "Validation and
+evaluation"); ``force_mode`` appends one mode's word after the routing question, ``no_routing`` uses the
+plain prompt. Per benchmark, ``OUTPUT/<benchmark>/samples.jsonl`` gets each batch's samples as soon as they
+are graded (a rerun resumes) and ``summary.json`` the figures of :mod:`routing_grpo.evaluation.summary`.
+Everything is checked, and the benchmarks loaded, before the model is.
 """
 
 from __future__ import annotations
@@ -33,7 +20,6 @@ from routing_grpo.core.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.core.prompting import PromptPlan
 from routing_grpo.diagnostics.routing_metrics import duration_text
 from routing_grpo.evaluation.config import SAMPLE_SETTINGS, EvalConfig
-from routing_grpo.evaluation.engines import check_engine, make_eval_backend, prompts_per_call
 from routing_grpo.evaluation.samples import (
     begin_replacement,
     claim_folder,
@@ -42,7 +28,7 @@ from routing_grpo.evaluation.samples import (
     read_samples,
 )
 from routing_grpo.evaluation.summary import summarize
-from routing_grpo.generation.factory import VLLM, resolve_backend
+from routing_grpo.generation.factory import VLLM, make_backend, resolve_backend
 from routing_grpo.generation.interface import Backend, GenerationRequest
 from routing_grpo.io.errors import model_loading
 from routing_grpo.io.jsonl import append_jsonl, write_json
@@ -51,55 +37,15 @@ from routing_grpo.io.paths import looks_local, under
 
 logger = logging.getLogger(__name__)
 
-# ---------------------------------------------------------------------------------------------------------
-# Requests
-# ---------------------------------------------------------------------------------------------------------
-
-
-def sample_requests(
-    items: Sequence[tuple[dict[str, Any], list[int]]], plan: PromptPlan, tokenizer: Any, max_tokens: int
-) -> list[GenerationRequest]:
-    """The requests of one generation call: per (row, missing sample indices), the rendered prompt's token
-    ids and one sample per missing index, each of at most ``max_tokens`` tokens. Prompts with different
-    numbers of missing samples (a resumed run) go in the same call."""
-    return [
-        GenerationRequest(
-            prompt_ids=tuple(
-                tokenizer(plan.render(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"]
-            ),
-            n=len(missing),
-            max_tokens=int(max_tokens),
-        )
-        for row, missing in items
-    ]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# What the samples are bound to (the samples file itself: routing_grpo.evaluation.samples)
-# ---------------------------------------------------------------------------------------------------------
-
 
 def samples_record(config: EvalConfig, benchmark: str) -> dict[str, Any]:
     """What the samples of ``benchmark`` are bound to: the model, the data and every setting that changes a
-    sample. ``--samples`` and ``--limit`` are not in it: more samples or problems extend the same set."""
+    sample (``--samples`` and ``--limit`` only extend the same set)."""
     return {
         "model": model_fingerprint(config.model, config.revision),
         "data": data_fingerprint(benchmark, config.data.get(benchmark)),
         "settings": {key: getattr(config, key) for key in SAMPLE_SETTINGS},
     }
-
-
-def claim_samples(config: EvalConfig, benchmark: str) -> None:
-    """Binds ``OUTPUT/<benchmark>/`` to this evaluation before anything is generated (``overwrite``: nothing
-    is touched; the new samples are drawn beside it once the model has loaded)."""
-    claim_folder(
-        under(config.output, benchmark), samples_record(config, benchmark), overwrite=config.overwrite
-    )
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The run
-# ---------------------------------------------------------------------------------------------------------
 
 
 def evaluate_benchmark(
@@ -113,6 +59,10 @@ def evaluate_benchmark(
 ) -> dict[str, Any]:
     """Generates the missing samples of one benchmark, appends them, and writes its summary (with
     ``overwrite``: into a staging folder that replaces the benchmark's folder once the summary is there)."""
+    from routing_grpo.core.grading import generation_prompt_opens_reasoning
+    from routing_grpo.data.datasets import task_grader
+    from routing_grpo.data.tasks import get_task, task_names
+
     final_dir = under(config.output, benchmark)
     if config.overwrite:
         out_dir = begin_replacement(final_dir, samples_record(config, benchmark))
@@ -127,10 +77,10 @@ def evaluate_benchmark(
     detector = ModeDetector.from_tokenizer(modes, tokenizer) if not config.no_routing else None
     rows = [dataset[i] for i in range(len(dataset))]
     rows_by_id = {str(row["id"]): row for row in rows}
-    verifier = _task_row_grader(benchmark)
-    # Finished or wrong: a sample must end with EOS, and close its reasoning when the prompt opened it.
-    from routing_grpo.core.grading import generation_prompt_opens_reasoning
-
+    spec = (
+        get_task(benchmark) if benchmark in task_names() else None
+    )  # math tasks: batched math-verify grading; others their own check
+    verifier = None if spec is None or spec.grader == "math" else task_grader(spec.grader)
     eos_ids = {int(t) for t in backend.eos_token_ids}
     reasoning_open = generation_prompt_opens_reasoning(tokenizer)
 
@@ -139,12 +89,15 @@ def evaluate_benchmark(
     if done:
         logger.info("%s: %d samples already done, %d prompts to go", benchmark, len(done), len(todo))
     started = time.time()
-    # This invocation's generation throughput: the backend's calls only (grading and writing left out).
+    # This invocation's generation throughput: the backend's calls only.
     generated = {"samples": 0, "tokens": 0, "seconds": 0.0}
-    per_call = prompts_per_call(config, backend, len(todo))
+    per_call = max(1, config.batch_size or backend.default_batch_size or len(todo))
     for start in range(0, len(todo), per_call):
         chunk = todo[start : start + per_call]
-        requests = sample_requests(chunk, plan, tokenizer, config.max_tokens)
+        requests = [
+            GenerationRequest(tuple(_prompt_ids(plan, tokenizer, row)), len(missing), int(config.max_tokens))
+            for row, missing in chunk
+        ]
         call_started = time.perf_counter()
         completions = backend.sample(requests, seed=config.seed + start)
         generated["seconds"] += time.perf_counter() - call_started
@@ -152,19 +105,18 @@ def evaluate_benchmark(
         generated["tokens"] += sum(len(ids) for outs in completions for ids, _ in outs)
         if len(completions) != len(chunk):
             raise RuntimeError(f"the backend returned {len(completions)} outputs for {len(chunk)} prompts")
-        new_rows = []
-        for (row, missing), outs in zip(chunk, completions):
-            for sample_index, (ids, _) in zip(missing, outs):
-                new_rows.append(
-                    _sample_row(row, sample_index, ids, tokenizer, plan, detector, modes, eos_ids)
-                )
+        new_rows = [
+            _sample_row(row, index, ids, tokenizer, plan, detector, modes, eos_ids)
+            for (row, missing), outs in zip(chunk, completions)
+            for index, (ids, _) in zip(missing, outs)
+        ]
         _grade_rows(new_rows, verifier, rows_by_id, reasoning_open)
         append_jsonl(samples_path, new_rows)  # a full disk or the file-size limit names the file
         if progress:
             finished = min(start + per_call, len(todo))
             rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
             elapsed = time.time() - started
-            left = len(todo) - finished  # the prompts left at this run's pace so far
+            left = len(todo) - finished
             eta = f", ETA {duration_text(elapsed / finished * left)}" if left and finished else ""
             print(
                 f"[{benchmark}] {finished}/{len(todo)} prompts ({elapsed:.0f}s, {rate:.0f} tokens/s generated{eta})",
@@ -192,13 +144,8 @@ def evaluate_benchmark(
     return summary
 
 
-def _task_row_grader(benchmark: str):
-    """None for math tasks (batched math-verify grading); the task's own check otherwise (Countdown)."""
-    from routing_grpo.data.datasets import task_grader
-    from routing_grpo.data.tasks import get_task, task_names
-
-    spec = get_task(benchmark) if benchmark in task_names() else None
-    return None if spec is None or spec.grader == "math" else task_grader(spec.grader)
+def _prompt_ids(plan: PromptPlan, tokenizer: Any, row: dict[str, Any]) -> list[int]:
+    return tokenizer(plan.render(tokenizer, row["prompt"]), add_special_tokens=False)["input_ids"]
 
 
 def _grade_rows(
@@ -247,24 +194,15 @@ def _sample_row(
     else:
         mode, forced, length, routing = None, False, len(ids), "none"
     return {
-        "prompt_id": str(row["id"]),
-        "sample_index": sample_index,
-        "level": row.get("level"),
-        "routing": routing,
-        "mode": mode,
-        "forced": forced,
-        "L": length,
-        "tokens": len(ids),
-        "reference_answer": str(row["answer"]),
-        "completion": text,
-        "finished": finished,
-    }
+        "prompt_id": str(row["id"]), "sample_index": sample_index, "level": row.get("level"), "routing": routing,
+        "mode": mode, "forced": forced, "L": length, "tokens": len(ids), "reference_answer": str(row["answer"]),
+        "completion": text, "finished": finished,
+    }  # fmt: skip
 
 
 def check_benchmarks(config: EvalConfig) -> None:
-    """The benchmark names, the ``--samples`` and ``--data`` entries (each a known benchmark, and one of
-    ``--benchmarks``) and the local data files, checked
-    before anything is loaded; raises ValueError naming the option (FileNotFoundError for a missing file)."""
+    """The benchmark names, the ``--samples`` and ``--data`` entries and the local data files, before anything
+    is loaded; raises ValueError naming the option (FileNotFoundError for a missing file)."""
     from routing_grpo.data.tasks import get_task, task_names
 
     names = task_names()
@@ -293,43 +231,21 @@ def check_benchmarks(config: EvalConfig) -> None:
             )
 
 
-def load_benchmarks(config: EvalConfig) -> dict[str, Any]:
-    """Every benchmark's dataset (checked by :func:`check_benchmarks` first): local files are read and
-    Hub datasets downloaded before the model loads, so a bad name, path or row fails in seconds."""
-    from routing_grpo.data.datasets import load_task
-    from routing_grpo.data.tasks import get_task
-
-    check_benchmarks(config)
-    datasets = {}
-    for bench in config.benchmarks:
-        # Generated tasks (synthetic, countdown) are evaluated on their held-out split.
-        split = "test" if get_task(bench).generate is not None else None
-        datasets[bench] = load_task(bench, path=config.data.get(bench), split=split, limit=config.limit)
-    return datasets
-
-
-def evaluation_context(config: EvalConfig, backend: str) -> int | None:
-    """The context a prompt and its sample must fit: vLLM's ``--max-model-len`` when given, else the model's
-    own (a local folder's config.json; None when unknown)."""
-    if backend == VLLM and config.max_model_len is not None:
-        return config.max_model_len
-    return local_context_length(config.model)
-
-
-def check_prompt_lengths(
-    config: EvalConfig, datasets: dict[str, Any], tokenizer: Any, context: int | None
-) -> None:
-    """Every benchmark prompt, rendered as it will be generated from, against the model's context, before
-    the model loads: a prompt with no room left for a sample is a ValueError naming the benchmark and the
-    problem's id (generating from it would take minutes and give nothing)."""
+def check_prompt_lengths(config: EvalConfig, datasets: dict[str, Any], tokenizer: Any, backend: str) -> None:
+    """Every rendered prompt against the context (vLLM's ``--max-model-len``, else the model's): one with no
+    room left for a sample is a ValueError naming the benchmark and the problem's id."""
+    context = (
+        config.max_model_len
+        if backend == VLLM and config.max_model_len
+        else local_context_length(config.model)
+    )
     if context is None:
         return
     plan = PromptPlan.from_config(config)
     for bench, dataset in datasets.items():
         for i in range(len(dataset)):
             row = dataset[i]
-            text = plan.render(tokenizer, row["prompt"])
-            tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            tokens = len(_prompt_ids(plan, tokenizer, row))
             if tokens >= context:
                 raise ValueError(
                     f"{bench}: problem {row['id']}: its prompt ({tokens} tokens) is past the model's context "
@@ -339,36 +255,43 @@ def check_prompt_lengths(
 
 
 def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
-    """Checks and loads the benchmarks, then loads the model once and evaluates every benchmark; returns
-    the summaries. The output folder is locked first (one evaluation writes it at a time: another one
-    running there is refused at once, naming it)."""
+    """Checks and loads the benchmarks, then loads the model once and evaluates every benchmark; returns the
+    summaries. One evaluation writes an output folder at a time (another is refused at once, naming it)."""
+    from transformers import AutoTokenizer
+
+    from routing_grpo.data.datasets import load_task
+    from routing_grpo.data.tasks import get_task
     from routing_grpo.io.locks import OutputLock, folder_lock_path
 
     backend = resolve_backend(config.backend)
-    check_engine(config, backend)
+    config.check_engine(backend)
     lock = folder_lock_path(config.output)
     with OutputLock(lock, flag="--output", output=config.output, command="routing-grpo eval"):
-        return evaluate_all(config, backend)
-
-
-def evaluate_all(config: EvalConfig, backend: str) -> dict[str, dict[str, Any]]:
-    """:func:`run_eval`'s work, under the folder's lock."""
-    from transformers import AutoTokenizer
-
-    datasets = load_benchmarks(config)
-    for bench in datasets:  # every output folder, and the samples to resume, checked before the model loads
-        claim_samples(config, bench)
-        if not config.overwrite:
-            read_samples(Path(config.output) / bench / "samples.jsonl")
-    with model_loading(config.model):
-        tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
-    check_prompt_lengths(config, datasets, tokenizer, evaluation_context(config, backend))
-    with model_loading(config.model):
-        engine = make_eval_backend(config, backend, tokenizer)
-    try:
-        return {
-            bench: evaluate_benchmark(config, bench, dataset, tokenizer, engine)
-            for bench, dataset in datasets.items()
+        check_benchmarks(config)
+        datasets = {  # generated tasks (synthetic, countdown) are evaluated on their held-out split
+            bench: load_task(
+                bench,
+                path=config.data.get(bench),
+                split="test" if get_task(bench).generate is not None else None,
+                limit=config.limit,
+            )
+            for bench in config.benchmarks
         }
-    finally:
-        engine.close()
+        for bench in datasets:  # every output folder, and the samples to resume, checked before the model
+            claim_folder(
+                under(config.output, bench), samples_record(config, bench), overwrite=config.overwrite
+            )
+            if not config.overwrite:
+                read_samples(Path(config.output) / bench / "samples.jsonl")
+        with model_loading(config.model):
+            tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
+        check_prompt_lengths(config, datasets, tokenizer, backend)
+        with model_loading(config.model):
+            engine = make_backend(backend, config.backend_options(), tokenizer)
+        try:
+            return {
+                bench: evaluate_benchmark(config, bench, dataset, tokenizer, engine)
+                for bench, dataset in datasets.items()
+            }
+        finally:
+            engine.close()

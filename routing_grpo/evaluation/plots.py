@@ -1,19 +1,9 @@
-"""Figures of the paper from a user's own runs (matplotlib, written as PNG).
+"""The paper's figures from a user's own runs (matplotlib PNGs).
 
-- ``reward_surface.png``: correct-answer reward per mode over L, crossovers dashed, caps dotted; L up to
-  1.5 x the largest cap or crossover.
-- ``pareto_<benchmark>.png``: accuracy vs mean length, std error bars, single-mode frontier dashed and
-  the region on or below it shaded.
-- ``levels_<benchmark>.png``: free routing split by difficulty level, accuracy above each bar; with the
-  oracle's forced evaluations, the oracle's choice per level as a hatched bar beside the router's.
-- ``training_dynamics.png``: free mode shares, routing entropy, per-mode accuracy and length (and the early
-  tell's fanout) over generation batches, a grid of panels: a moving mean over 5 batches with the raw means
-  faint, std bands across seeds (from ``trainer_state.json`` logs); the ablations' training folders get
-  ``training_dynamics_<ablation>.png``.
-- ``training_levels.png``: the router's free share of each mode per difficulty level over generation
-  batches (the level-mix router's: ``training_levels_<level-mix method>.png``).
-- ``pareto_<benchmark>.png`` for the miniature: also the taught model forced into each mode and their
-  frontier.
+``reward_surface.png`` (reward per mode over L, crossovers and caps); ``pareto_<benchmark>.png`` (accuracy vs
+mean length, the single-mode frontier, the miniature's forced modes and oracle); ``levels_<benchmark>.png``
+(free routing per difficulty level, beside the oracle's choice); ``training_dynamics*.png`` and
+``training_levels*.png`` (routing over generation batches, std bands across seeds); ``early_tell.png``.
 """
 
 from __future__ import annotations
@@ -32,37 +22,31 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, crossovers, parse_modes  # noqa: E402
 from routing_grpo.diagnostics.early_tell import FANOUT_ROUTING, fanout_points, trailing_mean  # noqa: E402
+from routing_grpo.evaluation.frontier import Point, pareto_frontier  # noqa: E402
 from routing_grpo.evaluation.report import (  # noqa: E402
     ABLATION_METHODS,
     BASELINE_METHODS,
     LEVEL_MIX_METHOD,
     METHOD_LABELS,
     METHOD_ORDER,
-    Point,
     TrainingRun,
     compare_to_frontier,
     find_training_runs,
     method_points,
-    pareto_frontier,
+    ordered,
     stats,
 )
 from routing_grpo.io.paths import under  # noqa: E402
 
 METHOD_COLORS = {
-    "base": "#7f7f7f",
-    "nothink": "#2ca02c",
-    "short": "#ff7f0e",
-    "long": "#1f77b4",
-    "router": "#d62728",
-    "no_balance": "#9467bd",
-    "no_warmup": "#8c564b",
-}
+    "base": "#7f7f7f", "nothink": "#2ca02c", "short": "#ff7f0e", "long": "#1f77b4", "router": "#d62728",
+    "no_balance": "#9467bd", "no_warmup": "#8c564b",
+}  # fmt: skip
 MODE_COLORS = ["#2ca02c", "#ff7f0e", "#1f77b4", "#9467bd", "#8c564b"]
 
 
 def surface_span(modes: Sequence[ModeSpec]) -> int:
-    """The lengths where the modes' rewards differ in ways that matter: 1.5 x the largest cap or crossover
-    (20 and 46 in the miniature: 0-69; 1,000 tokens without caps or crossovers)."""
+    """1.5 x the largest cap or crossover (1,000 tokens without either): where the rewards differ."""
     marks = [c.length for c in crossovers(modes)] + [m.cap for m in modes if m.cap is not None]
     return max(10, math.ceil(1.5 * max(marks))) if marks else 1000
 
@@ -92,8 +76,7 @@ def plot_reward_surface(modes: Sequence[ModeSpec], path: Path, max_length: int |
 
 
 def forced_points(mini: dict[str, Any]) -> list[Point]:
-    """The taught model forced into each mode (the miniature's oracle evaluations): accuracy and mean tokens
-    over every level, each level weighted by its samples."""
+    """The miniature's taught model forced into each mode: accuracy and mean tokens over its levels."""
     cells: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for level in mini["oracle"]["levels"].values():
         for mode, cell in level["cells"].items():
@@ -129,22 +112,14 @@ def plot_pareto(
         xs = [p.length for p in forced_frontier] + [right * 1.05]
         ys = [p.accuracy for p in forced_frontier] + [forced_frontier[-1].accuracy]
         ax.plot(xs, ys, linestyle=":", color="black", linewidth=1, label="frontier of the forced modes")
-    for method in [m for m in METHOD_ORDER if m in grouped_benchmark] + sorted(
-        m for m in grouped_benchmark if m not in METHOD_ORDER
-    ):
+    for method in ordered(grouped_benchmark, METHOD_ORDER):
         seeds = grouped_benchmark[method]
         acc, length = stats(seeds, "accuracy"), stats(seeds, "mean_length")
         ax.errorbar(
-            length.mean,
-            acc.mean,
-            xerr=length.std,
-            yerr=acc.std,
-            fmt="D" if method == "router" else "o",
-            color=METHOD_COLORS.get(method, "black"),
-            label=f"{METHOD_LABELS.get(method, method)} (n={len(seeds)})",
-            capsize=3,
-            markersize=8 if method == "router" else 6,
-        )
+            length.mean, acc.mean, xerr=length.std, yerr=acc.std, fmt="D" if method == "router" else "o",
+            color=METHOD_COLORS.get(method, "black"), label=f"{METHOD_LABELS.get(method, method)} (n={len(seeds)})",
+            capsize=3, markersize=8 if method == "router" else 6,
+        )  # fmt: skip
     points = method_points(grouped_benchmark)
     frontier = pareto_frontier([points[m] for m in BASELINE_METHODS if m in points])
     if frontier:
@@ -155,22 +130,14 @@ def plot_pareto(
         ax.plot(xs_ext, ys_ext, linestyle="--", color="black", linewidth=1, label="single-mode frontier")
         ax.fill_between(xs_ext, [0] * len(xs_ext), ys_ext, color="grey", alpha=0.12, step=None)
     if oracle is not None:
-        ax.plot(
-            oracle.length,
-            oracle.accuracy,
-            marker="*",
-            markersize=13,
-            linestyle="none",
-            color="gold",
-            markeredgecolor="black",
-            label="oracle router (best mode per level)",
-        )
+        ax.plot(oracle.length, oracle.accuracy, marker="*", markersize=13, linestyle="none", color="gold",
+                markeredgecolor="black", label="oracle router (best mode per level)")  # fmt: skip
     ax.set_xlabel("mean response length (tokens)")
     ax.set_ylabel("accuracy")
     title = f"{benchmark}: accuracy vs length"
     cmp = compare_to_frontier(benchmark, grouped_benchmark)
-    if cmp is not None and cmp.above is not None:
-        title += " (router above frontier)" if cmp.above else " (router on/below frontier)"
+    if cmp is not None and cmp["above_frontier"] is not None:
+        title += " (router above frontier)" if cmp["above_frontier"] else " (router on/below frontier)"
     ax.set_title(title)
     accs = [stats(s, "accuracy").mean for s in grouped_benchmark.values()]
     accs += [oracle.accuracy] if oracle is not None else []
@@ -186,11 +153,8 @@ def plot_levels(
     path: Path,
     oracle_choice: dict[str, str] | None = None,
 ) -> Path | None:
-    """Routing split per difficulty level, averaged over the router's seeds.
-
-    ``oracle_choice`` (level -> mode): the oracle's best mode per level, drawn as a hatched bar beside the
-    router's bar in that mode's colour.
-    """
+    """Routing split per difficulty level, averaged over the router's seeds; ``oracle_choice`` (level ->
+    mode) drawn as a hatched bar beside the router's."""
     per_level = [s["per_level"] for s in summaries if s.get("per_level")]
     if not per_level:
         return None
@@ -218,16 +182,8 @@ def plot_levels(
             if mode is None:
                 continue
             i = modes.index(mode) if mode in modes else 0
-            ax.bar(
-                x + 0.21,
-                1.0,
-                width=0.4,
-                color="white",
-                edgecolor=_mode_color(i, mode),
-                hatch="//",
-                linewidth=1.5,
-                label="oracle's choice" if x == 0 else None,
-            )
+            ax.bar(x + 0.21, 1.0, width=0.4, color="white", edgecolor=_mode_color(i, mode), hatch="//",
+                   linewidth=1.5, label="oracle's choice" if x == 0 else None)  # fmt: skip
             ax.text(x + 0.21, 0.5, mode, ha="center", va="center", rotation=90, fontsize=8)
     ax.set_xticks(xs, [str(lv) for lv in levels])
     ax.set_ylim(0, 1.1)
@@ -273,21 +229,15 @@ def plot_training_dynamics(
 ) -> Path | None:
     series: dict[str, dict[float, list[float]]] = defaultdict(lambda: defaultdict(list))
     for history in histories:
-        for row in history:
-            step = row.get("routing/batch_step", row.get("step"))
-            if step is None:
-                continue
-            for key, value in row.items():
-                if key.startswith("routing/") and isinstance(value, int | float) and math.isfinite(value):
-                    series[key][float(step)].append(float(value))
+        for step, key, value in _logged(history):
+            if key.startswith("routing/"):
+                series[key][step].append(value)
     if not series:
         return None
     panels = [
-        ("free mode share", "routing/share/"),
-        ("routing entropy", "routing/entropy"),
-        ("accuracy per mode", "routing/accuracy/"),
-        ("mean length per mode (tokens)", "routing/length/"),
-    ]
+        ("free mode share", "routing/share/"), ("routing entropy", "routing/entropy"),
+        ("accuracy per mode", "routing/accuracy/"), ("mean length per mode (tokens)", "routing/length/"),
+    ]  # fmt: skip
     if "routing/fanout" in series:
         panels.append(("early tell: fanout (nats per level step)", "routing/fanout"))
     cols = 2 if len(panels) <= 4 else 3  # a grid that reads at page width
@@ -298,19 +248,12 @@ def plot_training_dynamics(
         keys.sort(key=lambda k: _mode_rank(k[len(prefix) :]))
         for i, key in enumerate(keys):
             steps = sorted(series[key])
-            means = [statistics.fmean(series[key][s]) for s in steps]
-            stds = [statistics.stdev(series[key][s]) if len(series[key][s]) > 1 else 0.0 for s in steps]
+            means, stds = _mean_std([series[key][s] for s in steps])
             label = key[len(prefix) :] if prefix.endswith("/") else key.split("/")[-1]
             color = _mode_color(i, label) if prefix.endswith("/") else "black"
             ax.plot(steps, means, color=color, linewidth=0.8, alpha=0.3)  # the raw means, faint
             ax.plot(steps, moving_mean(means, SMOOTHING), label=label, color=color, linewidth=1.8)
-            ax.fill_between(
-                steps,
-                [m - s for m, s in zip(means, stds)],
-                [m + s for m, s in zip(means, stds)],
-                color=color,
-                alpha=0.12,
-            )
+            _band(ax, steps, means, stds, color, 0.12)
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("generation batch", fontsize=9)
         ax.tick_params(labelsize=8)
@@ -331,9 +274,8 @@ def plot_early_tell(
     heading: str = "The early tell",
     window: int = 10,
 ) -> Path | None:
-    """``routing/fanout`` over training, one line per group of runs (a recipe): the mean over its runs of the
-    mean over the last ``window`` generation batches, with std bands over runs, and the threshold the early
-    tell reads it against (:data:`routing_grpo.diagnostics.early_tell.FANOUT_ROUTING`)."""
+    """``routing/fanout`` over training, one line per group of runs: the mean over runs of its trailing mean
+    over ``window`` batches, std bands, and the early tell's threshold."""
     curves: dict[str, list[dict[int, float]]] = {}
     for label, histories in groups.items():
         runs = []
@@ -348,15 +290,10 @@ def plot_early_tell(
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, (label, runs) in enumerate(curves.items()):
         steps = sorted(set().union(*runs))
-        cells = [[run[s] for run in runs if s in run] for s in steps]
-        means = [statistics.fmean(c) for c in cells]
-        stds = [statistics.stdev(c) if len(c) > 1 else 0.0 for c in cells]
+        means, stds = _mean_std([[run[s] for run in runs if s in run] for s in steps])
         color = f"C{i}"
         ax.plot(steps, means, label=f"{label} ({len(runs)} run{'s' if len(runs) > 1 else ''})", color=color)
-        ax.fill_between(
-            steps, [m - d for m, d in zip(means, stds)], [m + d for m, d in zip(means, stds)], color=color,
-            alpha=0.15,
-        )  # fmt: skip
+        _band(ax, steps, means, stds, color, 0.15)
     ax.axhline(
         FANOUT_ROUTING, color="grey", linestyle="--", linewidth=1, label=f"threshold {FANOUT_ROUTING:g}"
     )
@@ -371,22 +308,16 @@ def plot_early_tell(
 def plot_training_levels(
     histories: Sequence[list[dict[str, Any]]], path: Path, heading: str, window: int = 5
 ) -> Path | None:
-    """Free mode share per level over training (``routing/level/<L>/share/<mode>``), one panel per level:
-    the mean over runs of a moving average over ``window`` generation batches (a level has few prompts in
-    a batch), with std bands over runs."""
+    """Free mode share per level over training, one panel per level: the mean over runs of a moving mean
+    over ``window`` batches (a level has few prompts in a batch), std bands over runs."""
     # level -> mode -> run -> {step: share}
     shares: dict[str, dict[str, list[dict[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for history in histories:
         per_run: dict[tuple[str, str], dict[float, float]] = defaultdict(dict)
-        for row in history:
-            step = row.get("routing/batch_step", row.get("step"))
-            if step is None:
-                continue
-            for key, value in row.items():
-                parts = key.split("/")
-                is_share = len(parts) == 5 and parts[:2] == ["routing", "level"] and parts[3] == "share"
-                if is_share and isinstance(value, int | float) and math.isfinite(value):
-                    per_run[(parts[2], parts[4])][float(step)] = float(value)
+        for step, key, value in _logged(history):
+            parts = key.split("/")
+            if len(parts) == 5 and parts[:2] == ["routing", "level"] and parts[3] == "share":
+                per_run[(parts[2], parts[4])][step] = value
         for (level, mode), series in per_run.items():
             shares[level][mode].append(series)
     if not shares:
@@ -405,17 +336,12 @@ def plot_training_levels(
                 smoothed.append(dict(zip(steps, moving_mean(values, window))))
                 raw.append(series)
             steps = sorted(set().union(*smoothed))
-            cells = [[run[s] for run in smoothed if s in run] for s in steps]
-            means = [statistics.fmean(c) for c in cells]
-            stds = [statistics.stdev(c) if len(c) > 1 else 0.0 for c in cells]
+            means, stds = _mean_std([[run[s] for run in smoothed if s in run] for s in steps])
             color = _mode_color(i, mode)
             raw_means = [statistics.fmean([run[s] for run in raw if s in run]) for s in steps]
             ax.plot(steps, raw_means, color=color, linewidth=0.8, alpha=0.3)  # each batch, faint
             ax.plot(steps, means, label=mode, color=color, linewidth=1.8)
-            ax.fill_between(
-                steps, [m - d for m, d in zip(means, stds)], [m + d for m, d in zip(means, stds)], color=color,
-                alpha=0.12,
-            )  # fmt: skip
+            _band(ax, steps, means, stds, color, 0.12)
         ax.set_title(f"level {level}", fontsize=10)
         ax.set_ylim(0, 1)
         ax.set_xlabel("generation batch", fontsize=9)
@@ -438,67 +364,49 @@ def draw_all(
     training_runs: Sequence[TrainingRun] = (),
     minis: dict[str, dict[str, Any]] | None = None,
 ) -> list[Path]:
-    """Every figure. ``training_runs``: the router's runs join the logs found under ``run_dirs`` in
-    training_dynamics.png, each ablation gets its own figure (single-mode baselines are left out);
-    ``minis``: the miniature per benchmark (the miniature report's ``miniature``), for the oracle's choice
-    per level and the oracle router's point."""
+    """Every figure. ``training_runs``: the router's join the logs under ``run_dirs``, each ablation and the
+    level mix get figures of their own; ``minis``: the miniature per benchmark (the oracle's choices and point)."""
     minis = minis or {}
     written = [plot_reward_surface(_run_modes(summaries), output / "reward_surface.png")]
     for bench, methods in grouped.items():
         mini = minis.get(bench)
-        oracle = None
+        oracle, forced, choice = None, [], None
         if mini is not None:
             o = mini["oracle"]["overall"]
-            oracle = Point("oracle", o["mean_tokens"], o["accuracy"])
-        forced = forced_points(mini) if mini is not None else []
+            oracle, forced = Point("oracle", o["mean_tokens"], o["accuracy"]), forced_points(mini)
+            choice = {lv: e["best"] for lv, e in mini["oracle"]["levels"].items()}
         written.append(
             plot_pareto(bench, methods, under(output, f"pareto_{bench}.png"), oracle=oracle, forced=forced)
         )
         router = list(methods.get("router", {}).values())
-        choice = {lv: e["best"] for lv, e in mini["oracle"]["levels"].items()} if mini is not None else None
-        levels = plot_levels(bench, router, under(output, f"levels_{bench}.png"), oracle_choice=choice)
-        if levels:
-            written.append(levels)
+        written.append(plot_levels(bench, router, under(output, f"levels_{bench}.png"), oracle_choice=choice))
     seen = set()
     histories = []
     for run in find_training_runs(Path(d) for d in run_dirs if Path(d).is_dir()):
         seen.add(run.path.resolve())
         histories.append(run.history)
-    for run in training_runs:
-        if run.group == "router" and run.path.resolve() not in seen:
-            histories.append(run.history)
-    dynamics = plot_training_dynamics(histories, output / "training_dynamics.png")
-    if dynamics:
-        written.append(dynamics)
-    per_level = plot_training_levels(
-        histories, output / "training_levels.png", "Routing per level over training"
+    histories += [r.history for r in training_runs if r.group == "router" and r.path.resolve() not in seen]
+    written.append(plot_training_dynamics(histories, output / "training_dynamics.png"))
+    written.append(
+        plot_training_levels(histories, output / "training_levels.png", "Routing per level over training")
     )
-    if per_level:
-        written.append(per_level)
     for ablation in ABLATION_METHODS:
         runs = [r.history for r in training_runs if r.group == ablation]
-        figure = plot_training_dynamics(
-            runs,
-            output / f"training_dynamics_{ablation}.png",
-            f"Training dynamics, {METHOD_LABELS[ablation]}",
-        )
-        if figure:
-            written.append(figure)
+        heading = f"Training dynamics, {METHOD_LABELS[ablation]}"
+        written.append(plot_training_dynamics(runs, output / f"training_dynamics_{ablation}.png", heading))
     tell_groups: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
     for run in training_runs:
         tell_groups[METHOD_LABELS.get(run.group, run.group)].append(run.history)
-    tell = plot_early_tell(tell_groups, output / "early_tell.png")
-    if tell:
-        written.append(tell)
+    written.append(plot_early_tell(tell_groups, output / "early_tell.png"))
     level_mix = [r.history for r in training_runs if r.group == LEVEL_MIX_METHOD]
     heading = f"Training dynamics, {METHOD_LABELS[LEVEL_MIX_METHOD]}"
-    for figure in (
-        plot_training_dynamics(level_mix, output / f"training_dynamics_{LEVEL_MIX_METHOD}.png", heading),
-        plot_training_levels(level_mix, output / f"training_levels_{LEVEL_MIX_METHOD}.png", heading),
-    ):
-        if figure:
-            written.append(figure)
-    return written
+    written.append(
+        plot_training_dynamics(level_mix, output / f"training_dynamics_{LEVEL_MIX_METHOD}.png", heading)
+    )
+    written.append(
+        plot_training_levels(level_mix, output / f"training_levels_{LEVEL_MIX_METHOD}.png", heading)
+    )
+    return [path for path in written if path]
 
 
 def _run_modes(summaries: Sequence[dict[str, Any]]) -> tuple[ModeSpec, ...]:
@@ -519,6 +427,28 @@ def _ordered_modes(summaries: Sequence[dict[str, Any]]) -> list[str]:
 
 def _level_key(level: str) -> tuple[int, str]:
     return (int(level), "") if str(level).isdigit() else (10**6, str(level))
+
+
+def _logged(history: Sequence[dict[str, Any]]):
+    """(generation batch, key, value) of each finite number a run logged."""
+    for row in history:
+        step = row.get("routing/batch_step", row.get("step"))
+        if step is not None:
+            for key, value in row.items():
+                if isinstance(value, int | float) and math.isfinite(value):
+                    yield float(step), key, float(value)
+
+
+def _mean_std(cells: Sequence[Sequence[float]]) -> tuple[list[float], list[float]]:
+    """Each cell's mean and sample std (0 for one value)."""
+    return [statistics.fmean(c) for c in cells], [statistics.stdev(c) if len(c) > 1 else 0.0 for c in cells]
+
+
+def _band(
+    ax, steps: Sequence[float], means: list[float], stds: list[float], color: str, alpha: float
+) -> None:
+    lows, highs = [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)]
+    ax.fill_between(steps, lows, highs, color=color, alpha=alpha)
 
 
 def _mean(values) -> float:

@@ -1,18 +1,12 @@
 """Results across runs: the paper's tables, the single-mode Pareto frontier, and the figures.
 
-Input: evaluation summaries (``summary.json``, one per benchmark per run, schema in docs/evaluation.md) and,
-optionally, trainer logs (``trainer_state.json``). Runs are grouped by ``method`` (router, nothink,
-short, long, base, and the ablations no_balance, no_warmup) and ``seed``; each figure and table reports
-the mean and the std over seeds. Only nothink / short / long are points of the single-mode frontier.
+Input: evaluation summaries (``summary.json``, docs/evaluation.md) and, optionally, trainer logs
+(``trainer_state.json``), grouped by ``method`` and ``seed`` (mean and std over seeds). A caller may add a
+part of its own (:class:`ReportPart`), as the miniature does.
 
-A caller may add a part of its own (:class:`ReportPart`): the miniature adds its oracle table, routing
-regret, targets and ablations this way (its report, ``mini/report.py``).
-
-Paper: Table "Final accuracy and mean response length" (tab:full), Table "Token reduction"
-(tab:reduction), Figs. "Accuracy versus response length" with the single-mode frontier. The saving
-against the single-mode baselines is given two ways, each labelled: against the pruned Pareto frontier,
-and against the paper's polyline through all three single-mode points (:func:`polyline_length_for`),
-which gives the paper's text (MATH-500 27%, GSM8K 44% on tab:full; the pruned frontier: 27%, 38%).
+Paper: Table "Final accuracy and mean response length" (tab:full), Table "Token reduction" (tab:reduction),
+Figs. "Accuracy versus response length". The saving is given against the pruned Pareto frontier and against
+the paper's polyline through all three single-mode points (:func:`polyline_length_for`).
 """
 
 from __future__ import annotations
@@ -28,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.evaluation.frontier import (  # noqa: F401  (part of this module's interface)
+from routing_grpo.evaluation.frontier import (
     Point,
     frontier_accuracy_at,
     frontier_length_for,
@@ -42,13 +36,10 @@ from routing_grpo.io.paths import check_name, under
 
 BASELINE_METHODS = ("nothink", "short", "long")
 ABLATION_METHODS = ("no_balance", "no_warmup")
-# The router trained on a mix of levels (recipes/mini/router_level_mix.yaml).
+# The miniature's routers: trained on a level mix, with the routing word's own weight in the loss (beyond
+# the paper), and from a level-blind cold start (recipes/mini*/).
 LEVEL_MIX_METHOD = "router_level_mix"
-# The router with the routing word's own weight in the loss, a lever beyond the paper
-# (recipes/mini_graded/graded_router_word_weight.yaml), reported beside the router.
 WORD_WEIGHT_METHOD = "router_word_weight"
-# The router from a level-blind cold start (recipes/mini_graded/graded_router_blind.yaml): the contrast of the
-# graded world's difficulty-aware default.
 BLIND_METHOD = "router_blind"
 METHOD_ORDER = (
     "base", "nothink", "short", "long", "router", WORD_WEIGHT_METHOD, BLIND_METHOD, LEVEL_MIX_METHOD,
@@ -86,17 +77,12 @@ class Stat:
         return statistics.stdev(self.values) if len(self.values) > 1 else 0.0
 
     def fmt(self, digits: int) -> str:
-        """``mean ± std`` over seeds; the mean alone for one seed (a spread of one value says nothing)."""
+        """``mean ± std`` over seeds; the mean alone for one seed."""
         if not self.values:
             return "-"
         if len(self.values) == 1:
             return f"{self.mean:.{digits}f}"
         return f"{self.mean:.{digits}f} ± {self.std:.{digits}f}"
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Loading
-# ---------------------------------------------------------------------------------------------------------
 
 
 def find_summaries(run_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
@@ -131,20 +117,16 @@ def _check_summary(summary: Any, path: Path) -> None:
         check_name(summary[key], f"{path}: {key}")
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
 def _figure_problem(key: str, value: Any, kind: str, *, optional: bool = False) -> str | None:
     """Why a summary figure cannot be reported (None when it can): ``kind`` ``share`` (a finite number in
-    [0, 1]), ``length`` (finite, >= 0), ``count`` (an integer >= 0) or ``entropy`` (finite, >= 0)."""
+    [0, 1]), ``length`` or ``entropy`` (finite, >= 0), ``count`` (an integer >= 0)."""
     if value is None and optional:
         return None
     if kind == "count":
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             return f"{key} must be an integer >= 0, got {json.dumps(value)}"
         return None
-    if not _number(value) or not math.isfinite(value):
+    if not _finite(value):
         return f"{key} must be a finite number, got {json.dumps(value)}"
     if kind == "share" and not 0 <= value <= 1:
         return f"{key} must be in [0, 1], got {value}"
@@ -162,19 +144,15 @@ GROUP_FIGURES = {"count": "count", "accuracy": "share", "mean_length": "length"}
 
 
 def summary_figure_problem(summary: dict[str, Any]) -> tuple[str, str] | None:
-    """(top-level key, why) for the first figure of a summary that a report cannot use: NaN or Infinity, an
-    accuracy or share outside [0, 1], a negative length, a count that is not a whole number, a seed that is
-    not an integer; None when every figure is usable."""
+    """(top-level key, why) for the first figure of a summary that a report cannot use; None when all are."""
     seed = summary.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         return "seed", f"seed must be an integer (the training seed), got {json.dumps(seed)}"
     for key, kind in SUMMARY_FIGURES.items():
-        if key in summary:
-            problem = _figure_problem(
-                key, summary[key], kind, optional=key not in ("accuracy", "mean_length")
-            )
-            if problem:
-                return key, problem
+        optional = key not in ("accuracy", "mean_length")
+        problem = _figure_problem(key, summary[key], kind, optional=optional) if key in summary else None
+        if problem:
+            return key, problem
     shares = summary.get("mode_shares")
     if shares is not None:
         if not isinstance(shares, dict):
@@ -197,9 +175,7 @@ def summary_figure_problem(summary: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-def group_by_method(
-    summaries: Sequence[dict[str, Any]],
-) -> dict[str, dict[str, dict[Any, dict[str, Any]]]]:
+def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[Any, dict[str, Any]]]]:
     """benchmark -> method -> seed -> summary, adding the combined AIME benchmark."""
     grouped: dict[str, dict[str, dict[Any, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
     for s in summaries:
@@ -245,46 +221,6 @@ def stats(by_seed: dict[Any, dict[str, Any]], key: str) -> Stat:
     return Stat([float(s[key]) for s in by_seed.values() if s.get(key) is not None])
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The Pareto frontier of the single-mode baselines
-# ---------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FrontierComparison:
-    """The router against the single-mode baselines, measured two ways.
-
-    * pruned frontier: the Pareto frontier of the baselines (dominated points dropped), what
-      :attr:`above` and :attr:`token_saving` use;
-    * the paper's polyline: all single-mode points joined in length order (:func:`polyline_length_for`),
-      what :attr:`polyline_token_saving` uses; it gives the paper's "27% on MATH-500, 44% on GSM8K".
-    """
-
-    benchmark: str
-    router: Point
-    frontier: list[Point]
-    frontier_accuracy_at_router_length: float | None
-    frontier_length_for_router_accuracy: float | None
-    polyline: list[Point] = field(default_factory=list)
-    polyline_length_for_router_accuracy: float | None = None
-
-    @property
-    def above(self) -> bool | None:
-        if self.frontier_accuracy_at_router_length is None:
-            return None
-        return self.router.accuracy > self.frontier_accuracy_at_router_length
-
-    @property
-    def token_saving(self) -> float | None:
-        """Share of tokens the router saves against the pruned frontier at the router's accuracy."""
-        return token_saving(self.router.length, self.frontier_length_for_router_accuracy)
-
-    @property
-    def polyline_token_saving(self) -> float | None:
-        """Share of tokens the router saves against the paper's polyline at the router's accuracy."""
-        return token_saving(self.router.length, self.polyline_length_for_router_accuracy)
-
-
 def method_points(grouped_benchmark: dict[str, dict[Any, dict[str, Any]]]) -> dict[str, Point]:
     return {
         method: Point(method, stats(seeds, "mean_length").mean, stats(seeds, "accuracy").mean)
@@ -293,29 +229,33 @@ def method_points(grouped_benchmark: dict[str, dict[Any, dict[str, Any]]]) -> di
 
 
 def compare_to_frontier(benchmark: str, grouped_benchmark: dict[str, dict[Any, dict[str, Any]]]):
+    """The router against the single-mode baselines (None without both): the pruned Pareto frontier
+    (dominated points dropped) and the paper's polyline through every single-mode point."""
     points = method_points(grouped_benchmark)
     baselines = [points[m] for m in BASELINE_METHODS if m in points]
     if "router" not in points or not baselines:
         return None
     frontier = pareto_frontier(baselines)
     router = points["router"]
-    return FrontierComparison(
-        benchmark,
-        router,
-        frontier,
-        frontier_accuracy_at(frontier, router.length),
-        frontier_length_for(frontier, router.accuracy),
-        sorted(baselines, key=lambda q: (q.length, q.accuracy)),
-        polyline_length_for(baselines, router.accuracy),
-    )
+    at_length = frontier_accuracy_at(frontier, router.length)
+    need = frontier_length_for(frontier, router.accuracy)
+    line_need = polyline_length_for(baselines, router.accuracy)
+    return {
+        "benchmark": benchmark,
+        "router_accuracy": router.accuracy,
+        "router_length": router.length,
+        "frontier_accuracy_at_router_length": at_length,
+        "above_frontier": None if at_length is None else router.accuracy > at_length,
+        "frontier_length_for_router_accuracy": need,
+        "token_saving_vs_frontier": token_saving(router.length, need),
+        "frontier": " -> ".join(p.method for p in frontier),
+        "polyline_length_for_router_accuracy": line_need,
+        "token_saving_vs_polyline": token_saving(router.length, line_need),
+        "polyline": " -> ".join(p.method for p in sorted(baselines, key=lambda q: (q.length, q.accuracy))),
+    }
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Tables
-# ---------------------------------------------------------------------------------------------------------
-
-
-def _ordered(keys: Iterable[str], order: Sequence[str]) -> list[str]:
+def ordered(keys: Iterable[str], order: Sequence[str]) -> list[str]:
     keys = list(keys)
     return [k for k in order if k in keys] + sorted(k for k in keys if k not in order)
 
@@ -323,67 +263,36 @@ def _ordered(keys: Iterable[str], order: Sequence[str]) -> list[str]:
 def results_rows(grouped) -> list[dict[str, Any]]:
     """One row per (benchmark, method): accuracy and mean length, mean and std over seeds."""
     rows = []
-    for bench in _ordered(grouped, BENCHMARK_ORDER):
-        for method in _ordered(grouped[bench], METHOD_ORDER):
+    for bench in ordered(grouped, BENCHMARK_ORDER):
+        for method in ordered(grouped[bench], METHOD_ORDER):
             seeds = grouped[bench][method]
             acc, length = stats(seeds, "accuracy"), stats(seeds, "mean_length")
-            rows.append(
-                {
-                    "benchmark": bench,
-                    "method": method,
-                    "seeds": len(seeds),
-                    "accuracy_mean": acc.mean,
-                    "accuracy_std": acc.std,
-                    "length_mean": length.mean,
-                    "length_std": length.std,
-                }
-            )
+            rows.append({
+                "benchmark": bench, "method": method, "seeds": len(seeds), "accuracy_mean": acc.mean,
+                "accuracy_std": acc.std, "length_mean": length.mean, "length_std": length.std,
+            })  # fmt: skip
     return rows
 
 
 def reduction_rows(grouped) -> list[dict[str, Any]]:
     """Token reduction of free routing against the base model, per benchmark (tab:reduction)."""
     rows = []
-    for bench in _ordered(grouped, BENCHMARK_ORDER):
+    for bench in ordered(grouped, BENCHMARK_ORDER):
         methods = grouped[bench]
         if "router" not in methods or "base" not in methods:
             continue
         base = stats(methods["base"], "mean_length").mean
         router = stats(methods["router"], "mean_length").mean
-        rows.append(
-            {
-                "benchmark": bench,
-                "base_length": base,
-                "router_length": router,
-                "reduction": 1 - router / base,
-                "factor": base / router,
-            }
-        )
+        rows.append({
+            "benchmark": bench, "base_length": base, "router_length": router, "reduction": 1 - router / base,
+            "factor": base / router,
+        })  # fmt: skip
     return rows
 
 
 def frontier_rows(grouped) -> list[dict[str, Any]]:
-    rows = []
-    for bench in _ordered(grouped, BENCHMARK_ORDER):
-        cmp = compare_to_frontier(bench, grouped[bench])
-        if cmp is None:
-            continue
-        rows.append(
-            {
-                "benchmark": bench,
-                "router_accuracy": cmp.router.accuracy,
-                "router_length": cmp.router.length,
-                "frontier_accuracy_at_router_length": cmp.frontier_accuracy_at_router_length,
-                "above_frontier": cmp.above,
-                "frontier_length_for_router_accuracy": cmp.frontier_length_for_router_accuracy,
-                "token_saving_vs_frontier": cmp.token_saving,
-                "frontier": " -> ".join(p.method for p in cmp.frontier),
-                "polyline_length_for_router_accuracy": cmp.polyline_length_for_router_accuracy,
-                "token_saving_vs_polyline": cmp.polyline_token_saving,
-                "polyline": " -> ".join(p.method for p in cmp.polyline),
-            }
-        )
-    return rows
+    rows = [compare_to_frontier(bench, grouped[bench]) for bench in ordered(grouped, BENCHMARK_ORDER)]
+    return [row for row in rows if row is not None]
 
 
 # Why a table can be empty: said in results.md instead of writing an empty CSV.
@@ -395,8 +304,6 @@ EMPTY_TABLE_REASONS = {
 
 
 def to_csv(rows: Sequence[dict[str, Any]]) -> str:
-    if not rows:
-        return ""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
@@ -413,8 +320,8 @@ def number_text(x: float | None, digits: int = 3) -> str:
 
 
 def markdown_report(grouped) -> str:
-    benches = _ordered(grouped, BENCHMARK_ORDER)
-    methods = _ordered({m for b in benches for m in grouped[b]}, METHOD_ORDER)
+    benches = ordered(grouped, BENCHMARK_ORDER)
+    methods = ordered({m for b in benches for m in grouped[b]}, METHOD_ORDER)
     lines = ["# Results", "", "## Accuracy and mean response length (mean ± std over seeds)", ""]
     header = "| method | " + " | ".join(f"{b} acc" for b in benches)
     header += " | " + " | ".join(f"{b} length" for b in benches) + " |"
@@ -464,23 +371,14 @@ def markdown_report(grouped) -> str:
     return "\n".join(lines) + "\n"
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Samples and training logs
-# ---------------------------------------------------------------------------------------------------------
-
-
 def load_samples(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``samples.jsonl``, the first per prompt and sample (and forced mode).
-
-    A torn last line (an evaluation killed while writing) is left out; any other bad line, or a row without
-    ``prompt_id`` and an integer ``sample_index``, is a ValueError naming ``path:line``.
-    """
+    """The rows of a ``samples.jsonl``, the first per prompt and sample (and forced mode)."""
     return [row for _, row in load_sample_lines(path)]
 
 
 def load_sample_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """:func:`load_samples` with each row's line number. A forced row's mode is part of what makes it one
-    sample, so a file holding every mode forced keeps them all."""
+    """:func:`load_samples` with each row's line number. A torn last line is left out; any other bad line,
+    or a row without ``prompt_id`` and an integer ``sample_index``, is a ValueError naming ``path:line``."""
     rows: dict[tuple[str, int, str | None], tuple[int, dict[str, Any]]] = {}
     for number, row in read_jsonl(path, torn="drop"):
         try:
@@ -496,11 +394,8 @@ def load_sample_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
 
 def samples_of(summary: dict[str, Any]) -> Path | None:
     """The ``samples.jsonl`` written beside a summary, if there is one."""
-    path = summary.get("_path")
-    if not path:
-        return None
-    samples = Path(path).parent / "samples.jsonl"
-    return samples if samples.is_file() else None
+    samples = Path(summary["_path"]).parent / "samples.jsonl" if summary.get("_path") else None
+    return samples if samples is not None and samples.is_file() else None
 
 
 @dataclass(frozen=True)
@@ -513,10 +408,8 @@ class TrainingRun:
 
 
 def training_group(name: str) -> str:
-    """no_balance / no_warmup when the folder path names the ablation, router_level_mix when it names the
-    level mix, router_word_weight the routing word's weight, router_blind a level-blind cold start, baseline
-    for a single-mode baseline (``baseline`` or a mode word nothink / short / long in the name), router
-    otherwise."""
+    """The method a training folder's path names (an ablation, a miniature router, ``baseline`` for a
+    single-mode baseline: ``baseline`` or a mode word in the name), router otherwise."""
     key = name.lower().replace("-", "_")
     if "level_mix" in key:
         return LEVEL_MIX_METHOD
@@ -532,10 +425,8 @@ def training_group(name: str) -> str:
 
 
 def find_training_runs(dirs: Iterable[str | Path]) -> list[TrainingRun]:
-    """Every run under ``dirs`` with a ``trainer_state.json`` that logged ``routing/`` metrics.
-
-    A run's own trainer_state.json supersedes its checkpoints' copies (the newest checkpoint otherwise).
-    """
+    """Every run under ``dirs`` whose ``trainer_state.json`` logged ``routing/`` metrics (a run's own file,
+    else its newest checkpoint's)."""
     runs = []
     for top in dirs:
         top = Path(top)
@@ -553,7 +444,6 @@ def find_training_runs(dirs: Iterable[str | Path]) -> list[TrainingRun]:
             state_data = read_json_file(state)
             history = state_data.get("log_history", []) if isinstance(state_data, dict) else []
             if any(str(k).startswith("routing/") for row in history for k in row):
-                # The recipe's folder names the group: OUT/runs/<recipe>/seed<N>.
                 name = root.relative_to(top).as_posix() if root != top else top.as_posix()
                 runs.append(TrainingRun(root, training_group(name), history))
     return runs
@@ -564,14 +454,8 @@ def _finite(value: Any) -> bool:
 
 
 def training_summary(history: Sequence[dict[str, Any]], mode_names: Sequence[str]) -> dict[str, Any]:
-    """What a run's logs say about free routing.
-
-    ``final_split`` and ``final_entropy``: the last logged free split / routing entropy;
-    ``collapse_alarm``: True if ``routing/collapse_alarm`` was ever positive (it is averaged over a logging
-    window), False if logged and never positive, None if never logged;
-    ``ever_chosen``: per mode, whether any logged free share was positive;
-    ``last_batch_step``: the last ``routing/batch_step``.
-    """
+    """What a run's logs say about free routing: the last free split and entropy, whether the collapse
+    alarm was ever positive (None if never logged), per mode whether it was ever chosen, the last batch."""
 
     def share(row: dict[str, Any], mode: str) -> float | None:
         value = row.get(f"routing/share/{mode}")  # None or NaN: no free rollout in the logging window
@@ -591,16 +475,10 @@ def training_summary(history: Sequence[dict[str, Any]], mode_names: Sequence[str
     }
 
 
-def _under(path: str | Path, dirs: Sequence[Path]) -> bool:
-    resolved = Path(path).resolve()
-    return any(resolved == d or d in resolved.parents for d in dirs)
-
-
 @dataclass
 class ReportPart:
-    """What a caller adds to the report (:func:`write_report`'s ``part``): a Markdown section after the
-    results, CSV tables (rows per table name), JSON documents (name -> JSON-ready object, written as
-    ``name.json`` and returned among the tables) and keyword arguments for the figure writer."""
+    """What a caller adds to the report: a Markdown section, CSV tables (rows per name), JSON documents
+    (written as ``name.json``) and keyword arguments for the figure writer."""
 
     markdown: str = ""
     tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -616,25 +494,27 @@ def write_report(
     run_dirs: Sequence[str | Path],
     output: str | Path,
     *,
-    plots: Callable[..., Iterable[Path]] | None | bool = None,
+    plots: Callable[..., Iterable[Path]] | None = None,
     training_dirs: Sequence[str | Path] = (),
     exclude_dirs: Sequence[str | Path] = (),
     part: PartBuilder | None = None,
 ) -> dict[str, Any]:
     """Writes results.md and the CSV tables (and the figures) to ``output``; returns the tables.
 
-    ``plots``: the figure writer, :func:`routing_grpo.evaluation.plots.draw_all` (``tables["figures"]`` lists what it
-    wrote); None or False: tables only. It is passed in because the figures build on this module's tables
-    (``plots`` imports ``report``, never the other way round).
-
-    ``training_dirs``: training output folders (trainer_state.json) for the training-dynamics figures and
-    the ablations' logs. ``exclude_dirs``: summaries under these folders are left out of the results even
-    when they lie under ``run_dirs``. ``part``: builds a part to add from the grouped summaries and the
-    training runs (the miniature adds its part this way, in ``mini/report.py``).
+    Args:
+        plots: the figure writer (:func:`routing_grpo.evaluation.plots.draw_all`, which imports this
+            module); None or False: tables only.
+        training_dirs: training output folders, for the training figures and the ablations' logs.
+        exclude_dirs: summaries under these folders are left out even when under ``run_dirs``.
+        part: builds a :class:`ReportPart` from the grouped summaries and the training runs.
     """
     output = Path(output)
     excluded = [Path(d).resolve() for d in exclude_dirs]
-    summaries = [s for s in find_summaries(run_dirs) if not _under(s["_path"], excluded)]
+    summaries = [
+        s
+        for s in find_summaries(run_dirs)
+        if not any(Path(s["_path"]).resolve().is_relative_to(d) for d in excluded)
+    ]
     if not summaries:
         raise ValueError(f"no summary.json found under {[str(r) for r in run_dirs]}")
     output.mkdir(parents=True, exist_ok=True)  # once the summaries are read: a refused report makes nothing
@@ -666,10 +546,6 @@ def write_report(
     if skipped:
         markdown += "\n## Tables not written\n\n" + "\n".join(skipped) + "\n"
     under(output, "results.md").write_text(markdown)
-    if plots is True:
-        raise TypeError(
-            "plots: pass the figure writer (routing_grpo.evaluation.plots.draw_all), or None for tables only"
-        )
     if plots:
         tables["figures"] = [
             str(p)

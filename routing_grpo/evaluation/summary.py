@@ -1,9 +1,6 @@
-"""The summary figures of an evaluation's samples (pure): accuracy (avg@k), mean length, the routing split and
-its entropy, per mode and per level; and, given the modes' caps, how often a sample ran past its mode's cap
-and the accuracy with those samples counted wrong, as training scores them (evaluation itself is uncapped:
-docs/method.md "Validation and evaluation").
-
-They are the figures of ``summary.json`` (docs/evaluation.md "Evaluation and the paper's tables").
+"""The figures of an evaluation's ``summary.json`` (pure): accuracy (avg@k), mean length, the routing split
+and its entropy, per mode and per level; given the caps, the share of samples past their mode's cap and the
+accuracy with those counted wrong, as training scores them (evaluation itself is uncapped).
 """
 
 from __future__ import annotations
@@ -24,9 +21,8 @@ def past_cap(row: Mapping[str, Any], caps: Mapping[str, int | None]) -> bool:
 def summarize(
     rows: Sequence[dict[str, Any]], mode_names: Sequence[str], caps: Mapping[str, int | None] | None = None
 ) -> dict[str, Any]:
-    """Accuracy (avg@k), mean length, routing split and entropy, per-mode and per-level figures. With ``caps``
-    (each mode's cap, None for none) and routed rows, also ``past_cap_share`` and ``accuracy_within_caps``
-    overall, per level and per capped mode (the module docstring)."""
+    """The summary's figures; with ``caps`` (None for an uncapped mode) and routed rows, also
+    ``past_cap_share`` and ``accuracy_within_caps`` overall, per level and per capped mode."""
     n = len(rows)
     if n == 0:
         return {"num_samples": 0}

@@ -1,41 +1,13 @@
-"""Running a trained router: free routing, a forced mode, or a set of allowed modes, with per-mode caps
-enforced while generating (``routing-grpo generate`` is the command line over this module).
+"""Running a trained router: free routing, a forced mode, or a set of allowed modes, with each mode's cap
+held while generating (``routing-grpo generate`` is the command line over it)::
 
-The trainer writes the routing settings into the output folder (:class:`routing_grpo.training.settings.RoutingSettings`),
-so a user passes only the model::
-
-    from routing_grpo.inference.router import Router
-
-    router = Router.from_pretrained("outputs/demo/runs/router/seed0")   # folder or Hub id
+    router = Router.from_pretrained("outputs/demo/runs/router/seed0")   # its routing_config.json is read
     answer = router("L3: 4 q+3 f*7 x+1")                               # the model picks the mode
     answer = router("L3: 4 q+3 f*7 x+1", mode="Short")                 # forced
     answer = router("L3: 4 q+3 f*7 x+1", allow=["NoThink", "Short"])   # never Long
-    answer.mode, answer.answer, answer.tokens, answer.stopped_by
 
-How one request is generated (the prompt is laid out as in training and evaluation:
-:class:`routing_grpo.core.prompting.PromptPlan`):
-
-* **forced**: the mode's forcing text follows the routing question (:func:`routing_grpo.core.prompting.forcing_text`)
-  and the answer is generated with the mode's budget (:func:`routing_grpo.generation.caps.known_budget`).
-* **allowed set**: the routing word is generated first, token by token, with every token masked out that
-  does not continue one of the allowed words' token forms (:func:`routing_grpo.core.modes.word_token_id_forms`),
-  until one is complete (a word of several tokens is always completed); then the answer continues within
-  the chosen mode's budget.
-* **free**: the first tokens are sampled unrestricted. As soon as the mode is known (an exact token form
-  of a word is complete, or the detector's text rule finds a word) the rest is generated within that mode's
-  budget (:func:`routing_grpo.generation.caps.free_budget`), so a small cap is never overrun while the
-  detector's head is still being read. A completion with no routing word within the detection head
-  (:data:`routing_grpo.core.modes.DETECTION_HEAD_TOKENS` tokens) has no mode and no cap.
-
-With caps on (the default) no token past a mode's cap is generated: L, the tokens after the routing word
-(EOS included, as in training), is at most the cap. ``max_new_tokens`` (default: the training run's
-``max_completion_length``) bounds the tokens the model generates for each answer (a forced word is not
-generated). The answer reports whether EOS, the cap or that limit ended it.
-
-Generation is the caps driver's (:func:`routing_grpo.generation.caps.generate_with_caps`), the trainer's
-too, with the word phase (:mod:`routing_grpo.generation.word_phase`: the backend's ``next_tokens``, one
-token per row, optionally restricted to given token ids) as the heads; the backends are evaluation's
-(built by :func:`routing_grpo.generation.factory.make_backend`), on transformers (CPU or GPU) or vLLM.
+An allowed set restricts the routing word's tokens; once a row's mode is known the rest is generated within
+its budget by the caps driver (:func:`routing_grpo.generation.caps.generate_with_caps`), the trainer's too.
 """
 
 from __future__ import annotations
@@ -65,11 +37,6 @@ from routing_grpo.training.settings import RoutingSettings, local_model_path
 logger = logging.getLogger(__name__)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Requests and answers
-# ---------------------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Request:
     """One question and how to route it.
@@ -90,8 +57,7 @@ class Request:
 
 @dataclass(frozen=True)
 class Routing:
-    """A request's routing, resolved against the modes: ``kind`` is free, forced, allowed or single (a
-    single-mode baseline: no routing word)."""
+    """A request's routing: ``kind`` free, forced, allowed or single (a single-mode baseline, no word)."""
 
     kind: str
     forced: int | None = None
@@ -99,21 +65,17 @@ class Routing:
 
 
 def parse_allow(allow: Sequence[str] | str) -> list[str]:
-    """``"NoThink,Short"`` or ``["NoThink", "Short"]`` -> the names (stripped, empty items dropped); a
-    ValueError for anything else (a number, a mapping, a list holding something other than names)."""
+    """``"NoThink,Short"`` or ``["NoThink", "Short"]`` -> the names (stripped, empty items dropped)."""
     if not isinstance(allow, str | list | tuple) or not all(isinstance(a, str) for a in allow):
         raise ValueError(f"allow: expected mode names (a list, or one comma-separated string), got {allow!r}")
     items = allow.split(",") if isinstance(allow, str) else list(allow)
     return [name.strip() for name in items if name.strip()]
 
 
-def check_count(value: Any, name: str, *, optional: bool = True) -> None:
-    """Raises ValueError naming ``name`` unless ``value`` is a positive integer (or None when ``optional``):
-    the Router's ``max_new_tokens`` and ``batch_size``, checked as the command line checks its flags."""
-    if value is None and optional:
-        return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: must be a positive integer{' or None' if optional else ''}, got {value!r}")
+def check_count(value: Any, name: str) -> None:
+    """Raises ValueError naming ``name`` unless ``value`` is None or a positive integer."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ValueError(f"{name}: must be a positive integer or None, got {value!r}")
 
 
 def resolve_routing(
@@ -154,8 +116,8 @@ class Answer:
         mode: the mode's name, or None when the completion has no routing word.
         forced: the mode was forced (its word was in the prompt, not generated).
         routing: free, forced, allowed or single.
-        answer: the final answer extracted by the project's grader (``grading.extract_answer``); None when
-            there is none, and for a response stopped by a cap or the length limit (graded wrong).
+        answer: the final answer the grader extracts; None when there is none, and for a response stopped
+            by a cap or the length limit (graded wrong).
         text: the whole answer, routing word first (special tokens dropped).
         tokens: tokens the model generated (a forced word is not generated).
         length: L, tokens after the routing word, EOS included (all tokens when there is no word).
@@ -182,11 +144,6 @@ class Answer:
         return asdict(self)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Rows: prompts, budgets, answers (pure)
-# ---------------------------------------------------------------------------------------------------------
-
-
 @dataclass
 class Row:
     """One request on its way through generation."""
@@ -201,15 +158,10 @@ class Row:
     rest: list[int] = field(default_factory=list)
 
 
-def needs_word_phase(row: Row) -> bool:
-    """Allowed sets always; free rows when caps are on (their budget follows the word)."""
-    return row.routing.kind == "allowed" or (row.routing.kind == "free" and row.caps)
-
-
 def known_row_budget(row: Row, settings: RoutingSettings, max_new_tokens: int) -> int | None:
-    """Tokens the row may generate when that is known before generation: a forced or single-mode row's cap,
-    the limit for an uncapped row; None for a row whose word phase sets it (:func:`head_row_budget`)."""
-    if needs_word_phase(row):
+    """Tokens the row may generate when known before generation; None for a row whose word phase sets it
+    (an allowed set, a free row with caps)."""
+    if row.routing.kind == "allowed" or (row.routing.kind == "free" and row.caps):
         return None
     if not row.caps:
         return max_new_tokens
@@ -245,15 +197,12 @@ def finish_row(
         mode, word_tokens = decision.mode, decision.word_tokens
     capped = False
     if mode != INVALID and row.caps:
-        # Never cuts a row generated here (it stopped at its cap); the exact rule of training decides `capped`.
+        # Never cuts a row generated here; training's exact rule decides `capped`.
         completion, capped = apply_caps(completion, word_tokens, modes[mode].cap, eos_token_ids)
     length = len(completion) - (word_tokens if mode != INVALID else 0)
-    if completion and completion[-1] in set(eos_token_ids):
-        stopped_by = "eos"
-    elif capped:
-        stopped_by = "cap"
-    else:
-        stopped_by = "length"
+    stopped_by = (
+        "eos" if completion and completion[-1] in set(eos_token_ids) else "cap" if capped else "length"
+    )
     text = tokenizer.decode(completion, skip_special_tokens=True)
     text = (row.forced_text.lstrip() + text) if kind == "forced" else text.lstrip()
     return Answer(
@@ -261,7 +210,6 @@ def finish_row(
         mode=modes[mode].name if mode != INVALID else None,
         forced=kind == "forced",
         routing=kind,
-        # Only a finished answer has one: stopped by a cap or the length limit, the grader scores it wrong.
         answer=extract_answer(text, finished=stopped_by == "eos"),
         text=text,
         tokens=len(completion),
@@ -271,32 +219,19 @@ def finish_row(
     )
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The router
-# ---------------------------------------------------------------------------------------------------------
-
-
 def context_problem(prompt_tokens: int, max_new_tokens: int, context: int | None) -> str | None:
-    """Why a prompt and its answer may not fit the model's context (None when they do, or it is unknown)."""
+    """Why a prompt and its answer may not fit the model's context (None when they do, or it is unknown);
+    ``max_new_tokens`` 0: whether the prompt leaves any room for an answer."""
     if not context or prompt_tokens + max_new_tokens <= context:
         return None
     if prompt_tokens >= context:
-        return prompt_past_context(prompt_tokens, context)
+        return (
+            f"its prompt ({prompt_tokens} tokens) is past the model's context ({context} positions), leaving no "
+            "room for an answer; shorten the question"
+        )
     return (
         f"its prompt ({prompt_tokens} tokens) and max_new_tokens ({max_new_tokens}) pass the model's context "
         f"({context}); the answer may be cut short or degrade near the end"
-    )
-
-
-def prompt_past_context(prompt_tokens: int, context: int | None) -> str | None:
-    """Why a prompt leaves no room for an answer in the model's context (None when it does, or the context
-    is unknown): such a prompt is refused, as generating past the context gives no useful answer and can
-    take minutes."""
-    if not context or prompt_tokens < context:
-        return None
-    return (
-        f"its prompt ({prompt_tokens} tokens) is past the model's context ({context} positions), leaving no "
-        "room for an answer; shorten the question"
     )
 
 
@@ -316,8 +251,8 @@ class Router:
         max_new_tokens: int | None = None,
         context: int | None = None,
     ) -> None:
-        """``context``: the model's context in tokens (None: unknown): a prompt past it is refused, and one
-        whose answer would not fit is warned about. ``max_new_tokens`` None: the training run's limit."""
+        """``context``: the model's context in tokens (None: unknown); ``max_new_tokens`` None: the training
+        run's limit."""
         check_count(max_new_tokens, "max_new_tokens")
         self.backend, self.tokenizer, self.settings = backend, tokenizer, settings
         self.context = context
@@ -353,15 +288,13 @@ class Router:
             backend: ``auto`` (vLLM with a GPU when installed, else transformers), ``transformers``, ``vllm``.
             device: transformers device (default: ``cuda`` when there is a GPU, else ``cpu``).
             dtype: transformers ``dtype`` (default ``auto``: the checkpoint's).
-            temperature / top_p / top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off); checked
-                before anything loads (:func:`routing_grpo.generation.options.check_sampling`).
+            temperature / top_p / top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off).
             max_new_tokens: tokens the model may generate per answer (default: the training run's limit).
             seed: seeds torch (transformers) or the vLLM engine, an integer in [0, 2**32).
             engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``).
 
-        Every argument is checked before anything loads (a ValueError naming it), as ``routing-grpo generate``
-        checks its flags: the sampling options, ``max_new_tokens``, ``seed``, the backend (vLLM installed,
-        a GPU for it), the device (known, and present here) and a local model's weight files (whole).
+        Every argument, and a local model's weight files, is checked before anything loads (a ValueError
+        naming it).
         """
         check_sampling(temperature, top_p, top_k)
         check_count(max_new_tokens, "max_new_tokens")
@@ -379,23 +312,14 @@ class Router:
 
         tokenizer = AutoTokenizer.from_pretrained(name, revision=revision)
         options = BackendOptions(
-            model=name,
-            revision=revision,
-            dtype=dtype,
-            device=device,
-            temperature=temperature,
-            top_p=top_p,
-            top_k=top_k,
-            seed=seed,
-            engine_kwargs=engine_kwargs,
-            progress=False,
-        )
+            model=name, revision=revision, dtype=dtype, device=device, temperature=temperature, top_p=top_p,
+            top_k=top_k, seed=seed, engine_kwargs=engine_kwargs, progress=False,
+        )  # fmt: skip
         built = make_backend(backend, options, tokenizer)
         return cls(built, tokenizer, settings, max_new_tokens=max_new_tokens, context=built.context_length())
 
     def plan(self, request: Request) -> Row:
-        """The row of a request: routing checked against the modes (an error names ``mode`` or ``allow``),
-        prompt rendered and tokenized."""
+        """The row of a request: routing checked (an error names ``mode`` or ``allow``), prompt tokenized."""
         try:
             routing = resolve_routing(self.settings, request.mode, request.allow)
         except ValueError as err:
@@ -416,14 +340,12 @@ class Router:
         *,
         warn: bool = True,
     ) -> list[Row]:
-        """The rows of requests (``names``: how errors and warnings call them), each prompt checked against
-        the model's context before anything is generated: one past it is a ValueError naming the question,
-        one whose answer may not fit a warning (unless ``warn`` is false: a check of a whole file whose
-        batches warn as they are generated)."""
+        """The rows of requests (``names``: how errors and warnings call them): a prompt past the model's
+        context is a ValueError, one whose answer may not fit a warning (unless not ``warn``)."""
         limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         rows = [self.plan(r) for r in requests]
         for name, row in zip(names, rows, strict=True):
-            past = prompt_past_context(len(row.prompt_ids), self.context)
+            past = context_problem(len(row.prompt_ids), 0, self.context)
             if past:
                 raise ValueError(f"question {name}: {past}")
         for name, row in zip(names, rows, strict=True):
@@ -444,14 +366,11 @@ class Router:
         batch_size: int | None = None,
         names: Sequence[str] | None = None,
     ) -> list[Answer]:
-        """Answers questions, ``batch_size`` at a time (default: all in one batch), in order; ``names``
-        (default: their numbers from 1) is how errors and warnings call them.
+        """Answers questions in order, ``batch_size`` at a time (default: all in one batch).
 
         Each item is a question (text or chat messages), routed by ``mode`` / ``allow`` / ``caps``, or a
-        :class:`Request` carrying its own. Raises ValueError before anything is generated for an unknown
-        mode, an empty allowed set, a prompt past the model's context (naming the question by its number),
-        and an argument out of range (``max_new_tokens`` and ``batch_size`` positive integers or None,
-        ``seed`` in [0, 2**32), ``caps`` true or false), each naming the argument.
+        :class:`Request` carrying its own; ``names`` (default: their numbers from 1) is how errors and
+        warnings call them. Raises ValueError naming the argument, before anything is generated.
         """
         check_count(max_new_tokens, "max_new_tokens")
         check_count(batch_size, "batch_size")
@@ -480,9 +399,7 @@ class Router:
         return answers
 
     def _generate_rows(self, rows: list[Row], limit: int) -> list[Answer]:
-        """One generation batch through the caps driver: the rows that need one write their word phase as
-        their head (:func:`~routing_grpo.generation.word_phase.choose_words`), then every row runs within
-        its budget."""
+        """One batch through the caps driver: the word phase writes the heads, then each row its budget."""
         eos = self.backend.eos_token_ids
 
         def write_heads(indices: list[int], prompts: list[list[int]]) -> list[list[int]]:

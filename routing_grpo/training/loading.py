@@ -31,12 +31,12 @@ def load_datasets(
     """The training and validation data (validation None unless asked for and evaluated), their columns
     checked; ``level_mix`` is ``train_level_mix`` as read by :func:`~routing_grpo.training.recipe.preflight`."""
     from routing_grpo.data.datasets import (
-        TASKS,
         DatasetUnavailableError,
         check_columns,
         load_task,
         mix_levels,
     )
+    from routing_grpo.data.tasks import get_task, task_names
 
     data_errors = (ValueError, OSError, DatasetUnavailableError)
     with user_errors("dataset_path" if script_args.dataset_path else "task", *data_errors):
@@ -59,7 +59,7 @@ def load_datasets(
     eval_dataset = None
     if script_args.eval_task and training_args.eval_strategy != "no":
         split = script_args.eval_split
-        spec = TASKS.get(script_args.eval_task)
+        spec = get_task(script_args.eval_task) if script_args.eval_task in task_names() else None
         if split is None and spec is not None and spec.generate is not None:
             split = "test"  # generated tasks validate on their held-out split
         with user_errors("eval_dataset_path" if script_args.eval_dataset_path else "eval_task", *data_errors):

@@ -298,7 +298,8 @@ def preflight(
         The training level mix as read (None without one).
     """
     from routing_grpo.core.verifiers import resolve_verifier
-    from routing_grpo.data.datasets import TASKS, parse_level_mix
+    from routing_grpo.data.datasets import parse_level_mix
+    from routing_grpo.data.tasks import task_names
 
     if training_args.hub_token:
         raise UsageError(
@@ -313,10 +314,10 @@ def preflight(
             )
     for key in ("task", "eval_task"):
         name = getattr(script_args, key)
-        if name is not None and name not in TASKS:
-            close = difflib.get_close_matches(name, list(TASKS), n=1)
+        if name is not None and name not in task_names():
+            close = difflib.get_close_matches(name, task_names(), n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise UsageError(f"{key}: unknown task {name!r}{hint}; known tasks: {sorted(TASKS)}")
+            raise UsageError(f"{key}: unknown task {name!r}{hint}; known tasks: {task_names()}")
     resume = training_args.resume_from_checkpoint
     if isinstance(resume, str) and resume.lower() not in ("true", "false") and not Path(resume).is_dir():
         raise UsageError(f"resume_from_checkpoint: no such checkpoint folder: {resume}")
