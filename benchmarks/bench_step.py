@@ -66,8 +66,17 @@ class GenerationMeter:
             self.forwards += 1
 
     def wrap(self, trainer: Any) -> None:
-        original = trainer._generate_single_turn
+        """Times the trainer's generation calls (TRL's ``_generate_single_turn``; on the routing trainer its
+        routed generation too) and records each generation batch: the prompt ids generation saw and each row's
+        kept length (after caps; a forced word, which generation saw in the prompt, not counted)."""
+        routed = getattr(trainer, "rollout_func", None)
+        for name in ("_generate_single_turn", "_generate_routed"):
+            if hasattr(trainer, name):
+                setattr(trainer, name, self._timed(getattr(trainer, name), record=routed is None))
+        if routed is not None:
+            trainer.rollout_func = self._recorded(trainer, routed)
 
+    def _timed(self, original: Any, record: bool) -> Any:
         def timed(*args: Any, **kwargs: Any) -> Any:
             prompts = args[0] if args else kwargs["prompt_ids"]
             seen = [[int(t) for t in ids] for ids in prompts]
@@ -78,15 +87,29 @@ class GenerationMeter:
             finally:
                 self.seconds += time.perf_counter() - start
                 self.active = False
-            # The routing trainer moves a forced word from the prompt (where generation saw it) to the completion.
-            generated = [
-                len(c) - (len(before) - len(after))
-                for c, before, after in zip(result[0], seen, prompts, strict=True)
-            ]
-            self.batches.append((seen, generated))
+            if record:
+                self.batches.append((seen, [len(c) for c in result[0]]))
             return result
 
-        trainer._generate_single_turn = timed
+        return timed
+
+    def _recorded(self, trainer: Any, rollout: Any) -> Any:
+        def recorded(prompts: Any, owner: Any) -> Any:
+            out = rollout(prompts, owner)
+            words = [
+                len(trainer.forced_word_ids[m]) if forced and trainer.single_mode is None else 0
+                for m, forced in zip(out["routing_mode"], out["routing_forced"], strict=True)
+            ]
+            rows = zip(out["prompt_ids"], out["completion_ids"], words, strict=True)
+            self.batches.append(
+                (
+                    [[*p, *c[:w]] for p, c, w in rows],
+                    [len(c) - w for c, w in zip(out["completion_ids"], words)],
+                )
+            )
+            return out
+
+        return recorded
 
 
 def _dataset(num_prompts: int, steps: int):

@@ -55,12 +55,20 @@ def test_trainer_rollouts_two_phases_through_requests(tiny_model_path, tmp_path)
             return [list(stream([list(r.prompt_ids)] * r.n, [r.max_tokens] * r.n)) for r in requests]
 
     prompts = [[1000 + r, 7, 999] for r in range(4)]
-    rows = trainer._rollouts(Engine(), prompts, [0, 1, None, None], caps=True)
+    from routing_grpo.generation.caps import generate_rollouts
+
+    def rollouts(engine, forced, caps):  # as the trainer's routed generation calls it
+        return generate_rollouts(
+            engine, prompts, forced, modes=trainer.modes, detector=trainer.detector,
+            max_completion_length=trainer.max_completion_length, single_mode=None, caps=caps,
+        )  # fmt: skip
+
+    rows = rollouts(Engine(), [0, 1, None, None], caps=True)
     assert [len(ids) for ids, _ in rows][:2] == [10, 30]
     # Free rows: head, then the rest of the detected mode's budget (NoThink word + 10) or the limit.
     assert all(r.max_tokens <= MAX_LEN for r in requests_seen)
     assert len(rows[2][0]) == len(nothink) + 10 and len(rows[3][0]) == len(short) + 30
-    uncapped = trainer._rollouts(Engine(), prompts, [None] * 4, caps=False)
+    uncapped = rollouts(Engine(), [None] * 4, caps=False)
     assert [len(ids) for ids, _ in uncapped] == [MAX_LEN] * 4
 
 
@@ -122,11 +130,10 @@ def test_the_trainer_samples_through_trls_colocated_engine(tiny_model_path, tmp_
     )  # fmt: skip
     trainer.vllm_generation = engine
     prompts = [[1000, 7, 999, *nothink], [1001, 7, 999, *trainer.forced_word_ids[1]], [1002, 7, 999]]
-    batch = SimpleNamespace(forced_modes=[0, 1, None])
 
     def generate():
         events.clear()
-        return trainer._generate_routed([list(p) for p in prompts], None, batch, caps=True)
+        return trainer._generate_routed([list(p) for p in prompts], [0, 1, None], caps=True)
 
     ids, logprobs = generate()
     assert [len(row) for row in ids] == [10, 30, len(nothink) + 10]  # caps held in generation
@@ -186,9 +193,7 @@ def test_the_trainer_samples_through_a_vllm_server(tiny_model_path, tmp_path):
         sync_weights=lambda: calls.append("sync"),
     )  # fmt: skip
     prompts = [[1000, 7, 999, *nothink], [1001, 7, 999, *trainer.forced_word_ids[1]], [1002, 7, 999]]
-    ids, logprobs = trainer._generate_routed(
-        prompts, None, SimpleNamespace(forced_modes=[0, 1, None]), caps=True
-    )
+    ids, logprobs = trainer._generate_routed(prompts, [0, 1, None], caps=True)
     assert [len(row) for row in ids] == [10, 30, len(nothink) + 10]
     assert logprobs == [[-0.5] * len(row) for row in ids]
     assert calls[0] == "sync" and all(
@@ -197,7 +202,7 @@ def test_the_trainer_samples_through_a_vllm_server(tiny_model_path, tmp_path):
     assert all(c["max_tokens"] <= MAX_LEN for c in calls[1:]) and len(calls) >= 3  # forced rows, head, rest
     # The same optimizer step: a server keeps its weights (no sleep), so no second sync.
     calls.clear()
-    trainer._generate_routed(prompts, None, SimpleNamespace(forced_modes=[0, 1, None]), caps=True)
+    trainer._generate_routed(prompts, [0, 1, None], caps=True)
     assert "sync" not in calls
 
     # A failing server call fails the step on every process, with the server's message.
@@ -206,4 +211,4 @@ def test_the_trainer_samples_through_a_vllm_server(tiny_model_path, tmp_path):
 
     trainer.vllm_generation.vllm_client.generate = unavailable
     with pytest.raises(RuntimeError, match="server generation failed on the main process: .*503"):
-        trainer._generate_routed(prompts, None, SimpleNamespace(forced_modes=[0, 1, None]), caps=True)
+        trainer._generate_routed(prompts, [0, 1, None], caps=True)
