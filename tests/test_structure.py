@@ -4,6 +4,7 @@ import still ties two modules together: neither can be understood, tested or mov
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from tests.helpers import PACKAGE, REPO_ROOT, import_graph
@@ -485,3 +486,35 @@ def test_every_module_has_its_test_file():
     assert not mirrored, f"mirrored now, take them out of NOT_YET_MIRRORED: {mirrored}"
     gone = sorted((set(NOT_YET_MIRRORED) | set(WITHOUT_BEHAVIOUR)) - set(modules) - {"__init__"})
     assert not gone, f"no such module, take it out of the lists: {gone}"
+
+
+# Public API a user calls from Python, named in the docs, with no caller in the package.
+PUBLIC_ONLY = {"merge_adapter_folder": "docs/inference.md, merging a LoRA run afterwards"}
+
+
+def test_no_dead_functions():
+    """Every function and class of the package is referred to by some module of the package or benchmarks/, or by
+    pyproject.toml / the Makefile (entry points, make targets): a function only tests call is dead. Dunder
+    methods and callback hooks (``on_*``), which libraries call, are left out; PUBLIC_ONLY lists the rest."""
+    referred: set[str] = set()
+    defined: list[tuple[Path, ast.AST]] = []
+    for path in [*PACKAGE.rglob("*.py"), *(REPO_ROOT / "benchmarks").rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Name):
+                referred.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                referred.add(node.attr)
+            elif isinstance(node, ast.alias):
+                referred.add(node.name.split(".")[-1])
+            elif isinstance(
+                node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
+            ) and path.is_relative_to(PACKAGE):
+                defined.append((path, node))
+    outside = (REPO_ROOT / "pyproject.toml").read_text() + (REPO_ROOT / "Makefile").read_text()
+    referred |= set(re.findall(r"\b\w+\b", outside)) | set(PUBLIC_ONLY)
+    dead = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}"
+        for path, node in defined
+        if node.name not in referred and not node.name.startswith(("__", "on_"))
+    ]
+    assert not dead, f"nothing calls these: {dead}"

@@ -5,6 +5,7 @@ sharded parameters keeping the gradient forward whole."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 
 import pytest
 import torch
@@ -14,7 +15,6 @@ from transformers import AutoModelForCausalLM
 from trl import GRPOTrainer
 
 from routing_grpo.training.bucketed_logprobs import (
-    padded_tokens,
     plan_length_buckets,
     row_widths,
     split_to_count,
@@ -24,6 +24,20 @@ from tests.helpers import build_trainer, make_args
 # ----------------------------------------------------------------------------------------------------------
 # Planner
 # ----------------------------------------------------------------------------------------------------------
+
+
+def padded_tokens(
+    buckets: Sequence[Sequence[int]], prompt_widths: Sequence[int], completion_widths: Sequence[int]
+) -> int:
+    """Token positions the forwards of ``buckets`` run on (each bucket padded to its widest prompt and
+    completion)."""
+    total = 0
+    for rows in buckets:
+        if rows:
+            total += len(rows) * (
+                max(prompt_widths[r] for r in rows) + max(completion_widths[r] for r in rows)
+            )
+    return total
 
 
 def test_routing_batch_splits_by_mode_length():

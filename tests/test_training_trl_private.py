@@ -7,7 +7,9 @@ from __future__ import annotations
 import ast
 import inspect
 import re
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,7 +20,6 @@ from routing_grpo.training.trl_private import (
     OVERRIDDEN,
     TRL_PRIVATE_NAMES,
     check_trainer,
-    override_mismatch,
     owner_class,
     problems,
 )
@@ -29,6 +30,39 @@ NOT_TRLS = {
     "_setup": "routing_grpo.generation.transformers_backend.TransformersBackend's own set-up, not a Trainer's",
     "_SubParsersAction": "argparse's, in a type annotation of train.make_parser",
 }
+
+
+def override_mismatch(ours: Callable[..., Any], theirs: Callable[..., Any]) -> str | None:
+    """Why an override would not accept every call made to the method it overrides, or None when it does.
+
+    Its named positional parameters must be the first ones of the original, in order; the original's other
+    parameters must reach it through ``**kwargs`` (or ``*args``); it may require nothing the original does not,
+    and must keep a default wherever the original has one (a caller may leave that argument out)."""
+    positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    mine = inspect.signature(ours).parameters.values()
+    orig = inspect.signature(theirs).parameters.values()
+    mine_named = [p for p in mine if p.kind in positional]
+    orig_named = [p for p in orig if p.kind in positional]
+    if [p.name for p in orig_named[: len(mine_named)]] != [p.name for p in mine_named]:
+        return (
+            f"its parameters {[p.name for p in mine_named]} are not the first of "
+            f"{[p.name for p in orig_named]}, in order"
+        )
+    by_name = {p.name: p for p in mine}
+    rest = [p for p in orig if p.name not in by_name and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    takes_rest = any(p.kind == p.VAR_KEYWORD for p in mine)
+    if rest and not takes_rest:
+        return f"it takes no {', '.join(p.name for p in rest)} (and no **kwargs)"
+    orig_names = {p.name: p for p in orig}
+    for p in mine:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        theirs_p = orig_names.get(p.name)
+        if theirs_p is None and p.default is p.empty:
+            return f"it requires {p.name}, which the original does not have"
+        if theirs_p is not None and theirs_p.default is not theirs_p.empty and p.default is p.empty:
+            return f"it requires {p.name}, which callers of the original may leave out"
+    return None
 
 
 def is_private(name: str) -> bool:

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 from accelerate.utils import gather
 
-__all__ = ["LengthBucketedLogprobs", "padded_tokens", "plan_length_buckets", "row_widths", "split_to_count"]
+__all__ = ["LengthBucketedLogprobs", "plan_length_buckets", "row_widths", "split_to_count"]
 
 # What one more forward costs, in padded token positions: a split that saves fewer positions than this is not
 # worth a second pass over the weights.
@@ -33,20 +33,6 @@ def row_widths(attention_mask: torch.Tensor, completion_width: int) -> tuple[lis
     first = torch.where(real, columns, width).min(dim=1).values.clamp(max=prompt_width)
     last = torch.where(real, columns, -1).max(dim=1).values.clamp(min=prompt_width)
     return (prompt_width - first).tolist(), (last + 1 - prompt_width).tolist()
-
-
-def padded_tokens(
-    buckets: Sequence[Sequence[int]], prompt_widths: Sequence[int], completion_widths: Sequence[int]
-) -> int:
-    """Token positions the forwards of ``buckets`` run on (each bucket padded to its widest prompt and
-    completion)."""
-    total = 0
-    for rows in buckets:
-        if rows:
-            total += len(rows) * (
-                max(prompt_widths[r] for r in rows) + max(completion_widths[r] for r in rows)
-            )
-    return total
 
 
 def plan_length_buckets(
