@@ -1,12 +1,6 @@
-"""The miniature's report: the oracle table, routing per level, regret, targets and ablations.
-
-With forced-mode evaluations of the taught model (``oracle_dirs``) the general report
-(:func:`routing_grpo.evaluation.report.write_report`) gets a "Miniature" part: the oracle table (best mode per level),
-the router's split per level against it, the routing regret, the miniature's targets and the ablations
-(figures: :mod:`routing_grpo.mini.targets` on :mod:`routing_grpo.diagnostics.oracle`'s table), in results.md, ``mini.json`` and the ``mini_*.csv`` tables.
-``routing-grpo report --oracle`` adds it through the entry point group ``routing_grpo.report_parts``
-(:func:`oracle_part`; :func:`write_report` here is the whole report with it, for a Python call); the Markdown is rendered by
-:mod:`routing_grpo.mini.report_markdown`.
+"""The miniature's part of ``routing-grpo report --oracle``: the oracle table, routing per level, regret,
+targets and ablations (figures from :mod:`routing_grpo.mini.targets`), in results.md, ``mini.json`` and the
+``mini_*.csv`` tables; the Markdown is :mod:`routing_grpo.mini.report_markdown`'s.
 """
 
 from __future__ import annotations
@@ -34,7 +28,6 @@ from routing_grpo.evaluation.report import (
     stats,
     training_summary,
 )
-from routing_grpo.evaluation.report import write_report as write_general_report
 from routing_grpo.mini.report_markdown import miniature_markdown
 from routing_grpo.mini.targets import (
     free_mode_figures,
@@ -48,10 +41,6 @@ from routing_grpo.mini.targets import (
     router_levels,
     targets_for,
 )
-
-# ---------------------------------------------------------------------------------------------------------
-# The oracle's forced evaluations
-# ---------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -90,11 +79,6 @@ def load_oracle(dirs: Iterable[str | Path]) -> dict[str, OracleData]:
         if temperature is not None:
             data.temperatures.add(float(temperature))
     return out
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The miniature: oracle, routing per level, regret, targets and ablations
-# ---------------------------------------------------------------------------------------------------------
 
 
 def _stat_dict(stat: Stat) -> dict[str, Any]:
@@ -400,11 +384,6 @@ def _json_ready(obj: Any) -> Any:
     return obj
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The miniature as CSV tables
-# ---------------------------------------------------------------------------------------------------------
-
-
 def miniature_tables(mini: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The miniature as CSV rows: mini_oracle, mini_levels, mini_targets, mini_ablations."""
     bench = mini["benchmark"]
@@ -452,16 +431,17 @@ def miniature_tables(mini: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return {"mini_oracle": oracle, "mini_levels": levels, "mini_targets": targets, "mini_ablations": abl}
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The report with the miniature's part
-# ---------------------------------------------------------------------------------------------------------
-
-
-def miniature_part(
-    oracle: dict[str, OracleData], worlds: dict[str, OracleData]
+def oracle_part(
+    oracle_dirs: Sequence[str | Path] = (), world_oracle_dirs: Sequence[str | Path] = ()
 ) -> Callable[[dict[str, Any], Sequence[TrainingRun]], ReportPart]:
-    """The miniature's part of the report, one section per benchmark with an oracle: Markdown, the
-    ``mini_*`` tables, ``mini.json`` and the miniatures for the figures."""
+    """The miniature's part of the report for the forced-mode evaluations under ``oracle_dirs`` (and
+    ``world_oracle_dirs``, each of whose benchmarks needs an oracle): read and checked now, built once the
+    report groups its runs into one section per benchmark (Markdown, ``mini_*`` tables, ``mini.json``)."""
+    oracle = load_oracle(oracle_dirs) if oracle_dirs else {}
+    worlds = load_oracle(world_oracle_dirs) if world_oracle_dirs else {}
+    unmatched = sorted(set(worlds) - set(oracle))
+    if unmatched:
+        raise ValueError(f"--world-oracle: benchmark(s) {unmatched} have no --oracle evaluation")
 
     def build(grouped: dict[str, Any], training: Sequence[TrainingRun]) -> ReportPart:
         minis = {
@@ -478,46 +458,3 @@ def miniature_part(
         return part
 
     return build
-
-
-def write_report(
-    run_dirs: Sequence[str | Path],
-    output: str | Path,
-    *,
-    plots: Callable[..., Iterable[Path]] | None | bool = None,
-    oracle_dirs: Sequence[str | Path] = (),
-    training_dirs: Sequence[str | Path] = (),
-    world_oracle_dirs: Sequence[str | Path] = (),
-) -> dict[str, Any]:
-    """:func:`routing_grpo.evaluation.report.write_report` with the miniature's part; returns the tables.
-
-    ``oracle_dirs``: forced-mode evaluations of the taught model (their summaries are left out of the
-    results even when they lie under ``run_dirs``); with them, results.md gets the "Miniature" part and
-    ``mini.json`` and the ``mini_*.csv`` tables are written. ``training_dirs``: training output folders
-    (trainer_state.json) for the training-dynamics figures and the ablations' logs. ``world_oracle_dirs``:
-    forced-mode evaluations at the training temperature, for the world's table (each mode's expected reward
-    on the uniform mix, the mode a shared preference moves to, the graded world's checks).
-    """
-    return write_general_report(
-        run_dirs,
-        output,
-        plots=plots,
-        training_dirs=training_dirs,
-        exclude_dirs=[*oracle_dirs, *world_oracle_dirs],
-        part=oracle_part(oracle_dirs, world_oracle_dirs),
-    )
-
-
-def oracle_part(
-    oracle_dirs: Sequence[str | Path] = (), world_oracle_dirs: Sequence[str | Path] = ()
-) -> Callable[[dict[str, Any], Sequence[TrainingRun]], ReportPart]:
-    """The miniature's part for the forced-mode evaluations under ``oracle_dirs`` (and ``world_oracle_dirs``,
-    each of whose benchmarks needs an oracle): read and checked now, built once the report groups its runs.
-    ``routing-grpo report --oracle`` finds it through the entry point group ``routing_grpo.report_parts``
-    (:func:`routing_grpo.mini.plugin.report_part`)."""
-    oracle = load_oracle(oracle_dirs) if oracle_dirs else {}
-    worlds = load_oracle(world_oracle_dirs) if world_oracle_dirs else {}
-    unmatched = sorted(set(worlds) - set(oracle))
-    if unmatched:
-        raise ValueError(f"--world-oracle: benchmark(s) {unmatched} have no --oracle evaluation")
-    return miniature_part(oracle, worlds)
