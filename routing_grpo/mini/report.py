@@ -117,7 +117,7 @@ def miniature(
         benchmark=benchmark,
     )  # fmt: skip
     level_keys = sorted({lv for s in seeds.values() for lv in s["levels"]})
-    levels_mean = {str(lv): _level_over_seeds(lv, seeds.values(), names, table, choice) for lv in level_keys}
+    levels_mean = _levels_over_seeds(seeds, names, table, choice)
 
     weights = None
     if seeds and all(lv in choice for lv in level_keys):
@@ -149,13 +149,7 @@ def miniature(
             "modes": [m.to_dict() for m in modes],
             "oracle": {
                 "sources": oracle.sources,
-                "levels": {
-                    str(lv): {
-                        "cells": {m: oracle_cell_dict(lv, m, c) for m, c in cells.items()},
-                        "best": choice[lv],
-                    }
-                    for lv, cells in table.items()
-                },
+                "levels": _table_json(table, choice),
                 "overall": {
                     **overall.to_dict(),
                     "weights": "router level shares" if weights else "sample counts",
@@ -172,17 +166,11 @@ def miniature(
             },
             "level_mix": {
                 "seeds": _seeds_json(level_mix),
-                "levels": {
-                    str(lv): _level_over_seeds(lv, level_mix.values(), names, table, choice)
-                    for lv in sorted({lv for s in level_mix.values() for lv in s["levels"]})
-                },
+                "levels": _levels_over_seeds(level_mix, names, table, choice),
             },
             "word_weight": {
                 "seeds": _seeds_json(lever),
-                "levels": {
-                    str(lv): _level_over_seeds(lv, lever.values(), names, table, choice)
-                    for lv in sorted({lv for s in lever.values() for lv in s["levels"]})
-                },
+                "levels": _levels_over_seeds(lever, names, table, choice),
                 "targets": {
                     str(seed): [t.to_dict() for t in s["targets"] or []] for seed, s in lever.items()
                 },
@@ -208,15 +196,28 @@ def world_section(world: OracleData) -> dict[str, Any]:
     return {
         "sources": world.sources,
         "temperatures": sorted(world.temperatures),
-        "levels": {
-            str(lv): {"cells": {m: oracle_cell_dict(lv, m, c) for m, c in cells.items()}, "best": best[lv]}
-            for lv, cells in table.items()
-        },
+        "levels": _table_json(table, best),
         "mix": {name: f.to_dict() for name, f in mix.items()},
         "favoured": ranked[0].mode,
         "favoured_lead": ranked[0].expected_reward - ranked[1].expected_reward,
         "checks": [t.to_dict() for t in graded_world_checks(table, modes)],
     }
+
+
+def _table_json(table, choice) -> dict[str, Any]:
+    """The oracle table as ``mini.json`` writes it: per level, each mode's cell and the best mode."""
+    return {
+        str(lv): {"cells": {m: oracle_cell_dict(lv, m, c) for m, c in cells.items()}, "best": choice[lv]}
+        for lv, cells in table.items()
+    }
+
+
+def _levels_over_seeds(
+    seeds: dict[Any, dict[str, Any]], names: Sequence[str], table, choice
+) -> dict[str, Any]:
+    """:func:`_level_over_seeds` of every level the seeds' routers were read at."""
+    levels = sorted({lv for s in seeds.values() for lv in s["levels"]})
+    return {str(lv): _level_over_seeds(lv, seeds.values(), names, table, choice) for lv in levels}
 
 
 def _routed_seeds(

@@ -275,24 +275,15 @@ def miniature_targets(
     modes: Sequence[ModeSpec],
     regret_relative: float | None,
 ) -> list[Target]:
-    """The checklist, each target with its measured value, threshold and whether it is met.
+    """The cliff world's checklist, each target with its measured value, threshold and whether it is met.
 
     Args:
         router: the router's (mean) accuracy and mean length.
-        baselines: the single-mode baselines' points (``method`` "long" is Long-only); the Pareto frontier
-            is built from them with :func:`routing_grpo.evaluation.report.pareto_frontier`.
+        baselines: the single-mode baselines' points (``method`` "long" is Long-only), whose Pareto frontier
+            the router is held against.
         level_splits: level -> the router's share of each mode among valid free samples.
         modes: the recipe's modes, briefest first.
         regret_relative: routing regret relative to the oracle's expected reward.
-
-    Targets (value, rule):
-        above_frontier: router accuracy - frontier accuracy at the router's length > 0;
-        accuracy_vs_long: router accuracy - Long-only accuracy >= -0.02;
-        tokens_vs_long: router tokens / Long-only tokens <= 0.6;
-        brief_at_lowest: share of the briefest mode at the lowest level >= 0.6;
-        longest_at_highest: share of the longest mode at the highest level >= 0.6;
-        monotone_mode_index: smallest step of the mean mode index from one level to the next >= 0;
-        regret: regret / oracle reward <= 0.10.
     """
     frontier = pareto_frontier(list(baselines))
     at = frontier_accuracy_at(frontier, router.length)
@@ -468,22 +459,11 @@ def graded_targets(
     modes: Sequence[ModeSpec],
     regret_relative: float | None,
 ) -> list[Target]:
-    """The graded world's targets for the router (held-out, free routing), each with its value and threshold.
+    """The graded world's targets for the router (held-out, free routing): the shares' monotony and gaps
+    over the levels, the free split's entropy, the brief modes' free accuracy above the longest's, and
+    :func:`miniature_targets`' frontier, Long-only and regret targets at the graded thresholds.
 
     Args: as :func:`miniature_targets`; ``free_modes``: :func:`free_mode_figures` of its free samples.
-
-    Targets (value, rule):
-        briefest_falls: largest rise of the briefest mode's share from one level to the next <= 0.05;
-        longest_rises: largest fall of the longest mode's share from one level to the next <= 0.05;
-        briefest_gap: its share at the lowest level - at the highest >= 0.3;
-        longest_gap: its share at the highest level - at the lowest >= 0.3;
-        entropy: entropy of the free split (nats) >= 0.9;
-        smallest_share: the smallest mode's share >= 0.1;
-        inversion: min over the brief modes of (their accuracy - the longest mode's), free samples, > 0;
-        above_frontier: accuracy above the single-mode frontier at the router's length (> 0);
-        tokens_vs_long: router tokens / Long-only's <= 0.65;
-        accuracy_vs_long: router accuracy - Long-only's >= -0.025;
-        regret: regret / oracle reward <= 0.10.
     """
     names = [m.name for m in modes]
     brief, longest = names[0], names[-1]
