@@ -23,8 +23,7 @@ from typing import Any, ClassVar
 from routing_grpo.mini.world import MODULUS, StateProblem, draw_problems, task_rows
 
 LEVELS = (1, 2, 3, 4, 5, 6)
-# A small operation table (40 single-step facts) is learnt in a few hundred teaching steps; a large one is
-# not (about 0.16 of `+d` steps right after 1,700 steps with d in 1..9).
+# A small operation table (40 single-step facts): a tiny model learns it in a few hundred teaching steps.
 OPERATIONS = ("+1", "+3", "*3", "*7")
 LABELS = string.ascii_lowercase
 LONG_PREAMBLE = " Let us work through it step by step."
