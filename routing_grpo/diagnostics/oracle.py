@@ -148,17 +148,6 @@ def row_sample(row: Mapping[str, Any], mode: int, bin: str) -> Sample:
     return Sample(str(row["prompt_id"]), bin, mode, int(row["L"]), bool(row["correct"]))
 
 
-def binned_samples(rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec], by: str) -> list[Sample]:
-    """The rows with a mode and a value in the column ``by`` -> :class:`Sample`, binned by that value; the
-    others (free samples, rows without the column) are left out. Unlike :func:`samples_from_rows`, the modes
-    need not have sampled the same problems."""
-    return [
-        row_sample(row, mode_index(modes, str(row["mode"])), str(row[by]))
-        for row in rows
-        if row.get("mode") is not None and row.get(by) is not None
-    ]
-
-
 def pass_rate_bin(rate: float) -> str:
     """The fifth of [0, 1] a pass rate falls in, labelled by its range (1.0 joins the top fifth)."""
     k = min(int(rate * 5), 4)
@@ -183,9 +172,14 @@ def table(samples: Sequence[Sample], modes: Sequence[ModeSpec]) -> dict[str, dic
 def table_by(
     rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec], by: str
 ) -> dict[str, dict[str, Cell]]:
-    """value of the column ``by`` (e.g. ``level``) -> mode name -> :class:`Cell`, from forced sample rows:
-    :func:`table` of :func:`binned_samples`."""
-    return table(binned_samples(rows, modes, by), modes)
+    """value of the column ``by`` (e.g. ``level``) -> mode name -> :class:`Cell`, from the rows with a mode and
+    a value there (unlike :func:`samples_from_rows`, the modes need not have sampled the same problems)."""
+    samples = [
+        row_sample(row, mode_index(modes, str(row["mode"])), str(row[by]))
+        for row in rows
+        if row.get("mode") is not None and row.get(by) is not None
+    ]
+    return table(samples, modes)
 
 
 def _cell(group: Sequence[Sample], mode: int, modes: Sequence[ModeSpec]) -> Cell:
