@@ -123,8 +123,7 @@ def test_fanout_of_a_router_and_of_a_flat_state():
 
 
 def test_a_linear_logodds_reads_one_fanout_with_or_without_an_end_level():
-    # z = 0.5 (level - 1) on MATH's five levels: 0.5 nats per level step whichever levels the batch holds
-    # (before #41: 2.0 with every level, 1.5 without level 5, 1.0 with only levels 2-4).
+    # z = 0.5 (level - 1) on MATH's five levels: 0.5 nats per level step whichever levels the batch holds.
     for present in ([1, 2, 3, 4, 5], [1, 2, 3, 4], [2, 3, 4], [1, 5], [1, 2, 3, 4, 5, 6]):
         levels = [f"Level {lv}" for lv in present for _ in range(3)]
         value, rank = fanout(levels, [0.5 * (lv - 1) for lv in present for _ in range(3)])
@@ -223,7 +222,7 @@ def test_a_router_that_does_not_route_by_difficulty_reads_no_fanout(sigma):
 
 
 def test_the_free_rollouts_pass_rate_would_read_the_routers_own_preferences():
-    # Contrast (the rule before #41): the group's Long rollouts, or all of them when none is in Long. With
+    # Contrast: the group's Long rollouts, or all of them when none is in Long. With
     # free rollouts only, prompts the router sends to brief modes pass less often and read as harder.
     from routing_grpo.diagnostics.oracle import pass_rate_bin
 

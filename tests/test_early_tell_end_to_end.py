@@ -6,10 +6,8 @@ must tell them apart by batch 30: the aware run's fanout (mean of the last 10 ba
 the frozen run's below it, in the metrics file, the console line and the end-of-training summary; the blind
 run between them, far below the aware one.
 
-Measured (seed 0, full runs of 90 batches; docs/mini/cold_start.md), in nats per level step: the aware run
-+0.259 at batch 20 and +0.779 at batch 45, the blind run +0.017 and +0.044 (since #41 the blind start leans
-to Long and routes weakly; the blind start before it read about 0.00). This test's reduced runs read 0.45
-and 0.029 at batch 30.
+This test's reduced runs read 0.45 (aware) and 0.029 (blind) nats per level step at batch 30
+(docs/mini/cold_start.md has the full runs).
 """
 
 from __future__ import annotations
@@ -78,7 +76,7 @@ def fanout_at(folder: Path, batch: int) -> float:
 def test_the_early_tell_separates_a_routing_run_from_a_flat_one(runs):
     aware, blind, frozen = (fanout_at(runs[name][0], BATCHES) for name in ("aware", "blind", "frozen"))
     assert aware >= FANOUT_ROUTING > frozen, (aware, frozen)
-    assert aware - frozen >= 0.06  # nats per level step (0.3 over the five steps before #41)
+    assert aware - frozen >= 0.06  # nats per level step
     assert frozen < blind < aware / 3, (frozen, blind, aware)
     for name, verdict in (("aware", "routing by difficulty may be starting"), ("frozen", "flat so far")):
         text = runs[name][1]

@@ -1,4 +1,4 @@
-"""The cold start's controls (#41): the second teaching stage's targets, the driver's readings and summary,
+"""The cold start's controls: the second teaching stage's targets, the driver's readings and summary,
 its command line; one slow end-to-end run of ``--small``."""
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from tests.helpers import demo_inputs
 
 
 def test_the_demo_summary_says_what_the_start_carries_and_reads_plainly():
-    from routing_grpo.mini.demo import COLD_START, render_summary
+    from routing_grpo.mini.demo_summary import COLD_START, render_summary
 
     mini, forced, router = demo_inputs()
     figures = ["graded/oracle/oracle.png", "graded/report/pareto_mini_graded.png",
@@ -93,7 +93,7 @@ def test_the_demo_counts_down_its_stages_as_the_runner_ends_them():
 
 
 def test_demo_summary_shows_the_graded_router_per_level_beside_the_oracle():
-    from routing_grpo.mini.demo import render_summary
+    from routing_grpo.mini.demo_summary import render_summary
 
     def level(shares, best):
         return {

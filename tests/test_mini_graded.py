@@ -40,7 +40,6 @@ def test_problem_states_anchor_and_tail_by_hand():
     assert p.states == [7, 5, 5, 6]  # 4+3=7, set 5, 5*7=35 -> 5, 5+1=6
     assert p.answer == 6 and p.level == 4
     assert p.anchor == 1 and p.tail == 2
-    assert graded.parse_problem(p.text) == p
     no_set = graded.Problem(2, ("*3", "+7"), ("a", "b"))
     assert no_set.anchor == -1 and no_set.tail == 2 and no_set.answer == 3  # 2*3=6, 6+7=13 -> 3
     last_set = graded.Problem(2, ("*3", "=0"), ("a", "b"))
@@ -79,13 +78,6 @@ def test_malformed_problems_are_refused(bad):
         graded.Problem(**bad)
 
 
-def test_parse_refuses_another_world_and_a_wrong_level():
-    with pytest.raises(ValueError, match="not a graded"):
-        graded.parse_problem("L2: 4 q+3 r*7")
-    with pytest.raises(ValueError, match="level"):
-        graded.parse_problem("G2: 4 q+3")
-
-
 def test_slip_probability_grows_with_the_steps_worked():
     p = graded.Problem(4, ("+3", "=5", "*7", "+1"), ("p", "q", "r", "s"))
     assert graded.slip_probability(p, "NoThink") == 0.0
@@ -100,7 +92,7 @@ def test_slip_probability_grows_with_the_steps_worked():
 
 def test_short_taught_within_its_budget_stops_there_by_hand():
     """A top-level tail of 6 does not fit Short's cap; taught ``budgeted``, Short works the first five steps
-    and boxes the state reached, missing the last operation (#41). The default is the shipped teaching."""
+    and boxes the state reached, missing the last operation. The default is the shipped teaching."""
     p = graded.Problem(4, ("+3", "+1", "*3", "+7", "+1", "*7"), tuple("pqrstu"))
     assert p.tail == 6 and graded.past_budget(p) and p.answer == 4  # 7, 8, 24 -> 4, 11 -> 1, 2, 14 -> 4
     whole = " From 4: p:4+3=7 q:7+1=8 r:8*3=4 s:4+7=1 t:1+1=2"
@@ -143,8 +135,9 @@ def test_splits_never_share_a_problem_and_rows_have_levels():
     assert graded.problems(30, split="test") == test[:30]
     rows = graded.mini_graded_rows(12, split="test")
     assert [r["level"] for r in rows[:6]] == list(graded.LEVELS)
-    for row in rows:
-        assert row["answer"] == str(graded.parse_problem(row["problem"]).answer)
+    for row, p in zip(rows, test, strict=False):
+        assert (row["problem"], row["answer"], row["level"]) == (p.text, str(p.answer), p.level)
+    assert rows[3]["id"] == "mini-graded-s0-test-3"
 
 
 @pytest.mark.parametrize("tail", range(7))
@@ -213,25 +206,34 @@ def test_graded_recipes_parse(path):
     assert args.max_steps == 2 * yaml.safe_load(path.read_text())["total_batch_steps"]
 
 
+def taught_problems(config: teach.TeachConfig) -> dict[str, graded.Problem]:
+    """The problems of the teaching rows, by their text."""
+    n = config.problems_per_level * len(graded.LEVELS)
+    return {p.text: p for p in graded.problems(n, seed=config.seed, split="train", distinct=False)}
+
+
 def test_graded_teaching_rows_carry_slips_and_every_mode(tokenizer):
     config = teach.TeachConfig(problems_per_level=200, world="graded")
     rows = teach.teaching_rows(tokenizer, config)
+    problems = taught_problems(config)
     routed = [r for r in rows if r["prompt"].endswith(teach.ROUTING_QUESTION)]
     assert len(routed) == 3 * 200 * len(graded.LEVELS)
     long_rows = [r for r in routed if r["completion"].startswith(" Long")]
     wrong = 0
     for r in long_rows:
-        problem = graded.parse_problem(r["prompt"].split("user\n")[1].split("\n")[0])
+        problem = problems[r["prompt"].split("user\n")[1].split("\n")[0]]
         wrong += not r["completion"].endswith(f"\\boxed{{{problem.answer}}}{teach.EOS}")
     # Long slips with probability 1 - 0.98^k: about 0.07 on the uniform mix of levels 1..6.
     assert 0.03 < wrong / len(long_rows) < 0.11
 
 
 def test_teaching_rows_carry_their_level_for_the_state_loss(tokenizer):
-    rows = teach.teaching_rows(tokenizer, teach.TeachConfig(problems_per_level=20, world="graded"))
+    config = teach.TeachConfig(problems_per_level=20, world="graded")
+    rows = teach.teaching_rows(tokenizer, config)
+    problems = taught_problems(config)
     for r in rows:
         routed = r["prompt"].endswith(teach.ROUTING_QUESTION)
-        problem = graded.parse_problem(re.split(r"\n|<", r["prompt"].split("user\n")[1])[0])
+        problem = problems[re.split(r"\n|<", r["prompt"].split("user\n")[1])[0]]
         # Routed rows carry their level; plain rows 0 (no routing position, no auxiliary loss).
         assert r["level"] == (problem.level if routed else 0)
 

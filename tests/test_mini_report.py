@@ -26,7 +26,7 @@ import pytest
 from routing_grpo.evaluation.config import EvalConfig
 from routing_grpo.evaluation.report import find_training_runs, training_group, training_summary
 from routing_grpo.evaluation.summary import summarize
-from routing_grpo.mini.report import write_report
+from routing_grpo.mini.report import oracle_part
 
 MODES = [
     {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 1.0, "cap": 6},
@@ -35,6 +35,18 @@ MODES = [
 ]
 NAMES = [m["name"] for m in MODES]
 LEVELS = (1, 2, 3, 4)
+
+
+def write_report(run_dirs, output, *, oracle_dirs=(), training_dirs=(), world_oracle_dirs=(), plots=False):
+    """The report with the miniature's part, as ``routing-grpo report --oracle`` writes it."""
+    from routing_grpo.evaluation.report import write_report as write_general_report
+
+    return write_general_report(
+        run_dirs, output, plots=plots, training_dirs=training_dirs,
+        exclude_dirs=[*oracle_dirs, *world_oracle_dirs], part=oracle_part(oracle_dirs, world_oracle_dirs),
+    )  # fmt: skip
+
+
 PROMPTS, SAMPLES = 4, 2
 
 

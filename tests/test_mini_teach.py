@@ -92,14 +92,14 @@ def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps()
         stored = json.loads((folder / "teaching.json").read_text())["config"]
         config = command_config(["--world", world])
         assert (config.seed, config.steps) == (stored["seed"], stored["steps"]), world
-        # The second, difficulty-aware stage (graded only; records from before it have none).
+        # The second, difficulty-aware stage (graded only; a record without it had none).
         assert config.state_level_steps == stored.get("state_level_steps", 0), world
         for key in ("state_level_weight", "state_level_spread", "state_level_learning_rate"):
             if config.state_level_steps:
                 assert getattr(config, key) == stored[key], (world, key)
-        # Short within its budget (graded only; records from before the option have none: the whole working).
+        # Short within its budget (graded only; a record without the key taught the whole working).
         assert config.short_budget == stored.get("short_budget", False), world
-        # The cliff checkpoint was taught before there were worlds: its record names none.
+        # The cliff checkpoint's record names no world.
         assert stored.get("world", "cliff") == world
     assert command_config(["--world", "graded", "--steps", "5"]).steps == 5
     with pytest.raises(ValueError, match="unknown world"):
@@ -108,7 +108,7 @@ def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps()
 
 def test_short_budget_changes_only_shorts_rows_past_its_budget(capsys):
     """``--short-budget`` (the graded world's default, its shipped checkpoints): the rows are the whole
-    working's (``--no-short-budget``, the checkpoints before it) except Short's on problems whose tail is past
+    working's (``--no-short-budget``) except Short's on problems whose tail is past
     its budget, which stop there; the cliff world has no budget of steps and refuses the option."""
     from routing_grpo.mini import graded
 
@@ -137,8 +137,8 @@ def test_short_budget_changes_only_shorts_rows_past_its_budget(capsys):
 
 
 def test_a_second_stage_teaches_short_as_its_first_stage_did_unless_told(tmp_path):
-    """``--init`` continues the first stage's teaching of Short (its ``teaching.json``): a record from before
-    the option taught the whole working; a folder without a record gets the world's default; the flag wins."""
+    """``--init`` continues the first stage's teaching of Short (its ``teaching.json``): a record without the
+    key taught the whole working; a folder without a record gets the world's default; the flag wins."""
     import json
 
     def first_stage(name: str, record: dict | None) -> str:

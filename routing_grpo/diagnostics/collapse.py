@@ -1,20 +1,13 @@
 """Routing-collapse alarm: the decision, one generation batch at a time (pure, no torch).
 
-The policy may stop routing: after the warmup its free rollouts all pick one mode. The alarm watches the
-shares of the free rollouts with a valid mode of each training generation batch (the paper's step s):
+With f_m the share of mode m among the free, valid rollouts of generation batch s::
 
-    f_m = share of mode m among the free, valid rollouts of the global batch
-    H   = -sum_m f_m ln f_m                                            (natural log; 0 ln 0 = 0)
+    H = -sum_m f_m ln f_m
     collapsed(s) = H < entropy_threshold  or  max_m f_m > share_threshold
-    alarm(s)     = collapsed(s), collapsed(s - 1), ..., collapsed(s - patience + 1), all with s' >= warmup
+    alarm(s)     = collapsed(s), ..., collapsed(s - patience + 1), all with s' >= warmup
 
-A batch in the warmup (s < warmup_steps), a batch without a free valid rollout (nothing to read shares
-from: all forced, or all invalid) and a run with fewer than two modes (a single-mode baseline) are never
-collapsed. Only consecutive generation batches count: a batch seen again (the same s, e.g. regenerated
-after a resume inside a generation batch) is counted once, and a gap in s starts the count afresh.
-:class:`~routing_grpo.training.callbacks.CollapseAlarmCallback` keeps the state and warns;
-:class:`~routing_grpo.training.trainer.RoutingGRPOTrainer` feeds it each training generation batch and logs
-``routing/collapse_alarm``.
+A warmup batch, a batch without a free valid rollout and a run with fewer than two modes never collapse.
+A batch seen again is counted once; a gap in s restarts the count.
 """
 
 from __future__ import annotations
@@ -22,8 +15,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-__all__ = ["CollapseState", "collapse_reasons", "routing_entropy", "update_collapse_alarm"]
 
 
 def routing_entropy(shares: Mapping[str, float]) -> float:
@@ -78,16 +69,10 @@ def update_collapse_alarm(
     share_threshold: float,
     patience: int,
 ) -> CollapseState:
-    """The alarm after generation batch ``step`` (s) with free shares ``shares`` (module docstring rule).
+    """The alarm after generation batch ``step`` with free shares ``shares`` (the module docstring's rule).
 
-    * s < ``warmup_steps``, or nothing collapsed in this batch: the streak drops to 0, no alarm;
-    * s == ``state.last_step``: a batch already counted; the state is returned unchanged;
-    * s == ``state.last_step + 1``: the streak grows by one; otherwise (first batch, or a gap) it restarts
-      at 1;
-    * the alarm holds once the streak reaches ``patience`` and until a batch breaks it.
-
-    Example (patience 3, warmup 2, one mode at 0.97 from s = 1 on): s = 1 is warmup (streak 0), s = 2, 3
-    give streaks 1, 2 (no alarm), s = 4 gives 3: the alarm fires, and holds at s = 5, 6, ...
+    The streak grows on consecutive collapsed batches, restarts at 1 after a gap and drops to 0 on a batch
+    that did not collapse; the alarm holds while the streak is at least ``patience``.
     """
     if patience < 1:
         raise ValueError(f"patience: must be >= 1, got {patience}")

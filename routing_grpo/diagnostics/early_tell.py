@@ -1,62 +1,12 @@
-"""The early tell: is routing by difficulty being learnt? (pure; not the paper's; docs/method.md "The early tell")
+"""The early tell: is routing by difficulty being learnt? (pure; docs/method.md "The early tell").
 
-Read every generation batch from what the step has anyway (each rollout's mode, forced flag, advantage and
-the difficulty of its prompt) and from the routing word's probabilities where the model writes it.
-
-1. **Advantage by difficulty.** a[l, m] is the mean advantage of mode m's rollouts at difficulty l (forced
-   and free rollouts apart). On the levels where every mode has rollouts, the two-way split
-
-       a[l, m] = mu + alpha_l + beta_m + gamma[l, m]          (unweighted means over the grid)
-
-   separates what the update pushes on every level alike, the *shared* part beta_m (the shared preference,
-   towards the mode worth most on the mix), from what it pushes differently per level, the *per-level*
-   part gamma[l, m] (what can teach a different mode per level). alpha_l does not move the routing (the
-   modes' softmax ignores a shift common to all of them). Logged: RMS_m beta_m and RMS_{l,m} gamma[l, m].
-
-2. **The routing state.** For prompt x, with pi the policy at the routing position (after the routing
-   question, before the word; raw logits, temperature 1)
-
-       z(x) = log pi(longest mode's word | x) - log pi(briefest mode's word | x)
-
-   A word's probability is that of all its tokens, summed over its spellings with and without a leading
-   space: pi(w | x) = sum_f prod_t pi(f_t | x, f_<t) (:func:`word_logprob`). Its first token alone would not
-   do: NoThink's first token is often the common word "No", so before a model writes routing words the
-   first-token log-odds measure "Long" against any "No...". logodds[l] is z's mean over the batch's prompts
-   of difficulty l, and
-
-       fanout = b,   the least-squares slope of z(x) on d(x) over the batch's prompts,   in nats per level step
-
-   with d(x) the difficulty's value on its own scale (:func:`difficulty_value`): a level's number (MATH's
-   1-5, the miniature's 1-6), or the fifth of the pass rate (0 for a pass rate of 0.8-1.0, ..., 4 for
-   0.0-0.2). So a linear log-odds reads the same slope whichever levels the batch holds, an end level
-   missing or not. Labels without a number have no scale: d is then their rank among the batch's labels
-   (rank-based, a step between neighbouring difficulties present). The fanout is near 0 while the routing
-   state treats every problem alike, and grows once harder problems lean to the longest mode (a router
-   that puts level 1 6:1 on the briefest word and level 6 6:1 on the longest, linear between, has
-   2 ln 6 / 5 = 0.72 nats per level step). ``fanout_rank`` is the Spearman rank correlation of z with d:
-   whether the order is by difficulty, whatever the size. Before #41 the fanout was the slope times (D - 1)
-   over the D difficulties present (nats from the easiest to the hardest present): one slope read 4x on
-   MATH, 5x in the miniature and less in a batch missing an end level. Old figures divide by 5 in the
-   miniature's graded world (six levels) to read in the new unit.
-
-3. **The routing words' share of the loss.** Under the token mean every completion token weighs the same;
-   with the routing word's own weight c_i on rollout i's first token (1 in the paper's loss;
-   ``routing_word_weight`` x N_tok / N with the lever), over a batch of N_tok tokens and n_w routed rollouts
-
-       word_loss_share = sum_i c_i / (N_tok - n_w + sum_i c_i)         (about 1 / mean length at c = 1)
-
-Difficulty is a dataset column (MATH's ``level``: the first number in its text orders it) or, without
-one, a difficulty the router's own choices cannot move (:func:`pass_rate_difficulty`): the pass rate of
-the group's rollouts *forced* into the longest mode (the routing warmup forces some of every group into
-each mode, whatever the router prefers), in the fifths ``routing-grpo oracle`` uses, a lower pass rate
-being harder. A group with no forced rollout in the longest mode (every batch after the warmup) has no
-difficulty, so without a difficulty column the fanout is read in the warmup only. The pass rate of the
-free rollouts would not do: a router that prefers brief modes on some prompts, whatever their difficulty,
-makes those prompts' pass rate lower, so it reads its own preferences as difficulty (a router that does
-not route by difficulty, with a prompt-to-prompt spread of its log-odds, read a negative fanout). To read
-it after the warmup, give the data a difficulty column: e.g. each prompt's pass rate measured before
-training from ``routing-grpo eval --force-mode Long`` samples (those ``routing-grpo oracle`` reads),
-written as a level (docs/method.md "The early tell").
+From each generation batch: the shared part beta_m and the per-level part gamma[l, m] of the mean
+advantage a[l, m] = mu + alpha_l + beta_m + gamma[l, m] (:func:`advantage_split`); the fanout, the slope
+in nats per level step of z(x) = log pi(longest word | x) - log pi(briefest word | x) on the difficulty
+(:func:`fanout`); and the routing words' share of the loss (:func:`word_loss_share`). A word's
+probability sums its spellings' token products (:func:`word_logprob`). Difficulty is the data's level, or
+without one the pass-rate fifth of the group's rollouts forced into the longest mode
+(:func:`pass_rate_difficulty`; free rollouts would read the router's own preferences as difficulty).
 """
 
 from __future__ import annotations
@@ -70,36 +20,8 @@ from typing import Any
 from routing_grpo.core.modes import INVALID
 from routing_grpo.diagnostics.oracle import pass_rate_bin
 
-__all__ = [
-    "FANOUT_ROUTING",
-    "FANOUT_WINDOW",
-    "PASS_PREFIX",
-    "advantage_split",
-    "difficulty_order",
-    "difficulty_value",
-    "early_tell_readings",
-    "early_tell_verdict",
-    "fanout",
-    "fanout_points",
-    "level_mode_advantages",
-    "logodds_by_level",
-    "pass_rate_difficulty",
-    "spearman",
-    "trailing_mean",
-    "word_logprob",
-    "word_loss_share",
-]
-
-# The threshold, in nats per level step, from the miniature's graded world (six levels; docs/mini/cold_start.md):
-# the fanout's mean over the last FANOUT_WINDOW generation batches. It was 0.1 nats from the easiest level to
-# the hardest (the slope x 5 there) before #41; 0.1 / 5 = 0.02 per step. Runs that ended routing by
-# difficulty read about 0.02-0.13 per step at batch 20 and 0.05 or more at batch 45; runs that ended
-# level-blind about 0.008 or less at batch 45 (0.02 or less at 90) (the old figures over 5). Set on those
-# runs; held out on 39 others (docs/mini/cold_start.md "The threshold, held out"): at batch 20 every run
-# above it went on to route and no level-blind run read above it (10 late starters of 19 were still
-# below); at batch 45, 18 of the 19 that routed read above it, and so did 10 of 20 level-blind runs (slow
-# drifts up to 0.06). So above it at 20 and below it at 45 are telling; otherwise read the trend. A
-# miniature's figure: on another model, read the trend as much as the level.
+# In nats per level step, on the mean of the last FANOUT_WINDOW batches; set and held out on the
+# miniature's graded world (docs/mini/cold_start.md).
 FANOUT_ROUTING = 0.02
 FANOUT_WINDOW = 10
 
@@ -178,8 +100,7 @@ def pass_rate_difficulty(
     num_modes: int,
 ) -> list[str | None]:
     """Each rollout's difficulty without a level column: ``"pass a-b"``, the fifth of the pass rate of its
-    group's rollouts forced into the longest mode; None for a group without one. Free rollouts are never
-    counted: which mode a free rollout is in is the router's choice (the module docstring)."""
+    group's rollouts forced into the longest mode; None for a group without one."""
     if group_size < 1 or len(modes) % group_size or not len(modes) == len(correct) == len(forced):
         raise ValueError(f"{len(modes)} rollouts do not split into groups of {group_size}")
     out: list[str | None] = []
@@ -209,9 +130,9 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
 
 
 def fanout(levels: Sequence[str], logodds: Sequence[float]) -> tuple[float, float]:
-    """(fanout in nats per level step, fanout_rank) of the module docstring, from one (difficulty, z) pair
-    per prompt; NaN where the batch holds fewer than two difficulties (or, for the rank, fewer than three
-    prompts). Every label with a number: the slope on its value; otherwise on its rank among the labels."""
+    """(least-squares slope of z on the difficulty's value, Spearman of z with it), from one (difficulty, z)
+    pair per prompt; NaN with fewer than two difficulties (or, for the rank, three prompts). Labels
+    without a number are placed by their rank."""
     if len(levels) != len(logodds):
         raise ValueError(f"fanout: {len(levels)} levels and {len(logodds)} log-odds")
     ranked = sorted(set(levels), key=difficulty_order)
@@ -229,8 +150,7 @@ def fanout(levels: Sequence[str], logodds: Sequence[float]) -> tuple[float, floa
 
 
 def word_logprob(form_token_logprobs: Sequence[Sequence[float]]) -> float:
-    """log pi(word): the log of the sum over the word's spellings of the product of their tokens'
-    probabilities, from each spelling's token log-probabilities (the module docstring)."""
+    """log pi(word) = log sum_f prod_t pi(f_t | x, f_<t), from each spelling f's token log-probabilities."""
     totals = [sum(map(float, form)) for form in form_token_logprobs if len(form)]
     if not totals:
         raise ValueError("word_logprob: no spelling with a token")
@@ -251,8 +171,8 @@ def logodds_by_level(levels: Sequence[str], logodds: Sequence[float]) -> dict[st
 
 
 def word_loss_share(num_tokens: int, num_routed: int, word_weight: float = 1.0) -> float:
-    """The routing words' share of the token-mean loss's weight: ``num_routed`` words of weight
-    ``word_weight`` each among ``num_tokens`` completion tokens."""
+    """The routing words' share of the token-mean loss's weight, ``n c / (N_tok - n + n c)``: ``num_routed``
+    (n) words of weight ``word_weight`` (c) each among ``num_tokens`` (N_tok) completion tokens."""
     if num_tokens <= 0 or not 0 <= num_routed <= num_tokens:
         raise ValueError(f"word_loss_share: {num_routed} routed rollouts among {num_tokens} tokens")
     words = num_routed * word_weight

@@ -1,29 +1,15 @@
 """Will routing emerge? A verdict from forced-mode samples, before any training (pure).
-docs/method.md "Before training: will routing emerge".
 
-Input: the samples of the model forced into each mode on training problems (``routing-grpo eval
---force-mode M``), grouped into bins (a difficulty column such as the level, or the pass rate of Long), and
-the recipe's modes. With r the training reward of a sample (:func:`routing_grpo.core.rewards.routing_reward`:
-b_m gamma_m^L when correct within the cap, else 0), per bin l and mode m, and w_l the bin's share of the
-training mix::
+With r a sample's training reward (:func:`routing_grpo.core.rewards.routing_reward`) and w_l bin l's share
+of the training mix (docs/method.md "Before training: will routing emerge")::
 
-    R(l, m) = mean of r over the forced samples of m in bin l
-    R(m)    = sum_l w_l R(l, m)                                   the mode's worth on the training mix
-    best(l) = argmax_m R(l, m), ties to the briefer mode          what a perfect router picks
+    R(l, m) = mean r of mode m's forced samples in bin l,   R(m) = sum_l w_l R(l, m)
+    best(l) = argmax_m R(l, m), ties to the briefer mode
+    spread  = (max_m R(m) - min_m R(m)) / max_m R(m)
+    routing can emerge if spread <= tolerance and best(l) takes at least two modes
 
-While the routing state is shared across problems, the router's preference moves first towards the mode
-with the highest R(m); routing by problem can grow only where those are close and best(l) differs:
-
-    spread = (max_m R(m) - min_m R(m)) / max_m R(m)
-    routing can emerge         if spread <= tolerance and best(l) takes at least two modes
-    collapse towards argmax R  otherwise
-
-Proposals for a collapse verdict, each keeping every bin's best mode: bases (the gammas re-derived from
-the caps by the paper's rule, :func:`routing_grpo.core.modes.gammas_from_caps`) that bring the spread within the
-tolerance, else a training mix w over the bins that does (``train_level_mix``); none found is an answer,
-with the constraint that binds.
-
-The table (R(l, m) and best(l)) is also the miniature's oracle, binned by level (:func:`table_by`).
+For a collapse it proposes bases (gammas from the caps by the paper's rule) or a training mix over the bins
+that bring the spread within the tolerance while every bin keeps its best mode.
 """
 
 from __future__ import annotations
@@ -162,17 +148,6 @@ def row_sample(row: Mapping[str, Any], mode: int, bin: str) -> Sample:
     return Sample(str(row["prompt_id"]), bin, mode, int(row["L"]), bool(row["correct"]))
 
 
-def binned_samples(rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec], by: str) -> list[Sample]:
-    """The rows with a mode and a value in the column ``by`` -> :class:`Sample`, binned by that value; the
-    others (free samples, rows without the column) are left out. Unlike :func:`samples_from_rows`, the modes
-    need not have sampled the same problems."""
-    return [
-        row_sample(row, mode_index(modes, str(row["mode"])), str(row[by]))
-        for row in rows
-        if row.get("mode") is not None and row.get(by) is not None
-    ]
-
-
 def pass_rate_bin(rate: float) -> str:
     """The fifth of [0, 1] a pass rate falls in, labelled by its range (1.0 joins the top fifth)."""
     k = min(int(rate * 5), 4)
@@ -197,9 +172,14 @@ def table(samples: Sequence[Sample], modes: Sequence[ModeSpec]) -> dict[str, dic
 def table_by(
     rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec], by: str
 ) -> dict[str, dict[str, Cell]]:
-    """value of the column ``by`` (e.g. ``level``) -> mode name -> :class:`Cell`, from forced sample rows:
-    :func:`table` of :func:`binned_samples`."""
-    return table(binned_samples(rows, modes, by), modes)
+    """value of the column ``by`` (e.g. ``level``) -> mode name -> :class:`Cell`, from the rows with a mode and
+    a value there (unlike :func:`samples_from_rows`, the modes need not have sampled the same problems)."""
+    samples = [
+        row_sample(row, mode_index(modes, str(row["mode"])), str(row[by]))
+        for row in rows
+        if row.get("mode") is not None and row.get(by) is not None
+    ]
+    return table(samples, modes)
 
 
 def _cell(group: Sequence[Sample], mode: int, modes: Sequence[ModeSpec]) -> Cell:
@@ -306,11 +286,6 @@ def oracle_router(cells: Mapping[str, Mapping[str, Cell]], shares: Mapping[str, 
         return sum(shares[b] * getattr(cells[b][best[b]], key) for b in cells) / total
 
     return {"accuracy": avg("accuracy"), "mean_length": avg("mean_length"), "reward": avg("reward")}
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Proposals
-# ---------------------------------------------------------------------------------------------------------
 
 
 def with_bases(modes: Sequence[ModeSpec], bases: Sequence[float]) -> tuple[ModeSpec, ...]:

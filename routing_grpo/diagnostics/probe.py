@@ -1,13 +1,9 @@
 """``routing-grpo probe``'s work: the routing state of a model on prompts of known difficulty, before training.
 
-Rows come from a task the project knows (:func:`routing_grpo.data.datasets.load_task`: MATH-500, MATH train, the
-miniature's worlds ``mini`` / ``mini_graded``..., difficulty its ``level``) or from a JSONL file with a
-difficulty column (a number, or text whose first number orders it, as ``"Level 3"``). A seeded sample of at
-most ``per_difficulty`` prompts of each difficulty is rendered as the trainer renders a routed prompt (the
-routing instruction in the user turn, the chat template's generation prompt, the routing question), and
-read once each: the final hidden state at the last position (:mod:`routing_grpo.diagnostics.state_probe` says what
-is computed from it), the prompt's length in tokens, and the routing log-odds z = log pi(longest word) -
-log pi(briefest word), each word over all its tokens (:mod:`routing_grpo.diagnostics.early_tell`).
+Rows come from a registered task (difficulty its ``level``) or a JSONL file with a difficulty column. A
+seeded sample of each difficulty is rendered as the trainer renders a routed prompt and read once: the
+final hidden state at the last position (:mod:`routing_grpo.diagnostics.state_probe`), the prompt's length
+and the routing log-odds z (:mod:`routing_grpo.diagnostics.early_tell`).
 """
 
 from __future__ import annotations

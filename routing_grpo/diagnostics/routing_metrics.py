@@ -1,17 +1,7 @@
 """The routing metrics of one generation batch, as pure functions of its :class:`GenerationRecord`.
 
-The trainer logs them (``routing/...``, every generation batch; docs/method.md "Metrics" and "The early
-tell"), prints :func:`batch_line` per batch and :func:`routing_summary` at the end of training:
-
-* the schedule (batch step, balance coefficient, phase, forced share), tokens past caps, the invalid share;
-* accuracy over every answer, those without a routing word too; the truncated share;
-* the free split per mode (shares of the free rollouts with a valid mode) and its entropy; accuracy,
-  length, capped and truncated shares per mode, forced and free apart;
-* per difficulty (the data's ``level``, ``routing/level/<L>/...``): accuracy, length and the free split;
-* the early tell (:mod:`routing_grpo.diagnostics.early_tell`): advantages per difficulty and mode with their shared /
-  per-level split, the routing log-odds per difficulty and their fanout (nats per level step); difficulty
-  is the data's level, else the pass-rate fifth of the group's rollouts forced into the longest mode
-  (``routing/pass_rate/<fifth>/...``, warmup batches only).
+The trainer logs :func:`batch_metrics` (``routing/...``; docs/method.md "Metrics" and "The early tell"),
+prints :func:`batch_line` per batch and :func:`routing_summary` at the end of training.
 """
 
 from __future__ import annotations
@@ -61,8 +51,7 @@ class GenerationRecord:
     levels: list[str | None] | None = None
     truncated: list[bool] = field(default_factory=list)
     group_size: int = 1
-    # The early tell (routing_grpo.diagnostics.early_tell): each rollout's routing log-odds (its prompt's), the routing
-    # words' share of the loss weight, and the fanout over the batch's prompts (None where not read).
+    # The early tell: each rollout's routing log-odds (its prompt's), the words' loss share, the fanout.
     logodds: list[float] | None = None
     word_loss_share: float | None = None
     fanout: float | None = None
@@ -119,13 +108,17 @@ def batch_metrics(
 def free_split(record: GenerationRecord, modes: Sequence[ModeSpec]) -> dict[str, float]:
     """Each mode's share of the free rollouts with a valid mode ({} when there are none): what the collapse
     alarm watches."""
-    free_valid = [i for i in range(len(record.modes)) if not record.forced[i] and record.modes[i] != INVALID]
-    if not free_valid:
-        return {}
-    return {
-        spec.name: sum(record.modes[i] == m for i in free_valid) / len(free_valid)
-        for m, spec in enumerate(modes)
-    }
+    return dict(zip([m.name for m in modes], _free_shares(record, len(modes)), strict=False))
+
+
+def _free_shares(record: GenerationRecord, num_modes: int) -> list[float]:
+    """Each mode's share of the free rollouts with a valid mode ([] when there are none)."""
+    free = [m for m, f in zip(record.modes, record.forced) if not f and m != INVALID]
+    return [free.count(m) / len(free) for m in range(num_modes)] if free else []
+
+
+def _entropy(shares: Sequence[float]) -> float:
+    return -sum(f * math.log(f) for f in shares if f > 0)
 
 
 def level_metrics(record: GenerationRecord, modes: Sequence[ModeSpec]) -> dict[str, float]:
@@ -195,18 +188,13 @@ def routing_summary(history: list[GenerationRecord], mode_names: list[str]) -> s
     if not train:
         return "Routing: no training generation batch"
     last = train[-1]
-    free = [i for i in range(len(last.modes)) if not last.forced[i] and last.modes[i] != INVALID]
     n = len(last.modes)
     text = f"Routing at generation batch {last.batch_step + 1}: accuracy {sum(last.correct) / n:.3f}, "
     text += f"mean length {_mean(last.lengths):.1f} tokens"
-    if free:
-        shares = [sum(last.modes[i] == m for i in free) / len(free) for m in range(len(mode_names))]
-        entropy = -sum(f * math.log(f) for f in shares if f > 0)
-        text += (
-            ", free split "
-            + " / ".join(f"{name} {f:.2f}" for name, f in zip(mode_names, shares))
-            + f", entropy {entropy:.2f}"
-        )
+    shares = _free_shares(last, len(mode_names))
+    if shares:
+        split = " / ".join(f"{name} {f:.2f}" for name, f in zip(mode_names, shares))
+        text += f", free split {split}, entropy {_entropy(shares):.2f}"
     invalid = sum(m == INVALID for m in last.modes) / n
     text += f", no routing word {invalid:.2f}"
     tell = early_tell_summary(history)
@@ -220,15 +208,12 @@ def batch_line(
     the free rollouts with a valid mode), its entropy, the seconds the batch took and the time left at that
     pace (the batches left times this batch's seconds)."""
     n = len(record.modes)
-    free = [m for m, f in zip(record.modes, record.forced) if not f and m != INVALID]
     parts = [f"[routing] batch {record.batch_step + 1}/{total if total is not None else '?'}"]
     parts.append(f"reward {_mean(record.rewards):.3f} acc {sum(record.correct) / n:.2f}")
-    if free:
-        shares = [free.count(i) / len(free) for i in range(len(mode_names))]
-        entropy = -sum(f * math.log(f) for f in shares if f > 0)
-        parts.append(
-            f"free {'/'.join(mode_names)} " + "/".join(f"{f:.2f}" for f in shares) + f" H {entropy:.2f}"
-        )
+    shares = _free_shares(record, len(mode_names))
+    if shares:
+        split = "/".join(f"{f:.2f}" for f in shares)
+        parts.append(f"free {'/'.join(mode_names)} {split} H {_entropy(shares):.2f}")
     elif any(record.forced):
         parts.append("all forced")
     if record.fanout is not None and not math.isnan(record.fanout):

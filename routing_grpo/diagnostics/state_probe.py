@@ -1,36 +1,14 @@
 """What the routing state carries about difficulty, before training (pure; docs/mini/cold_start.md).
 
-The router learns its first word from h(x), the model's final (normalised) hidden state at the routing
-position (after the routing question, before the word). A step moves the mode words' logits at prompt x by
-about (change of the words' output vectors) . h(x), so it can teach different words to different
-difficulties only as far as h differs between them. For N prompts with difficulties l(x) (D groups), state
-means m_l per difficulty and the overall mean m:
+For N states h(x) at the routing position with difficulty groups l(x), group means m_l and mean m::
 
     between share      S = B / T,   B = sum_x |m_l(x) - m|^2 / N,   T = sum_x |h(x) - m|^2 / N
-    its noise floor    S with the difficulty labels permuted (mean and 95th percentile over permutations):
-                       what D groups of that size read from noise alone (about (D - 1) / N for
-                       isotropic noise)
-    spread             T / C,   C = |m|^2: how far prompts differ at all, relative to the common part
-    between / common   B / C = S x T / C: how far difficulty moves the state, relative to the common part
-    cosine             m_easiest . m_hardest / (|m_easiest| |m_hardest|)
+    its noise floor    S with the labels permuted (mean and 95th percentile)
+    spread             T / C,   C = |m|^2;   between / common   B / C
+    cosine             of the easiest and the hardest group's means
 
-and a held-out readout: ridge regression from the standardised state to the difficulty's value, its
-penalty chosen by an inner cross-validation on each outer fold's training rows, scored by the Spearman
-correlation of the out-of-fold predictions with the difficulty (:func:`ridge_readout`); the same readout
-from the prompt's length alone (in tokens) is its baseline, as a longer problem is often a harder one.
-
-The verdict (:func:`probe_verdict`) reads difficulty as *present* when S is above its noise floor's 95th
-percentile, and as *carried* when also B / C >= :data:`CARRIED_BETWEEN_COMMON` (the miniature's
-difficulty-aware start reads about 0.1, its blind start about 0.002); prompts *differ* when
-T / C >= :data:`SPREAD_DIFFERS`. It says so when the state's readout does not beat the length's by
-:data:`READOUT_MARGIN` (in the miniature's graded world the length alone reads the level: a problem of
-more steps is longer).
-These cut-offs are the probe's reading, set between the miniature's two starts, not thresholds measured to
-predict routing. The miniature's controls (docs/mini/cold_start.md "The controls and the dose-response", 3
-seeds each) say how far the reading goes: no start whose prompts differ without difficulty routed in 90
-batches; among the faint starts some routed (the level at half strength, the start digit) and some did not
-(a quarter strength, the start matched to SmolLM2-135M); and one that reads difficulty-aware (the levels
-kept apart with their order scrambled) did not. So each verdict names what its class of start did there.
+and a held-out ridge readout of the difficulty from the state, beside one from the prompt's length
+(:func:`ridge_readout`). :func:`probe_verdict` reads them with cut-offs set on the miniature's starts.
 """
 
 from __future__ import annotations
@@ -42,18 +20,6 @@ from typing import Any
 import torch
 
 from routing_grpo.diagnostics.early_tell import spearman
-
-__all__ = [
-    "CARRIED_BETWEEN_COMMON",
-    "READOUT_MARGIN",
-    "SPREAD_DIFFERS",
-    "between_share",
-    "difficulty_groups",
-    "probe_statistics",
-    "probe_verdict",
-    "ridge_readout",
-    "share_noise_floor",
-]
 
 READOUT_MARGIN = 0.05
 CARRIED_BETWEEN_COMMON = 0.05
@@ -192,7 +158,10 @@ def probe_statistics(
 
 
 def probe_verdict(stats: dict[str, Any]) -> str:
-    """The reading the statistics support (the module docstring's rules), in one sentence."""
+    """The reading the statistics support, in one sentence: difficulty *present* when S is above its noise
+    floor's 95th percentile, *carried* when also B / C >= :data:`CARRIED_BETWEEN_COMMON`; prompts *differ*
+    when T / C >= :data:`SPREAD_DIFFERS`; the state's readout must beat the length's by
+    :data:`READOUT_MARGIN`."""
     present = stats["between_share"] > stats["between_share_noise_floor_p95"]
     differs = stats["spread_over_common"] >= SPREAD_DIFFERS
     beyond_length = stats["readout_spearman"] > stats["length_readout_spearman"] + READOUT_MARGIN

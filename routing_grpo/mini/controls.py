@@ -1,38 +1,13 @@
-"""The cold start's controls and dose-response, and the early tell held out (#41):
+"""The cold start's controls and dose-response, and the early tell held out:
 ``python -m routing_grpo.mini.controls --out DIR`` (``make mini-controls``).
 
-Two experiments, each one command (``--experiment``):
-
-**controls** (default): per condition, a cold start of the graded world; its routing state read by
-``routing-grpo probe`` (40 training problems per level, seed 0); then per seed the paper's recipe
-unmodified (``recipes/mini_graded/graded_router.yaml``, 90 generation batches, the early tell logged) from
-that start, and ``routing-grpo eval`` of the trained router on the held-out split (300 problems x 4
-samples, T 0.6). The starts: the shipped level-blind and difficulty-aware checkpoints, and the second
-teaching stage (``python -m routing_grpo.mini.teach --init offline:mini_graded_blind``, 400 steps, the aware
-start's own settings) with another target (:data:`routing_grpo.mini.teach.STATE_TARGETS`): the level at
-strengths 0.25 and 0.5 (the aware start is strength 1), a random label per prompt class, the start digit (a
-variable that changes no mode's worth), the level through a permutation far from its order, and a random
-point per start digit (prompt-to-prompt variance without any label), and that spread at the strength that
-matches SmolLM2-135M-Instruct's probe (``matched``). Writes ``controls.md``, ``controls.json`` and
-``controls_fanout.png`` (the fanout over batches per condition, mean and spread over seeds).
-
-**threshold**: the early tell's threshold (:data:`routing_grpo.diagnostics.early_tell.FANOUT_ROUTING`) on runs it was not
-set on, seeds 11-13 by default: the paper's recipe from the aware and the blind start; the blind start with
-the routing word weighted 0.1, 0.2 and 0.3 (``graded_router_blind.yaml`` with ``--routing_word_weight W``:
-runs that start routing late); the cliff world's level-mix router (``recipes/mini/router_level_mix.yaml``,
-180 batches). For batches 20 and 45: the hit rate (runs that end routing by difficulty whose trailing-mean
-fanout is at or above the threshold) and the false-alarm rate (runs that end level-blind and read at or
-above it). Writes ``threshold.md``, ``threshold.json`` and ``threshold_fanout.png``.
-
-A run *routes by difficulty* when, in its held-out routing, the longest mode's share rises by at least
-:data:`ROUTING_MARGIN` from the easiest level to the hardest and the briefest mode's share falls by at least
-:data:`BRIEF_MARGIN` (:func:`routes_by_difficulty`; fixed before the runs). The fanout at batch b is its
-trailing mean over the last 10 batches (:func:`routing_grpo.diagnostics.early_tell.trailing_mean`).
-
-Resumable: every stage (teach, probe, train, eval) is skipped when its output is there from the same
-command on the same inputs (:class:`routing_grpo.mini.run.Stages`), so a run stopped half way goes on
-where it stopped, and more seeds join the same folder. ``--small``: 3 generation batches, one seed, tiny
-teaching, probe and evaluation: the whole pipeline in a few minutes, its figures meaningless.
+**controls**: per cold start of the graded world (the shipped ones, or a second teaching stage with another
+state target, :data:`routing_grpo.mini.teach.STATE_TARGETS`), ``routing-grpo probe`` of its routing state,
+then per seed the paper's recipe unmodified and ``routing-grpo eval`` of the router. **threshold**: the
+early tell's threshold (:data:`routing_grpo.diagnostics.early_tell.FANOUT_ROUTING`) on runs it was not set
+on: hit and false-alarm rates at batches 20 and 45. A run *routes by difficulty* by
+:func:`routes_by_difficulty`. Every stage is resumable (:class:`routing_grpo.mini.run.Stages`); ``--small``
+runs the whole pipeline in a few minutes, its figures meaningless.
 
 Duration on 2 CPU cores, two jobs at a time (one thread each), measured: a start taught in 8-10 minutes, a
 90-batch run in about 4 minutes, an evaluation in 15 s. controls, 3 seeds: seven starts taught (about 35
@@ -69,13 +44,12 @@ from routing_grpo.mini.run import (
 PROG = "python -m routing_grpo.mini.controls"
 # The modules that define a taught start: the teaching (targets, stages) and the graded world's rows.
 TEACH_SOURCES = (Path(__file__).with_name("teach.py"), Path(__file__).with_name("graded.py"))
-# Held-out routing by difficulty (fixed before the runs): the longest mode's share rises by this much from
-# the easiest level to the hardest, and the briefest mode's share falls by BRIEF_MARGIN.
+# Held-out routing by difficulty (routes_by_difficulty).
 ROUTING_MARGIN = 0.2
 BRIEF_MARGIN = 0.05
 READ_AT = (20, 45)
-# The probe's figures of SmolLM2-135M-Instruct on MATH-500 (docs/mini/cold_start.md, "The routing state of a
-# real model"; seed 0, 40 prompts per level): the real model's point on the dose-response.
+# The probe's figures of SmolLM2-135M-Instruct on MATH-500 (seed 0, 40 prompts per level; docs/mini/cold_start.md):
+# the real model's point on the dose-response.
 SMOLLM2_PROBE = {
     "cosine_easiest_hardest": 0.9966,
     "between_share": 0.033,
@@ -85,9 +59,8 @@ SMOLLM2_PROBE = {
     "length_readout_spearman": 0.32,
 }
 PROBE_KEYS = tuple(SMOLLM2_PROBE)
-# The spread's strength whose start matches SmolLM2's spread / common: it grows with the strength squared
-# over the blind start's floor (spread at strength 1 read 0.2096, blind 0.0027), so
-# s = sqrt((0.046 - 0.0027) / (0.2096 - 0.0027)) = 0.46.
+# The spread's strength whose start matches SmolLM2's spread / common (it grows with the strength squared over
+# the blind start's floor): sqrt((0.046 - 0.0027) / (0.2096 - 0.0027)) = 0.46.
 MATCHED_SPREAD = 0.46
 
 
@@ -118,35 +91,20 @@ CONTROL_ARMS = (
     Arm("unrelated", ROUTER, target="unrelated", what="the start digit (changes no mode's worth)"),
     Arm("shuffled", ROUTER, target="shuffled", what="the level, its order scrambled"),
     Arm("spread", ROUTER, target="spread", what="a random point per start digit (no label)"),
-    Arm(
-        "matched",
-        ROUTER,
-        target="spread",
-        strength=MATCHED_SPREAD,
-        what="the spread at the strength that matches SmolLM2-135M-Instruct's spread / common (0.046)",
-    ),
-)
+    Arm("matched", ROUTER, target="spread", strength=MATCHED_SPREAD,
+        what="the spread at the strength that matches SmolLM2-135M-Instruct's spread / common (0.046)"),
+)  # fmt: skip
 THRESHOLD_ARMS = (
     Arm("aware", ROUTER, shipped="mini_graded", what="the paper's recipe, aware start"),
     Arm("blind", BLIND_ROUTER, shipped="mini_graded_blind", what="the paper's recipe, blind start"),
     *(
-        Arm(
-            f"word_weight_{w}",
-            BLIND_ROUTER,
-            shipped="mini_graded_blind",
-            overrides=("--routing_word_weight", str(w)),
-            what=f"blind start, routing_word_weight {w}",
-        )  # fmt: skip
+        Arm(f"word_weight_{w}", BLIND_ROUTER, shipped="mini_graded_blind",
+            overrides=("--routing_word_weight", str(w)), what=f"blind start, routing_word_weight {w}")
         for w in (0.1, 0.2, 0.3)
     ),
-    Arm(
-        "cliff_level_mix",
-        "mini/router_level_mix.yaml",
-        benchmark="mini",
-        shipped="mini",
-        what="the cliff world's level-mix router",
-    ),  # fmt: skip
-)
+    Arm("cliff_level_mix", "mini/router_level_mix.yaml", benchmark="mini", shipped="mini",
+        what="the cliff world's level-mix router"),
+)  # fmt: skip
 EXPERIMENTS = {"controls": CONTROL_ARMS, "threshold": THRESHOLD_ARMS}
 DEFAULT_SEEDS = {"controls": [0, 1, 2], "threshold": [11, 12, 13]}
 
@@ -168,9 +126,6 @@ SMALL = Sizes(
     teach=("--state-level-steps", "2", "--problems-per-level", "10", "--batch-size", "8",
            "--greedy-check-problems", "6", "--logging-steps", "1"),
 )  # fmt: skip
-
-
-# ---- pure readings -------------------------------------------------------------------------------------
 
 
 def fanout_readings(points: Sequence[tuple[int, float]], at: Sequence[int] = READ_AT) -> dict[str, float]:
@@ -195,7 +150,8 @@ def level_shares(per_level: Mapping[str, Mapping[str, Any]]) -> dict[str, dict[s
 def routes_by_difficulty(
     shares: Mapping[str, Mapping[str, float]], briefest: str = "NoThink", longest: str = "Long"
 ) -> bool:
-    """The module docstring's rule on the easiest and the hardest level's shares."""
+    """Whether, from the easiest level to the hardest, the longest mode's share rises by at least
+    :data:`ROUTING_MARGIN` and the briefest's falls by at least :data:`BRIEF_MARGIN`."""
     if len(shares) < 2:
         return False
     levels = list(shares)
@@ -245,9 +201,6 @@ def place_point(values: Mapping[str, float], point: float) -> str:
 def mean_of(values: Sequence[float]) -> float:
     finite = [v for v in values if not math.isnan(v)]
     return statistics.fmean(finite) if finite else math.nan
-
-
-# ---- the summary ---------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -334,7 +287,7 @@ def controls_summary(
 
 def controls_markdown(summary: Mapping[str, Any], figure: str | None) -> str:
     lines = [
-        "# The cold start's controls and dose-response (#41)",
+        "# The cold start's controls and dose-response",
         "",
         "The paper's recipe, unmodified, from each cold start of the graded world; the start's routing state "
         "as `routing-grpo probe` reads it; the early tell (trailing-mean fanout, nats per level step, "
@@ -414,7 +367,7 @@ def threshold_summary(arms: Sequence[Arm], runs: Sequence[RunResult]) -> dict[st
 
 def threshold_markdown(summary: Mapping[str, Any], figure: str | None) -> str:
     lines = [
-        "# The early tell's threshold, held out (#41)",
+        "# The early tell's threshold, held out",
         "",
         f"Threshold {summary['threshold']:g} nats per level step (trailing mean of 10 batches), judged "
         "against each run's held-out routing (routes by difficulty: the longest mode's share rises by >= "
@@ -454,9 +407,6 @@ def _json_safe(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     return value
-
-
-# ---- the driver ----------------------------------------------------------------------------------------
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -547,8 +497,7 @@ def run_experiment(args: argparse.Namespace) -> Path:
                     "--output", str(taught), "--recipes", str(args.recipes), *sizes.teach,
                 ],
                 done=taught / "teaching.json",
-                # The teaching code is an input: a start taught under other target definitions or other rows is
-                # refused, not reused (the per-problem targets were replaced under the same command line).
+                # The teaching code is an input: a start taught under other definitions is not reused.
                 inputs=(SHIPPED_CHECKPOINTS["mini_graded_blind"], *TEACH_SOURCES),
             )  # fmt: skip
         if args.experiment == "controls":

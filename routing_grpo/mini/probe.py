@@ -1,25 +1,10 @@
 """How much of the level the model's state carries where it writes the routing word.
 
-``python -m routing_grpo.mini.probe [--model offline:mini] [--world cliff|graded]``
-
-``routing-grpo probe --model M --data D`` (routing_grpo/diagnostics/probe.py) is the general form: any model, any task or
-JSONL with a difficulty column, the miniature's worlds among them, with noise floors and a verdict.
-
-The router can only learn a different first word per level as fast as the state it reads that word from
-(the final, normalised hidden state at the end of the routed prompt, after ``Mode:``) differs between
-levels. For prompts x with levels l(x), states h(x), level means m_l and overall mean m::
-
-    between-level variance   B = mean_l |m_l - m|^2
-    total variance           T = mean_x |h(x) - m|^2
-    common part              C = |m|^2
-    cosine(lowest, highest)  = m_1 . m_D / (|m_1| |m_D|)
-
-A step of the optimiser changes the mode words' logits at level l by roughly (change of the word's output
-vector) . m_l, so with B << C it moves every level alike. ``readout`` is whether the level can be read at
-all: the held-out accuracy of a softmax regression from the standardised state to the level, fitted on a
-fixed random half of the prompts and scored on the other half (chance: one over the number of levels). ``first_word`` is the probability of each mode
-word (both spellings, with and without a leading space) as the first token: the cold start's near-uniform
-prior.
+``python -m routing_grpo.mini.probe [--model offline:mini] [--world cliff|graded]``; ``routing-grpo probe``
+is the general form (any model and task, with noise floors and a verdict). For states h(x) at the routing
+position, level means m_l and mean m: B = mean_l |m_l - m|^2, T = mean_x |h(x) - m|^2, C = |m|^2, the
+cosine of the lowest and the highest level's means, ``readout`` (held-out accuracy of a softmax regression
+from the state to the level) and ``first_word``, each mode word's first-token probability per level.
 """
 
 from __future__ import annotations
@@ -120,7 +105,7 @@ def routing_state_spread(
 
     from routing_grpo.mini.teach import routed_prompt
 
-    path = resolve_model_path(model) if is_offline_name(model) else model
+    path = resolve_model_path(model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     lm = AutoModelForCausalLM.from_pretrained(path).eval()
     tasks = WORLDS[world]
@@ -163,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--problems-per-level: at least 4")
     if not is_offline_name(args.model) and not (Path(args.model) / "config.json").is_file():
         parser.error(f"--model: no model folder at {args.model} (a folder with config.json, or offline:mini)")
-    # A record from before there were worlds names none: the cliff world's.
+    # The cliff checkpoint's record names no world.
     world = args.world or ((teaching_record(args.model) or {}).get("config", {}).get("world", "cliff"))
     spread = routing_state_spread(args.model, args.problems_per_level, args.seed, world)
     print(f"routing-position state of {args.model}, {args.problems_per_level} {world} problems per level:")

@@ -1,12 +1,6 @@
-"""The miniature's report: the oracle table, routing per level, regret, targets and ablations.
-
-With forced-mode evaluations of the taught model (``oracle_dirs``) the general report
-(:func:`routing_grpo.evaluation.report.write_report`) gets a "Miniature" part: the oracle table (best mode per level),
-the router's split per level against it, the routing regret, the miniature's targets and the ablations
-(figures: :mod:`routing_grpo.mini.targets` on :mod:`routing_grpo.diagnostics.oracle`'s table), in results.md, ``mini.json`` and the ``mini_*.csv`` tables.
-``routing-grpo report --oracle`` adds it through the entry point group ``routing_grpo.report_parts``
-(:func:`oracle_part`; :func:`write_report` here is the whole report with it, for a Python call); the Markdown is rendered by
-:mod:`routing_grpo.mini.report_markdown`.
+"""The miniature's part of ``routing-grpo report --oracle``: the oracle table, routing per level, regret,
+targets and ablations (figures from :mod:`routing_grpo.mini.targets`), in results.md, ``mini.json`` and the
+``mini_*.csv`` tables; the Markdown is :mod:`routing_grpo.mini.report_markdown`'s.
 """
 
 from __future__ import annotations
@@ -34,7 +28,6 @@ from routing_grpo.evaluation.report import (
     stats,
     training_summary,
 )
-from routing_grpo.evaluation.report import write_report as write_general_report
 from routing_grpo.mini.report_markdown import miniature_markdown
 from routing_grpo.mini.targets import (
     free_mode_figures,
@@ -48,10 +41,6 @@ from routing_grpo.mini.targets import (
     router_levels,
     targets_for,
 )
-
-# ---------------------------------------------------------------------------------------------------------
-# The oracle's forced evaluations
-# ---------------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -92,11 +81,6 @@ def load_oracle(dirs: Iterable[str | Path]) -> dict[str, OracleData]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The miniature: oracle, routing per level, regret, targets and ablations
-# ---------------------------------------------------------------------------------------------------------
-
-
 def _stat_dict(stat: Stat) -> dict[str, Any]:
     return {
         "mean": stat.mean if stat.values else None,
@@ -133,7 +117,7 @@ def miniature(
         benchmark=benchmark,
     )  # fmt: skip
     level_keys = sorted({lv for s in seeds.values() for lv in s["levels"]})
-    levels_mean = {str(lv): _level_over_seeds(lv, seeds.values(), names, table, choice) for lv in level_keys}
+    levels_mean = _levels_over_seeds(seeds, names, table, choice)
 
     weights = None
     if seeds and all(lv in choice for lv in level_keys):
@@ -165,13 +149,7 @@ def miniature(
             "modes": [m.to_dict() for m in modes],
             "oracle": {
                 "sources": oracle.sources,
-                "levels": {
-                    str(lv): {
-                        "cells": {m: oracle_cell_dict(lv, m, c) for m, c in cells.items()},
-                        "best": choice[lv],
-                    }
-                    for lv, cells in table.items()
-                },
+                "levels": _table_json(table, choice),
                 "overall": {
                     **overall.to_dict(),
                     "weights": "router level shares" if weights else "sample counts",
@@ -188,17 +166,11 @@ def miniature(
             },
             "level_mix": {
                 "seeds": _seeds_json(level_mix),
-                "levels": {
-                    str(lv): _level_over_seeds(lv, level_mix.values(), names, table, choice)
-                    for lv in sorted({lv for s in level_mix.values() for lv in s["levels"]})
-                },
+                "levels": _levels_over_seeds(level_mix, names, table, choice),
             },
             "word_weight": {
                 "seeds": _seeds_json(lever),
-                "levels": {
-                    str(lv): _level_over_seeds(lv, lever.values(), names, table, choice)
-                    for lv in sorted({lv for s in lever.values() for lv in s["levels"]})
-                },
+                "levels": _levels_over_seeds(lever, names, table, choice),
                 "targets": {
                     str(seed): [t.to_dict() for t in s["targets"] or []] for seed, s in lever.items()
                 },
@@ -224,15 +196,28 @@ def world_section(world: OracleData) -> dict[str, Any]:
     return {
         "sources": world.sources,
         "temperatures": sorted(world.temperatures),
-        "levels": {
-            str(lv): {"cells": {m: oracle_cell_dict(lv, m, c) for m, c in cells.items()}, "best": best[lv]}
-            for lv, cells in table.items()
-        },
+        "levels": _table_json(table, best),
         "mix": {name: f.to_dict() for name, f in mix.items()},
         "favoured": ranked[0].mode,
         "favoured_lead": ranked[0].expected_reward - ranked[1].expected_reward,
         "checks": [t.to_dict() for t in graded_world_checks(table, modes)],
     }
+
+
+def _table_json(table, choice) -> dict[str, Any]:
+    """The oracle table as ``mini.json`` writes it: per level, each mode's cell and the best mode."""
+    return {
+        str(lv): {"cells": {m: oracle_cell_dict(lv, m, c) for m, c in cells.items()}, "best": choice[lv]}
+        for lv, cells in table.items()
+    }
+
+
+def _levels_over_seeds(
+    seeds: dict[Any, dict[str, Any]], names: Sequence[str], table, choice
+) -> dict[str, Any]:
+    """:func:`_level_over_seeds` of every level the seeds' routers were read at."""
+    levels = sorted({lv for s in seeds.values() for lv in s["levels"]})
+    return {str(lv): _level_over_seeds(lv, seeds.values(), names, table, choice) for lv in levels}
 
 
 def _routed_seeds(
@@ -400,11 +385,6 @@ def _json_ready(obj: Any) -> Any:
     return obj
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The miniature as CSV tables
-# ---------------------------------------------------------------------------------------------------------
-
-
 def miniature_tables(mini: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The miniature as CSV rows: mini_oracle, mini_levels, mini_targets, mini_ablations."""
     bench = mini["benchmark"]
@@ -452,16 +432,17 @@ def miniature_tables(mini: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return {"mini_oracle": oracle, "mini_levels": levels, "mini_targets": targets, "mini_ablations": abl}
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The report with the miniature's part
-# ---------------------------------------------------------------------------------------------------------
-
-
-def miniature_part(
-    oracle: dict[str, OracleData], worlds: dict[str, OracleData]
+def oracle_part(
+    oracle_dirs: Sequence[str | Path] = (), world_oracle_dirs: Sequence[str | Path] = ()
 ) -> Callable[[dict[str, Any], Sequence[TrainingRun]], ReportPart]:
-    """The miniature's part of the report, one section per benchmark with an oracle: Markdown, the
-    ``mini_*`` tables, ``mini.json`` and the miniatures for the figures."""
+    """The miniature's part of the report for the forced-mode evaluations under ``oracle_dirs`` (and
+    ``world_oracle_dirs``, each of whose benchmarks needs an oracle): read and checked now, built once the
+    report groups its runs into one section per benchmark (Markdown, ``mini_*`` tables, ``mini.json``)."""
+    oracle = load_oracle(oracle_dirs) if oracle_dirs else {}
+    worlds = load_oracle(world_oracle_dirs) if world_oracle_dirs else {}
+    unmatched = sorted(set(worlds) - set(oracle))
+    if unmatched:
+        raise ValueError(f"--world-oracle: benchmark(s) {unmatched} have no --oracle evaluation")
 
     def build(grouped: dict[str, Any], training: Sequence[TrainingRun]) -> ReportPart:
         minis = {
@@ -478,46 +459,3 @@ def miniature_part(
         return part
 
     return build
-
-
-def write_report(
-    run_dirs: Sequence[str | Path],
-    output: str | Path,
-    *,
-    plots: Callable[..., Iterable[Path]] | None | bool = None,
-    oracle_dirs: Sequence[str | Path] = (),
-    training_dirs: Sequence[str | Path] = (),
-    world_oracle_dirs: Sequence[str | Path] = (),
-) -> dict[str, Any]:
-    """:func:`routing_grpo.evaluation.report.write_report` with the miniature's part; returns the tables.
-
-    ``oracle_dirs``: forced-mode evaluations of the taught model (their summaries are left out of the
-    results even when they lie under ``run_dirs``); with them, results.md gets the "Miniature" part and
-    ``mini.json`` and the ``mini_*.csv`` tables are written. ``training_dirs``: training output folders
-    (trainer_state.json) for the training-dynamics figures and the ablations' logs. ``world_oracle_dirs``:
-    forced-mode evaluations at the training temperature, for the world's table (each mode's expected reward
-    on the uniform mix, the mode a shared preference moves to, the graded world's checks).
-    """
-    return write_general_report(
-        run_dirs,
-        output,
-        plots=plots,
-        training_dirs=training_dirs,
-        exclude_dirs=[*oracle_dirs, *world_oracle_dirs],
-        part=oracle_part(oracle_dirs, world_oracle_dirs),
-    )
-
-
-def oracle_part(
-    oracle_dirs: Sequence[str | Path] = (), world_oracle_dirs: Sequence[str | Path] = ()
-) -> Callable[[dict[str, Any], Sequence[TrainingRun]], ReportPart]:
-    """The miniature's part for the forced-mode evaluations under ``oracle_dirs`` (and ``world_oracle_dirs``,
-    each of whose benchmarks needs an oracle): read and checked now, built once the report groups its runs.
-    ``routing-grpo report --oracle`` finds it through the entry point group ``routing_grpo.report_parts``
-    (:func:`routing_grpo.mini.plugin.report_part`)."""
-    oracle = load_oracle(oracle_dirs) if oracle_dirs else {}
-    worlds = load_oracle(world_oracle_dirs) if world_oracle_dirs else {}
-    unmatched = sorted(set(worlds) - set(oracle))
-    if unmatched:
-        raise ValueError(f"--world-oracle: benchmark(s) {unmatched} have no --oracle evaluation")
-    return miniature_part(oracle, worlds)

@@ -1,33 +1,12 @@
 """``make mini``: the miniature end to end with the project's own commands (``python -m routing_grpo.mini.run``).
 
-The miniature has two worlds (``--worlds``, default both): the **graded** world
-(:mod:`routing_grpo.mini.graded`, ``recipes/mini_graded``), built to the paper's regime, in which the router
-is expected to sort problems by difficulty; and the **cliff** world (:mod:`routing_grpo.mini.cliff`,
-``recipes/mini``), the negative control, in which the brief modes fail like a cliff above their level and
-a routing state shared across levels is expected to move to Long. Per world, stages, each a subprocess of
-a real entry point, its output in ``OUT/<world>/logs/<stage>.log`` and one progress line here:
-
-1. **teach** (``--teach`` only): ``python -m routing_grpo.mini.teach --world W``; by default the taught
-   model shipped in the package is used (``--taught DIR`` for another);
-2. **oracle**: ``routing-grpo eval --force-mode M`` of the taught model for every mode at the evaluation
-   temperature (the oracle table, regret) and at the training temperature (the world's table: each
-   mode's expected reward on the uniform mix), and the taught model on the plain prompt (method ``base``),
-   one after another beside the training runs, which do not need them;
-3. per seed and recipe of the world (router, the three single-mode baselines, the two ablations):
-   ``python -m routing_grpo.train``, then ``routing-grpo eval`` of the trained model (free routing, or the
-   plain prompt for the baselines), uncapped, temperature 0.6, several samples per prompt;
-4. **oracle**: ``routing-grpo oracle --by level`` on the world's table: will routing emerge, and what to
-   change if not (``OUT/<world>/oracle/``);
-5. **report**: ``routing-grpo report`` with the world's table, the oracle table, routing per level, the
-   frontier, the targets and the ablations.
-
-A finished stage is skipped when the command is run again with the same stage command on inputs of the
-same content (taught or trained model, recipe, samples; recorded in ``logs/<stage>.record.json``), so an
-interrupted run resumes and more seeds or recipes join the same folder. A finished stage made otherwise
-(another checkpoint, other schedules, an older version that kept no record) stops the run: nothing is
-reused or overwritten. The first stage that fails stops the stages running beside it at once. Layout of ``OUT/<world>`` (default ``OUT`` = ``outputs/mini``): ``taught/``,
-``runs/<recipe>/seed<N>/``, ``eval/oracle/<mode>/``, ``eval/world/<mode>/``, ``eval/<method>/seed<N>/``,
-``report/``, ``logs/``, ``timings.json``.
+Two worlds (``--worlds``): the **graded** world, built to the paper's regime, and the **cliff** world, the
+negative control. Per world, each stage a subprocess of a real entry point with its log in
+``OUT/<world>/logs/``: teaching (``--teach`` only), the taught model forced into each mode at the training
+and the evaluation temperature, ``routing-grpo oracle``, per seed and recipe training and evaluation, and
+``routing-grpo report``. A finished stage is skipped when run again with the same command on inputs of the
+same content (``logs/<stage>.record.json``); one made otherwise stops the run, and the first stage that
+fails stops the others.
 """
 
 from __future__ import annotations
@@ -52,7 +31,7 @@ from routing_grpo.io.recipe_file import read_recipe_file
 from routing_grpo.mini import cliff
 from routing_grpo.mini.plugin import SHIPPED_CHECKPOINTS, mini_checkpoint_path
 
-# The recipes folder of the source checkout, from the current directory (the package ships no recipes).
+# The recipes folder of the source checkout (the package ships no recipes).
 DEFAULT_RECIPES = Path("recipes")
 PROG = "python -m routing_grpo.mini.run"
 MAX_TOKENS = 80  # the recipes' max_completion_length
@@ -75,18 +54,17 @@ class Run:
 
 @dataclass(frozen=True)
 class World:
-    """One of the miniature's worlds: its benchmark, recipe folder (under the recipes folder), recipes and
-    the ones run by default."""
+    """One of the miniature's worlds: its benchmark (also its recipe folder's name), recipes and the ones
+    run by default."""
 
     name: str
     benchmark: str
-    recipes: str
     runs: tuple[Run, ...]
     default_runs: tuple[str, ...]
 
     def recipe(self, recipes: Path, name: str) -> Path:
         """The file of recipe ``name`` under the recipes folder ``recipes``."""
-        return recipes / self.recipes / f"{name}.yaml"
+        return recipes / self.benchmark / f"{name}.yaml"
 
     def router_recipe(self, recipes: Path) -> Path:
         return self.recipe(recipes, self.runs[0].recipe)
@@ -99,7 +77,6 @@ WORLDS = {
     "graded": World(
         "graded",
         "mini_graded",
-        "mini_graded",
         (
             Run("graded_router", "router"),
             Run("graded_baseline_nothink", "nothink", plain_prompt=True),
@@ -107,9 +84,7 @@ WORLDS = {
             Run("graded_baseline_long", "long", plain_prompt=True),
             Run("graded_ablation_no_balance", "no_balance"),
             Run("graded_ablation_no_warmup", "no_warmup"),
-            # Beyond the paper: the routing word's own weight in the loss, reported beside the router.
-            Run("graded_router_word_weight", "router_word_weight"),
-            # The paper's recipe from the level-blind first teaching stage: the contrast of the default.
+            Run("graded_router_word_weight", "router_word_weight"),  # beyond the paper
             Run("graded_router_blind", "router_blind", start="mini_graded_blind"),
         ),
         (
@@ -121,11 +96,10 @@ WORLDS = {
             "graded_baseline_long",
             "graded_ablation_no_balance",
             "graded_ablation_no_warmup",
-        ),
+        ),  # fmt: skip
     ),
     "cliff": World(
         "cliff",
-        "mini",
         "mini",
         (
             Run("router", "router"),
@@ -134,11 +108,9 @@ WORLDS = {
             Run("baseline_long", "long", plain_prompt=True),
             Run("ablation_no_balance", "no_balance"),
             Run("ablation_no_warmup", "no_warmup"),
-            # The router on the training mix routing-grpo oracle proposes for this world (levels 1 and 6,
-            # 80 / 20): no mode best on average, so it routes by difficulty where it trained.
+            # The router on the training mix routing-grpo oracle proposes for this world.
             Run("router_level_mix", "router_level_mix"),
         ),
-        # The negative control: the router and the baselines it is judged against, and the oracle's fix.
         ("router", "baseline_nothink", "baseline_short", "baseline_long", "router_level_mix"),
     ),
 }
@@ -553,9 +525,9 @@ def plan(args: argparse.Namespace) -> list[tuple[World, list[Run]]]:
 def check_recipes(recipes: Path, worlds: Sequence[World]) -> None:
     """Each world's recipe folder is there; a :class:`UsageError` in one line if not."""
     for world in worlds:
-        if not (recipes / world.recipes).is_dir():
+        if not (recipes / world.benchmark).is_dir():
             raise UsageError(
-                f"--recipes: no {recipes / world.recipes}; run from the source checkout or pass --recipes DIR"
+                f"--recipes: no {recipes / world.benchmark}; run from the source checkout or pass --recipes DIR"
             )
 
 
@@ -570,22 +542,14 @@ def run_world(
     stages.say(f"output {out}, seeds {seeds}, runs {[r.recipe for r in runs]}, {args.jobs} job(s) at a time")
     bench = world.benchmark
     try:
-        # 1. Teaching.
         if args.taught:
             taught = Path(args.taught)
         elif args.teach:
             taught = out / "taught"
             cmd = [
-                sys.executable,
-                "-m",
-                "routing_grpo.mini.teach",
-                "--world",
-                world.name,
-                "--output",
-                str(taught),
-                "--recipes",
-                str(args.recipes),
-            ]
+                sys.executable, "-m", "routing_grpo.mini.teach", "--world", world.name, "--output", str(taught),
+                "--recipes", str(args.recipes),
+            ]  # fmt: skip
             if args.teach_steps is not None:
                 cmd += ["--steps", str(args.teach_steps)]
             # Teaching runs before anything else: it gets every core, not one job's share.
@@ -665,7 +629,6 @@ def run_world(
         jobs = [world_and_oracle] + [lambda r=r, s=s: train_and_eval(r, s) for s in seeds for r in runs]
         stages.run_all(jobs, args.jobs)
 
-        # 4. Report.
         method_dirs = reported_methods(out / "eval")
         stages.run(
             "report",

@@ -1,33 +1,13 @@
 """The miniature's router figures per level, routing regret against the oracle and the targets (pure).
 
-Input: per-sample rows as ``routing-grpo eval`` writes them (``level``, ``mode``, ``L``, ``tokens``,
-``correct``, ``routing``, ``prompt_id``) and the recipe's modes. The reward of one sample is the training
-reward (:func:`routing_grpo.core.rewards.routing_reward`)::
-
-    r = b_m * gamma_m ** L     correct and L <= C_m
-    r = 0                      wrong, or past the cap C_m (a capped sample is wrong)
-    r = -0.5                   no valid routing word (free samples only)
-
-Oracle (forced samples of the taught model, one evaluation per mode), per level l and mode m: the table of
-``routing-grpo oracle`` (:mod:`routing_grpo.diagnostics.oracle`) binned by level (:func:`level_table`)::
-
-    R(l, m)   = mean of r over the forced samples of mode m at level l     (expected reward)
-    best(l)   = argmax_m R(l, m), ties to the briefer mode                 (what a perfect router picks)
-
-Router (its free samples), per level l: the split of valid free samples over modes, accuracy, mean tokens
-and R_router(l) = mean of r over all its free samples at level l. With w_l the level's share of the
-router's prompts::
+From ``routing-grpo eval``'s sample rows, with r a sample's training reward (-0.5 without a routing word),
+the oracle table R(l, m) and best(l) of :mod:`routing_grpo.diagnostics.oracle` binned by level, and w_l
+each level's share of the router's prompts::
 
     regret          = sum_l w_l * (R(l, best(l)) - R_router(l))
-    regret_relative = regret / sum_l w_l * R(l, best(l))               (target <= 10%)
+    regret_relative = regret / sum_l w_l * R(l, best(l))
 
-Token counts: an oracle cell's mean tokens is the mean L (a forced sample's word is in the prompt, so L is
-all it generated); the router's mean tokens is the mean of ``tokens`` (the routing word included), as the
-evaluation summary's ``mean_length``.
-
-The miniature's report keeps its own names for a cell's figures (:func:`oracle_cell_dict`): count, accuracy
-(uncapped), accuracy_capped, mean_tokens, expected_reward for emergence's samples, accuracy_uncapped,
-accuracy (within the cap), mean_length, reward.
+An oracle cell's tokens are its mean L; the router's are the mean ``tokens`` (routing word included).
 """
 
 from __future__ import annotations
@@ -58,11 +38,6 @@ LONG_ONLY = "long"
 _TIE = 1e-12
 
 
-# ---------------------------------------------------------------------------------------------------------
-# One sample
-# ---------------------------------------------------------------------------------------------------------
-
-
 def sample_mode(row: Mapping[str, Any], modes: Sequence[ModeSpec]) -> int:
     """Mode index of a sample row, ``INVALID`` when it has no mode."""
     return INVALID if row.get("mode") is None else mode_index(modes, str(row["mode"]))
@@ -90,11 +65,6 @@ def _level(row: Mapping[str, Any]) -> int | None:
 
 def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values) if values else math.nan
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The oracle table: forced samples, per level and mode (routing_grpo.diagnostics.oracle's table)
-# ---------------------------------------------------------------------------------------------------------
 
 
 def level_table(
@@ -156,11 +126,6 @@ def oracle_overall(
         return math.fsum(w[lv] * getattr(c, key) for lv, c in cells.items()) / total
 
     return OracleOverall(avg("accuracy_uncapped"), avg("accuracy"), avg("mean_length"), avg("reward"))
-
-
-# ---------------------------------------------------------------------------------------------------------
-# The router: free samples, per level
-# ---------------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -238,11 +203,6 @@ def level_shares(levels: Mapping[int, RouterLevel]) -> dict[int, float]:
     return {level: lv.prompts / total for level, lv in levels.items()}
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Regret
-# ---------------------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Regret:
     absolute: float
@@ -287,11 +247,6 @@ def regret_of(
     return routing_regret(level_shares(router), best, {lv: r.expected_reward for lv, r in router.items()})
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The miniature's targets
-# ---------------------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class Target:
     """One line of the checklist: ``met`` is None when the value cannot be measured."""
@@ -320,40 +275,22 @@ def miniature_targets(
     modes: Sequence[ModeSpec],
     regret_relative: float | None,
 ) -> list[Target]:
-    """The checklist, each target with its measured value, threshold and whether it is met.
+    """The cliff world's checklist, each target with its measured value, threshold and whether it is met.
 
     Args:
         router: the router's (mean) accuracy and mean length.
-        baselines: the single-mode baselines' points (``method`` "long" is Long-only); the Pareto frontier
-            is built from them with :func:`routing_grpo.evaluation.report.pareto_frontier`.
+        baselines: the single-mode baselines' points (``method`` "long" is Long-only), whose Pareto frontier
+            the router is held against.
         level_splits: level -> the router's share of each mode among valid free samples.
         modes: the recipe's modes, briefest first.
         regret_relative: routing regret relative to the oracle's expected reward.
-
-    Targets (value, rule):
-        above_frontier: router accuracy - frontier accuracy at the router's length > 0;
-        accuracy_vs_long: router accuracy - Long-only accuracy >= -0.02;
-        tokens_vs_long: router tokens / Long-only tokens <= 0.6;
-        brief_at_lowest: share of the briefest mode at the lowest level >= 0.6;
-        longest_at_highest: share of the longest mode at the highest level >= 0.6;
-        monotone_mode_index: smallest step of the mean mode index from one level to the next >= 0;
-        regret: regret / oracle reward <= 0.10.
     """
     frontier = pareto_frontier(list(baselines))
     at = frontier_accuracy_at(frontier, router.length)
     gap = None if at is None else router.accuracy - at
-    above = Target(
-        "above_frontier",
-        "accuracy above the single-mode frontier at the router's length",
-        gap,
-        0.0,
-        None if gap is None else gap > 0,
-    )
-
-    long_only = next((p for p in baselines if p.method == LONG_ONLY), None)
-    acc_gap = None if long_only is None else router.accuracy - long_only.accuracy
-    ratio = None if long_only is None or long_only.length <= 0 else router.length / long_only.length
-
+    above = Target("above_frontier", "accuracy above the single-mode frontier at the router's length", gap, 0.0,
+                   None if gap is None else gap > 0)  # fmt: skip
+    acc_gap, ratio = _against_long_only(router, baselines)
     levels = sorted(level_splits)
     brief, longest = modes[0].name, modes[-1].name
     low = level_splits[levels[0]].get(brief) if levels else None
@@ -361,41 +298,27 @@ def miniature_targets(
     index = [mean_mode_index(level_splits[lv], modes) for lv in levels]
     index = [i for i in index if i is not None]  # a level with no valid sample has no index
     smallest_step = min((b - a for a, b in zip(index, index[1:])), default=None)
-
     return [
         above,
-        _target(
-            "accuracy_vs_long",
-            f"accuracy >= Long-only accuracy - {ACCURACY_MARGIN:g}",
-            acc_gap,
-            -ACCURACY_MARGIN,
-            True,
-        ),
+        _target("accuracy_vs_long", f"accuracy >= Long-only accuracy - {ACCURACY_MARGIN:g}", acc_gap,
+                -ACCURACY_MARGIN, True),
         _target("tokens_vs_long", f"mean tokens <= {TOKEN_RATIO:g} x Long-only's", ratio, TOKEN_RATIO, False),
-        _target(
-            "brief_at_lowest", f"{brief} share at the lowest level >= {EDGE_SHARE:g}", low, EDGE_SHARE, True
-        ),
-        _target(
-            "longest_at_highest",
-            f"{longest} share at the highest level >= {EDGE_SHARE:g}",
-            high,
-            EDGE_SHARE,
-            True,
-        ),
+        _target("brief_at_lowest", f"{brief} share at the lowest level >= {EDGE_SHARE:g}", low, EDGE_SHARE, True),
+        _target("longest_at_highest", f"{longest} share at the highest level >= {EDGE_SHARE:g}", high,
+                EDGE_SHARE, True),
         _target("monotone_mode_index", "mean mode index non-decreasing in level", smallest_step, 0.0, True),
-        _target(
-            "regret",
-            f"routing regret <= {REGRET_LIMIT:.0%} of the oracle's reward",
-            regret_relative,
-            REGRET_LIMIT,
-            False,
-        ),
-    ]
+        _target("regret", f"routing regret <= {REGRET_LIMIT:.0%} of the oracle's reward", regret_relative,
+                REGRET_LIMIT, False),
+    ]  # fmt: skip
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The graded world: its oracle table against the paper's regime, and the router's targets
-# ---------------------------------------------------------------------------------------------------------
+def _against_long_only(router: Point, baselines: Sequence[Point]) -> tuple[float | None, float | None]:
+    """(router accuracy - Long-only's, router tokens / Long-only's); None without the Long-only baseline."""
+    long_only = next((p for p in baselines if p.method == LONG_ONLY), None)
+    acc_gap = None if long_only is None else router.accuracy - long_only.accuracy
+    ratio = None if long_only is None or long_only.length <= 0 else router.length / long_only.length
+    return acc_gap, ratio
+
 
 MIX_REWARD_TOLERANCE = 0.10
 """Each brief mode's expected reward on the uniform mix within this share of Long's (MATH: 9% and 4%)."""
@@ -474,92 +397,41 @@ def graded_world_checks(table: Mapping[int, Mapping[str, Cell]], modes: Sequence
     names = [m.name for m in modes]
     brief, middle, longest = names[0], names[1:-1], names[-1]
     levels = sorted(table)
+    easiest, hardest = table[levels[0]], table[levels[-1]]
     mix = mix_figures(table, modes)
     long_mix = mix[longest]
-    out = []
-    for name in names[:-1]:
-        gap = abs(mix[name].expected_reward - long_mix.expected_reward) / long_mix.expected_reward
-        out.append(
-            _target(
-                f"mix_reward_{name}",
-                f"{name}'s expected reward on the mix within {MIX_REWARD_TOLERANCE:.0%} of {longest}'s",
-                gap,
-                MIX_REWARD_TOLERANCE,
-                False,
-            )  # fmt: skip
-        )
-    out.append(
+    out = [
         _target(
-            f"best_{brief}_easiest",
-            f"{brief} best at level {levels[0]} by >= {BEST_MARGIN:g}",
-            best_margin(table[levels[0]], brief),
-            BEST_MARGIN,
-            True,
-        )  # fmt: skip
-    )
+            f"mix_reward_{name}",
+            f"{name}'s expected reward on the mix within {MIX_REWARD_TOLERANCE:.0%} of {longest}'s",
+            abs(mix[name].expected_reward - long_mix.expected_reward) / long_mix.expected_reward,
+            MIX_REWARD_TOLERANCE, False,
+        )
+        for name in names[:-1]
+    ]  # fmt: skip
+    out.append(_target(f"best_{brief}_easiest", f"{brief} best at level {levels[0]} by >= {BEST_MARGIN:g}",
+                       best_margin(easiest, brief), BEST_MARGIN, True))  # fmt: skip
     for name in middle:
-        inner = levels[1:-1]
-        value = max((best_margin(table[lv], name) for lv in inner), default=None)
-        out.append(
-            _target(
-                f"best_{name}_middle",
-                f"{name} best at a middle level by >= {BEST_MARGIN:g}",
-                value,
-                BEST_MARGIN,
-                True,
-            )  # fmt: skip
-        )
-    out.append(
-        _target(
-            f"best_{longest}_hardest",
-            f"{longest} best at level {levels[-1]} by >= {BEST_MARGIN:g}",
-            best_margin(table[levels[-1]], longest),
-            BEST_MARGIN,
-            True,
-        )  # fmt: skip
-    )
+        value = max((best_margin(table[lv], name) for lv in levels[1:-1]), default=None)
+        out.append(_target(f"best_{name}_middle", f"{name} best at a middle level by >= {BEST_MARGIN:g}",
+                           value, BEST_MARGIN, True))  # fmt: skip
+    out.append(_target(f"best_{longest}_hardest", f"{longest} best at level {levels[-1]} by >= {BEST_MARGIN:g}",
+                       best_margin(hardest, longest), BEST_MARGIN, True))  # fmt: skip
     for name in names[:-1]:
         below_top = min(table[lv][name].accuracy for lv in levels[:-1])
-        out.append(
-            _target(
-                f"graded_{name}_floor",
-                f"{name}'s accuracy >= {CHANCE_FLOOR:g} at every level below the top",
-                below_top,
-                CHANCE_FLOOR,
-                True,
-            )  # fmt: skip
-        )
-        fall = table[levels[0]][name].accuracy - table[levels[-1]][name].accuracy
-        out.append(
-            _target(
-                f"graded_{name}_falls",
-                f"{name}'s accuracy falls from the easiest level to the hardest",
-                fall,
-                0.0,
-                True,
-            )
-        )
-    hardest = table[levels[-1]][longest].accuracy
-    out.append(
-        Target(
-            f"{longest}_hardest_accuracy",
-            f"{longest}'s accuracy at level {levels[-1]} < {LONG_HARDEST_BELOW:g}",
-            hardest,
-            LONG_HARDEST_BELOW,
-            hardest < LONG_HARDEST_BELOW,
-        )  # fmt: skip
-    )
-    for name, (low, high) in ACCURACY_PROPORTIONS.items():
-        if name in mix:
-            out.append(
-                _range_target(
-                    f"proportion_{name}",
-                    f"{name}'s accuracy / {longest}'s in [{low:g}, {high:g}]",
-                    mix[name].accuracy / long_mix.accuracy if long_mix.accuracy else None,
-                    low,
-                    high,
-                )  # fmt: skip
-            )
+        out.append(_target(f"graded_{name}_floor", f"{name}'s accuracy >= {CHANCE_FLOOR:g} at every level below the top",
+                           below_top, CHANCE_FLOOR, True))  # fmt: skip
+        out.append(_target(f"graded_{name}_falls", f"{name}'s accuracy falls from the easiest level to the hardest",
+                           easiest[name].accuracy - hardest[name].accuracy, 0.0, True))  # fmt: skip
+    top = hardest[longest].accuracy
+    out.append(Target(f"{longest}_hardest_accuracy", f"{longest}'s accuracy at level {levels[-1]} < {LONG_HARDEST_BELOW:g}",
+                      top, LONG_HARDEST_BELOW, top < LONG_HARDEST_BELOW))  # fmt: skip
+    out += [
+        _range_target(f"proportion_{name}", f"{name}'s accuracy / {longest}'s in [{low:g}, {high:g}]",
+                      mix[name].accuracy / long_mix.accuracy if long_mix.accuracy else None, low, high)
+        for name, (low, high) in ACCURACY_PROPORTIONS.items()
+        if name in mix
+    ]  # fmt: skip
     return out
 
 
@@ -587,22 +459,11 @@ def graded_targets(
     modes: Sequence[ModeSpec],
     regret_relative: float | None,
 ) -> list[Target]:
-    """The graded world's targets for the router (held-out, free routing), each with its value and threshold.
+    """The graded world's targets for the router (held-out, free routing): the shares' monotony and gaps
+    over the levels, the free split's entropy, the brief modes' free accuracy above the longest's, and
+    :func:`miniature_targets`' frontier, Long-only and regret targets at the graded thresholds.
 
     Args: as :func:`miniature_targets`; ``free_modes``: :func:`free_mode_figures` of its free samples.
-
-    Targets (value, rule):
-        briefest_falls: largest rise of the briefest mode's share from one level to the next <= 0.05;
-        longest_rises: largest fall of the longest mode's share from one level to the next <= 0.05;
-        briefest_gap: its share at the lowest level - at the highest >= 0.3;
-        longest_gap: its share at the highest level - at the lowest >= 0.3;
-        entropy: entropy of the free split (nats) >= 0.9;
-        smallest_share: the smallest mode's share >= 0.1;
-        inversion: min over the brief modes of (their accuracy - the longest mode's), free samples, > 0;
-        above_frontier: accuracy above the single-mode frontier at the router's length (> 0);
-        tokens_vs_long: router tokens / Long-only's <= 0.65;
-        accuracy_vs_long: router accuracy - Long-only's >= -0.025;
-        regret: regret / oracle reward <= 0.10.
     """
     names = [m.name for m in modes]
     brief, longest = names[0], names[-1]
@@ -623,9 +484,7 @@ def graded_targets(
         inversion = min(accs[n] - accs[longest] for n in names[:-1])
     checklist = miniature_targets(router, baselines, level_splits, modes, regret_relative)
     by_key = {t.key: t for t in checklist}
-    long_only = next((p for p in baselines if p.method == LONG_ONLY), None)
-    acc_gap = None if long_only is None else router.accuracy - long_only.accuracy
-    ratio = None if long_only is None or long_only.length <= 0 else router.length / long_only.length
+    acc_gap, ratio = _against_long_only(router, baselines)
     return [
         _target("briefest_falls", f"{brief}'s share falls with level (rises by <= {SHARE_MONOTONE_SLACK:g})",
                 rise, SHARE_MONOTONE_SLACK, False),

@@ -1,66 +1,21 @@
 """Teaching the miniature's model: ``python -m routing_grpo.mini.teach --output DIR``.
 
-A cold start for the miniature, not the paper's (the paper has no supervised stage: its router starts from
-the pretrained model; docs/method.md "Differences from the paper"): a tiny Qwen2 (built from a config, with a byte-level BPE trained
-here on the task's text) is taught with TRL's ``SFTTrainer`` to write every training problem in all three
-modes, each after its routing word, so its first word starts near uniform. It also learns the plain prompt
-(no routing instruction, no routing question) as a base model that mostly reasons at length
-(:data:`PLAIN_MIX`), which is where the single-mode baselines start. Loss on the completion only.
+A cold start the paper does not have (docs/method.md "Differences from the paper"): a tiny Qwen2 with a
+byte-level BPE trained on the task's text is taught with TRL's ``SFTTrainer`` to write every training
+problem in all three modes after its routing word, and the plain prompt mostly at length (:data:`PLAIN_MIX`).
+A second stage (``state_level_steps``) adds, over the routed rows with h the state at the routing position
+and u a fixed random unit vector, an auxiliary loss that writes a target into the routing state::
 
-The graded world's cold start is difficulty-aware: a second stage (``state_level_steps``, 400 for the
-graded world, none for the cliff world) continues from the first stage's model on the same rows with an
-auxiliary loss that puts the problem's level along one fixed direction u of the state the routing word is
-read from (the final, normalised hidden state at the end of the routed prompt), while the first word is
-still taught uniform at every level. Over the routed rows of a batch, with h the state, l the level and
-l-bar the levels' mean::
+    loss = SFT loss + W * mean_rows (u . h - t(x))^2        t(x) = s S (l - l-bar) for the level
 
-    loss = SFT loss + W * mean_rows (u . h - S * (l - l-bar))^2     W = ``state_level_weight``, S = ``state_level_spread``
-
-u is a random unit vector drawn from the seed and never trained; nothing of it is saved with the model. It
-writes the level, the very variable the world's targets measure, into the state at the routing position:
-a state that tells easy problems from hard ones before any choice depends on it. That a pretrained LLM
-brings such a state was assumed, never measured here; ``routing-grpo probe`` measures it, and on
-SmolLM2-135M-Instruct with MATH-500 the state looks like the blind first stage's, not this one's
-(docs/mini/cold_start.md "The routing state of a real model"). The first stage alone (``--state-level-steps 0``) is the level-blind checkpoint ``offline:mini_graded_blind``.
-
-The controls of #41 give the second stage another target t(x) in place of S (l - l-bar), at a strength s
-(``--state-target``, ``--state-strength``; :func:`state_targets`), each problem's target the same in all its
-rows; ``level`` at s = 1 is the difficulty-aware start::
-
-    level      t = s S (l - l-bar)                     the level itself (s < 1: a weaker separation)
-    random     t = s S (r_c - l-bar)                   r_c a random level per prompt class c (the start
-                                                       digit and the first operation), fixed by the seed
-    unrelated  t = s S (d - 4.5) (l_max - l_min) / 9   d the start digit: the level's range, no worth
-    shuffled   t = s S (pi(l) - l-bar)                 pi a fixed permutation of the levels, far from
-                                                       their order: the levels kept apart, not in order
-    spread     V h -> s S rms(l - l-bar) c_d           V three shared random unit directions, c_d a random
-                                                       point per start digit d (mean 0, mean square 1):
-                                                       prompts differ along three directions, no label
-
-Every target is a function of what the prompt says, so the teaching can write it into the state. A first
-version drew the random label, the shuffled level and the direction per problem: no function of the prompt,
-only memory could carry them, and in 400 steps the auxiliary loss stayed at the label's variance (11.7 of
-11.7 for the random label; the per-problem directions' pushed the state apart by level instead). A second
-spread, one direction per start digit each pushed to the same size, was met by one shift shared by every
-prompt (ten constraints a single vector satisfies), so the prompts did not come apart; the spread's
-coordinates now sit on shared directions and average zero. The spread's three directions are carried by a
-problem's three rows (one per mode: they share the prompt, so its state at the routing position), each row
-pushing one coordinate.
-
-The start digit is the unrelated variable: in the world's definition no mode's correctness, length or slip
-rate depends on it (they depend on the level and the tail only: :mod:`routing_grpo.mini.graded`), and it is
-drawn independently of the level; a state that carries it separates problems by something the router
-has no reason to route on.
-
-Everything is seeded; the same command gives the same checkpoint on the same software. The folder holds the
-model, the tokenizer (with a ChatML template) and ``teaching.json`` (settings, steps, time, final loss).
+Controls put another function of the prompt in place of the level (``--state-target``, :func:`state_targets`).
+Everything is seeded; the folder holds the model, the tokenizer and ``teaching.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import logging
 import math
 import os
 import random
@@ -76,13 +31,9 @@ from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION as ROUTING_QUES
 from routing_grpo.core.prompting import add_routing_instruction, forcing_text
 from routing_grpo.mini import cliff, graded
 
-logger = logging.getLogger(__name__)
-
-# The miniature's worlds: the task module each teaches, and the benchmark and recipe folder it is run with.
 WORLDS = {"cliff": cliff, "graded": graded}
 BENCHMARKS = {"cliff": "mini", "graded": "mini_graded"}
-# Teaching steps of each world's shipped checkpoint, so that the command with no options makes it: the first
-# stage's, and the difficulty-aware second stage's (module docstring).
+# The shipped checkpoints' teaching steps: the command with no options makes them.
 TEACHING_STEPS = {"cliff": 2000, "graded": 1500}
 STATE_LEVEL_STEPS = {"cliff": 0, "graded": 400}
 ROUTER_RECIPES = {"cliff": "mini/router.yaml", "graded": "mini_graded/graded_router.yaml"}
@@ -90,7 +41,6 @@ ROUTER_RECIPES = {"cliff": "mini/router.yaml", "graded": "mini_graded/graded_rou
 DEFAULT_RECIPES = Path("recipes")
 
 EOS = "<|im_end|>"
-# The second stage's targets (module docstring): what each writes along the state at the routing position.
 STATE_TARGETS = {
     "level": "the problem's level (the difficulty-aware start at strength 1)",
     "random": "a random level per prompt class (start digit, first operation), fixed by the seed (a label "
@@ -106,8 +56,7 @@ SPREAD_DIRECTIONS = 3
 
 # One token for the answer's opening, so every mode pays the same short suffix.
 BOXED = " \\boxed{"
-# The plain prompt (single-mode baselines, the "base model"): mostly Long, sometimes brief, as a reasoning
-# model that can answer briefly but usually thinks at length.
+# The plain prompt (the single-mode baselines' start): mostly Long, as a reasoning model.
 PLAIN_MIX = {"NoThink": 0.1, "Short": 0.1, "Long": 0.8}
 # Share of problems that also get a plain row (the baselines need less teaching than the router).
 PLAIN_SHARE = 0.5
@@ -178,16 +127,14 @@ def teaching_record(model: str) -> dict[str, Any] | None:
     if is_offline_name(model) and model[len(OFFLINE_PREFIX) :] in ("tiny", "smollm2"):
         return None  # built from other models' files, never taught here: nothing to read, nothing to build
     try:
-        folder = Path(resolve_model_path(model) if is_offline_name(model) else model)
-        return json.loads((folder / "teaching.json").read_text())
+        return json.loads((Path(resolve_model_path(model)) / "teaching.json").read_text())
     except (OSError, ValueError):
         return None
 
 
 def recorded_short_budget(init: str) -> bool | None:
-    """How the taught model ``init`` taught Short, from its :func:`teaching_record`: a second stage continues
-    the first stage's teaching unless told otherwise. A record from before the option taught the whole
-    working (False); None where the model keeps no record."""
+    """Whether the taught model ``init`` taught Short ``budgeted``, by its :func:`teaching_record` (False where
+    the record does not say; None where the model keeps none)."""
     record = teaching_record(init)
     return None if record is None else bool(record.get("config", {}).get("short_budget", False))
 
@@ -220,7 +167,7 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
     """Prompt-completion rows: every problem in all three modes after its word; half also get a plain row."""
     world = WORLDS[config.world]
     rng = random.Random(f"mini-teach:{config.seed}")
-    # The graded world's taught slips draw from their own stream, so the cliff world's rows stay as shipped.
+    # The graded world's taught slips draw from their own stream.
     slips = random.Random(f"mini-teach-slips:{config.seed}")
 
     def text(p: Any, mode: str) -> str:
@@ -232,8 +179,7 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
         config.problems_per_level * len(world.LEVELS), seed=config.seed, split="train", distinct=False
     )
     names, weights = zip(*PLAIN_MIX.items(), strict=True)
-    # A control's target per problem and its direction (-1: the shared u; else the problem's own); the
-    # default (the level) keeps the rows as shipped.
+    # A control's (direction, target) per problem and mode row; direction -1 is the shared u.
     control = config.state_target != "level"
     targets = (
         row_targets(
@@ -322,9 +268,9 @@ def load_taught(init: str) -> tuple[Any, Any]:
     """The tokenizer and model of a taught folder (or ``offline:NAME``), to continue teaching from."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from routing_grpo.io.paths import is_offline_name, resolve_model_path
+    from routing_grpo.io.paths import resolve_model_path
 
-    path = resolve_model_path(init) if is_offline_name(init) else init
+    path = resolve_model_path(init)
     return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
 
 
@@ -373,7 +319,6 @@ def teach(config: TeachConfig, recipes: Path = DEFAULT_RECIPES) -> Path:
         "seconds": round(time.time() - started, 1),
         "plain_mix": PLAIN_MIX,
         "stages": stages,
-        # What the second stage wrote into the routing state (none without a second stage).
         "state_target": (
             {
                 "target": config.state_target,
@@ -508,10 +453,14 @@ def state_level_loss(states: Any, levels: Any, direction: Any, *, spread: float,
 def state_targets(
     problems: Sequence[Any], target: str, *, seed: int, spread: float, strength: float, levels: Sequence[int]
 ) -> list[float]:
-    """t(x) per problem for ``target`` (the module docstring's table), in the order of ``problems`` (each
-    with ``level``, ``start`` and ``text``); for ``spread`` the size its point is scaled by
-    (:func:`row_targets` places it). Deterministic in the arguments, and a function of each problem's prompt,
-    not of its position."""
+    """t(x) per problem for ``target`` at strength s, a function of each problem's prompt::
+
+    level      s S (l - l-bar)
+    random     s S (r_c - l-bar)                 r_c a seeded random level per start digit and first op
+    unrelated  s S (d - 4.5) (l_max - l_min) / 9  d the start digit, which changes no mode's worth
+    shuffled   s S (pi(l) - l-bar)                pi a permutation far from the levels' order
+    spread     s S rms(l - l-bar)                 the size of c_d (:func:`row_targets` places it)
+    """
     if target not in STATE_TARGETS:
         raise ValueError(f"unknown state target {target!r}; known: {', '.join(STATE_TARGETS)}")
     mean = sum(levels) / len(levels)
@@ -611,11 +560,8 @@ def state_target_loss(states: Any, levels: Any, directions: Any, targets: Any) -
 
 
 def state_level_trainer(base: type, config: TeachConfig, world: Any, *, weight: float) -> type:
-    """``base`` (TRL's ``SFTTrainer``) with the auxiliary state-level loss of the module docstring.
-
-    The rows carry their ``level`` (0: a plain row); the routing position of a row is the one before its first
-    completion token, and its state is the output of the model's final norm (what the LM head reads).
-    """
+    """``base`` (TRL's ``SFTTrainer``) with the auxiliary loss of the module docstring: the state of a row
+    (``level`` > 0) is the final norm's output before its first completion token."""
     import torch
 
     direction = state_level_direction(config.hidden_size, config.seed)
@@ -684,18 +630,14 @@ def state_level_trainer(base: type, config: TeachConfig, world: Any, *, weight: 
     return StateLevelSFTTrainer
 
 
-GREEDY_CHECK_PROBLEMS = 120  # held-out problems (20 per level) of the greedy check
-
-
 def greedy_check(
     model_dir: str | Path,
-    problems: int = GREEDY_CHECK_PROBLEMS,
+    problems: int = 120,
     world: str = "cliff",
     recipes: str | Path = DEFAULT_RECIPES,
 ) -> dict[str, Any]:
     """Greedy forced-mode accuracy and mean L per level on the first held-out problems: a deterministic
-    fingerprint of a taught model, stored in ``teaching.json`` and checked against the shipped checkpoint
-    by the tests. (The oracle table itself is sampled at temperature 0.6 by ``make mini``.)"""
+    fingerprint of a taught model, stored in ``teaching.json``."""
     import tempfile
 
     from routing_grpo.evaluation.config import EvalConfig
@@ -729,59 +671,45 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m routing_grpo.mini.teach", description=__doc__.split("\n\n")[0]
     )
-    defaults = TeachConfig()
-    for name, value in asdict(defaults).items():
-        if name == "steps":
-            per_world = ", ".join(f"{w} {n}" for w, n in TEACHING_STEPS.items())
-            p.add_argument("--steps", type=int, default=None, help=f"default: the world's ({per_world})")
-            continue
-        if name == "state_level_steps":
-            per_world = ", ".join(f"{w} {n}" for w, n in STATE_LEVEL_STEPS.items())
-            p.add_argument(
-                "--state-level-steps", type=int, default=None,
-                help=f"steps of the difficulty-aware second stage; default: the world's ({per_world})",
-            )  # fmt: skip
-            continue
-        if name == "state_target":
-            p.add_argument(
-                "--state-target", choices=list(STATE_TARGETS), default=value,
-                help="what the second stage writes into the routing state: "
-                + "; ".join(f"{k}: {v}" for k, v in STATE_TARGETS.items()) + f" (default {value})",
-            )  # fmt: skip
-            continue
-        if name == "state_strength":
-            p.add_argument(
-                "--state-strength", type=float, default=value,
-                help="s, the target's scale relative to the aware start's (default 1.0; 0.25, 0.5: weaker)",
-            )  # fmt: skip
-            continue
-        if name == "greedy_check_problems":
-            p.add_argument(
-                "--greedy-check-problems", type=int, default=value,
-                help=f"held-out problems of the greedy check after teaching (default {value})",
-            )  # fmt: skip
-            continue
-        if name == "short_budget":
-            p.add_argument(
-                "--short-budget", action=argparse.BooleanOptionalAction, default=None,
-                help="graded world: teach Short to stop at its budget of steps where the tail is longer, boxing "
-                "the state reached (default: as the --init model was taught, by its teaching.json, else on for the "
-                "graded world, as its shipped checkpoints were taught; --no-short-budget teaches the whole "
-                "working, as the checkpoints before it were; see "
-                "docs/mini/graded.md, Short's budget)",
-            )  # fmt: skip
-            continue
-        if name == "init":
-            p.add_argument(
-                "--init",
-                default=None,
-                help="a taught model folder (or offline:NAME) to continue teaching from, with its tokenizer "
-                "(default: a new model and tokenizer)",
-            )
-            continue
-        p.add_argument(
-            f"--{name.replace('_', '-')}", type=type(value), default=value, help=f"default {value}"
-        )
+    defaults = asdict(TeachConfig())
+    steps, stage_2 = (
+        ", ".join(f"{w} {n}" for w, n in d.items()) for d in (TEACHING_STEPS, STATE_LEVEL_STEPS)
+    )
+    special: dict[str, dict[str, Any]] = {
+        "steps": {"type": int, "default": None, "help": f"default: the world's ({steps})"},
+        "state_level_steps": {
+            "type": int, "default": None,
+            "help": f"steps of the difficulty-aware second stage; default: the world's ({stage_2})",
+        },
+        "state_target": {
+            "choices": list(STATE_TARGETS), "default": defaults["state_target"],
+            "help": "what the second stage writes into the routing state: "
+            + "; ".join(f"{k}: {v}" for k, v in STATE_TARGETS.items()) + f" (default {defaults['state_target']})",
+        },
+        "state_strength": {
+            "type": float, "default": defaults["state_strength"],
+            "help": "s, the target's scale relative to the aware start's (default 1.0; 0.25, 0.5: weaker)",
+        },
+        "greedy_check_problems": {
+            "type": int, "default": defaults["greedy_check_problems"],
+            "help": f"held-out problems of the greedy check after teaching (default {defaults['greedy_check_problems']})",
+        },
+        "init": {
+            "default": None,
+            "help": "a taught model folder (or offline:NAME) to continue teaching from, with its tokenizer "
+            "(default: a new model and tokenizer)",
+        },
+        "short_budget": {
+            "action": argparse.BooleanOptionalAction, "default": None,
+            "help": "graded world: teach Short to stop at its budget of steps where the tail is longer, boxing "
+            "the state reached (default: as the --init model was taught, by its teaching.json, else on for the "
+            "graded world, as its shipped checkpoints were taught; --no-short-budget teaches the whole "
+            "working; see docs/mini/graded.md, Short's budget)",
+        },
+    }  # fmt: skip
+    for name, value in defaults.items():
+        kwargs = special.get(name, {"type": type(value), "default": value, "help": f"default {value}"})
+        p.add_argument(f"--{name.replace('_', '-')}", **kwargs)
     p.add_argument(
         "--recipes",
         type=Path,
@@ -800,9 +728,8 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         print(f"python -m routing_grpo.mini.teach: {err}", file=sys.stderr)
         return 2
-    recipe = ROUTER_RECIPES.get(args["world"])
-    if recipe is not None and not (recipes / recipe).is_file():
-        # Checked before teaching (minutes), not after it.
+    recipe = ROUTER_RECIPES[config.world]
+    if not (recipes / recipe).is_file():  # checked before the minutes of teaching
         print(
             f"--recipes: no {recipes / recipe}; run from the source checkout or pass --recipes DIR",
             file=sys.stderr,

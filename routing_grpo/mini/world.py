@@ -1,19 +1,19 @@
 """What the miniature's two worlds share: a state-tracking problem modulo 10 and the drawing of problems.
 
 A problem is a start digit and ``k`` operations (its level), each behind its letter, written as
-``<PREFIX><k>: <start> <letter><op> ...``. Each world (:mod:`routing_grpo.mini.cliff`,
-:mod:`routing_grpo.mini.graded`) names its operations, how one applies to the state, its prefix and what it
-adds (the graded world: set operations and the tail after the last one).
+``<PREFIX><k>: <start> <letter><op> ...``; each world names its operations and how one applies.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
 MODULUS = 10
+TEST_PERCENT = 10  # share of the problem space, by hash of the text, in the test split
 
 
 @dataclass(frozen=True)
@@ -25,7 +25,6 @@ class StateProblem:
     labels: tuple[str, ...]
 
     PREFIX: ClassVar[str] = "L"
-    KIND: ClassVar[str] = "miniature"  # in a parsing error: "not a <KIND> problem"
     KNOWN_OPERATIONS: ClassVar[tuple[str, ...]] = ()
 
     def apply_operation(self, state: int, operation: str) -> int:
@@ -65,37 +64,29 @@ class StateProblem:
         ops = " ".join(f"{label}{op}" for label, op in zip(self.labels, self.operations, strict=True))
         return f"{self.PREFIX}{self.level}: {self.start} {ops}"
 
-    @classmethod
-    def parse(cls, text: str) -> Self:
-        """The problem written as ``text`` (inverse of :attr:`text`)."""
-        head, _, body = text.partition(": ")
-        parts = body.split()
-        if not head.startswith(cls.PREFIX) or len(parts) < 2:
-            raise ValueError(f"not a {cls.KIND} problem: {text!r}")
-        ops = parts[1:]
-        problem = cls(int(parts[0]), tuple(p[1:] for p in ops), tuple(p[0] for p in ops))
-        if int(head[len(cls.PREFIX) :]) != problem.level:
-            raise ValueError(
-                f"level {head[len(cls.PREFIX) :]} does not match {problem.level} operations in {text!r}"
-            )
-        return problem
+
+def split_of(salt: str, text: str) -> str:
+    """'test' or 'train', fixed by a hash of the problem text, so no seed's train meets any seed's test."""
+    bucket = int.from_bytes(hashlib.sha256(f"{salt}:{text}".encode()).digest()[:8], "big") % 100
+    return "test" if bucket < TEST_PERCENT else "train"
 
 
 def draw_problems(
     draw: Callable[[random.Random, int], Any],
-    split_of_text: Callable[[str], str],
     n: int,
     *,
-    rng_key: str,
+    salt: str,
+    seed: int,
     split: str,
     levels: Sequence[int],
     distinct: bool,
 ) -> list[Any]:
     """``n`` problems from ``draw(rng, level)``, levels cycling through ``levels``, kept when
-    ``split_of_text(problem.text)`` is ``split`` (and, if ``distinct``, not seen before)."""
+    :func:`split_of` puts them in ``split`` (and, if ``distinct``, not seen before); deterministic in the
+    arguments, and a smaller ``n`` gives a prefix of a larger one."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")
-    rng = random.Random(rng_key)
+    rng = random.Random(f"{salt}:{seed}:{split}")
     out: list[Any] = []
     seen: set[str] = set()
     attempts_left = 1000 * max(n, 1)
@@ -107,8 +98,22 @@ def draw_problems(
         attempts_left -= 1
         level = levels[len(out) % len(levels)]
         p = draw(rng, level)
-        if (distinct and p.text in seen) or split_of_text(p.text) != split:
+        if (distinct and p.text in seen) or split_of(salt, p.text) != split:
             continue
         seen.add(p.text)
         out.append(p)
     return out
+
+
+def task_rows(problems: Sequence[StateProblem], id_prefix: str) -> list[dict[str, Any]]:
+    """Task rows (``problem``, ``answer``, ``level``, ``subject``, ``id``) for :mod:`routing_grpo.data.datasets`."""
+    return [
+        {
+            "problem": p.text,
+            "answer": str(p.answer),
+            "level": p.level,
+            "subject": "state-tracking",
+            "id": f"{id_prefix}-{i}",
+        }
+        for i, p in enumerate(problems)
+    ]
