@@ -18,12 +18,13 @@ import pytest
 from transformers import TrainerControl
 
 from routing_grpo.diagnostics.collapse import (
+    CollapseAlarmCallback,
     CollapseState,
     collapse_reasons,
     routing_entropy,
     update_collapse_alarm,
 )
-from routing_grpo.training.callbacks import CollapseAlarmCallback, default_callbacks
+from routing_grpo.training.callbacks import default_callbacks
 from routing_grpo.training.config import RoutingGRPOConfig
 from tests.helpers import ScriptedGeneration, arithmetic_dataset, build_trainer, make_args
 
@@ -139,7 +140,7 @@ def test_rule_rejects_bad_patience():
 def test_callback_warns_once_when_it_fires_and_informs_when_it_clears(caplog):
     alarm = CollapseAlarmCallback(patience=2, routing_warmup_steps=1)
     alarm.on_train_begin(SimpleNamespace(process_index=0), SimpleNamespace(global_step=0), TrainerControl())
-    caplog.set_level(logging.INFO, logger="routing_grpo.training.callbacks")
+    caplog.set_level(logging.INFO, logger="routing_grpo.diagnostics.collapse")
     flags = [alarm.observe(s, BOTH, global_step=2 * s) for s in range(5)]
     assert flags == [False, False, True, True, True]
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -158,7 +159,7 @@ def test_callback_warns_once_when_it_fires_and_informs_when_it_clears(caplog):
 def test_callback_is_quiet_off_the_main_process(caplog):
     alarm = CollapseAlarmCallback(patience=1)
     alarm.on_train_begin(SimpleNamespace(process_index=1), SimpleNamespace(global_step=0), TrainerControl())
-    caplog.set_level(logging.INFO, logger="routing_grpo.training.callbacks")
+    caplog.set_level(logging.INFO, logger="routing_grpo.diagnostics.collapse")
     assert alarm.observe(0, BOTH) is True  # the same decision on every process, one warning in all
     assert not caplog.records
 
@@ -245,7 +246,7 @@ def test_collapsed_routing_raises_the_alarm(tiny_model_path, tmp_path, monkeypat
     ScriptedGeneration(only_long).install(monkeypatch)
     trainer = build_trainer(tiny_model_path, args, eval_dataset=arithmetic_dataset(1))
     assert isinstance(trainer.collapse_alarm, CollapseAlarmCallback)
-    caplog.set_level(logging.INFO, logger="routing_grpo.training.callbacks")
+    caplog.set_level(logging.INFO, logger="routing_grpo.diagnostics.collapse")
     trainer.train()
 
     records = [r for r in trainer.routing_history if r.mode == "train"]
@@ -275,7 +276,7 @@ def test_spread_routing_keeps_the_alarm_off(tiny_model_path, tmp_path, monkeypat
     args = make_args(tmp_path, max_steps=4, routing_warmup_steps=1, collapse_alarm_patience=1)
     ScriptedGeneration().install(monkeypatch)
     trainer = build_trainer(tiny_model_path, args)
-    caplog.set_level(logging.INFO, logger="routing_grpo.training.callbacks")
+    caplog.set_level(logging.INFO, logger="routing_grpo.diagnostics.collapse")
     trainer.train()
     logged = alarm_logs(trainer)
     assert [h["routing/batch_step"] for h in logged] == [0, 1, 2, 3]

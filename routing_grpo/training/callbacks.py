@@ -14,7 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from routing_grpo.diagnostics.collapse import CollapseState, routing_entropy, update_collapse_alarm
+from routing_grpo.diagnostics.collapse import CollapseAlarmCallback
 from routing_grpo.io.checkpoints import latest_complete
 from routing_grpo.io.jsonl import append_jsonl, remove_rows
 from routing_grpo.training.preemption import PreemptionCallback
@@ -102,87 +102,6 @@ class NonFiniteGuard(TrainerCallback):
             f"any checkpoint of this step was written; {kept}. Resume from the last checkpoint with a lower "
             "learning rate or max_grad_norm, or check the reward function and data of this step."
         )
-
-
-class CollapseAlarmCallback(TrainerCallback):
-    """Warns when free routing collapses onto one mode (rule and defaults: :mod:`routing_grpo.diagnostics.collapse`).
-
-    The trainer calls :meth:`observe` once per training generation batch with its free shares and logs the
-    returned flag as ``routing/collapse_alarm`` (a callback cannot add to ``Trainer.log``'s record); this
-    callback warns once when the alarm fires and says when it clears. The count starts afresh at
-    ``on_train_begin`` (it is not checkpointed).
-
-    Args:
-        entropy_threshold, share_threshold, patience, routing_warmup_steps: the rule's settings
-            (:func:`~routing_grpo.diagnostics.collapse.update_collapse_alarm`).
-    """
-
-    def __init__(
-        self,
-        *,
-        entropy_threshold: float = 0.2,
-        share_threshold: float = 0.95,
-        patience: int = 3,
-        routing_warmup_steps: int = 0,
-    ) -> None:
-        if patience < 1:
-            raise ValueError(f"patience: must be >= 1, got {patience}")
-        self.entropy_threshold = float(entropy_threshold)
-        self.share_threshold = float(share_threshold)
-        self.patience = int(patience)
-        self.routing_warmup_steps = int(routing_warmup_steps)
-        self.state = CollapseState()
-        self.is_main_process = True
-
-    @classmethod
-    def from_args(cls, args: Any) -> CollapseAlarmCallback:
-        return cls(
-            entropy_threshold=args.collapse_alarm_entropy,
-            share_threshold=args.collapse_alarm_share,
-            patience=args.collapse_alarm_patience,
-            routing_warmup_steps=args.routing_warmup_steps,
-        )
-
-    @property
-    def firing(self) -> bool:
-        return self.state.firing
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self.state = CollapseState()
-        self.is_main_process = getattr(args, "process_index", 0) == 0
-
-    def observe(self, step: int, shares: dict[str, float], *, global_step: int | None = None) -> bool:
-        """Takes generation batch ``step``'s free shares (mode name -> f_m; empty when the batch has no free
-        valid rollout) and returns whether the alarm holds after it."""
-        before = self.state
-        self.state = update_collapse_alarm(
-            before,
-            step,
-            shares,
-            warmup_steps=self.routing_warmup_steps,
-            entropy_threshold=self.entropy_threshold,
-            share_threshold=self.share_threshold,
-            patience=self.patience,
-        )
-        after = self.state
-        if self.is_main_process and after is not before:
-            where = f"generation batch {step}" + (
-                f" (global step {global_step})" if global_step is not None else ""
-            )
-            if after.firing and not before.firing:
-                shown = ", ".join(f"{name} {f:.3f}" for name, f in shares.items())
-                logger.warning(
-                    "Routing collapse alarm at %s: %s for %d consecutive generation batches (free shares: %s; "
-                    "entropy %.3f)",
-                    where,
-                    " and ".join(after.reasons),
-                    after.streak,
-                    shown,
-                    routing_entropy(shares),
-                )
-            elif before.firing and not after.firing:
-                logger.info("Routing collapse alarm cleared at %s", where)
-        return after.firing
 
 
 class MetricsFileCallback(TrainerCallback):

@@ -21,6 +21,7 @@ from routing_grpo.core.modes import routing_instruction as build_routing_instruc
 from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
 from routing_grpo.core.schedules import balance_coef_at
 from routing_grpo.core.verifiers import VERIFIERS
+from routing_grpo.diagnostics.importance_sampling import CORRECTION_MODES
 from routing_grpo.training.geometry import (
     GEOMETRY_FIELDS,
     derive_given_geometry,
@@ -31,7 +32,6 @@ from routing_grpo.training.geometry import (
     settled_geometry_problem,
     steps_per_generation_batch,
 )
-from routing_grpo.training.importance_sampling import CORRECTION_MODES
 
 BATCH_STEP_FIELDS = ("total_batch_steps", "eval_every_batch_steps", "save_every_batch_steps")
 # Signals a run may turn into a preemption checkpoint (`preemption_signals`); the first two by default.

@@ -40,14 +40,15 @@ from routing_grpo.core.rewards import RoutingReward
 from routing_grpo.core.schedules import balance_coef_at, in_warmup, reward_phase, routing_word_weight_at
 from routing_grpo.core.verifiers import Verifier, resolve_verifier
 from routing_grpo.data.datasets import check_columns
+from routing_grpo.diagnostics.collapse import CollapseAlarmCallback
 from routing_grpo.diagnostics.early_tell import word_loss_share
+from routing_grpo.diagnostics.importance_sampling import correction_counts, correction_metrics
 from routing_grpo.diagnostics.routing_metrics import GenerationRecord, batch_line, batch_metrics, free_split
 from routing_grpo.generation.caps import generate_rollouts
 from routing_grpo.generation.factory import policy_backend
 from routing_grpo.training.bucketed_logprobs import LengthBucketedLogprobs
-from routing_grpo.training.callbacks import CollapseAlarmCallback, default_callbacks
+from routing_grpo.training.callbacks import default_callbacks
 from routing_grpo.training.config import RoutingGRPOConfig
-from routing_grpo.training.importance_sampling import correction_counts, correction_metrics
 from routing_grpo.training.rollouts import finalize_rollouts, plan_forced_modes
 from routing_grpo.training.trl_private import check_trainer as check_trl_private_names
 from routing_grpo.training.trl_vllm import generate_on_vllm
@@ -486,7 +487,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self, output: dict[str, Any], inputs: list[dict[str, Any]], mode: str
     ) -> None:
         """Per mode, what TRL's vLLM importance-sampling correction did to this batch (``routing/is/<mode>/...``,
-        :mod:`routing_grpo.training.importance_sampling`)."""
+        :mod:`routing_grpo.diagnostics.importance_sampling`)."""
         if not (self.use_vllm and self.vllm_importance_sampling_correction):
             return
         old, sampled = output.get("old_per_token_logps"), output.get("sampling_per_token_logps")

@@ -1,4 +1,4 @@
-"""TRL's vLLM importance-sampling correction measured per mode (routing_grpo.training.importance_sampling), against
+"""TRL's vLLM importance-sampling correction measured per mode (routing_grpo.diagnostics.importance_sampling), against
 cases computed by hand and against TRL's own arithmetic; and the recipes' choice of a per-token rule
 (docs/method.md "Differences from the paper")."""
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from routing_grpo.training.importance_sampling import (
+from routing_grpo.diagnostics.importance_sampling import (
     CORRECTION_MODES,
     COUNT_COLUMNS,
     correction_counts,
