@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from routing_grpo.core.modes import DETECTION_HEAD_TOKENS
-from routing_grpo.generation.device_decoding import DeviceDecoder, graph_blocker
+from routing_grpo.generation.device_decoding import DeviceDecoder, cache_bytes, cache_shape, graph_blocker
 from routing_grpo.generation.transformers_decoding import (
     generate_in_budget_groups,
     sample_with_budgets,
@@ -311,3 +311,48 @@ def test_a_graph_that_fails_restarts_the_call_eagerly_with_one_log_line(tiny, mo
     lines = [r.getMessage() for r in caplog.records if r.name == "routing_grpo.generation.device_decoding"]
     assert len(lines) == 1 and "capture failed" in lines[0]
     assert out == again == sample_with_budgets(model, prompts_of(tok, 3), [12, 5, 9], **kw)
+
+
+def test_cache_shapes_fall_into_few_buckets():
+    """Prompt widths round up to 64 times a power of two, completion slots to the largest budget's power of
+    two (the limit where a free row's budget comes after its head), rows to a power of two when compiled."""
+    assert cache_shape([5, 70], [8, 3], 256, compiled=False) == (2, 128, 16)
+    assert cache_shape([5, 70, 9], [8, None], 256, compiled=True) == (4, 128, 256)
+    assert cache_shape([300], [100], 64, compiled=True) == (1, 512, 64)
+    widths = {cache_shape([n], [1], 16, compiled=True)[1] for n in range(1, 3000)}
+    assert widths == {64, 128, 256, 512, 1024, 2048, 4096}
+
+
+def test_a_cache_that_cannot_fit_is_sized_from_the_config():
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(
+        num_hidden_layers=28, num_attention_heads=12, num_key_value_heads=2, hidden_size=1536
+    )
+    # Qwen2.5-1.5B's shape, 32 rows of 16,384 tokens in bf16: about 14 GiB of keys and values.
+    assert cache_bytes(config, 32, 16384) == 2 * 28 * 2 * 128 * 32 * 16384 * 2
+
+
+def test_past_the_recompile_limit_a_new_shape_decodes_eagerly_said_once(tiny, monkeypatch, caplog):
+    """The compiled step takes at most torch's recompile limit of cache shapes; a new shape past it decodes
+    eagerly (the same tokens), said in one line."""
+    from transformers import GenerationConfig
+
+    from routing_grpo.generation import device_decoding
+
+    model, tok = tiny
+    monkeypatch.setattr(device_decoding, "compile_limit", lambda: 1)
+    config = GenerationConfig(do_sample=False, pad_token_id=tok.pad_token_id)
+    kw = dict(generation_config=config, eos_token_ids=[tok.eos_token_id], pad_token_id=tok.pad_token_id,
+              max_completion_length=10)  # fmt: skip
+    decoder = DeviceDecoder(model, compile_backend="eager")
+    long_prompt = [tok.eos_token_id + 1] * 70
+    with caplog.at_level(logging.WARNING, logger="routing_grpo.generation.device_decoding"):
+        first = decoder.sample(prompts_of(tok, 2), [10, 6], **kw)
+        wide = decoder.sample([*prompts_of(tok, 1), long_prompt], [10, 6], **kw)
+        wide_again = decoder.sample([*prompts_of(tok, 1), long_prompt], [10, 6], **kw)
+    lines = [r.getMessage() for r in caplog.records if r.name == "routing_grpo.generation.device_decoding"]
+    assert len(lines) == 1 and "recompile limit" in lines[0]
+    assert decoder.compiled_shapes == {(2, 64 + 10)}  # slots: the largest budget, at most the limit
+    assert first == sample_with_budgets(model, prompts_of(tok, 2), [10, 6], **kw)
+    assert wide == wide_again == sample_with_budgets(model, [*prompts_of(tok, 1), long_prompt], [10, 6], **kw)

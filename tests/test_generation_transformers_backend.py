@@ -125,3 +125,33 @@ def test_the_backend_gives_the_same_completions_on_either_decode_loop(tiny_qwen2
     assert results["device"][1] and {i for i, _ in results["device"][1]} == {1, 3}  # the free rows' heads
     limits = [5, DETECTION_HEAD_TOKENS + 3, 12, DETECTION_HEAD_TOKENS + 5]
     assert all(len(ids) <= limit for (ids, _), limit in zip(rows, limits))
+
+
+def test_a_static_cache_the_gpu_cannot_hold_gives_way_to_the_shrinking_loop(tiny_qwen2, monkeypatch, caplog):
+    """On CUDA the device loop's static cache may take half the free memory; past that (the paper's 16,384
+    tokens on a small card) the shrinking loop decodes instead, said once with the sizes."""
+    import logging
+    from types import SimpleNamespace
+
+    import torch
+
+    from routing_grpo.generation.device_decoding import cache_bytes
+    from routing_grpo.generation.transformers_backend import TransformersBackend
+
+    model, tok = tiny_qwen2
+    backend = TransformersBackend(model, tok, temperature=0)
+    cuda = SimpleNamespace(type="cuda")
+    needed = cache_bytes(model.config, 32, 64 + 16384, 4)  # 32 rows of a short prompt and 16,384 tokens
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (2 * needed, 4 * needed))
+    assert backend._cache_fits(cuda, [[1] * 10] * 32, 16384)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device: (needed, 4 * needed))
+    with caplog.at_level(logging.WARNING, logger="routing_grpo.generation.transformers_backend"):
+        assert not backend._cache_fits(cuda, [[1] * 10] * 32, 16384)
+        assert not backend._cache_fits(cuda, [[1] * 10] * 32, 16384)
+    lines = [r.getMessage() for r in caplog.records]
+    assert (
+        len(lines) == 1
+        and "shrinking loop decodes instead" in lines[0]
+        and "32 rows x 16448 tokens" in lines[0]
+    )
+    assert backend._cache_fits(SimpleNamespace(type="cpu"), [[1] * 10] * 32, 16384)

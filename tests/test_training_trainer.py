@@ -700,3 +700,54 @@ def test_a_launch_other_than_the_settled_one_is_refused(tiny_model_path, tmp_pat
         ValueError, match=r"settled for 2 process\(es\) .* this launch has 1; .*settle_geometry\(1\)"
     ):
         build_trainer(tiny_model_path, args)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Generation leaves the model as it found it; one decoder for the run
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_lost_input_grad_hooks_are_dropped_and_tracked_ones_stay(tiny_model_path):
+    """Each gradient_checkpointing_enable adds a hook to the input embeddings and forgets the last; the
+    forgotten ones go, the one transformers tracks stays (so gradients still reach the embeddings)."""
+    from transformers import AutoModelForCausalLM
+
+    from routing_grpo.training.trainer import drop_lost_input_grad_hooks
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    for _ in range(3):  # as TRL around each generation
+        model.gradient_checkpointing_enable({"use_reentrant": True})
+        model.gradient_checkpointing_disable()
+    model.gradient_checkpointing_enable({"use_reentrant": True})
+    hooks = model.get_input_embeddings()._forward_hooks
+    assert len(hooks) == 4
+    assert drop_lost_input_grad_hooks(model) == 3
+    assert list(hooks) == [h.id for h in model._require_grads_hooks]
+    assert drop_lost_input_grad_hooks(model) == 0
+
+
+@pytest.mark.slow
+def test_twelve_steps_compile_the_decoding_step_once(tiny_model_path, tmp_path, monkeypatch):
+    """12 training steps with gradient checkpointing, decoding on the device loop compiled with Dynamo's eager
+    backend: the embeddings keep one hook, the trainer one backend and decoder, and Dynamo one graph with no
+    recompilation (each leaked hook would recompile the step: Dynamo guards on the hook count)."""
+    from torch._dynamo.utils import counters
+    from transformers import TrainerCallback
+
+    monkeypatch.setenv("ROUTING_GRPO_DECODE_LOOP", "device")
+    monkeypatch.setenv("ROUTING_GRPO_DECODE_COMPILE", "eager")
+    args = make_args(tmp_path, max_steps=12, gradient_checkpointing=True, routing_warmup_steps=2)
+    trainer = build_trainer(tiny_model_path, args)
+    seen = []
+
+    class Watch(TrainerCallback):
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            decoder = trainer._backend.device_decoder
+            seen.append((len(model.get_input_embeddings()._forward_hooks), id(trainer._backend), id(decoder)))
+
+    trainer.add_callback(Watch())
+    counters.clear()
+    trainer.train()
+    assert len(seen) == 12 and len(set(seen)) == 1 and seen[0][0] == 1
+    assert counters["stats"]["unique_graphs"] == 1 and not sum(counters["recompiles"].values())
+    assert len(trainer._backend.device_decoder.compiled_shapes) == 1

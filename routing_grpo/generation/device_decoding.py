@@ -4,9 +4,10 @@ The contract of :func:`~routing_grpo.generation.transformers_decoding.sample_wit
 fixed as ``model.generate`` keeps it, so that no decoding step waits for the host: the rows' lengths, limits
 and done flags are tensors, a finished row is fed the pad token, and the host reads the device every
 ``sync_every`` steps, once for the free rows' heads and once at the end. The KV cache is a ``StaticCache``
-(prompt width rounded up to :data:`WIDTH_MULTIPLE`, so its shape repeats across batches); on CUDA the
-one-token forward is captured as CUDA graphs where :func:`graph_blocker` finds nothing against it. Every
-row samples from one full-batch ``torch.multinomial``, as ``model.generate`` does.
+sized to the call (:func:`cache_shape`: widths and lengths in powers of two, so shapes repeat across batches);
+on CUDA the one-token forward is captured as CUDA graphs where :func:`graph_blocker` finds nothing against
+it, at most :func:`compile_limit` shapes per decoder. Every row samples from one full-batch
+``torch.multinomial``, as ``model.generate`` does.
 """
 
 from __future__ import annotations
@@ -28,7 +29,45 @@ from routing_grpo.generation.transformers_decoding import (
 logger = logging.getLogger(__name__)
 
 SYNC_EVERY = 8  # decoding steps between two reads of the done flags by the host
-WIDTH_MULTIPLE = 64  # prompts are left-padded to a multiple of this many slots (static cache only)
+WIDTH_MULTIPLE = 64  # the smallest prompt width of a static cache; wider ones double
+
+
+def bucket(value: int, smallest: int) -> int:
+    """``value`` rounded up to ``smallest`` times a power of two."""
+    size = smallest
+    while size < value:
+        size *= 2
+    return size
+
+
+def cache_shape(
+    prompt_lengths: Sequence[int], budgets: Sequence[int | None], max_completion_length: int, compiled: bool
+) -> tuple[int, int, int]:
+    """(rows, prompt width, completion slots) of a static cache for one call: the widest prompt rounded up to
+    :data:`WIDTH_MULTIPLE` times a power of two, and slots for the largest budget (the completion limit where a
+    row's budget is set after its head), a power of two at most the limit. A compiled decoder also rounds the
+    rows up to a power of two, so that a run meets few shapes (each new one compiles again)."""
+    rows = len(prompt_lengths)
+    largest = max_completion_length if any(b is None for b in budgets) else max(budgets, default=0)
+    slots = min(bucket(max(int(largest), 1), 16), max_completion_length)
+    return (bucket(rows, 1) if compiled else rows), bucket(max(prompt_lengths), WIDTH_MULTIPLE), slots
+
+
+def compile_limit() -> int:
+    """How many shapes one compiled decoding step may take: torch's recompile limit."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    return int(getattr(config, "recompile_limit", None) or getattr(config, "cache_size_limit", 8))
+
+
+def cache_bytes(config: Any, rows: int, length: int, dtype_bytes: int = 2) -> int:
+    """Bytes of a static KV cache of ``rows`` x ``length`` for a model of ``config``: keys and values of every
+    layer's key-value heads."""
+    text = getattr(config, "text_config", None) or config
+    heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+    head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+    return 2 * text.num_hidden_layers * heads * head_dim * rows * length * dtype_bytes
 
 
 def graph_blocker(model: Any) -> str | None:
@@ -78,6 +117,9 @@ class DeviceDecoder:
         cuda_graphs: None captures graphs where :func:`graph_blocker` allows, False never, True asks for them
             (a refusal is logged once).
         static_cache: decode into a ``StaticCache`` (False: the model's own growing cache).
+        compile_backend: compile the decoding step with this ``torch.compile`` backend on any device, without
+            CUDA graphs (``"eager"``: Dynamo's graphs and guards alone, to count compilations); None: CUDA
+            graphs as ``cuda_graphs`` says.
     """
 
     def __init__(
@@ -87,6 +129,7 @@ class DeviceDecoder:
         sync_every: int = SYNC_EVERY,
         cuda_graphs: bool | None = None,
         static_cache: bool = True,
+        compile_backend: str | None = None,
     ) -> None:
         if sync_every < 1:
             raise ValueError(f"sync_every must be at least 1, got {sync_every}")
@@ -94,14 +137,19 @@ class DeviceDecoder:
         self.sync_every = int(sync_every)
         self.static_cache = static_cache
         self.graphs_wanted = cuda_graphs
+        self.compile_backend = compile_backend
         self.compiled: Any = None
         self.cache: Any = None
         self.cache_shape: tuple[int, int] | None = None
         self.graphs_note: str | None = None  # why graphs are off (logged once)
+        self.compiled_shapes: set[tuple[int, int]] = set()  # cache shapes the compiled step has met
+        self.eager_note: str | None = None  # why a shape decoded eagerly (logged once)
         self.host_syncs = 0  # reads of the device by the host in the last call
         self.steps = 0  # decoding forwards in the last call
 
     def _graphs_on(self) -> bool:
+        if self.compile_backend is not None:
+            return self.static_cache
         if self.graphs_wanted is False:
             return False
         reason = graph_blocker(self.model)
@@ -113,6 +161,30 @@ class DeviceDecoder:
             self.graphs_note = reason
             return False
         return True
+
+    def _compile(self, step_forward: Callable[..., Any]) -> Any:
+        import torch
+
+        if self.compile_backend is not None:
+            return torch.compile(step_forward, backend=self.compile_backend, dynamic=False)
+        return torch.compile(step_forward, mode="reduce-overhead", dynamic=False)
+
+    def _shape_allowed(self, shape: tuple[int, int]) -> bool:
+        """Whether the compiled step may take this cache shape: one it has met, or a new one under torch's
+        recompile limit (past it the call decodes eagerly, said once)."""
+        if shape in self.compiled_shapes:
+            return True
+        if len(self.compiled_shapes) < compile_limit():
+            self.compiled_shapes.add(shape)
+            return True
+        if self.eager_note is None:
+            self.eager_note = f"{len(self.compiled_shapes)} cache shapes compiled, torch's recompile limit"
+            logger.warning(
+                "device decoding: eager decoding loop for cache shape %s and any other new one (%s)",
+                shape,
+                self.eager_note,
+            )
+        return False
 
     def _new_cache(self, rows: int, length: int) -> Any:
         """A static cache of ``rows`` x ``length``: the last one, emptied, where the shape is the same (the
@@ -178,37 +250,44 @@ class DeviceDecoder:
         model = self.model
         device = next(model.parameters()).device
         longest = max(len(p) for p in prompt_ids)
-        multiple = WIDTH_MULTIPLE if self.static_cache else 1
-        width = -(-longest // multiple) * multiple
+        graphs = self._graphs_on()
+        if self.static_cache:
+            rows, width, slots = cache_shape(
+                [len(p) for p in prompt_ids], budgets, max_completion_length, graphs
+            )
+        else:
+            rows, width, slots = n, longest, max_completion_length
         origin = width - longest  # the processors see the prompts as generate would: from the longest's start
-        total = width + max_completion_length
+        total = width + slots
         pad = int(pad_token_id)
+        # Rows added to reach a compiled shape: a one-token prompt, done from the start.
+        prompt_ids = [*prompt_ids, *([[pad]] * (rows - n))]
+        budgets = [*budgets, *([0] * (rows - n))]
 
         # The prompts left-padded, then the completion's slots, open in the mask (causal attention hides the
         # slots not yet written); built on the host.
         prompts, prompt_mask = left_padded(prompt_ids, pad, width)
-        slots = (n, max_completion_length)
-        seq = torch.cat([prompts, torch.full(slots, pad, dtype=torch.long)], dim=1).to(device)
-        mask = torch.cat([prompt_mask, torch.ones(slots, dtype=torch.long)], dim=1).to(device)
+        seq = torch.cat([prompts, torch.full((rows, slots), pad, dtype=torch.long)], dim=1).to(device)
+        mask = torch.cat([prompt_mask, torch.ones((rows, slots), dtype=torch.long)], dim=1).to(device)
         prompt_lengths = mask[:, :width].sum(-1)
         positions = (mask[:, :width].cumsum(-1) - 1).clamp(min=0)
 
-        limit = torch.tensor(row_limits(budgets, max_completion_length), dtype=torch.long, device=device)
+        limit = torch.tensor(row_limits(budgets, slots), dtype=torch.long, device=device)
         free_rows = [i for i, b in enumerate(budgets) if b is None and head_budget is not None]
         head = DETECTION_HEAD_TOKENS
-        length = torch.zeros(n, dtype=torch.long, device=device)  # tokens kept per row
+        length = torch.zeros(rows, dtype=torch.long, device=device)  # tokens kept per row
         done = limit <= 0
         eos = torch.tensor(sorted({int(t) for t in eos_token_ids}), dtype=torch.long, device=device)
         min_new = int(getattr(generation_config, "min_new_tokens", None) or 0)
         processors = logits_processors(generation_config)
         sampling = bool(generation_config.do_sample)
 
-        cache = self._new_cache(n, total)
+        cache = self._new_cache(rows, total)
         cache_name = cache_keyword(model)
-        graphs = self._graphs_on() and cache is not None
+        graphs = graphs and cache is not None and self._shape_allowed((rows, total))
         step_forward = self._decode_forward(cache_name)
         if graphs and self.compiled is None:
-            self.compiled = torch.compile(step_forward, mode="reduce-overhead", dynamic=False)
+            self.compiled = self._compile(step_forward)
         with torch.no_grad():
             prefill: dict[str, Any] = dict(
                 input_ids=seq[:, :width],
@@ -224,7 +303,7 @@ class DeviceDecoder:
                 cache = out[cache_name]
                 step_forward = self._decode_forward(cache_name)
             logits = out.logits[:, -1, :]
-            for t in range(max_completion_length):
+            for t in range(slots):
                 scores = logits.float()
                 if min_new and eos.numel():
                     early = (length < min_new).unsqueeze(1)
@@ -241,12 +320,12 @@ class DeviceDecoder:
                     self.host_syncs += 1
                     heads = seq[:, width : width + head].tolist()
                     lengths, ends = length.tolist(), ended.tolist()
-                    rows = [i for i in free_rows if lengths[i] == head and not ends[i]]
-                    values = [max(0, min(int(head_budget(i, heads[i])), max_completion_length)) for i in rows]
-                    if rows:
-                        limit[torch.tensor(rows, device=device)] = torch.tensor(values, device=device)
+                    ready = [i for i in free_rows if lengths[i] == head and not ends[i]]
+                    values = [max(0, min(int(head_budget(i, heads[i])), slots)) for i in ready]
+                    if ready:
+                        limit[torch.tensor(ready, device=device)] = torch.tensor(values, device=device)
                     done = done | (length >= limit)
-                if t + 1 == max_completion_length:
+                if t + 1 == slots:
                     break
                 if (t + 1) % self.sync_every == 0:
                     self.host_syncs += 1
@@ -261,7 +340,8 @@ class DeviceDecoder:
                 self.steps += 1
                 if graphs:
                     try:
-                        torch.compiler.cudagraph_mark_step_begin()
+                        if self.compile_backend is None:
+                            torch.compiler.cudagraph_mark_step_begin()
                         # A copy: the graph's output buffer is overwritten by its next replay.
                         logits = self.compiled(*step_inputs).logits[:, -1, :].clone()
                         continue
@@ -271,12 +351,11 @@ class DeviceDecoder:
                         self.graphs_wanted, self.graphs_note, self.compiled = False, str(error), None
                         self.cache, self.cache_shape = None, None
                         return self.sample(
-                            prompt_ids, budgets, generation_config=generation_config, head_budget=head_budget,
+                            prompt_ids[:n], budgets[:n], generation_config=generation_config, head_budget=head_budget,
                             eos_token_ids=eos_token_ids, pad_token_id=pad_token_id,
                             max_completion_length=max_completion_length,
                         )  # fmt: skip
                 logits = step_forward(*step_inputs).logits[:, -1, :]
         self.host_syncs += 1
-        kept = length.tolist()
-        rows = seq[:, width:].tolist()
-        return [row[:k] for row, k in zip(rows, kept, strict=True)]
+        kept = length.tolist()[:n]
+        return [row[:k] for row, k in zip(seq[:n, width:].tolist(), kept, strict=True)]

@@ -5,6 +5,7 @@ through the decode loops of :mod:`~routing_grpo.generation.transformers_decoding
 from __future__ import annotations
 
 import functools
+import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -27,12 +28,18 @@ from routing_grpo.generation.transformers_decoding import (
 )
 from routing_grpo.io.adapters import is_adapter_folder, load_adapter_model
 
+logger = logging.getLogger(__name__)
+
 TRANSFORMERS_BATCH_SIZE = 16  # prompts per call when the caller does not say
 
 # The decode loop (docs/benchmarks.md "Decoding on the device"): ``shrinking`` drops finished rows (the
 # saving on a CPU), ``device`` keeps the state on the GPU; ``auto``: device on CUDA. Same tokens either way.
 DECODE_LOOPS = ("auto", "shrinking", "device")
 DECODE_LOOP_VARIABLE = "ROUTING_GRPO_DECODE_LOOP"
+# The device loop's torch.compile backend on any device, no CUDA graphs ("eager": count compilations on a CPU).
+DECODE_COMPILE_VARIABLE = "ROUTING_GRPO_DECODE_COMPILE"
+# The device loop's static cache may take at most this share of the GPU memory free when it is made.
+CACHE_MEMORY_SHARE = 0.5
 
 
 def decode_loop(device_type: str) -> str:
@@ -148,6 +155,9 @@ class TransformersBackend(Backend):
         self.eos_token_ids = [int(t) for t in eos_token_ids]
         self.continues_rows = shrinking_loop_supported(generation_config)
         self.device_decoder: Any = None  # made on first use; keeps its static cache and graphs across calls
+        self.device_loop_note: str | None = (
+            None  # why the device loop gave way to the shrinking one (said once)
+        )
 
     def next_tokens(
         self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int] | None]
@@ -195,11 +205,13 @@ class TransformersBackend(Backend):
     ) -> list[Completion]:
         """One completion per row, without logprobs (the trainer computes them)."""
         if self.continues_rows:
-            if decode_loop(next(self.model.parameters()).device.type) == "device":
+            device = next(self.model.parameters()).device
+            if decode_loop(device.type) == "device" and self._cache_fits(device, prompts, max_tokens):
                 if self.device_decoder is None:
                     from routing_grpo.generation.device_decoding import DeviceDecoder
 
-                    self.device_decoder = DeviceDecoder(self.model)
+                    backend = os.environ.get(DECODE_COMPILE_VARIABLE, "").strip() or None
+                    self.device_decoder = DeviceDecoder(self.model, compile_backend=backend)
                 decode = self.device_decoder.sample
             else:
                 decode = functools.partial(sample_with_budgets, self.model)
@@ -225,6 +237,34 @@ class TransformersBackend(Backend):
                 prepare=self.prepare,
             )
         return [(ids, None) for ids in rows]
+
+    def _cache_fits(self, device: Any, prompts: Sequence[Sequence[int]], max_tokens: int) -> bool:
+        """Whether the device loop's static cache for this call fits in half the GPU memory free; where it does
+        not (long completions, many rows), the shrinking loop decodes instead, said once."""
+        if device.type != "cuda":
+            return True
+        import torch
+
+        from routing_grpo.generation.device_decoding import WIDTH_MULTIPLE, bucket, cache_bytes
+
+        rows, length = bucket(len(prompts), 1), bucket(max(map(len, prompts)), WIDTH_MULTIPLE) + max_tokens
+        dtype_bytes = next(self.model.parameters()).element_size()
+        needed, free = (
+            cache_bytes(self.model.config, rows, length, dtype_bytes),
+            torch.cuda.mem_get_info(device)[0],
+        )
+        if needed <= CACHE_MEMORY_SHARE * free:
+            return True
+        if self.device_loop_note is None:
+            self.device_loop_note = (
+                f"{needed / 2**30:.1f} GiB for {rows} rows x {length} tokens, {free / 2**30:.1f} free"
+            )
+            logger.warning(
+                "device decoding: the static cache would not fit (%s); the shrinking loop decodes instead "
+                "(fewer rows per call, shorter completions, or vLLM keep the device loop's speed)",
+                self.device_loop_note,
+            )
+        return False
 
     def context_length(self) -> int | None:
         return getattr(getattr(self.model, "config", None), "max_position_embeddings", None)

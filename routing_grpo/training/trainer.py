@@ -64,6 +64,25 @@ ROUTING_FIELDS = frozenset(
 )  # fmt: skip
 
 
+def drop_lost_input_grad_hooks(model: Any) -> int:
+    """Removes the input-embedding hooks transformers has lost track of; returns how many.
+
+    TRL turns gradient checkpointing off and on around generation, and each ``gradient_checkpointing_enable``
+    registers a new ``make_inputs_require_grads`` hook and forgets the last (transformers removes it only for
+    PEFT models). A hook more per generation would recompile a compiled forward each time (Dynamo guards on
+    hooks) and, past its limit, leave it eager. The hooks the model still tracks stay.
+    """
+    tracked = {h.id for m in model.modules() for h in getattr(m, "_require_grads_hooks", None) or ()}
+    removed = 0
+    for module in model.modules():
+        hooks = getattr(module, "_forward_hooks", None) or {}
+        for key, hook in list(hooks.items()):
+            if getattr(hook, "__name__", "") == "make_inputs_require_grads" and key not in tracked:
+                del hooks[key]
+                removed += 1
+    return removed
+
+
 class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
     """GRPO in which the policy writes a routing word (NoThink / Short / Long) first (docs/method.md).
 
@@ -173,6 +192,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             "eval": defaultdict(list),
         }
         self._rewards_per_func: torch.Tensor | None = None  # this batch's, kept by _calculate_rewards
+        self._backend: Any = None  # the policy's generation backend, kept for the run (_policy_backend)
         self._last_batch_time: float | None = None
         self._batch_bar: Any = None
         # The console line (or bar) per generation batch; an embedding program may show its own progress.
@@ -331,14 +351,18 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
-            device = self.accelerator.device
-            yield policy_backend(
-                model,
-                self.generation_config,
-                pad_token_id=self.pad_token_id,
-                eos_token_ids=self.eos_token_ids,
-                prepare=lambda inputs: {k: v.to(device) for k, v in inputs.items()},
-            )
+            # One backend for the run, and so one decoder with its cache and compiled step: rebuilt only when
+            # the unwrapped model is another object.
+            if self._backend is None or self._backend.model is not model:
+                device = self.accelerator.device
+                self._backend = policy_backend(
+                    model,
+                    self.generation_config,
+                    pad_token_id=self.pad_token_id,
+                    eos_token_ids=self.eos_token_ids,
+                    prepare=lambda inputs: {k: v.to(device) for k, v in inputs.items()},
+                )
+            yield self._backend
 
     @contextlib.contextmanager
     def _eval_sampling(self, active: bool) -> Iterator[None]:
@@ -376,8 +400,11 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         instruction = self.args.effective_routing_instruction
         inputs = [{**x, "prompt": add_routing_instruction(x["prompt"], instruction)} for x in inputs]
-        with self._eval_sampling(mode == "eval"):
-            output = super()._generate_and_score_completions(inputs)
+        try:
+            with self._eval_sampling(mode == "eval"):
+                output = super()._generate_and_score_completions(inputs)
+        finally:  # TRL toggles gradient checkpointing for generation and the old log-probs
+            drop_lost_input_grad_hooks(self.accelerator.unwrap_model(self.model))
         # TRL forwards the rollout's extra fields into the rows it scores (rollout_func's contract).
         if not all(x.keys() >= ROUTING_FIELDS for x in inputs):
             raise RuntimeError(
