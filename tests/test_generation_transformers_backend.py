@@ -155,3 +155,29 @@ def test_a_static_cache_the_gpu_cannot_hold_gives_way_to_the_shrinking_loop(tiny
         and "32 rows x 16448 tokens" in lines[0]
     )
     assert backend._cache_fits(SimpleNamespace(type="cpu"), [[1] * 10] * 32, 16384)
+
+
+@pytest.mark.slow
+def test_continuous_batching_runs_the_caps_drivers_two_calls(tiny_qwen2):
+    """transformers' continuous batching behind the backend interface: the caps driver's heads, then each row
+    within its budget, greedy, give the tokens of one uncapped pass cut at the caps (as the decode loops do)."""
+    from transformers import GenerationConfig
+
+    from routing_grpo.generation.caps import generate_rollouts
+    from routing_grpo.generation.transformers_backend import ContinuousBatchingBackend, TransformersBackend
+
+    model, tok = tiny_qwen2
+    modes = tuple(ModeSpec(m.name, m.word, m.base, m.gamma, cap) for m, cap in zip(MODES, (9, 12, None)))
+    detector = ModeDetector.from_tokenizer(modes, tok)
+    config = GenerationConfig(do_sample=False, max_new_tokens=24, pad_token_id=tok.pad_token_id)
+    eos = [tok.eos_token_id]
+    prompts = chat_prompts(tok, 4)
+    prompts[0] = prompts[0] + tok.encode(" NoThink", add_special_tokens=False)
+    forced = [0, None, 1, None]
+    kw = dict(modes=modes, detector=detector, max_completion_length=24)
+    library = generate_rollouts(
+        ContinuousBatchingBackend(model, config, eos_token_ids=eos), prompts, forced, **kw
+    )
+    ours = generate_rollouts(TransformersBackend(model, tok, temperature=0), prompts, forced, **kw)
+    assert [ids for ids, _ in library] == [ids for ids, _ in ours]
+    assert len(library[0][0]) <= 9 and len(library[2][0]) <= 12

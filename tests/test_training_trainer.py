@@ -751,3 +751,17 @@ def test_twelve_steps_compile_the_decoding_step_once(tiny_model_path, tmp_path, 
     assert len(seen) == 12 and len(set(seen)) == 1 and seen[0][0] == 1
     assert counters["stats"]["unique_graphs"] == 1 and not sum(counters["recompiles"].values())
     assert len(trainer._backend.device_decoder.compiled_shapes) == 1
+
+
+@pytest.mark.slow
+def test_continuous_batching_keeps_the_caps_in_generation(tiny_model_path, tmp_path):
+    """TRL's ``use_transformers_continuous_batching`` with caps in generation: the rollouts run on transformers'
+    continuous batching, each row within its budget (no token past a cap), not uncapped."""
+    from routing_grpo.generation.transformers_backend import ContinuousBatchingBackend
+
+    args = make_args(tmp_path, max_steps=1, use_transformers_continuous_batching=True)
+    trainer = build_trainer(tiny_model_path, args)
+    trainer.train()
+    assert isinstance(trainer._backend, ContinuousBatchingBackend)
+    records = train_records(trainer)
+    assert records and all(past == 0 for r in records for past in r.tokens_past_caps)

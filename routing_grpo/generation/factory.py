@@ -66,8 +66,18 @@ def policy_backend(
     pad_token_id: int,
     eos_token_ids: Sequence[int],
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    continuous_batching_config: Any = None,
+    continuous_batching: bool = False,
 ) -> Backend:
-    """A training policy behind the transformers backend, sampling with the trainer's generation config."""
+    """A training policy behind a transformers backend, sampling with the trainer's generation config: the
+    decode loops, or transformers' continuous batching (TRL's ``use_transformers_continuous_batching``)."""
+    if continuous_batching:
+        return transformers_backend.ContinuousBatchingBackend(
+            model,
+            generation_config,
+            eos_token_ids=eos_token_ids,
+            continuous_batching_config=continuous_batching_config,
+        )
     return transformers_backend.TransformersBackend.from_generation_config(
         model, generation_config, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids, prepare=prepare
     )

@@ -10,7 +10,13 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from routing_grpo.generation.interface import Backend, Completion, GenerationRequest, stop_token_ids
+from routing_grpo.generation.interface import (
+    Backend,
+    Completion,
+    GenerationRequest,
+    cut_at_eos,
+    stop_token_ids,
+)
 from routing_grpo.generation.options import (
     DEFAULT_TEMPERATURE,
     BackendOptions,
@@ -268,3 +274,61 @@ class TransformersBackend(Backend):
 
     def context_length(self) -> int | None:
         return getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+
+
+class ContinuousBatchingBackend(Backend):
+    """transformers' continuous batching (the engine of ``model.generate_batch`` and of TRL's
+    ``use_transformers_continuous_batching``) behind the backend interface: every row a request with its own
+    token limit, so the caps driver's two calls (the heads, then each row within its budget) run on it.
+
+    Args:
+        model: the causal LM (a trainer's policy, unwrapped).
+        generation_config: its sampling settings.
+        eos_token_ids: the tokens that end a completion.
+        continuous_batching_config: transformers' ``ContinuousBatchingConfig`` (None: its defaults).
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        generation_config: Any,
+        *,
+        eos_token_ids: Sequence[int],
+        continuous_batching_config: Any = None,
+    ) -> None:
+        self.model, self.generation_config = model, generation_config
+        self.eos_token_ids = [int(t) for t in eos_token_ids]
+        self.continuous_batching_config = continuous_batching_config
+
+    def sample(
+        self, requests: Sequence[GenerationRequest], seed: int | None = None
+    ) -> list[list[Completion]]:
+        """``request.n`` completions per request of at most ``request.max_tokens`` tokens, cut at EOS."""
+        import torch
+
+        if seed is not None:
+            torch.manual_seed(seed)
+        rows = [(list(r.prompt_ids), int(r.max_tokens)) for r in requests for _ in range(r.n)]
+        done: dict[str, list[int]] = {}
+        with (
+            torch.no_grad(),
+            self.model.continuous_batching_context_manager(
+                generation_config=self.generation_config,
+                continuous_batching_config=self.continuous_batching_config,
+                block=True,
+            ) as manager,
+        ):
+            ids = [manager.add_request(input_ids=p, max_new_tokens=m) if m > 0 else None for p, m in rows]
+            while len(done) < sum(i is not None for i in ids):
+                result = manager.get_result(timeout=60)
+                if result is None or result.error:
+                    why = (
+                        result.error
+                        if result is not None
+                        else "it stopped before every request had its tokens"
+                    )
+                    raise RuntimeError(f"transformers' continuous batching failed: {why}")
+                done[result.request_id] = list(result.generated_tokens)
+        out = iter([cut_at_eos(done[i], self.eos_token_ids)[:m] if i is not None else [] for i, (_, m) in
+                    zip(ids, rows, strict=True)])  # fmt: skip
+        return [[(next(out), None) for _ in range(r.n)] for r in requests]

@@ -259,7 +259,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             and self.args.enforce_caps_in_generation
             and any(m.cap is not None for m in self.modes)
         )
-        if self.use_vllm or (caps and not self.use_transformers_continuous_batching):
+        if self.use_vllm or caps:
             completion_ids, logprobs = self._generate_routed(prompt_ids, forced, caps)
         else:  # nothing capped in generation: TRL's own
             completion_ids, logprobs = self._generate_single_turn(prompt_ids, None, {}, group_size)
@@ -337,7 +337,8 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
     @contextlib.contextmanager
     def _policy_backend(self) -> Iterator[Any]:
-        """The policy itself, unwrapped for generation, behind the transformers backend."""
+        """The policy itself, unwrapped for generation, behind a transformers backend (its decode loops, or
+        transformers' continuous batching where TRL's ``use_transformers_continuous_batching`` asks for it)."""
         from trl.models import unwrap_model_for_generation
 
         with (
@@ -351,6 +352,13 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
+            if (
+                self.use_transformers_continuous_batching
+            ):  # its cache is in the model's dtype: cast as TRL does
+                if self.args.bf16 or self.args.fp16:
+                    model.to(torch.bfloat16 if self.args.bf16 else torch.float16)
+                if self.args.cast_lm_head_to_fp32:
+                    model.lm_head.to(torch.float32)
             # One backend for the run, and so one decoder with its cache and compiled step: rebuilt only when
             # the unwrapped model is another object.
             if self._backend is None or self._backend.model is not model:
@@ -361,6 +369,8 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
                     pad_token_id=self.pad_token_id,
                     eos_token_ids=self.eos_token_ids,
                     prepare=lambda inputs: {k: v.to(device) for k, v in inputs.items()},
+                    continuous_batching=self.use_transformers_continuous_batching,
+                    continuous_batching_config=getattr(self, "continuous_batching_config", None),
                 )
             yield self._backend
 
