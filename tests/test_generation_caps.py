@@ -228,3 +228,16 @@ def test_the_driver_takes_heads_written_by_a_word_phase():
         [],
         [5, 5, 5] + [6] * (MAX_LEN - 3),
     ]
+
+
+def test_cut_at_stop_keeps_logprobs_aligned_and_a_zero_budget_keeps_the_others():
+    """A part cut at its first EOS keeps the logprobs of the tokens kept; a row of budget 0 gets no tokens and
+    no logprobs, and the other rows keep theirs."""
+
+    def generate(prompts, budgets):
+        return [([5, EOS, 5, 5][: b + 2], [-0.1, -0.2, -0.3, -0.4][: b + 2]) for b in budgets]
+
+    out = generate_with_caps(
+        rows_backend(generate, [EOS]), [[1], [2]], [3, 0], max_tokens=MAX_LEN, cut_at_stop=True
+    )
+    assert out == [([5, EOS], [-0.1, -0.2]), ([], [])]

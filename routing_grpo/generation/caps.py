@@ -110,8 +110,8 @@ def generate_with_caps(
                 rows.append(row)
                 prompts.append(prompt_ids[row])
                 call_budgets.append(budget)
-            else:
-                results[row] = ([], None)
+            else:  # nothing to generate: no tokens, no logprobs (an empty list keeps the others' logprobs)
+                results[row] = ([], [])
             continue
         head, _ = results[row]
         if (head and head[-1] in eos) or (write_heads is None and len(head) < head_len):
@@ -125,11 +125,12 @@ def generate_with_caps(
         outputs = generate_rows(backend.sample, prompts, call_budgets)
         for row, budget, (ids, lps) in zip(rows, call_budgets, outputs, strict=True):
             ids = cut_at_eos(ids, backend.eos_token_ids)[:budget] if cut_at_stop else list(ids)
+            lps = None if lps is None else list(lps)[: len(ids)]  # aligned with the ids kept
             if results[row] is None:
-                results[row] = (ids, None if lps is None else list(lps))
+                results[row] = (ids, lps)
                 continue
             head, head_lps = results[row]
-            merged_lps = None if head_lps is None or lps is None else head_lps + list(lps)
+            merged_lps = None if head_lps is None or lps is None else head_lps + lps
             results[row] = (head + ids, merged_lps)
     return results
 
