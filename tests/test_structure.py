@@ -456,7 +456,7 @@ WITHOUT_BEHAVIOUR = {
 }
 # Modules with behaviour whose tests still live in other files (or are still to be written): this list only
 # shrinks. A module leaves it when its file tests/test_<module>.py exists (the test below then says so).
-NOT_YET_MIRRORED = {"training/trl_vllm", "mini/report_markdown"}
+NOT_YET_MIRRORED = {"mini/report_markdown"}
 
 
 def mirror_file(module: Path) -> Path:

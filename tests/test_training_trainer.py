@@ -496,6 +496,8 @@ def test_trainer_rejects_bad_setups(tiny_model_path, tmp_path):
         build_trainer(tiny_model_path, args, reward_funcs=[lambda completions, **k: [0.0] * len(completions)])
     with pytest.raises(ValueError, match="tools"):
         build_trainer(tiny_model_path, args, tools=[len])
+    with pytest.raises(ValueError, match="generation_kwargs: n is set by the routing rollouts"):
+        build_trainer(tiny_model_path, make_args(tmp_path, generation_kwargs={"n": 2}))
 
 
 # ----------------------------------------------------------------------------------------------------------

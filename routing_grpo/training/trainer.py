@@ -51,7 +51,7 @@ from routing_grpo.training.callbacks import default_callbacks
 from routing_grpo.training.config import RoutingGRPOConfig
 from routing_grpo.training.rollouts import finalize_rollouts, plan_forced_modes
 from routing_grpo.training.trl_private import check_trainer as check_trl_private_names
-from routing_grpo.training.trl_vllm import generate_on_vllm
+from routing_grpo.training.trl_vllm import generate_on_vllm, rollout_settings_problems
 
 __all__ = ["RoutingGRPOTrainer"]
 
@@ -112,6 +112,9 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         for unsupported in ("tools", "rollout_func", "environment_factory"):
             if kwargs.get(unsupported):
                 raise ValueError(f"{unsupported}: not supported by RoutingGRPOTrainer")
+        problems = rollout_settings_problems(args)
+        if problems:
+            raise ValueError("; ".join(problems))
         self.modes = args.mode_specs
         self.single_mode = args.single_mode_index
         schedules = args.schedule_warning()  # once, as the run starts: schedules that reach past its end

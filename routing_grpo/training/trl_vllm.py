@@ -16,6 +16,55 @@ from typing import Any
 
 from routing_grpo.generation.vllm_backend import ColocatedVLLMBackend, VLLMServerBackend
 
+# Sampling settings of one request: the rollouts set them per request, or they act on each of a row's two calls.
+ROLLOUT_SET = ("n", "max_tokens", "max_new_tokens")
+PER_CALL = (
+    "presence_penalty", "frequency_penalty", "min_tokens", "min_new_tokens", "seed", "stop", "stop_token_ids",
+    "structured_outputs", "guided_decoding", "guided_json", "guided_regex", "guided_choice", "guided_grammar",
+)  # fmt: skip
+VLLM_MAX_TEMPERATURE = 2.0  # vLLM's SamplingParams refuses a higher one
+
+
+def rollout_settings_problems(args: Any) -> list[str]:
+    """What of a config TRL's engines cannot do with the routing rollouts, one line each (empty: nothing).
+
+    The rollouts send their own requests: ``n`` and the token limit are theirs. With caps in generation on vLLM
+    or transformers' continuous batching, a row is sampled in two calls (its head, then the rest within its
+    budget), so a setting that acts per call (penalties counting the call's tokens, a minimum length, a seed,
+    stop rules, structured outputs) would act on each part apart. vLLM takes temperatures in [0, 2]; a
+    colocated engine split by tensor parallelism is not supported.
+    """
+    problems = []
+    kwargs = args.generation_kwargs if isinstance(args.generation_kwargs, dict) else {}
+    for key in ROLLOUT_SET:
+        if key in kwargs:
+            problems.append(f"generation_kwargs: {key} is set by the routing rollouts per request; remove it")
+    two_calls = (args.use_vllm or args.use_transformers_continuous_batching) and (
+        args.enforce_caps_in_generation and any(m.cap is not None for m in args.mode_specs)
+    )
+    if two_calls:
+        set_here = [k for k in PER_CALL if k in kwargs]
+        if args.use_vllm and args.vllm_structured_outputs_regex:
+            set_here.append("vllm_structured_outputs_regex")
+        for key in set_here:
+            where = key if key.startswith("vllm_") else f"generation_kwargs: {key}"
+            problems.append(
+                f"{where}: acts on each of a row's two calls with caps in generation (its head, then the rest); "
+                "remove it, or set enforce_caps_in_generation: false"
+            )
+    if args.use_vllm:
+        for name in ("temperature", "eval_temperature"):
+            value = getattr(args, name, None)
+            if value is not None and not 0 <= value <= VLLM_MAX_TEMPERATURE:
+                problems.append(f"{name}: {value} is outside vLLM's range [0, {VLLM_MAX_TEMPERATURE:g}]")
+        if args.vllm_mode == "colocate" and args.vllm_tensor_parallel_size > 1:
+            problems.append(
+                f"vllm_tensor_parallel_size: {args.vllm_tensor_parallel_size} with vllm_mode colocate is not "
+                "supported by the routing rollouts; use vllm_mode: server (trl vllm-serve --tensor-parallel-size "
+                f"{args.vllm_tensor_parallel_size}) or 1"
+            )
+    return problems
+
 
 def needs_weight_sync(
     global_step: int,
@@ -76,10 +125,6 @@ def vllm_backend(vllm_generation: Any, eos_token_ids: Sequence[int]) -> Iterator
     if vllm_generation.mode == "server":
         yield VLLMServerBackend(vllm_generation.vllm_client, sampling, eos_token_ids=eos_token_ids)
         return
-    if vllm_generation.tensor_parallel_size > 1:
-        raise NotImplementedError(
-            "RoutingGRPOTrainer: vLLM colocate with tensor parallelism is not supported"
-        )
     llm = vllm_generation.llm
     sleep_mode = vllm_generation.enable_sleep_mode
     if sleep_mode:
