@@ -15,7 +15,7 @@ lora         the routing trainer with LoRA on that model for a few generation ba
              ``python -m routing_grpo.train``: the adapters saved, seconds per batch, peak GPU memory.
 miniature    ``python -m routing_grpo.mini.demo --device cuda --batch-steps 90``: the graded world's router trained
              with the paper's recipe on the GPU and evaluated on its held-out problems; wall time, routing
-             per level and the targets, beside the CPU figures (docs/mini/cold_start.md).
+             per level and the targets, beside the CPU figures (docs/notebooks/cold_start.md).
 serving      ``routing-grpo eval`` and ``routing-grpo generate`` with the transformers backend on the
              miniature's router (the one the miniature section trained, else the shipped taught model).
 
@@ -71,7 +71,7 @@ SMALL_SHAPE = dict(
 )  # fmt: skip
 
 # The graded world's seed 0 of the paper's recipe on 2 CPU cores, 90 generation batches
-# (docs/mini/cold_start.md: the runs table and "Timings").
+# (docs/notebooks/cold_start.md: the runs table and "Timings").
 CPU_REFERENCE = {
     "accuracy": 0.976,
     "mean_tokens": 31.5,
@@ -671,7 +671,7 @@ def _render_miniature(r: dict[str, Any]) -> list[str]:
     cpu = r["cpu_reference"]
     modes = " / ".join(r["modes"])
     lines = [
-        "| | this device | 2 CPU cores (docs/mini/cold_start.md) |",
+        "| | this device | 2 CPU cores (docs/notebooks/cold_start.md) |",
         "| --- | ---: | ---: |",
         f"| demo wall time, s | {r['wall_s']:.0f} | 750 from a fresh clone, install included |",
         f"| training, s | {_f(_training_seconds(r['stage_s']), 0)} | {cpu['training_s']} |",

@@ -7,7 +7,7 @@ the frozen run's below it, in the metrics file, the console line and the end-of-
 run between them, far below the aware one.
 
 This test's reduced runs read 0.45 (aware) and 0.029 (blind) nats per level step at batch 30
-(docs/mini/cold_start.md has the full runs).
+(docs/notebooks/cold_start.md has the full runs).
 """
 
 from __future__ import annotations

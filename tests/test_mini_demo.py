@@ -22,7 +22,7 @@ def test_the_demo_summary_says_what_the_start_carries_and_reads_plainly():
     )  # fmt: skip
     first = text.splitlines()[2]
     assert first.startswith("Cold start: `offline:mini_graded`") and "auxiliary loss" in first
-    assert "routing position" in first and "docs/mini/cold_start.md" in first
+    assert "routing position" in first and "docs/notebooks/cold_start.md" in first
     assert "points from Long's" not in text
     assert (
         "The router is 0.8 points less accurate than Long (0.961 against 0.969) and uses 30% fewer tokens"

@@ -6,7 +6,7 @@ What is asserted is what the miniature shows today: the oracle's separation of t
 at level 1, Short in the middle, Long at level 6); the router (``recipes/mini/router.yaml``) near the
 accuracy of the taught model forced into Long at fewer tokens; and routing that moves with difficulty for
 the router trained on the mix of levels 1 and 6 (``recipes/mini/router_level_mix.yaml``, 90 of its 180
-batches). The router on the uniform mix does not route by difficulty (docs/mini/index.md), so that is
+batches). The router on the uniform mix does not route by difficulty (docs/notebooks/index.md), so that is
 not asserted of it.
 
 Also: the shipped checkpoint is the one its teaching command described (its greedy forced-mode
@@ -121,7 +121,7 @@ def test_reduced_miniature_level_mix_router_routes_by_difficulty(reduced_run: Pa
 
     Measured with this configuration (seed 0): NoThink / Short / Long 0.23 / 0.15 / 0.62 at level 1 and
     0.03 / 0.00 / 0.97 at level 6, mean mode index 1.40 and 1.95 (40 samples per level). The full recipe
-    (180 batches) goes further (docs/mini/cliff.md, "The router on a level mix")."""
+    (180 batches) goes further (docs/notebooks/cliff.md, "The router on a level mix")."""
     summary = _summary(reduced_run, "router_level_mix", "seed0")
     assert summary["invalid_share"] <= 0.05
     level = {int(lv): stats for lv, stats in summary["per_level"].items()}
@@ -162,7 +162,7 @@ def test_reduced_graded_world_routes_by_difficulty(reduced_graded_run: Path):
 
     Measured on the full held-out set, seeds 0 / 1: NoThink 0.56 / 0.54 at level 1 and 0.01 / 0.00 at
     level 6, Long 0.01 / 0.02 and 0.98 / 1.00; accuracy 0.985 at 32.2 / 0.988 at 31.9 tokens against the
-    taught model forced into Long's 0.986 at 41 (docs/mini/cold_start.md)."""
+    taught model forced into Long's 0.986 at 41 (docs/notebooks/cold_start.md)."""
     mini = json.loads((reduced_graded_run / "report" / "mini.json").read_text())["benchmarks"]["mini_graded"]
     unmet = [t["key"] for t in mini["world"]["checks"] if t["met"] is not True]
     assert len(unmet) <= 2, unmet

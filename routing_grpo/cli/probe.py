@@ -103,7 +103,7 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Reads the model's final hidden state after the routing question on prompts of known "
         "difficulty and prints how far it separates difficulties (cosine of the easiest and hardest means, "
         "between-difficulty share of variance beside its noise floor, prompt-to-prompt spread, a held-out "
-        "ridge readout beside prompt length's) and a verdict; writes probe.json (docs/mini/cold_start.md).",
+        "ridge readout beside prompt length's) and a verdict; writes probe.json (docs/notebooks/cold_start.md).",
     )
     p.add_argument("--model", required=True, help="a model folder, Hub name or offline:NAME")
     p.add_argument(

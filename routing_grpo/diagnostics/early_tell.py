@@ -21,7 +21,7 @@ from routing_grpo.core.modes import INVALID
 from routing_grpo.diagnostics.oracle import pass_rate_bin
 
 # In nats per level step, on the mean of the last FANOUT_WINDOW batches; set and held out on the
-# miniature's graded world (docs/mini/cold_start.md).
+# miniature's graded world (docs/notebooks/cold_start.md).
 FANOUT_ROUTING = 0.02
 FANOUT_WINDOW = 10
 

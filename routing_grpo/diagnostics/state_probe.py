@@ -1,4 +1,4 @@
-"""What the routing state carries about difficulty, before training (pure; docs/mini/cold_start.md).
+"""What the routing state carries about difficulty, before training (pure; docs/notebooks/cold_start.md).
 
 For N states h(x) at the routing position with difficulty groups l(x), group means m_l and mean m::
 
@@ -173,7 +173,7 @@ def probe_verdict(stats: dict[str, Any]) -> str:
             "difficulty-aware: difficulty moves the routing state far beyond its noise floor, against the "
             f"common part too (like the miniature's aware start, offline:mini_graded){length_note}; in the "
             "miniature's controls such starts routed when the state kept the levels in order, not when it "
-            "scrambled them (docs/mini/cold_start.md); watch the early tell"
+            "scrambled them (docs/notebooks/cold_start.md); watch the early tell"
         )
     if present:
         return (
@@ -181,13 +181,13 @@ def probe_verdict(stats: dict[str, Any]) -> str:
             "common part" + ("; prompts differ" if differs else "")
             + f"{length_note} (the miniature's blind start, offline:mini_graded_blind, reads so, and the paper's "
             "recipe routed from it weakly at best; of the miniature's controls that read so, some routed and "
-            "some did not: docs/mini/cold_start.md); watch the early tell"
+            "some did not: docs/notebooks/cold_start.md); watch the early tell"
         )  # fmt: skip
     if differs:
         return (
             "difficulty not in the routing state beyond its noise floor, but prompts differ there: in the "
             "miniature's controls the paper's recipe did not route from such starts in 90 batches "
-            "(docs/mini/cold_start.md); watch the early tell"
+            "(docs/notebooks/cold_start.md); watch the early tell"
         )
     return (
         "difficulty-blind: the routing state separates neither difficulties nor prompts much; expect the "

@@ -48,7 +48,7 @@ TEACH_SOURCES = (Path(__file__).with_name("teach.py"), Path(__file__).with_name(
 ROUTING_MARGIN = 0.2
 BRIEF_MARGIN = 0.05
 READ_AT = (20, 45)
-# The probe's figures of SmolLM2-135M-Instruct on MATH-500 (seed 0, 40 prompts per level; docs/mini/cold_start.md):
+# The probe's figures of SmolLM2-135M-Instruct on MATH-500 (seed 0, 40 prompts per level; docs/notebooks/cold_start.md):
 # the real model's point on the dose-response.
 SMOLLM2_PROBE = {
     "cosine_easiest_hardest": 0.9966,
@@ -345,7 +345,7 @@ def controls_markdown(summary: Mapping[str, Any], figure: str | None) -> str:
         f"| SmolLM2-135M-Instruct, MATH-500 (probe only) | {s['probe']['between_over_common']:.4f} | "
         f"{s['probe']['spread_over_common']:.4f} | not trained | |",
         "",
-        "SmolLM2's point (docs/mini/cold_start.md): "
+        "SmolLM2's point (docs/notebooks/cold_start.md): "
         + "; ".join(f"{k.replace('_', ' ')} {v}" for k, v in s["placed"].items())
         + ".",
     ]

@@ -29,7 +29,7 @@ from routing_grpo.mini.demo_summary import COLD_START, render_summary  # noqa: E
 DEFAULT_OUTPUT = Path("outputs") / "demo"
 WORLD = "graded"
 ROUTER_RECIPE = "graded_router"
-# Half the recipe's 90 generation batches: within 8 minutes on 2 cores (docs/mini/cold_start.md "Timings").
+# Half the recipe's 90 generation batches: within 8 minutes on 2 cores (docs/notebooks/cold_start.md "Timings").
 DEMO_BATCH_STEPS = 45
 # A line on the screen at least this often while a stage runs (training batches, evaluation prompts).
 PROGRESS_EVERY = 5.0
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# The demo's stages on 2 CPU cores, measured (docs/mini/cold_start.md "Timings"); a previous run's
+# The demo's stages on 2 CPU cores, measured (docs/notebooks/cold_start.md "Timings"); a previous run's
 # OUT/graded/timings.json, when there, replaces them.
 RECORDED_SECONDS = {
     "the world's table, the oracle, forced evaluations (beside training)": 201.0,

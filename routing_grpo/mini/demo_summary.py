@@ -22,7 +22,7 @@ COLD_START = (
     "same variable the results below measure), and supervised steps taught it to write all three routing "
     "words, a stage the paper does not have. A real model's state carries far less (SmolLM2-135M-Instruct on "
     "MATH-500), and from a start matched to it the same recipe did not route by difficulty "
-    "(docs/mini/cold_start.md)."
+    "(docs/notebooks/cold_start.md)."
 )
 
 # What each figure of the miniature's report shows, by file name (prefix), in the order they are listed.
@@ -286,7 +286,7 @@ def render_summary(
         ]
     targets = (mini.get("targets") or {}).get("per_seed", {}).get(str(seed)) if section == "router" else None
     if targets:
-        lines += ["", f"## Targets (seed {seed}; docs/mini/graded.md)", "", *target_lines(targets)]
+        lines += ["", f"## Targets (seed {seed}; docs/notebooks/graded.md)", "", *target_lines(targets)]
     lines += [
         "",
         "## Routing per level: router (held-out, free) beside the oracle",

@@ -475,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--device",
         choices=("cpu", "cuda"),
         default="cpu",
-        help="where training and evaluation run (default cpu, where the figures in docs/mini/ were made; "
+        help="where training and evaluation run (default cpu, where the figures in docs/notebooks/ were made; "
         "cuda: the same recipes on the GPU, float32 kept; teaching stays on the CPU)",
     )
     p.add_argument(

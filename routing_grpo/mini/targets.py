@@ -23,7 +23,7 @@ from routing_grpo.core.rewards import DEFAULT_INVALID_REWARD, exceeds_cap, routi
 from routing_grpo.diagnostics.oracle import Cell, table_by
 from routing_grpo.evaluation.frontier import Point, frontier_accuracy_at, pareto_frontier
 
-# The miniature's targets (docs/mini/cliff.md, "Results").
+# The miniature's targets (docs/notebooks/cliff.md, "Results").
 ACCURACY_MARGIN = 0.02
 """Router accuracy >= Long-only accuracy - this."""
 TOKEN_RATIO = 0.6

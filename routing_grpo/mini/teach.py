@@ -704,7 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
             "help": "graded world: teach Short to stop at its budget of steps where the tail is longer, boxing "
             "the state reached (default: as the --init model was taught, by its teaching.json, else on for the "
             "graded world, as its shipped checkpoints were taught; --no-short-budget teaches the whole "
-            "working; see docs/mini/graded.md, Short's budget)",
+            "working; see docs/notebooks/graded.md, Short's budget)",
         },
     }  # fmt: skip
     for name, value in defaults.items():
