@@ -67,7 +67,7 @@ bench: install demo-deps
 	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.bench_step $(BENCH_ARGS)
 	HF_HUB_OFFLINE=1 $(PY) -m benchmarks.grading_agreement
 
-# The CUDA path on one GPU, about 8 minutes on an H100 (docs/benchmarks.md "GPU check"): the miniature, the step
+# The CUDA path on one GPU, about 9 minutes on an H100 or H200 (docs/benchmarks.md "GPU check"): the miniature, the step
 # at Qwen2.5-1.5B's shape, LoRA, eval and generate. GPU_CHECK_ARGS="--only step,lora" to run some sections.
 GPU_CHECK_ARGS ?=
 gpu-check: install
@@ -78,11 +78,13 @@ gpu-check: install
 #   make demo                  # the graded world's shipped taught model -> router (the paper's recipe,
 #                              # 45 of its 90 batches; DEMO_ARGS="--batch-steps 90" for all) -> forced and
 #                              # free evaluation -> summary (routing per level beside the oracle's)
-#   make mini                  # both worlds from the shipped taught models: the graded world's router,
-#                              # 3 baselines and 2 ablations; the cliff world's router and 3 baselines
+#   make mini                  # both worlds from the shipped taught models: the graded world's router (from
+#                              # each cold start and with the routing word weighted), 3 baselines and 2
+#                              # ablations; the cliff world's router, 3 baselines and the level-mix router
 #                              # (the negative control); per seed; a report per world
 #   make mini SEEDS="0" TEACH=1   # teach both worlds' models from scratch first (about 23 + 42 min)
-#   make mini-controls         # the cold start's controls and dose-response (#41; about 1.5 h on 2 cores);
+#   make mini-controls         # the cold start's controls and dose-response (about 1.5 h on 2 cores;
+#                              # docs/notebooks/cold_start.md);
 #                              # CONTROLS_ARGS="--experiment threshold" for the early tell's held-out runs (about 45 min)
 # The SmolLM2-135M demo of the machinery: make demo-smollm2 -> outputs/demo_smollm2/summary.md (DEMO_ARGS="--steps 6").
 # ------------------------------------------------------------------------------------------------------
