@@ -80,8 +80,8 @@ gpu-check: install
 #                              # free evaluation -> summary (routing per level beside the oracle's)
 #   make mini                  # both worlds from the shipped taught models: the graded world's router (from
 #                              # each cold start and with the routing word weighted), 3 baselines and 2
-#                              # ablations; the cliff world's router, 3 baselines and the level-mix router
-#                              # (the negative control); per seed; a report per world
+#                              # ablations; the cliff world (the negative control): its router, 3 baselines
+#                              # and the level-mix router; per seed; a report per world
 #   make mini SEEDS="0" TEACH=1   # teach both worlds' models from scratch first (about 23 + 42 min)
 #   make mini-controls         # the cold start's controls and dose-response (about 1.5 h on 2 cores;
 #                              # docs/notebooks/cold_start.md);
