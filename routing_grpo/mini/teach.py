@@ -404,6 +404,7 @@ def teach_stage(
         completion_only_loss=True,
         dataloader_drop_last=True,
         disable_tqdm=True,
+        remove_unused_columns=state_level_weight == 0,  # the state-level loss reads the rows' level columns
     )
     trainer_class = SFTTrainer
     if state_level_weight > 0:
@@ -589,11 +590,6 @@ def state_level_trainer(base: type, config: TeachConfig, world: Any, *, weight: 
 
             self.data_collator = with_levels
             self.state_level_losses: list[float] = []
-
-        def _set_signature_columns_if_needed(self) -> None:
-            super()._set_signature_columns_if_needed()
-            missing = [c for c in columns if c not in self._signature_columns]
-            self._signature_columns = [*self._signature_columns, *missing]
 
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             levels = inputs.pop("level")

@@ -81,10 +81,6 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "weights a sleeping colocated engine dropped"),
     PrivateName("VLLMGeneration", "_llm_weights_sleeping", ATTRIBUTE, "training.trl_vllm", needs="vllm_colocate",
                 reason="level-2 sleep drops the weights: the next generation must sync them again"),
-    PrivateName("Trainer", "_set_signature_columns_if_needed", OVERRIDDEN, "mini.teach", "(self) -> None",
-                "the miniature's teaching keeps its level columns for its own loss"),
-    PrivateName("Trainer", "_signature_columns", ATTRIBUTE, "mini.teach",
-                reason="the miniature's teaching keeps its level columns for its own loss"),
     # Class attributes: the model card's trainer name, paper and tags (TRL has no public setting for them).
     PrivateName("GRPOTrainer", "_tag_names", CLASS_ATTRIBUTE, "training.trainer", reason="the card's tags"),
     PrivateName("GRPOTrainer", "_name", CLASS_ATTRIBUTE, "training.trainer", reason="the card's trainer name"),
