@@ -16,7 +16,6 @@ import os
 import random
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,18 +82,15 @@ def _read_local(path: str, split: str) -> list[dict[str, Any]]:
     return [row for file in _data_files(resolved, split) for row in _read_file(file)]
 
 
-def _offline() -> bool:
-    return any(
-        os.environ.get(var, "").lower() in ("1", "true", "yes", "on")
-        for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
-
-
 def _read_hub(path: str, config: str | None, split: str) -> list[dict[str, Any]]:
     try:
         return list(datasets.load_dataset(path, config, split=split))
     except Exception as error:  # offline, 404, auth, schema: one clear message
-        hint = "Offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE). " if _offline() else ""
+        offline = any(
+            os.environ.get(var, "").lower() in ("1", "true", "yes", "on")
+            for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+        )
+        hint = "Offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE). " if offline else ""
         raise DatasetUnavailableError(
             f"could not load {path!r} (config {config!r}, split {split!r}) from the Hugging Face Hub: "
             f"{type(error).__name__}: {error}. {hint}"
@@ -103,53 +99,21 @@ def _read_hub(path: str, config: str | None, split: str) -> list[dict[str, Any]]
         ) from None
 
 
-_LEVEL_RE = re.compile(r"\s*(?:level\s*)?(\d+)\s*", re.IGNORECASE)
-_UNKNOWN_LEVELS = ("level ?", "?", "")
-
-
 class _RowError(Exception):
-    def __init__(self, column: str, reason: str) -> None:
-        super().__init__(reason)
-        self.column, self.reason = column, reason
-
-
-@dataclass(frozen=True)
-class _Columns:
-    """Which source column feeds each normalised field (None: absent)."""
-
-    problem: str
-    answer: str
-    level: str | None
-    subject: str | None
-    id: str | None
+    """A malformed row: ``(column, reason)``."""
 
 
 def _first(candidates: Sequence[str], present: Collection[str]) -> str | None:
     return next((c for c in candidates if c in present), None)
 
 
-def _resolve_columns(columns: Sequence[str], source: str) -> _Columns:
-    problem, answer = _first(PROBLEM_COLUMNS, columns), _first(ANSWER_COLUMNS, columns)
-    missing = [
-        name
-        for name, col in (("problem (problem/question)", problem), ("answer (answer/solution)", answer))
-        if col is None
-    ]
-    if missing:
-        raise ValueError(f"{source}: no column for {', '.join(missing)}; columns present: {list(columns)}")
-    level = "level" if "level" in columns else None
-    return _Columns(problem, answer, level, _first(SUBJECT_COLUMNS, columns), _first(ID_COLUMNS, columns))
-
-
 def _parse_level(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
     if isinstance(value, str):
-        if value.strip().lower() in _UNKNOWN_LEVELS:
+        if value.strip().lower() in ("level ?", "?", ""):
             return None
-        match = _LEVEL_RE.fullmatch(value)
+        match = re.fullmatch(r"\s*(?:level\s*)?(\d+)\s*", value, re.IGNORECASE)
         if match:
             return int(match.group(1))
     raise _RowError("level", f"unparsable level {value!r}")
@@ -184,12 +148,12 @@ def _text_or_none(value: Any, column: str) -> str | None:
 
 
 def _normalise_row(
-    raw: Mapping[str, Any], index: int, cols: _Columns, spec: TaskSpec, split: str
+    raw: Mapping[str, Any], index: int, cols: dict[str, str | None], spec: TaskSpec, split: str
 ) -> dict[str, Any]:
     # One file may mix ``problem`` and ``question``, or ``answer`` and ``solution``: the row's first filled.
     filled = {key for key, value in raw.items() if value is not None}
-    problem_column = _first(PROBLEM_COLUMNS, filled) or cols.problem
-    answer_column = _first(ANSWER_COLUMNS, filled) or cols.answer
+    problem_column = _first(PROBLEM_COLUMNS, filled) or cols["problem"]
+    answer_column = _first(ANSWER_COLUMNS, filled) or cols["answer"]
     problem = raw.get(problem_column)
     if problem is None:
         raise _RowError(problem_column, "missing problem")
@@ -197,14 +161,14 @@ def _normalise_row(
         raise _RowError(problem_column, f"problem is {type(problem).__name__}")
     if not problem.strip():
         raise _RowError(problem_column, "empty problem")
-    raw_id = raw.get(cols.id) if cols.id else None
+    raw_id = raw.get(cols["id"]) if cols["id"] else None
     if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, str | int)):
-        raise _RowError(cols.id, f"id is {type(raw_id).__name__}")
+        raise _RowError(cols["id"], f"id is {type(raw_id).__name__}")
     return {
         "problem": problem,
         "answer": _answer(raw.get(answer_column), answer_column, spec.answer_rule),
-        "level": _parse_level(raw.get(cols.level)) if cols.level else None,
-        "subject": _text_or_none(raw.get(cols.subject), cols.subject) if cols.subject else None,
+        "level": _parse_level(raw.get("level")) if cols["level"] else None,
+        "subject": _text_or_none(raw.get(cols["subject"]), cols["subject"]) if cols["subject"] else None,
         "id": str(raw_id) if raw_id not in (None, "") else f"{spec.name}-{split}-{index}",
     }
 
@@ -213,21 +177,35 @@ def _normalise(
     raw_rows: Sequence[Mapping[str, Any]], spec: TaskSpec, split: str, source: str, skip_malformed: bool
 ) -> list[dict[str, Any]]:
     columns = list(dict.fromkeys(key for row in raw_rows for key in row))
-    cols = _resolve_columns(columns, source)
+    cols = {
+        "problem": _first(PROBLEM_COLUMNS, columns),
+        "answer": _first(ANSWER_COLUMNS, columns),
+        "level": "level" if "level" in columns else None,
+        "subject": _first(SUBJECT_COLUMNS, columns),
+        "id": _first(ID_COLUMNS, columns),
+    }
+    missing = [
+        f"{key} ({'/'.join(names)})"
+        for key, names in (("problem", PROBLEM_COLUMNS), ("answer", ANSWER_COLUMNS))
+        if cols[key] is None
+    ]
+    if missing:
+        raise ValueError(f"{source}: no column for {', '.join(missing)}; columns present: {columns}")
     rows, skipped, empty = [], [], []
     first_seen: dict[str, int] = {}
     for index, raw in enumerate(raw_rows):
-        raw_id = raw.get(cols.id) if cols.id else None
+        raw_id = raw.get(cols["id"]) if cols["id"] else None
         try:
             row = _normalise_row(raw, index, cols, spec, split)
             if row["id"] in first_seen:
-                raise _RowError(cols.id or "id", f"duplicate id (first at row {first_seen[row['id']]})")
+                raise _RowError(cols["id"] or "id", f"duplicate id (first at row {first_seen[row['id']]})")
             first_seen[row["id"]] = index
             if row["answer"] == "" and skip_malformed:
-                raise _RowError(cols.answer, "empty answer")
+                raise _RowError(cols["answer"], "empty answer")
         except _RowError as error:
+            column, reason = error.args
             where = f"row {index}" + (f" (id {str(raw_id)!r})" if raw_id is not None else "")
-            issue = f"{where}, column {error.column!r}: {error.reason}"
+            issue = f"{where}, column {column!r}: {reason}"
             if not skip_malformed:
                 raise ValueError(
                     f"{source}: malformed {issue}. Columns present: {columns}. "

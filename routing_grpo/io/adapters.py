@@ -41,7 +41,7 @@ def adapter_config(folder: str | Path) -> dict[str, Any]:
     path = Path(folder).expanduser() / ADAPTER_CONFIG
     try:
         config = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+    except (OSError, ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
         raise ValueError(f"{path}: not a PEFT adapter config ({type(err).__name__})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: not a PEFT adapter config (not a JSON object)")
@@ -81,23 +81,21 @@ def base_problem(folder: str | Path) -> str | None:
         return f"{lead}, which is a file, not a model folder; {fix}"
     if looks_local(base):
         return f"{lead}, which is not here (no such folder); {fix}"
-    if hub_offline() and not hub_cached(base, base_revision(folder)):  # what an offline load needs first
-        return (
-            f"{lead}, which is neither a local folder nor in the Hub cache, and the Hub is offline here "
-            f"(HF_HUB_OFFLINE is set); download it while online, or set base_model_name_or_path in "
-            f"{Path(folder) / ADAPTER_CONFIG} to a local copy"
-        )
-    return None
-
-
-def hub_cached(repo_id: str, revision: str | None = None) -> bool:
-    """Whether the Hub cache holds ``repo_id``'s config.json."""
+    if not hub_offline():
+        return None
     from huggingface_hub import try_to_load_from_cache
 
-    try:
-        return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    try:  # what an offline load needs first: the base's config.json in the Hub cache
+        cached = try_to_load_from_cache(base, "config.json", revision=base_revision(folder))
     except Exception:  # noqa: BLE001 - a name the Hub would refuse: not cached
-        return False
+        cached = None
+    if isinstance(cached, str):
+        return None
+    return (
+        f"{lead}, which is neither a local folder nor in the Hub cache, and the Hub is offline here "
+        f"(HF_HUB_OFFLINE is set); download it while online, or set base_model_name_or_path in "
+        f"{Path(folder) / ADAPTER_CONFIG} to a local copy"
+    )
 
 
 def vllm_problem(folder: str | Path, name: str = "backend") -> str:

@@ -40,14 +40,22 @@ def checkpoint_problem(checkpoint: str | Path, markers: bool | None = None) -> s
     """Why a checkpoint folder is incomplete (None when complete); ``markers``: whether its run folder uses
     completion markers (looked up when None)."""
     folder = Path(checkpoint)
-    if markers is None:
-        markers = uses_markers(folder.parent)
-    marker = folder / MARKER
+    marker, state = folder / MARKER, folder / TRAINER_STATE
     if marker.is_file():
-        return _marker_problem(marker)
-    if markers:
+        try:
+            listed = json.loads(marker.read_text()).get("files")
+            if not isinstance(listed, dict):
+                raise ValueError("no file list")
+        except (OSError, ValueError, AttributeError):
+            return f"{MARKER} cannot be read"
+        for name, size in listed.items():
+            if not (folder / name).is_file():
+                return f"{name} is missing"
+            if (folder / name).stat().st_size != size:
+                return f"{name} has {(folder / name).stat().st_size} bytes, {size} when it was saved"
+        return None
+    if uses_markers(folder.parent) if markers is None else markers:
         return f"no {MARKER}: its writing was cut short"
-    state = folder / TRAINER_STATE
     if not state.is_file():
         return f"no {TRAINER_STATE}: its writing was cut short"
     try:
@@ -55,23 +63,6 @@ def checkpoint_problem(checkpoint: str | Path, markers: bool | None = None) -> s
             return f"{TRAINER_STATE} is not a JSON object"
     except (OSError, ValueError):
         return f"{TRAINER_STATE} is not whole JSON: its writing was cut short"
-    return None
-
-
-def _marker_problem(marker: Path) -> str | None:
-    """What differs between a checkpoint's files and the sizes its marker lists (None: nothing)."""
-    try:
-        listed = json.loads(marker.read_text()).get("files")
-        if not isinstance(listed, dict):
-            raise ValueError("no file list")
-    except (OSError, ValueError, AttributeError):
-        return f"{MARKER} cannot be read"
-    for name, size in listed.items():
-        path = marker.parent / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != size:
-            return f"{name} has {path.stat().st_size} bytes, {size} when it was saved"
     return None
 
 

@@ -34,22 +34,15 @@ KINDS = {
     stat.S_IFSOCK: "a socket",
 }
 
-# -- where a command writes --------------------------------------------------------------------------------
-
 
 def _refused(flag: str, code: int, path: Path, more: str = "") -> UsageError:
     """The one line for an OS error code on ``path``, as the OS would report it when writing."""
     return UsageError(f"{flag}: {os_error_line(OSError(code, os.strerror(code), str(path)))}{more}")
 
 
-def _existing_ancestor(path: Path) -> Path:
-    """The nearest part of ``path`` that exists (the folder a new output would be made under)."""
-    return next((p for p in (path, *path.parents) if os.path.lexists(p)), Path("."))
-
-
 def _check_folder(path: Path, flag: str, output: Path) -> None:
     """The nearest existing part of ``path`` must be a folder in which a file can be made (and removed)."""
-    ancestor = _existing_ancestor(path)
+    ancestor = next((p for p in (path, *path.parents) if os.path.lexists(p)), Path("."))
     if not ancestor.is_dir():
         raise _refused(flag, errno.ENOTDIR, output, f" ({ancestor} is a file)")
     try:
@@ -102,33 +95,24 @@ def check_output_folder(path: str | os.PathLike, flag: str = "--output") -> None
     _check_folder(path, flag, path)
 
 
-# -- names that are not paths -------------------------------------------------------------------------------
-
-
-def name_problem(value: Any) -> str | None:
-    """What keeps ``value`` from being a plain file or folder name; None when it is one."""
-    if not isinstance(value, str):
-        return f"expected a name (text), got {type(value).__name__}"
-    if not value.strip():
-        return "empty"
-    if value in (".", ".."):
-        return f"{value!r} is a folder reference, not a name"
-    separators = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
-    if any(sep in value for sep in separators) or os.path.isabs(value):
-        return f"{value!r} holds a path separator; give a plain name"
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        return f"{value!r} holds a control character"
-    if len(value) > MAX_NAME:
-        return f"{len(value)} characters; at most {MAX_NAME}"
-    return None
-
-
 def check_name(value: Any, where: str) -> str:
-    """``value`` when it is a plain name; else ValueError ``where: not a name (why): ...``."""
-    problem = name_problem(value)
-    if problem:
-        raise ValueError(f"{where}: not a name ({problem}): names become file and folder names")
-    return value
+    """``value`` when it is a plain file or folder name; else ValueError ``where: not a name (why): ...``."""
+    separators = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
+    if not isinstance(value, str):
+        problem = f"expected a name (text), got {type(value).__name__}"
+    elif not value.strip():
+        problem = "empty"
+    elif value in (".", ".."):
+        problem = f"{value!r} is a folder reference, not a name"
+    elif any(sep in value for sep in separators) or os.path.isabs(value):
+        problem = f"{value!r} holds a path separator; give a plain name"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in value):
+        problem = f"{value!r} holds a control character"
+    elif len(value) > MAX_NAME:
+        problem = f"{len(value)} characters; at most {MAX_NAME}"
+    else:
+        return value
+    raise ValueError(f"{where}: not a name ({problem}): names become file and folder names")
 
 
 def under(folder: str | Path, *names: str) -> Path:
@@ -141,9 +125,6 @@ def under(folder: str | Path, *names: str) -> Path:
             f"{target}: resolves to {resolved}, outside the output folder {base}; nothing written there"
         )
     return target
-
-
-# -- local path or Hub id, offline models -------------------------------------------------------------------
 
 
 def hub_offline() -> bool:
