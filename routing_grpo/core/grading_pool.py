@@ -1,10 +1,10 @@
 """Deadlines for grading work (:mod:`routing_grpo.core.grading`): a ``SIGALRM`` timer and a worker pool.
 
 On the main thread :func:`time_limit` interrupts slow work. Off it a signal timer is unusable, so the work
-goes to the pool, whose workers run it on their own main thread under the same timer. The pool parent also
-keeps a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck in C code, or one that
-died, is killed and replaced, and its item's result is None. :func:`run_in_pool` shares one pool of
-``forkserver`` workers per process (safe beside torch's threads), stopped by :func:`shutdown_pool`.
+goes to the pool, whose workers run it on their own main thread under the same timer. The parent also keeps
+a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck in C code, or one that died,
+is killed and replaced, and its item's result is None. Each process shares one pool of ``forkserver`` workers
+(safe beside torch's threads): :func:`run_in_pool`, stopped by :func:`shutdown_pool`.
 """
 
 from __future__ import annotations
@@ -103,8 +103,7 @@ class WorkerPool:
         self._ctx = mp.get_context(method)
         if method == "forkserver" and preload:
             self._ctx.set_forkserver_preload(list(preload))
-        self.size = size
-        self.pid = os.getpid()
+        self.size, self.pid = size, os.getpid()
         self._workers = [_Worker(self._ctx) for _ in range(size)]
         try:
             for worker in self._workers:
