@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-from datasets import Dataset, Features
+from datasets import Dataset
 
 from routing_grpo.core.grading import find_last_boxed
 from routing_grpo.core.verifiers import VERIFIERS, RowGrader, row_grader
@@ -47,19 +47,6 @@ def task_grader(name: str) -> RowGrader:
     return row_grader(name if name in VERIFIERS else get_task(name).grader)
 
 
-def _data_files(path: Path, split: str) -> list[Path]:
-    """The data files of a file or directory; in a directory, those with the split as a word in their name
-    (``gsm8k_test.jsonl``, ``test-00000-of-00001.parquet``) if any are."""
-    if path.is_file():
-        return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(DATA_SUFFIXES))
-    if not files:
-        raise FileNotFoundError(f"{path}: no {'/'.join(DATA_SUFFIXES)} files in this directory")
-    split_word = re.compile(rf"(?<![A-Za-z]){re.escape(split)}(?![A-Za-z])")
-    named = [p for p in files if split_word.search(p.name)]
-    return named or files
-
-
 def _read_file(path: Path) -> list[dict[str, Any]]:
     """The rows of a parquet or JSONL file, or of a ``.json`` file holding one array of objects."""
     if path.suffix == ".parquet":
@@ -76,10 +63,19 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_local(path: str, split: str) -> list[dict[str, Any]]:
+    """The rows of a data file, or of a folder's data files: those with the split as a word in their name
+    (``gsm8k_test.jsonl``, ``test-00000-of-00001.parquet``) if any are."""
     resolved = Path(path).expanduser()
     if not resolved.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
-    return [row for file in _data_files(resolved, split) for row in _read_file(file)]
+    files = [resolved]
+    if not resolved.is_file():
+        files = sorted(p for p in resolved.rglob("*") if p.is_file() and p.name.endswith(DATA_SUFFIXES))
+        if not files:
+            raise FileNotFoundError(f"{resolved}: no {'/'.join(DATA_SUFFIXES)} files in this directory")
+        split_word = re.compile(rf"(?<![A-Za-z]){re.escape(split)}(?![A-Za-z])")
+        files = [p for p in files if split_word.search(p.name)] or files
+    return [row for file in files for row in _read_file(file)]
 
 
 def _read_hub(path: str, config: str | None, split: str) -> list[dict[str, Any]]:
@@ -229,13 +225,6 @@ def _normalise(
     return rows
 
 
-def _with_prompt(row: dict[str, Any], instruction: str, features: Features) -> dict[str, Any]:
-    """The row with its prompt, in the column order of `features`."""
-    content = row["problem"].strip() + (f"\n\n{instruction}" if instruction else "")
-    full = {"prompt": [{"role": "user", "content": content}], **row}
-    return {column: full[column] for column in features}
-
-
 def load_task(
     name: str,
     path: str | os.PathLike[str] | None = None,
@@ -245,22 +234,18 @@ def load_task(
     skip_malformed: bool = False,
     instruction: str | None = None,
 ) -> Dataset:
-    """Load task ``name`` as a normalised Dataset (columns: see the module docstring).
+    """Load task ``name`` (:func:`~routing_grpo.data.tasks.task_names`) as a normalised Dataset (columns: see
+    the module docstring).
 
     Args:
-        name: a task name (:func:`~routing_grpo.data.tasks.task_names`): math_train, math500, gsm8k, aime24,
-            aime25, synthetic, countdown, and those other packages register.
-        path: a Hub dataset name, or a local .jsonl/.json/.parquet file or directory of them. Default: the
-            task's Hub name. Generated tasks take none.
-        split: the Hub split (default: the task's); in a local directory, picks the files named after it;
-            for generated tasks, "train" or "test".
+        path: a Hub dataset name, or a local .jsonl/.json/.parquet file or folder of them (default: the task's
+            Hub name; generated tasks take none).
+        split: the Hub split (default: the task's); in a local folder, picks the files named after it.
         limit: keep the first ``limit`` rows (generated tasks: how many to generate; default 5,000 train /
             500 test).
-        seed: the generator seed of generated tasks (file tasks keep their file order).
-        skip_malformed: drop malformed rows (and empty-answer rows, kept with a warning otherwise) instead
-            of raising ValueError.
-        instruction: the answer-format instruction appended to the problem; None: the task's default
-            (:data:`~routing_grpo.data.tasks.DEFAULT_INSTRUCTION`, or the Countdown one); "" adds none.
+        seed: the seed of generated tasks (file tasks keep their file order).
+        skip_malformed: drop malformed rows (else a ValueError) and empty-answer rows (else a warning).
+        instruction: the answer-format instruction appended to the problem (None: the task's; "": none).
     """
     spec = get_task(name)
     split = split or spec.split
@@ -282,9 +267,9 @@ def load_task(
             raw_rows = _read_hub(source, spec.hub_config if source == spec.hub_path else None, split)
         rows = _normalise(raw_rows, spec, split, source, skip_malformed)[:limit]
     instruction = spec.instruction if instruction is None else instruction
-    return Dataset.from_list(
-        [_with_prompt(row, instruction, spec.features) for row in rows], features=spec.features
-    )
+    suffix = f"\n\n{instruction}" if instruction else ""
+    rows = [{"prompt": [{"role": "user", "content": r["problem"].strip() + suffix}], **r} for r in rows]
+    return Dataset.from_list([{c: r[c] for c in spec.features} for r in rows], features=spec.features)
 
 
 def parse_level_mix(value: Any) -> dict[int, float]:
