@@ -2,7 +2,9 @@
 loaded once when first asked for; an unknown name lists the known ones. The synthetic task: correct integer
 answers, deterministic and prefix-stable rows, levels whose lengths grow."""
 
+import importlib.metadata
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
@@ -10,6 +12,13 @@ from routing_grpo.data import tasks
 from routing_grpo.data.datasets import load_task
 from routing_grpo.data.tasks import SYNTHETIC_LEVELS, TaskSpec, get_task, synthetic_rows, task_names
 from tests.helpers import NORMALISED_COLUMNS, evaluate_independently
+
+
+def entry_points_giving(monkeypatch, name, obj):
+    """Installed packages' metadata holding one task entry point, ``name`` -> ``obj``."""
+    point = SimpleNamespace(name=name, load=lambda: obj)
+    points = lambda group, name=None: [point] if name in (None, point.name) else []  # noqa: E731
+    monkeypatch.setattr(importlib.metadata, "entry_points", points)
 
 
 def test_a_package_adds_a_task_through_an_entry_point(monkeypatch):
@@ -20,8 +29,7 @@ def test_a_package_adds_a_task_through_an_entry_point(monkeypatch):
         return TaskSpec("user_task", "math", "train", generate=synthetic_rows, generated_sizes={"train": 4})
 
     monkeypatch.setattr(tasks, "TASKS", {})
-    monkeypatch.setattr(tasks, "entry_point_names", lambda group: ["user_task"])
-    monkeypatch.setattr(tasks, "load_entry_point", lambda group, name: spec if name == "user_task" else None)
+    entry_points_giving(monkeypatch, "user_task", spec)
     assert task_names() == ["user_task"] and not loaded  # listing the names loads nothing
     assert len(load_task("user_task")) == 4 and loaded == ["user_task"]
     assert get_task("user_task") is get_task("user_task") and loaded == ["user_task"]  # loaded once
@@ -30,9 +38,7 @@ def test_a_package_adds_a_task_through_an_entry_point(monkeypatch):
 
 
 def test_an_entry_point_that_gives_no_task_spec_of_its_name_is_refused(monkeypatch):
-    monkeypatch.setattr(
-        tasks, "load_entry_point", lambda group, name: lambda: TaskSpec("other", "math", "test")
-    )
+    entry_points_giving(monkeypatch, "wrong", lambda: TaskSpec("other", "math", "test"))
     with pytest.raises(
         TypeError, match="entry point 'wrong' of 'routing_grpo.tasks' gave .*not a TaskSpec named"
     ):

@@ -19,9 +19,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_ROUTING_QUESTION = "Mode:"
 """The routing question's default: short, and inviting the routing word as the answer's first token."""
-MAX_PROMPT_TEXT_CHARS = 500
-"""The routing question and instruction are at most this long (the paper's are 5 and 92): both are in every
-prompt of a run."""
+MAX_PROMPT_TEXT_CHARS = 500  # routing question and instruction (the paper's: 5 and 92): in every prompt
 
 
 def prompt_text_problem(name: str, value: Any) -> str | None:
@@ -36,15 +34,12 @@ def prompt_text_problem(name: str, value: Any) -> str | None:
     return None
 
 
-INSTRUCTION_SEPARATOR = "\n\n"
-
-
 def add_routing_instruction(prompt: Any, instruction: str) -> Any:
     """``prompt`` with ``instruction`` appended to its last user turn (or to a plain prompt's text); the input
     is not modified."""
     if not instruction:
         return prompt
-    suffix = INSTRUCTION_SEPARATOR + instruction
+    suffix = "\n\n" + instruction
     if isinstance(prompt, str):
         return prompt + suffix
     if isinstance(prompt, list):

@@ -11,6 +11,7 @@ a function of no arguments returning one, loaded when the name is first asked fo
 
 from __future__ import annotations
 
+import importlib.metadata
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -19,7 +20,6 @@ from typing import Any
 from datasets import Features, List, Value
 
 from routing_grpo.core import countdown
-from routing_grpo.io.plugins import entry_point_names, load_entry_point
 
 ENTRY_POINT_GROUP = "routing_grpo.tasks"
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -138,7 +138,7 @@ TASKS: dict[str, TaskSpec] = {
 
 def task_names() -> list[str]:
     """Every known task name, sorted (the entry points' included, not loaded)."""
-    return sorted({*TASKS, *entry_point_names(ENTRY_POINT_GROUP)})
+    return sorted({*TASKS, *(ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))})
 
 
 def get_task(name: str) -> TaskSpec:
@@ -149,9 +149,10 @@ def get_task(name: str) -> TaskSpec:
         TypeError: when the entry point gives no :class:`TaskSpec` of that name.
     """
     if name not in TASKS:
-        spec = load_entry_point(ENTRY_POINT_GROUP, name)
-        if spec is None:
+        found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
+        if not found:
             raise ValueError(f"unknown task {name!r}; known tasks: {task_names()}")
+        spec = next(iter(found)).load()
         spec = spec() if callable(spec) else spec
         if not isinstance(spec, TaskSpec) or spec.name != name:
             raise TypeError(

@@ -10,6 +10,7 @@ file at the size limit) and say it in one line naming the flag; nothing is creat
 from __future__ import annotations
 
 import errno
+import importlib.metadata
 import os
 import stat
 import tempfile
@@ -17,13 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.io.errors import UsageError, file_size_limit, os_error_line
-from routing_grpo.io.plugins import entry_point_names, load_entry_point
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 OFFLINE_PREFIX = "offline:"
 # Where offline models are built (RoutingScriptArguments.offline_cache_dir's default).
 OFFLINE_CACHE_DIR = str(Path("~") / ".cache" / "routing-grpo")
-# Offline models come from entry points of this group: name -> function(cache folder) -> model folder.
+# Offline models come from entry points of this group, in the installed packages' metadata.
 OFFLINE_MODELS = "routing_grpo.offline_models"
 # Past this many characters a name is no name (file systems stop at 255 bytes).
 MAX_NAME = 200
@@ -148,7 +148,7 @@ def looks_local(name: str) -> bool:
 
 def offline_model_names() -> list[str]:
     """The ``offline:`` names the installed packages register (sorted)."""
-    return entry_point_names(OFFLINE_MODELS)
+    return sorted({ep.name for ep in importlib.metadata.entry_points(group=OFFLINE_MODELS)})
 
 
 def is_offline_name(name: str | Path) -> bool:
@@ -161,8 +161,8 @@ def resolve_model_path(name: str, cache_dir: str | Path = OFFLINE_CACHE_DIR) -> 
     point ``NAME`` of ``routing_grpo.offline_models``."""
     if not is_offline_name(name):
         return name
-    build = load_entry_point(OFFLINE_MODELS, name[len(OFFLINE_PREFIX) :])
-    if build is not None:
-        return str(build(Path(cache_dir).expanduser()))
+    found = importlib.metadata.entry_points(group=OFFLINE_MODELS, name=name[len(OFFLINE_PREFIX) :])
+    if found:  # name -> function(cache folder) -> model folder
+        return str(next(iter(found)).load()(Path(cache_dir).expanduser()))
     *others, last = [OFFLINE_PREFIX + n for n in offline_model_names()]
     raise ValueError(f"model_name_or_path: unknown offline model {name!r}; use {', '.join(others)} or {last}")
