@@ -180,12 +180,9 @@ def _last_expression_line(text: str) -> str | None:
 
 
 def extract_expression(completion: str) -> str | None:
-    """The final expression of a completion (after its last ``</think>``), or None.
-
-    The later of the last box (:func:`routing_grpo.core.grading.find_last_boxed`; an empty one is no answer)
-    and the last ``<answer>...</answer>`` wins. Without either, the last line of digits, operators,
-    parentheses and ``=``, unless a ``<think>`` is left open: a line of scratch work is no commitment.
-    """
+    """The final expression after a completion's last ``</think>``, or None: the later of the last box (an
+    empty one is no answer) and the last ``<answer>...</answer>``; without either, the last line of digits,
+    operators, parentheses and ``=``, unless a ``<think>`` is left open (scratch work is no commitment)."""
     end_think = completion.rfind("</think>")
     if end_think >= 0:
         completion = completion[end_think + len("</think>") :]

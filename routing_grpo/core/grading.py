@@ -97,17 +97,9 @@ def generation_prompt_opens_reasoning(tokenizer: Any, **template_kwargs: Any) ->
 
 
 def answer_text(text: str, *, finished: bool = True, reasoning_open: bool = False) -> str | None:
-    """The part of a response that holds its final answer (finished or wrong).
-
-    Args:
-        text: the completion as decoded.
-        finished: the response ended with EOS (False when it stopped at the completion limit or a cap).
-        reasoning_open: the prompt opened the reasoning (its generation prompt ends inside ``<think>``).
-
-    Returns:
-        The text after the last ``</think>``; the whole text when no reasoning was opened; None when the
-        response did not finish or left its reasoning open.
-    """
+    """The text after the last ``</think>`` (all of it when no reasoning was opened); None when the response
+    did not finish (end with EOS) or left its reasoning open, in the completion or, with ``reasoning_open``,
+    through the prompt."""
     if not finished or not isinstance(text, str):
         return None
     close_at = text.rfind(THINK_CLOSE)
@@ -126,7 +118,7 @@ def extract_answer(text: str, *, finished: bool = True, reasoning_open: bool = F
             return None
         if _BOX_RE.search(text):
             return last_boxed(text)
-        for marker in _FALLBACK_MARKERS:  # the rest of the line after its last match
+        for marker in _FALLBACK_MARKERS:
             match = _last_match(marker, text)
             answer = match and _clean_inline(text[match.end() :].partition("\n")[0])
             if answer:
@@ -259,14 +251,13 @@ def grade_batch(
     num_workers: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[GradeResult]:
-    """Grade completions against references, in input order.
+    """Grade completions against references, in input order; an item past ``timeout_s``, or whose worker
+    died, is wrong.
 
     Args:
-        finished: one flag per completion (default all True), as in :func:`answer_text`.
-        reasoning_open: one flag for all, or one per completion.
+        finished, reasoning_open: as in :func:`answer_text`, per completion (``reasoning_open``: or for all).
         num_workers: the shared pool's size (default: the usable CPUs). On the main thread, batches under
             :data:`MIN_POOL_BATCH` items, or ``num_workers=0``, are graded in this process.
-        timeout_s: the time limit per item; an item past it, or whose worker died, is scored False.
     """
     n = len(completions)
     if n != len(references):
@@ -297,15 +288,12 @@ def grade_file(
     label_column: str = "label",
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Grade a JSONL file whose rows have ``model_output`` and ``reference_answer``; each row plus ``correct``
-    and ``extracted_answer`` goes to ``output_path`` when given.
+    """Grade a JSONL file whose rows have ``model_output`` and ``reference_answer`` (a ValueError names a bad
+    row's line and column); each row plus ``correct`` and ``extracted_answer`` goes to ``output_path``.
 
     Returns:
         ``rows``, ``correct``, ``seconds``, and ``agreement`` (the share of rows where ``correct`` equals
         ``label_column``) when every row has that label.
-
-    Raises:
-        ValueError: naming the line and column of a malformed row.
     """
     start, path, rows = time.perf_counter(), Path(input_path), []
     for line_number, row in read_jsonl(path, torn="error"):  # a user's file: a torn line is an error

@@ -91,12 +91,8 @@ class _Worker:
 
 
 class WorkerPool:
-    """A process pool with a deadline per item; unlike concurrent.futures it can kill one stuck worker.
-
-    Args:
-        size: the number of worker processes.
-        preload: modules the ``forkserver`` imports once, so that a replacement worker starts in milliseconds.
-    """
+    """``size`` processes with a deadline per item; unlike concurrent.futures it can kill one stuck worker.
+    The ``forkserver`` imports the ``preload`` modules once: a replacement worker starts in milliseconds."""
 
     def __init__(self, size: int, preload: Sequence[str] = ()) -> None:
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"

@@ -138,12 +138,8 @@ def early_tell_word_ids(modes: Any, tokenizer: Any) -> tuple[list[list[int]], li
 
 
 def forced_word_ids(modes: Any, tokenizer: Any, question: str) -> list[list[int]]:
-    """The token ids that force each mode after the routing question ``question``.
-
-    Raises:
-        ValueError: naming the mode whose word tokenizes to nothing, or to other ids after the question than
-            on its own (detection would not read it back).
-    """
+    """The token ids that force each mode after the routing question; a ValueError names a mode whose word
+    tokenizes to nothing, or to other ids after the question than on its own (detection would not read it)."""
     out = []
     for m in modes:
         ids = tokenizer.encode(forcing_text(m.word, question), add_special_tokens=False)

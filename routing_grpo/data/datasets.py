@@ -311,12 +311,8 @@ def parse_level_mix(value: Any) -> dict[int, float]:
 
 def mix_levels(dataset: Dataset, mix: Mapping[int, float], *, seed: int, size: int | None = None) -> Dataset:
     """Resample ``dataset`` by level: level l makes ``mix[l] / sum(mix)`` of ``size`` rows (default: as many
-    as ``dataset`` has); levels not in ``mix`` are dropped.
-
-    Counts are rounded by largest remainder. Within a level, rows are drawn in whole seeded permutations (each
-    used floor or ceil of count / rows times); the result is shuffled with the same seed. A ValueError when a
-    row has no level or a level of ``mix`` has no row.
-    """
+    as ``dataset`` has, counts rounded by largest remainder); levels not in ``mix`` are dropped. Within a level,
+    rows are drawn in whole seeded permutations; the result is shuffled with the same seed."""
     levels = dataset["level"]
     missing = sum(1 for lv in levels if lv is None)
     if missing:
@@ -349,9 +345,8 @@ def mix_levels(dataset: Dataset, mix: Mapping[int, float], *, seed: int, size: i
 
 
 def check_columns(dataset: Any, split: str, answer_column: str) -> None:
-    """Check that ``dataset`` (a dataset, a mapping of them, or None) has the ``prompt`` and ``answer_column``
-    columns; a ValueError names the key and lists the columns. Datasets that do not say their columns are
-    left to the trainer."""
+    """A ValueError naming the key and the columns when ``dataset`` (a dataset, a mapping of them, or None)
+    lacks the ``prompt`` or ``answer_column`` column; datasets that do not say their columns pass."""
     for ds in dataset.values() if isinstance(dataset, Mapping) else [dataset]:
         columns = getattr(ds, "column_names", None)
         if columns is None:

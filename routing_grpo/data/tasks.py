@@ -2,11 +2,9 @@
 
 :data:`TASKS` holds the project's own tasks (MATH, GSM8K, AIME, Countdown, and ``synthetic``: seeded integer
 arithmetic in 5 levels, from one addition to six operators with parentheses and exact divisions). Another
-package adds tasks through an entry point of the group ``routing_grpo.tasks`` naming a :class:`TaskSpec`, or
-a function of no arguments returning one, loaded when the name is first asked for (the miniature does so)::
-
-    [project.entry-points."routing_grpo.tasks"]
-    my_task = "my_package.tasks:my_task_spec"
+package adds tasks as the miniature does, through an entry point of the group ``routing_grpo.tasks`` naming
+a :class:`TaskSpec` or a function of no arguments returning one:
+``[project.entry-points."routing_grpo.tasks"] my_task = "my_package.tasks:my_task_spec"``.
 """
 
 from __future__ import annotations
@@ -142,12 +140,8 @@ def task_names() -> list[str]:
 
 
 def get_task(name: str) -> TaskSpec:
-    """The spec of task ``name``, from :data:`TASKS` or else its entry point.
-
-    Raises:
-        ValueError: listing the known names, when there is no such task.
-        TypeError: when the entry point gives no :class:`TaskSpec` of that name.
-    """
+    """The spec of task ``name``, from :data:`TASKS` or else its entry point (loaded once); a ValueError
+    lists the known names."""
     if name not in TASKS:
         found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
         if not found:

@@ -41,7 +41,7 @@ def adapter_config(folder: str | Path) -> dict[str, Any]:
     path = Path(folder).expanduser() / ADAPTER_CONFIG
     try:
         config = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError) as err:  # UnicodeDecodeError is a ValueError
+    except (OSError, ValueError, RecursionError) as err:
         raise ValueError(f"{path}: not a PEFT adapter config ({type(err).__name__})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: not a PEFT adapter config (not a JSON object)")
@@ -108,8 +108,7 @@ def vllm_problem(folder: str | Path, name: str = "backend") -> str:
 
 
 def load_adapter_model(folder: str | Path, *, dtype: str = "auto") -> Any:
-    """The base (at the adapter's revision) with the adapter of ``folder`` merged in (PEFT's
-    ``merge_and_unload``): an ordinary transformers model."""
+    """The base (at the adapter's revision) with the adapter of ``folder`` merged in by PEFT."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -120,9 +119,8 @@ def load_adapter_model(folder: str | Path, *, dtype: str = "auto") -> Any:
 
 
 def merge_adapter_folder(folder: str | Path, output: str | Path, *, dtype: str = "auto") -> Path:
-    """Saves the adapter of ``folder`` merged into its base as an ordinary checkpoint in ``output`` (model,
-    tokenizer and ``routing_config.json``), which vLLM loads too. Raises ValueError (one line) for a folder
-    that is no adapter, a base that cannot be found, or ``output`` being ``folder``."""
+    """Saves the adapter of ``folder`` merged into its base in ``output`` (model, tokenizer and
+    ``routing_config.json``): an ordinary checkpoint, which vLLM loads too. Raises ValueError (one line)."""
     from transformers import AutoTokenizer
 
     source, target = Path(folder).expanduser(), Path(output).expanduser()

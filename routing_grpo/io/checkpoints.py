@@ -67,8 +67,7 @@ def checkpoint_problem(checkpoint: str | Path, markers: bool | None = None) -> s
 
 
 def latest_complete(output_dir: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """The latest complete checkpoint of a run folder (None when there is none) and the incomplete ones
-    after it, each with why."""
+    """The latest complete checkpoint of a run folder (or None) and the incomplete ones after it, with why."""
     markers = uses_markers(output_dir)
     skipped = []
     for _, path in reversed(checkpoint_folders(output_dir)):
@@ -90,9 +89,8 @@ def set_aside_incomplete(output_dir: str | Path, resumed: str | Path | None) -> 
         if step <= after or checkpoint_problem(path, markers) is None:
             continue
         k = 1
-        while path.with_name(f"{path.name}.incomplete-{k}").exists():
+        while (target := path.with_name(f"{path.name}.incomplete-{k}")).exists():
             k += 1
-        target = path.with_name(f"{path.name}.incomplete-{k}")
         os.replace(path, target)
         moved.append((path, target))
     return moved

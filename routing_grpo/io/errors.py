@@ -145,8 +145,8 @@ def run_entry(
     input_errors: tuple[type[BaseException], ...] = (),
     interrupted: str = "interrupted",
 ) -> int:
-    """Runs ``entry(arg)`` and returns its exit code: a :class:`UsageError`, an ``input_errors`` one or an OS
-    error with its code is one line ``PROG: error: ...`` and 2; Ctrl-C one line and 130."""
+    """``entry(arg)``'s exit code: a :class:`UsageError`, ``input_errors`` or OS error is one line
+    ``PROG: error: ...`` and 2; Ctrl-C one line and 130."""
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
         return entry(arg) or 0

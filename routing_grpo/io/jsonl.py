@@ -27,8 +27,8 @@ logger = logging.getLogger(__name__)
 def read_jsonl(
     path: str | Path, *, torn: Literal["error", "drop", "repair"] = "error"
 ) -> list[tuple[int, dict[str, Any]]]:
-    """The objects of a JSONL file with their line numbers, blank lines skipped; FileNotFoundError, or
-    ValueError ``path:line: ...`` for a line that is not a JSON object (a torn last line as ``torn`` says)."""
+    """(line, object) of a JSONL file's rows; ValueError ``path:line: ...`` for a bad line (a torn last one as
+    ``torn`` says)."""
     path = Path(path)
     check_readable_file(path)
     if torn == "repair":
@@ -214,8 +214,7 @@ class JSONProblem(ValueError):
 
 
 def check_readable_file(path: Path) -> None:
-    """FileNotFoundError ("file not found: PATH") when there is no file, IsADirectoryError for a folder,
-    ValueError for a device, pipe or socket."""
+    """FileNotFoundError ("file not found: PATH"), IsADirectoryError, or ValueError for a device or pipe."""
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     if not path.is_file():
@@ -289,8 +288,7 @@ def key_line(text: str, key: str | None = None) -> int | None:
 
 
 def read_json_file(path: str | Path) -> Any:
-    """A JSON file's value, read as strictly as a JSONL line; FileNotFoundError, IsADirectoryError, or
-    ValueError ``path:line: ...``."""
+    """A JSON file's value, read as strictly as a JSONL line (a ValueError ``path:line: ...``)."""
     path = Path(path)
     check_readable_file(path)
     data = path.read_bytes()
@@ -307,8 +305,8 @@ def read_json_file(path: str | Path) -> Any:
 
 
 def id_text(value: Any, key: str = "id") -> str:
-    """A row's id as text: a string, or an integer's digits; anything else is a ValueError naming ``key``
-    (its text, ``None`` or ``[1]``, could match another row's)."""
+    """A row's id: a string, or an integer's digits; anything else (whose text could be another row's id) is
+    a ValueError naming ``key``."""
     if isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool):

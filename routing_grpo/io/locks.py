@@ -38,8 +38,7 @@ def folder_lock_path(folder: str | Path) -> Path:
 
 
 def read_holder(lock: Path) -> str | None:
-    """``pid 123 on host h since 2025-01-01T12:00:00+00:00 (routing-grpo generate)``: the holder a lock file
-    names (None when it names none)."""
+    """The holder a lock file names (or None): ``pid 123 on host h since 2025-01-01T12:00:00+00:00 (CMD)``."""
     with contextlib.suppress(OSError, ValueError):
         holder = json.loads(lock.read_text(encoding="utf-8", errors="replace"))
         if isinstance(holder, dict) and holder:

@@ -100,8 +100,8 @@ def weight_file_problem(folder: str | Path) -> str | None:
 
 
 def model_fingerprint(model: str, revision: str | None = None) -> dict[str, Any]:
-    """A local model folder: its resolved path and each weight, config and tokenizer file's size and
-    modification time (a retrained folder differs); a Hub id: the id and revision."""
+    """A local model folder's path and each weight, config and tokenizer file's size and mtime; a Hub id's
+    id and revision."""
     folder = Path(model).expanduser()
     if not folder.is_dir():
         return {"hub_id": model, "revision": revision}

@@ -1,10 +1,9 @@
 """Paths: where a command writes (checked before any work), names that are not paths, local path or Hub id,
 and offline model names.
 
-:func:`check_output_file` and :func:`check_output_folder` find, before a model loads, what the OS would
-refuse when writing (a read-only place, a path through a file, a folder or device where a file is due, a
-file at the size limit) and say it in one line naming the flag; nothing is created. :func:`check_name` and
-:func:`under` keep names read from files or flags from becoming paths out of an output folder.
+:func:`check_output_file` and :func:`check_output_folder` say in one line naming the flag, before a model
+loads and creating nothing, what the OS would refuse when writing. :func:`check_name` and :func:`under` keep
+names read from files or flags from becoming paths out of an output folder.
 """
 
 from __future__ import annotations
