@@ -25,12 +25,10 @@ MAX_TOKENS = 64
 MAX_NUMBER_DIGITS = 6
 MAX_PAREN_DEPTH = 8
 
-# Level -> how many numbers an instance gives.
-LEVEL_SIZES = {1: 3, 2: 4}
+LEVEL_SIZES = {1: 3, 2: 4}  # level -> how many numbers an instance gives
 NUMBER_RANGE = (1, 99)
 TARGET_RANGE = (1, 999)
-# Share of the (numbers, target) space, by hash, reserved for the test split (see split_of).
-TEST_PERCENT = 10
+TEST_PERCENT = 10  # the share of instances, by hash, in the test split (split_of)
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final expression within \\boxed{}."
 
@@ -254,9 +252,9 @@ def _combine(rng: random.Random, items: list[tuple[int, str, int]]) -> tuple[int
 def generated_rows(
     name: str, n: int, seed: int, split: str, levels: int, draw: Callable[[random.Random, int], Any]
 ) -> list[dict[str, Any]]:
-    """``n`` rows of ``split`` from ``draw(rng, level) -> (key, split, row)`` (None, another split or a key seen
-    before: drawn again), levels cycling 1..``levels``, each with its ``level`` and ``id``; deterministic in
-    (seed, split), a smaller ``n`` giving a prefix of a larger one."""
+    """``n`` rows of ``split`` from ``draw(rng, level) -> (key, split, row)`` (None, another split or a key
+    seen before: drawn again), levels cycling 1..``levels``, each with its ``level`` and ``id``; deterministic
+    in (seed, split), a smaller ``n`` giving a prefix of a larger one."""
     if split not in ("train", "test"):
         raise ValueError(f"{name} split must be 'train' or 'test', not {split!r}")
     rng = random.Random(f"{name}:{seed}:{split}")

@@ -26,12 +26,9 @@ from routing_grpo.core.grading_pool import TimedOut, run_in_pool, signal_timer_u
 from routing_grpo.io.jsonl import id_text, read_jsonl
 
 DEFAULT_TIMEOUT_S = 5.0
-# Real answers are far shorter; longer ones come from degenerate outputs, where sympy can take unbounded time.
-MAX_ANSWER_CHARS = 1_000
-# Below this many items a pool's round trips cost more than they save.
-MIN_POOL_BATCH = 32
-# The pool's forkserver imports this module (sympy, math_verify) once, for every worker.
-PRELOAD = (__name__,)
+MAX_ANSWER_CHARS = 1_000  # longer ones come from degenerate outputs, where sympy can take unbounded time
+MIN_POOL_BATCH = 32  # below this many items a pool's round trips cost more than they save
+PRELOAD = (__name__,)  # the pool's forkserver imports this module (sympy, math_verify) once, for every worker
 
 # math_verify's signal timeouts are off on purpose (see the module docstring); its warning about it is noise.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -56,8 +53,6 @@ _NUMBER_RE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|-?\d+(?:\.\d+)?|-
 _SENTENCE_END_RE = re.compile(r"\.(?:\s|$)")
 _WORD_RE = re.compile(r"[A-Za-z'-]+")
 _INLINE_NOISE = ("$", "\\(", "\\)", "\\[", "\\]", "**")
-
-
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 

@@ -1,10 +1,9 @@
 """Deadlines for grading work (:mod:`routing_grpo.core.grading`): a ``SIGALRM`` timer and a worker pool.
 
-On the main thread :func:`time_limit` interrupts slow work. Off it a signal timer is unusable, so the work
-goes to the pool, whose workers run it on their own main thread under the same timer. The parent also keeps
-a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck in C code, or one that died,
-is killed and replaced, and its item's result is None. Each process shares one pool of ``forkserver`` workers
-(safe beside torch's threads): :func:`run_in_pool`, stopped by :func:`shutdown_pool`.
+On the main thread :func:`time_limit` interrupts slow work; off it, the work goes to the pool of
+:func:`run_in_pool` (``forkserver`` workers, safe beside torch's threads), whose workers run it under the same
+timer. The parent keeps a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck in C
+code, or one that died, is killed and replaced, and its item's result is None.
 """
 
 from __future__ import annotations

@@ -17,8 +17,7 @@ from routing_grpo.core.modes import mode_index, routing_instruction, word_token_
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ROUTING_QUESTION = "Mode:"
-"""The routing question's default: short, and inviting the routing word as the answer's first token."""
+DEFAULT_ROUTING_QUESTION = "Mode:"  # short, and inviting the routing word as the answer's first token
 MAX_PROMPT_TEXT_CHARS = 500  # routing question and instruction (the paper's: 5 and 92): in every prompt
 
 
@@ -68,14 +67,9 @@ def forcing_text(word: str, question: str) -> str:
 
 @dataclass(frozen=True)
 class PromptPlan:
-    """How every prompt of a run is laid out: instruction in the user turn, then [generation prompt | Q | t].
-
-    Attributes:
-        instruction: appended to the last user turn ("" = none).
-        question: the routing question Q ("" = none).
-        forced_text: the forced mode's word after Q (:func:`forcing_text`), "" when the mode is not forced.
-        forced_mode: the forced mode's index, or None.
-    """
+    """How every prompt of a run is laid out: ``instruction`` appended to the last user turn, then the
+    generation prompt, the routing ``question`` Q and, in a forced prompt, ``forced_text``
+    (:func:`forcing_text` of mode ``forced_mode``); "" for none."""
 
     instruction: str
     question: str

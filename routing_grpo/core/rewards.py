@@ -118,8 +118,7 @@ class RoutingReward:
             ModeDetector.from_tokenizer(self.modes, tokenizer) if tokenizer else ModeDetector(modes)
         )
         self.last: dict[str, list] = {}
-        # TRL names reward metrics after ``__name__``.
-        self.__name__ = "routing_reward"
+        self.__name__ = "routing_reward"  # TRL names reward metrics after it
 
     def __call__(
         self,

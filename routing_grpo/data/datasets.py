@@ -1,11 +1,10 @@
 """Datasets: each task from the Hugging Face Hub, a local file or its generator, normalised to one schema.
 
-Every task loads through :func:`load_task` into a :class:`datasets.Dataset` with the columns ``prompt`` (one
-user turn: problem and answer-format instruction; the trainer appends the routing instruction), ``problem``,
-``answer`` (the reference, stripped), ``level`` (int or None), ``subject`` (str or None) and ``id``. Countdown
-rows also have ``numbers`` and ``target``; their ``answer`` is a canonical solution, graded by
-:func:`task_grader`, never as a math answer. Source columns are found by name, row by row (docs/training.md).
-A malformed row fails the load naming its row, id and column, unless ``skip_malformed`` drops it.
+:func:`load_task` gives a :class:`datasets.Dataset` with the columns ``prompt`` (one user turn: problem and
+answer-format instruction), ``problem``, ``answer`` (the reference, stripped), ``level`` (int or None),
+``subject`` (str or None) and ``id``; Countdown rows also ``numbers`` and ``target`` (their ``answer``, a
+canonical solution, is graded by :func:`task_grader`). Source columns are found by name, row by row
+(docs/training.md); a malformed row fails the load naming its row, id and column, or is dropped.
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from routing_grpo.io.jsonl import read_json_file, read_jsonl
 from routing_grpo.io.paths import DATA_SUFFIXES, looks_local
 
 logger = logging.getLogger(__name__)
-
 
 PROBLEM_COLUMNS = ("problem", "question")
 ANSWER_COLUMNS = ("answer", "solution")
@@ -311,8 +309,8 @@ def parse_level_mix(value: Any) -> dict[int, float]:
 
 def mix_levels(dataset: Dataset, mix: Mapping[int, float], *, seed: int, size: int | None = None) -> Dataset:
     """Resample ``dataset`` by level: level l makes ``mix[l] / sum(mix)`` of ``size`` rows (default: as many
-    as ``dataset`` has, counts rounded by largest remainder); levels not in ``mix`` are dropped. Within a level,
-    rows are drawn in whole seeded permutations; the result is shuffled with the same seed."""
+    as ``dataset`` has, counts rounded by largest remainder); levels not in ``mix`` are dropped. Within a
+    level, rows are drawn in whole seeded permutations; the result is shuffled with the same seed."""
     levels = dataset["level"]
     missing = sum(1 for lv in levels if lv is None)
     if missing:

@@ -1,9 +1,9 @@
 """LoRA runs' folders: a PEFT adapter is loaded with its base, or merged into an ordinary checkpoint.
 
-A folder holding ``adapter_config.json`` and adapter weights is an adapter folder; its base (the config's
-``base_model_name_or_path``) must be reachable before anything loads (:func:`base_problem`). Generation and
-evaluation on transformers merge it in memory (:func:`load_adapter_model`); vLLM loads whole models only, so
-it is merged at the end of training (``merge_adapter: true``) or afterwards (:func:`merge_adapter_folder`).
+An adapter folder holds ``adapter_config.json`` and adapter weights; its base must be reachable before
+anything loads (:func:`base_problem`). Transformers backends merge it in memory (:func:`load_adapter_model`);
+vLLM loads whole models only: merge it when training ends (``merge_adapter: true``) or afterwards
+(:func:`merge_adapter_folder`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,9 @@ MERGE_HINT = (
 def is_adapter_folder(model: str | Path) -> bool:
     """Whether ``model`` is a local folder holding a PEFT adapter (its config and weights), not a whole model."""
     folder = Path(model).expanduser()
-    return (
-        bool(str(model))
-        and (folder / ADAPTER_CONFIG).is_file()
-        and any((folder / n).is_file() for n in ADAPTER_WEIGHTS)
-    )
+    if not str(model) or not (folder / ADAPTER_CONFIG).is_file():
+        return False
+    return any((folder / n).is_file() for n in ADAPTER_WEIGHTS)
 
 
 def adapter_config(folder: str | Path) -> dict[str, Any]:

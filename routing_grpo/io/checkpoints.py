@@ -1,11 +1,10 @@
 """Checkpoints whole or ignored: which ``checkpoint-N`` folders a run may resume from.
 
-The Trainer writes a checkpoint file by file, so a run killed while saving leaves a folder that looks like
-one and is not. Once every process has saved, the main process syncs the files and writes :data:`MARKER`
-last (:func:`mark_complete`): each file's size. A checkpoint is complete when its marker is there and the
-sizes agree; in a run folder where no checkpoint has a marker, when ``trainer_state.json`` is whole JSON. A
-run resumes from the latest complete one (:func:`latest_complete`); the incomplete ones past it are renamed
-``checkpoint-N.incomplete-<k>`` (:func:`set_aside_incomplete`), which the Trainer neither resumes nor rotates.
+A run killed while the Trainer saves leaves a folder that looks like a checkpoint and is not. Once every
+process has saved, the main process syncs the files and writes :data:`MARKER`, each file's size, last
+(:func:`mark_complete`). A checkpoint is complete when the sizes agree (where no checkpoint has a marker: when
+``trainer_state.json`` is whole JSON). A run resumes from the latest complete one; the incomplete ones past it
+become ``checkpoint-N.incomplete-<k>`` (:func:`set_aside_incomplete`), which the Trainer ignores.
 """
 
 from __future__ import annotations

@@ -43,9 +43,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 def as_declared(words: list[str], options: Any, *, abbreviations: bool = True) -> list[str]:
-    """``words`` with each long option spelled as ``options`` declares it: dashes for underscores or the other
-    way round and, with ``abbreviations``, an unambiguous abbreviation completed. Words after ``--`` and
-    undeclared options are left as they are (argparse names them)."""
+    """``words`` with each long option spelled as declared (dashes or underscores, and with ``abbreviations``
+    an unambiguous abbreviation completed); words after ``--`` and undeclared options left to argparse."""
     declared = {"--" + o[2:].replace("_", "-"): o for o in options if o.startswith("--")}
     out = []
     for i, word in enumerate(words):

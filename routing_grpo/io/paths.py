@@ -20,12 +20,10 @@ from routing_grpo.io.errors import UsageError, file_size_limit, os_error_line
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 OFFLINE_PREFIX = "offline:"
-# Where offline models are built (RoutingScriptArguments.offline_cache_dir's default).
-OFFLINE_CACHE_DIR = str(Path("~") / ".cache" / "routing-grpo")
+OFFLINE_CACHE_DIR = str(Path("~") / ".cache" / "routing-grpo")  # where offline models are built
 # Offline models come from entry points of this group, in the installed packages' metadata.
 OFFLINE_MODELS = "routing_grpo.offline_models"
-# Past this many characters a name is no name (file systems stop at 255 bytes).
-MAX_NAME = 200
+MAX_NAME = 200  # past this many characters a name is no name (file systems stop at 255 bytes)
 KINDS = {
     stat.S_IFCHR: "a character device",
     stat.S_IFBLK: "a block device",
