@@ -193,7 +193,7 @@ def run(
         grading._parse_reference.cache_clear()
         local, local_s, local_cpu = _grade(rows, 0, timeout_s)
         # The pool, freshly started (empty caches) and warmed up on trivial items outside the timing.
-        grading.shutdown_pool()
+        grading_pool.shutdown_pool()
         warm_start = time.perf_counter()
         grading.grade_batch(
             ["\\boxed{0}"] * grading.MIN_POOL_BATCH, ["1"] * grading.MIN_POOL_BATCH, num_workers=workers
@@ -240,7 +240,9 @@ def run(
         "grading_s_dedicated_cores": ROLLOUTS_PER_STEP / (cpu_rate * workers),
         "step_s": step_seconds,
         "share": grading_s / (step_seconds + grading_s),
-        "worst_case_grading_s": ROLLOUTS_PER_STEP * (timeout_s + grading.HARD_DEADLINE_GRACE_S) / workers,
+        "worst_case_grading_s": ROLLOUTS_PER_STEP
+        * (timeout_s + grading_pool.HARD_DEADLINE_GRACE_S)
+        / workers,
         "assumption": STEP_ASSUMPTION if step_seconds == DEFAULT_STEP_SECONDS else "--step-seconds given",
     }
     return report
@@ -397,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     finally:
-        grading.shutdown_pool()
+        grading_pool.shutdown_pool()
     if not args.json:
         print_report(report)
     print(json.dumps(_summary_line(report)))

@@ -38,11 +38,12 @@ def test_the_general_report_command_imports_no_miniature(tmp_path):
 
 
 def test_an_oracle_part_no_package_adds_is_one_line(tmp_path, capsys, monkeypatch):
+    import importlib.metadata
+
     from routing_grpo.cli import main
-    from routing_grpo.io import plugins
 
     write_paper_summaries(tmp_path / "runs")
-    monkeypatch.setattr(plugins, "load_entry_point", lambda group, name: None)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **selection: ())
     argv = ["report", "--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "o"), "--no-plots"]
     assert main([*argv, "--oracle", str(tmp_path / "runs")]) == 2
     assert capsys.readouterr().err.splitlines() == [

@@ -442,7 +442,7 @@ def test_grade_batch_from_worker_threads_uses_pool_and_keeps_order():
 
 
 def test_shutdown_pool_then_reuse():
-    grading.shutdown_pool()  # grading's name for the pool module's
+    grading_pool.shutdown_pool()
     assert grading_pool._POOL is None
     completions = [f"\\boxed{{{i}}}" for i in range(grading.MIN_POOL_BATCH)]
     results = grade_batch(completions, [str(i) for i in range(grading.MIN_POOL_BATCH)], num_workers=2)

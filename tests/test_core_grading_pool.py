@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from routing_grpo.core import grading, grading_pool
+from routing_grpo.core import grading_pool
 from routing_grpo.core.grading_pool import (
     HARD_DEADLINE_GRACE_S,
     TimedOut,
@@ -91,8 +91,3 @@ def test_the_shared_pool_runs_in_order_and_is_resized_and_shut_down():
     shutdown_pool()
     assert grading_pool._POOL is None
     assert available_cpus() >= 1
-
-
-def test_grading_keeps_its_public_pool_names():
-    assert grading.shutdown_pool is grading_pool.shutdown_pool
-    assert grading.HARD_DEADLINE_GRACE_S == HARD_DEADLINE_GRACE_S

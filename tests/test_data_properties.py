@@ -14,7 +14,7 @@ from routing_grpo.core.countdown import (
     parse_expression,
 )
 from routing_grpo.core.grading import last_boxed
-from routing_grpo.data.synthetic import synthetic_rows
+from routing_grpo.data.tasks import synthetic_rows
 
 # Generous per-example deadline: the point is "bounded", not a benchmark.
 FAST = settings(max_examples=300, deadline=500, suppress_health_check=[HealthCheck.too_slow])

@@ -13,7 +13,6 @@ from routing_grpo.io.errors import (
     as_declared,
     model_loading,
     one_line,
-    option_key,
     os_error_line,
     user_errors,
 )
@@ -22,7 +21,6 @@ OPTIONS = ["--max-tokens", "--output", "--overwrite", "-n"]
 
 
 def test_both_spellings_and_abbreviations_become_the_declared_one():
-    assert option_key("--max_tokens") == option_key("--max-tokens") == "--max-tokens"
     words = ["--max_tokens=5", "--outp", "x", "-n", "3", "--", "--max_tokens"]
     assert as_declared(words, OPTIONS) == ["--max-tokens=5", "--output", "x", "-n", "3", "--", "--max_tokens"]
     assert as_declared(["--o"], OPTIONS) == ["--o"]  # ambiguous: argparse names it

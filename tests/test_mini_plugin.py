@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+
 import pytest
 
 from routing_grpo.mini import cliff
@@ -11,10 +13,11 @@ from routing_grpo.mini import cliff
 def test_the_miniature_registers_its_tasks_and_models_through_entry_points():
     from routing_grpo.data.datasets import get_task, load_task, task_names
     from routing_grpo.io.paths import resolve_model_path
-    from routing_grpo.io.plugins import entry_point_names
     from routing_grpo.mini.plugin import MINI_CHECKPOINTS, MINI_GRADED_BLIND_CHECKPOINT
 
-    assert {"mini", "mini_graded"} <= set(entry_point_names("routing_grpo.tasks"))
+    assert {"mini", "mini_graded"} <= {
+        ep.name for ep in importlib.metadata.entry_points(group="routing_grpo.tasks")
+    }
     assert {"mini", "mini_graded"} <= set(task_names())
     assert dict(get_task("mini").generated_sizes) == {"train": cliff.TRAIN_SIZE, "test": cliff.TEST_SIZE}
     assert get_task("mini_graded").instruction == ""

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 from pathlib import Path
 from typing import Any
 
 from routing_grpo.io.errors import UsageError
 
-# Parts other packages add to the report, found through their entry points (routing_grpo.io.plugins): ``oracle``
+# Parts other packages add to the report, found through their entry points: ``oracle``
 # is the part --oracle and --world-oracle add (the miniature's, routing_grpo/mini/plugin.py).
 REPORT_PARTS = "routing_grpo.report_parts"
 
@@ -16,7 +17,6 @@ REPORT_PARTS = "routing_grpo.report_parts"
 def run(args: argparse.Namespace) -> int:
     from routing_grpo.evaluation.report import write_report
     from routing_grpo.io.paths import check_output_folder
-    from routing_grpo.io.plugins import load_entry_point
 
     check_output_folder(args.output)  # a file there, or a read-only place: before anything is read
     if args.no_plots:
@@ -27,13 +27,13 @@ def run(args: argparse.Namespace) -> int:
     try:
         part = None
         if oracle or worlds:
-            add = load_entry_point(REPORT_PARTS, "oracle")
-            if add is None:
+            found = importlib.metadata.entry_points(group=REPORT_PARTS, name="oracle")
+            if not found:
                 raise UsageError(
                     f"--oracle: no installed package adds the oracle's part (entry point group {REPORT_PARTS}); "
                     "reinstall this one: pip install -e ."
                 )
-            part = add(oracle, worlds)
+            part = next(iter(found)).load()(oracle, worlds)
         tables = write_report(
             args.runs,
             args.output,

@@ -13,7 +13,7 @@ import hashlib
 import random
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -25,12 +25,10 @@ MAX_TOKENS = 64
 MAX_NUMBER_DIGITS = 6
 MAX_PAREN_DEPTH = 8
 
-# Level -> how many numbers an instance gives.
-LEVEL_SIZES = {1: 3, 2: 4}
+LEVEL_SIZES = {1: 3, 2: 4}  # level -> how many numbers an instance gives
 NUMBER_RANGE = (1, 99)
 TARGET_RANGE = (1, 999)
-# Share of the (numbers, target) space, by hash, reserved for the test split (see split_of).
-TEST_PERCENT = 10
+TEST_PERCENT = 10  # the share of instances, by hash, in the test split (split_of)
 
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final expression within \\boxed{}."
 
@@ -180,12 +178,9 @@ def _last_expression_line(text: str) -> str | None:
 
 
 def extract_expression(completion: str) -> str | None:
-    """The final expression of a completion (after its last ``</think>``), or None.
-
-    The later of the last box (:func:`routing_grpo.core.grading.find_last_boxed`; an empty one is no answer)
-    and the last ``<answer>...</answer>`` wins. Without either, the last line of digits, operators,
-    parentheses and ``=``, unless a ``<think>`` is left open: a line of scratch work is no commitment.
-    """
+    """The final expression after a completion's last ``</think>``, or None: the later of the last box (an
+    empty one is no answer) and the last ``<answer>...</answer>``; without either, the last line of digits,
+    operators, parentheses and ``=``, unless a ``<think>`` is left open (scratch work is no commitment)."""
     end_think = completion.rfind("</think>")
     if end_think >= 0:
         completion = completion[end_think + len("</think>") :]
@@ -209,11 +204,15 @@ def grade_countdown(completion: Any, numbers: Sequence[int], target: int) -> boo
         return False
 
 
+def hash_split(key: str) -> str:
+    """'test' for :data:`TEST_PERCENT` % of keys (by SHA-256), else 'train': fixed whatever the seed."""
+    bucket = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") % 100
+    return "test" if bucket < TEST_PERCENT else "train"
+
+
 def split_of(numbers: Sequence[int], target: int) -> str:
     """'test' or 'train', fixed by a hash of the instance, not the seed: no seed's train meets any seed's test."""
-    key = f"countdown:{sorted(numbers)}:{target}".encode()
-    bucket = int.from_bytes(hashlib.sha256(key).digest()[:8], "big") % 100
-    return "test" if bucket < TEST_PERCENT else "train"
+    return hash_split(f"countdown:{sorted(numbers)}:{target}")
 
 
 PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
@@ -250,50 +249,47 @@ def _combine(rng: random.Random, items: list[tuple[int, str, int]]) -> tuple[int
     return items[0][0], items[0][1]
 
 
-def _random_problem(rng: random.Random, level: int) -> tuple[tuple[int, ...], int, str] | None:
-    """(numbers, target, solution) of a random instance of ``level``; None when it breaks a rule."""
+def generated_rows(
+    name: str, n: int, seed: int, split: str, levels: int, draw: Callable[[random.Random, int], Any]
+) -> list[dict[str, Any]]:
+    """``n`` rows of ``split`` from ``draw(rng, level) -> (key, split, row)`` (None, another split or a key
+    seen before: drawn again), levels cycling 1..``levels``, each with its ``level`` and ``id``; deterministic
+    in (seed, split), a smaller ``n`` giving a prefix of a larger one."""
+    if split not in ("train", "test"):
+        raise ValueError(f"{name} split must be 'train' or 'test', not {split!r}")
+    rng = random.Random(f"{name}:{seed}:{split}")
+    rows: list[dict[str, Any]] = []
+    seen: set[Any] = set()
+    attempts_left = 1000 * max(n, 1)
+    while len(rows) < n:
+        if attempts_left == 0:
+            raise RuntimeError(f"could not generate {n} distinct {name} rows of split {split!r}")
+        attempts_left -= 1
+        level = 1 + len(rows) % levels
+        drawn = draw(rng, level)
+        if drawn is None or drawn[1] != split or drawn[0] in seen:
+            continue
+        seen.add(drawn[0])
+        rows.append({**drawn[2], "level": level, "id": f"{name}-s{seed}-{split}-{len(rows)}"})
+    return rows
+
+
+def _draw(rng: random.Random, level: int) -> tuple[Any, str, dict[str, Any]] | None:
+    """A random instance of ``level`` built from its canonical solution; None when it breaks a rule."""
     numbers = tuple(rng.randint(*NUMBER_RANGE) for _ in range(LEVEL_SIZES[level]))
     combined = _combine(rng, [(n, str(n), LEAF_PRECEDENCE) for n in numbers])
     if combined is None or not TARGET_RANGE[0] <= combined[0] <= TARGET_RANGE[1] or combined[0] in numbers:
         return None
-    return numbers, *combined
+    target, solution = combined
+    problem = (
+        f"Using the numbers [{', '.join(map(str, numbers))}], create an expression that equals {target}. "
+        "You may use +, -, *, / and parentheses, and must use each number exactly once."
+    )
+    row = dict(problem=problem, answer=solution, numbers=list(numbers), target=target, subject="countdown")
+    return (tuple(sorted(numbers)), target), split_of(numbers, target), row
 
 
 def countdown_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
     """Dataset rows (without the prompt) of ``n`` distinct solvable instances of ``split``, alternating levels
-    1 and 2; deterministic in (seed, split), a smaller ``n`` giving a prefix of a larger one."""
-    if split not in ("train", "test"):
-        raise ValueError(f"countdown split must be 'train' or 'test', not {split!r}")
-    rng = random.Random(f"countdown:{seed}:{split}")
-    rows: list[dict[str, Any]] = []
-    seen: set[tuple[tuple[int, ...], int]] = set()
-    attempts_left = 1000 * max(n, 1)
-    while len(rows) < n:
-        if attempts_left == 0:
-            raise RuntimeError(f"could not generate {n} distinct countdown instances of split {split!r}")
-        attempts_left -= 1
-        level = 1 + len(rows) % len(LEVEL_SIZES)
-        problem = _random_problem(rng, level)
-        if problem is None or split_of(problem[0], problem[1]) != split:
-            continue
-        numbers, target, solution = problem
-        if (tuple(sorted(numbers)), target) in seen:
-            continue
-        seen.add((tuple(sorted(numbers)), target))
-        listed = ", ".join(str(number) for number in numbers)
-        text = (
-            f"Using the numbers [{listed}], create an expression that equals {target}. "
-            "You may use +, -, *, / and parentheses, and must use each number exactly once."
-        )
-        rows.append(
-            {
-                "problem": text,
-                "answer": solution,
-                "numbers": list(numbers),
-                "target": target,
-                "level": level,
-                "subject": "countdown",
-                "id": f"countdown-s{seed}-{split}-{len(rows)}",
-            }
-        )
-    return rows
+    1 and 2 (:func:`generated_rows`)."""
+    return generated_rows("countdown", n, seed, split, len(LEVEL_SIZES), _draw)

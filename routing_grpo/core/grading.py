@@ -1,12 +1,10 @@
 """Answer grading for math rewards and evaluation: extract a completion's final answer and verify it.
 
-A response has an answer only if it finished (ended with EOS) and closed any reasoning it opened, in the
-completion or through the prompt (:func:`answer_text`). :func:`extract_answer` then reads the last
-``\\boxed{...}`` (an empty or unclosed last box is no answer); only without any box: ``#### N``,
-``Answer: N``, "the answer is X", the last number. :func:`verify_answer` compares it with the reference
-through ``math_verify``, whose own signal timeouts are off: long answers score False unparsed, and the work
-runs under a ``SIGALRM`` timer on the main thread or in the worker pool of
-:mod:`routing_grpo.core.grading_pool` elsewhere. Every scan is linear, so hostile strings stay cheap.
+A response has an answer only if it finished (ended with EOS) and closed any reasoning it opened
+(:func:`answer_text`). :func:`extract_answer` reads the last ``\\boxed{...}``; only without any box:
+``#### N``, ``Answer: N``, "the answer is X", the last number. :func:`verify_answer` compares it with the
+reference through ``math_verify`` under the deadlines of :mod:`routing_grpo.core.grading_pool` (its own
+signal timeouts are off). Every scan is linear, so hostile strings stay cheap.
 """
 
 from __future__ import annotations
@@ -24,18 +22,13 @@ from typing import Any
 
 from math_verify import parse, verify
 
-from routing_grpo.core.grading_pool import HARD_DEADLINE_GRACE_S as HARD_DEADLINE_GRACE_S  # re-exported
 from routing_grpo.core.grading_pool import TimedOut, run_in_pool, signal_timer_usable, time_limit
-from routing_grpo.core.grading_pool import shutdown_pool as shutdown_pool  # re-exported
 from routing_grpo.io.jsonl import id_text, read_jsonl
 
 DEFAULT_TIMEOUT_S = 5.0
-# Real answers are far shorter; longer ones come from degenerate outputs, where sympy can take unbounded time.
-MAX_ANSWER_CHARS = 1_000
-# Below this many items a pool's round trips cost more than they save.
-MIN_POOL_BATCH = 32
-# The pool's forkserver imports this module (sympy, math_verify) once, for every worker.
-PRELOAD = (__name__,)
+MAX_ANSWER_CHARS = 1_000  # longer ones come from degenerate outputs, where sympy can take unbounded time
+MIN_POOL_BATCH = 32  # below this many items a pool's round trips cost more than they save
+PRELOAD = (__name__,)  # the pool's forkserver imports this module (sympy, math_verify) once, for every worker
 
 # math_verify's signal timeouts are off on purpose (see the module docstring); its warning about it is noise.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
@@ -60,8 +53,6 @@ _NUMBER_RE = re.compile(r"-?\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|-?\d+(?:\.\d+)?|-
 _SENTENCE_END_RE = re.compile(r"\.(?:\s|$)")
 _WORD_RE = re.compile(r"[A-Za-z'-]+")
 _INLINE_NOISE = ("$", "\\(", "\\)", "\\[", "\\]", "**")
-
-
 THINK_OPEN = "<think>"
 THINK_CLOSE = "</think>"
 
@@ -87,13 +78,8 @@ def opens_reasoning(text: str) -> bool:
 
 
 def generation_prompt_opens_reasoning(tokenizer: Any, **template_kwargs: Any) -> bool:
-    """Whether the chat template's generation prompt opens the reasoning (DeepSeek-R1-Distill's ends with
-    ``<think>\\n``, so its completions must close it before their answer).
-
-    Args:
-        tokenizer: a tokenizer; one without a chat template opens nothing.
-        template_kwargs: passed to ``apply_chat_template`` (``chat_template``, ``enable_thinking``, ...).
-    """
+    """Whether the chat template's generation prompt (``template_kwargs`` passed to ``apply_chat_template``)
+    opens the reasoning, as DeepSeek-R1-Distill's ``<think>\\n`` does; no template opens nothing."""
     if getattr(tokenizer, "chat_template", None) is None and template_kwargs.get("chat_template") is None:
         return False
     probe = [{"role": "user", "content": "What is 1 + 1?"}]
@@ -106,17 +92,9 @@ def generation_prompt_opens_reasoning(tokenizer: Any, **template_kwargs: Any) ->
 
 
 def answer_text(text: str, *, finished: bool = True, reasoning_open: bool = False) -> str | None:
-    """The part of a response that holds its final answer (finished or wrong).
-
-    Args:
-        text: the completion as decoded.
-        finished: the response ended with EOS (False when it stopped at the completion limit or a cap).
-        reasoning_open: the prompt opened the reasoning (its generation prompt ends inside ``<think>``).
-
-    Returns:
-        The text after the last ``</think>``; the whole text when no reasoning was opened; None when the
-        response did not finish or left its reasoning open.
-    """
+    """The text after the last ``</think>`` (all of it when no reasoning was opened); None when the response
+    did not finish (end with EOS) or left its reasoning open, in the completion or, with ``reasoning_open``,
+    through the prompt."""
     if not finished or not isinstance(text, str):
         return None
     close_at = text.rfind(THINK_CLOSE)
@@ -130,22 +108,20 @@ def answer_text(text: str, *, finished: bool = True, reasoning_open: bool = Fals
 def extract_answer(text: str, *, finished: bool = True, reasoning_open: bool = False) -> str | None:
     """The final answer of a completion, or None (flags as in :func:`answer_text`). Never raises."""
     try:
-        return _extract(text, finished=finished, reasoning_open=reasoning_open)
+        text = answer_text(text, finished=finished, reasoning_open=reasoning_open)
+        if text is None:
+            return None
+        if _BOX_RE.search(text):
+            return last_boxed(text)
+        for marker in _FALLBACK_MARKERS:
+            match = _last_match(marker, text)
+            answer = match and _clean_inline(text[match.end() :].partition("\n")[0])
+            if answer:
+                return answer
+        number = _last_match(_NUMBER_RE, text)
+        return number.group().replace(",", "") if number else None
     except Exception:  # a reward function must not crash a training step
         return None
-
-
-def _extract(text: str, *, finished: bool = True, reasoning_open: bool = False) -> str | None:
-    text = answer_text(text, finished=finished, reasoning_open=reasoning_open)
-    if text is None:
-        return None
-    if _BOX_RE.search(text):
-        return last_boxed(text)
-    for marker in _FALLBACK_MARKERS:
-        answer = _clean_inline(_rest_of_line_after_last(marker, text))
-        if answer:
-            return answer
-    return _last_number(text)
 
 
 def _last_match(pattern: re.Pattern[str], text: str) -> re.Match[str] | None:
@@ -190,14 +166,6 @@ def last_boxed(text: str) -> str | None:
     return (box.content or None) if box is not None else None
 
 
-def _rest_of_line_after_last(marker: re.Pattern[str], text: str) -> str:
-    match = _last_match(marker, text)
-    if match is None:
-        return ""
-    line_end = text.find("\n", match.end())
-    return text[match.end() : line_end if line_end >= 0 else len(text)]
-
-
 def _clean_inline(answer: str) -> str | None:
     """Trim a one-line answer: end of sentence, math delimiters, bold markers; a plain number loses its `$`,
     thousands commas and any unit words after it ("$1,000 dollars" -> "1000")."""
@@ -212,11 +180,6 @@ def _clean_inline(answer: str) -> str | None:
     if _NUMBER_RE.fullmatch(number) and all(_WORD_RE.fullmatch(word) for word in words.split()):
         return number.replace(",", "")
     return answer or None
-
-
-def _last_number(text: str) -> str | None:
-    number = _last_match(_NUMBER_RE, text)
-    return number.group().replace(",", "") if number else None
 
 
 def verify_answer(extracted: str | None, reference: str, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> bool:
@@ -243,7 +206,7 @@ def _verify_limited(extracted: str | None, reference: str, timeout_s: float) -> 
 def _parse_reference(reference: str) -> list[Any]:
     # Cached: GRPO grades a group of samples against the same reference.
     if _BOX_RE.search(reference) or "####" in reference:
-        reference = _extract(reference) or ""
+        reference = extract_answer(reference) or ""
     return _parse_latex(reference) if reference.strip() else []
 
 
@@ -283,14 +246,13 @@ def grade_batch(
     num_workers: int | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> list[GradeResult]:
-    """Grade completions against references, in input order.
+    """Grade completions against references, in input order; an item past ``timeout_s``, or whose worker
+    died, is wrong.
 
     Args:
-        finished: one flag per completion (default all True), as in :func:`answer_text`.
-        reasoning_open: one flag for all, or one per completion.
+        finished, reasoning_open: as in :func:`answer_text`, per completion (``reasoning_open``: or for all).
         num_workers: the shared pool's size (default: the usable CPUs). On the main thread, batches under
             :data:`MIN_POOL_BATCH` items, or ``num_workers=0``, are graded in this process.
-        timeout_s: the time limit per item; an item past it, or whose worker died, is scored False.
     """
     n = len(completions)
     if n != len(references):
@@ -321,19 +283,29 @@ def grade_file(
     label_column: str = "label",
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> dict[str, Any]:
-    """Grade a JSONL file whose rows have ``model_output`` and ``reference_answer``.
-
-    Writes each row plus ``correct`` and ``extracted_answer`` to ``output_path`` when given.
+    """Grade a JSONL file whose rows have ``model_output`` and ``reference_answer`` (a ValueError names a bad
+    row's line and column); each row plus ``correct`` and ``extracted_answer`` goes to ``output_path``.
 
     Returns:
         ``rows``, ``correct``, ``seconds``, and ``agreement`` (the share of rows where ``correct`` equals
         ``label_column``) when every row has that label.
-
-    Raises:
-        ValueError: naming the line and column of a malformed row.
     """
-    start = time.perf_counter()
-    rows = _read_rows(Path(input_path), label_column)
+    start, path, rows = time.perf_counter(), Path(input_path), []
+    for line_number, row in read_jsonl(path, torn="error"):  # a user's file: a torn line is an error
+        where = f"{path}:{line_number}"
+        if not isinstance(row.get("model_output"), str):
+            raise ValueError(f"{where}: column 'model_output' is missing or not a string")
+        reference = row.get("reference_answer")
+        if not isinstance(reference, (str, int, float)) or isinstance(reference, bool):
+            raise ValueError(f"{where}: column 'reference_answer' is missing or not a string or number")
+        if row.get(label_column) is not None and not isinstance(row[label_column], bool):
+            raise ValueError(f"{where}: column {label_column!r} must be true or false")
+        if "id" in row:
+            try:
+                id_text(row["id"])
+            except ValueError as err:
+                raise ValueError(f"{where}: {err}") from None
+        rows.append(row)
     results = grade_batch(
         [row["model_output"] for row in rows],
         [str(row["reference_answer"]) for row in rows],
@@ -354,24 +326,3 @@ def grade_file(
         agree = sum(result.correct == row[label_column] for row, result in zip(rows, results))
         summary["agreement"] = agree / len(rows)
     return summary
-
-
-def _read_rows(path: Path, label_column: str) -> list[dict[str, Any]]:
-    rows = []
-    # A file a user gave: a torn last line is an error like any other bad line.
-    for line_number, row in read_jsonl(path, torn="error"):
-        where = f"{path}:{line_number}"
-        if not isinstance(row.get("model_output"), str):
-            raise ValueError(f"{where}: column 'model_output' is missing or not a string")
-        reference = row.get("reference_answer")
-        if not isinstance(reference, (str, int, float)) or isinstance(reference, bool):
-            raise ValueError(f"{where}: column 'reference_answer' is missing or not a string or number")
-        if row.get(label_column) is not None and not isinstance(row[label_column], bool):
-            raise ValueError(f"{where}: column {label_column!r} must be true or false")
-        if "id" in row:
-            try:
-                id_text(row["id"])
-            except ValueError as err:
-                raise ValueError(f"{where}: {err}") from None
-        rows.append(row)
-    return rows

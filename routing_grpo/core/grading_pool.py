@@ -1,10 +1,9 @@
 """Deadlines for grading work (:mod:`routing_grpo.core.grading`): a ``SIGALRM`` timer and a worker pool.
 
-On the main thread :func:`time_limit` interrupts slow work. Off it a signal timer is unusable, so the work
-goes to the pool, whose workers run it on their own main thread under the same timer. The pool parent also
-keeps a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck in C code, or one that
-died, is killed and replaced, and its item's result is None. :func:`run_in_pool` shares one pool of
-``forkserver`` workers per process (safe beside torch's threads), stopped by :func:`shutdown_pool`.
+On the main thread :func:`time_limit` interrupts slow work; off it, the work goes to the pool of
+:func:`run_in_pool` (``forkserver`` workers, safe beside torch's threads), whose workers run it under the same
+timer. The parent keeps a hard deadline per item (``timeout_s + HARD_DEADLINE_GRACE_S``): a worker stuck in C
+code, or one that died, is killed and replaced, and its item's result is None.
 """
 
 from __future__ import annotations
@@ -91,20 +90,15 @@ class _Worker:
 
 
 class WorkerPool:
-    """A process pool with a deadline per item; unlike concurrent.futures it can kill one stuck worker.
-
-    Args:
-        size: the number of worker processes.
-        preload: modules the ``forkserver`` imports once, so that a replacement worker starts in milliseconds.
-    """
+    """``size`` processes with a deadline per item; unlike concurrent.futures it can kill one stuck worker.
+    The ``forkserver`` imports the ``preload`` modules once: a replacement worker starts in milliseconds."""
 
     def __init__(self, size: int, preload: Sequence[str] = ()) -> None:
         method = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
         self._ctx = mp.get_context(method)
         if method == "forkserver" and preload:
             self._ctx.set_forkserver_preload(list(preload))
-        self.size = size
-        self.pid = os.getpid()
+        self.size, self.pid = size, os.getpid()
         self._workers = [_Worker(self._ctx) for _ in range(size)]
         try:
             for worker in self._workers:

@@ -198,15 +198,10 @@ def word_pattern(word: str) -> str:
 
 
 class ModeDetector:
-    """Reads the mode a completion chose from its first tokens (docs/method.md "Mode detection").
-
-    First an exact match of a word form's token ids at the start of the completion, else a case-insensitive
-    prefix regex on the decoded text (leading whitespace and spelling variants allowed); no match: INVALID.
-
-    Args:
-        modes: the mode specs.
-        word_token_ids: mode index -> the token-id sequences of its word forms (:func:`word_token_id_forms`).
-        decode: token ids -> text. Both usually come from a tokenizer (:meth:`from_tokenizer`).
+    """Reads the mode a completion chose from its first tokens (docs/method.md "Mode detection"): an exact
+    match of a word form's token ids (``word_token_ids``: mode index -> :func:`word_token_id_forms`), else a
+    case-insensitive prefix regex on the text ``decode`` gives (leading whitespace and spelling variants
+    allowed); no match: INVALID. Both usually come from a tokenizer (:meth:`from_tokenizer`).
     """
 
     def __init__(

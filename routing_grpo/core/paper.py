@@ -1,8 +1,7 @@
 """The paper this package implements: title, authors and citation (for model cards, README and --version).
 
-Everything here is taken from the paper (its text is not part of this repository: we cite it and state its
-facts in our own words). The paper has no arXiv identifier yet, so the citation is a ``@misc`` entry with
-what the paper gives (no year, no eprint); replace it once the paper is published.
+Its facts in our own words (its text is not part of this repository). It has no arXiv identifier yet: the
+citation is a ``@misc`` entry with what the paper gives.
 """
 
 from __future__ import annotations

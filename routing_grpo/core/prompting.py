@@ -17,11 +17,8 @@ from routing_grpo.core.modes import mode_index, routing_instruction, word_token_
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_ROUTING_QUESTION = "Mode:"
-"""The routing question's default: short, and inviting the routing word as the answer's first token."""
-MAX_PROMPT_TEXT_CHARS = 500
-"""The routing question and instruction are at most this long (the paper's are 5 and 92): both are in every
-prompt of a run."""
+DEFAULT_ROUTING_QUESTION = "Mode:"  # short, and inviting the routing word as the answer's first token
+MAX_PROMPT_TEXT_CHARS = 500  # routing question and instruction (the paper's: 5 and 92): in every prompt
 
 
 def prompt_text_problem(name: str, value: Any) -> str | None:
@@ -36,15 +33,12 @@ def prompt_text_problem(name: str, value: Any) -> str | None:
     return None
 
 
-INSTRUCTION_SEPARATOR = "\n\n"
-
-
 def add_routing_instruction(prompt: Any, instruction: str) -> Any:
     """``prompt`` with ``instruction`` appended to its last user turn (or to a plain prompt's text); the input
     is not modified."""
     if not instruction:
         return prompt
-    suffix = INSTRUCTION_SEPARATOR + instruction
+    suffix = "\n\n" + instruction
     if isinstance(prompt, str):
         return prompt + suffix
     if isinstance(prompt, list):
@@ -73,14 +67,9 @@ def forcing_text(word: str, question: str) -> str:
 
 @dataclass(frozen=True)
 class PromptPlan:
-    """How every prompt of a run is laid out: instruction in the user turn, then [generation prompt | Q | t].
-
-    Attributes:
-        instruction: appended to the last user turn ("" = none).
-        question: the routing question Q ("" = none).
-        forced_text: the forced mode's word after Q (:func:`forcing_text`), "" when the mode is not forced.
-        forced_mode: the forced mode's index, or None.
-    """
+    """How every prompt of a run is laid out: ``instruction`` appended to the last user turn, then the
+    generation prompt, the routing ``question`` Q and, in a forced prompt, ``forced_text``
+    (:func:`forcing_text` of mode ``forced_mode``); "" for none."""
 
     instruction: str
     question: str
@@ -143,12 +132,8 @@ def early_tell_word_ids(modes: Any, tokenizer: Any) -> tuple[list[list[int]], li
 
 
 def forced_word_ids(modes: Any, tokenizer: Any, question: str) -> list[list[int]]:
-    """The token ids that force each mode after the routing question ``question``.
-
-    Raises:
-        ValueError: naming the mode whose word tokenizes to nothing, or to other ids after the question than
-            on its own (detection would not read it back).
-    """
+    """The token ids that force each mode after the routing question; a ValueError names a mode whose word
+    tokenizes to nothing, or to other ids after the question than on its own (detection would not read it)."""
     out = []
     for m in modes:
         ids = tokenizer.encode(forcing_text(m.word, question), add_special_tokens=False)

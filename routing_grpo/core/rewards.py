@@ -81,19 +81,15 @@ class RoutingReward:
     The routing trainer passes each rollout's facts as extra columns (``routing_mode``, ``routing_length``,
     ``routing_capped``, ``routing_finished``, ``routing_phase``); without them (a plain ``GRPOTrainer``) the
     mode is detected from the completion and a rollout finished when its last token is an EOS. Rollouts
-    without a routing word are graded too, for accuracy. After each call :attr:`last` holds the per-rollout
+    without a routing word are graded too, for accuracy. :attr:`last` holds the last call's per-rollout
     mode, length, capped, finished and correct flags.
 
     Args:
-        modes: the mode specs.
         tokenizer: reads the routing word's token ids and the EOS token.
-        answer_column: the dataset column of reference answers.
-        invalid_reward: reward of a rollout without a valid routing word.
         single_mode: a single-mode baseline's mode: no routing word, every token counts towards L.
-        verifier: ``(answer_text, reference) -> bool`` or a name of :mod:`routing_grpo.core.verifiers`; it
-            sees the answer text of finished rollouts only. Default: batched math grading.
-        prompt_opens_reasoning: the chat template's generation prompt opens the reasoning, so a
-            conversational prompt's completion must close it before its answer.
+        verifier: ``(answer_text, reference) -> bool`` or a name of :mod:`routing_grpo.core.verifiers`, for
+            finished rollouts' answer text (default: batched math grading).
+        prompt_opens_reasoning: the generation prompt opens the reasoning (a completion must close it).
         eos_token_ids: the ids that end a finished rollout (default: the tokenizer's EOS).
     """
 
@@ -122,8 +118,7 @@ class RoutingReward:
             ModeDetector.from_tokenizer(self.modes, tokenizer) if tokenizer else ModeDetector(modes)
         )
         self.last: dict[str, list] = {}
-        # TRL names reward metrics after ``__name__``.
-        self.__name__ = "routing_reward"
+        self.__name__ = "routing_reward"  # TRL names reward metrics after it
 
     def __call__(
         self,

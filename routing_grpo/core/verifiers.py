@@ -1,10 +1,7 @@
-"""Answer checks by name, for the training reward, evaluation and tasks.
-
-A verifier ``(completion, reference) -> bool`` says whether a completion's answer is right given the row's
-reference. Names, as recipes (``verifier``) and tasks (``grader``) write them: ``"math"`` (math-verify through
-:mod:`routing_grpo.core.grading`; None here, as the reward and evaluation grade whole batches with timeouts),
-``"countdown"`` (the final expression must use the numbers of the reference solution, such as
-``"67 + 92 - 23"``, once each and reach its value) and ``"package.module:function"`` (a user's own callable).
+"""Answer checks ``(completion, reference) -> bool`` by name, as recipes (``verifier``) and tasks (``grader``)
+write them: ``"math"`` (None here: the reward and evaluation grade whole batches through
+:mod:`routing_grpo.core.grading`), ``"countdown"`` (the numbers of the reference solution, such as
+``"67 + 92 - 23"``, used once each to reach its value) and ``"package.module:function"`` (a user's callable).
 """
 
 from __future__ import annotations

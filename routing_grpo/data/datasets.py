@@ -1,11 +1,10 @@
 """Datasets: each task from the Hugging Face Hub, a local file or its generator, normalised to one schema.
 
-Every task loads through :func:`load_task` into a :class:`datasets.Dataset` with the columns ``prompt`` (one
-user turn: problem and answer-format instruction; the trainer appends the routing instruction), ``problem``,
-``answer`` (the reference, stripped), ``level`` (int or None), ``subject`` (str or None) and ``id``. Countdown
-rows also have ``numbers`` and ``target``; their ``answer`` is a canonical solution, graded by
-:func:`task_grader`, never as a math answer. Source columns are found by name, row by row (docs/training.md).
-A malformed row fails the load naming its row, id and column, unless ``skip_malformed`` drops it.
+:func:`load_task` gives a :class:`datasets.Dataset` with the columns ``prompt`` (one user turn: problem and
+answer-format instruction), ``problem``, ``answer`` (the reference, stripped), ``level`` (int or None),
+``subject`` (str or None) and ``id``; Countdown rows also ``numbers`` and ``target`` (their ``answer``, a
+canonical solution, is graded by :func:`task_grader`). Source columns are found by name, row by row
+(docs/training.md); a malformed row fails the load naming its row, id and column, or is dropped.
 """
 
 from __future__ import annotations
@@ -16,12 +15,11 @@ import os
 import random
 import re
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import datasets
-from datasets import Dataset, Features
+from datasets import Dataset
 
 from routing_grpo.core.grading import find_last_boxed
 from routing_grpo.core.verifiers import VERIFIERS, RowGrader, row_grader
@@ -31,7 +29,6 @@ from routing_grpo.io.jsonl import read_json_file, read_jsonl
 from routing_grpo.io.paths import DATA_SUFFIXES, looks_local
 
 logger = logging.getLogger(__name__)
-
 
 PROBLEM_COLUMNS = ("problem", "question")
 ANSWER_COLUMNS = ("answer", "solution")
@@ -46,19 +43,6 @@ class DatasetUnavailableError(RuntimeError):
 def task_grader(name: str) -> RowGrader:
     """The verifier ``(completion, row) -> bool`` for a grader kind ("math", "countdown") or a task name."""
     return row_grader(name if name in VERIFIERS else get_task(name).grader)
-
-
-def _data_files(path: Path, split: str) -> list[Path]:
-    """The data files of a file or directory; in a directory, those with the split as a word in their name
-    (``gsm8k_test.jsonl``, ``test-00000-of-00001.parquet``) if any are."""
-    if path.is_file():
-        return [path]
-    files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(DATA_SUFFIXES))
-    if not files:
-        raise FileNotFoundError(f"{path}: no {'/'.join(DATA_SUFFIXES)} files in this directory")
-    split_word = re.compile(rf"(?<![A-Za-z]){re.escape(split)}(?![A-Za-z])")
-    named = [p for p in files if split_word.search(p.name)]
-    return named or files
 
 
 def _read_file(path: Path) -> list[dict[str, Any]]:
@@ -77,24 +61,30 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_local(path: str, split: str) -> list[dict[str, Any]]:
+    """The rows of a data file, or of a folder's data files: those with the split as a word in their name
+    (``gsm8k_test.jsonl``, ``test-00000-of-00001.parquet``) if any are."""
     resolved = Path(path).expanduser()
     if not resolved.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
-    return [row for file in _data_files(resolved, split) for row in _read_file(file)]
-
-
-def _offline() -> bool:
-    return any(
-        os.environ.get(var, "").lower() in ("1", "true", "yes", "on")
-        for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
-    )
+    files = [resolved]
+    if not resolved.is_file():
+        files = sorted(p for p in resolved.rglob("*") if p.is_file() and p.name.endswith(DATA_SUFFIXES))
+        if not files:
+            raise FileNotFoundError(f"{resolved}: no {'/'.join(DATA_SUFFIXES)} files in this directory")
+        split_word = re.compile(rf"(?<![A-Za-z]){re.escape(split)}(?![A-Za-z])")
+        files = [p for p in files if split_word.search(p.name)] or files
+    return [row for file in files for row in _read_file(file)]
 
 
 def _read_hub(path: str, config: str | None, split: str) -> list[dict[str, Any]]:
     try:
         return list(datasets.load_dataset(path, config, split=split))
     except Exception as error:  # offline, 404, auth, schema: one clear message
-        hint = "Offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE). " if _offline() else ""
+        offline = any(
+            os.environ.get(var, "").lower() in ("1", "true", "yes", "on")
+            for var in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE")
+        )
+        hint = "Offline mode is on (HF_HUB_OFFLINE / HF_DATASETS_OFFLINE). " if offline else ""
         raise DatasetUnavailableError(
             f"could not load {path!r} (config {config!r}, split {split!r}) from the Hugging Face Hub: "
             f"{type(error).__name__}: {error}. {hint}"
@@ -103,53 +93,21 @@ def _read_hub(path: str, config: str | None, split: str) -> list[dict[str, Any]]
         ) from None
 
 
-_LEVEL_RE = re.compile(r"\s*(?:level\s*)?(\d+)\s*", re.IGNORECASE)
-_UNKNOWN_LEVELS = ("level ?", "?", "")
-
-
 class _RowError(Exception):
-    def __init__(self, column: str, reason: str) -> None:
-        super().__init__(reason)
-        self.column, self.reason = column, reason
-
-
-@dataclass(frozen=True)
-class _Columns:
-    """Which source column feeds each normalised field (None: absent)."""
-
-    problem: str
-    answer: str
-    level: str | None
-    subject: str | None
-    id: str | None
+    """A malformed row: ``(column, reason)``."""
 
 
 def _first(candidates: Sequence[str], present: Collection[str]) -> str | None:
     return next((c for c in candidates if c in present), None)
 
 
-def _resolve_columns(columns: Sequence[str], source: str) -> _Columns:
-    problem, answer = _first(PROBLEM_COLUMNS, columns), _first(ANSWER_COLUMNS, columns)
-    missing = [
-        name
-        for name, col in (("problem (problem/question)", problem), ("answer (answer/solution)", answer))
-        if col is None
-    ]
-    if missing:
-        raise ValueError(f"{source}: no column for {', '.join(missing)}; columns present: {list(columns)}")
-    level = "level" if "level" in columns else None
-    return _Columns(problem, answer, level, _first(SUBJECT_COLUMNS, columns), _first(ID_COLUMNS, columns))
-
-
 def _parse_level(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, int) and not isinstance(value, bool):
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
         return value
     if isinstance(value, str):
-        if value.strip().lower() in _UNKNOWN_LEVELS:
+        if value.strip().lower() in ("level ?", "?", ""):
             return None
-        match = _LEVEL_RE.fullmatch(value)
+        match = re.fullmatch(r"\s*(?:level\s*)?(\d+)\s*", value, re.IGNORECASE)
         if match:
             return int(match.group(1))
     raise _RowError("level", f"unparsable level {value!r}")
@@ -184,12 +142,12 @@ def _text_or_none(value: Any, column: str) -> str | None:
 
 
 def _normalise_row(
-    raw: Mapping[str, Any], index: int, cols: _Columns, spec: TaskSpec, split: str
+    raw: Mapping[str, Any], index: int, cols: dict[str, str | None], spec: TaskSpec, split: str
 ) -> dict[str, Any]:
     # One file may mix ``problem`` and ``question``, or ``answer`` and ``solution``: the row's first filled.
     filled = {key for key, value in raw.items() if value is not None}
-    problem_column = _first(PROBLEM_COLUMNS, filled) or cols.problem
-    answer_column = _first(ANSWER_COLUMNS, filled) or cols.answer
+    problem_column = _first(PROBLEM_COLUMNS, filled) or cols["problem"]
+    answer_column = _first(ANSWER_COLUMNS, filled) or cols["answer"]
     problem = raw.get(problem_column)
     if problem is None:
         raise _RowError(problem_column, "missing problem")
@@ -197,14 +155,14 @@ def _normalise_row(
         raise _RowError(problem_column, f"problem is {type(problem).__name__}")
     if not problem.strip():
         raise _RowError(problem_column, "empty problem")
-    raw_id = raw.get(cols.id) if cols.id else None
+    raw_id = raw.get(cols["id"]) if cols["id"] else None
     if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, str | int)):
-        raise _RowError(cols.id, f"id is {type(raw_id).__name__}")
+        raise _RowError(cols["id"], f"id is {type(raw_id).__name__}")
     return {
         "problem": problem,
         "answer": _answer(raw.get(answer_column), answer_column, spec.answer_rule),
-        "level": _parse_level(raw.get(cols.level)) if cols.level else None,
-        "subject": _text_or_none(raw.get(cols.subject), cols.subject) if cols.subject else None,
+        "level": _parse_level(raw.get("level")) if cols["level"] else None,
+        "subject": _text_or_none(raw.get(cols["subject"]), cols["subject"]) if cols["subject"] else None,
         "id": str(raw_id) if raw_id not in (None, "") else f"{spec.name}-{split}-{index}",
     }
 
@@ -213,21 +171,35 @@ def _normalise(
     raw_rows: Sequence[Mapping[str, Any]], spec: TaskSpec, split: str, source: str, skip_malformed: bool
 ) -> list[dict[str, Any]]:
     columns = list(dict.fromkeys(key for row in raw_rows for key in row))
-    cols = _resolve_columns(columns, source)
+    cols = {
+        "problem": _first(PROBLEM_COLUMNS, columns),
+        "answer": _first(ANSWER_COLUMNS, columns),
+        "level": "level" if "level" in columns else None,
+        "subject": _first(SUBJECT_COLUMNS, columns),
+        "id": _first(ID_COLUMNS, columns),
+    }
+    missing = [
+        f"{key} ({'/'.join(names)})"
+        for key, names in (("problem", PROBLEM_COLUMNS), ("answer", ANSWER_COLUMNS))
+        if cols[key] is None
+    ]
+    if missing:
+        raise ValueError(f"{source}: no column for {', '.join(missing)}; columns present: {columns}")
     rows, skipped, empty = [], [], []
     first_seen: dict[str, int] = {}
     for index, raw in enumerate(raw_rows):
-        raw_id = raw.get(cols.id) if cols.id else None
+        raw_id = raw.get(cols["id"]) if cols["id"] else None
         try:
             row = _normalise_row(raw, index, cols, spec, split)
             if row["id"] in first_seen:
-                raise _RowError(cols.id or "id", f"duplicate id (first at row {first_seen[row['id']]})")
+                raise _RowError(cols["id"] or "id", f"duplicate id (first at row {first_seen[row['id']]})")
             first_seen[row["id"]] = index
             if row["answer"] == "" and skip_malformed:
-                raise _RowError(cols.answer, "empty answer")
+                raise _RowError(cols["answer"], "empty answer")
         except _RowError as error:
+            column, reason = error.args
             where = f"row {index}" + (f" (id {str(raw_id)!r})" if raw_id is not None else "")
-            issue = f"{where}, column {error.column!r}: {error.reason}"
+            issue = f"{where}, column {column!r}: {reason}"
             if not skip_malformed:
                 raise ValueError(
                     f"{source}: malformed {issue}. Columns present: {columns}. "
@@ -251,13 +223,6 @@ def _normalise(
     return rows
 
 
-def _with_prompt(row: dict[str, Any], instruction: str, features: Features) -> dict[str, Any]:
-    """The row with its prompt, in the column order of `features`."""
-    content = row["problem"].strip() + (f"\n\n{instruction}" if instruction else "")
-    full = {"prompt": [{"role": "user", "content": content}], **row}
-    return {column: full[column] for column in features}
-
-
 def load_task(
     name: str,
     path: str | os.PathLike[str] | None = None,
@@ -267,22 +232,18 @@ def load_task(
     skip_malformed: bool = False,
     instruction: str | None = None,
 ) -> Dataset:
-    """Load task ``name`` as a normalised Dataset (columns: see the module docstring).
+    """Load task ``name`` (:func:`~routing_grpo.data.tasks.task_names`) as a normalised Dataset (columns: see
+    the module docstring).
 
     Args:
-        name: a task name (:func:`~routing_grpo.data.tasks.task_names`): math_train, math500, gsm8k, aime24,
-            aime25, synthetic, countdown, and those other packages register.
-        path: a Hub dataset name, or a local .jsonl/.json/.parquet file or directory of them. Default: the
-            task's Hub name. Generated tasks take none.
-        split: the Hub split (default: the task's); in a local directory, picks the files named after it;
-            for generated tasks, "train" or "test".
+        path: a Hub dataset name, or a local .jsonl/.json/.parquet file or folder of them (default: the task's
+            Hub name; generated tasks take none).
+        split: the Hub split (default: the task's); in a local folder, picks the files named after it.
         limit: keep the first ``limit`` rows (generated tasks: how many to generate; default 5,000 train /
             500 test).
-        seed: the generator seed of generated tasks (file tasks keep their file order).
-        skip_malformed: drop malformed rows (and empty-answer rows, kept with a warning otherwise) instead
-            of raising ValueError.
-        instruction: the answer-format instruction appended to the problem; None: the task's default
-            (:data:`~routing_grpo.data.tasks.DEFAULT_INSTRUCTION`, or the Countdown one); "" adds none.
+        seed: the seed of generated tasks (file tasks keep their file order).
+        skip_malformed: drop malformed rows (else a ValueError) and empty-answer rows (else a warning).
+        instruction: the answer-format instruction appended to the problem (None: the task's; "": none).
     """
     spec = get_task(name)
     split = split or spec.split
@@ -304,9 +265,9 @@ def load_task(
             raw_rows = _read_hub(source, spec.hub_config if source == spec.hub_path else None, split)
         rows = _normalise(raw_rows, spec, split, source, skip_malformed)[:limit]
     instruction = spec.instruction if instruction is None else instruction
-    return Dataset.from_list(
-        [_with_prompt(row, instruction, spec.features) for row in rows], features=spec.features
-    )
+    suffix = f"\n\n{instruction}" if instruction else ""
+    rows = [{"prompt": [{"role": "user", "content": r["problem"].strip() + suffix}], **r} for r in rows]
+    return Dataset.from_list([{c: r[c] for c in spec.features} for r in rows], features=spec.features)
 
 
 def parse_level_mix(value: Any) -> dict[int, float]:
@@ -348,12 +309,8 @@ def parse_level_mix(value: Any) -> dict[int, float]:
 
 def mix_levels(dataset: Dataset, mix: Mapping[int, float], *, seed: int, size: int | None = None) -> Dataset:
     """Resample ``dataset`` by level: level l makes ``mix[l] / sum(mix)`` of ``size`` rows (default: as many
-    as ``dataset`` has); levels not in ``mix`` are dropped.
-
-    Counts are rounded by largest remainder. Within a level, rows are drawn in whole seeded permutations (each
-    used floor or ceil of count / rows times); the result is shuffled with the same seed. A ValueError when a
-    row has no level or a level of ``mix`` has no row.
-    """
+    as ``dataset`` has, counts rounded by largest remainder); levels not in ``mix`` are dropped. Within a
+    level, rows are drawn in whole seeded permutations; the result is shuffled with the same seed."""
     levels = dataset["level"]
     missing = sum(1 for lv in levels if lv is None)
     if missing:
@@ -386,9 +343,8 @@ def mix_levels(dataset: Dataset, mix: Mapping[int, float], *, seed: int, size: i
 
 
 def check_columns(dataset: Any, split: str, answer_column: str) -> None:
-    """Check that ``dataset`` (a dataset, a mapping of them, or None) has the ``prompt`` and ``answer_column``
-    columns; a ValueError names the key and lists the columns. Datasets that do not say their columns are
-    left to the trainer."""
+    """A ValueError naming the key and the columns when ``dataset`` (a dataset, a mapping of them, or None)
+    lacks the ``prompt`` or ``answer_column`` column; datasets that do not say their columns pass."""
     for ds in dataset.values() if isinstance(dataset, Mapping) else [dataset]:
         columns = getattr(ds, "column_names", None)
         if columns is None:

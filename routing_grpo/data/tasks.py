@@ -1,15 +1,16 @@
 """Tasks by name: what a task name means (its grader, split, Hub source or row generator).
 
-:data:`TASKS` holds the project's own tasks (MATH, GSM8K, AIME, synthetic arithmetic, Countdown). Another
-package adds tasks through an entry point of the group ``routing_grpo.tasks`` naming a :class:`TaskSpec`, or
-a function of no arguments returning one, loaded when the name is first asked for (the miniature does so)::
-
-    [project.entry-points."routing_grpo.tasks"]
-    my_task = "my_package.tasks:my_task_spec"
+:data:`TASKS` holds the project's own tasks (MATH, GSM8K, AIME, Countdown, and ``synthetic``: seeded integer
+arithmetic in 5 levels, from one addition to six operators with parentheses and exact divisions). Another
+package adds tasks as the miniature does, through an entry point of the group ``routing_grpo.tasks`` naming
+a :class:`TaskSpec` or a function of no arguments returning one:
+``[project.entry-points."routing_grpo.tasks"] my_task = "my_package.tasks:my_task_spec"``.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,8 +18,6 @@ from typing import Any
 from datasets import Features, List, Value
 
 from routing_grpo.core import countdown
-from routing_grpo.data.synthetic import synthetic_rows
-from routing_grpo.io.plugins import entry_point_names, load_entry_point
 
 ENTRY_POINT_GROUP = "routing_grpo.tasks"
 DEFAULT_INSTRUCTION = "Please reason step by step, and put your final answer within \\boxed{}."
@@ -34,6 +33,62 @@ MATH_FEATURES = Features(
     }
 )
 COUNTDOWN_FEATURES = Features({**MATH_FEATURES, "numbers": List(Value("int64")), "target": Value("int64")})
+
+
+@dataclass(frozen=True)
+class SyntheticLevel:
+    operators: int
+    ops: str
+    max_number: int
+
+
+SYNTHETIC_LEVELS = {
+    1: SyntheticLevel(1, "+", 99),
+    2: SyntheticLevel(2, "+-", 99),
+    3: SyntheticLevel(3, "+-*", 50),
+    4: SyntheticLevel(4, "+-*/", 99),
+    5: SyntheticLevel(6, "+-*/", 999),
+}
+SYNTHETIC_MAX_ANSWER = 10**6
+
+
+def _synthetic_expression(rng: random.Random, operators: int, level: SyntheticLevel) -> tuple[int, str, int]:
+    """(value, text, precedence of the top operator) of a random integer expression with `operators` ops."""
+    if operators == 0:
+        number = rng.randint(1, level.max_number)
+        return number, str(number), countdown.LEAF_PRECEDENCE
+    op = rng.choice(level.ops)
+    if op == "/":
+        # Exact division: the divisor is a number that divides the left operand.
+        value, text, precedence = _synthetic_expression(rng, operators - 1, level)
+        divisors = [d for d in range(2, min(abs(value), level.max_number) + 1) if value % d == 0]
+        if divisors:
+            divisor = rng.choice(divisors)
+            text = f"{countdown.operand_text(text, precedence, '/', False)} / {divisor}"
+            return value // divisor, text, countdown.PRECEDENCE["/"]
+        op = rng.choice(level.ops.replace("/", ""))
+    left_ops = rng.randint(0, operators - 1)
+    a, a_text, a_prec = _synthetic_expression(rng, left_ops, level)
+    b, b_text, b_prec = _synthetic_expression(rng, operators - 1 - left_ops, level)
+    value = a + b if op == "+" else a - b if op == "-" else a * b
+    left = countdown.operand_text(a_text, a_prec, op, False)
+    right = countdown.operand_text(b_text, b_prec, op, True)
+    return value, f"{left} {op} {right}", countdown.PRECEDENCE[op]
+
+
+def _draw_synthetic(rng: random.Random, level: int) -> tuple[str, str, dict[str, Any]] | None:
+    spec = SYNTHETIC_LEVELS[level]
+    value, expression, _ = _synthetic_expression(rng, spec.operators, spec)
+    if abs(value) > SYNTHETIC_MAX_ANSWER:
+        return None
+    row = {"problem": f"Compute {expression}.", "answer": str(value), "subject": "arithmetic"}
+    return expression, countdown.hash_split(f"synthetic:{expression}"), row
+
+
+def synthetic_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
+    """``n`` distinct arithmetic problems of ``split``, levels cycling 1..5
+    (:func:`~routing_grpo.core.countdown.generated_rows`)."""
+    return countdown.generated_rows("synthetic", n, seed, split, len(SYNTHETIC_LEVELS), _draw_synthetic)
 
 
 @dataclass(frozen=True)
@@ -81,20 +136,17 @@ TASKS: dict[str, TaskSpec] = {
 
 def task_names() -> list[str]:
     """Every known task name, sorted (the entry points' included, not loaded)."""
-    return sorted({*TASKS, *entry_point_names(ENTRY_POINT_GROUP)})
+    return sorted({*TASKS, *(ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP))})
 
 
 def get_task(name: str) -> TaskSpec:
-    """The spec of task ``name``, from :data:`TASKS` or else its entry point.
-
-    Raises:
-        ValueError: listing the known names, when there is no such task.
-        TypeError: when the entry point gives no :class:`TaskSpec` of that name.
-    """
+    """The spec of task ``name``, from :data:`TASKS` or else its entry point (loaded once); a ValueError
+    lists the known names."""
     if name not in TASKS:
-        spec = load_entry_point(ENTRY_POINT_GROUP, name)
-        if spec is None:
+        found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
+        if not found:
             raise ValueError(f"unknown task {name!r}; known tasks: {task_names()}")
+        spec = next(iter(found)).load()
         spec = spec() if callable(spec) else spec
         if not isinstance(spec, TaskSpec) or spec.name != name:
             raise TypeError(

@@ -31,7 +31,7 @@ from routing_grpo.evaluation.frontier import (
     token_saving,
 )
 from routing_grpo.evaluation.samples import files_under, sample_key
-from routing_grpo.io.jsonl import read_json_file, read_jsonl, top_level_key_line
+from routing_grpo.io.jsonl import key_line, read_json_file, read_jsonl
 from routing_grpo.io.paths import check_name, under
 
 BASELINE_METHODS = ("nothink", "short", "long")
@@ -99,7 +99,7 @@ def find_summaries(run_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
             problem = summary_figure_problem(summary)
             if problem:
                 key, message = problem
-                line = top_level_key_line(path.read_text(encoding="utf-8-sig"), key)
+                line = key_line(path.read_text(encoding="utf-8-sig"), key)
                 raise ValueError(f"{path}:{line}: {message}" if line else f"{path}: {message}")
             summary.setdefault("_path", str(path))
             summaries.append(summary)

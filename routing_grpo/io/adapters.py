@@ -1,9 +1,9 @@
 """LoRA runs' folders: a PEFT adapter is loaded with its base, or merged into an ordinary checkpoint.
 
-A folder holding ``adapter_config.json`` and adapter weights is an adapter folder; its base (the config's
-``base_model_name_or_path``) must be reachable before anything loads (:func:`base_problem`). Generation and
-evaluation on transformers merge it in memory (:func:`load_adapter_model`); vLLM loads whole models only, so
-it is merged at the end of training (``merge_adapter: true``) or afterwards (:func:`merge_adapter_folder`).
+An adapter folder holds ``adapter_config.json`` and adapter weights; its base must be reachable before
+anything loads (:func:`base_problem`). Transformers backends merge it in memory (:func:`load_adapter_model`);
+vLLM loads whole models only: merge it when training ends (``merge_adapter: true``) or afterwards
+(:func:`merge_adapter_folder`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,9 @@ MERGE_HINT = (
 def is_adapter_folder(model: str | Path) -> bool:
     """Whether ``model`` is a local folder holding a PEFT adapter (its config and weights), not a whole model."""
     folder = Path(model).expanduser()
-    return (
-        bool(str(model))
-        and (folder / ADAPTER_CONFIG).is_file()
-        and any((folder / n).is_file() for n in ADAPTER_WEIGHTS)
-    )
+    if not str(model) or not (folder / ADAPTER_CONFIG).is_file():
+        return False
+    return any((folder / n).is_file() for n in ADAPTER_WEIGHTS)
 
 
 def adapter_config(folder: str | Path) -> dict[str, Any]:
@@ -41,7 +39,7 @@ def adapter_config(folder: str | Path) -> dict[str, Any]:
     path = Path(folder).expanduser() / ADAPTER_CONFIG
     try:
         config = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+    except (OSError, ValueError, RecursionError) as err:
         raise ValueError(f"{path}: not a PEFT adapter config ({type(err).__name__})") from None
     if not isinstance(config, dict):
         raise ValueError(f"{path}: not a PEFT adapter config (not a JSON object)")
@@ -81,23 +79,21 @@ def base_problem(folder: str | Path) -> str | None:
         return f"{lead}, which is a file, not a model folder; {fix}"
     if looks_local(base):
         return f"{lead}, which is not here (no such folder); {fix}"
-    if hub_offline() and not hub_cached(base, base_revision(folder)):  # what an offline load needs first
-        return (
-            f"{lead}, which is neither a local folder nor in the Hub cache, and the Hub is offline here "
-            f"(HF_HUB_OFFLINE is set); download it while online, or set base_model_name_or_path in "
-            f"{Path(folder) / ADAPTER_CONFIG} to a local copy"
-        )
-    return None
-
-
-def hub_cached(repo_id: str, revision: str | None = None) -> bool:
-    """Whether the Hub cache holds ``repo_id``'s config.json."""
+    if not hub_offline():
+        return None
     from huggingface_hub import try_to_load_from_cache
 
-    try:
-        return isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str)
+    try:  # what an offline load needs first: the base's config.json in the Hub cache
+        cached = try_to_load_from_cache(base, "config.json", revision=base_revision(folder))
     except Exception:  # noqa: BLE001 - a name the Hub would refuse: not cached
-        return False
+        cached = None
+    if isinstance(cached, str):
+        return None
+    return (
+        f"{lead}, which is neither a local folder nor in the Hub cache, and the Hub is offline here "
+        f"(HF_HUB_OFFLINE is set); download it while online, or set base_model_name_or_path in "
+        f"{Path(folder) / ADAPTER_CONFIG} to a local copy"
+    )
 
 
 def vllm_problem(folder: str | Path, name: str = "backend") -> str:
@@ -110,8 +106,7 @@ def vllm_problem(folder: str | Path, name: str = "backend") -> str:
 
 
 def load_adapter_model(folder: str | Path, *, dtype: str = "auto") -> Any:
-    """The base (at the adapter's revision) with the adapter of ``folder`` merged in (PEFT's
-    ``merge_and_unload``): an ordinary transformers model."""
+    """The base (at the adapter's revision) with the adapter of ``folder`` merged in by PEFT."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
@@ -122,9 +117,8 @@ def load_adapter_model(folder: str | Path, *, dtype: str = "auto") -> Any:
 
 
 def merge_adapter_folder(folder: str | Path, output: str | Path, *, dtype: str = "auto") -> Path:
-    """Saves the adapter of ``folder`` merged into its base as an ordinary checkpoint in ``output`` (model,
-    tokenizer and ``routing_config.json``), which vLLM loads too. Raises ValueError (one line) for a folder
-    that is no adapter, a base that cannot be found, or ``output`` being ``folder``."""
+    """Saves the adapter of ``folder`` merged into its base in ``output`` (model, tokenizer and
+    ``routing_config.json``): an ordinary checkpoint, which vLLM loads too. Raises ValueError (one line)."""
     from transformers import AutoTokenizer
 
     source, target = Path(folder).expanduser(), Path(output).expanduser()

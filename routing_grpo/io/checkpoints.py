@@ -1,11 +1,10 @@
 """Checkpoints whole or ignored: which ``checkpoint-N`` folders a run may resume from.
 
-The Trainer writes a checkpoint file by file, so a run killed while saving leaves a folder that looks like
-one and is not. Once every process has saved, the main process syncs the files and writes :data:`MARKER`
-last (:func:`mark_complete`): each file's size. A checkpoint is complete when its marker is there and the
-sizes agree; in a run folder where no checkpoint has a marker, when ``trainer_state.json`` is whole JSON. A
-run resumes from the latest complete one (:func:`latest_complete`); the incomplete ones past it are renamed
-``checkpoint-N.incomplete-<k>`` (:func:`set_aside_incomplete`), which the Trainer neither resumes nor rotates.
+A run killed while the Trainer saves leaves a folder that looks like a checkpoint and is not. Once every
+process has saved, the main process syncs the files and writes :data:`MARKER`, each file's size, last
+(:func:`mark_complete`). A checkpoint is complete when the sizes agree (where no checkpoint has a marker: when
+``trainer_state.json`` is whole JSON). A run resumes from the latest complete one; the incomplete ones past it
+become ``checkpoint-N.incomplete-<k>`` (:func:`set_aside_incomplete`), which the Trainer ignores.
 """
 
 from __future__ import annotations
@@ -40,14 +39,22 @@ def checkpoint_problem(checkpoint: str | Path, markers: bool | None = None) -> s
     """Why a checkpoint folder is incomplete (None when complete); ``markers``: whether its run folder uses
     completion markers (looked up when None)."""
     folder = Path(checkpoint)
-    if markers is None:
-        markers = uses_markers(folder.parent)
-    marker = folder / MARKER
+    marker, state = folder / MARKER, folder / TRAINER_STATE
     if marker.is_file():
-        return _marker_problem(marker)
-    if markers:
+        try:
+            listed = json.loads(marker.read_text()).get("files")
+            if not isinstance(listed, dict):
+                raise ValueError("no file list")
+        except (OSError, ValueError, AttributeError):
+            return f"{MARKER} cannot be read"
+        for name, size in listed.items():
+            if not (folder / name).is_file():
+                return f"{name} is missing"
+            if (folder / name).stat().st_size != size:
+                return f"{name} has {(folder / name).stat().st_size} bytes, {size} when it was saved"
+        return None
+    if uses_markers(folder.parent) if markers is None else markers:
         return f"no {MARKER}: its writing was cut short"
-    state = folder / TRAINER_STATE
     if not state.is_file():
         return f"no {TRAINER_STATE}: its writing was cut short"
     try:
@@ -58,26 +65,8 @@ def checkpoint_problem(checkpoint: str | Path, markers: bool | None = None) -> s
     return None
 
 
-def _marker_problem(marker: Path) -> str | None:
-    """What differs between a checkpoint's files and the sizes its marker lists (None: nothing)."""
-    try:
-        listed = json.loads(marker.read_text()).get("files")
-        if not isinstance(listed, dict):
-            raise ValueError("no file list")
-    except (OSError, ValueError, AttributeError):
-        return f"{MARKER} cannot be read"
-    for name, size in listed.items():
-        path = marker.parent / name
-        if not path.is_file():
-            return f"{name} is missing"
-        if path.stat().st_size != size:
-            return f"{name} has {path.stat().st_size} bytes, {size} when it was saved"
-    return None
-
-
 def latest_complete(output_dir: str | Path) -> tuple[Path | None, list[tuple[Path, str]]]:
-    """The latest complete checkpoint of a run folder (None when there is none) and the incomplete ones
-    after it, each with why."""
+    """The latest complete checkpoint of a run folder (or None) and the incomplete ones after it, with why."""
     markers = uses_markers(output_dir)
     skipped = []
     for _, path in reversed(checkpoint_folders(output_dir)):
@@ -99,9 +88,8 @@ def set_aside_incomplete(output_dir: str | Path, resumed: str | Path | None) -> 
         if step <= after or checkpoint_problem(path, markers) is None:
             continue
         k = 1
-        while path.with_name(f"{path.name}.incomplete-{k}").exists():
+        while (target := path.with_name(f"{path.name}.incomplete-{k}")).exists():
             k += 1
-        target = path.with_name(f"{path.name}.incomplete-{k}")
         os.replace(path, target)
         moved.append((path, target))
     return moved

@@ -15,10 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-# Set (to anything but "" or 0), errors show their traceback.
-DEBUG_ENV = "ROUTING_GRPO_DEBUG"
-USAGE_EXIT_CODE = 2
-INTERRUPT_EXIT_CODE = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+DEBUG_ENV = "ROUTING_GRPO_DEBUG"  # set (to anything but "" or 0): errors show their traceback
 MAX_LINE = 800
 
 
@@ -45,23 +42,17 @@ class OneLineParser(argparse.ArgumentParser):
         return super().parse_known_args(words, namespace)
 
 
-def option_key(option: str) -> str:
-    """What both spellings of a long option share: ``--max_tokens`` and ``--max-tokens`` are ``--max-tokens``."""
-    return "--" + option[2:].replace("_", "-")
-
-
 def as_declared(words: list[str], options: Any, *, abbreviations: bool = True) -> list[str]:
-    """``words`` with each long option spelled as ``options`` declares it: dashes for underscores or the other
-    way round and, with ``abbreviations``, an unambiguous abbreviation completed. Words after ``--`` and
-    undeclared options are left as they are (argparse names them)."""
-    declared = {option_key(o): o for o in options if o.startswith("--")}
+    """``words`` with each long option spelled as declared (dashes or underscores, and with ``abbreviations``
+    an unambiguous abbreviation completed); words after ``--`` and undeclared options left to argparse."""
+    declared = {"--" + o[2:].replace("_", "-"): o for o in options if o.startswith("--")}
     out = []
     for i, word in enumerate(words):
         if word == "--":
             return out + words[i:]
         name, sep, value = word.partition("=")
         if word.startswith("--") and len(name) > 2 and name not in options:
-            key = option_key(name)
+            key = "--" + name[2:].replace("_", "-")
             found = [declared[key]] if key in declared else []
             if not found and abbreviations:
                 found = [o for k, o in declared.items() if k.startswith(key)]
@@ -87,10 +78,6 @@ def model_loading(model: str):
         raise
     except (OSError, ValueError, *model_file_errors()) as err:
         raise UsageError(f"{model}: the model could not be loaded ({one_line(err)})") from None
-
-
-def debug_requested() -> bool:
-    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 def one_line(err: BaseException) -> str:
@@ -157,19 +144,20 @@ def run_entry(
     input_errors: tuple[type[BaseException], ...] = (),
     interrupted: str = "interrupted",
 ) -> int:
-    """Runs ``entry(arg)`` and returns its exit code: a :class:`UsageError`, an ``input_errors`` one or an OS
-    error with its code is one line ``PROG: error: ...`` and 2; Ctrl-C one line and 130."""
+    """``entry(arg)``'s exit code: a :class:`UsageError`, ``input_errors`` or OS error is one line
+    ``PROG: error: ...`` and 2; Ctrl-C one line and 130."""
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
         return entry(arg) or 0
     except (UsageError, OSError, *input_errors) as err:
-        if debug_requested() or not (isinstance(err, (UsageError, *input_errors)) or err.errno is not None):
+        if debug or not (isinstance(err, (UsageError, *input_errors)) or err.errno is not None):
             raise
         if isinstance(err, OSError) and err.errno is not None:
             err = OSError(os_error_line(err))
         print(f"{getattr(err, 'prog', None) or prog}: error: {one_line(err)}", file=sys.stderr, flush=True)
-        return USAGE_EXIT_CODE
+        return 2
     except KeyboardInterrupt:
-        if debug_requested():
+        if debug:
             raise
         print(f"{prog}: {interrupted}", file=sys.stderr, flush=True)
-        return INTERRUPT_EXIT_CODE
+        return 130  # 128 + SIGINT, as a shell reports Ctrl-C

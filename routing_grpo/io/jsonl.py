@@ -4,8 +4,6 @@ A bad line names itself as ``path:line`` (not UTF-8, not JSON, a key written twi
 **torn last line** (no newline after it: a killed run or a full disk) is the caller's choice: ``torn="error"``
 for files a user wrote, ``"drop"`` (with a warning) for another run's output, ``"repair"`` for a file this
 run appends to: a complete row gets its newline, anything else is cut and kept aside in ``FILE.torn-<n>``.
-:func:`append_jsonl` writes whole, synced lines after repairing the tail and takes back a failed write;
-:func:`resumable_rows` reads such a file back by key; :func:`write_json` replaces a file atomically.
 """
 
 from __future__ import annotations
@@ -25,12 +23,12 @@ from routing_grpo.io.errors import UsageError, os_error_line
 
 logger = logging.getLogger(__name__)
 
-TornLine = Literal["error", "drop", "repair"]
 
-
-def read_jsonl(path: str | Path, *, torn: TornLine = "error") -> list[tuple[int, dict[str, Any]]]:
-    """The objects of a JSONL file with their line numbers, blank lines skipped; FileNotFoundError, or
-    ValueError ``path:line: ...`` for a line that is not a JSON object (a torn last line as ``torn`` says)."""
+def read_jsonl(
+    path: str | Path, *, torn: Literal["error", "drop", "repair"] = "error"
+) -> list[tuple[int, dict[str, Any]]]:
+    """(line, object) of a JSONL file's rows; ValueError ``path:line: ...`` for a bad line (a torn last one as
+    ``torn`` says)."""
     path = Path(path)
     check_readable_file(path)
     if torn == "repair":
@@ -60,9 +58,8 @@ def read_jsonl(path: str | Path, *, torn: TornLine = "error") -> list[tuple[int,
 def resumable_rows(
     path: str | Path, key: Callable[[dict[str, Any]], Any], what: str
 ) -> dict[Any, tuple[int, dict[str, Any]]]:
-    """key(row) -> (line, row) of a file a run appends to and resumes ({} when there is none), the first row
-    of a key; a torn last line is repaired first, so its row is produced again. A ValueError ``key`` raises
-    is one ``path:line: not {what} (why)``."""
+    """key(row) -> (line, row) of a file a run appends to ({} when there is none), the first row of a key,
+    after the tail is repaired. A ValueError ``key`` raises is one ``path:line: not {what} (why)``."""
     if not Path(path).exists():
         return {}
     done: dict[Any, tuple[int, dict[str, Any]]] = {}
@@ -73,13 +70,6 @@ def resumable_rows(
             raise ValueError(f"{path}:{line}: not {what} ({err})") from None
         done.setdefault(found, (line, row))
     return done
-
-
-def _is_whole_row(raw: bytes) -> bool:
-    try:
-        return isinstance(json.loads(raw), dict)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return False
 
 
 def set_aside(path: Path, data: bytes, kind: str) -> Path:
@@ -98,13 +88,23 @@ def repair_tail(path: str | Path) -> None:
     kept aside in ``PATH.torn-<n>``, each with a warning. OS errors are one line naming the path."""
     path = Path(path)
     try:
-        if not path.is_file() or _ends_whole(path):
+        if not path.is_file():
             return
+        with path.open("rb") as f:  # read only: a whole file may be read-only
+            if f.seek(0, os.SEEK_END) == 0:
+                return
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) == b"\n":
+                return
         data = path.read_bytes()
         start = data.rfind(b"\n") + 1
         tail, line = data[start:], data.count(b"\n", 0, start) + 1
+        try:
+            whole = isinstance(json.loads(tail), dict)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            whole = False
         with path.open("r+b") as f:
-            if _is_whole_row(tail):
+            if whole:
                 f.seek(len(data))
                 f.write(b"\n")
                 message = f"{path}:{line}: the last row had no newline; the row is kept and its newline added"
@@ -117,15 +117,6 @@ def repair_tail(path: str | Path) -> None:
         logger.warning(message)
     except OSError as err:
         raise UsageError(f"{os_error_line(err, path)} (repairing its tail)") from None
-
-
-def _ends_whole(path: Path) -> bool:
-    """Whether a file is empty or ends with a newline (read only: such a file may be read-only)."""
-    with path.open("rb") as f:
-        if f.seek(0, os.SEEK_END) == 0:
-            return True
-        f.seek(-1, os.SEEK_END)
-        return f.read(1) == b"\n"
 
 
 def remove_rows(
@@ -157,8 +148,7 @@ def remove_rows(
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:
-    """Replaces a file's content whole or not at all: a synced temporary file beside it, a rename, and the
-    folder synced."""
+    """Replaces a file's content whole or not at all: a synced file beside it, a rename, the folder synced."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     with tmp.open("wb") as f:
@@ -184,32 +174,14 @@ def sync_path(path: str | Path) -> None:
             os.close(fd)
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def _serialize(row: Any, default: Callable[[Any], Any] | None) -> bytes:
-    """One row as one UTF-8 line; a lone surrogate (not valid Unicode) is written as U+FFFD."""
-    text = json.dumps(row, ensure_ascii=False, default=default)
-    try:
-        return (text + "\n").encode("utf-8")
-    except UnicodeEncodeError:
-        return (_LONE_SURROGATE.sub("\ufffd", text) + "\n").encode("utf-8")
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    """``os.write`` until all of ``data`` is written."""
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
 def append_jsonl(
     path: str | Path, rows: Iterable[Any], *, default: Callable[[Any], Any] | None = None
 ) -> None:
-    """Appends rows as whole lines: all serialized first, then written in one go and synced, after the tail
-    is repaired (:func:`repair_tail`). A write the OS refuses part-way is cut back to the last whole line and
-    raised as one line naming the path (:class:`~routing_grpo.io.errors.UsageError`)."""
-    data = b"".join(_serialize(row, default) for row in rows)
+    """Appends rows as whole lines: all serialized first (a lone surrogate as U+FFFD), then written in one go
+    and synced, after :func:`repair_tail`. A write the OS refuses part-way is cut back to the last whole line
+    and raised as one line naming the path (:class:`~routing_grpo.io.errors.UsageError`)."""
+    text = "".join(json.dumps(row, ensure_ascii=False, default=default) + "\n" for row in rows)
+    data = re.sub("[\ud800-\udfff]", "\ufffd", text).encode()
     if not data:
         return
     path = Path(path)
@@ -221,7 +193,9 @@ def append_jsonl(
     try:
         start = os.fstat(fd).st_size
         try:
-            _write_all(fd, data)
+            view = memoryview(data)
+            while view:  # os.write may take part of it
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         except OSError as err:
             after = "the file ends on its last whole row, as before this write"
@@ -240,8 +214,7 @@ class JSONProblem(ValueError):
 
 
 def check_readable_file(path: Path) -> None:
-    """FileNotFoundError ("file not found: PATH") when there is no file, IsADirectoryError for a folder,
-    ValueError for a device, pipe or socket."""
+    """FileNotFoundError ("file not found: PATH"), IsADirectoryError, or ValueError for a device or pipe."""
     if path.is_dir():
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
     if not path.is_file():
@@ -259,19 +232,15 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
-
-
 def parse_json(raw: bytes | str) -> Any:
     """One JSON text, strictly: UTF-8 (a byte-order mark allowed), unique keys, nesting within the recursion
     limit, no lone surrogate. Raises UnicodeDecodeError or json.JSONDecodeError (not JSON), JSONProblem."""
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
-    text = data.decode("utf-8-sig")
     try:
-        value = json.loads(text, object_pairs_hook=_unique_keys)
+        value = json.loads(data.decode("utf-8-sig"), object_pairs_hook=_unique_keys)
     except RecursionError:
         raise JSONProblem("nested too deep to read (past Python's recursion limit)") from None
-    if _ESCAPED_SURROGATE.search(data):
+    if re.search(rb"\\u[dD][89a-fA-F]", data):
         try:
             json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError:
@@ -307,27 +276,19 @@ def _key_positions(text: str) -> Iterator[tuple[int, str, int]]:
         i += 1
 
 
-def duplicate_key_line(text: str) -> int | None:
-    """The line (1-based) of the first key written twice in one object of ``text``, or None."""
+def key_line(text: str, key: str | None = None) -> int | None:
+    """The line (1-based) where the outermost object of a JSON text writes ``key``; without ``key``, that of
+    the first key written twice in one object. None when there is none."""
     seen: set[tuple[int, str]] = set()
-    for obj, key, offset in _key_positions(text):
-        if (obj, key) in seen:
-            return text.count("\n", 0, offset) + 1
-        seen.add((obj, key))
-    return None
-
-
-def top_level_key_line(text: str, key: str) -> int | None:
-    """The line (1-based) where the outermost object of a JSON text writes ``key``, or None."""
     for obj, found, offset in _key_positions(text):
-        if obj == 0 and found == key:
+        if (obj == 0 and found == key) if key is not None else (obj, found) in seen:
             return text.count("\n", 0, offset) + 1
+        seen.add((obj, found))
     return None
 
 
 def read_json_file(path: str | Path) -> Any:
-    """A JSON file's value, read as strictly as a JSONL line; FileNotFoundError, IsADirectoryError, or
-    ValueError ``path:line: ...``."""
+    """A JSON file's value, read as strictly as a JSONL line (a ValueError ``path:line: ...``)."""
     path = Path(path)
     check_readable_file(path)
     data = path.read_bytes()
@@ -339,13 +300,13 @@ def read_json_file(path: str | Path) -> Any:
     except json.JSONDecodeError as err:
         raise ValueError(f"{path}:{err.lineno}: not valid JSON ({err.msg}, column {err.colno})") from None
     except JSONProblem as err:
-        line = duplicate_key_line(data.decode("utf-8-sig")) if "written twice" in str(err) else None
+        line = key_line(data.decode("utf-8-sig")) if "written twice" in str(err) else None
         raise ValueError(f"{path}:{line or 1}: {err}") from None
 
 
 def id_text(value: Any, key: str = "id") -> str:
-    """A row's id as text: a string, or an integer's digits; anything else is a ValueError naming ``key``
-    (its text, ``None`` or ``[1]``, could match another row's)."""
+    """A row's id: a string, or an integer's digits; anything else (whose text could be another row's id) is
+    a ValueError naming ``key``."""
     if isinstance(value, str):
         return value
     if isinstance(value, int) and not isinstance(value, bool):

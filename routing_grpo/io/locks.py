@@ -38,8 +38,7 @@ def folder_lock_path(folder: str | Path) -> Path:
 
 
 def read_holder(lock: Path) -> str | None:
-    """``pid 123 on host h since 2025-01-01T12:00:00+00:00 (routing-grpo generate)``: the holder a lock file
-    names (None when it names none)."""
+    """The holder a lock file names (or None): ``pid 123 on host h since 2025-01-01T12:00:00+00:00 (CMD)``."""
     with contextlib.suppress(OSError, ValueError):
         holder = json.loads(lock.read_text(encoding="utf-8", errors="replace"))
         if isinstance(holder, dict) and holder:
@@ -88,12 +87,7 @@ class OutputLock:
                     "%s: taking over the lock of %s: that process is no longer running", self.lock, stale
                 )
             since = datetime.now().astimezone().isoformat(timespec="seconds")
-            record = {
-                "pid": os.getpid(),
-                "host": socket.gethostname(),
-                "since": since,
-                "command": self.command,
-            }
+            record = dict(pid=os.getpid(), host=socket.gethostname(), since=since, command=self.command)
             self.lock.write_text(json.dumps(record) + "\n")
         except OSError as err:
             self.release()
@@ -106,14 +100,12 @@ class OutputLock:
         """The one line refusing a second writer, naming the holder."""
         holder = read_holder(self.lock)
         if holder is None:
-            return UsageError(
-                f"{self.flag}: {self.output} is locked by {self.lock}, which names no holder; another run is "
-                f"starting on it: wait for it, or give another {self.flag}"
+            why = (
+                f"is locked by {self.lock}, which names no holder; another run is starting on it: wait for it"
             )
-        return UsageError(
-            f"{self.flag}: {self.output} is being written by another process: {holder}; wait for it to end, "
-            f"or give another {self.flag}"
-        )
+        else:
+            why = f"is being written by another process: {holder}; wait for it to end"
+        return UsageError(f"{self.flag}: {self.output} {why}, or give another {self.flag}")
 
     def release(self) -> None:
         """Removes the lock file and frees the lock, then the folders :meth:`acquire` made, if empty."""

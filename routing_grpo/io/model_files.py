@@ -80,20 +80,14 @@ def weight_file_problem(folder: str | Path) -> str | None:
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         return None
-    if is_adapter_folder(folder):
-        return (
-            base_problem(folder) or _own_weight_problem(folder) or weight_file_problem(adapter_base(folder))
-        )
-    return _own_weight_problem(folder)
-
-
-def _own_weight_problem(folder: Path) -> str | None:
-    """:func:`weight_file_problem` of the folder's own files."""
+    adapter = is_adapter_folder(folder)
+    if adapter and (problem := base_problem(folder)):
+        return problem
     index = folder / INDEX_FILE
     if index.is_file():
         try:
             weight_map = json.loads(index.read_text()).get("weight_map", {})
-        except (UnicodeDecodeError, ValueError, AttributeError, RecursionError):
+        except (ValueError, AttributeError, RecursionError):  # UnicodeDecodeError is a ValueError
             return f"{index}: not a safetensors index (JSON with a weight_map)"
         missing = sorted({str(v) for v in weight_map.values() if not (folder / str(v)).is_file()})
         if missing:
@@ -102,12 +96,12 @@ def _own_weight_problem(folder: Path) -> str | None:
         problem = file.is_file() and safetensors_problem(file)
         if problem:
             return f"{file}: {problem}"
-    return None
+    return weight_file_problem(adapter_base(folder)) if adapter else None
 
 
 def model_fingerprint(model: str, revision: str | None = None) -> dict[str, Any]:
-    """A local model folder: its resolved path and each weight, config and tokenizer file's size and
-    modification time (a retrained folder differs); a Hub id: the id and revision."""
+    """A local model folder's path and each weight, config and tokenizer file's size and mtime; a Hub id's
+    id and revision."""
     folder = Path(model).expanduser()
     if not folder.is_dir():
         return {"hub_id": model, "revision": revision}

@@ -1,15 +1,15 @@
 """Paths: where a command writes (checked before any work), names that are not paths, local path or Hub id,
 and offline model names.
 
-:func:`check_output_file` and :func:`check_output_folder` find, before a model loads, what the OS would
-refuse when writing (a read-only place, a path through a file, a folder or device where a file is due, a
-file at the size limit) and say it in one line naming the flag; nothing is created. :func:`check_name` and
-:func:`under` keep names read from files or flags from becoming paths out of an output folder.
+:func:`check_output_file` and :func:`check_output_folder` say in one line naming the flag, before a model
+loads and creating nothing, what the OS would refuse when writing. :func:`check_name` and :func:`under` keep
+names read from files or flags from becoming paths out of an output folder.
 """
 
 from __future__ import annotations
 
 import errno
+import importlib.metadata
 import os
 import stat
 import tempfile
@@ -17,16 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.io.errors import UsageError, file_size_limit, os_error_line
-from routing_grpo.io.plugins import entry_point_names, load_entry_point
 
 DATA_SUFFIXES = (".jsonl", ".json", ".parquet")
 OFFLINE_PREFIX = "offline:"
-# Where offline models are built (RoutingScriptArguments.offline_cache_dir's default).
-OFFLINE_CACHE_DIR = str(Path("~") / ".cache" / "routing-grpo")
-# Offline models come from entry points of this group: name -> function(cache folder) -> model folder.
+OFFLINE_CACHE_DIR = str(Path("~") / ".cache" / "routing-grpo")  # where offline models are built
+# Offline models come from entry points of this group, in the installed packages' metadata.
 OFFLINE_MODELS = "routing_grpo.offline_models"
-# Past this many characters a name is no name (file systems stop at 255 bytes).
-MAX_NAME = 200
+MAX_NAME = 200  # past this many characters a name is no name (file systems stop at 255 bytes)
 KINDS = {
     stat.S_IFCHR: "a character device",
     stat.S_IFBLK: "a block device",
@@ -34,22 +31,15 @@ KINDS = {
     stat.S_IFSOCK: "a socket",
 }
 
-# -- where a command writes --------------------------------------------------------------------------------
-
 
 def _refused(flag: str, code: int, path: Path, more: str = "") -> UsageError:
     """The one line for an OS error code on ``path``, as the OS would report it when writing."""
     return UsageError(f"{flag}: {os_error_line(OSError(code, os.strerror(code), str(path)))}{more}")
 
 
-def _existing_ancestor(path: Path) -> Path:
-    """The nearest part of ``path`` that exists (the folder a new output would be made under)."""
-    return next((p for p in (path, *path.parents) if os.path.lexists(p)), Path("."))
-
-
 def _check_folder(path: Path, flag: str, output: Path) -> None:
     """The nearest existing part of ``path`` must be a folder in which a file can be made (and removed)."""
-    ancestor = _existing_ancestor(path)
+    ancestor = next((p for p in (path, *path.parents) if os.path.lexists(p)), Path("."))
     if not ancestor.is_dir():
         raise _refused(flag, errno.ENOTDIR, output, f" ({ancestor} is a file)")
     try:
@@ -102,33 +92,24 @@ def check_output_folder(path: str | os.PathLike, flag: str = "--output") -> None
     _check_folder(path, flag, path)
 
 
-# -- names that are not paths -------------------------------------------------------------------------------
-
-
-def name_problem(value: Any) -> str | None:
-    """What keeps ``value`` from being a plain file or folder name; None when it is one."""
-    if not isinstance(value, str):
-        return f"expected a name (text), got {type(value).__name__}"
-    if not value.strip():
-        return "empty"
-    if value in (".", ".."):
-        return f"{value!r} is a folder reference, not a name"
-    separators = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
-    if any(sep in value for sep in separators) or os.path.isabs(value):
-        return f"{value!r} holds a path separator; give a plain name"
-    if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        return f"{value!r} holds a control character"
-    if len(value) > MAX_NAME:
-        return f"{len(value)} characters; at most {MAX_NAME}"
-    return None
-
-
 def check_name(value: Any, where: str) -> str:
-    """``value`` when it is a plain name; else ValueError ``where: not a name (why): ...``."""
-    problem = name_problem(value)
-    if problem:
-        raise ValueError(f"{where}: not a name ({problem}): names become file and folder names")
-    return value
+    """``value`` when it is a plain file or folder name; else ValueError ``where: not a name (why): ...``."""
+    separators = {"/", "\\", os.sep} | ({os.altsep} if os.altsep else set())
+    if not isinstance(value, str):
+        problem = f"expected a name (text), got {type(value).__name__}"
+    elif not value.strip():
+        problem = "empty"
+    elif value in (".", ".."):
+        problem = f"{value!r} is a folder reference, not a name"
+    elif any(sep in value for sep in separators) or os.path.isabs(value):
+        problem = f"{value!r} holds a path separator; give a plain name"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in value):
+        problem = f"{value!r} holds a control character"
+    elif len(value) > MAX_NAME:
+        problem = f"{len(value)} characters; at most {MAX_NAME}"
+    else:
+        return value
+    raise ValueError(f"{where}: not a name ({problem}): names become file and folder names")
 
 
 def under(folder: str | Path, *names: str) -> Path:
@@ -141,9 +122,6 @@ def under(folder: str | Path, *names: str) -> Path:
             f"{target}: resolves to {resolved}, outside the output folder {base}; nothing written there"
         )
     return target
-
-
-# -- local path or Hub id, offline models -------------------------------------------------------------------
 
 
 def hub_offline() -> bool:
@@ -167,7 +145,7 @@ def looks_local(name: str) -> bool:
 
 def offline_model_names() -> list[str]:
     """The ``offline:`` names the installed packages register (sorted)."""
-    return entry_point_names(OFFLINE_MODELS)
+    return sorted({ep.name for ep in importlib.metadata.entry_points(group=OFFLINE_MODELS)})
 
 
 def is_offline_name(name: str | Path) -> bool:
@@ -180,8 +158,8 @@ def resolve_model_path(name: str, cache_dir: str | Path = OFFLINE_CACHE_DIR) -> 
     point ``NAME`` of ``routing_grpo.offline_models``."""
     if not is_offline_name(name):
         return name
-    build = load_entry_point(OFFLINE_MODELS, name[len(OFFLINE_PREFIX) :])
-    if build is not None:
-        return str(build(Path(cache_dir).expanduser()))
+    found = importlib.metadata.entry_points(group=OFFLINE_MODELS, name=name[len(OFFLINE_PREFIX) :])
+    if found:  # name -> function(cache folder) -> model folder
+        return str(next(iter(found)).load()(Path(cache_dir).expanduser()))
     *others, last = [OFFLINE_PREFIX + n for n in offline_model_names()]
     raise ValueError(f"model_name_or_path: unknown offline model {name!r}; use {', '.join(others)} or {last}")
