@@ -64,11 +64,10 @@ def evaluate_benchmark(
     from routing_grpo.data.tasks import get_task, task_names
 
     final_dir = under(config.output, benchmark)
-    if config.overwrite:
-        out_dir = begin_replacement(final_dir, samples_record(config, benchmark))
-    else:
-        out_dir = final_dir
-        out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = (
+        begin_replacement(final_dir, samples_record(config, benchmark)) if config.overwrite else final_dir
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
     samples_path = out_dir / "samples.jsonl"
     done = read_samples(samples_path)
     k = config.samples_for(benchmark)
@@ -77,9 +76,8 @@ def evaluate_benchmark(
     detector = ModeDetector.from_tokenizer(modes, tokenizer) if not config.no_routing else None
     rows = [dataset[i] for i in range(len(dataset))]
     rows_by_id = {str(row["id"]): row for row in rows}
-    spec = (
-        get_task(benchmark) if benchmark in task_names() else None
-    )  # math tasks: batched math-verify grading; others their own check
+    # Math tasks: batched math-verify grading; others their own check.
+    spec = get_task(benchmark) if benchmark in task_names() else None
     verifier = None if spec is None or spec.grader == "math" else task_grader(spec.grader)
     eos_ids = {int(t) for t in backend.eos_token_ids}
     reasoning_open = generation_prompt_opens_reasoning(tokenizer)
@@ -113,9 +111,8 @@ def evaluate_benchmark(
         _grade_rows(new_rows, verifier, rows_by_id, reasoning_open)
         append_jsonl(samples_path, new_rows)  # a full disk or the file-size limit names the file
         if progress:
-            finished = min(start + per_call, len(todo))
+            finished, elapsed = min(start + per_call, len(todo)), time.time() - started
             rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
-            elapsed = time.time() - started
             left = len(todo) - finished
             eta = f", ETA {duration_text(elapsed / finished * left)}" if left and finished else ""
             print(

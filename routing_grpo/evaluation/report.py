@@ -12,7 +12,6 @@ the paper's polyline through all three single-mode points (:func:`polyline_lengt
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 import statistics
@@ -86,35 +85,27 @@ class Stat:
 
 
 def find_summaries(run_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """Every ``summary.json`` under the given directories (or the files themselves)."""
+    """Every ``summary.json`` under the given directories (or the files themselves), each checked."""
     summaries = []
-    for run in run_dirs:
-        run = Path(run)
+    for run in map(Path, run_dirs):
         if not run.exists():
             raise FileNotFoundError(f"--runs: no such file or directory: {run}")
-        paths = [run] if run.is_file() else files_under(run, "summary.json")
-        for path in paths:
+        for path in [run] if run.is_file() else files_under(run, "summary.json"):
             summary = read_json_file(path)
-            _check_summary(summary, path)
+            if not isinstance(summary, dict):
+                raise ValueError(f"{path}: a summary must be a JSON object")
+            missing = [k for k in ("benchmark", "method", "accuracy", "mean_length") if k not in summary]
+            if missing:
+                raise ValueError(f"{path}: summary is missing {missing} (schema: docs/evaluation.md)")
+            for key in ("benchmark", "method"):  # figures and tables are named after them
+                check_name(summary[key], f"{path}: {key}")
             problem = summary_figure_problem(summary)
             if problem:
-                key, message = problem
-                line = top_level_key_line(path.read_text(encoding="utf-8-sig"), key)
-                raise ValueError(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+                line = top_level_key_line(path.read_text(encoding="utf-8-sig"), problem[0])
+                raise ValueError(f"{path}:{line}: {problem[1]}" if line else f"{path}: {problem[1]}")
             summary.setdefault("_path", str(path))
             summaries.append(summary)
     return summaries
-
-
-def _check_summary(summary: Any, path: Path) -> None:
-    required = ("benchmark", "method", "accuracy", "mean_length")
-    if not isinstance(summary, dict):
-        raise ValueError(f"{path}: a summary must be a JSON object")
-    missing = [k for k in required if k not in summary]
-    if missing:
-        raise ValueError(f"{path}: summary is missing {missing} (schema: docs/evaluation.md)")
-    for key in ("benchmark", "method"):  # figures and tables are named after them
-        check_name(summary[key], f"{path}: {key}")
 
 
 def _figure_problem(key: str, value: Any, kind: str, *, optional: bool = False) -> str | None:
@@ -123,16 +114,13 @@ def _figure_problem(key: str, value: Any, kind: str, *, optional: bool = False) 
     if value is None and optional:
         return None
     if kind == "count":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            return f"{key} must be an integer >= 0, got {json.dumps(value)}"
-        return None
+        whole = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return None if whole else f"{key} must be an integer >= 0, got {json.dumps(value)}"
     if not _finite(value):
         return f"{key} must be a finite number, got {json.dumps(value)}"
     if kind == "share" and not 0 <= value <= 1:
         return f"{key} must be in [0, 1], got {value}"
-    if kind in ("length", "entropy") and value < 0:
-        return f"{key} must be >= 0, got {value}"
-    return None
+    return f"{key} must be >= 0, got {value}" if kind != "share" and value < 0 else None
 
 
 # The figures of a summary (docs/evaluation.md) and what each must be; the first two are required.
@@ -194,27 +182,20 @@ def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
                 f"{first.get('_path')} and {s.get('_path')}{hint}"
             )
         grouped[s["benchmark"]][s["method"]][seed] = s
-    for combined, parts in COMBINED_BENCHMARKS.items():
+    for combined, parts in COMBINED_BENCHMARKS.items():  # pooled sample-weighted
         if combined in grouped or not all(p in grouped for p in parts):
             continue
         for method in set.intersection(*(set(grouped[p]) for p in parts)):
             for seed in set.intersection(*(set(grouped[p][method]) for p in parts)):
-                grouped[combined][method][seed] = combine_summaries([grouped[p][method][seed] for p in parts])
+                runs = [grouped[p][method][seed] for p in parts]
+                weights = [float(r.get("num_samples") or 1) for r in runs]
+                total = sum(weights)
+                grouped[combined][method][seed] = {
+                    "benchmark": "+".join(r["benchmark"] for r in runs), "method": method, "seed": seed,
+                    **{k: sum(w * r[k] for w, r in zip(weights, runs)) / total for k in ("accuracy", "mean_length")},
+                    "num_samples": int(total),
+                }  # fmt: skip
     return grouped
-
-
-def combine_summaries(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Pool benchmark summaries sample-weighted (AIME 2024 + 2025 -> AIME)."""
-    weights = [float(p.get("num_samples") or 1) for p in parts]
-    total = sum(weights)
-    return {
-        "benchmark": "+".join(p["benchmark"] for p in parts),
-        "method": parts[0]["method"],
-        "seed": parts[0].get("seed", 0),
-        "accuracy": sum(w * p["accuracy"] for w, p in zip(weights, parts)) / total,
-        "mean_length": sum(w * p["mean_length"] for w, p in zip(weights, parts)) / total,
-        "num_samples": int(total),
-    }
 
 
 def stats(by_seed: dict[Any, dict[str, Any]], key: str) -> Stat:
@@ -301,14 +282,6 @@ EMPTY_TABLE_REASONS = {
     "reduction": "no benchmark has both the router and the base model (method base) evaluated",
     "frontier": "no benchmark has both the router and a single-mode baseline (nothink, short, long) evaluated",
 }
-
-
-def to_csv(rows: Sequence[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue()
 
 
 def _pct(x: float | None) -> str:
@@ -536,10 +509,12 @@ def write_report(
         under(output, f"{name}.json").write_text(json.dumps(document, indent=2, allow_nan=False))
     skipped = []
     for name in csv_names:
-        rows = tables[name]
-        path = under(output, f"{name}.csv")
+        rows, path = tables[name], under(output, f"{name}.csv")
         if rows:
-            path.write_text(to_csv(rows))
+            with path.open("w") as f:
+                writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+                writer.writeheader()
+                writer.writerows(rows)
         else:
             path.unlink(missing_ok=True)  # an older report's table would be taken for this one's
             skipped.append(f"- `{name}.csv`: {EMPTY_TABLE_REASONS.get(name, 'no rows')}")
@@ -547,14 +522,13 @@ def write_report(
         markdown += "\n## Tables not written\n\n" + "\n".join(skipped) + "\n"
     under(output, "results.md").write_text(markdown)
     if plots:
-        tables["figures"] = [
-            str(p)
+        figures = [
+            Path(p)
             for p in plots(grouped, summaries, run_dirs, output, training_runs=training, **added.plot_args)
         ]
-        if tables["figures"]:  # results.md names every figure written beside it
-            links = [
-                f"- [`{Path(f).name}`]({Path(f).relative_to(output).as_posix()})" for f in tables["figures"]
-            ]
+        tables["figures"] = [str(p) for p in figures]
+        if figures:  # results.md names every figure written beside it
+            links = [f"- [`{p.name}`]({p.relative_to(output).as_posix()})" for p in figures]
             markdown += "\n## Figures\n\n" + "\n".join(links) + "\n"
             under(output, "results.md").write_text(markdown)
     return tables

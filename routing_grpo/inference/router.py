@@ -65,7 +65,7 @@ class Routing:
 
 
 def parse_allow(allow: Sequence[str] | str) -> list[str]:
-    """``"NoThink,Short"`` or ``["NoThink", "Short"]`` -> the names (stripped, empty items dropped)."""
+    """``"NoThink,Short"`` or ``["NoThink", "Short"]`` -> the names, stripped, empty items dropped."""
     if not isinstance(allow, str | list | tuple) or not all(isinstance(a, str) for a in allow):
         raise ValueError(f"allow: expected mode names (a list, or one comma-separated string), got {allow!r}")
     items = allow.split(",") if isinstance(allow, str) else list(allow)
@@ -73,7 +73,6 @@ def parse_allow(allow: Sequence[str] | str) -> list[str]:
 
 
 def check_count(value: Any, name: str) -> None:
-    """Raises ValueError naming ``name`` unless ``value`` is None or a positive integer."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"{name}: must be a positive integer or None, got {value!r}")
 
@@ -112,7 +111,6 @@ class Answer:
     """One generated answer.
 
     Attributes:
-        question: the request's question.
         mode: the mode's name, or None when the completion has no routing word.
         forced: the mode was forced (its word was in the prompt, not generated).
         routing: free, forced, allowed or single.
@@ -122,7 +120,6 @@ class Answer:
         tokens: tokens the model generated (a forced word is not generated).
         length: L, tokens after the routing word, EOS included (all tokens when there is no word).
         stopped_by: ``eos`` (the model finished), ``cap`` (the mode's cap) or ``length`` (``max_new_tokens``).
-        caps: whether the per-mode caps were enforced.
     """
 
     question: Any
@@ -135,10 +132,6 @@ class Answer:
     length: int
     stopped_by: str
     caps: bool = True
-
-    @property
-    def capped(self) -> bool:
-        return self.stopped_by == "cap"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -277,24 +270,21 @@ class Router:
         seed: int | None = None,
         **engine_kwargs: Any,
     ) -> Router:
-        """Loads a checkpoint and its routing settings.
+        """Loads a checkpoint and its routing settings; every argument, and a local model's weight files, is
+        checked before anything loads (a ValueError naming it).
 
         Args:
-            model: a local folder, a Hub id, or ``offline:mini`` and the like; a LoRA run's folder (a PEFT
-                adapter) loads its base and the adapter through PEFT, on transformers.
-            settings: override of the saved settings: a :class:`RoutingSettings`, a settings file or a
-                training recipe. Default: ``MODEL/routing_config.json``
-                (:class:`routing_grpo.training.settings.SettingsNotFoundError` if absent).
+            model: a local folder, a Hub id, or ``offline:NAME``; a LoRA run's folder loads its base and the
+                adapter through PEFT, on transformers.
+            settings: a :class:`RoutingSettings`, a settings file or a training recipe, in place of
+                ``MODEL/routing_config.json`` (:class:`~routing_grpo.training.settings.SettingsNotFoundError`
+                if absent).
             backend: ``auto`` (vLLM with a GPU when installed, else transformers), ``transformers``, ``vllm``.
-            device: transformers device (default: ``cuda`` when there is a GPU, else ``cpu``).
-            dtype: transformers ``dtype`` (default ``auto``: the checkpoint's).
-            temperature / top_p / top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off).
-            max_new_tokens: tokens the model may generate per answer (default: the training run's limit).
+            device, dtype: transformers' (default: ``cuda`` when there is a GPU; the checkpoint's dtype).
+            temperature, top_p, top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off).
+            max_new_tokens: tokens per answer (default: the training run's limit).
             seed: seeds torch (transformers) or the vLLM engine, an integer in [0, 2**32).
             engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``).
-
-        Every argument, and a local model's weight files, is checked before anything loads (a ValueError
-        naming it).
         """
         check_sampling(temperature, top_p, top_k)
         check_count(max_new_tokens, "max_new_tokens")
