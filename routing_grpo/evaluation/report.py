@@ -292,7 +292,7 @@ def number_text(x: float | None, digits: int = 3) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def markdown_report(grouped) -> str:
+def markdown_report(grouped, reduction: list[dict[str, Any]], frontier: list[dict[str, Any]]) -> str:
     benches = ordered(grouped, BENCHMARK_ORDER)
     methods = ordered({m for b in benches for m in grouped[b]}, METHOD_ORDER)
     lines = ["# Results", "", "## Accuracy and mean response length (mean ± std over seeds)", ""]
@@ -304,17 +304,15 @@ def markdown_report(grouped) -> str:
         lens = [stats(grouped[b][m], "mean_length").fmt(0) if m in grouped[b] else "-" for b in benches]
         lines.append(f"| {METHOD_LABELS.get(m, m)} | " + " | ".join(accs + lens) + " |")
 
-    red = reduction_rows(grouped)
-    if red:
+    if reduction:
         lines += ["", "## Token reduction of free routing vs. the base model", ""]
         lines += ["| benchmark | base | router | reduction |", "|---|---|---|---|"]
-        for r in red:
-            lines.append(
-                f"| {r['benchmark']} | {r['base_length']:.0f} | {r['router_length']:.0f} | "
-                f"{_pct(r['reduction'])} ({r['factor']:.1f}x) |"
-            )
-    front = frontier_rows(grouped)
-    if front:
+        lines += [
+            f"| {r['benchmark']} | {r['base_length']:.0f} | {r['router_length']:.0f} | "
+            f"{_pct(r['reduction'])} ({r['factor']:.1f}x) |"
+            for r in reduction
+        ]
+    if frontier:
         lines += ["", "## Free routing against the single-mode Pareto frontier", ""]
         lines += [
             "| benchmark | router acc @ length | frontier acc @ router length | above | "
@@ -322,10 +320,9 @@ def markdown_report(grouped) -> str:
             "polyline tokens for router acc | router saves (paper's polyline) |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for r in front:
+        for r in frontier:
             above = {True: "yes", False: "no", None: "n/a"}[r["above_frontier"]]
-            need = r["frontier_length_for_router_accuracy"]
-            line_need = r["polyline_length_for_router_accuracy"]
+            need, line_need = (r[f"{k}_length_for_router_accuracy"] for k in ("frontier", "polyline"))
             lines.append(
                 f"| {r['benchmark']} | {r['router_accuracy']:.3f} @ {r['router_length']:.0f} | "
                 f"{number_text(r['frontier_accuracy_at_router_length'])} | {above} | "
@@ -459,10 +456,6 @@ class ReportPart:
     plot_args: dict[str, Any] = field(default_factory=dict)
 
 
-# part(grouped summaries, training runs) -> the part to add.
-PartBuilder = Callable[[dict[str, Any], Sequence[TrainingRun]], ReportPart]
-
-
 def write_report(
     run_dirs: Sequence[str | Path],
     output: str | Path,
@@ -470,7 +463,7 @@ def write_report(
     plots: Callable[..., Iterable[Path]] | None = None,
     training_dirs: Sequence[str | Path] = (),
     exclude_dirs: Sequence[str | Path] = (),
-    part: PartBuilder | None = None,
+    part: Callable[[dict[str, Any], Sequence[TrainingRun]], ReportPart] | None = None,
 ) -> dict[str, Any]:
     """Writes results.md and the CSV tables (and the figures) to ``output``; returns the tables.
 
@@ -479,7 +472,7 @@ def write_report(
             module); None or False: tables only.
         training_dirs: training output folders, for the training figures and the ablations' logs.
         exclude_dirs: summaries under these folders are left out even when under ``run_dirs``.
-        part: builds a :class:`ReportPart` from the grouped summaries and the training runs.
+        part: ``part(grouped summaries, training runs)``, the :class:`ReportPart` to add.
     """
     output = Path(output)
     excluded = [Path(d).resolve() for d in exclude_dirs]
@@ -498,7 +491,7 @@ def write_report(
         "reduction": reduction_rows(grouped),
         "frontier": frontier_rows(grouped),
     }
-    markdown = markdown_report(grouped)
+    markdown = markdown_report(grouped, tables["reduction"], tables["frontier"])
     added = part(grouped, training) if part is not None else ReportPart()
     markdown += added.markdown
     for name, rows in added.tables.items():

@@ -144,16 +144,6 @@ def request_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -
     return out + [f"--{k.replace('_', '-')}" for k, v in new["sampling"].items() if sampling.get(k) != v]
 
 
-def answer_line(row_id: str, answer: Answer) -> str:
-    """The one-line summary ``routing-grpo generate`` prints per answer."""
-    mode = answer.mode or "no routing word"
-    found = answer.answer if answer.answer is not None else "-"
-    return (
-        f"[{row_id}] {mode} ({answer.routing}): {answer.tokens} tokens, L={answer.length}, "
-        f"stopped by {answer.stopped_by}, answer: {found}"
-    )
-
-
 def answer_row(
     row_id: str, answer: Answer, reference: Any = None, request: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:

@@ -99,11 +99,7 @@ def resolve_routing(
         if (forced is not None and forced != single) or (allowed is not None and single not in allowed):
             raise ValueError(f"this checkpoint is a single-mode baseline: it answers in {names[single]} only")
         return Routing("single")
-    if forced is not None:
-        return Routing("forced", forced=forced)
-    if allowed is not None:
-        return Routing("allowed", allowed=allowed)
-    return Routing("free")
+    return Routing("forced" if forced is not None else "allowed" if allowed else "free", forced, allowed)
 
 
 @dataclass(frozen=True)
@@ -158,9 +154,7 @@ def known_row_budget(row: Row, settings: RoutingSettings, max_new_tokens: int) -
         return None
     if not row.caps:
         return max_new_tokens
-    if row.routing.kind == "forced":
-        return int(known_budget(row.routing.forced, settings.modes, max_new_tokens))
-    return int(known_budget(None, settings.modes, max_new_tokens, settings.single_mode_index))
+    return int(known_budget(row.routing.forced, settings.modes, max_new_tokens, settings.single_mode_index))
 
 
 def head_row_budget(
@@ -199,17 +193,10 @@ def finish_row(
     text = tokenizer.decode(completion, skip_special_tokens=True)
     text = (row.forced_text.lstrip() + text) if kind == "forced" else text.lstrip()
     return Answer(
-        question=row.question,
-        mode=modes[mode].name if mode != INVALID else None,
-        forced=kind == "forced",
-        routing=kind,
-        answer=extract_answer(text, finished=stopped_by == "eos"),
-        text=text,
-        tokens=len(completion),
-        length=length,
-        stopped_by=stopped_by,
-        caps=row.caps,
-    )
+        question=row.question, mode=modes[mode].name if mode != INVALID else None, forced=kind == "forced",
+        routing=kind, answer=extract_answer(text, finished=stopped_by == "eos"), text=text,
+        tokens=len(completion), length=length, stopped_by=stopped_by, caps=row.caps,
+    )  # fmt: skip
 
 
 def context_problem(prompt_tokens: int, max_new_tokens: int, context: int | None) -> str | None:
@@ -393,28 +380,21 @@ class Router:
         eos = self.backend.eos_token_ids
 
         def write_heads(indices: list[int], prompts: list[list[int]]) -> list[list[int]]:
+            allowed = [rows[i].routing.allowed for i in indices]
             chosen = choose_words(
-                self.backend.next_tokens,
-                prompts,
-                [rows[i].routing.allowed for i in indices],
-                forms=self.forms,
-                detector=self.detector,
-                eos_token_ids=eos,
-                max_tokens=limit,
-            )
+                self.backend.next_tokens, prompts, allowed, forms=self.forms, detector=self.detector,
+                eos_token_ids=eos, max_tokens=limit,
+            )  # fmt: skip
             for i, (prefix, decision) in zip(indices, chosen, strict=True):
                 rows[i].prefix, rows[i].decision = prefix, decision
             return [prefix for prefix, _ in chosen]
 
         completions = generate_with_caps(
-            self.backend,
-            [row.prompt_ids for row in rows],
-            [known_row_budget(row, self.settings, limit) for row in rows],
-            max_tokens=limit,
+            self.backend, [row.prompt_ids for row in rows],
+            [known_row_budget(row, self.settings, limit) for row in rows], max_tokens=limit,
             head_budget=lambda i, head: head_row_budget(rows[i], head, self.settings, self.detector, limit),
-            write_heads=write_heads,
-            cut_at_stop=True,
-        )
+            write_heads=write_heads, cut_at_stop=True,
+        )  # fmt: skip
         for row, (ids, _) in zip(rows, completions, strict=True):
             row.rest = list(ids[len(row.prefix) :])
         return [finish_row(row, self.settings, self.tokenizer, self.detector, eos) for row in rows]
