@@ -50,16 +50,11 @@ def run(args: argparse.Namespace) -> int:
         check_backend(args.backend, "--backend")
         check_device(args.device, "--device")
         config = EvalConfig.for_checkpoint(
-            args.model,
-            [b.strip() for b in args.benchmarks.split(",") if b.strip()],
-            output=args.output,
-            max_tokens=args.max_tokens,
-            config=args.config,
-            revision=args.revision,
-            samples=_parse_mapping(args.samples, "--samples", int),
-            data=_parse_mapping(args.data, "--data"),
+            args.model, [b.strip() for b in args.benchmarks.split(",") if b.strip()], output=args.output,
+            max_tokens=args.max_tokens, config=args.config, revision=args.revision,
+            samples=_parse_mapping(args.samples, "--samples", int), data=_parse_mapping(args.data, "--data"),
             **{name: getattr(args, name) for name in OPTIONS},
-        )
+        )  # fmt: skip
         check_benchmarks(config)
         config.check_engine(resolve_backend(config.backend))
     except (FileNotFoundError, ValueError) as err:

@@ -1,8 +1,6 @@
-"""Results across runs: the paper's tables, the single-mode Pareto frontier, and the figures.
-
-Input: evaluation summaries (``summary.json``, docs/evaluation.md) and, optionally, trainer logs
-(``trainer_state.json``), grouped by ``method`` and ``seed`` (mean and std over seeds). A caller may add a
-part of its own (:class:`ReportPart`), as the miniature does.
+"""Results across runs: the paper's tables, the single-mode Pareto frontier, and the figures, from evaluation
+summaries (docs/evaluation.md) and trainer logs, by ``method`` and ``seed`` (mean and std over seeds); a
+caller may add a part of its own (:class:`ReportPart`), as the miniature does.
 
 Paper: Table "Final accuracy and mean response length" (tab:full), Table "Token reduction" (tab:reduction),
 Figs. "Accuracy versus response length". The saving is given against the pruned Pareto frontier and against
@@ -40,22 +38,19 @@ ABLATION_METHODS = ("no_balance", "no_warmup")
 LEVEL_MIX_METHOD = "router_level_mix"
 WORD_WEIGHT_METHOD = "router_word_weight"
 BLIND_METHOD = "router_blind"
-METHOD_ORDER = (
-    "base", "nothink", "short", "long", "router", WORD_WEIGHT_METHOD, BLIND_METHOD, LEVEL_MIX_METHOD,
-    *ABLATION_METHODS,
-)  # fmt: skip
-METHOD_LABELS = {
+METHOD_LABELS = {  # in the tables' and figures' order
     "base": "Base (no routing)",
     "nothink": "NoThink-only",
     "short": "Short-only",
     "long": "Long-only",
     "router": "Free routing",
-    LEVEL_MIX_METHOD: "Free routing, trained on a level mix",
     WORD_WEIGHT_METHOD: "Free routing, routing word weighted (beyond the paper)",
     BLIND_METHOD: "Free routing, level-blind cold start",
+    LEVEL_MIX_METHOD: "Free routing, trained on a level mix",
     "no_balance": "Free routing, no balance term",
     "no_warmup": "Free routing, no forced warmup",
 }
+METHOD_ORDER = tuple(METHOD_LABELS)
 BENCHMARK_ORDER = ("math500", "gsm8k", "aime24", "aime25", "aime")
 # AIME 2024 and 2025 are also reported together, as in the paper's length column and OOD figure.
 COMBINED_BENCHMARKS = {"aime": ("aime24", "aime25")}
@@ -77,11 +72,8 @@ class Stat:
 
     def fmt(self, digits: int) -> str:
         """``mean ± std`` over seeds; the mean alone for one seed."""
-        if not self.values:
-            return "-"
-        if len(self.values) == 1:
-            return f"{self.mean:.{digits}f}"
-        return f"{self.mean:.{digits}f} ± {self.std:.{digits}f}"
+        spread = f" ± {self.std:.{digits}f}" if len(self.values) > 1 else ""
+        return f"{self.mean:.{digits}f}{spread}" if self.values else "-"
 
 
 def find_summaries(run_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:

@@ -149,11 +149,8 @@ def answer_row(
 ) -> dict[str, Any]:
     """An answers-file row: the answer's fields, ``model_output`` (its text, "" when it did not finish, which
     the grader scores wrong), ``reference_answer`` when there is one, and ``request``."""
-    row = {
-        "id": row_id,
-        **answer.to_dict(),
-        "model_output": answer.text if answer.stopped_by == "eos" else "",
-    }
+    output = answer.text if answer.stopped_by == "eos" else ""
+    row = {"id": row_id, **answer.to_dict(), "model_output": output}
     if reference is not None:
         row["reference_answer"] = reference
     if request is not None:
@@ -182,9 +179,8 @@ def question_requests(
             resolve_routing(settings, chosen_mode, chosen_allow)
         except ValueError as err:
             raise ValueError(f"question {row['id']}: {err}") from None
-        requests[row["id"]] = Request(
-            row["question"], mode=chosen_mode, allow=chosen_allow, caps=row.get("caps", True) and caps
-        )
+        own_caps = row.get("caps", True) and caps
+        requests[row["id"]] = Request(row["question"], mode=chosen_mode, allow=chosen_allow, caps=own_caps)
     return requests
 
 
