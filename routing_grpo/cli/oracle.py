@@ -72,9 +72,8 @@ def _forced_rows(
                 raise UsageError(f"--samples: {f}:{line}: {problem}")
             if by is not None:
                 kind = type(row[by]).__name__
-                if bin_type is None:
-                    bin_type = (kind, f"{f}:{line}")
-                elif kind != bin_type[0]:
+                bin_type = bin_type or (kind, f"{f}:{line}")
+                if kind != bin_type[0]:
                     raise UsageError(
                         f"--samples: {f}:{line}: {by} is {json.dumps(row[by])} ({kind}), but a {bin_type[0]} "
                         f"at {bin_type[1]}: write the bin column the same way in every file"

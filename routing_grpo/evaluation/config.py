@@ -132,10 +132,8 @@ class EvalConfig:
             "model": self.model, "tensor_parallel_size": self.tensor_parallel_size,
             "gpu_memory_utilization": self.gpu_memory_utilization, "dtype": self.dtype, "seed": self.seed,
         }  # fmt: skip
-        if self.revision is not None:
-            engine["revision"] = self.revision
-        if self.max_model_len is not None:
-            engine["max_model_len"] = self.max_model_len
+        optional = {"revision": self.revision, "max_model_len": self.max_model_len}
+        engine.update({k: v for k, v in optional.items() if v is not None})
         return BackendOptions(
             model=self.model, revision=self.revision, dtype=self.dtype, device=self.device,
             temperature=self.temperature, top_p=self.top_p, engine_kwargs=engine,

@@ -116,7 +116,7 @@ def evaluate_benchmark(
     summary = {
         "benchmark": benchmark,
         "method": config.effective_method,
-        "seed": config.run_seed if config.run_seed is not None else 0,
+        "seed": config.run_seed or 0,
         "model": config.model,
         "samples_per_prompt": k,
         **summarize(all_rows, [m.name for m in modes], {m.name: m.cap for m in modes}),
@@ -207,19 +207,14 @@ def check_benchmarks(config: EvalConfig) -> None:
     for flag, entries in (("--samples", config.samples), ("--data", config.data)):
         stray = sorted(set(entries) - set(config.benchmarks))
         if stray:
-            raise ValueError(
-                f"{flag}: {', '.join(stray)} not in --benchmarks ({', '.join(config.benchmarks)})"
-            )
+            named = ", ".join(config.benchmarks)
+            raise ValueError(f"{flag}: {', '.join(stray)} not in --benchmarks ({named})")
 
 
 def check_prompt_lengths(config: EvalConfig, datasets: dict[str, Any], tokenizer: Any, backend: str) -> None:
     """Every rendered prompt against the context (vLLM's ``--max-model-len``, else the model's): one with no
     room left for a sample is a ValueError naming the benchmark and the problem's id."""
-    context = (
-        config.max_model_len
-        if backend == VLLM and config.max_model_len
-        else local_context_length(config.model)
-    )
+    context = (config.max_model_len if backend == VLLM else None) or local_context_length(config.model)
     if context is None:
         return
     plan = PromptPlan.from_config(config)

@@ -320,6 +320,7 @@ def draw_all(
     raw_modes = next((m for s in summaries if (m := (s.get("config") or {}).get("modes"))), None)
     modes = parse_modes(raw_modes) if raw_modes else DEFAULT_MODES
     written = [plot_reward_surface(modes, output / "reward_surface.png")]
+    add = written.append
     for bench, methods in grouped.items():
         mini = minis.get(bench)
         oracle, forced, choice = None, [], None
@@ -327,37 +328,26 @@ def draw_all(
             o = mini["oracle"]["overall"]
             oracle, forced = Point("oracle", o["mean_tokens"], o["accuracy"]), forced_points(mini)
             choice = {lv: e["best"] for lv, e in mini["oracle"]["levels"].items()}
-        written.append(
-            plot_pareto(bench, methods, under(output, f"pareto_{bench}.png"), oracle=oracle, forced=forced)
-        )
+        add(plot_pareto(bench, methods, under(output, f"pareto_{bench}.png"), oracle=oracle, forced=forced))
         router = list(methods.get("router", {}).values())
-        written.append(plot_levels(bench, router, under(output, f"levels_{bench}.png"), oracle_choice=choice))
+        add(plot_levels(bench, router, under(output, f"levels_{bench}.png"), oracle_choice=choice))
     logged = find_training_runs(Path(d) for d in run_dirs if Path(d).is_dir())
     seen = {run.path.resolve() for run in logged}
     histories = [run.history for run in logged]
     histories += [r.history for r in training_runs if r.group == "router" and r.path.resolve() not in seen]
-    written.append(plot_training_dynamics(histories, output / "training_dynamics.png"))
-    written.append(
-        plot_training_levels(histories, output / "training_levels.png", "Routing per level over training")
-    )
-
-    def group(name: str) -> list[list[dict[str, Any]]]:
-        return [r.history for r in training_runs if r.group == name]
-
+    add(plot_training_dynamics(histories, output / "training_dynamics.png"))
+    add(plot_training_levels(histories, output / "training_levels.png", "Routing per level over training"))
+    groups: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
+    for run in training_runs:
+        groups[run.group].append(run.history)
+    tell = {METHOD_LABELS.get(g, g): h for g, h in groups.items()}
     for ablation in ABLATION_METHODS:
         heading = f"Training dynamics, {METHOD_LABELS[ablation]}"
-        written.append(
-            plot_training_dynamics(group(ablation), output / f"training_dynamics_{ablation}.png", heading)
-        )
-    tell_groups: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
-    for run in training_runs:
-        tell_groups[METHOD_LABELS.get(run.group, run.group)].append(run.history)
-    written.append(plot_early_tell(tell_groups, output / "early_tell.png"))
+        add(plot_training_dynamics(groups[ablation], output / f"training_dynamics_{ablation}.png", heading))
+    add(plot_early_tell(tell, output / "early_tell.png"))
     heading = f"Training dynamics, {METHOD_LABELS[LEVEL_MIX_METHOD]}"
     for kind, plot in (("dynamics", plot_training_dynamics), ("levels", plot_training_levels)):
-        written.append(
-            plot(group(LEVEL_MIX_METHOD), output / f"training_{kind}_{LEVEL_MIX_METHOD}.png", heading)
-        )
+        add(plot(groups[LEVEL_MIX_METHOD], output / f"training_{kind}_{LEVEL_MIX_METHOD}.png", heading))
     return [path for path in written if path]
 
 

@@ -346,9 +346,8 @@ def load_sample_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         try:
             prompt, index = sample_key(row)
         except ValueError as err:
-            raise ValueError(
-                f"{path}:{number}: a sample needs prompt_id and an integer sample_index ({err})"
-            ) from None
+            message = f"a sample needs prompt_id and an integer sample_index ({err})"
+            raise ValueError(f"{path}:{number}: {message}") from None
         forced = row.get("forced") or row.get("routing") == "forced"
         rows.setdefault((prompt, index, str(row.get("mode")) if forced else None), (number, row))
     return list(rows.values())
@@ -373,15 +372,10 @@ def training_group(name: str) -> str:
     """The method a training folder's path names (an ablation, a miniature router, ``baseline`` for a
     single-mode baseline: ``baseline`` or a mode word in the name), router otherwise."""
     key = name.lower().replace("-", "_")
-    if "level_mix" in key:
-        return LEVEL_MIX_METHOD
-    if "blind" in key:
-        return BLIND_METHOD
-    if "word_weight" in key:
-        return WORD_WEIGHT_METHOD
-    for ablation in ABLATION_METHODS:
-        if ablation in key:
-            return ablation
+    named = {"level_mix": LEVEL_MIX_METHOD, "blind": BLIND_METHOD, "word_weight": WORD_WEIGHT_METHOD}
+    for marker, method in [*named.items(), *((a, a) for a in ABLATION_METHODS)]:
+        if marker in key:
+            return method
     words = set(key.replace("/", "_").split("_"))
     return "baseline" if "baseline" in key or words & set(BASELINE_METHODS) else "router"
 
@@ -394,11 +388,9 @@ def find_training_runs(dirs: Iterable[str | Path]) -> list[TrainingRun]:
         top = Path(top)
         if not top.exists():
             raise FileNotFoundError(f"--training: no such directory: {top}")
-        states = (
-            sorted(top.rglob("trainer_state.json"), key=lambda p: p.stat().st_mtime) if top.is_dir() else []
-        )
+        found = top.rglob("trainer_state.json") if top.is_dir() else []
         by_dir: dict[Path, Path] = {}
-        for state in states:
+        for state in sorted(found, key=lambda p: p.stat().st_mtime):
             root = state.parent.parent if state.parent.name.startswith("checkpoint-") else state.parent
             if root not in by_dir or state.parent == root:
                 by_dir[root] = state

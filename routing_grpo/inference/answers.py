@@ -1,11 +1,10 @@
 """The answers file of ``routing-grpo generate --input Q.jsonl --output A.jsonl``: its questions, its rows and
-the resumable run over it (the command parses and prints; a Python call does the same).
+the resumable run over it, the command's and a Python call's.
 
 Each row holds an answer, ``model_output`` and ``reference_answer`` as ``routing-grpo grade`` reads them, and
-``request``, what the answer was made for (:func:`request_record`). A rerun keeps the answers made for the
-same request (:func:`plan_answers`) and refuses, before the model loads, an id answered for another request
-unless ``overwrite``. Rows are appended a batch at a time (:func:`routing_grpo.io.jsonl.append_jsonl`), one
-writer at a time (``FILE.lock``).
+the ``request`` it was made for (:func:`request_record`). A rerun keeps the answers made for the same request
+and refuses, before the model loads, an id answered for another (:func:`plan_answers`). Rows are appended a
+batch at a time, one writer at a time (``FILE.lock``).
 
     from routing_grpo.inference.answers import answer_questions, read_questions
 

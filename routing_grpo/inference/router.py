@@ -353,9 +353,8 @@ class Router:
         check_count(batch_size, "batch_size")
         check_seed(seed)
         if isinstance(questions, str | bytes):
-            raise ValueError(
-                "questions: expected a list of questions, got one text (router(question) asks one)"
-            )
+            message = "expected a list of questions, got one text (router(question) asks one)"
+            raise ValueError(f"questions: {message}")
         requests = [
             q if isinstance(q, Request) else Request(q, mode=mode, allow=allow, caps=caps) for q in questions
         ]
