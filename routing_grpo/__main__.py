@@ -1,5 +1,3 @@
-import sys
-
 from routing_grpo.cli import main
 
-sys.exit(main())
+raise SystemExit(main())

@@ -59,7 +59,7 @@ def test_eval_run_writes_samples_and_summary_and_resumes(tmp_path, tiny):
     model, tok = tiny
     cfg = config(tmp_path, samples={"toy": 2}, max_tokens=8, batch_size=2)
     gen = CountingBackend(TransformersBackend(model, tok, temperature=0.6, top_p=1.0))
-    summary = evaluate_benchmark(cfg, "toy", toy_dataset(3), tok, gen, progress=False)
+    summary = evaluate_benchmark(cfg, "toy", toy_dataset(3), tok, gen)
     assert gen.prompts == 6
     samples = [
         json.loads(line) for line in (tmp_path / "out" / "toy" / "samples.jsonl").read_text().splitlines()
@@ -80,14 +80,14 @@ def test_eval_run_writes_samples_and_summary_and_resumes(tmp_path, tiny):
 
     # A second invocation finds everything done and generates nothing.
     again = CountingBackend(gen.inner)
-    summary2 = evaluate_benchmark(cfg, "toy", toy_dataset(3), tok, again, progress=False)
+    summary2 = evaluate_benchmark(cfg, "toy", toy_dataset(3), tok, again)
     assert again.prompts == 0 and summary2["num_samples"] == 6
 
     # Interrupted run: drop the last two lines; only those samples are regenerated.
     lines = (tmp_path / "out" / "toy" / "samples.jsonl").read_text().splitlines(keepends=True)
     (tmp_path / "out" / "toy" / "samples.jsonl").write_text("".join(lines[:-2]))
     resumed = CountingBackend(gen.inner)
-    summary3 = evaluate_benchmark(cfg, "toy", toy_dataset(3), tok, resumed, progress=False)
+    summary3 = evaluate_benchmark(cfg, "toy", toy_dataset(3), tok, resumed)
     assert resumed.prompts == 2 and summary3["num_samples"] == 6
     keys = [
         (r["prompt_id"], r["sample_index"])
@@ -118,7 +118,7 @@ def test_prompts_per_call(tmp_path, tiny):
     ]:
         backend = Scripted(default)
         cfg = config(tmp_path / f"{default}-{batch_size}", samples={"toy": 1}, batch_size=batch_size)
-        evaluate_benchmark(cfg, "toy", toy_dataset(5), tok, backend, progress=False)
+        evaluate_benchmark(cfg, "toy", toy_dataset(5), tok, backend)
         assert backend.calls == calls
 
 
@@ -131,7 +131,6 @@ def test_forced_and_plain_runs(tmp_path, tiny):
         toy_dataset(2),
         tok,
         gen,
-        progress=False,
     )
     assert (
         forced["method"] == "nothink" and forced["mode_shares"]["NoThink"] == 0.0
@@ -147,7 +146,6 @@ def test_forced_and_plain_runs(tmp_path, tiny):
         toy_dataset(2),
         tok,
         gen,
-        progress=False,
     )
     assert plain["method"] == "base" and "mode_shares" not in plain
 
@@ -233,7 +231,7 @@ def test_vllm_gets_each_benchmarks_prompts_in_one_call(tmp_path, tiny, fake_llm)
     _, tok = tiny
     cfg = config(tmp_path, samples={"toy": 3}, max_tokens=64, temperature=0.7, top_p=0.95)
     gen = vllm_generator(cfg)
-    summary = evaluate_benchmark(cfg, "toy", toy_dataset(5), tok, gen, progress=False)
+    summary = evaluate_benchmark(cfg, "toy", toy_dataset(5), tok, gen)
     (llm,) = fake_llm.instances
     assert len(llm.calls) == 1  # 5 prompts, not 16 at a time nor one group per sample count
     prompts, params, _ = llm.calls[0]
@@ -251,7 +249,7 @@ def test_vllm_gets_each_benchmarks_prompts_in_one_call(tmp_path, tiny, fake_llm)
     lines = (tmp_path / "out" / "toy" / "samples.jsonl").read_text().splitlines(keepends=True)
     kept = [x for x in lines if json.loads(x)["prompt_id"] != "q4" and json.loads(x)["sample_index"] != 2]
     (tmp_path / "out" / "toy" / "samples.jsonl").write_text("".join(kept))
-    summary = evaluate_benchmark(cfg, "toy", toy_dataset(5), tok, gen, progress=False)
+    summary = evaluate_benchmark(cfg, "toy", toy_dataset(5), tok, gen)
     assert len(llm.calls) == 2
     assert [p["n"] for p in llm.calls[1][1]] == [1, 1, 1, 1, 3]
     assert summary["num_samples"] == 15
@@ -260,7 +258,6 @@ def test_vllm_gets_each_benchmarks_prompts_in_one_call(tmp_path, tiny, fake_llm)
     again = vllm_generator(config(tmp_path / "b", samples={"toy": 1}, batch_size=2))
     evaluate_benchmark(
         config(tmp_path / "b", samples={"toy": 1}, batch_size=2), "toy", toy_dataset(5), tok, again,
-        progress=False,
     )  # fmt: skip
     assert [len(c[0]) for c in fake_llm.instances[-1].calls] == [2, 2, 1]
 
@@ -441,9 +438,7 @@ def test_unfinished_samples_are_graded_wrong(tmp_path, tiny, template, accuracy)
                 for _ in requests
             ]
 
-    summary = evaluate_benchmark(
-        config(tmp_path, samples={"toy": 3}), "toy", toy_dataset(1), tok, Scripted(), progress=False
-    )
+    summary = evaluate_benchmark(config(tmp_path, samples={"toy": 3}), "toy", toy_dataset(1), tok, Scripted())
     rows = sorted(
         read_samples(tmp_path / "out" / "toy" / "samples.jsonl").values(), key=lambda r: r["sample_index"]
     )

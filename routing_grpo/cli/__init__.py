@@ -20,11 +20,8 @@ INPUT_ERRORS = (ValueError, OSError, UnicodeDecodeError)
 def build_parser() -> OneLineParser:
     from routing_grpo import train, version_text
 
-    parser = OneLineParser(
-        prog="routing-grpo",
-        description="Self-routing GRPO: learn when to think (NoThink / Short / Long). The method: "
-        "docs/method.md; `routing-grpo COMMAND --help` for each command.",
-    )
+    parser = OneLineParser(prog="routing-grpo", description="Self-routing GRPO: learn when to think (NoThink / "
+                           "Short / Long). The method: docs/method.md; `routing-grpo COMMAND --help` for each command.")  # fmt: skip
     parser.add_argument(
         "--version", action="version", version=version_text(), help="show the versions and exit"
     )

@@ -50,16 +50,11 @@ def run(args: argparse.Namespace) -> int:
         check_backend(args.backend, "--backend")
         check_device(args.device, "--device")
         config = EvalConfig.for_checkpoint(
-            args.model,
-            [b.strip() for b in args.benchmarks.split(",") if b.strip()],
-            output=args.output,
-            max_tokens=args.max_tokens,
-            config=args.config,
-            revision=args.revision,
-            samples=_parse_mapping(args.samples, "--samples", int),
-            data=_parse_mapping(args.data, "--data"),
+            args.model, [b.strip() for b in args.benchmarks.split(",") if b.strip()], output=args.output,
+            max_tokens=args.max_tokens, config=args.config, revision=args.revision,
+            samples=_parse_mapping(args.samples, "--samples", int), data=_parse_mapping(args.data, "--data"),
             **{name: getattr(args, name) for name in OPTIONS},
-        )
+        )  # fmt: skip
         check_benchmarks(config)
         config.check_engine(resolve_backend(config.backend))
     except (FileNotFoundError, ValueError) as err:
@@ -101,18 +96,11 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--samples", help="samples per prompt, e.g. gsm8k=5,aime24=16 (paper defaults otherwise)")
     p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: keep this probability mass")
-    p.add_argument(
-        "--max-tokens",
-        type=int,
-        help="uncapped generation up to this many tokens (default: the checkpoint's training completion "
-        f"limit from routing_config.json, else {16384}; never past the model's context)",
-    )
-    p.add_argument(
-        "--backend",
-        choices=list(BACKEND_NAMES),
-        default="auto",
-        help="auto: vLLM when it is installed and there is a GPU, else transformers",
-    )
+    p.add_argument("--max-tokens", type=int, help="uncapped generation up to this many tokens (default: the "
+                   "checkpoint's training completion limit from routing_config.json, else 16384; never past the "
+                   "model's context)")  # fmt: skip
+    p.add_argument("--backend", choices=list(BACKEND_NAMES), default="auto",
+                   help="auto: vLLM when it is installed and there is a GPU, else transformers")  # fmt: skip
     p.add_argument("--limit", type=int, help="first N problems of each benchmark")
     group = p.add_mutually_exclusive_group()
     group.add_argument(
@@ -121,57 +109,32 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     group.add_argument("--no-routing", action="store_true", help="plain prompt (base model or a baseline)")
     p.add_argument("--config", help="training recipe: its modes, routing instruction and question are used")
     p.add_argument("--data", help="local files per benchmark, e.g. math500=data/math500.jsonl (default: Hub)")
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        help="prompts per generation call (default: vLLM gets each benchmark's prompts in one call, "
-        "transformers 16); each call's samples are saved when graded, so a rerun resumes after the last one",
-    )
+    p.add_argument("--batch-size", type=int, help="prompts per generation call (default: vLLM gets each "
+                   "benchmark's prompts in one call, transformers 16); each call's samples are saved when graded, "
+                   "so a rerun resumes after the last one")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="sampling seed (seeds the vLLM engines)")
     p.add_argument("--method", help="label for reports (default: router / base / the forced mode)")
     p.add_argument("--run-seed", type=int, help="training seed of the checkpoint, for reports")
-    p.add_argument(
-        "--output",
-        help="directory: <benchmark>/samples.jsonl and summary.json (default outputs/eval/<method>/seed<N>); "
-        "a rerun resumes its samples, and samples of another model, data or settings are refused",
-    )
-    p.add_argument(
-        "--overwrite", action="store_true", help="start each benchmark's samples afresh instead of resuming"
-    )
+    p.add_argument("--output", help="directory: <benchmark>/samples.jsonl and summary.json (default "
+                   "outputs/eval/<method>/seed<N>); a rerun resumes its samples, and samples of another model, "
+                   "data or settings are refused")  # fmt: skip
+    p.add_argument("--overwrite", action="store_true",
+                   help="start each benchmark's samples afresh instead of resuming")  # fmt: skip
     engine = p.add_argument_group("model and engine")
     engine.add_argument("--revision", help="Hub revision (branch, tag or commit) of the model and tokenizer")
-    engine.add_argument(
-        "--dtype",
-        choices=["auto", "bfloat16", "float16", "float32"],
-        default="auto",
-        help="weights and activations (auto: the checkpoint's)",
-    )
+    engine.add_argument("--dtype", choices=["auto", "bfloat16", "float16", "float32"], default="auto",
+                        help="weights and activations (auto: the checkpoint's)")  # fmt: skip
     engine.add_argument(
         "--device", help="transformers backend: device (default: cuda when there is a GPU, else cpu)"
     )
-    engine.add_argument(
-        "--tensor-parallel-size",
-        type=int,
-        default=1,
-        help="vLLM: GPUs each engine splits the model over",
-    )
-    engine.add_argument(
-        "--data-parallel-size",
-        type=int,
-        default=1,
-        help="vLLM: engines, each on its own --tensor-parallel-size GPUs and process, sharing each call's "
-        "prompts (needs tensor x data parallel size GPUs)",
-    )
-    engine.add_argument(
-        "--max-model-len",
-        type=int,
-        help="vLLM: context length of the engine, prompt + completion (default: the model's)",
-    )
-    engine.add_argument(
-        "--gpu-memory-utilization",
-        type=float,
-        default=0.9,
-        help="vLLM: share of each GPU's memory the engine may take (weights, activations, KV cache)",
-    )
+    engine.add_argument("--tensor-parallel-size", type=int, default=1,
+                        help="vLLM: GPUs each engine splits the model over")  # fmt: skip
+    engine.add_argument("--data-parallel-size", type=int, default=1, help="vLLM: engines, each on its own "
+                        "--tensor-parallel-size GPUs and process, sharing each call's prompts (needs tensor x "
+                        "data parallel size GPUs)")  # fmt: skip
+    engine.add_argument("--max-model-len", type=int, help="vLLM: context length of the engine, prompt + "
+                        "completion (default: the model's)")  # fmt: skip
+    engine.add_argument("--gpu-memory-utilization", type=float, default=0.9, help="vLLM: share of each GPU's "
+                        "memory the engine may take (weights, activations, KV cache)")  # fmt: skip
     p.set_defaults(func=run)
     return p

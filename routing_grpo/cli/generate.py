@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     from routing_grpo.diagnostics.routing_metrics import duration_text
     from routing_grpo.generation.factory import check_backend
     from routing_grpo.generation.options import check_device, check_sampling, check_seed
-    from routing_grpo.inference.answers import answer_line, answer_questions, question_rows, read_questions
+    from routing_grpo.inference.answers import answer_questions, question_rows, read_questions
     from routing_grpo.inference.router import resolve_routing
     from routing_grpo.io.model_files import weight_file_problem
     from routing_grpo.training.settings import RoutingSettings, local_model_path
@@ -76,11 +76,11 @@ def run(args: argparse.Namespace) -> int:
             )
 
     def printed(ids: list[str], answers: list[Any]) -> None:
-        for i, answer in zip(ids, answers):
-            if args.json:
-                print(json.dumps({"id": i, **answer.to_dict()}, ensure_ascii=False), flush=True)
-            else:
-                print(answer_line(i, answer), flush=True)
+        for i, a in zip(ids, answers):
+            found = a.answer if a.answer is not None else "-"
+            line = f"[{i}] {a.mode or 'no routing word'} ({a.routing}): {a.tokens} tokens, L={a.length}, "
+            line += f"stopped by {a.stopped_by}, answer: {found}"
+            print(json.dumps({"id": i, **a.to_dict()}, ensure_ascii=False) if args.json else line, flush=True)
         # Progress on stderr (stdout holds the answers): the prompts left at the pace since the first batch.
         progress["done"] += len(ids)
         done, todo, now = progress["done"], progress["todo"], time.perf_counter()
@@ -108,11 +108,8 @@ def run(args: argparse.Namespace) -> int:
     if not done.answers:
         return 0
     rate = done.tokens / done.seconds if done.seconds else 0.0
-    print(
-        f"generated {done.answers} answers, {done.tokens} tokens in {done.seconds:.1f}s ({rate:.0f} tokens/s)",
-        file=sys.stderr,
-        flush=True,
-    )
+    print(f"generated {done.answers} answers, {done.tokens} tokens in {done.seconds:.1f}s ({rate:.0f} tokens/s)",
+          file=sys.stderr, flush=True)  # fmt: skip
     return 0
 
 
@@ -134,30 +131,20 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--no-caps", action="store_true", help="do not enforce the per-mode caps")
     p.add_argument("--input", help="JSONL of questions: question (or prompt), optional id, mode, allow, caps")
-    p.add_argument(
-        "--output",
-        help="append one JSON line per answer; rerun, the answers made for the same request (question, "
-        "routing, model, settings, sampling) are kept and the rest generated; another request under an "
-        "answered id is refused",
-    )
-    p.add_argument(
-        "--overwrite",
-        action="store_true",
-        help="start the --output file afresh when it answers other requests (the new answers replace it "
-        "once all are written; a run that fails leaves it as it was)",
-    )
+    p.add_argument("--output", help="append one JSON line per answer; rerun, the answers made for the same request "
+                   "(question, routing, model, settings, sampling) are kept and the rest generated; another "
+                   "request under an answered id is refused")  # fmt: skip
+    p.add_argument("--overwrite", action="store_true", help="start the --output file afresh when it answers other "
+                   "requests (the new answers replace it once all are written; a run that fails leaves it as it "
+                   "was)")  # fmt: skip
     p.add_argument("--max-new-tokens", type=int, help="tokens per answer (default: the training run's limit)")
     p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: keep this probability mass")
     p.add_argument("--top-k", type=int, default=0, help="0 = off")
     p.add_argument("--seed", type=int, default=0, help="sampling seed")
     p.add_argument("--batch-size", type=int, default=8, help="questions per generation batch")
-    p.add_argument(
-        "--backend",
-        choices=list(BACKEND_NAMES),
-        default="auto",
-        help="auto: vLLM when it is installed and there is a GPU, else transformers",
-    )
+    p.add_argument("--backend", choices=list(BACKEND_NAMES), default="auto",
+                   help="auto: vLLM when it is installed and there is a GPU, else transformers")  # fmt: skip
     p.add_argument("--device", help="transformers device (default: cuda when there is a GPU, else cpu)")
     p.add_argument("--revision", help="Hub revision of the model")
     p.add_argument(

@@ -21,9 +21,8 @@ def _sample_files(paths: Sequence[str]) -> list[Path]:
 
     from routing_grpo.evaluation.samples import files_under
 
-    files: list[Path] = []
     seen_paths: set[Path] = set()
-    seen_digests: dict[str, Path] = {}
+    files: dict[str, Path] = {}  # by digest
     for item in paths:
         path = Path(item)
         if not path.exists():
@@ -41,16 +40,11 @@ def _sample_files(paths: Sequence[str]) -> list[Path]:
                     digest = hashlib.file_digest(file, "sha256").hexdigest()
             except OSError:  # left to the reader to report
                 digest = f"unreadable:{resolved}"
-            if digest in seen_digests:
-                logger.warning(
-                    "--samples: %s holds the same bytes as %s (a copy); its samples are counted once",
-                    f,
-                    seen_digests[digest],
-                )
-                continue
-            seen_digests[digest] = f
-            files.append(f)
-    return files
+            if digest in files:
+                message = "--samples: %s holds the same bytes as %s (a copy); its samples are counted once"
+                logger.warning(message, f, files[digest])
+            files.setdefault(digest, f)
+    return list(files.values())
 
 
 def _forced_rows(
@@ -78,9 +72,8 @@ def _forced_rows(
                 raise UsageError(f"--samples: {f}:{line}: {problem}")
             if by is not None:
                 kind = type(row[by]).__name__
-                if bin_type is None:
-                    bin_type = (kind, f"{f}:{line}")
-                elif kind != bin_type[0]:
+                bin_type = bin_type or (kind, f"{f}:{line}")
+                if kind != bin_type[0]:
                     raise UsageError(
                         f"--samples: {f}:{line}: {by} is {json.dumps(row[by])} ({kind}), but a {bin_type[0]} "
                         f"at {bin_type[1]}: write the bin column the same way in every file"
@@ -117,13 +110,13 @@ def run(args: argparse.Namespace) -> int:
         result = analyse(rows, modes, by=args.by, tolerance=args.tolerance)
     except ValueError as err:
         raise UsageError(str(err)) from None
+    from routing_grpo.evaluation.plots import plot_emergence
+
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     text = render_markdown(result)
     (out / "oracle.md").write_text(text)
     (out / "oracle.json").write_text(json.dumps(result, indent=2))
-    from routing_grpo.evaluation.plots import plot_emergence
-
     plot_emergence(result, out / "oracle.png")
     print(text, end="")
     print(f"wrote {out / 'oracle.md'}, {out / 'oracle.json'}, {out / 'oracle.png'}")
@@ -146,12 +139,8 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--by", help="bin by this sample column, e.g. level (default: the pass rate of the longest mode)"
     )
-    p.add_argument(
-        "--tolerance",
-        type=_tolerance,
-        default=0.10,
-        help="spread of the modes' worth on the mix that still routes",
-    )
+    p.add_argument("--tolerance", type=_tolerance, default=0.10,
+                   help="spread of the modes' worth on the mix that still routes")  # fmt: skip
     p.add_argument("--output", default="outputs/oracle", help="folder for oracle.md, oracle.json, oracle.png")
     p.set_defaults(func=run)
     return p

@@ -57,11 +57,8 @@ def run(args: argparse.Namespace) -> int:
     from routing_grpo.diagnostics.state_probe import probe_statistics
     from routing_grpo.io.paths import check_output_folder, is_offline_name, resolve_model_path
 
-    if (
-        not is_offline_name(args.model)
-        and Path(args.model).exists()
-        and not (Path(args.model) / "config.json").is_file()
-    ):
+    folder = Path(args.model)
+    if not is_offline_name(args.model) and folder.exists() and not (folder / "config.json").is_file():
         raise UsageError(f"--model: {args.model} is not a model folder (no config.json)")
     check_output_folder(args.output)
     try:

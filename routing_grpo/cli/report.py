@@ -56,25 +56,14 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.add_argument("--runs", nargs="+", required=True, help="run directories holding summary.json files")
     p.add_argument("--output", required=True, help="directory for results.md, CSV tables and PNG figures")
-    p.add_argument(
-        "--oracle",
-        nargs="+",
-        help="forced-mode evaluations of the taught model (one per mode, samples.jsonl + summary.json): "
-        "adds the miniature's oracle table, routing regret, targets and ablations, and mini.json; they are "
-        "left out of the results even when they lie under --runs",
-    )
-    p.add_argument(
-        "--world-oracle",
-        nargs="+",
-        help="forced-mode evaluations at the training temperature (with --oracle): the world's table, each "
-        "mode's expected reward on the uniform mix and the checks of the paper's regime, in mini.json",
-    )
-    p.add_argument(
-        "--training",
-        nargs="+",
-        help="training output folders (trainer_state.json): training-dynamics figures and the ablations' "
-        "logs (folders named after no_balance / no_warmup)",
-    )
+    p.add_argument("--oracle", nargs="+", help="forced-mode evaluations of the taught model (one per mode, "
+                   "samples.jsonl + summary.json): adds the miniature's oracle table, routing regret, targets and "
+                   "ablations, and mini.json; they are left out of the results even when they lie under --runs")  # fmt: skip
+    p.add_argument("--world-oracle", nargs="+", help="forced-mode evaluations at the training temperature (with "
+                   "--oracle): the world's table, each mode's expected reward on the uniform mix and the checks of "
+                   "the paper's regime, in mini.json")  # fmt: skip
+    p.add_argument("--training", nargs="+", help="training output folders (trainer_state.json): training-dynamics "
+                   "figures and the ablations' logs (folders named after no_balance / no_warmup)")  # fmt: skip
     p.add_argument("--no-plots", action="store_true", help="tables only")
     p.set_defaults(func=run)
     return p

@@ -79,12 +79,8 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
         "reward-table", help="reward of a correct answer per mode and length, and crossovers"
     )
     p.add_argument("--config", help="recipe YAML whose `modes` to use (default: the paper's modes)")
-    p.add_argument(
-        "--lengths",
-        help="comma-separated L values (default: the paper's "
-        f"{','.join(map(str, DEFAULT_LENGTHS))}, or 0, the caps and the quarters of a shorter recipe's "
-        "max_completion_length)",
-    )
+    p.add_argument("--lengths", help=f"comma-separated L values (default: the paper's {','.join(map(str, DEFAULT_LENGTHS))}, "
+                   "or 0, the caps and the quarters of a shorter recipe's max_completion_length)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
     return p

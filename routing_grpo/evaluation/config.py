@@ -120,9 +120,7 @@ class EvalConfig:
         """router, base, or the forced mode's name (lower case), unless ``method`` says otherwise."""
         if self.method is not None:
             return self.method
-        if self.force_mode:
-            return self.force_mode.lower()
-        return "base" if self.no_routing else "router"
+        return self.force_mode.lower() if self.force_mode else "base" if self.no_routing else "router"
 
     def samples_for(self, benchmark: str) -> int:
         return self.samples.get(benchmark, DEFAULT_SAMPLES.get(benchmark, 1))
@@ -134,10 +132,8 @@ class EvalConfig:
             "model": self.model, "tensor_parallel_size": self.tensor_parallel_size,
             "gpu_memory_utilization": self.gpu_memory_utilization, "dtype": self.dtype, "seed": self.seed,
         }  # fmt: skip
-        if self.revision is not None:
-            engine["revision"] = self.revision
-        if self.max_model_len is not None:
-            engine["max_model_len"] = self.max_model_len
+        optional = {"revision": self.revision, "max_model_len": self.max_model_len}
+        engine.update({k: v for k, v in optional.items() if v is not None})
         return BackendOptions(
             model=self.model, revision=self.revision, dtype=self.dtype, device=self.device,
             temperature=self.temperature, top_p=self.top_p, engine_kwargs=engine,
@@ -223,12 +219,12 @@ class EvalConfig:
             from routing_grpo.training.recipe import load_recipe_modes, read_recipe
 
             load_recipe_modes(config)  # a missing file, bad YAML or bad modes: one clear line
-            routing = read_recipe(config)
-        else:
-            routing = saved
-        limit = max_tokens
-        if limit is None:
-            limit = saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
+        routing = read_recipe(config) if config else saved
+        limit = (
+            max_tokens
+            if max_tokens is not None
+            else saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
+        )
         context = local_context_length(model)
         if context is not None and limit > context:
             if max_tokens is not None:  # said only when asked for explicitly
@@ -239,7 +235,6 @@ class EvalConfig:
             **options, **{k: routing[k] for k in ROUTING_KEYS if routing.get(k) is not None},
         )  # fmt: skip
         if not output:
-            seed = made.run_seed if made.run_seed is not None else 0
-            made.output = str(Path("outputs") / "eval" / made.effective_method / f"seed{seed}")
+            made.output = str(Path("outputs") / "eval" / made.effective_method / f"seed{made.run_seed or 0}")
         made.notes = tuple(notes)
         return made

@@ -49,13 +49,7 @@ def samples_record(config: EvalConfig, benchmark: str) -> dict[str, Any]:
 
 
 def evaluate_benchmark(
-    config: EvalConfig,
-    benchmark: str,
-    dataset: Any,
-    tokenizer: Any,
-    backend: Backend,
-    *,
-    progress: bool = True,
+    config: EvalConfig, benchmark: str, dataset: Any, tokenizer: Any, backend: Backend
 ) -> dict[str, Any]:
     """Generates the missing samples of one benchmark, appends them, and writes its summary (with
     ``overwrite``: into a staging folder that replaces the benchmark's folder once the summary is there)."""
@@ -64,11 +58,10 @@ def evaluate_benchmark(
     from routing_grpo.data.tasks import get_task, task_names
 
     final_dir = under(config.output, benchmark)
-    if config.overwrite:
-        out_dir = begin_replacement(final_dir, samples_record(config, benchmark))
-    else:
-        out_dir = final_dir
-        out_dir.mkdir(parents=True, exist_ok=True)
+    out_dir = (
+        begin_replacement(final_dir, samples_record(config, benchmark)) if config.overwrite else final_dir
+    )
+    out_dir.mkdir(parents=True, exist_ok=True)
     samples_path = out_dir / "samples.jsonl"
     done = read_samples(samples_path)
     k = config.samples_for(benchmark)
@@ -77,9 +70,8 @@ def evaluate_benchmark(
     detector = ModeDetector.from_tokenizer(modes, tokenizer) if not config.no_routing else None
     rows = [dataset[i] for i in range(len(dataset))]
     rows_by_id = {str(row["id"]): row for row in rows}
-    spec = (
-        get_task(benchmark) if benchmark in task_names() else None
-    )  # math tasks: batched math-verify grading; others their own check
+    # Math tasks: batched math-verify grading; others their own check.
+    spec = get_task(benchmark) if benchmark in task_names() else None
     verifier = None if spec is None or spec.grader == "math" else task_grader(spec.grader)
     eos_ids = {int(t) for t in backend.eos_token_ids}
     reasoning_open = generation_prompt_opens_reasoning(tokenizer)
@@ -112,23 +104,19 @@ def evaluate_benchmark(
         ]
         _grade_rows(new_rows, verifier, rows_by_id, reasoning_open)
         append_jsonl(samples_path, new_rows)  # a full disk or the file-size limit names the file
-        if progress:
-            finished = min(start + per_call, len(todo))
-            rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
-            elapsed = time.time() - started
-            left = len(todo) - finished
-            eta = f", ETA {duration_text(elapsed / finished * left)}" if left and finished else ""
-            print(
-                f"[{benchmark}] {finished}/{len(todo)} prompts ({elapsed:.0f}s, {rate:.0f} tokens/s generated{eta})",
-                flush=True,
-            )
+        finished, elapsed = min(start + per_call, len(todo)), time.time() - started
+        rate = generated["tokens"] / generated["seconds"] if generated["seconds"] else 0.0
+        left = len(todo) - finished
+        eta = f", ETA {duration_text(elapsed / finished * left)}" if left and finished else ""
+        print(f"[{benchmark}] {finished}/{len(todo)} prompts ({elapsed:.0f}s, {rate:.0f} tokens/s generated{eta})",
+              flush=True)  # fmt: skip
 
     wanted = {(str(row["id"]), s) for row in rows for s in range(k)}
     all_rows = [r for key, r in read_samples(samples_path).items() if key in wanted]
     summary = {
         "benchmark": benchmark,
         "method": config.effective_method,
-        "seed": config.run_seed if config.run_seed is not None else 0,
+        "seed": config.run_seed or 0,
         "model": config.model,
         "samples_per_prompt": k,
         **summarize(all_rows, [m.name for m in modes], {m.name: m.cap for m in modes}),
@@ -156,12 +144,11 @@ def _grade_rows(
 
     finished = [bool(r.get("finished", True)) for r in new_rows]
     if verifier is None:
-        graded = grade_batch(
+        completions, references = (
             [r["completion"] for r in new_rows],
             [r["reference_answer"] for r in new_rows],
-            finished=finished,
-            reasoning_open=reasoning_open,
         )
+        graded = grade_batch(completions, references, finished=finished, reasoning_open=reasoning_open)
         for r, g in zip(new_rows, graded):
             r["correct"], r["extracted_answer"] = bool(g.correct), g.extracted_answer
         return
@@ -172,15 +159,9 @@ def _grade_rows(
 
 
 def _sample_row(
-    row: dict[str, Any],
-    sample_index: int,
-    ids: list[int],
-    tokenizer: Any,
-    plan: PromptPlan,
-    detector: ModeDetector | None,
-    modes: Sequence[ModeSpec],
-    eos_ids: set[int] | None = None,
-) -> dict[str, Any]:
+    row: dict[str, Any], sample_index: int, ids: list[int], tokenizer: Any, plan: PromptPlan,
+    detector: ModeDetector | None, modes: Sequence[ModeSpec], eos_ids: set[int] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     text = tokenizer.decode(ids, skip_special_tokens=True)
     # Finished: ended with EOS, not at --max-tokens (without known EOS tokens every sample counts as finished).
     finished = not eos_ids or (bool(ids) and int(ids[-1]) in eos_ids)
@@ -226,19 +207,14 @@ def check_benchmarks(config: EvalConfig) -> None:
     for flag, entries in (("--samples", config.samples), ("--data", config.data)):
         stray = sorted(set(entries) - set(config.benchmarks))
         if stray:
-            raise ValueError(
-                f"{flag}: {', '.join(stray)} not in --benchmarks ({', '.join(config.benchmarks)})"
-            )
+            named = ", ".join(config.benchmarks)
+            raise ValueError(f"{flag}: {', '.join(stray)} not in --benchmarks ({named})")
 
 
 def check_prompt_lengths(config: EvalConfig, datasets: dict[str, Any], tokenizer: Any, backend: str) -> None:
     """Every rendered prompt against the context (vLLM's ``--max-model-len``, else the model's): one with no
     room left for a sample is a ValueError naming the benchmark and the problem's id."""
-    context = (
-        config.max_model_len
-        if backend == VLLM and config.max_model_len
-        else local_context_length(config.model)
-    )
+    context = (config.max_model_len if backend == VLLM else None) or local_context_length(config.model)
     if context is None:
         return
     plan = PromptPlan.from_config(config)
@@ -268,15 +244,10 @@ def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
     lock = folder_lock_path(config.output)
     with OutputLock(lock, flag="--output", output=config.output, command="routing-grpo eval"):
         check_benchmarks(config)
-        datasets = {  # generated tasks (synthetic, countdown) are evaluated on their held-out split
-            bench: load_task(
-                bench,
-                path=config.data.get(bench),
-                split="test" if get_task(bench).generate is not None else None,
-                limit=config.limit,
-            )
-            for bench in config.benchmarks
-        }
+        datasets = {}
+        for bench in config.benchmarks:  # a generated task (synthetic, countdown): its held-out split
+            split = "test" if get_task(bench).generate is not None else None
+            datasets[bench] = load_task(bench, path=config.data.get(bench), split=split, limit=config.limit)
         for bench in datasets:  # every output folder, and the samples to resume, checked before the model
             claim_folder(
                 under(config.output, bench), samples_record(config, bench), overwrite=config.overwrite

@@ -43,6 +43,8 @@ METHOD_COLORS = {
     "no_balance": "#9467bd", "no_warmup": "#8c564b",
 }  # fmt: skip
 MODE_COLORS = ["#2ca02c", "#ff7f0e", "#1f77b4", "#9467bd", "#8c564b"]
+SMOOTHING = 5  # generation batches in the moving mean of the training figures
+TELL_WINDOW = 10  # generation batches in the early tell's trailing mean
 
 
 def surface_span(modes: Sequence[ModeSpec]) -> int:
@@ -51,9 +53,8 @@ def surface_span(modes: Sequence[ModeSpec]) -> int:
     return max(10, math.ceil(1.5 * max(marks))) if marks else 1000
 
 
-def plot_reward_surface(modes: Sequence[ModeSpec], path: Path, max_length: int | None = None) -> Path:
-    cross = crossovers(modes)
-    top = max_length or surface_span(modes)
+def plot_reward_surface(modes: Sequence[ModeSpec], path: Path) -> Path:
+    top = surface_span(modes)
     xs = [top * i / 400 for i in range(401)]
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for i, m in enumerate(modes):
@@ -61,18 +62,15 @@ def plot_reward_surface(modes: Sequence[ModeSpec], path: Path, max_length: int |
         ax.plot(xs, [m.reward(x) for x in xs], label=f"{m.name} ({m.base:g}·{m.gamma:g}^L)", color=color)
         if m.cap is not None:
             ax.axvline(m.cap, color=color, linestyle=":", linewidth=1)
-    for i, c in enumerate(sorted(cross, key=lambda c: c.length)):
+    for i, c in enumerate(sorted(crossovers(modes), key=lambda c: c.length)):
         ax.axvline(c.length, color="black", linestyle="--", linewidth=0.8)
         ax.text(  # one label per row, so that crossovers close together stay readable
             c.length, 0.97 - 0.07 * i, f" L*={c.length:.0f}", transform=ax.get_xaxis_transform(), fontsize=8,
             va="top",
         )  # fmt: skip
     ax.set_xlim(0, top)
-    ax.set_xlabel("tokens after the routing word, L")
-    ax.set_ylabel("reward of a correct answer")
-    ax.set_title("Reward surface (dashed: crossovers, dotted: caps)")
-    ax.legend()
-    return _save(fig, path)
+    title = "Reward surface (dashed: crossovers, dotted: caps)"
+    return _finish(fig, ax, path, "tokens after the routing word, L", "reward of a correct answer", title)
 
 
 def forced_points(mini: dict[str, Any]) -> list[Point]:
@@ -99,6 +97,8 @@ def plot_pareto(
 ) -> Path:
     """Accuracy vs mean length of every method; ``oracle``: the oracle router's point (a star); ``forced``:
     the taught model forced into each mode (hollow squares) and their frontier (dotted)."""
+    points = method_points(grouped_benchmark)
+    lengths = [p.length for p in points.values()]
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for i, p in enumerate(forced):
         color = _mode_color(i, p.method)
@@ -106,11 +106,7 @@ def plot_pareto(
                 markeredgecolor=color, markeredgewidth=1.8, label=f"taught model forced into {p.method}")  # fmt: skip
     forced_frontier = pareto_frontier(list(forced))
     if forced_frontier:
-        right = max(
-            [p.length for p in forced] + [stats(s, "mean_length").mean for s in grouped_benchmark.values()]
-        )
-        xs = [p.length for p in forced_frontier] + [right * 1.05]
-        ys = [p.accuracy for p in forced_frontier] + [forced_frontier[-1].accuracy]
+        xs, ys = _flat_past(forced_frontier, max([p.length for p in forced] + lengths) * 1.05)
         ax.plot(xs, ys, linestyle=":", color="black", linewidth=1, label="frontier of the forced modes")
     for method in ordered(grouped_benchmark, METHOD_ORDER):
         seeds = grouped_benchmark[method]
@@ -120,31 +116,23 @@ def plot_pareto(
             color=METHOD_COLORS.get(method, "black"), label=f"{METHOD_LABELS.get(method, method)} (n={len(seeds)})",
             capsize=3, markersize=8 if method == "router" else 6,
         )  # fmt: skip
-    points = method_points(grouped_benchmark)
     frontier = pareto_frontier([points[m] for m in BASELINE_METHODS if m in points])
     if frontier:
-        xs = [p.length for p in frontier]
-        ys = [p.accuracy for p in frontier]
-        right = max(xs[-1], max(stats(s, "mean_length").mean for s in grouped_benchmark.values())) * 1.05
-        xs_ext, ys_ext = xs + [right], ys + [ys[-1]]
-        ax.plot(xs_ext, ys_ext, linestyle="--", color="black", linewidth=1, label="single-mode frontier")
-        ax.fill_between(xs_ext, [0] * len(xs_ext), ys_ext, color="grey", alpha=0.12, step=None)
+        xs, ys = _flat_past(frontier, max(frontier[-1].length, max(lengths)) * 1.05)
+        ax.plot(xs, ys, linestyle="--", color="black", linewidth=1, label="single-mode frontier")
+        ax.fill_between(xs, [0] * len(xs), ys, color="grey", alpha=0.12, step=None)
     if oracle is not None:
         ax.plot(oracle.length, oracle.accuracy, marker="*", markersize=13, linestyle="none", color="gold",
                 markeredgecolor="black", label="oracle router (best mode per level)")  # fmt: skip
-    ax.set_xlabel("mean response length (tokens)")
-    ax.set_ylabel("accuracy")
     title = f"{benchmark}: accuracy vs length"
     cmp = compare_to_frontier(benchmark, grouped_benchmark)
     if cmp is not None and cmp["above_frontier"] is not None:
         title += " (router above frontier)" if cmp["above_frontier"] else " (router on/below frontier)"
-    ax.set_title(title)
-    accs = [stats(s, "accuracy").mean for s in grouped_benchmark.values()]
-    accs += [oracle.accuracy] if oracle is not None else []
-    accs += [p.accuracy for p in forced]
+    accs = [p.accuracy for p in points.values()] + [p.accuracy for p in [oracle, *forced] if p is not None]
     ax.set_ylim(max(0.0, min(accs) - 0.1), min(1.02, max(accs) + 0.08))  # room for points at 1.0
-    ax.legend(fontsize=8, loc="lower right")
-    return _save(fig, path)
+    return _finish(
+        fig, ax, path, "mean response length (tokens)", "accuracy", title, fontsize=8, loc="lower right"
+    )
 
 
 def plot_levels(
@@ -159,7 +147,8 @@ def plot_levels(
     if not per_level:
         return None
     levels = sorted({lv for pl in per_level for lv in pl} | set(oracle_choice or {}), key=_level_key)
-    modes = _ordered_modes(summaries)
+    modes = next((list(s["mode_shares"]) for s in summaries if s.get("mode_shares")), None)
+    modes = modes or [m.name for m in DEFAULT_MODES]
     shares = {
         m: [_mean(pl.get(lv, {}).get("mode_shares", {}).get(m) for pl in per_level) for lv in levels]
         for m in modes
@@ -176,21 +165,18 @@ def plot_levels(
     for x, (b, acc) in enumerate(zip(bottom, accuracy)):
         if not math.isnan(acc):
             ax.text(x + shift, b + 0.01, f"acc {acc:.2f}", ha="center", va="bottom", fontsize=8)
-    if oracle_choice is not None:
-        for x, lv in zip(xs, levels):
-            mode = oracle_choice.get(lv)
-            if mode is None:
-                continue
+    for x, lv in enumerate(levels if oracle_choice is not None else []):
+        mode = oracle_choice.get(lv)
+        if mode is not None:
             i = modes.index(mode) if mode in modes else 0
             ax.bar(x + 0.21, 1.0, width=0.4, color="white", edgecolor=_mode_color(i, mode), hatch="//",
                    linewidth=1.5, label="oracle's choice" if x == 0 else None)  # fmt: skip
             ax.text(x + 0.21, 0.5, mode, ha="center", va="center", rotation=90, fontsize=8)
     ax.set_xticks(xs, [str(lv) for lv in levels])
     ax.set_ylim(0, 1.1)
-    ax.set_xlabel("difficulty level")
-    ax.set_ylabel("share of free rollouts")
     title = f"{benchmark}: routing split by level (n={len(per_level)} runs)"
     ax.set_title(title if oracle_choice is None else title + ", router (left) vs oracle (right)", fontsize=10)
+    ax.set(xlabel="difficulty level", ylabel="share of free rollouts")
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return _save(fig, path)
 
@@ -208,15 +194,9 @@ def plot_emergence(result: dict[str, Any], path: Path) -> Path:
         ax.bar(xs, values, width, label=name, color=_mode_color(i, name))
     ax.axvline(len(bins) - 1.5, color="0.6", linewidth=0.8)
     ax.set_xticks(range(len(bins)), bins)
-    ax.set_xlabel(result["by"])
-    ax.set_ylabel("expected reward")
     v = result["verdict"]
-    ax.set_title("routing can emerge" if v["emerges"] else f"collapse towards {v['favoured']} expected")
-    ax.legend(fontsize=8)
-    return _save(fig, path)
-
-
-SMOOTHING = 5  # generation batches in the moving mean of the training figures
+    title = "routing can emerge" if v["emerges"] else f"collapse towards {v['favoured']} expected"
+    return _finish(fig, ax, path, result["by"], "expected reward", title, fontsize=8)
 
 
 def moving_mean(values: Sequence[float], window: int) -> list[float]:
@@ -240,9 +220,7 @@ def plot_training_dynamics(
     ]  # fmt: skip
     if "routing/fanout" in series:
         panels.append(("early tell: fanout (nats per level step)", "routing/fanout"))
-    cols = 2 if len(panels) <= 4 else 3  # a grid that reads at page width
-    rows = math.ceil(len(panels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.0 * cols, 3.2 * rows), squeeze=False)
+    fig, axes = _grid(len(panels), 2 if len(panels) <= 4 else 3, (4.0, 3.2), (0.0, 0.0))
     for ax, (title, prefix) in zip(axes.flat, panels):
         keys = sorted(k for k in series if k == prefix or (prefix.endswith("/") and k.startswith(prefix)))
         keys.sort(key=lambda k: _mode_rank(k[len(prefix) :]))
@@ -254,13 +232,9 @@ def plot_training_dynamics(
             ax.plot(steps, means, color=color, linewidth=0.8, alpha=0.3)  # the raw means, faint
             ax.plot(steps, moving_mean(means, SMOOTHING), label=label, color=color, linewidth=1.8)
             _band(ax, steps, means, stds, color, 0.12)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("generation batch", fontsize=9)
-        ax.tick_params(labelsize=8)
+        _panel(ax, title)
         if keys and prefix.endswith("/"):
             ax.legend(fontsize=8)
-    for ax in list(axes.flat)[len(panels) :]:
-        ax.set_visible(False)
     fig.suptitle(
         f"{heading}: {SMOOTHING}-batch moving mean (raw faint; std bands over {len(histories)} run(s))",
         fontsize=11,
@@ -269,47 +243,34 @@ def plot_training_dynamics(
 
 
 def plot_early_tell(
-    groups: dict[str, Sequence[list[dict[str, Any]]]],
-    path: Path,
-    heading: str = "The early tell",
-    window: int = 10,
+    groups: dict[str, Sequence[list[dict[str, Any]]]], path: Path, heading: str = "The early tell"
 ) -> Path | None:
     """``routing/fanout`` over training, one line per group of runs: the mean over runs of its trailing mean
-    over ``window`` batches, std bands, and the early tell's threshold."""
+    over :data:`TELL_WINDOW` batches, std bands, and the early tell's threshold."""
     curves: dict[str, list[dict[int, float]]] = {}
     for label, histories in groups.items():
-        runs = []
-        for history in histories:
-            pairs = fanout_points(history)
-            if pairs:
-                runs.append({b: trailing_mean(pairs, b, window) for b, _ in pairs})
-        if runs:
-            curves[label] = runs
+        pairs = [p for p in map(fanout_points, histories) if p]
+        if pairs:
+            curves[label] = [{b: trailing_mean(run, b, TELL_WINDOW) for b, _ in run} for run in pairs]
     if not curves:
         return None
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for i, (label, runs) in enumerate(curves.items()):
         steps = sorted(set().union(*runs))
         means, stds = _mean_std([[run[s] for run in runs if s in run] for s in steps])
-        color = f"C{i}"
-        ax.plot(steps, means, label=f"{label} ({len(runs)} run{'s' if len(runs) > 1 else ''})", color=color)
-        _band(ax, steps, means, stds, color, 0.15)
+        ax.plot(steps, means, label=f"{label} ({len(runs)} run{'s' if len(runs) > 1 else ''})", color=f"C{i}")
+        _band(ax, steps, means, stds, f"C{i}", 0.15)
     ax.axhline(
         FANOUT_ROUTING, color="grey", linestyle="--", linewidth=1, label=f"threshold {FANOUT_ROUTING:g}"
     )
     ax.axhline(0.0, color="black", linewidth=0.5)
-    ax.set_xlabel("generation batch")
-    ax.set_ylabel(f"fanout, nats per level step (mean of the last {window} batches)")
-    ax.legend(fontsize=8)
-    ax.set_title(heading)
-    return _save(fig, path)
+    ylabel = f"fanout, nats per level step (mean of the last {TELL_WINDOW} batches)"
+    return _finish(fig, ax, path, "generation batch", ylabel, heading, fontsize=8)
 
 
-def plot_training_levels(
-    histories: Sequence[list[dict[str, Any]]], path: Path, heading: str, window: int = 5
-) -> Path | None:
+def plot_training_levels(histories: Sequence[list[dict[str, Any]]], path: Path, heading: str) -> Path | None:
     """Free mode share per level over training, one panel per level: the mean over runs of a moving mean
-    over ``window`` batches (a level has few prompts in a batch), std bands over runs."""
+    over :data:`SMOOTHING` batches (a level has few prompts in a batch), std bands over runs."""
     # level -> mode -> run -> {step: share}
     shares: dict[str, dict[str, list[dict[float, float]]]] = defaultdict(lambda: defaultdict(list))
     for history in histories:
@@ -323,18 +284,11 @@ def plot_training_levels(
     if not shares:
         return None
     levels = sorted(shares, key=_level_key)
-    cols = min(3, len(levels))  # a grid that reads at page width
-    rows = math.ceil(len(levels) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols + 0.6, 2.9 * rows + 0.6), squeeze=False)
+    fig, axes = _grid(len(levels), min(3, len(levels)), (3.6, 2.9), (0.6, 0.6))
     for ax, level in zip(axes.flat, levels):
-        modes = sorted(shares[level], key=_mode_rank)
-        for i, mode in enumerate(modes):
-            smoothed, raw = [], []
-            for series in shares[level][mode]:
-                steps = sorted(series)
-                values = [series[s] for s in steps]
-                smoothed.append(dict(zip(steps, moving_mean(values, window))))
-                raw.append(series)
+        for i, mode in enumerate(sorted(shares[level], key=_mode_rank)):
+            raw = shares[level][mode]
+            smoothed = [dict(zip(sorted(r), moving_mean([r[s] for s in sorted(r)], SMOOTHING))) for r in raw]
             steps = sorted(set().union(*smoothed))
             means, stds = _mean_std([[run[s] for run in smoothed if s in run] for s in steps])
             color = _mode_color(i, mode)
@@ -342,15 +296,11 @@ def plot_training_levels(
             ax.plot(steps, raw_means, color=color, linewidth=0.8, alpha=0.3)  # each batch, faint
             ax.plot(steps, means, label=mode, color=color, linewidth=1.8)
             _band(ax, steps, means, stds, color, 0.12)
-        ax.set_title(f"level {level}", fontsize=10)
+        _panel(ax, f"level {level}")
         ax.set_ylim(0, 1)
-        ax.set_xlabel("generation batch", fontsize=9)
-        ax.tick_params(labelsize=8)
     for row in axes:
-        row[0].set_ylabel(f"free share ({window}-batch mean)", fontsize=9)
+        row[0].set_ylabel(f"free share ({SMOOTHING}-batch mean)", fontsize=9)
     axes[0][-1].legend(fontsize=8)
-    for ax in list(axes.flat)[len(levels) :]:
-        ax.set_visible(False)
     fig.suptitle(f"{heading}\nfree mode share per level (mean, std bands over {len(histories)} run(s))")
     return _save(fig, path)
 
@@ -367,7 +317,10 @@ def draw_all(
     """Every figure. ``training_runs``: the router's join the logs under ``run_dirs``, each ablation and the
     level mix get figures of their own; ``minis``: the miniature per benchmark (the oracle's choices and point)."""
     minis = minis or {}
-    written = [plot_reward_surface(_run_modes(summaries), output / "reward_surface.png")]
+    raw_modes = next((m for s in summaries if (m := (s.get("config") or {}).get("modes"))), None)
+    modes = parse_modes(raw_modes) if raw_modes else DEFAULT_MODES
+    written = [plot_reward_surface(modes, output / "reward_surface.png")]
+    add = written.append
     for bench, methods in grouped.items():
         mini = minis.get(bench)
         oracle, forced, choice = None, [], None
@@ -375,54 +328,27 @@ def draw_all(
             o = mini["oracle"]["overall"]
             oracle, forced = Point("oracle", o["mean_tokens"], o["accuracy"]), forced_points(mini)
             choice = {lv: e["best"] for lv, e in mini["oracle"]["levels"].items()}
-        written.append(
-            plot_pareto(bench, methods, under(output, f"pareto_{bench}.png"), oracle=oracle, forced=forced)
-        )
+        add(plot_pareto(bench, methods, under(output, f"pareto_{bench}.png"), oracle=oracle, forced=forced))
         router = list(methods.get("router", {}).values())
-        written.append(plot_levels(bench, router, under(output, f"levels_{bench}.png"), oracle_choice=choice))
-    seen = set()
-    histories = []
-    for run in find_training_runs(Path(d) for d in run_dirs if Path(d).is_dir()):
-        seen.add(run.path.resolve())
-        histories.append(run.history)
+        add(plot_levels(bench, router, under(output, f"levels_{bench}.png"), oracle_choice=choice))
+    logged = find_training_runs(Path(d) for d in run_dirs if Path(d).is_dir())
+    seen = {run.path.resolve() for run in logged}
+    histories = [run.history for run in logged]
     histories += [r.history for r in training_runs if r.group == "router" and r.path.resolve() not in seen]
-    written.append(plot_training_dynamics(histories, output / "training_dynamics.png"))
-    written.append(
-        plot_training_levels(histories, output / "training_levels.png", "Routing per level over training")
-    )
-    for ablation in ABLATION_METHODS:
-        runs = [r.history for r in training_runs if r.group == ablation]
-        heading = f"Training dynamics, {METHOD_LABELS[ablation]}"
-        written.append(plot_training_dynamics(runs, output / f"training_dynamics_{ablation}.png", heading))
-    tell_groups: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
+    add(plot_training_dynamics(histories, output / "training_dynamics.png"))
+    add(plot_training_levels(histories, output / "training_levels.png", "Routing per level over training"))
+    groups: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
     for run in training_runs:
-        tell_groups[METHOD_LABELS.get(run.group, run.group)].append(run.history)
-    written.append(plot_early_tell(tell_groups, output / "early_tell.png"))
-    level_mix = [r.history for r in training_runs if r.group == LEVEL_MIX_METHOD]
+        groups[run.group].append(run.history)
+    tell = {METHOD_LABELS.get(g, g): h for g, h in groups.items()}
+    for ablation in ABLATION_METHODS:
+        heading = f"Training dynamics, {METHOD_LABELS[ablation]}"
+        add(plot_training_dynamics(groups[ablation], output / f"training_dynamics_{ablation}.png", heading))
+    add(plot_early_tell(tell, output / "early_tell.png"))
     heading = f"Training dynamics, {METHOD_LABELS[LEVEL_MIX_METHOD]}"
-    written.append(
-        plot_training_dynamics(level_mix, output / f"training_dynamics_{LEVEL_MIX_METHOD}.png", heading)
-    )
-    written.append(
-        plot_training_levels(level_mix, output / f"training_levels_{LEVEL_MIX_METHOD}.png", heading)
-    )
+    for kind, plot in (("dynamics", plot_training_dynamics), ("levels", plot_training_levels)):
+        add(plot(groups[LEVEL_MIX_METHOD], output / f"training_{kind}_{LEVEL_MIX_METHOD}.png", heading))
     return [path for path in written if path]
-
-
-def _run_modes(summaries: Sequence[dict[str, Any]]) -> tuple[ModeSpec, ...]:
-    for s in summaries:
-        raw = (s.get("config") or {}).get("modes")
-        if raw:
-            return parse_modes(raw)
-    return DEFAULT_MODES
-
-
-def _ordered_modes(summaries: Sequence[dict[str, Any]]) -> list[str]:
-    for s in summaries:
-        names = list((s.get("mode_shares") or {}).keys())
-        if names:
-            return names
-    return [m.name for m in DEFAULT_MODES]
 
 
 def _level_key(level: str) -> tuple[int, str]:
@@ -456,6 +382,11 @@ def _mean(values) -> float:
     return statistics.fmean(vals) if vals else math.nan
 
 
+def _flat_past(frontier: Sequence[Point], right: float) -> tuple[list[float], list[float]]:
+    """A frontier's points, then flat at its last accuracy out to ``right``."""
+    return [p.length for p in frontier] + [right], [p.accuracy for p in frontier] + [frontier[-1].accuracy]
+
+
 def _mode_color(i: int, name: str | None = None) -> str:
     """The paper's modes keep one colour in every figure; other modes cycle by position."""
     fixed = {m.name: MODE_COLORS[j] for j, m in enumerate(DEFAULT_MODES)}
@@ -465,6 +396,30 @@ def _mode_color(i: int, name: str | None = None) -> str:
 def _mode_rank(name: str) -> tuple[int, str]:
     names = [m.name for m in DEFAULT_MODES]
     return (names.index(name), "") if name in names else (len(names), name)
+
+
+def _grid(panels: int, cols: int, size: tuple[float, float], pad: tuple[float, float]):
+    """A grid of ``panels`` axes ``cols`` wide that reads at page width; the unused ones hidden."""
+    rows = math.ceil(panels / cols)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(size[0] * cols + pad[0], size[1] * rows + pad[1]), squeeze=False
+    )
+    for ax in list(axes.flat)[panels:]:
+        ax.set_visible(False)
+    return fig, axes
+
+
+def _panel(ax, title: str) -> None:
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("generation batch", fontsize=9)
+    ax.tick_params(labelsize=8)
+
+
+def _finish(fig, ax, path: Path, xlabel: str, ylabel: str, title: str, **legend: Any) -> Path:
+    """Axis labels, title and legend, then the figure saved."""
+    ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
+    ax.legend(**legend)
+    return _save(fig, path)
 
 
 def _save(fig, path: Path) -> Path:

@@ -1,8 +1,6 @@
-"""Results across runs: the paper's tables, the single-mode Pareto frontier, and the figures.
-
-Input: evaluation summaries (``summary.json``, docs/evaluation.md) and, optionally, trainer logs
-(``trainer_state.json``), grouped by ``method`` and ``seed`` (mean and std over seeds). A caller may add a
-part of its own (:class:`ReportPart`), as the miniature does.
+"""Results across runs: the paper's tables, the single-mode Pareto frontier, and the figures, from evaluation
+summaries (docs/evaluation.md) and trainer logs, by ``method`` and ``seed`` (mean and std over seeds); a
+caller may add a part of its own (:class:`ReportPart`), as the miniature does.
 
 Paper: Table "Final accuracy and mean response length" (tab:full), Table "Token reduction" (tab:reduction),
 Figs. "Accuracy versus response length". The saving is given against the pruned Pareto frontier and against
@@ -12,7 +10,6 @@ the paper's polyline through all three single-mode points (:func:`polyline_lengt
 from __future__ import annotations
 
 import csv
-import io
 import json
 import math
 import statistics
@@ -41,22 +38,19 @@ ABLATION_METHODS = ("no_balance", "no_warmup")
 LEVEL_MIX_METHOD = "router_level_mix"
 WORD_WEIGHT_METHOD = "router_word_weight"
 BLIND_METHOD = "router_blind"
-METHOD_ORDER = (
-    "base", "nothink", "short", "long", "router", WORD_WEIGHT_METHOD, BLIND_METHOD, LEVEL_MIX_METHOD,
-    *ABLATION_METHODS,
-)  # fmt: skip
-METHOD_LABELS = {
+METHOD_LABELS = {  # in the tables' and figures' order
     "base": "Base (no routing)",
     "nothink": "NoThink-only",
     "short": "Short-only",
     "long": "Long-only",
     "router": "Free routing",
-    LEVEL_MIX_METHOD: "Free routing, trained on a level mix",
     WORD_WEIGHT_METHOD: "Free routing, routing word weighted (beyond the paper)",
     BLIND_METHOD: "Free routing, level-blind cold start",
+    LEVEL_MIX_METHOD: "Free routing, trained on a level mix",
     "no_balance": "Free routing, no balance term",
     "no_warmup": "Free routing, no forced warmup",
 }
+METHOD_ORDER = tuple(METHOD_LABELS)
 BENCHMARK_ORDER = ("math500", "gsm8k", "aime24", "aime25", "aime")
 # AIME 2024 and 2025 are also reported together, as in the paper's length column and OOD figure.
 COMBINED_BENCHMARKS = {"aime": ("aime24", "aime25")}
@@ -78,43 +72,32 @@ class Stat:
 
     def fmt(self, digits: int) -> str:
         """``mean ± std`` over seeds; the mean alone for one seed."""
-        if not self.values:
-            return "-"
-        if len(self.values) == 1:
-            return f"{self.mean:.{digits}f}"
-        return f"{self.mean:.{digits}f} ± {self.std:.{digits}f}"
+        spread = f" ± {self.std:.{digits}f}" if len(self.values) > 1 else ""
+        return f"{self.mean:.{digits}f}{spread}" if self.values else "-"
 
 
 def find_summaries(run_dirs: Iterable[str | Path]) -> list[dict[str, Any]]:
-    """Every ``summary.json`` under the given directories (or the files themselves)."""
+    """Every ``summary.json`` under the given directories (or the files themselves), each checked."""
     summaries = []
-    for run in run_dirs:
-        run = Path(run)
+    for run in map(Path, run_dirs):
         if not run.exists():
             raise FileNotFoundError(f"--runs: no such file or directory: {run}")
-        paths = [run] if run.is_file() else files_under(run, "summary.json")
-        for path in paths:
+        for path in [run] if run.is_file() else files_under(run, "summary.json"):
             summary = read_json_file(path)
-            _check_summary(summary, path)
+            if not isinstance(summary, dict):
+                raise ValueError(f"{path}: a summary must be a JSON object")
+            missing = [k for k in ("benchmark", "method", "accuracy", "mean_length") if k not in summary]
+            if missing:
+                raise ValueError(f"{path}: summary is missing {missing} (schema: docs/evaluation.md)")
+            for key in ("benchmark", "method"):  # figures and tables are named after them
+                check_name(summary[key], f"{path}: {key}")
             problem = summary_figure_problem(summary)
             if problem:
-                key, message = problem
-                line = key_line(path.read_text(encoding="utf-8-sig"), key)
-                raise ValueError(f"{path}:{line}: {message}" if line else f"{path}: {message}")
+                line = key_line(path.read_text(encoding="utf-8-sig"), problem[0])
+                raise ValueError(f"{path}:{line}: {problem[1]}" if line else f"{path}: {problem[1]}")
             summary.setdefault("_path", str(path))
             summaries.append(summary)
     return summaries
-
-
-def _check_summary(summary: Any, path: Path) -> None:
-    required = ("benchmark", "method", "accuracy", "mean_length")
-    if not isinstance(summary, dict):
-        raise ValueError(f"{path}: a summary must be a JSON object")
-    missing = [k for k in required if k not in summary]
-    if missing:
-        raise ValueError(f"{path}: summary is missing {missing} (schema: docs/evaluation.md)")
-    for key in ("benchmark", "method"):  # figures and tables are named after them
-        check_name(summary[key], f"{path}: {key}")
 
 
 def _figure_problem(key: str, value: Any, kind: str, *, optional: bool = False) -> str | None:
@@ -123,16 +106,13 @@ def _figure_problem(key: str, value: Any, kind: str, *, optional: bool = False) 
     if value is None and optional:
         return None
     if kind == "count":
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            return f"{key} must be an integer >= 0, got {json.dumps(value)}"
-        return None
+        whole = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+        return None if whole else f"{key} must be an integer >= 0, got {json.dumps(value)}"
     if not _finite(value):
         return f"{key} must be a finite number, got {json.dumps(value)}"
     if kind == "share" and not 0 <= value <= 1:
         return f"{key} must be in [0, 1], got {value}"
-    if kind in ("length", "entropy") and value < 0:
-        return f"{key} must be >= 0, got {value}"
-    return None
+    return f"{key} must be >= 0, got {value}" if kind != "share" and value < 0 else None
 
 
 # The figures of a summary (docs/evaluation.md) and what each must be; the first two are required.
@@ -194,27 +174,20 @@ def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
                 f"{first.get('_path')} and {s.get('_path')}{hint}"
             )
         grouped[s["benchmark"]][s["method"]][seed] = s
-    for combined, parts in COMBINED_BENCHMARKS.items():
+    for combined, parts in COMBINED_BENCHMARKS.items():  # pooled sample-weighted
         if combined in grouped or not all(p in grouped for p in parts):
             continue
         for method in set.intersection(*(set(grouped[p]) for p in parts)):
             for seed in set.intersection(*(set(grouped[p][method]) for p in parts)):
-                grouped[combined][method][seed] = combine_summaries([grouped[p][method][seed] for p in parts])
+                runs = [grouped[p][method][seed] for p in parts]
+                weights = [float(r.get("num_samples") or 1) for r in runs]
+                total = sum(weights)
+                grouped[combined][method][seed] = {
+                    "benchmark": "+".join(r["benchmark"] for r in runs), "method": method, "seed": seed,
+                    **{k: sum(w * r[k] for w, r in zip(weights, runs)) / total for k in ("accuracy", "mean_length")},
+                    "num_samples": int(total),
+                }  # fmt: skip
     return grouped
-
-
-def combine_summaries(parts: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """Pool benchmark summaries sample-weighted (AIME 2024 + 2025 -> AIME)."""
-    weights = [float(p.get("num_samples") or 1) for p in parts]
-    total = sum(weights)
-    return {
-        "benchmark": "+".join(p["benchmark"] for p in parts),
-        "method": parts[0]["method"],
-        "seed": parts[0].get("seed", 0),
-        "accuracy": sum(w * p["accuracy"] for w, p in zip(weights, parts)) / total,
-        "mean_length": sum(w * p["mean_length"] for w, p in zip(weights, parts)) / total,
-        "num_samples": int(total),
-    }
 
 
 def stats(by_seed: dict[Any, dict[str, Any]], key: str) -> Stat:
@@ -303,14 +276,6 @@ EMPTY_TABLE_REASONS = {
 }
 
 
-def to_csv(rows: Sequence[dict[str, Any]]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    return buf.getvalue()
-
-
 def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.0f}%"
 
@@ -319,7 +284,7 @@ def number_text(x: float | None, digits: int = 3) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
-def markdown_report(grouped) -> str:
+def markdown_report(grouped, reduction: list[dict[str, Any]], frontier: list[dict[str, Any]]) -> str:
     benches = ordered(grouped, BENCHMARK_ORDER)
     methods = ordered({m for b in benches for m in grouped[b]}, METHOD_ORDER)
     lines = ["# Results", "", "## Accuracy and mean response length (mean ± std over seeds)", ""]
@@ -331,17 +296,15 @@ def markdown_report(grouped) -> str:
         lens = [stats(grouped[b][m], "mean_length").fmt(0) if m in grouped[b] else "-" for b in benches]
         lines.append(f"| {METHOD_LABELS.get(m, m)} | " + " | ".join(accs + lens) + " |")
 
-    red = reduction_rows(grouped)
-    if red:
+    if reduction:
         lines += ["", "## Token reduction of free routing vs. the base model", ""]
         lines += ["| benchmark | base | router | reduction |", "|---|---|---|---|"]
-        for r in red:
-            lines.append(
-                f"| {r['benchmark']} | {r['base_length']:.0f} | {r['router_length']:.0f} | "
-                f"{_pct(r['reduction'])} ({r['factor']:.1f}x) |"
-            )
-    front = frontier_rows(grouped)
-    if front:
+        lines += [
+            f"| {r['benchmark']} | {r['base_length']:.0f} | {r['router_length']:.0f} | "
+            f"{_pct(r['reduction'])} ({r['factor']:.1f}x) |"
+            for r in reduction
+        ]
+    if frontier:
         lines += ["", "## Free routing against the single-mode Pareto frontier", ""]
         lines += [
             "| benchmark | router acc @ length | frontier acc @ router length | above | "
@@ -349,10 +312,9 @@ def markdown_report(grouped) -> str:
             "polyline tokens for router acc | router saves (paper's polyline) |",
             "|---|---|---|---|---|---|---|---|",
         ]
-        for r in front:
+        for r in frontier:
             above = {True: "yes", False: "no", None: "n/a"}[r["above_frontier"]]
-            need = r["frontier_length_for_router_accuracy"]
-            line_need = r["polyline_length_for_router_accuracy"]
+            need, line_need = (r[f"{k}_length_for_router_accuracy"] for k in ("frontier", "polyline"))
             lines.append(
                 f"| {r['benchmark']} | {r['router_accuracy']:.3f} @ {r['router_length']:.0f} | "
                 f"{number_text(r['frontier_accuracy_at_router_length'])} | {above} | "
@@ -384,9 +346,8 @@ def load_sample_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
         try:
             prompt, index = sample_key(row)
         except ValueError as err:
-            raise ValueError(
-                f"{path}:{number}: a sample needs prompt_id and an integer sample_index ({err})"
-            ) from None
+            message = f"a sample needs prompt_id and an integer sample_index ({err})"
+            raise ValueError(f"{path}:{number}: {message}") from None
         forced = row.get("forced") or row.get("routing") == "forced"
         rows.setdefault((prompt, index, str(row.get("mode")) if forced else None), (number, row))
     return list(rows.values())
@@ -411,15 +372,10 @@ def training_group(name: str) -> str:
     """The method a training folder's path names (an ablation, a miniature router, ``baseline`` for a
     single-mode baseline: ``baseline`` or a mode word in the name), router otherwise."""
     key = name.lower().replace("-", "_")
-    if "level_mix" in key:
-        return LEVEL_MIX_METHOD
-    if "blind" in key:
-        return BLIND_METHOD
-    if "word_weight" in key:
-        return WORD_WEIGHT_METHOD
-    for ablation in ABLATION_METHODS:
-        if ablation in key:
-            return ablation
+    named = {"level_mix": LEVEL_MIX_METHOD, "blind": BLIND_METHOD, "word_weight": WORD_WEIGHT_METHOD}
+    for marker, method in [*named.items(), *((a, a) for a in ABLATION_METHODS)]:
+        if marker in key:
+            return method
     words = set(key.replace("/", "_").split("_"))
     return "baseline" if "baseline" in key or words & set(BASELINE_METHODS) else "router"
 
@@ -432,11 +388,9 @@ def find_training_runs(dirs: Iterable[str | Path]) -> list[TrainingRun]:
         top = Path(top)
         if not top.exists():
             raise FileNotFoundError(f"--training: no such directory: {top}")
-        states = (
-            sorted(top.rglob("trainer_state.json"), key=lambda p: p.stat().st_mtime) if top.is_dir() else []
-        )
+        found = top.rglob("trainer_state.json") if top.is_dir() else []
         by_dir: dict[Path, Path] = {}
-        for state in states:
+        for state in sorted(found, key=lambda p: p.stat().st_mtime):
             root = state.parent.parent if state.parent.name.startswith("checkpoint-") else state.parent
             if root not in by_dir or state.parent == root:
                 by_dir[root] = state
@@ -486,10 +440,6 @@ class ReportPart:
     plot_args: dict[str, Any] = field(default_factory=dict)
 
 
-# part(grouped summaries, training runs) -> the part to add.
-PartBuilder = Callable[[dict[str, Any], Sequence[TrainingRun]], ReportPart]
-
-
 def write_report(
     run_dirs: Sequence[str | Path],
     output: str | Path,
@@ -497,7 +447,7 @@ def write_report(
     plots: Callable[..., Iterable[Path]] | None = None,
     training_dirs: Sequence[str | Path] = (),
     exclude_dirs: Sequence[str | Path] = (),
-    part: PartBuilder | None = None,
+    part: Callable[[dict[str, Any], Sequence[TrainingRun]], ReportPart] | None = None,
 ) -> dict[str, Any]:
     """Writes results.md and the CSV tables (and the figures) to ``output``; returns the tables.
 
@@ -506,7 +456,7 @@ def write_report(
             module); None or False: tables only.
         training_dirs: training output folders, for the training figures and the ablations' logs.
         exclude_dirs: summaries under these folders are left out even when under ``run_dirs``.
-        part: builds a :class:`ReportPart` from the grouped summaries and the training runs.
+        part: ``part(grouped summaries, training runs)``, the :class:`ReportPart` to add.
     """
     output = Path(output)
     excluded = [Path(d).resolve() for d in exclude_dirs]
@@ -525,7 +475,7 @@ def write_report(
         "reduction": reduction_rows(grouped),
         "frontier": frontier_rows(grouped),
     }
-    markdown = markdown_report(grouped)
+    markdown = markdown_report(grouped, tables["reduction"], tables["frontier"])
     added = part(grouped, training) if part is not None else ReportPart()
     markdown += added.markdown
     for name, rows in added.tables.items():
@@ -536,10 +486,12 @@ def write_report(
         under(output, f"{name}.json").write_text(json.dumps(document, indent=2, allow_nan=False))
     skipped = []
     for name in csv_names:
-        rows = tables[name]
-        path = under(output, f"{name}.csv")
+        rows, path = tables[name], under(output, f"{name}.csv")
         if rows:
-            path.write_text(to_csv(rows))
+            with path.open("w") as f:
+                writer = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
+                writer.writeheader()
+                writer.writerows(rows)
         else:
             path.unlink(missing_ok=True)  # an older report's table would be taken for this one's
             skipped.append(f"- `{name}.csv`: {EMPTY_TABLE_REASONS.get(name, 'no rows')}")
@@ -547,14 +499,13 @@ def write_report(
         markdown += "\n## Tables not written\n\n" + "\n".join(skipped) + "\n"
     under(output, "results.md").write_text(markdown)
     if plots:
-        tables["figures"] = [
-            str(p)
+        figures = [
+            Path(p)
             for p in plots(grouped, summaries, run_dirs, output, training_runs=training, **added.plot_args)
         ]
-        if tables["figures"]:  # results.md names every figure written beside it
-            links = [
-                f"- [`{Path(f).name}`]({Path(f).relative_to(output).as_posix()})" for f in tables["figures"]
-            ]
+        tables["figures"] = [str(p) for p in figures]
+        if figures:  # results.md names every figure written beside it
+            links = [f"- [`{p.name}`]({p.relative_to(output).as_posix()})" for p in figures]
             markdown += "\n## Figures\n\n" + "\n".join(links) + "\n"
             under(output, "results.md").write_text(markdown)
     return tables

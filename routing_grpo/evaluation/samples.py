@@ -44,12 +44,8 @@ def data_fingerprint(benchmark: str, path: str | None) -> dict[str, Any]:
         return {"benchmark": benchmark, "source": "registry"}
     file = Path(path).expanduser()
     stat = file.stat() if file.is_file() else None
-    return {
-        "benchmark": benchmark,
-        "file": str(file.resolve()),
-        "size": stat.st_size if stat else None,
-        "mtime_ns": stat.st_mtime_ns if stat else None,
-    }
+    return {"benchmark": benchmark, "file": str(file.resolve()), "size": stat and stat.st_size,
+            "mtime_ns": stat and stat.st_mtime_ns}  # fmt: skip
 
 
 def record_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

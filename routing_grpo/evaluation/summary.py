@@ -11,13 +11,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
-def past_cap(row: Mapping[str, Any], caps: Mapping[str, int | None]) -> bool:
-    """Whether a sample's length after its routing word (``L``) passes its mode's cap (never for an uncapped
-    mode, an invalid routing, or a row without ``L``)."""
-    cap = caps.get(row.get("mode")) if row.get("mode") is not None else None
-    return cap is not None and row.get("L") is not None and int(row["L"]) > cap
-
-
 def summarize(
     rows: Sequence[dict[str, Any]], mode_names: Sequence[str], caps: Mapping[str, int | None] | None = None
 ) -> dict[str, Any]:
@@ -86,7 +79,10 @@ def _group_stats(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _cap_stats(rows: Sequence[dict[str, Any]], caps: Mapping[str, int | None]) -> dict[str, float]:
-    past = [past_cap(r, caps) for r in rows]
+    # Past its cap: L (after the routing word) beyond its mode's cap; never for an uncapped mode, an invalid
+    # routing, or a row without L.
+    limits = [caps.get(r.get("mode")) if r.get("mode") is not None else None for r in rows]
+    past = [cap is not None and r.get("L") is not None and int(r["L"]) > cap for r, cap in zip(rows, limits)]
     return {
         "past_cap_share": sum(past) / len(rows),
         "accuracy_within_caps": sum(bool(r["correct"]) and not p for r, p in zip(rows, past, strict=True))

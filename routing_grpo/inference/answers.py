@@ -1,11 +1,10 @@
 """The answers file of ``routing-grpo generate --input Q.jsonl --output A.jsonl``: its questions, its rows and
-the resumable run over it (the command parses and prints; a Python call does the same).
+the resumable run over it, the command's and a Python call's.
 
 Each row holds an answer, ``model_output`` and ``reference_answer`` as ``routing-grpo grade`` reads them, and
-``request``, what the answer was made for (:func:`request_record`). A rerun keeps the answers made for the
-same request (:func:`plan_answers`) and refuses, before the model loads, an id answered for another request
-unless ``overwrite``. Rows are appended a batch at a time (:func:`routing_grpo.io.jsonl.append_jsonl`), one
-writer at a time (``FILE.lock``).
+the ``request`` it was made for (:func:`request_record`). A rerun keeps the answers made for the same request
+and refuses, before the model loads, an id answered for another (:func:`plan_answers`). Rows are appended a
+batch at a time, one writer at a time (``FILE.lock``).
 
     from routing_grpo.inference.answers import answer_questions, read_questions
 
@@ -38,22 +37,6 @@ from routing_grpo.training.settings import RoutingSettings
 CHAT_ROLES = ("system", "user", "assistant")
 
 
-def chat_messages_problem(messages: Sequence[Any]) -> str | None:
-    """Why chat messages cannot be a question (None when they can): each a {role, content} mapping with a
-    known role and text content, the last one the user's (the routing prompt follows it)."""
-    for i, message in enumerate(messages):
-        if not isinstance(message, Mapping):
-            return f"chat message {i + 1} must be a {{role, content}} object, got {message!r}"
-        role, content = message.get("role"), message.get("content")
-        if role not in CHAT_ROLES:
-            return f"chat message {i + 1}: role must be one of {list(CHAT_ROLES)}, got {role!r}"
-        if not isinstance(content, str):
-            return f"chat message {i + 1}: content must be text, got {content!r}"
-    if messages[-1].get("role") != "user":
-        return "the last chat message must be the user's (the routing prompt follows it)"
-    return None
-
-
 def read_questions(path: str | Path) -> list[dict[str, Any]]:
     """Rows of a questions JSONL file (:func:`question_row`); FileNotFoundError, or ValueError naming the line
     of a malformed row or a repeated id."""
@@ -71,15 +54,23 @@ def read_questions(path: str | Path) -> list[dict[str, Any]]:
 
 
 def question_row(item: Mapping[str, Any], lineno: int) -> dict[str, Any]:
-    """A questions-file row checked: ``question`` (or ``prompt``: text or chat messages); optionally ``id``
-    (default: the line number), ``mode``, ``allow``, ``caps`` and ``reference_answer`` (or ``answer``)."""
+    """A questions-file row checked: ``question`` (or ``prompt``: text, or chat messages whose last is the
+    user's); optionally ``id`` (default: the line number), ``mode``, ``allow``, ``caps`` and
+    ``reference_answer`` (or ``answer``)."""
     question = item.get("question", item.get("prompt"))
     if not (question.strip() if isinstance(question, str) else isinstance(question, list) and question):
         raise ValueError("needs a non-empty `question` (text or a list of chat messages)")
-    problem = isinstance(question, list) and chat_messages_problem(question)
+    for i, message in enumerate(question if isinstance(question, list) else [], start=1):
+        if not isinstance(message, Mapping):
+            raise ValueError(f"chat message {i} must be a {{role, content}} object, got {message!r}")
+        role, content = message.get("role"), message.get("content")
+        if role not in CHAT_ROLES:
+            raise ValueError(f"chat message {i}: role must be one of {list(CHAT_ROLES)}, got {role!r}")
+        if not isinstance(content, str):
+            raise ValueError(f"chat message {i}: content must be text, got {content!r}")
+    if isinstance(question, list) and question[-1].get("role") != "user":
+        raise ValueError("the last chat message must be the user's (the routing prompt follows it)")
     caps, allow, mode = item.get("caps", True), item.get("allow"), item.get("mode")
-    if problem:
-        raise ValueError(problem)
     if not isinstance(caps, bool):
         raise ValueError("`caps` must be true or false")
     if allow is not None and not isinstance(allow, str | list):
@@ -113,15 +104,18 @@ def request_record(
 ) -> dict[str, Any]:
     """What determines an answer, stored in its row: the question, its routing (mode, allowed set, caps), the
     model's fingerprint, a digest of the routing settings and the sampling options."""
-    mode, allow = resolved_modes(settings, request.mode, request.allow)
     digest = hashlib.sha256(json.dumps(settings.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
-    record = {"question": request.question, "mode": mode, "allow": allow, "caps": bool(request.caps)}
-    return {**record, "model": dict(model), "settings": digest[:16], "sampling": dict(sampling)}
+    record = dict(question=request.question, mode=request.mode, allow=request.allow, caps=bool(request.caps))
+    record.update(model=dict(model), settings=digest[:16], sampling=dict(sampling))
+    return resolved_record(record, settings)
 
 
-def resolved_modes(settings: RoutingSettings, mode: Any, allow: Any) -> tuple[str | None, list[str] | None]:
-    """A request's forced mode and allowed set as the mode names they resolve to (case-insensitively, each
-    once, in the modes' order): ``nothink`` is ``NoThink``. A name that matches no mode is kept as written."""
+def resolved_record(record: Any, settings: RoutingSettings) -> dict[str, Any] | None:
+    """A request record with its forced mode and allowed set as the mode names they resolve to
+    (case-insensitively, each once, in the modes' order: ``nothink`` is ``NoThink``; a name that matches no
+    mode is kept as written); None when ``record`` is none."""
+    if not isinstance(record, Mapping):
+        return None
     modes = settings.modes
     order = [m.name for m in modes]
 
@@ -132,19 +126,11 @@ def resolved_modes(settings: RoutingSettings, mode: Any, allow: Any) -> tuple[st
         except ValueError:
             return text
 
-    allowed = None
+    mode, allow = record.get("mode"), record.get("allow")
     if allow is not None:
         chosen = {name(a) for a in parse_allow(allow if isinstance(allow, str | list | tuple) else [allow])}
-        allowed = sorted(chosen, key=lambda n: (order.index(n) if n in order else len(order), n))
-    return (name(mode) if mode is not None else None), allowed
-
-
-def resolved_record(record: Mapping[str, Any] | None, settings: RoutingSettings) -> dict[str, Any] | None:
-    """A stored :func:`request_record` with its modes resolved (:func:`resolved_modes`); None for no record."""
-    if not isinstance(record, Mapping):
-        return None
-    mode, allow = resolved_modes(settings, record.get("mode"), record.get("allow"))
-    return {**record, "mode": mode, "allow": allow}
+        allow = sorted(chosen, key=lambda n: (order.index(n) if n in order else len(order), n))
+    return {**record, "mode": name(mode) if mode is not None else None, "allow": allow}
 
 
 def request_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
@@ -157,26 +143,13 @@ def request_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -
     return out + [f"--{k.replace('_', '-')}" for k, v in new["sampling"].items() if sampling.get(k) != v]
 
 
-def answer_line(row_id: str, answer: Answer) -> str:
-    """The one-line summary ``routing-grpo generate`` prints per answer."""
-    mode = answer.mode or "no routing word"
-    found = answer.answer if answer.answer is not None else "-"
-    return (
-        f"[{row_id}] {mode} ({answer.routing}): {answer.tokens} tokens, L={answer.length}, "
-        f"stopped by {answer.stopped_by}, answer: {found}"
-    )
-
-
 def answer_row(
     row_id: str, answer: Answer, reference: Any = None, request: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """An answers-file row: the answer's fields, ``model_output`` (its text, "" when it did not finish, which
     the grader scores wrong), ``reference_answer`` when there is one, and ``request``."""
-    row = {
-        "id": row_id,
-        **answer.to_dict(),
-        "model_output": answer.text if answer.stopped_by == "eos" else "",
-    }
+    output = answer.text if answer.stopped_by == "eos" else ""
+    row = {"id": row_id, **answer.to_dict(), "model_output": output}
     if reference is not None:
         row["reference_answer"] = reference
     if request is not None:
@@ -205,20 +178,17 @@ def question_requests(
             resolve_routing(settings, chosen_mode, chosen_allow)
         except ValueError as err:
             raise ValueError(f"question {row['id']}: {err}") from None
-        requests[row["id"]] = Request(
-            row["question"], mode=chosen_mode, allow=chosen_allow, caps=row.get("caps", True) and caps
-        )
+        own_caps = row.get("caps", True) and caps
+        requests[row["id"]] = Request(row["question"], mode=chosen_mode, allow=chosen_allow, caps=own_caps)
     return requests
 
 
 @dataclass
 class AnswerPlan:
-    """A run over questions: each one's request, record and reference, the ids left to answer (in order),
-    whether the file had answers to resume, and whether it is started afresh."""
+    """A run over questions: each one's request, the answers file, the ids left to answer (in order), whether
+    the file had answers to resume, and whether it is started afresh."""
 
     requests: dict[str, Request]
-    records: dict[str, dict[str, Any]]
-    references: dict[str, Any]
     output: Path | None
     todo: list[str]
     resumed: bool = False
@@ -236,7 +206,6 @@ def plan_answers(
     output: str | Path | None = None,
     *,
     settings: RoutingSettings,
-    references: Mapping[str, Any] | None = None,
     overwrite: bool = False,
 ) -> AnswerPlan:
     """The ids ``output`` does not answer yet. An id it answers for another request (modes compared by what
@@ -261,7 +230,7 @@ def plan_answers(
     replace = bool(overwrite and path is not None and path.exists())
     done = set() if replace else set(answered)
     todo = [row_id for row_id in requests if row_id not in done]
-    return AnswerPlan(dict(requests), dict(records), dict(references or {}), path, todo, bool(done), replace)
+    return AnswerPlan(dict(requests), path, todo, bool(done), replace)
 
 
 @dataclass
@@ -274,49 +243,6 @@ class AnswersRun:
     tokens: int = 0
     seconds: float = 0.0
     output: Path | None = None
-
-
-OnAnswers = Callable[[list[str], list[Answer]], None]
-"""``on_answers(ids, answers)``: called after each batch is generated (and written)."""
-
-
-def write_answers(
-    router: Router, plan: AnswerPlan, batch_size: int = 8, on_answers: OnAnswers | None = None
-) -> AnswersRun:
-    """Generates the plan's questions ``batch_size`` at a time, appending each batch's rows to the answers
-    file; every prompt is checked against the model's context first. A file started afresh is written beside
-    the old one and replaces it once all are written, so a run that fails leaves the old file as it was."""
-    run = AnswersRun(len(plan.requests), plan.reused, output=plan.output)
-    todo = plan.todo
-    router.plan_all([plan.requests[i] for i in todo], todo, warn=False)
-    output = writing = plan.output
-    if output:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        if plan.replace:
-            writing = output.with_name(f".{output.name}.overwrite")
-            writing.unlink(missing_ok=True)
-    try:
-        for start in range(0, len(todo), batch_size):
-            ids = todo[start : start + batch_size]
-            started = time.perf_counter()
-            answers = router.generate([plan.requests[i] for i in ids], names=ids)
-            run.seconds += time.perf_counter() - started
-            run.answers += len(answers)
-            run.tokens += sum(a.tokens for a in answers)
-            if writing:
-                rows = [
-                    answer_row(i, a, plan.references.get(i), plan.records[i]) for i, a in zip(ids, answers)
-                ]
-                append_jsonl(writing, rows)
-            if on_answers is not None:
-                on_answers(ids, answers)
-    except BaseException:
-        if writing != output:
-            writing.unlink(missing_ok=True)
-        raise
-    if writing != output:
-        os.replace(writing, output)
-    return run
 
 
 def answer_questions(
@@ -339,13 +265,16 @@ def answer_questions(
     device: str | None = None,
     revision: str | None = None,
     on_resumed: Callable[[AnswerPlan], None] | None = None,
-    on_answers: OnAnswers | None = None,
+    on_answers: Callable[[list[str], list[Answer]], None] | None = None,
 ) -> AnswersRun:
     """``routing-grpo generate`` as a Python call: answers question rows with the router at ``model``.
 
     With ``output`` the file is checked and locked before it is read, and the model loads only when something
-    is left to answer (:func:`plan_answers`); ``on_resumed(plan)`` is called before it loads, ``on_answers``
-    after each batch. ``settings`` defaults to the model's own. Errors are one-line ValueErrors."""
+    is left to answer (:func:`plan_answers`); ``on_resumed(plan)`` is called before it loads. The questions
+    are answered ``batch_size`` at a time, every prompt checked against the model's context first, each
+    batch's rows appended to ``output`` and then passed to ``on_answers(ids, answers)``. A file started
+    afresh is written beside the old one and replaces it once all are written, so a run that fails leaves
+    the old file as it was. ``settings`` defaults to the model's own. Errors are one-line ValueErrors."""
     if not isinstance(settings, RoutingSettings):
         settings = RoutingSettings.resolve(model, settings, revision=revision)
     if output is not None and (not str(output).strip() or Path(output).is_dir()):
@@ -368,15 +297,43 @@ def answer_questions(
             file_lock_path(output), flag="--output", output=output, command="routing-grpo generate"
         )
     with lock:
-        plan = plan_answers(
-            requests, records, output, settings=settings, references=references, overwrite=overwrite
-        )
+        plan = plan_answers(requests, records, output, settings=settings, overwrite=overwrite)
         if on_resumed is not None:
             on_resumed(plan)
+        run = AnswersRun(len(requests), plan.reused, output=plan.output)
         if not plan.todo:
-            return AnswersRun(len(requests), plan.reused, output=plan.output)
+            return run
         with model_loading(model):
             router = Router.from_pretrained(
                 model, settings=settings, device=device, revision=revision, **sampling
             )
-        return write_answers(router, plan, batch_size, on_answers)
+        todo = plan.todo
+        router.plan_all([requests[i] for i in todo], todo, warn=False)
+        output = writing = plan.output
+        if output:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            if plan.replace:
+                writing = output.with_name(f".{output.name}.overwrite")
+                writing.unlink(missing_ok=True)
+        try:
+            for start in range(0, len(todo), batch_size):
+                ids = todo[start : start + batch_size]
+                started = time.perf_counter()
+                answers = router.generate([requests[i] for i in ids], names=ids)
+                run.seconds += time.perf_counter() - started
+                run.answers += len(answers)
+                run.tokens += sum(a.tokens for a in answers)
+                if writing:
+                    append_jsonl(
+                        writing,
+                        [answer_row(i, a, references.get(i), records[i]) for i, a in zip(ids, answers)],
+                    )
+                if on_answers is not None:
+                    on_answers(ids, answers)
+        except BaseException:
+            if writing != output:
+                writing.unlink(missing_ok=True)
+            raise
+        if writing != output:
+            os.replace(writing, output)
+        return run

@@ -65,7 +65,7 @@ class Routing:
 
 
 def parse_allow(allow: Sequence[str] | str) -> list[str]:
-    """``"NoThink,Short"`` or ``["NoThink", "Short"]`` -> the names (stripped, empty items dropped)."""
+    """``"NoThink,Short"`` or ``["NoThink", "Short"]`` -> the names, stripped, empty items dropped."""
     if not isinstance(allow, str | list | tuple) or not all(isinstance(a, str) for a in allow):
         raise ValueError(f"allow: expected mode names (a list, or one comma-separated string), got {allow!r}")
     items = allow.split(",") if isinstance(allow, str) else list(allow)
@@ -73,7 +73,6 @@ def parse_allow(allow: Sequence[str] | str) -> list[str]:
 
 
 def check_count(value: Any, name: str) -> None:
-    """Raises ValueError naming ``name`` unless ``value`` is None or a positive integer."""
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise ValueError(f"{name}: must be a positive integer or None, got {value!r}")
 
@@ -100,11 +99,7 @@ def resolve_routing(
         if (forced is not None and forced != single) or (allowed is not None and single not in allowed):
             raise ValueError(f"this checkpoint is a single-mode baseline: it answers in {names[single]} only")
         return Routing("single")
-    if forced is not None:
-        return Routing("forced", forced=forced)
-    if allowed is not None:
-        return Routing("allowed", allowed=allowed)
-    return Routing("free")
+    return Routing("forced" if forced is not None else "allowed" if allowed else "free", forced, allowed)
 
 
 @dataclass(frozen=True)
@@ -112,7 +107,6 @@ class Answer:
     """One generated answer.
 
     Attributes:
-        question: the request's question.
         mode: the mode's name, or None when the completion has no routing word.
         forced: the mode was forced (its word was in the prompt, not generated).
         routing: free, forced, allowed or single.
@@ -122,7 +116,6 @@ class Answer:
         tokens: tokens the model generated (a forced word is not generated).
         length: L, tokens after the routing word, EOS included (all tokens when there is no word).
         stopped_by: ``eos`` (the model finished), ``cap`` (the mode's cap) or ``length`` (``max_new_tokens``).
-        caps: whether the per-mode caps were enforced.
     """
 
     question: Any
@@ -135,10 +128,6 @@ class Answer:
     length: int
     stopped_by: str
     caps: bool = True
-
-    @property
-    def capped(self) -> bool:
-        return self.stopped_by == "cap"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,9 +154,7 @@ def known_row_budget(row: Row, settings: RoutingSettings, max_new_tokens: int) -
         return None
     if not row.caps:
         return max_new_tokens
-    if row.routing.kind == "forced":
-        return int(known_budget(row.routing.forced, settings.modes, max_new_tokens))
-    return int(known_budget(None, settings.modes, max_new_tokens, settings.single_mode_index))
+    return int(known_budget(row.routing.forced, settings.modes, max_new_tokens, settings.single_mode_index))
 
 
 def head_row_budget(
@@ -206,17 +193,10 @@ def finish_row(
     text = tokenizer.decode(completion, skip_special_tokens=True)
     text = (row.forced_text.lstrip() + text) if kind == "forced" else text.lstrip()
     return Answer(
-        question=row.question,
-        mode=modes[mode].name if mode != INVALID else None,
-        forced=kind == "forced",
-        routing=kind,
-        answer=extract_answer(text, finished=stopped_by == "eos"),
-        text=text,
-        tokens=len(completion),
-        length=length,
-        stopped_by=stopped_by,
-        caps=row.caps,
-    )
+        question=row.question, mode=modes[mode].name if mode != INVALID else None, forced=kind == "forced",
+        routing=kind, answer=extract_answer(text, finished=stopped_by == "eos"), text=text,
+        tokens=len(completion), length=length, stopped_by=stopped_by, caps=row.caps,
+    )  # fmt: skip
 
 
 def context_problem(prompt_tokens: int, max_new_tokens: int, context: int | None) -> str | None:
@@ -277,24 +257,21 @@ class Router:
         seed: int | None = None,
         **engine_kwargs: Any,
     ) -> Router:
-        """Loads a checkpoint and its routing settings.
+        """Loads a checkpoint and its routing settings; every argument, and a local model's weight files, is
+        checked before anything loads (a ValueError naming it).
 
         Args:
-            model: a local folder, a Hub id, or ``offline:mini`` and the like; a LoRA run's folder (a PEFT
-                adapter) loads its base and the adapter through PEFT, on transformers.
-            settings: override of the saved settings: a :class:`RoutingSettings`, a settings file or a
-                training recipe. Default: ``MODEL/routing_config.json``
-                (:class:`routing_grpo.training.settings.SettingsNotFoundError` if absent).
+            model: a local folder, a Hub id, or ``offline:NAME``; a LoRA run's folder loads its base and the
+                adapter through PEFT, on transformers.
+            settings: a :class:`RoutingSettings`, a settings file or a training recipe, in place of
+                ``MODEL/routing_config.json`` (:class:`~routing_grpo.training.settings.SettingsNotFoundError`
+                if absent).
             backend: ``auto`` (vLLM with a GPU when installed, else transformers), ``transformers``, ``vllm``.
-            device: transformers device (default: ``cuda`` when there is a GPU, else ``cpu``).
-            dtype: transformers ``dtype`` (default ``auto``: the checkpoint's).
-            temperature / top_p / top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off).
-            max_new_tokens: tokens the model may generate per answer (default: the training run's limit).
+            device, dtype: transformers' (default: ``cuda`` when there is a GPU; the checkpoint's dtype).
+            temperature, top_p, top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off).
+            max_new_tokens: tokens per answer (default: the training run's limit).
             seed: seeds torch (transformers) or the vLLM engine, an integer in [0, 2**32).
             engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``).
-
-        Every argument, and a local model's weight files, is checked before anything loads (a ValueError
-        naming it).
         """
         check_sampling(temperature, top_p, top_k)
         check_count(max_new_tokens, "max_new_tokens")
@@ -376,9 +353,8 @@ class Router:
         check_count(batch_size, "batch_size")
         check_seed(seed)
         if isinstance(questions, str | bytes):
-            raise ValueError(
-                "questions: expected a list of questions, got one text (router(question) asks one)"
-            )
+            message = "expected a list of questions, got one text (router(question) asks one)"
+            raise ValueError(f"questions: {message}")
         requests = [
             q if isinstance(q, Request) else Request(q, mode=mode, allow=allow, caps=caps) for q in questions
         ]
@@ -403,28 +379,21 @@ class Router:
         eos = self.backend.eos_token_ids
 
         def write_heads(indices: list[int], prompts: list[list[int]]) -> list[list[int]]:
+            allowed = [rows[i].routing.allowed for i in indices]
             chosen = choose_words(
-                self.backend.next_tokens,
-                prompts,
-                [rows[i].routing.allowed for i in indices],
-                forms=self.forms,
-                detector=self.detector,
-                eos_token_ids=eos,
-                max_tokens=limit,
-            )
+                self.backend.next_tokens, prompts, allowed, forms=self.forms, detector=self.detector,
+                eos_token_ids=eos, max_tokens=limit,
+            )  # fmt: skip
             for i, (prefix, decision) in zip(indices, chosen, strict=True):
                 rows[i].prefix, rows[i].decision = prefix, decision
             return [prefix for prefix, _ in chosen]
 
         completions = generate_with_caps(
-            self.backend,
-            [row.prompt_ids for row in rows],
-            [known_row_budget(row, self.settings, limit) for row in rows],
-            max_tokens=limit,
+            self.backend, [row.prompt_ids for row in rows],
+            [known_row_budget(row, self.settings, limit) for row in rows], max_tokens=limit,
             head_budget=lambda i, head: head_row_budget(rows[i], head, self.settings, self.detector, limit),
-            write_heads=write_heads,
-            cut_at_stop=True,
-        )
+            write_heads=write_heads, cut_at_stop=True,
+        )  # fmt: skip
         for row, (ids, _) in zip(rows, completions, strict=True):
             row.rest = list(ids[len(row.prefix) :])
         return [finish_row(row, self.settings, self.tokenizer, self.detector, eos) for row in rows]
