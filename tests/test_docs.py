@@ -142,7 +142,9 @@ def test_named_files_exist(doc: Path):
             assert (REPO_ROOT / path).exists(), f"{doc_id(doc)}: {path} does not exist"
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/method.md", "docs/training.md", "docs/notebooks/index.md"])
+@pytest.mark.parametrize(
+    "page", ["README.md", "docs/method.md", "docs/training.md", "docs/notebooks/index.md"]
+)
 def test_the_named_files_are_checked(page: str):
     """The pages that name repository paths have them found (else the check above passes on nothing)."""
     assert named_paths(REPO_ROOT / page), f"{page}: no repository paths found in backticks"

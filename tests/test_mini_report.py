@@ -273,6 +273,11 @@ def test_miniature_report_end_to_end(mini_out):
     # Router tokens: seed 0 (5 + 8 + 10 + 50) / 4 = 18.25 against Long-only's 35.5.
     assert per_seed["0"]["tokens_vs_long"]["value"] == pytest.approx(18.25 / 35.5)
     assert all(t["met"] is True for t in mean.values()), mean
+    # The verdict counts the cliff world's routing targets alone; against the forced modes as well.
+    assert mini["targets"]["verdict"]["mean"]["verdict"] == "routes by difficulty"
+    assert mini["targets"]["verdict"]["mean"]["counted"] == ["brief_at_lowest", "longest_at_highest", "regret"]
+    assert set(mini["targets"]["verdict"]["per_seed"]) == {"0", "1"}
+    assert {t["key"] for t in mini["targets"]["mean_against_forced"]} == set(mean)
 
     # The level-mix router: its split per level (NoThink at levels 1-2, Long at 3-4), no targets of its own.
     mix = mini["level_mix"]["levels"]
@@ -295,6 +300,8 @@ def test_miniature_report_end_to_end(mini_out):
 
     md = (out / "results.md").read_text()
     assert md.startswith("# Results")
+    assert "**Routing by difficulty** (mean over seeds): routes by difficulty: 3 of 3" in md
+    assert "Against the taught model forced into each mode" in md
     for heading in (
         "## Miniature (mini)",
         "### Oracle: the taught model forced into each mode, per level",

@@ -237,3 +237,36 @@ def test_targets_on_the_thresholds_and_unmeasurable():
     for key in ("above_frontier", "accuracy_vs_long", "tokens_vs_long", "brief_at_lowest", "regret"):
         assert t[key].met is None and t[key].value is None, key
     assert t["monotone_mode_index"].met is None
+
+
+def test_the_routing_verdict_counts_only_the_targets_routing_alone_meets():
+    """Routes by difficulty when the level gaps, the inversion and the regret are all met; not at all when
+    none is; partly in between; unmeasured while one cannot be read. The other targets do not count."""
+    from routing_grpo.mini.targets import FLAT, PARTLY, ROUTES, Target, routing_verdict
+
+    def targets(gaps_met, inversion_met, regret_met, entropy_met=True):
+        return [
+            Target("briefest_gap", "", 0.5 if gaps_met else 0.1, 0.3, gaps_met),
+            Target("longest_gap", "", 0.6 if gaps_met else 0.05, 0.3, gaps_met),
+            Target("entropy", "", 1.0, 0.9, entropy_met),
+            Target("inversion", "", 0.1, 0.0, inversion_met),
+            Target("regret", "", 0.05, 0.1, regret_met),
+        ]
+
+    assert routing_verdict(targets(True, True, True), "mini_graded")["verdict"] == ROUTES
+    flat = routing_verdict(targets(False, False, False), "mini_graded")
+    assert flat["verdict"] == FLAT and flat["met"] == 0  # the entropy a flat router meets does not count
+    assert routing_verdict(targets(True, False, True), "mini_graded")["verdict"] == PARTLY
+    unknown = targets(True, True, True)
+    unknown[3] = Target("inversion", "", None, 0.0, None)
+    said = routing_verdict(unknown, "mini_graded")
+    assert said["verdict"] is None and said["line"].startswith("not measured: 3 of 4")
+    assert routing_verdict(targets(True, True, True), "mini")["verdict"] is None  # the cliff world's keys
+
+
+def test_forced_points_are_the_taught_model_in_each_mode():
+    from routing_grpo.mini.targets import forced_points
+
+    rows = [forced(1, "NoThink", 2, True), forced(2, "NoThink", 4, False), forced(1, "Long", 10, True)]
+    rows.append({**forced(1, "Short", 3, True), "forced": False})  # a free sample is not a forced point
+    assert forced_points(rows, MODES) == [Point("nothink", 3.0, 0.5), Point("long", 10.0, 1.0)]

@@ -286,7 +286,15 @@ def render_summary(
         ]
     targets = (mini.get("targets") or {}).get("per_seed", {}).get(str(seed)) if section == "router" else None
     if targets:
-        lines += ["", f"## Targets (seed {seed}; docs/notebooks/graded.md)", "", *target_lines(targets)]
+        verdict = (mini["targets"].get("verdict") or {}).get("per_seed", {}).get(str(seed))
+        said = [f"- **{verdict['line'][0].upper()}{verdict['line'][1:]}**"] if verdict else []
+        lines += [
+            "",
+            f"## Targets (seed {seed}; docs/notebooks/graded.md)",
+            "",
+            *said,
+            *target_lines(targets),
+        ]
     lines += [
         "",
         "## Routing per level: router (held-out, free) beside the oracle",

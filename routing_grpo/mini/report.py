@@ -30,6 +30,7 @@ from routing_grpo.evaluation.report import (
 )
 from routing_grpo.mini.report_markdown import miniature_markdown
 from routing_grpo.mini.targets import (
+    forced_points,
     free_mode_figures,
     graded_world_checks,
     level_shares,
@@ -39,6 +40,7 @@ from routing_grpo.mini.targets import (
     oracle_overall,
     regret_of,
     router_levels,
+    routing_verdict,
     targets_for,
 )
 
@@ -125,7 +127,7 @@ def miniature(
     overall = oracle_overall(table, choice, weights)
 
     regrets = [s["regret"] for s in seeds.values() if s["regret"] is not None]
-    mean_targets = None
+    mean_targets = forced_targets = None
     if seeds:
         mean_point = Point(
             "router",
@@ -138,10 +140,10 @@ def miniature(
             m: {k: Stat([s["free_modes"][m][k] for s in seeds.values()]).mean for k in ("share", "accuracy")}
             for m in names
         }
-        mean_targets = targets_for(
-            benchmark, mean_point, baselines, mean_splits, mean_free, modes,
-            relative.mean if relative.values else None,
-        )  # fmt: skip
+        mean_args = (mean_splits, mean_free, modes, relative.mean if relative.values else None)
+        mean_targets = targets_for(benchmark, mean_point, baselines, *mean_args)
+        # The baselines as the taught model forced into each mode, beside the trained ones (plain prompt).
+        forced_targets = targets_for(benchmark, mean_point, forced_points(oracle.rows, modes), *mean_args)
 
     return _json_ready(
         {
@@ -163,6 +165,15 @@ def miniature(
             "targets": {
                 "mean": None if mean_targets is None else [t.to_dict() for t in mean_targets],
                 "per_seed": {str(seed): [t.to_dict() for t in s["targets"]] for seed, s in seeds.items()},
+                "mean_against_forced": None
+                if forced_targets is None
+                else [t.to_dict() for t in forced_targets],
+                "verdict": {
+                    "mean": None if mean_targets is None else routing_verdict(mean_targets, benchmark),
+                    "per_seed": {
+                        str(seed): routing_verdict(s["targets"], benchmark) for seed, s in seeds.items()
+                    },
+                },
             },
             "level_mix": {
                 "seeds": _seeds_json(level_mix),

@@ -155,6 +155,28 @@ def miniature_markdown(mini: dict[str, Any]) -> str:
             )
         met = sum(t["met"] is True for t in targets["mean"])
         lines += ["", f"{met} of {len(targets['mean'])} targets met (mean over seeds)."]
+        verdict = (targets.get("verdict") or {}).get("mean")
+        if verdict:
+            per_seed = targets["verdict"]["per_seed"]
+            seeds_said = "; ".join(f"seed {s}: {v['verdict'] or 'not measured'}" for s, v in per_seed.items())
+            lines += [
+                "",
+                f"**Routing by difficulty** (mean over seeds): {verdict['line']}. Per seed: {seeds_said}. Only "
+                "these targets count for it: a router that does not move with the level can meet the others.",
+            ]
+        forced = targets.get("mean_against_forced")
+        if forced:
+            against = {t["key"]: t for t in forced}
+            shown = [
+                against[k] for k in ("above_frontier", "accuracy_vs_long", "tokens_vs_long") if k in against
+            ]
+            lines += [
+                "",
+                "Against the taught model forced into each mode (the trained baselines above see a plain prompt "
+                "the taught model never saw): "
+                + "; ".join(f"{t['rule']}: {_target_value(t)} ({_met(t['met'])})" for t in shown)
+                + ".",
+            ]
 
     abl = mini["ablations"]
     if abl:

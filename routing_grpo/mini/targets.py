@@ -510,6 +510,47 @@ def graded_targets(
 GRADED_BENCHMARKS = ("mini_graded",)
 """Benchmarks judged by :func:`graded_targets`; the others by :func:`miniature_targets`."""
 
+# The targets that only routing by difficulty meets; a router that does not move with the level meets none of
+# them. The others (entropy, shares, the frontier, Long-only) describe a router and a flat one may meet them.
+ROUTING_TARGETS = {
+    "graded": ("briefest_gap", "longest_gap", "inversion", "regret"),
+    "cliff": ("brief_at_lowest", "longest_at_highest", "regret"),
+}
+ROUTES, PARTLY, FLAT = "routes by difficulty", "routes partly", "does not route by difficulty"
+
+
+def routing_verdict(targets: Sequence[Target], benchmark: str) -> dict[str, Any]:
+    """Whether a router routes by difficulty, from :data:`ROUTING_TARGETS` alone: all met, some, or none
+    (None while one of them cannot be measured).
+
+    Returns:
+        ``verdict``, ``met`` and ``counted`` (the keys judged), and ``line``: the verdict with its figures.
+    """
+    keys = ROUTING_TARGETS["graded" if benchmark in GRADED_BENCHMARKS else "cliff"]
+    counted = [t for t in targets if t.key in keys]
+    met = sum(t.met is True for t in counted)
+    if any(t.met is None for t in counted) or len(counted) < len(keys):
+        verdict = None
+    else:
+        verdict = ROUTES if met == len(keys) else FLAT if met == 0 else PARTLY
+    figures = "; ".join(
+        f"{t.key} {'n/a' if t.value is None else f'{t.value:+.3f}'} ({'met' if t.met else 'missed'})"
+        for t in counted
+    )
+    line = f"{verdict or 'not measured'}: {met} of {len(keys)} of the targets only routing meets ({figures})"
+    return {"verdict": verdict, "met": met, "counted": list(keys), "line": line}
+
+
+def forced_points(rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]) -> list[Point]:
+    """The taught model forced into each mode, from its forced samples: (mean tokens, accuracy) per mode."""
+    points = []
+    for m in modes:
+        in_mode = [r for r in rows if r.get("forced") and r.get("mode") == m.name]
+        if in_mode:
+            length = _mean([float(r["tokens"]) for r in in_mode])
+            points.append(Point(m.name.lower(), length, _mean([float(bool(r["correct"])) for r in in_mode])))
+    return points
+
 
 def targets_for(
     benchmark: str,
