@@ -275,7 +275,11 @@ def test_miniature_report_end_to_end(mini_out):
     assert all(t["met"] is True for t in mean.values()), mean
     # The verdict counts the cliff world's routing targets alone; against the forced modes as well.
     assert mini["targets"]["verdict"]["mean"]["verdict"] == "routes by difficulty"
-    assert mini["targets"]["verdict"]["mean"]["counted"] == ["brief_at_lowest", "longest_at_highest", "regret"]
+    assert mini["targets"]["verdict"]["mean"]["counted"] == [
+        "brief_at_lowest",
+        "longest_at_highest",
+        "regret",
+    ]
     assert set(mini["targets"]["verdict"]["per_seed"]) == {"0", "1"}
     assert {t["key"] for t in mini["targets"]["mean_against_forced"]} == set(mean)
 
