@@ -52,10 +52,8 @@ def _read_identity(path: Path) -> dict[str, Any] | None:
 def read_run_identity(checkpoint: str | Path) -> dict[str, Any] | None:
     """The identity stored in a checkpoint, else in the run folder holding it; None when neither has one."""
     folder = Path(checkpoint)
-    for candidate in (folder / RUN_FILE, folder.parent / RUN_FILE):
-        if candidate.is_file():
-            return _read_identity(candidate)
-    return None
+    found = [path for path in (folder / RUN_FILE, folder.parent / RUN_FILE) if path.is_file()]
+    return _read_identity(found[0]) if found else None
 
 
 def write_run_identity(folder: str | Path, identity: dict[str, Any]) -> None:
@@ -85,15 +83,23 @@ def _another_run(
     )
 
 
+def raise_agreed(problem: str | None) -> None:
+    """Raises the main process's ``problem`` (:class:`UsageError`) on every process, so all stop with the
+    same line (a no-op in one process without one)."""
+    from accelerate.utils import broadcast_object_list
+
+    problem = broadcast_object_list([problem])[0]
+    if problem:
+        raise UsageError(problem)
+
+
 @contextlib.contextmanager
 def run_folder(
     script_args: Any, training_args: RoutingGRPOConfig
 ) -> Iterator[tuple[dict[str, Any], str | None] | None]:
     """Holds the run folder's lock (``output_dir/_routing_grpo.lock``) and yields :func:`check_run_folder`'s
     answer: another training into the same folder is refused at once, naming the holder. Under ``accelerate
-    launch`` the main process takes the lock and tells every process, so all stop with the same line."""
-    import torch.distributed as dist
-
+    launch`` the main process takes the lock and tells every process."""
     lock = problem = None
     if training_args.process_index == 0:
         lock = OutputLock(
@@ -106,12 +112,7 @@ def run_folder(
             lock.acquire()
         except UsageError as err:
             lock, problem = None, str(err)
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        shared = [problem]
-        dist.broadcast_object_list(shared, src=0)
-        problem = shared[0]
-    if problem:
-        raise UsageError(problem)
+    raise_agreed(problem)
     try:
         yield check_run_folder(script_args, training_args)
     finally:
@@ -133,25 +134,20 @@ def check_run_folder(
     check_output_folder(output_dir, script_args.overwrite_output_dir)
     checkpoint = resume_checkpoint(training_args) or None
     check_resume(checkpoint, identity)
-    stored = _read_identity(Path(output_dir) / RUN_FILE)
-    if not stored:
-        return identity, checkpoint
+    stored = _read_identity(Path(output_dir) / RUN_FILE) or {}
     if is_another_run(stored, identity):
         raise _another_run(f"output_dir: {output_dir} holds the run of", stored, identity)
     finished = stored.get("finished")
+    if finished and finished.get("max_steps") != training_args.max_steps:
+        if checkpoints.latest_complete(output_dir)[0] is None:
+            raise UsageError(
+                f"output_dir: {output_dir} holds this run finished at {finished.get('global_step')} optimizer "
+                f"steps of {finished.get('max_steps')} and no checkpoint to continue from; this command asks "
+                f"for {training_args.max_steps}. Give it another --output_dir"
+            )
+        finished = None  # a longer (or shorter) run resumes from the last checkpoint, as asked
     if not finished:
         return identity, checkpoint
-    if finished.get("max_steps") != training_args.max_steps:
-        if checkpoints.latest_complete(output_dir)[0] is not None:
-            return (
-                identity,
-                checkpoint,
-            )  # a longer (or shorter) run resumes from the last checkpoint, as asked
-        raise UsageError(
-            f"output_dir: {output_dir} holds this run finished at {finished.get('global_step')} optimizer steps "
-            f"of {finished.get('max_steps')} and no checkpoint to continue from; this command asks for "
-            f"{training_args.max_steps}. Give it another --output_dir"
-        )
     if training_args.process_index == 0:
         print(
             f"{output_dir}: this run (recipe {identity['recipe']!r}, seed {identity['seed']}) has finished "
