@@ -229,7 +229,7 @@ def run_identity_callback(identity: dict[str, Any]) -> Any:
     it complete (:func:`routing_grpo.io.checkpoints.mark_complete`)."""
     from transformers import TrainerCallback
 
-    from routing_grpo.training.settings import save_routing_settings
+    from routing_grpo.training.settings import RoutingSettings
 
     class RunIdentityCallback(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
@@ -238,7 +238,7 @@ def run_identity_callback(identity: dict[str, Any]) -> Any:
             if state.is_world_process_zero and folder.is_dir():
                 write_run_identity(folder, identity)
                 # A checkpoint routes like the final model: eval and generate need no --config for it.
-                save_routing_settings(args, folder)
+                RoutingSettings.from_training_args(args).save(folder)
                 checkpoints.mark_complete(folder, state.global_step)  # last: the checkpoint is whole
 
     return RunIdentityCallback()
@@ -249,7 +249,7 @@ def finish_run_folder(trainer: Any, training_args: RoutingGRPOConfig, identity: 
     model card, the model config (KV cache on), ``routing_config.json``, and the run marked finished (a
     rerun of the same command trains nothing)."""
     from routing_grpo.diagnostics.routing_metrics import routing_summary
-    from routing_grpo.training.settings import save_routing_settings
+    from routing_grpo.training.settings import RoutingSettings
 
     if not training_args.single_mode:
         print(
@@ -258,6 +258,6 @@ def finish_run_folder(trainer: Any, training_args: RoutingGRPOConfig, identity: 
     trainer.create_model_card()
     trainer.model.config.use_cache = True
     trainer.model.config.save_pretrained(training_args.output_dir)
-    save_routing_settings(training_args, training_args.output_dir)
+    RoutingSettings.from_training_args(training_args).save(training_args.output_dir)
     finished = {"global_step": trainer.state.global_step, "max_steps": training_args.max_steps}
     write_run_identity(training_args.output_dir, {**identity, "finished": finished})
