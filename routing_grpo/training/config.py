@@ -49,6 +49,16 @@ def _holds_float(tp: Any) -> bool:
     return tp is float or any(_holds_float(arg) for arg in typing.get_args(tp))
 
 
+def _count(value: Any, least: int = 1) -> bool:
+    """Whether ``value`` is an integer (not a bool) of at least ``least``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _number(value: Any) -> bool:
+    """Whether ``value`` is a finite int or float (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
 @dataclass
 class RoutingGRPOConfig(GRPOConfig):
     """Configuration of :class:`~routing_grpo.training.trainer.RoutingGRPOTrainer`.
@@ -347,21 +357,17 @@ class RoutingGRPOConfig(GRPOConfig):
             "num_iterations": 1,
             "max_completion_length": 1,
         }
+        optional = ("steps_per_generation", "generation_batch_size", "max_completion_length")
         for name, least in counts.items():
             value = getattr(self, name)
-            if value is None and name in (
-                "steps_per_generation",
-                "generation_batch_size",
-                "max_completion_length",
-            ):
+            if value is None and name in optional:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            if not _count(value, least):
                 what = " (GRPO compares at least 2 rollouts per prompt)" if name == "num_generations" else ""
                 raise ValueError(f"{name}: must be an integer >= {least}, got {value!r}{what}")
         for name, strict in (("learning_rate", False), ("temperature", True)):
             value = getattr(self, name)
-            number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-            if not number or value < 0 or (strict and value == 0):
+            if not _number(value) or value < 0 or (strict and value == 0):
                 raise ValueError(
                     f"{name}: must be a finite number {'>' if strict else '>='} 0.0, got {value!r}"
                 )
@@ -370,7 +376,7 @@ class RoutingGRPOConfig(GRPOConfig):
                 f"vllm_importance_sampling_mode: expected one of {list(CORRECTION_MODES)}, got "
                 f"{self.vllm_importance_sampling_mode!r}"
             )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+        if not _count(self.seed, 0) or self.seed >= 2**32:
             raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
         if getattr(self, "enable_jit_checkpoint", False):
             raise ValueError(
@@ -392,7 +398,7 @@ class RoutingGRPOConfig(GRPOConfig):
         self.preemption_signals = list(dict.fromkeys(names))
         for name in ("total_batch_steps", "eval_every_batch_steps", "save_every_batch_steps"):
             value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            if value is not None and not _count(value):
                 raise ValueError(f"{name}: must be a positive number of generation batches, got {value!r}")
 
     def set_modes(self, modes: Any) -> None:
@@ -480,7 +486,7 @@ class RoutingGRPOConfig(GRPOConfig):
             raise ValueError(f"routing_word_weight: must be >= 0 or null, got {self.routing_word_weight}")
         steps = self.routing_word_weight_steps
         if steps is not None:
-            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            if not _count(steps, 0):
                 raise ValueError(
                     f"routing_word_weight_steps: must be a number of generation batches >= 0, got {steps!r}"
                 )
@@ -502,16 +508,16 @@ class RoutingGRPOConfig(GRPOConfig):
             self.collapse_alarm_share,
             self.collapse_alarm_patience,
         )
-        if isinstance(entropy, bool) or not isinstance(entropy, int | float) or not 0 <= entropy < math.inf:
+        if not _number(entropy) or entropy < 0:
             raise ValueError(
                 f"collapse_alarm_entropy: must be a finite number >= 0 (nats; 0 turns the entropy test off), "
                 f"got {entropy!r}"
             )
-        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+        if not _number(share) or not 0 < share <= 1:
             raise ValueError(
                 f"collapse_alarm_share: must be in (0, 1] (1.0 turns the share test off), got {share!r}"
             )
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+        if not _count(patience):
             raise ValueError(
                 f"collapse_alarm_patience: must be a positive number of generation batches, got {patience!r}"
             )
@@ -598,7 +604,7 @@ class RoutingGRPOConfig(GRPOConfig):
                     f"{name}: set generation_batch_prompts and minibatches_per_generation together (or "
                     "neither, to give steps_per_generation and gradient_accumulation_steps per device)"
                 )
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not _count(value):
                 raise ValueError(f"{name}: must be a positive integer, got {value!r}")
         rollouts = prompts * g
         what = f"generation_batch_prompts {prompts} x num_generations {g} = {rollouts} rollouts per generation batch"

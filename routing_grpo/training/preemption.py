@@ -42,13 +42,11 @@ def _write(message: str) -> None:
 class PreemptionCallback(TrainerCallback):
     """On a preemption signal: write a checkpoint at the end of the generation batch in progress and stop.
 
-    The signal handler (installed at ``on_train_begin`` from the main thread, removed at ``on_train_end``)
-    only records the signal; at every ``on_step_end`` the processes take the maximum of their recorded signals
-    (a scheduler may signal only some ranks), and if any was signalled they set ``should_save`` and
-    ``should_training_stop``. TRL does not checkpoint its buffer of generated rollouts, so by default the
-    checkpoint waits for the end of the generation batch in progress. The first delivery also calls a previous
-    Python handler (but ``signal.default_int_handler``); a second one, outside ``duplicate_window``, restores
-    the previous handler and hands the signal to it (a stop without checkpoint).
+    The handler (installed at ``on_train_begin`` from the main thread) only records the signal; every
+    ``on_step_end`` the processes agree on the largest one recorded (a scheduler may signal only some ranks).
+    The checkpoint waits for the end of the generation batch, since TRL does not checkpoint its buffer of
+    generated rollouts. The first delivery also calls a previous Python handler (but
+    ``signal.default_int_handler``); a second one hands the signal to the previous handler, restored.
 
     Args:
         signals: signal names to handle (SIGUSR1: Slurm's ``--signal=USR1@300`` warning).
