@@ -40,16 +40,11 @@ from routing_grpo.training.config import RoutingGRPOConfig
 
 logger = logging.getLogger(__name__)
 
-# Keys of the recipe's `env:` mapping that look like credentials: those come from the real environment only.
-SECRET_ENV_WORDS = ("TOKEN", "API_KEY", "SECRET", "PASSWORD")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 # attn_implementation -> the module it needs.
 ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
-TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2", ".tmpl", ".txt")
 # transformers' TrainingArguments.project default (used only by trackio).
 DEFAULT_PROJECT = "huggingface"
-# A push's first look at the Hub: long enough for a slow network, short enough that no one waits on a dead one.
-HUB_CHECK_TIMEOUT = 10.0
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -119,7 +114,8 @@ def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
                 problems.append("env: expected a mapping of environment variables")
                 continue
             for name in value:
-                if any(word in str(name).upper() for word in SECRET_ENV_WORDS):
+                # Credentials come from the real environment only.
+                if any(word in str(name).upper() for word in ("TOKEN", "API_KEY", "SECRET", "PASSWORD")):
                     problems.append(
                         f"env.{name}: credentials are read from the environment only; do not put them in a recipe"
                     )
@@ -342,7 +338,9 @@ def check_chat_template_setting(value: str | None) -> None:
     path = Path(value).expanduser()
     if path.is_file():
         text = path.read_text()
-    elif "{" not in value and (path.suffix in TEMPLATE_SUFFIXES or os.sep in value):
+    elif "{" not in value and (
+        path.suffix in (".jinja", ".jinja2", ".j2", ".tmpl", ".txt") or os.sep in value
+    ):
         raise UsageError(
             f"chat_template: no such file: {value} (give a template file that exists, or the Jinja template text)"
         )
@@ -358,7 +356,7 @@ def check_chat_template_setting(value: str | None) -> None:
         ) from None
 
 
-def hub_push_problem(timeout: float = HUB_CHECK_TIMEOUT) -> str | None:
+def hub_push_problem(timeout: float = 10.0) -> str | None:
     """Why a push to the Hub cannot work from here (None when it can): the Hub switched off
     (``HF_HUB_OFFLINE``), no token, or a Hub that does not answer or refuses the token (one ``whoami`` call
     with a short timeout)."""
