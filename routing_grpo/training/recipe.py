@@ -43,6 +43,7 @@ logger = logging.getLogger(__name__)
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 # attn_implementation -> the module it needs.
 ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
+TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2", ".tmpl", ".txt")
 # transformers' TrainingArguments.project default (used only by trackio).
 DEFAULT_PROJECT = "huggingface"
 
@@ -78,18 +79,16 @@ def value_matches(value: Any, tp: Any) -> bool:
         return isinstance(value, dict)
     if tp is type(None) or tp is str:
         return isinstance(value, tp)
-    if tp in (bool, int, float) and isinstance(value, str):
-        if tp is bool:
-            return value.lower() in ("true", "false", "yes", "no", "1", "0")
+    if tp is bool:
+        return isinstance(value, bool) or (
+            isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0")
+        )
+    if tp in (int, float) and isinstance(value, str):
         with contextlib.suppress(ValueError):
             return tp(value) is not None
         return False
-    if tp in (bool, int, float):
-        return (
-            isinstance(value, bool)
-            if tp is bool
-            else isinstance(value, int | tp) and not isinstance(value, bool)
-        )
+    if tp in (int, float):
+        return isinstance(value, int | tp) and not isinstance(value, bool)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return isinstance(value, tp) or value in [e.value for e in tp]
     return True  # Any, and other classes (e.g. accelerate's ParallelismConfig): their constructor checks them
@@ -338,9 +337,7 @@ def check_chat_template_setting(value: str | None) -> None:
     path = Path(value).expanduser()
     if path.is_file():
         text = path.read_text()
-    elif "{" not in value and (
-        path.suffix in (".jinja", ".jinja2", ".j2", ".tmpl", ".txt") or os.sep in value
-    ):
+    elif "{" not in value and (path.suffix in TEMPLATE_SUFFIXES or os.sep in value):
         raise UsageError(
             f"chat_template: no such file: {value} (give a template file that exists, or the Jinja template text)"
         )

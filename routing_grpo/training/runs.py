@@ -52,8 +52,10 @@ def _read_identity(path: Path) -> dict[str, Any] | None:
 def read_run_identity(checkpoint: str | Path) -> dict[str, Any] | None:
     """The identity stored in a checkpoint, else in the run folder holding it; None when neither has one."""
     folder = Path(checkpoint)
-    found = [path for path in (folder / RUN_FILE, folder.parent / RUN_FILE) if path.is_file()]
-    return _read_identity(found[0]) if found else None
+    for candidate in (folder / RUN_FILE, folder.parent / RUN_FILE):
+        if candidate.is_file():
+            return _read_identity(candidate)
+    return None
 
 
 def write_run_identity(folder: str | Path, identity: dict[str, Any]) -> None:
