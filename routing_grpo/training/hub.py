@@ -173,7 +173,7 @@ def model_card(
     from routing_grpo.core import paper
     from routing_grpo.core.modes import crossovers
 
-    log_history = log_history or []
+    log_history, identity = log_history or [], run_identity(script_args, args)
     base = model_args.model_name_or_path
     name = model_name or (args.hub_model_id or Path(args.output_dir).name).split("/")[-1]
     where = args.hub_model_id if args.push_to_hub and args.hub_model_id else args.output_dir
@@ -199,8 +199,8 @@ def model_card(
         f"Fine-tuned from {base_text} with **{paper.METHOD}** (routing-grpo, a subclass of TRL's "
         f"`GRPOTrainer`), the method of *{paper.TITLE}* ({paper.authors_text()}). {paper.GRPO_REFERENCE}.",
         "",
-        card_run_marker(run_identity(script_args, args)),
-        f"Run: {_describe_run(run_identity(script_args, args))}.",
+        card_run_marker(identity),
+        f"Run: {_describe_run(identity)}.",
         "",
     ]
     if adapter:
