@@ -24,8 +24,6 @@ if TYPE_CHECKING:  # the run's modules import torch, transformers and TRL: only 
     from routing_grpo.training.arguments import RoutingScriptArguments
     from routing_grpo.training.config import RoutingGRPOConfig
 
-INTERRUPTED = "interrupted before training started; nothing was saved"
-
 
 def make_parser(subparsers: argparse._SubParsersAction | None = None) -> argparse.ArgumentParser:
     """The training options' parser (TRL's, with one-line errors); given ``routing-grpo``'s ``subparsers``,
@@ -184,7 +182,8 @@ def train_command(argv: list[str], prog: str = "routing-grpo train") -> int:
 
 def command(argv: list[str], prog: str = "routing-grpo train") -> int:
     """``routing-grpo train ARGS``: the exit code; bad input is one line and 2 (traceback with the debug env)."""
-    return run_entry("routing-grpo train", partial(train_command, prog=prog), argv, interrupted=INTERRUPTED)
+    interrupted = "interrupted before training started; nothing was saved"
+    return run_entry("routing-grpo train", partial(train_command, prog=prog), argv, interrupted=interrupted)
 
 
 def cli(argv: list[str] | None = None, prog: str = "python -m routing_grpo.train") -> None:

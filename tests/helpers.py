@@ -316,10 +316,25 @@ def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
 
 
 def stand_in_args(tmp_path: Path, **kw: Any) -> Any:
-    """A stand-in for the training arguments a callback reads (output folder, process 0, TRL's NaN filter on)."""
+    """A stand-in for the training arguments a callback reads (output folder, process 0, TRL's NaN filter on,
+    one micro-step per generation batch, no saves by steps, no push)."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(output_dir=str(tmp_path), process_index=0, logging_nan_inf_filter=True, **kw)
+    return SimpleNamespace(
+        **{
+            "output_dir": str(tmp_path),
+            "process_index": 0,
+            "logging_nan_inf_filter": True,
+            "gradient_accumulation_steps": 1,
+            "steps_per_generation": 1,
+            "num_iterations": 1,
+            "save_strategy": "no",
+            "save_steps": 0,
+            "save_only_model": False,
+            "push_to_hub": False,
+            **kw,
+        }
+    )
 
 
 def run_cli_expecting_error(argv: list[str]) -> str:

@@ -199,13 +199,10 @@ def test_the_config_derives_the_per_device_settings(tmp_path):
     assert (args.steps_per_generation, args.gradient_accumulation_steps) == (128, 32)
     assert args.generation_batch_size == 1024 and args.optimizer_steps_per_generation_batch == 4
     assert args.max_steps == 360
-    geometry = args.batch_geometry(1)
-    assert (
-        geometry["rollouts_per_generation_batch"] == 1024 and geometry["rollouts_per_optimizer_step"] == 256
-    )
     line = args.geometry_summary(1)
-    assert "1 process(es)" in line and "1024 rollouts (128 prompts x G 8" in line
-    assert "optimizer step 256 rollouts" in line and "4 optimizer steps per generation batch" in line
+    assert line.startswith("batch geometry: 1 process(es) x per-device batch 8;")
+    assert "generation batch 1024 rollouts (128 prompts x G 8, steps_per_generation 128)" in line
+    assert "optimizer step 256 rollouts" in line and line.endswith("4 optimizer steps per generation batch")
     # The same config at launch on the process count it was built for: unchanged.
     args.settle_geometry(1)
     assert (args.steps_per_generation, args.gradient_accumulation_steps) == (128, 32)
@@ -213,6 +210,16 @@ def test_the_config_derives_the_per_device_settings(tmp_path):
     args.settle_geometry(4)
     assert (args.steps_per_generation, args.gradient_accumulation_steps, args.max_steps) == (32, 8, 360)
     assert args.generation_batch_size == 1024
+    # On 3 processes, 256 rollouts per optimizer step do not split into micro-batches of 8 x 3.
+    with pytest.raises(ValueError) as info:
+        args.settle_geometry(3)
+    for number in ("generation_batch_prompts 128", "num_generations 8", "1024", "256", "8 x 3", "24"):
+        assert number in str(info.value), number
+
+
+def test_the_geometry_line_names_num_iterations(tmp_path):
+    args = make(tmp_path, steps_per_generation=4, gradient_accumulation_steps=2, num_iterations=2)
+    assert args.geometry_summary(1).endswith("4 optimizer steps per generation batch x num_iterations 2")
 
 
 def test_geometry_fields_changed_after_the_build_are_refused(tmp_path):
@@ -226,6 +233,10 @@ def test_geometry_fields_changed_after_the_build_are_refused(tmp_path):
     args.total_batch_steps = 5
     args.settle_geometry(1)
     assert args.max_steps == 10
+    args.per_device_train_batch_size = 4
+    assert "per_device_train_batch_size 8 -> 4" in args.geometry_problem(1)
+    args.per_device_train_batch_size, args.num_generations = 8, 3  # 32 rollouts: not whole groups of 3
+    assert "not whole groups of num_generations 3" in args.geometry_problem(1)
 
 
 @pytest.mark.parametrize(
@@ -259,9 +270,10 @@ def test_geometry_fields_changed_after_the_build_are_refused(tmp_path):
             "generation_batch_size",
         ),
         (
-            {"generation_batch_prompts": 128, "minibatches_per_generation": 3},
-            "minibatches_per_generation",
+            {"generation_batch_prompts": 3, "minibatches_per_generation": 5},
+            "minibatches_per_generation: .* 24 rollouts .* 5 mini-batches",
         ),
+        ({"generation_batch_prompts": 128, "minibatches_per_generation": True}, "minibatches"),
     ],
 )
 def test_geometry_settings_are_checked(tmp_path, kwargs, match):

@@ -134,9 +134,9 @@ def test_router_recipe_matches_the_paper_table():
     assert "steps_per_generation" not in raw and "gradient_accumulation_steps" not in raw
     per_device = raw["per_device_train_batch_size"]
     assert per_device == PAPER["micro_batch"]
-    geometry = args.batch_geometry(args.world_size)
-    assert geometry["rollouts_per_generation_batch"] == PAPER["prompts_per_generation_batch"] * PAPER["G"]
-    assert geometry["rollouts_per_optimizer_step"] == PAPER["prompts_per_mini_batch"] * PAPER["G"]
+    micro = per_device * args.world_size
+    assert micro * args.steps_per_generation == PAPER["prompts_per_generation_batch"] * PAPER["G"]
+    assert micro * args.gradient_accumulation_steps == PAPER["prompts_per_mini_batch"] * PAPER["G"]
     assert args.optimizer_steps_per_generation_batch == 4
     assert args.max_steps == PAPER["total_steps"] * 4
     assert args.eval_steps == PAPER["validate_every"] * 4
@@ -146,39 +146,21 @@ def test_router_recipe_matches_the_paper_table():
 GPU_RECIPES = [p for p in ALL if p.name != "demo_smollm2_cpu.yaml"]
 
 
-@pytest.mark.parametrize("processes", [1, 2, 4, 8, 16, 32])
 @pytest.mark.parametrize("path", GPU_RECIPES, ids=lambda p: p.stem)
-def test_the_gpu_recipes_keep_the_paper_geometry_on_any_process_count(path: Path, processes: int):
+def test_the_gpu_recipes_keep_the_paper_geometry_on_any_process_count(path: Path):
     """1,024 rollouts per generation batch in 4 optimizer steps of 256, whatever the launch; no recipe asks
-    for per-GPU arithmetic any more."""
-    from routing_grpo.training.geometry import derive_batch_geometry
-
-    raw = load(path)
-    spg, ga = derive_batch_geometry(
-        generation_batch_prompts=raw["generation_batch_prompts"],
-        minibatches_per_generation=raw["minibatches_per_generation"],
-        num_generations=raw["num_generations"],
-        per_device_train_batch_size=raw["per_device_train_batch_size"],
-        num_processes=processes,
-    )
-    assert raw["per_device_train_batch_size"] * processes * spg == 1024
-    assert raw["per_device_train_batch_size"] * processes * ga == 256
-    assert spg * raw.get("num_iterations", 1) // ga == 4
+    for per-GPU arithmetic any more; a process count that does not divide is refused by name."""
+    _, args, _ = build(path)
+    for processes in (1, 2, 4, 8, 16, 32):
+        args.settle_geometry(processes)
+        micro = args.per_device_train_batch_size * processes
+        assert micro * args.steps_per_generation == args.generation_batch_size == 1024
+        assert micro * args.gradient_accumulation_steps == 256
+        assert args.optimizer_steps_per_generation_batch == 4
+    with pytest.raises(ValueError, match="8 x 3 process"):
+        args.settle_geometry(3)
     text = path.read_text()
     assert "/ N" not in text and "for N GPUs" not in text and "GPUs: 8 x 8" not in text
-
-
-def test_a_process_count_that_does_not_divide_is_refused_by_name():
-    from routing_grpo.training.geometry import derive_batch_geometry
-
-    with pytest.raises(ValueError, match="8 x 3 process"):
-        derive_batch_geometry(
-            generation_batch_prompts=128,
-            minibatches_per_generation=4,
-            num_generations=8,
-            per_device_train_batch_size=8,
-            num_processes=3,
-        )
 
 
 @pytest.mark.parametrize("path", GPU_RECIPES, ids=lambda p: p.stem)

@@ -37,29 +37,27 @@ def expanded_size(node: yaml.Node, limit: int = MAX_RECIPE_NODES) -> int:
 
     def size(n: yaml.Node) -> int:
         key = id(n)
-        if key in sizes:
-            return sizes[key]
         if key in open_nodes:
             raise RecipeSizeError(
                 None, None, "an alias used inside its own anchor (a recursive value)", n.start_mark
             )
-        open_nodes.add(key)
-        if isinstance(n, yaml.SequenceNode):
-            total = 1 + sum(size(child) for child in n.value)
-        elif isinstance(n, yaml.MappingNode):
-            total = 1 + sum(size(k) + size(v) for k, v in n.value)
-        else:
-            total = 1
-        open_nodes.discard(key)
-        if total > limit:
-            raise RecipeSizeError(
-                None,
-                None,
-                f"its aliases expand to more than {limit:,} values (a recipe holds a few hundred)",
-                n.start_mark,
-            )
-        sizes[key] = total
-        return total
+        if key not in sizes:
+            open_nodes.add(key)
+            if isinstance(n, yaml.MappingNode):
+                sizes[key] = 1 + sum(size(k) + size(v) for k, v in n.value)
+            else:
+                sizes[key] = (
+                    1 + sum(size(child) for child in n.value) if isinstance(n, yaml.SequenceNode) else 1
+                )
+            open_nodes.discard(key)
+            if sizes[key] > limit:
+                raise RecipeSizeError(
+                    None,
+                    None,
+                    f"its aliases expand to more than {limit:,} values (a recipe holds a few hundred)",
+                    n.start_mark,
+                )
+        return sizes[key]
 
     return size(node)
 

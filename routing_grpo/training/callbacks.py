@@ -7,6 +7,7 @@ free routing has collapsed onto one mode; the trainer feeds it) and :class:`Metr
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -42,26 +43,15 @@ class NonFiniteGuard(TrainerCallback):
 
     METRICS: tuple[str, ...] = ("loss", "grad_norm", "reward")
 
-    def watches(self, key: str) -> bool:
-        """Whether a logged key is checked."""
-        key = key.removeprefix("eval_")
-        return key in self.METRICS or (key.startswith("rewards/") and key.endswith("/mean"))
-
     def bad_metrics(self, logs: dict[str, Any]) -> dict[str, float | None]:
         """The watched entries of ``logs`` that are NaN, infinite or None (no finite value in the window)."""
         bad: dict[str, float | None] = {}
         for key, value in logs.items():
-            if not self.watches(key):
-                continue
-            if value is None:
-                bad[key] = None
-                continue
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                continue
-            if not math.isfinite(number):
-                bad[key] = number
+            name = key.removeprefix("eval_")
+            if name in self.METRICS or (name.startswith("rewards/") and name.endswith("/mean")):
+                with contextlib.suppress(TypeError, ValueError):
+                    if value is None or not math.isfinite(float(value)):
+                        bad[key] = None if value is None else float(value)
         return bad
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -152,13 +142,8 @@ def default_callbacks(args: Any = None) -> list[TrainerCallback]:
     ``should_save`` and checks before that checkpoint too), then a :class:`CollapseAlarmCallback` and a
     :class:`MetricsFileCallback` when ``args`` is a :class:`~routing_grpo.training.config.RoutingGRPOConfig`;
     no preemption callback when ``args.preemption_signals`` is empty."""
-    signals = getattr(args, "preemption_signals", None)
-    callbacks: list[TrainerCallback] = [NonFiniteGuard()]
-    if signals is None:
-        callbacks.insert(0, PreemptionCallback())
-    elif signals:
-        callbacks.insert(0, PreemptionCallback(signals))
-    if args is not None and hasattr(args, "collapse_alarm_patience"):
-        callbacks.append(CollapseAlarmCallback.from_args(args))
-        callbacks.append(MetricsFileCallback())
+    signals = getattr(args, "preemption_signals", ("SIGTERM", "SIGINT"))
+    callbacks = [*([PreemptionCallback(signals)] if signals else []), NonFiniteGuard()]
+    if hasattr(args, "collapse_alarm_patience"):
+        callbacks += [CollapseAlarmCallback.from_args(args), MetricsFileCallback()]
     return callbacks

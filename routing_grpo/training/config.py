@@ -1,14 +1,15 @@
-"""``RoutingGRPOConfig``: TRL's ``GRPOConfig`` plus the self-routing method's settings (docs/method.md).
-
-Every schedule here counts *generation batches*, the paper's steps (docs/method.md "Loss and steps").
-``modes`` is a list of plain dicts (so ``trl.TrlParser`` reads it from YAML); :attr:`~RoutingGRPOConfig.mode_specs`
-holds the parsed :class:`~routing_grpo.core.modes.ModeSpec` tuple.
+"""``RoutingGRPOConfig``: TRL's ``GRPOConfig`` plus the self-routing method's settings (docs/method.md), and
+the batch geometry in the paper's units: a generation batch of ``prompts x G`` rollouts trained in a number of
+optimizer steps, settled as the per-device settings TRL takes for each launch (docs/training.md "Schedules and
+batch geometry"). Every schedule here counts *generation batches*, the paper's steps.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import os
 import typing
 from dataclasses import dataclass, field
 from functools import cache
@@ -22,24 +23,19 @@ from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_pr
 from routing_grpo.core.schedules import balance_coef_at
 from routing_grpo.core.verifiers import VERIFIERS
 from routing_grpo.diagnostics.importance_sampling import CORRECTION_MODES
-from routing_grpo.training.geometry import (
-    GEOMETRY_FIELDS,
-    derive_given_geometry,
-    geometry_line,
-    geometry_table,
-    launch_process_count,
-    settle_batch_geometry,
-    settled_geometry_problem,
-    steps_per_generation_batch,
-)
 
-BATCH_STEP_FIELDS = ("total_batch_steps", "eval_every_batch_steps", "save_every_batch_steps")
 # Signals a run may turn into a preemption checkpoint (`preemption_signals`); the first two by default.
 PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP")
-DEFAULT_PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT")
 # Float settings where +inf means something (no clipping of the logged norm, no time-out); every other
 # float setting, the method's and TRL's, must be finite, and NaN is refused everywhere.
 INFINITE_ALLOWED = frozenset({"max_grad_norm", "vllm_server_timeout"})
+# The fields a settled geometry holds; one changed after the build is refused.
+SETTLED_FIELDS = (
+    "per_device_train_batch_size",
+    "generation_batch_size",
+    "steps_per_generation",
+    "gradient_accumulation_steps",
+)
 
 
 @cache
@@ -53,8 +49,14 @@ def _holds_float(tp: Any) -> bool:
     return tp is float or any(_holds_float(arg) for arg in typing.get_args(tp))
 
 
-def _default_modes() -> list[dict[str, Any]]:
-    return [m.to_dict() for m in DEFAULT_MODES]
+def _count(value: Any, least: int = 1) -> bool:
+    """Whether ``value`` is an integer (not a bool) of at least ``least``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def _number(value: Any) -> bool:
+    """Whether ``value`` is a finite int or float (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 @dataclass
@@ -66,7 +68,7 @@ class RoutingGRPOConfig(GRPOConfig):
     """
 
     modes: list[dict] = field(
-        default_factory=_default_modes,
+        default_factory=lambda: [m.to_dict() for m in DEFAULT_MODES],
         metadata={
             "help": "Reasoning modes, briefest first: a list of {name, word, base, gamma, cap} mappings "
             "(cap null = no cap beyond max_completion_length). Default: NoThink / Short / Long of the paper."
@@ -196,7 +198,7 @@ class RoutingGRPOConfig(GRPOConfig):
     )
 
     preemption_signals: list[str] = field(
-        default_factory=lambda: list(DEFAULT_PREEMPTION_SIGNALS),
+        default_factory=lambda: ["SIGTERM", "SIGINT"],
         metadata={
             "help": "Signals that make a run write a checkpoint at the end of the generation batch in progress, "
             "stop, and exit with 128 + signal (143 for SIGTERM) without saving a final model or pushing; the "
@@ -301,14 +303,9 @@ class RoutingGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
-        self._check_finite_floats()
         self._check_numbers()
-        for name in BATCH_STEP_FIELDS:
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name}: must be a positive number of generation batches, got {value!r}")
         # The strategies must be set before TrainingArguments.__post_init__ turns them into enums and checks
-        # them; the step counts are filled in once GRPOConfig has worked out steps_per_generation.
+        # them; the step counts are filled in once the geometry is settled.
         if self.eval_every_batch_steps is not None:
             self.eval_strategy = "steps"
         if self.save_every_batch_steps is not None:
@@ -316,66 +313,70 @@ class RoutingGRPOConfig(GRPOConfig):
         self._generation_batch_size_given = (
             self.generation_batch_size is not None and self.steps_per_generation is None
         )
-        # Geometry in the paper's units: derived before GRPOConfig works out the generation batch from it.
-        self._settled: tuple[int, int, int, int] | None = None
-        for name, value in derive_given_geometry(self._geometry_fields(), launch_process_count()).items():
-            setattr(self, name, value)
+        # The paper's units as per-device settings, before GRPOConfig works out the generation batch from them;
+        # WORLD_SIZE as accelerate launch / torchrun announce it, before TrainingArguments sets up its state.
+        processes = max(1, int(os.environ.get("WORLD_SIZE") or 1))
+        derived = self._paper_geometry(processes)
+        if derived is not None:
+            if self.generation_batch_size is not None:
+                raise ValueError(
+                    "generation_batch_size: not with generation_batch_prompts, which states the generation batch"
+                )
+            for name, want, default in zip(SETTLED_FIELDS[2:], derived, (None, 1)):
+                if getattr(self, name) not in (default, want):
+                    raise ValueError(
+                        f"{name}: {getattr(self, name)} conflicts with generation_batch_prompts "
+                        f"{self.generation_batch_prompts} / minibatches_per_generation "
+                        f"{self.minibatches_per_generation}, from which it is derived ({want} on "
+                        f"{processes} process(es)); remove it, or unset those two "
+                        "to give the per-device geometry yourself"
+                    )
+            self.steps_per_generation, self.gradient_accumulation_steps = derived
+        self._settled: tuple[int, ...] | None = None
         super().__post_init__()
         self._mode_specs = self._parse_modes()
         self._validate()
         self.settle_geometry(self.world_size)
 
-    def _check_finite_floats(self) -> None:
-        """NaN (and infinity, but for :data:`INFINITE_ALLOWED`) refused in every float setting: a NaN compares
-        false with every bound, so it would pass the range checks and be used."""
+    def _check_numbers(self) -> None:
+        """NaN (and infinity, but for :data:`INFINITE_ALLOWED`) refused in every float setting, since a NaN
+        compares false with every bound; then the ranges of the counts and rates GRPOConfig divides by or hands
+        to torch, before it does."""
         for name in float_fields(type(self)):
             value = getattr(self, name, None)
-            values = value if isinstance(value, list | tuple) else [value]
-            for item in values:
-                if not isinstance(item, float) or math.isfinite(item):
-                    continue
-                if math.isinf(item) and item > 0 and name in INFINITE_ALLOWED:
-                    continue
-                raise ValueError(f"{name}: must be a finite number, got {value!r}")
-
-    def _check_numbers(self) -> None:
-        """Ranges of the counts and rates GRPOConfig divides by or hands to torch, checked before it does."""
-        counts = (
-            ("num_generations", self.num_generations, 2),
-            ("per_device_train_batch_size", self.per_device_train_batch_size, 1),
-            ("gradient_accumulation_steps", self.gradient_accumulation_steps, 1),
-            ("steps_per_generation", self.steps_per_generation, 1),
-            ("generation_batch_size", self.generation_batch_size, 1),
-            ("num_iterations", self.num_iterations, 1),
-            ("max_completion_length", self.max_completion_length, 1),
-        )
-        for name, value, least in counts:
-            if value is None and name in (
-                "steps_per_generation",
-                "generation_batch_size",
-                "max_completion_length",
-            ):
+            for item in value if isinstance(value, list | tuple) else [value]:
+                finite = not isinstance(item, float) or math.isfinite(item)
+                if not finite and not (item == math.inf and name in INFINITE_ALLOWED):
+                    raise ValueError(f"{name}: must be a finite number, got {value!r}")
+        counts = {
+            "num_generations": 2,
+            "per_device_train_batch_size": 1,
+            "gradient_accumulation_steps": 1,
+            "steps_per_generation": 1,
+            "generation_batch_size": 1,
+            "num_iterations": 1,
+            "max_completion_length": 1,
+        }
+        optional = ("steps_per_generation", "generation_batch_size", "max_completion_length")
+        for name, least in counts.items():
+            value = getattr(self, name)
+            if value is None and name in optional:
                 continue
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                what = "GRPO compares at least 2 rollouts per prompt" if name == "num_generations" else ""
+            if not _count(value, least):
+                what = " (GRPO compares at least 2 rollouts per prompt)" if name == "num_generations" else ""
+                raise ValueError(f"{name}: must be an integer >= {least}, got {value!r}{what}")
+        for name, strict in (("learning_rate", False), ("temperature", True)):
+            value = getattr(self, name)
+            if not _number(value) or value < 0 or (strict and value == 0):
                 raise ValueError(
-                    f"{name}: must be an integer >= {least}, got {value!r}" + (f" ({what})" if what else "")
-                )
-        for name, value, lowest, strict in (
-            ("learning_rate", self.learning_rate, 0.0, False),
-            ("temperature", self.temperature, 0.0, True),
-        ):
-            number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-            if not number or value < lowest or (strict and value == lowest):
-                raise ValueError(
-                    f"{name}: must be a finite number {'>' if strict else '>='} {lowest}, got {value!r}"
+                    f"{name}: must be a finite number {'>' if strict else '>='} 0.0, got {value!r}"
                 )
         if self.vllm_importance_sampling_mode not in CORRECTION_MODES:
             raise ValueError(
                 f"vllm_importance_sampling_mode: expected one of {list(CORRECTION_MODES)}, got "
                 f"{self.vllm_importance_sampling_mode!r}"
             )
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+        if not _count(self.seed, 0) or self.seed >= 2**32:
             raise ValueError(f"seed: must be an integer in [0, 2**32), got {self.seed!r}")
         if getattr(self, "enable_jit_checkpoint", False):
             raise ValueError(
@@ -384,23 +385,21 @@ class RoutingGRPOConfig(GRPOConfig):
                 "signal; transformers' JIT checkpoint saves inside an optimizer step and lets the run end as if it "
                 "had finished. Remove enable_jit_checkpoint (preemption_signals: [] turns routing-grpo's off)"
             )
-        self.preemption_signals = self._parse_signals(self.preemption_signals)
-
-    @staticmethod
-    def _parse_signals(value: Any) -> list[str]:
-        if isinstance(value, str):
-            value = value.replace(",", " ").split()
-        if not isinstance(value, list | tuple):
-            raise ValueError(f"preemption_signals: expected a list of signal names, got {value!r}")
-        names = []
-        for item in value:
-            name = str(item).strip().upper()
-            name = name if name.startswith("SIG") else "SIG" + name
+        signals = self.preemption_signals
+        if isinstance(signals, str):
+            signals = signals.replace(",", " ").split()
+        if not isinstance(signals, list | tuple):
+            raise ValueError(f"preemption_signals: expected a list of signal names, got {signals!r}")
+        names = [str(s).strip().upper() for s in signals]
+        names = [n if n.startswith("SIG") else "SIG" + n for n in names]
+        for item, name in zip(signals, names):
             if name not in PREEMPTION_SIGNALS:
                 raise ValueError(f"preemption_signals: {item!r} is not one of {list(PREEMPTION_SIGNALS)}")
-            if name not in names:
-                names.append(name)
-        return names
+        self.preemption_signals = list(dict.fromkeys(names))
+        for name in ("total_batch_steps", "eval_every_batch_steps", "save_every_batch_steps"):
+            value = getattr(self, name)
+            if value is not None and not _count(value):
+                raise ValueError(f"{name}: must be a positive number of generation batches, got {value!r}")
 
     def set_modes(self, modes: Any) -> None:
         """Replaces the modes (a list of mappings, or its JSON text) and checks them and what depends on them."""
@@ -410,8 +409,6 @@ class RoutingGRPOConfig(GRPOConfig):
 
     def _parse_modes(self) -> tuple[ModeSpec, ...]:
         if isinstance(self.modes, str):
-            import json
-
             try:
                 self.modes = json.loads(self.modes)
             except json.JSONDecodeError as err:
@@ -430,51 +427,52 @@ class RoutingGRPOConfig(GRPOConfig):
         return specs
 
     def _validate(self) -> None:
-        specs = self._mode_specs
-        k = len(specs)
-        g = self.num_generations
+        specs, k, g = self._mode_specs, len(self._mode_specs), self.num_generations
+        routing = self.single_mode is None
         if self.scale_rewards != "none":
             raise ValueError(
                 f"scale_rewards: must be 'none' for self-routing (rewards are group-centred without std "
                 f"division, docs/method.md 'Advantage'), got {self.scale_rewards!r}"
             )
-        if self.single_mode is not None:
+        if not routing:
             try:
                 mode_index(specs, self.single_mode)
             except ValueError as err:
                 raise ValueError(f"single_mode: {err}") from None
-        if self.single_mode is None and k < 2:
+        if routing and k < 2:
             raise ValueError(
                 f"modes: a router needs at least two modes to choose from, got {k} ({[m.name for m in specs]}); "
                 f"for a single-mode baseline set single_mode: {specs[0].name}"
             )
-        if self.single_mode is None:
-            warmup = self.routing_warmup_steps
-            if self.flatten_reward_step is not None and self.flatten_reward_step < warmup:
-                raise ValueError(
-                    f"flatten_reward_step ({self.flatten_reward_step}) comes before the end of the routing warmup "
-                    f"(routing_warmup_steps {warmup}): the schedule is warmup, then phase 2 (the paper: 45, then 60)"
-                )
+        warmup, flatten = self.routing_warmup_steps, self.flatten_reward_step
+        if routing and flatten is not None and flatten < warmup:
+            raise ValueError(
+                f"flatten_reward_step ({flatten}) comes before the end of the routing warmup "
+                f"(routing_warmup_steps {warmup}): the schedule is warmup, then phase 2 (the paper: 45, then 60)"
+            )
         if self.forced_per_mode is None:
             self.forced_per_mode = g // 4
         if self.logprob_length_buckets < 1:
             raise ValueError(f"logprob_length_buckets: must be >= 1, got {self.logprob_length_buckets}")
         if self.forced_per_mode < 0:
             raise ValueError(f"forced_per_mode: must be >= 0, got {self.forced_per_mode}")
-        if self.single_mode is None and k * self.forced_per_mode > g:
+        if routing and k * self.forced_per_mode > g:
             raise ValueError(
                 f"forced_per_mode: {k} modes x forced_per_mode {self.forced_per_mode} = "
                 f"{k * self.forced_per_mode} forced rollouts exceed num_generations ({g})"
             )
-        if self.routing_warmup_steps < 0:
-            raise ValueError(f"routing_warmup_steps: must be >= 0, got {self.routing_warmup_steps}")
-        if self.max_completion_length is not None:
-            for m in specs:
-                if m.cap is not None and m.cap > self.max_completion_length:
-                    raise ValueError(
-                        f"modes: cap of {m.name!r} ({m.cap}) exceeds max_completion_length "
-                        f"({self.max_completion_length}); lower the cap or raise max_completion_length"
-                    )
+        if warmup < 0:
+            raise ValueError(f"routing_warmup_steps: must be >= 0, got {warmup}")
+        for m in specs:
+            if (
+                self.max_completion_length is not None
+                and m.cap is not None
+                and m.cap > self.max_completion_length
+            ):
+                raise ValueError(
+                    f"modes: cap of {m.name!r} ({m.cap}) exceeds max_completion_length "
+                    f"({self.max_completion_length}); lower the cap or raise max_completion_length"
+                )
         if self.balance_anneal_start > self.balance_anneal_end:
             raise ValueError(
                 f"balance_anneal_start ({self.balance_anneal_start}) must be <= balance_anneal_end "
@@ -488,7 +486,7 @@ class RoutingGRPOConfig(GRPOConfig):
             raise ValueError(f"routing_word_weight: must be >= 0 or null, got {self.routing_word_weight}")
         steps = self.routing_word_weight_steps
         if steps is not None:
-            if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            if not _count(steps, 0):
                 raise ValueError(
                     f"routing_word_weight_steps: must be a number of generation batches >= 0, got {steps!r}"
                 )
@@ -503,21 +501,23 @@ class RoutingGRPOConfig(GRPOConfig):
                     "where it means every batch; leave it unset for that, or count generation batches, not "
                     "optimizer steps"
                 )
-        if self.flatten_reward_step is not None and self.flatten_reward_step < 0:
-            raise ValueError(f"flatten_reward_step: must be >= 0 or null, got {self.flatten_reward_step}")
-        entropy = self.collapse_alarm_entropy
-        if isinstance(entropy, bool) or not isinstance(entropy, int | float) or not 0 <= entropy < math.inf:
+        if flatten is not None and flatten < 0:
+            raise ValueError(f"flatten_reward_step: must be >= 0 or null, got {flatten}")
+        entropy, share, patience = (
+            self.collapse_alarm_entropy,
+            self.collapse_alarm_share,
+            self.collapse_alarm_patience,
+        )
+        if not _number(entropy) or entropy < 0:
             raise ValueError(
                 f"collapse_alarm_entropy: must be a finite number >= 0 (nats; 0 turns the entropy test off), "
                 f"got {entropy!r}"
             )
-        share = self.collapse_alarm_share
-        if isinstance(share, bool) or not isinstance(share, int | float) or not 0 < share <= 1:
+        if not _number(share) or not 0 < share <= 1:
             raise ValueError(
                 f"collapse_alarm_share: must be in (0, 1] (1.0 turns the share test off), got {share!r}"
             )
-        patience = self.collapse_alarm_patience
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 1:
+        if not _count(patience):
             raise ValueError(
                 f"collapse_alarm_patience: must be a positive number of generation batches, got {patience!r}"
             )
@@ -572,82 +572,152 @@ class RoutingGRPOConfig(GRPOConfig):
             notes.append(
                 f"flatten_reward_step {self.flatten_reward_step}: the reward is never flattened (no phase 2)"
             )
-        if routing and self.balance_coef > 0:
-            if self.balance_anneal_start >= total:
-                notes.append(
-                    f"balance_anneal_start {self.balance_anneal_start}: the balance term keeps its full coefficient "
-                    f"{self.balance_coef} to the end"
-                )
-            elif self.balance_anneal_end > total:
-                last = balance_coef_at(
-                    total - 1,
-                    coef=self.balance_coef,
-                    anneal_start=self.balance_anneal_start,
-                    anneal_end=self.balance_anneal_end,
-                )
-                notes.append(
-                    f"balance_anneal_end {self.balance_anneal_end}: the balance coefficient is still {last:.3g} "
-                    "in the last batch, not 0"
-                )
+        start, end = self.balance_anneal_start, self.balance_anneal_end
+        if routing and self.balance_coef > 0 and start >= total:
+            notes.append(
+                f"balance_anneal_start {start}: the balance term keeps its full coefficient {self.balance_coef} "
+                "to the end"
+            )
+        elif routing and self.balance_coef > 0 and end > total:
+            last = balance_coef_at(total - 1, coef=self.balance_coef, anneal_start=start, anneal_end=end)
+            notes.append(
+                f"balance_anneal_end {end}: the balance coefficient is still {last:.3g} in the last batch, not 0"
+            )
         if not notes:
             return None
         return f"schedules past the end of the run ({total} generation batches): " + "; ".join(notes)
 
-    def _geometry_fields(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in GEOMETRY_FIELDS}
+    def _paper_geometry(self, processes: int) -> tuple[int, int] | None:
+        """``(steps_per_generation, gradient_accumulation_steps)`` for ``generation_batch_prompts x G``
+        rollouts trained in ``minibatches_per_generation`` optimizer steps on ``processes`` processes (None
+        without the paper's units); ValueError naming the numbers when they do not divide.
 
-    def _geometry_values(self) -> tuple[int, int, int]:
-        return self.generation_batch_size, self.steps_per_generation, self.gradient_accumulation_steps
+        Example (the paper): 128 prompts x G 8 = 1,024 rollouts in 4 steps of 256; per-device batch 8 on 4
+        processes -> (32, 8); on 8 -> (16, 4); on 3, 256 does not split into micro-batches of 24.
+        """
+        prompts, k, g = self.generation_batch_prompts, self.minibatches_per_generation, self.num_generations
+        if prompts is None and k is None:
+            return None
+        for name, value in (("generation_batch_prompts", prompts), ("minibatches_per_generation", k)):
+            if value is None:
+                raise ValueError(
+                    f"{name}: set generation_batch_prompts and minibatches_per_generation together (or "
+                    "neither, to give steps_per_generation and gradient_accumulation_steps per device)"
+                )
+            if not _count(value):
+                raise ValueError(f"{name}: must be a positive integer, got {value!r}")
+        rollouts = prompts * g
+        what = f"generation_batch_prompts {prompts} x num_generations {g} = {rollouts} rollouts per generation batch"
+        if rollouts % k:
+            raise ValueError(
+                f"minibatches_per_generation: {what} do not split into {k} mini-batches (optimizer steps) of "
+                "equal size"
+            )
+        per_step, micro = rollouts // k, self.per_device_train_batch_size * processes
+        if per_step % micro:
+            raise ValueError(
+                f"batch geometry: {what} in minibatches_per_generation {k} optimizer steps of {per_step} "
+                f"rollouts each, but per_device_train_batch_size {self.per_device_train_batch_size} x "
+                f"{processes} process(es) = {micro} rollouts per micro-batch does not divide {per_step}; choose "
+                f"a per_device_train_batch_size and a process count whose product divides {per_step}"
+            )
+        return rollouts // micro, per_step // micro
 
     def settle_geometry(self, num_processes: int) -> None:
-        """Settles the batch geometry and the schedules stated in generation batches for a launch of
-        ``num_processes`` processes (:func:`~routing_grpo.training.geometry.settle_batch_geometry`), when the
-        config is built and by the trainer before TRL reads it; a geometry field changed since is refused."""
-        settled = getattr(self, "_settled", None)
-        problem = self.geometry_problem(settled[0]) if settled is not None else None
+        """Settles the batch geometry for a launch of ``num_processes`` processes, when the config is built and
+        by the trainer before TRL reads it: ``steps_per_generation`` and ``gradient_accumulation_steps`` from
+        the paper's units, else the generation batch from the one of ``generation_batch_size`` and
+        ``steps_per_generation`` given (as GRPOConfig derives them), and ``max_steps`` / ``eval_steps`` /
+        ``save_steps`` from the schedules stated in generation batches. A geometry field changed since the
+        last settling is refused."""
+        problem = self.geometry_problem(self._settled[0]) if self._settled else None
         if problem is None:
-            fields = self._geometry_fields()
-            values = settle_batch_geometry(
-                fields, num_processes, size_given=self._generation_batch_size_given
-            )
-            for name, value in values.items():
-                setattr(self, name, value)
-            self._settled = (num_processes, *self._geometry_values())
+            per_process = self.per_device_train_batch_size * num_processes
+            derived = self._paper_geometry(num_processes)
+            if derived is not None:
+                self.steps_per_generation, self.gradient_accumulation_steps = derived
+            elif self._generation_batch_size_given:
+                if self.generation_batch_size % per_process:
+                    raise ValueError(
+                        f"generation_batch_size ({self.generation_batch_size}) must be divisible by "
+                        f"per_device_train_batch_size x processes ({self.per_device_train_batch_size} x "
+                        f"{num_processes} = {per_process})"
+                    )
+                self.steps_per_generation = self.generation_batch_size // per_process
+            self.generation_batch_size = per_process * self.steps_per_generation
+            schedules = {
+                "max_steps": self.total_batch_steps,
+                "eval_steps": self.eval_every_batch_steps,
+                "save_steps": self.save_every_batch_steps,
+            }
+            if any(n is not None for n in schedules.values()):
+                spg, ga = self.steps_per_generation, self.gradient_accumulation_steps
+                micro = spg * self.num_iterations
+                if micro % ga:
+                    raise ValueError(
+                        "total_batch_steps / eval_every_batch_steps / save_every_batch_steps: a generation batch "
+                        f"must be a whole number of optimizer steps, but steps_per_generation ({spg}) x "
+                        f"num_iterations ({self.num_iterations}) = {micro} micro-batches is not a multiple of "
+                        f"gradient_accumulation_steps ({ga})"
+                    )
+                for name, n in schedules.items():
+                    if n is not None:
+                        setattr(self, name, n * (micro // ga))
+            self._settled = (num_processes, *(getattr(self, name) for name in SETTLED_FIELDS))
             problem = self.geometry_problem(num_processes)
         if problem:
             raise ValueError(problem)
 
     def geometry_problem(self, num_processes: int) -> str | None:
-        """Why this config's batch geometry does not fit a launch of ``num_processes`` processes (None when it
-        does; :func:`~routing_grpo.training.geometry.settled_geometry_problem`)."""
-        settled = getattr(self, "_settled", None)
-        if settled is None:
-            return "batch geometry: not settled; build the config with RoutingGRPOConfig(...)"
-        return settled_geometry_problem(
-            settled=settled,
-            current=self._geometry_values(),
-            num_processes=num_processes,
-            per_device_train_batch_size=self.per_device_train_batch_size,
-            num_generations=self.num_generations,
-        )
-
-    def batch_geometry(self, num_processes: int) -> dict[str, Any]:
-        """The batch geometry of a launch in rollouts and steps (:func:`~routing_grpo.training.geometry.geometry_table`)."""
-        fields = self._geometry_fields()
-        names = ("per_device_train_batch_size", "num_generations", "steps_per_generation")
-        names += ("gradient_accumulation_steps", "num_iterations")
-        return geometry_table(num_processes=num_processes, **{name: fields[name] for name in names})
+        """Why this config's settled batch geometry does not fit a launch of ``num_processes`` processes (None
+        when it does): a field changed since, another process count, or a batch of partial groups."""
+        processes, *values = self._settled
+        changed = [
+            f"{name} {old} -> {getattr(self, name)}"
+            for name, old in zip(SETTLED_FIELDS, values)
+            if old != getattr(self, name)
+        ]
+        if changed:
+            return (
+                f"batch geometry: {', '.join(changed)} after the config was built, so it was not derived or "
+                "checked again; build the config with the new values (RoutingGRPOConfig(...)) instead of changing "
+                "its fields"
+            )
+        if processes != num_processes:
+            return (
+                f"batch geometry: the config was settled for {processes} process(es) (generation_batch_size, "
+                f"steps_per_generation, gradient_accumulation_steps) but this launch has {num_processes}; build "
+                "the config inside the launch (accelerate launch ... -m routing_grpo.train), or call "
+                f"config.settle_geometry({num_processes}) before building the trainer"
+            )
+        if self.generation_batch_size % self.num_generations:
+            return (
+                f"generation_batch_size: {self.generation_batch_size} rollouts on {num_processes} process(es) are "
+                f"not whole groups of num_generations {self.num_generations}; choose a per_device_train_batch_size "
+                "x steps_per_generation whose product with the process count is a multiple of num_generations"
+            )
+        return None
 
     def geometry_summary(self, num_processes: int) -> str:
         """One line for the start of a run: processes, rollouts per generation batch and per optimizer step."""
-        return geometry_line(self.batch_geometry(num_processes), self.num_iterations)
+        per_device, g, spg = self.per_device_train_batch_size, self.num_generations, self.steps_per_generation
+        rollouts = per_device * num_processes * spg
+        prompts = rollouts // g if rollouts % g == 0 else rollouts / g
+        return (
+            f"batch geometry: {num_processes} process(es) x per-device batch {per_device}; generation batch "
+            f"{rollouts} rollouts ({prompts} prompts x G {g}, steps_per_generation {spg}); optimizer step "
+            f"{per_device * num_processes * self.gradient_accumulation_steps} rollouts "
+            f"(gradient_accumulation_steps {self.gradient_accumulation_steps}); "
+            f"{self.optimizer_steps_per_generation_batch} optimizer steps per generation batch"
+            + (f" x num_iterations {self.num_iterations}" if self.num_iterations > 1 else "")
+        )
 
     @property
     def optimizer_steps_per_generation_batch(self) -> int | float:
-        """Optimizer steps (TRL's ``global_step``) per generation batch (the paper: 4)."""
-        return steps_per_generation_batch(
-            self.steps_per_generation, self.num_iterations, self.gradient_accumulation_steps
-        )
+        """Optimizer steps (TRL's ``global_step``) per generation batch, ``steps_per_generation x
+        num_iterations / gradient_accumulation_steps`` (the paper: 4): an int when whole, else the fraction."""
+        per = self.steps_per_generation * self.num_iterations / self.gradient_accumulation_steps
+        return int(per) if per.is_integer() else per
 
     @property
     def mode_specs(self) -> tuple[ModeSpec, ...]:

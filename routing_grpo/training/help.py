@@ -5,7 +5,6 @@ usually touches in one sentence each); ``--help-all``: TRL's own list of every o
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import textwrap
 from typing import Any
@@ -51,34 +50,24 @@ HELP_WIDTH = 110
 HELP_COLUMN = 32
 
 
-def _field_help(dc: type, name: str) -> tuple[str, Any]:
-    f = next(f for f in dataclasses.fields(dc) if f.name == name)
-    default = f.default if f.default is not dataclasses.MISSING else None
-    return " ".join(str(f.metadata.get("help", "")).split()), _plain(default)
-
-
-def _plain(value: Any) -> Any:
-    return value.value if isinstance(value, enum.Enum) else value
-
-
-def _first_sentence(text: str) -> str:
-    for end in (". ", ".\n"):
-        if end in text:
-            return text[: text.index(end) + 1]
-    return text
-
-
 _UNSET = object()
 
 
-def _shown(value: Any, width: int = 60) -> str:
-    text = json.dumps(value, default=str) if isinstance(value, list | dict) else str(value)
-    return text if len(text) <= width else text[: width - 3] + "..."
+def _field_help(dc: type, name: str) -> tuple[str, Any]:
+    """A field's help text on one line and its default (an enum's value)."""
+    f = next(f for f in dataclasses.fields(dc) if f.name == name)
+    default = f.default if f.default is not dataclasses.MISSING else None
+    return " ".join(str(f.metadata.get("help", "")).split()), getattr(default, "value", default)
 
 
 def _help_entry(name: str, text: str, default: Any, recipe_value: Any = _UNSET) -> list[str]:
     if recipe_value is not _UNSET:  # the recipe's own value, in place of the class default
-        text = f"{text} (recipe: {_shown(recipe_value)})"
+        shown = (
+            json.dumps(recipe_value, default=str)
+            if isinstance(recipe_value, list | dict)
+            else str(recipe_value)
+        )
+        text = f"{text} (recipe: {shown if len(shown) <= 60 else shown[:57] + '...'})"
     elif default not in (None, "") and not isinstance(default, list | dict):
         text = f"{text} (default: {default})"
     head = f"  --{name}"
@@ -120,7 +109,8 @@ def short_help(prog: str = "routing-grpo train", recipe: dict[str, Any] | None =
                 dc, _ = known[name]
                 text, default = _field_help(dc, name)
                 note = HELP_NOTES.get(name)
-                lines += entry(name, _first_sentence(text) + (f" {note}" if note else ""), default)
+                first = text[: text.index(". ") + 1] if ". " in text else text  # its first sentence
+                lines += entry(name, first + (f" {note}" if note else ""), default)
     lines += [
         "",
         "Options of the command itself:",

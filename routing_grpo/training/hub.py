@@ -7,7 +7,6 @@ the repo's card is read, and a card of another run refuses the push (``hub_overw
 
 from __future__ import annotations
 
-import enum
 import json
 import math
 import re
@@ -25,7 +24,9 @@ from routing_grpo.io.errors import UsageError, one_line
 from routing_grpo.io.paths import is_offline_name, looks_local
 from routing_grpo.training.arguments import RoutingScriptArguments
 from routing_grpo.training.config import RoutingGRPOConfig
-from routing_grpo.training.runs import run_identity
+from routing_grpo.training.runs import raise_agreed, run_identity
+
+CARD_MARKER = "routing-grpo-run"
 
 
 def hub_repo_name(recipe: str | Path, seed: int, org: str | None = None) -> str:
@@ -33,9 +34,6 @@ def hub_repo_name(recipe: str | Path, seed: int, org: str | None = None) -> str:
     name it after the output folder, ``seed0``, the same for every recipe)."""
     name = f"{Path(recipe).stem}-seed{seed}"
     return f"{org.strip('/')}/{name}" if org else name
-
-
-CARD_MARKER = "routing-grpo-run"
 
 
 def card_run_marker(identity: dict[str, Any]) -> str:
@@ -46,10 +44,8 @@ def card_run_marker(identity: dict[str, Any]) -> str:
 def card_run_identity(card: str) -> dict[str, Any] | None:
     """The run a model card was written for (None: no routing-grpo run marker in it)."""
     match = re.search(rf"<!-- {CARD_MARKER}: (\{{.*?\}}) -->", card)
-    if not match:
-        return None
     try:
-        found = json.loads(match.group(1))
+        found = json.loads(match.group(1)) if match else None
     except ValueError:
         return None
     return found if isinstance(found, dict) else None
@@ -62,72 +58,62 @@ def _describe_run(identity: dict[str, Any] | None) -> str:
     return f"recipe {recipe!r} with seed {identity.get('seed')}" if recipe else f"seed {identity.get('seed')}"
 
 
-def hub_card_problem(repo_id: str, identity: dict[str, Any], revision: str | None = None) -> str | None:
-    """Why pushing this run to ``repo_id`` would overwrite another run's model card (None: it would not);
-    the card is read through transformers' Hub API (a repo without one is fine)."""
-    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
-    from transformers import trainer as hf_trainer
-
-    try:
-        local = hf_trainer.hf_api().hf_hub_download(repo_id=repo_id, filename="README.md", revision=revision)
-    except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
-        return None
-    except Exception as err:  # noqa: BLE001 - offline, no permission, ...: the card cannot be checked
-        return (
-            f"hub_model_id: could not read the model card of {repo_id} to check that it is not another run's "
-            f"({one_line(err)}); set hub_overwrite: true to push without this check"
-        )
-    theirs = card_run_identity(Path(local).read_text(errors="replace"))
-    if (
-        theirs is not None
-        and theirs.get("recipe") == identity["recipe"]
-        and theirs.get("seed") == identity["seed"]
-    ):
-        return None
-    return (
-        f"hub_model_id: {repo_id} already holds the model card of {_describe_run(theirs)}, not of this run "
-        f"({_describe_run(identity)}); push to another repo (hub_model_id, hub_org) or set hub_overwrite: true "
-        "to replace it"
-    )
-
-
 def check_hub_card(
     trainer: Any, training_args: RoutingGRPOConfig, script_args: RoutingScriptArguments
 ) -> None:
-    """Refuses (:class:`UsageError`, on every process) to push over another run's card unless hub_overwrite."""
+    """Refuses (:class:`UsageError`, on every process) to push over another run's model card unless
+    ``hub_overwrite``; the main process reads the card through transformers' Hub API (no card is fine)."""
+    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+    from transformers import trainer as hf_trainer
+
     if not training_args.push_to_hub or script_args.hub_overwrite:
         return
     problem = None
-    if trainer.accelerator.is_main_process:
-        repo_id = getattr(trainer, "hub_model_id", None) or training_args.hub_model_id
-        if repo_id:
-            problem = hub_card_problem(
-                repo_id, run_identity(script_args, training_args), training_args.hub_revision
+    repo_id = getattr(trainer, "hub_model_id", None) or training_args.hub_model_id
+    ours = run_identity(script_args, training_args)
+    if trainer.accelerator.is_main_process and repo_id:
+        try:
+            local = hf_trainer.hf_api().hf_hub_download(
+                repo_id=repo_id, filename="README.md", revision=training_args.hub_revision
             )
-    if trainer.accelerator.num_processes > 1:
-        from accelerate.utils import broadcast_object_list
+            theirs = card_run_identity(Path(local).read_text(errors="replace"))
+            if theirs is None or (theirs.get("recipe"), theirs.get("seed")) != (ours["recipe"], ours["seed"]):
+                problem = (
+                    f"hub_model_id: {repo_id} already holds the model card of {_describe_run(theirs)}, not of "
+                    f"this run ({_describe_run(ours)}); push to another repo (hub_model_id, hub_org) or set "
+                    "hub_overwrite: true to replace it"
+                )
+        except (EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError):
+            pass
+        except Exception as err:  # noqa: BLE001 - offline, no permission, ...: the card cannot be checked
+            problem = (
+                f"hub_model_id: could not read the model card of {repo_id} to check that it is not another "
+                f"run's ({one_line(err)}); set hub_overwrite: true to push without this check"
+            )
+    raise_agreed(problem)
 
-        problem = broadcast_object_list([problem])[0]
-    if problem:
-        raise UsageError(problem)
 
-
-def final_routing_split(
-    log_history: list[dict[str, Any]], mode_names: list[str], prefix: str = ""
-) -> dict[str, Any]:
-    """The last logged free routing split: ``{"batch": step, "shares": {mode: f_m}, "entropy": H}`` ({} if
-    none), of the training logs (``prefix`` "") or the validation logs ("eval_")."""
-    for row in reversed(log_history or []):
+def split_line(
+    what: str, log_history: list[dict[str, Any]], mode_names: list[str], prefix: str = ""
+) -> list[str]:
+    """The last logged free routing split of the training logs (``prefix`` "") or the validation logs
+    ("eval_") as one card line, ``[]`` without one."""
+    for row in reversed(log_history):
         shares = {m: row.get(f"{prefix}routing/share/{m}") for m in mode_names}
-        numbers = all(isinstance(v, int | float) and math.isfinite(v) for v in shares.values())
         # A batch whose free rollouts all lack a routing word logs zero shares: not a split.
-        if numbers and sum(shares.values()) > 0:
-            return {
-                "batch": row.get(f"{prefix}routing/batch_step"),
-                "shares": shares,
-                "entropy": row.get(f"{prefix}routing/entropy"),
-            }
-    return {}
+        if all(isinstance(v, int | float) and math.isfinite(v) for v in shares.values()) and sum(
+            shares.values()
+        ):
+            batch, entropy = row.get(f"{prefix}routing/batch_step"), row.get(f"{prefix}routing/entropy")
+            # Counted from 1, as the schedule lines and the console count them.
+            where = f" (generation batch {batch + 1:.0f})" if isinstance(batch, int | float) else ""
+            h = (
+                f", entropy {entropy:.3f} nats"
+                if isinstance(entropy, int | float) and entropy == entropy
+                else ""
+            )
+            return [f"- {what}{where}: " + " / ".join(f"{m} {100 * v:.1f}%" for m, v in shares.items()) + h]
+    return []
 
 
 def early_tell_lines(log_history: list[dict[str, Any]]) -> list[str]:
@@ -139,25 +125,10 @@ def early_tell_lines(log_history: list[dict[str, Any]]) -> list[str]:
     ]
 
 
-def _split_line(what: str, split: dict[str, Any]) -> str:
-    batch = split.get("batch")
-    # Counted from 1, as the schedule lines and the console count them.
-    where = f" (generation batch {batch + 1:.0f})" if isinstance(batch, int | float) else ""
-    shares = " / ".join(f"{m} {100 * v:.1f}%" for m, v in split["shares"].items())
-    entropy = split.get("entropy")
-    h = f", entropy {entropy:.3f} nats" if isinstance(entropy, int | float) and entropy == entropy else ""
-    return f"- {what}{where}: {shares}{h}"
-
-
-def _batches_run(log_history: list[dict[str, Any]] | None) -> int | None:
-    """Generation batches the run went through (the last logged ``routing/batch_step`` + 1)."""
-    steps = [row["routing/batch_step"] for row in log_history or [] if "routing/batch_step" in row]
-    return int(max(steps)) + 1 if steps else None
-
-
-def schedule_as_run(args: RoutingGRPOConfig, batches: int | None) -> list[str]:
+def schedule_as_run(args: RoutingGRPOConfig, log_history: list[dict[str, Any]]) -> list[str]:
     """The schedule's phases the run reached (generation batches, 1-based), one line each."""
-    n = batches if batches is not None else args.total_batch_steps
+    steps = [row["routing/batch_step"] for row in log_history if "routing/batch_step" in row]
+    n = int(max(steps)) + 1 if steps else args.total_batch_steps
     if not n:
         return ["- no generation batch was logged"]
     lines = [f"- {n} generation batches ({args.max_steps} optimizer steps planned)"]
@@ -172,8 +143,7 @@ def schedule_as_run(args: RoutingGRPOConfig, batches: int | None) -> list[str]:
     if n > warmup:
         lines.append(f"- batches {warmup + 1}-{n}: free routing")
     if args.balance_coef > 0:
-        end = min(args.balance_anneal_start, n)
-        lines.append(f"- batches 1-{end}: balance term at {args.balance_coef}")
+        lines.append(f"- batches 1-{min(args.balance_anneal_start, n)}: balance term at {args.balance_coef}")
         if n > args.balance_anneal_start:
             last = min(args.balance_anneal_end, n)
             lines.append(f"- batches {args.balance_anneal_start + 1}-{last}: balance term annealed towards 0")
@@ -195,16 +165,19 @@ def model_card(
 ) -> str:
     """The model card (README.md): metadata, what the model does, a quick start that routes, the modes,
     rewards and the schedule as run, the final free routing split, and one citation."""
+    import torch
+    import transformers
+    import trl
     import yaml
 
     from routing_grpo.core import paper
     from routing_grpo.core.modes import crossovers
 
-    identity = run_identity(script_args, args)
+    log_history, identity = log_history or [], run_identity(script_args, args)
     base = model_args.model_name_or_path
     name = model_name or (args.hub_model_id or Path(args.output_dir).name).split("/")[-1]
     where = args.hub_model_id if args.push_to_hub and args.hub_model_id else args.output_dir
-    adapter = bool(getattr(model_args, "use_peft", False)) and not getattr(args, "merge_adapter", False)
+    adapter = model_args.use_peft and not args.merge_adapter
     meta: dict[str, Any] = {
         "model_name": name,
         "library_name": "peft" if adapter else "transformers",
@@ -215,14 +188,13 @@ def model_card(
     if dataset_name:
         meta["datasets"] = [dataset_name]
     meta["tags"] = ["routing-grpo", "trl", "grpo", "adaptive-reasoning", *(["lora"] if adapter else [])]
-    words = " / ".join(m.word for m in args.mode_specs)
-    lines = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "", f"# {name}", ""]
     base_text = f"`{base}`"
     if is_offline_name(base):
         base_text += " (a model routing-grpo builds or ships offline: `routing_grpo.mini.offline`)"
     elif looks_local(base):  # a folder on the training machine: its name only, no path of that machine
         base_text = f"a local model (`{Path(base).name}`)"
-    question = example_question(script_args)
+    question = json.dumps(example_question(script_args))
+    lines = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "", f"# {name}", ""]
     lines += [
         f"Fine-tuned from {base_text} with **{paper.METHOD}** (routing-grpo, a subclass of TRL's "
         f"`GRPOTrainer`), the method of *{paper.TITLE}* ({paper.authors_text()}). {paper.GRPO_REFERENCE}.",
@@ -230,39 +202,41 @@ def model_card(
         card_run_marker(identity),
         f"Run: {_describe_run(identity)}.",
         "",
-        *lora_lines(bool(getattr(model_args, "use_peft", False)), adapter, base_text),
     ]
+    if adapter:
+        lines += [
+            f"**A LoRA adapter** of {base_text} (`adapter_config.json`, `adapter_model.safetensors`), not a whole "
+            "model: `routing-grpo generate`, `routing-grpo eval` and `Router.from_pretrained` load the base named "
+            "in `adapter_config.json` (`base_model_name_or_path`) and the adapter through PEFT, on transformers. "
+            "For vLLM or a plain transformers pipeline, merge it first: `merge_adapter: true` when training, or "
+            '`routing_grpo.io.adapters.merge_adapter_folder("ADAPTER", "MERGED")` (docs/inference.md, "LoRA runs").',
+            "",
+        ]
+    elif model_args.use_peft:
+        lines += [
+            f"**A merged model**: trained as a LoRA adapter of {base_text} and merged into it at the end of the "
+            "run (`merge_adapter: true`, PEFT's `merge_and_unload`); an ordinary checkpoint that every backend "
+            "(vLLM too) and `AutoModelForCausalLM` load.",
+            "",
+        ]
     if args.single_mode:
-        lines += [
-            f"A single-mode baseline: every answer in **{args.single_mode}**, on the plain prompt (no routing "
-            "word).",
-            "",
-        ]
+        lines.append(
+            f"A single-mode baseline: every answer in **{args.single_mode}**, on the plain prompt (no routing word)."
+        )
     else:
-        lines += [
-            f"The model writes a routing word ({words}) as the first word of its answer; each mode has a hard "
-            "token cap and its own length-discounted reward, and the choice is learned inside GRPO with no "
-            "separate router.",
-            "",
-        ]
+        lines.append(
+            f"The model writes a routing word ({' / '.join(m.word for m in args.mode_specs)}) as the first word "
+            "of its answer; each mode has a hard token cap and its own length-discounted reward, and the choice is "
+            "learned inside GRPO with no separate router."
+        )
+    lines += ["", "## Quick start", "", "With routing-grpo installed:", "", "```bash"]
+    lines += [f"routing-grpo generate --model {where} {question}", "```", "", "```python"]
     lines += [
-        "## Quick start",
-        "",
-        "With routing-grpo installed:",
-        "",
-        "```bash",
-        f"routing-grpo generate --model {where} {json.dumps(question)}",
-        "```",
-        "",
-        "```python",
         "from routing_grpo.inference.router import Router",
         "",
         f'router = Router.from_pretrained("{where}")',
-        f"answer = router({json.dumps(question)})",
-        "print(answer.mode, answer.answer, answer.tokens)",
-        "```",
-        "",
     ]
+    lines += [f"answer = router({question})", "print(answer.mode, answer.answer, answer.tokens)", "```", ""]
     if not args.single_mode:
         lines += [
             'A plain `pipeline("text-generation")` does not route: the model was trained with the routing '
@@ -289,36 +263,30 @@ def model_card(
         f"no valid routing word: {args.invalid_routing_reward}. Verifier: {args.verifier}.",
     ]
     if not args.single_mode:
-        for c in crossovers(args.mode_specs):
-            lines.append(f"Crossover {c.from_mode} -> {c.to_mode} at L = {c.length:.1f}.")
-    lines += ["", "## Schedule as run", "", *schedule_as_run(args, _batches_run(log_history))]
+        lines += [
+            f"Crossover {c.from_mode} -> {c.to_mode} at L = {c.length:.1f}."
+            for c in crossovers(args.mode_specs)
+        ]
+    lines += ["", "## Schedule as run", "", *schedule_as_run(args, log_history)]
     if args.routing_word_weight is not None:
         lines.append(f"- routing word weight {args.routing_word_weight} (beyond the paper: docs/method.md)")
     if not args.single_mode:
         names = [m.name for m in args.mode_specs]
-        train_split = final_routing_split(log_history or [], names)
-        eval_split = final_routing_split(log_history or [], names, prefix="eval_")
+        split = split_line("last training batch", log_history, names)
+        split += split_line("last validation", log_history, names, prefix="eval_")
         lines += ["", "## Final routing split (free rollouts with a valid routing word)", ""]
-        if train_split:
-            lines.append(_split_line("last training batch", train_split))
-        if eval_split:
-            lines.append(_split_line("last validation", eval_split))
-        if not (train_split or eval_split):
-            lines.append("- none: no logged batch had a free rollout with a valid routing word")
-        tell = early_tell_lines(log_history or [])
+        lines += split or ["- none: no logged batch had a free rollout with a valid routing word"]
+        tell = early_tell_lines(log_history)
         if tell:
             lines += ["", "## Early tell (routing by difficulty; docs/method.md)", "", *tell]
-    import torch
-    import transformers
-    import trl
-
+    scheduler = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
     lines += [
         "",
         "## Training",
         "",
         f"Task: {script_args.task}; {args.world_size} process(es); G = {args.num_generations}; per-device batch "
         f"{args.per_device_train_batch_size}, gradient accumulation {args.gradient_accumulation_steps}, "
-        f"steps per generation {args.steps_per_generation}; lr {args.learning_rate} ({_plain(args.lr_scheduler_type)}, "
+        f"steps per generation {args.steps_per_generation}; lr {args.learning_rate} ({scheduler}, "
         f"learning-rate warmup {args.warmup_steps}); loss {args.loss_type}; beta {args.beta}; scale_rewards "
         f"{args.scale_rewards}; max completion length {args.max_completion_length}; seed {args.seed}. "
         f"Versions: routing-grpo {__version__}, TRL {trl.__version__}, transformers "
@@ -332,32 +300,6 @@ def model_card(
         "",
     ]
     return "\n".join(lines)
-
-
-def lora_lines(use_peft: bool, adapter: bool, base_text: str) -> list[str]:
-    """What a LoRA run's folder holds and how to use it (none for a full fine-tune): the adapter and its base,
-    or the merged model (``merge_adapter``)."""
-    if not use_peft:
-        return []
-    if not adapter:
-        return [
-            f"**A merged model**: trained as a LoRA adapter of {base_text} and merged into it at the end of the "
-            "run (`merge_adapter: true`, PEFT's `merge_and_unload`); an ordinary checkpoint that every backend "
-            "(vLLM too) and `AutoModelForCausalLM` load.",
-            "",
-        ]
-    return [
-        f"**A LoRA adapter** of {base_text} (`adapter_config.json`, `adapter_model.safetensors`), not a whole "
-        "model: `routing-grpo generate`, `routing-grpo eval` and `Router.from_pretrained` load the base named "
-        "in `adapter_config.json` (`base_model_name_or_path`) and the adapter through PEFT, on transformers. "
-        "For vLLM or a plain transformers pipeline, merge it first: `merge_adapter: true` when training, or "
-        '`routing_grpo.io.adapters.merge_adapter_folder("ADAPTER", "MERGED")` (docs/inference.md, "LoRA runs").',
-        "",
-    ]
-
-
-def _plain(value: Any) -> Any:
-    return value.value if isinstance(value, enum.Enum) else value
 
 
 def example_question(script_args: RoutingScriptArguments) -> str:
@@ -375,39 +317,37 @@ def example_question(script_args: RoutingScriptArguments) -> str:
     return "What is 17 * 23?"
 
 
-def hub_dataset_name(script_args: RoutingScriptArguments) -> str | None:
-    """The training data's Hub name for the model card (None for generated tasks and local files)."""
-    from routing_grpo.data.tasks import get_task, task_names
-
-    if script_args.dataset_path is not None:
-        path = script_args.dataset_path
-        return None if looks_local(path) else path
-    return get_task(script_args.task).hub_path if script_args.task in task_names() else None
-
-
 def install_model_card(
     trainer: Any, training_args: RoutingGRPOConfig, script_args: RoutingScriptArguments, model_args: Any
 ) -> None:
     """Refuses a push over another run's card (:func:`check_hub_card`; ``every_save`` pushes while training),
     then makes ``trainer.create_model_card`` (which TRL also calls at checkpoints and pushes) write
-    :func:`model_card` instead of TRL's generic template."""
+    :func:`model_card` instead of TRL's generic template, naming the training data's Hub name (none for
+    generated tasks and local files)."""
+    from routing_grpo.data.tasks import get_task, task_names
     from routing_grpo.training.preemption import preemption_exit_code
 
     check_hub_card(trainer, training_args, script_args)
-    dataset_name = hub_dataset_name(script_args)
+    if script_args.dataset_path is not None:
+        dataset = None if looks_local(script_args.dataset_path) else script_args.dataset_path
+    else:
+        dataset = get_task(script_args.task).hub_path if script_args.task in task_names() else None
 
-    def create_model_card(model_name: str | None = None, dataset_name: str | None = dataset_name, tags=None):
-        if not trainer.is_world_process_zero():
-            return
-        if preemption_exit_code(trainer) is not None:
-            # Not at a preemption's checkpoint: the run has not finished.
-            return
-        card = Path(training_args.output_dir) / "README.md"
-        card.parent.mkdir(parents=True, exist_ok=True)
-        text = model_card(
-            training_args, script_args, model_args, trainer.state.log_history, model_name, dataset_name
-        )
-        card.write_text(text)
+    def create_model_card(model_name: str | None = None, dataset_name: str | None = dataset, tags=None):
+        # Not at a preemption's checkpoint: the run has not finished.
+        if trainer.is_world_process_zero() and preemption_exit_code(trainer) is None:
+            card = Path(training_args.output_dir) / "README.md"
+            card.parent.mkdir(parents=True, exist_ok=True)
+            card.write_text(
+                model_card(
+                    training_args,
+                    script_args,
+                    model_args,
+                    trainer.state.log_history,
+                    model_name,
+                    dataset_name,
+                )
+            )
 
     trainer.create_model_card = create_model_card
 

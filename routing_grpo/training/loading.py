@@ -29,7 +29,7 @@ def load_datasets(
     level_mix: dict[int, float] | None = None,
 ):
     """The training and validation data (validation None unless asked for and evaluated), their columns
-    checked; ``level_mix`` is ``train_level_mix`` as read by :func:`~routing_grpo.training.recipe.preflight`."""
+    checked; ``level_mix`` is ``train_level_mix`` as :func:`~routing_grpo.training.recipe.preflight` read it."""
     from routing_grpo.data.datasets import (
         DatasetUnavailableError,
         check_columns,
@@ -48,12 +48,9 @@ def load_datasets(
             seed=training_args.seed,
             skip_malformed=script_args.skip_malformed,
         )
-    if script_args.train_level_mix is not None:
-        from routing_grpo.data.datasets import parse_level_mix
-
+    if level_mix is not None:
         with user_errors("train_level_mix", ValueError):
-            mix = level_mix if level_mix is not None else parse_level_mix(script_args.train_level_mix)
-            train = mix_levels(train, mix, seed=training_args.seed)
+            train = mix_levels(train, level_mix, seed=training_args.seed)
         shares = ", ".join(f"level {lv} {n}" for lv, n in sorted(Counter(train["level"]).items()))
         logger.info("train_level_mix: %d training rows by level: %s", len(train), shares)
     eval_dataset = None
@@ -116,6 +113,7 @@ def load_tokenizer(
 ) -> Any:
     """The tokenizer, with the recipe's ``chat_template``; a template without a generation prompt, or mode
     words it cannot force, are refused naming the key."""
+    import jinja2
     from transformers import AutoTokenizer
 
     from routing_grpo.core.prompting import forced_word_ids
@@ -125,7 +123,7 @@ def load_tokenizer(
             f"model_name_or_path: the tokenizer of {model_args.model_name_or_path} could not be loaded",
             OSError,
         ),
-        user_errors("chat_template", ValueError, ImportError, _template_error()),
+        user_errors("chat_template", ValueError, ImportError, jinja2.TemplateError),
     ):
         tokenizer = AutoTokenizer.from_pretrained(
             path, revision=model_args.model_revision, trust_remote_code=bool(training_args.trust_remote_code)
@@ -193,19 +191,8 @@ def load_model(path: str, model_args: ModelConfig, training_args: RoutingGRPOCon
 
 
 def peft_error_type() -> type[BaseException]:
-    """PEFT's own errors (e.g. LoRA target modules the model does not have); a never-raised class without PEFT."""
-    try:
-        from peft.utils.error import PeftError
+    """PEFT's own errors (e.g. LoRA target modules the model does not have); a never-raised class where the
+    installed PEFT has none (it raises ValueError then)."""
+    import peft
 
-        return PeftError
-    except ImportError:  # pragma: no cover - PEFT is a dependency
-        return UsageError
-
-
-def _template_error() -> type[BaseException]:
-    try:
-        import jinja2
-
-        return jinja2.TemplateError
-    except ImportError:  # pragma: no cover - transformers needs jinja2 for chat templates
-        return ValueError
+    return getattr(peft, "PeftError", UsageError)

@@ -7,6 +7,7 @@ Every problem is a :class:`~routing_grpo.io.errors.UsageError` naming the key (o
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import enum
 import importlib.util
@@ -39,16 +40,12 @@ from routing_grpo.training.config import RoutingGRPOConfig
 
 logger = logging.getLogger(__name__)
 
-# Keys of the recipe's `env:` mapping that look like credentials: those come from the real environment only.
-SECRET_ENV_WORDS = ("TOKEN", "API_KEY", "SECRET", "PASSWORD")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 # attn_implementation -> the module it needs.
 ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
 TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2", ".tmpl", ".txt")
 # transformers' TrainingArguments.project default (used only by trackio).
 DEFAULT_PROJECT = "huggingface"
-# A push's first look at the Hub: long enough for a slow network, short enough that no one waits on a dead one.
-HUB_CHECK_TIMEOUT = 10.0
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -67,55 +64,34 @@ def read_recipe(path: str | Path) -> dict[str, Any]:
         raise UsageError(str(err)) from None
 
 
-def _numeric_text(value: str, cast: type) -> bool:
-    try:
-        cast(value)
-    except ValueError:
-        return False
-    return True
-
-
 def value_matches(value: Any, tp: Any) -> bool:
     """Whether a YAML value fits a dataclass field type (strings that argparse would convert count)."""
-    if tp is Any or tp is object:
-        return True
-    if tp is type(None):
-        return value is None
-    origin = typing.get_origin(tp)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
     if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
         enums = [a for a in args if isinstance(a, type) and issubclass(a, enum.Enum)]
-        if enums and isinstance(value, str):
-            # `SchedulerType | str` and the like: the str is the enum's value as text, not any text.
-            return any(value_matches(value, e) for e in enums)
-        return any(value_matches(value, arg) for arg in args)
+        # `SchedulerType | str` and the like: the str is the enum's value as text, not any text.
+        return any(value_matches(value, a) for a in (enums if enums and isinstance(value, str) else args))
     if origin is typing.Literal:
-        return value in typing.get_args(tp)
+        return value in args
     if origin in (list, tuple) or tp in (list, tuple):
-        if not isinstance(value, list | tuple):
-            return False
-        args = typing.get_args(tp)
-        return not args or all(value_matches(v, args[0]) for v in value)
+        return isinstance(value, list | tuple) and all(value_matches(v, args[0]) for v in value if args)
     if origin is dict or tp is dict:
         return isinstance(value, dict)
+    if tp is type(None) or tp is str:
+        return isinstance(value, tp)
     if tp is bool:
         return isinstance(value, bool) or (
             isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0")
         )
-    if tp is int:
-        return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, str) and _numeric_text(value, int)
-        )
-    if tp is float:
-        return (isinstance(value, int | float) and not isinstance(value, bool)) or (
-            isinstance(value, str) and _numeric_text(value, float)
-        )
-    if tp is str:
-        return isinstance(value, str)
+    if tp in (int, float) and isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            return tp(value) is not None
+        return False
+    if tp in (int, float):
+        return isinstance(value, int | tp) and not isinstance(value, bool)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         return isinstance(value, tp) or value in [e.value for e in tp]
-    # Other classes (e.g. accelerate's ParallelismConfig): their own constructor checks them.
-    return True
+    return True  # Any, and other classes (e.g. accelerate's ParallelismConfig): their constructor checks them
 
 
 def _type_name(tp: Any) -> str:
@@ -128,7 +104,7 @@ def _choices(tp: Any) -> str:
 
 
 def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
-    """Raises :class:`UsageError` for an unknown key, a mistyped value or a Hub token in the recipe."""
+    """Raises :class:`UsageError` for an unknown key, a mistyped value or a credential in ``env``."""
     known = recipe_fields()
     problems = []
     for key, value in recipe.items():
@@ -137,15 +113,11 @@ def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
                 problems.append("env: expected a mapping of environment variables")
                 continue
             for name in value:
-                if any(word in str(name).upper() for word in SECRET_ENV_WORDS):
+                # Credentials come from the real environment only.
+                if any(word in str(name).upper() for word in ("TOKEN", "API_KEY", "SECRET", "PASSWORD")):
                     problems.append(
                         f"env.{name}: credentials are read from the environment only; do not put them in a recipe"
                     )
-        elif key == "hub_token":
-            problems.append(
-                "hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`); "
-                "remove it from the recipe"
-            )
         elif key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -218,10 +190,6 @@ def check_command_line(argv: list[str]) -> tuple[str | None, dict[str, Any]]:
     if not given.get("model_name_or_path"):
         raise UsageError(
             "model_name_or_path: required (a Hub name, a folder, or offline:smollm2 / offline:tiny / offline:mini)"
-        )
-    if any(a == "--hub_token" or a.startswith(("--hub_token=", "--hub-token")) for a in argv):
-        raise UsageError(
-            "--hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`)"
         )
     return path, recipe
 
@@ -303,7 +271,8 @@ def preflight(
 
     if training_args.hub_token:
         raise UsageError(
-            "hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`)"
+            "hub_token: Hub tokens are read from the environment only (HF_TOKEN or `hf auth login`), never "
+            "from a recipe or --hub_token"
         )
     if training_args.push_to_hub:
         problem = hub_push_problem()
@@ -340,12 +309,6 @@ def preflight(
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(f"output_dir: {output_dir} exists and is not a folder")
     check_output_folder(output_dir, "output_dir")  # read-only, or under a file: before anything loads
-    from transformers.integrations.integration_utils import INTEGRATION_TO_CALLBACK
-
-    known = sorted(INTEGRATION_TO_CALLBACK)
-    unknown = [r for r in report_targets(training_args) if r not in (*known, "all", "none")]
-    if unknown:
-        raise UsageError(f"report_to: unknown {unknown}; expected some of {known}, or none")
     if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
         raise UsageError(
             "use_vllm: true, but vLLM is not installed here (`make install-gpu`); set use_vllm: false to "
@@ -390,7 +353,7 @@ def check_chat_template_setting(value: str | None) -> None:
         ) from None
 
 
-def hub_push_problem(timeout: float = HUB_CHECK_TIMEOUT) -> str | None:
+def hub_push_problem(timeout: float = 10.0) -> str | None:
     """Why a push to the Hub cannot work from here (None when it can): the Hub switched off
     (``HF_HUB_OFFLINE``), no token, or a Hub that does not answer or refuses the token (one ``whoami`` call
     with a short timeout)."""
@@ -458,29 +421,27 @@ def process_count_warning(
     )
 
 
-def report_targets(training_args: RoutingGRPOConfig) -> list[str]:
-    """``report_to`` as a list (transformers takes one name or a list)."""
-    report_to = training_args.report_to or []
-    return [report_to] if isinstance(report_to, str) else list(report_to)
-
-
 def check_trackers(script_args: RoutingScriptArguments, training_args: RoutingGRPOConfig) -> None:
-    """Refuses a ``report_to`` whose package is missing (transformers would say so once the model has
-    loaded); names trackio's project after the run; lets wandb without credentials log offline."""
+    """Refuses an unknown ``report_to`` or one whose package is missing (transformers would say so once the
+    model has loaded); names trackio's project after the run; lets wandb without credentials log offline."""
     from transformers.integrations.integration_utils import (
         INTEGRATION_TO_CALLBACK,
         get_available_reporting_integrations,
     )
 
-    targets = report_targets(training_args)
-    available = set(get_available_reporting_integrations())
-    missing = [t for t in targets if t in INTEGRATION_TO_CALLBACK and t not in available]
+    targets = training_args.report_to  # a list once TrainingArguments has read it ("all" and "none" resolved)
+    unknown = [t for t in targets if t not in INTEGRATION_TO_CALLBACK]
+    if unknown:
+        raise UsageError(
+            f"report_to: unknown {unknown}; expected some of {sorted(INTEGRATION_TO_CALLBACK)}, or none"
+        )
+    missing = [t for t in targets if t not in get_available_reporting_integrations()]
     if missing:
         raise UsageError(
             f"report_to: {', '.join(missing)} is not installed here (`pip install {' '.join(missing)}`), "
             "or leave it out of report_to (none: no tracker)"
         )
-    if ("trackio" in targets or "all" in targets) and training_args.project == DEFAULT_PROJECT:
+    if "trackio" in targets and training_args.project == DEFAULT_PROJECT:
         recipe = getattr(script_args, "recipe_path", None)
         training_args.project = (
             f"{Path(recipe).stem}-seed{training_args.seed}"
@@ -491,26 +452,21 @@ def check_trackers(script_args: RoutingScriptArguments, training_args: RoutingGR
 
 
 def configure_tracking(training_args: RoutingGRPOConfig, environ: dict[str, str] | None = None) -> str | None:
-    """wandb without credentials logs offline (sync later with ``wandb sync``) instead of failing.
+    """wandb without credentials (``WANDB_API_KEY``, or api.wandb.ai in the netrc file) logs offline (sync later
+    with ``wandb sync``) instead of failing.
 
     Returns:
         The WANDB_MODE in effect when wandb is a ``report_to`` target, else None.
     """
     env = os.environ if environ is None else environ
-    report_to = report_targets(training_args)
-    if "wandb" not in report_to and "all" not in report_to:
+    if "wandb" not in training_args.report_to:
         return None
-    if "WANDB_MODE" not in env and not _wandb_has_credentials(env):
-        env["WANDB_MODE"] = "offline"
-        logger.warning("wandb: no credentials (WANDB_API_KEY or `wandb login`); logging offline")
+    if "WANDB_MODE" not in env and not env.get("WANDB_API_KEY"):
+        try:
+            host = netrc.netrc(env.get("NETRC") or None).authenticators("api.wandb.ai")
+        except (OSError, netrc.NetrcParseError):
+            host = None
+        if not (host and host[2]):
+            env["WANDB_MODE"] = "offline"
+            logger.warning("wandb: no credentials (WANDB_API_KEY or `wandb login`); logging offline")
     return env.get("WANDB_MODE", "online")
-
-
-def _wandb_has_credentials(env: Mapping[str, str]) -> bool:
-    if env.get("WANDB_API_KEY"):
-        return True
-    try:
-        host = netrc.netrc(env.get("NETRC") or None).authenticators("api.wandb.ai")
-    except (FileNotFoundError, netrc.NetrcParseError, OSError):
-        return False
-    return bool(host and host[2])

@@ -85,15 +85,23 @@ def _another_run(
     )
 
 
+def raise_agreed(problem: str | None) -> None:
+    """Raises the main process's ``problem`` (:class:`UsageError`) on every process, so all stop with the
+    same line (a no-op in one process without one)."""
+    from accelerate.utils import broadcast_object_list
+
+    problem = broadcast_object_list([problem])[0]
+    if problem:
+        raise UsageError(problem)
+
+
 @contextlib.contextmanager
 def run_folder(
     script_args: Any, training_args: RoutingGRPOConfig
 ) -> Iterator[tuple[dict[str, Any], str | None] | None]:
     """Holds the run folder's lock (``output_dir/_routing_grpo.lock``) and yields :func:`check_run_folder`'s
     answer: another training into the same folder is refused at once, naming the holder. Under ``accelerate
-    launch`` the main process takes the lock and tells every process, so all stop with the same line."""
-    import torch.distributed as dist
-
+    launch`` the main process takes the lock and tells every process."""
     lock = problem = None
     if training_args.process_index == 0:
         lock = OutputLock(
@@ -106,12 +114,7 @@ def run_folder(
             lock.acquire()
         except UsageError as err:
             lock, problem = None, str(err)
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        shared = [problem]
-        dist.broadcast_object_list(shared, src=0)
-        problem = shared[0]
-    if problem:
-        raise UsageError(problem)
+    raise_agreed(problem)
     try:
         yield check_run_folder(script_args, training_args)
     finally:
@@ -133,25 +136,20 @@ def check_run_folder(
     check_output_folder(output_dir, script_args.overwrite_output_dir)
     checkpoint = resume_checkpoint(training_args) or None
     check_resume(checkpoint, identity)
-    stored = _read_identity(Path(output_dir) / RUN_FILE)
-    if not stored:
-        return identity, checkpoint
+    stored = _read_identity(Path(output_dir) / RUN_FILE) or {}
     if is_another_run(stored, identity):
         raise _another_run(f"output_dir: {output_dir} holds the run of", stored, identity)
     finished = stored.get("finished")
+    if finished and finished.get("max_steps") != training_args.max_steps:
+        if checkpoints.latest_complete(output_dir)[0] is None:
+            raise UsageError(
+                f"output_dir: {output_dir} holds this run finished at {finished.get('global_step')} optimizer "
+                f"steps of {finished.get('max_steps')} and no checkpoint to continue from; this command asks "
+                f"for {training_args.max_steps}. Give it another --output_dir"
+            )
+        finished = None  # a longer (or shorter) run resumes from the last checkpoint, as asked
     if not finished:
         return identity, checkpoint
-    if finished.get("max_steps") != training_args.max_steps:
-        if checkpoints.latest_complete(output_dir)[0] is not None:
-            return (
-                identity,
-                checkpoint,
-            )  # a longer (or shorter) run resumes from the last checkpoint, as asked
-        raise UsageError(
-            f"output_dir: {output_dir} holds this run finished at {finished.get('global_step')} optimizer steps "
-            f"of {finished.get('max_steps')} and no checkpoint to continue from; this command asks for "
-            f"{training_args.max_steps}. Give it another --output_dir"
-        )
     if training_args.process_index == 0:
         print(
             f"{output_dir}: this run (recipe {identity['recipe']!r}, seed {identity['seed']}) has finished "
@@ -233,7 +231,7 @@ def run_identity_callback(identity: dict[str, Any]) -> Any:
     it complete (:func:`routing_grpo.io.checkpoints.mark_complete`)."""
     from transformers import TrainerCallback
 
-    from routing_grpo.training.settings import save_routing_settings
+    from routing_grpo.training.settings import RoutingSettings
 
     class RunIdentityCallback(TrainerCallback):
         def on_save(self, args, state, control, **kwargs):
@@ -242,7 +240,7 @@ def run_identity_callback(identity: dict[str, Any]) -> Any:
             if state.is_world_process_zero and folder.is_dir():
                 write_run_identity(folder, identity)
                 # A checkpoint routes like the final model: eval and generate need no --config for it.
-                save_routing_settings(args, folder)
+                RoutingSettings.from_training_args(args).save(folder)
                 checkpoints.mark_complete(folder, state.global_step)  # last: the checkpoint is whole
 
     return RunIdentityCallback()
@@ -253,7 +251,7 @@ def finish_run_folder(trainer: Any, training_args: RoutingGRPOConfig, identity: 
     model card, the model config (KV cache on), ``routing_config.json``, and the run marked finished (a
     rerun of the same command trains nothing)."""
     from routing_grpo.diagnostics.routing_metrics import routing_summary
-    from routing_grpo.training.settings import save_routing_settings
+    from routing_grpo.training.settings import RoutingSettings
 
     if not training_args.single_mode:
         print(
@@ -262,6 +260,6 @@ def finish_run_folder(trainer: Any, training_args: RoutingGRPOConfig, identity: 
     trainer.create_model_card()
     trainer.model.config.use_cache = True
     trainer.model.config.save_pretrained(training_args.output_dir)
-    save_routing_settings(training_args, training_args.output_dir)
+    RoutingSettings.from_training_args(training_args).save(training_args.output_dir)
     finished = {"global_step": trainer.state.global_step, "max_steps": training_args.max_steps}
     write_run_identity(training_args.output_dir, {**identity, "finished": finished})

@@ -90,7 +90,7 @@ class RoutingSettings:
             raise ValueError(f"{source}: missing key(s) {missing}")
         try:
             return cls(
-                modes=tuple(parse_modes(data["modes"])),
+                modes=data["modes"],
                 routing_instruction=data["routing_instruction"],
                 routing_question=data.get("routing_question", DEFAULT_ROUTING_QUESTION),
                 max_completion_length=data.get("max_completion_length", 512),
@@ -114,7 +114,6 @@ class RoutingSettings:
     def from_recipe(cls, path: str | Path) -> RoutingSettings:
         """The settings a training recipe (YAML) would save, with the trainer's defaults (a ValueError for a
         missing or malformed file)."""
-
         recipe = read_recipe_file(path)
         try:
             modes = parse_modes(recipe["modes"]) if recipe.get("modes") is not None else DEFAULT_MODES
@@ -130,7 +129,7 @@ class RoutingSettings:
                 modes=modes,
                 routing_instruction=instruction,
                 routing_question=question,
-                max_completion_length=_default_max_completion_length() if limit is None else int(limit),
+                max_completion_length=512 if limit is None else int(limit),  # GRPOConfig's default
                 single_mode=single,
             )
         except (TypeError, ValueError) as err:
@@ -190,19 +189,6 @@ class RoutingSettings:
         path = folder / SETTINGS_FILE
         write_json(path, self.to_dict())
         return path
-
-
-def save_routing_settings(training_args: Any, folder: str | Path) -> Path:
-    """Writes the effective routing settings of a training run into ``folder`` (see :class:`RoutingSettings`)."""
-    return RoutingSettings.from_training_args(training_args).save(folder)
-
-
-def _default_max_completion_length() -> int:
-    import dataclasses
-
-    from routing_grpo.training.config import RoutingGRPOConfig
-
-    return next(f.default for f in dataclasses.fields(RoutingGRPOConfig) if f.name == "max_completion_length")
 
 
 def local_model_path(model: str) -> str:
