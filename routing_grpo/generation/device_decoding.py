@@ -1,17 +1,15 @@
 """transformers decoding within token budgets with the decoding state on the device.
 
-The contract of :func:`~routing_grpo.generation.transformers_decoding.sample_with_budgets`, on a batch kept
-fixed as ``model.generate`` keeps it, so that no decoding step waits for the host: the rows' lengths, limits
-and done flags are tensors, a finished row is fed the pad token, and the host reads the device every
-``sync_every`` steps, once for the free rows' heads and once at the end. The KV cache is a ``StaticCache``
-sized to the call (:func:`cache_shape`: widths and lengths in powers of two, so shapes repeat across batches);
-on CUDA the one-token forward is captured as CUDA graphs where :func:`graph_blocker` finds nothing against
-it, at most :func:`compile_limit` shapes per decoder. Every row samples from one full-batch
-``torch.multinomial``, as ``model.generate`` does.
+The contract of :func:`~routing_grpo.generation.transformers_decoding.sample_with_budgets` on a fixed batch:
+lengths, limits and done flags are tensors, a finished row is fed the pad token, and the host reads the
+device every ``sync_every`` steps, once for the free rows' heads and once at the end. The KV cache is a
+``StaticCache`` of bucketed shape (:func:`cache_shape`); on CUDA the one-token forward is captured as CUDA
+graphs where :func:`graph_blocker` allows, at most :func:`compile_limit` shapes per decoder.
 """
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -43,10 +41,11 @@ def bucket(value: int, smallest: int) -> int:
 def cache_shape(
     prompt_lengths: Sequence[int], budgets: Sequence[int | None], max_completion_length: int, compiled: bool
 ) -> tuple[int, int, int]:
-    """(rows, prompt width, completion slots) of a static cache for one call: the widest prompt rounded up to
-    :data:`WIDTH_MULTIPLE` times a power of two, and slots for the largest budget (the completion limit where a
-    row's budget is set after its head), a power of two at most the limit. A compiled decoder also rounds the
-    rows up to a power of two, so that a run meets few shapes (each new one compiles again)."""
+    """(rows, prompt width, completion slots) of a static cache for one call, each bucketed so shapes repeat.
+
+    The width is the widest prompt bucketed from :data:`WIDTH_MULTIPLE`; the slots fit the largest budget
+    (the limit where a free row's is set after its head); a compiled decoder also rounds the rows up.
+    """
     rows = len(prompt_lengths)
     largest = max_completion_length if any(b is None for b in budgets) else max(budgets, default=0)
     slots = min(bucket(max(int(largest), 1), 16), max_completion_length)
@@ -62,8 +61,7 @@ def compile_limit() -> int:
 
 
 def cache_bytes(config: Any, rows: int, length: int, dtype_bytes: int = 2) -> int:
-    """Bytes of a static KV cache of ``rows`` x ``length`` for a model of ``config``: keys and values of every
-    layer's key-value heads."""
+    """Bytes of a static KV cache of ``rows`` x ``length``: keys and values of every layer's KV heads."""
     text = getattr(config, "text_config", None) or config
     heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
     head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
@@ -96,17 +94,6 @@ def graph_blocker(model: Any) -> str | None:
     if parameter.device.type != "cuda":
         return f"the model is on {parameter.device.type}, not CUDA"
     return None
-
-
-def cache_keyword(model: Any) -> str:
-    """The forward's name for the KV cache: ``cache`` in recent transformers, else ``past_key_values``."""
-    import inspect
-
-    try:
-        parameters = inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in parameters else "past_key_values"
 
 
 class DeviceDecoder:
@@ -142,9 +129,9 @@ class DeviceDecoder:
         self.cache: Any = None
         self.cache_shape: tuple[int, int] | None = None
         self.graphs_note: str | None = None  # why graphs are off (logged once)
-        self.compiled_shapes: set[tuple[int, int]] = set()  # cache shapes the compiled step has met
+        self.compiled_shapes: set[tuple[int, int]] = set()
         self.eager_note: str | None = None  # why a shape decoded eagerly (logged once)
-        self.host_syncs = 0  # reads of the device by the host in the last call
+        self.host_syncs = 0  # in the last call
         self.steps = 0  # decoding forwards in the last call
 
     def _graphs_on(self) -> bool:
@@ -162,16 +149,8 @@ class DeviceDecoder:
             return False
         return True
 
-    def _compile(self, step_forward: Callable[..., Any]) -> Any:
-        import torch
-
-        if self.compile_backend is not None:
-            return torch.compile(step_forward, backend=self.compile_backend, dynamic=False)
-        return torch.compile(step_forward, mode="reduce-overhead", dynamic=False)
-
     def _shape_allowed(self, shape: tuple[int, int]) -> bool:
-        """Whether the compiled step may take this cache shape: one it has met, or a new one under torch's
-        recompile limit (past it the call decodes eagerly, said once)."""
+        """Whether the compiled step may take this cache shape: one it has met, or a new one under the limit."""
         if shape in self.compiled_shapes:
             return True
         if len(self.compiled_shapes) < compile_limit():
@@ -187,8 +166,7 @@ class DeviceDecoder:
         return False
 
     def _new_cache(self, rows: int, length: int) -> Any:
-        """A static cache of ``rows`` x ``length``: the last one, emptied, where the shape is the same (the
-        captured graphs read its buffers), else a new one."""
+        """A static cache of ``rows`` x ``length``: the last one emptied (the graphs read its buffers), or new."""
         if not self.static_cache:
             return None
         if self.cache is not None and self.cache_shape == (rows, length):
@@ -235,8 +213,8 @@ class DeviceDecoder:
         max_completion_length: int,
         head_budget: Callable[[int, list[int]], int] | None = None,
     ) -> list[list[int]]:
-        """One completion per row, as :func:`~.transformers_decoding.sample_with_budgets`; a CUDA graph that
-        fails mid-call starts the call again eagerly."""
+        """One completion per row, as :func:`~.transformers_decoding.sample_with_budgets`; a failing CUDA graph
+        restarts the call eagerly."""
         import torch
 
         if not shrinking_loop_supported(generation_config):
@@ -283,11 +261,18 @@ class DeviceDecoder:
         sampling = bool(generation_config.do_sample)
 
         cache = self._new_cache(rows, total)
-        cache_name = cache_keyword(model)
+        try:
+            takes_cache = "cache" in inspect.signature(model.forward).parameters
+        except (TypeError, ValueError):
+            takes_cache = False
+        cache_name = "cache" if takes_cache else "past_key_values"
         graphs = graphs and cache is not None and self._shape_allowed((rows, total))
         step_forward = self._decode_forward(cache_name)
         if graphs and self.compiled is None:
-            self.compiled = self._compile(step_forward)
+            if self.compile_backend is None:
+                self.compiled = torch.compile(step_forward, mode="reduce-overhead", dynamic=False)
+            else:
+                self.compiled = torch.compile(step_forward, backend=self.compile_backend, dynamic=False)
         with torch.no_grad():
             prefill: dict[str, Any] = dict(
                 input_ids=seq[:, :width],

@@ -1,6 +1,5 @@
-"""The transformers backend (CPU or GPU): a masked forward per word token, and completions within budgets
-through the decode loops of :mod:`~routing_grpo.generation.transformers_decoding` and
-:mod:`~routing_grpo.generation.device_decoding`."""
+"""The transformers backend: a masked forward per word token, and completions within budgets through the
+decode loops of :mod:`~.transformers_decoding` and :mod:`~.device_decoding`."""
 
 from __future__ import annotations
 
@@ -38,14 +37,13 @@ logger = logging.getLogger(__name__)
 
 TRANSFORMERS_BATCH_SIZE = 16  # prompts per call when the caller does not say
 
-# The decode loop (docs/benchmarks.md "Decoding on the device"): ``shrinking`` drops finished rows (the
-# saving on a CPU), ``device`` keeps the state on the GPU; ``auto``: device on CUDA. Same tokens either way.
+# docs/benchmarks.md "Decoding on the device": ``shrinking`` drops finished rows, ``device`` keeps the state
+# on the GPU, ``auto`` is device on CUDA; same tokens either way.
 DECODE_LOOPS = ("auto", "shrinking", "device")
 DECODE_LOOP_VARIABLE = "ROUTING_GRPO_DECODE_LOOP"
-# The device loop's torch.compile backend on any device, no CUDA graphs ("eager": count compilations on a CPU).
+# A torch.compile backend for the device loop, without CUDA graphs ("eager" counts compilations on a CPU).
 DECODE_COMPILE_VARIABLE = "ROUTING_GRPO_DECODE_COMPILE"
-# The device loop's static cache may take at most this share of the GPU memory free when it is made.
-CACHE_MEMORY_SHARE = 0.5
+CACHE_MEMORY_SHARE = 0.5  # of the free GPU memory, at most, for the device loop's static cache
 
 
 def decode_loop(device_type: str) -> str:
@@ -75,12 +73,10 @@ def build(options: BackendOptions, tokenizer: Any) -> TransformersBackend:
 def load_transformers_model(
     model: str, *, revision: str | None = None, dtype: str = "auto", device: str | None = None
 ) -> Any:
-    """The causal LM in eval mode on ``device`` (default: the GPU when there is one); a LoRA adapter folder
-    is loaded with its adapter merged in."""
+    """The causal LM in eval mode on ``device`` (default: the GPU if any); an adapter folder merged in."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as transformers_logging
 
-    # No weight-loading bar above generate's and eval's own lines.
     bars = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
     try:
@@ -97,9 +93,8 @@ def load_transformers_model(
 
 
 class TransformersBackend(Backend):
-    """A transformers model behind the backend interface, built from sampling options or, for the trainer,
-    from a generation config (:meth:`from_generation_config`). It ``continues_rows`` where the decode loops
-    reproduce the sampling settings, else samples with ``model.generate`` per budget group."""
+    """A transformers model behind the backend interface, from sampling options or a trainer's generation
+    config; it ``continues_rows`` where the decode loops reproduce the settings, else uses ``model.generate``."""
 
     default_batch_size = TRANSFORMERS_BATCH_SIZE
 
@@ -139,8 +134,7 @@ class TransformersBackend(Backend):
         eos_token_ids: Sequence[int],
         prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> TransformersBackend:
-        """A backend with a trainer's sampling settings; ``prepare`` moves ``model.generate``'s inputs to the
-        device (the trainer's ``_prepare_inputs``)."""
+        """A backend with a trainer's sampling settings; ``prepare``: the trainer's ``_prepare_inputs``."""
         backend = cls.__new__(cls)
         backend._setup(
             model, generation_config, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids, prepare=prepare
@@ -161,9 +155,7 @@ class TransformersBackend(Backend):
         self.eos_token_ids = [int(t) for t in eos_token_ids]
         self.continues_rows = shrinking_loop_supported(generation_config)
         self.device_decoder: Any = None  # made on first use; keeps its static cache and graphs across calls
-        self.device_loop_note: str | None = (
-            None  # why the device loop gave way to the shrinking one (said once)
-        )
+        self.device_loop_note: str | None = None  # why the shrinking loop decoded instead (said once)
 
     def next_tokens(
         self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int] | None]
@@ -245,8 +237,7 @@ class TransformersBackend(Backend):
         return [(ids, None) for ids in rows]
 
     def _cache_fits(self, device: Any, prompts: Sequence[Sequence[int]], max_tokens: int) -> bool:
-        """Whether the device loop's static cache for this call fits in half the GPU memory free; where it does
-        not (long completions, many rows), the shrinking loop decodes instead, said once."""
+        """Whether the device loop's static cache fits in :data:`CACHE_MEMORY_SHARE` of the free GPU memory."""
         if device.type != "cuda":
             return True
         import torch
@@ -255,10 +246,8 @@ class TransformersBackend(Backend):
 
         rows, length = bucket(len(prompts), 1), bucket(max(map(len, prompts)), WIDTH_MULTIPLE) + max_tokens
         dtype_bytes = next(self.model.parameters()).element_size()
-        needed, free = (
-            cache_bytes(self.model.config, rows, length, dtype_bytes),
-            torch.cuda.mem_get_info(device)[0],
-        )
+        needed = cache_bytes(self.model.config, rows, length, dtype_bytes)
+        free = torch.cuda.mem_get_info(device)[0]
         if needed <= CACHE_MEMORY_SHARE * free:
             return True
         if self.device_loop_note is None:
@@ -277,14 +266,11 @@ class TransformersBackend(Backend):
 
 
 class ContinuousBatchingBackend(Backend):
-    """transformers' continuous batching (the engine of ``model.generate_batch`` and of TRL's
-    ``use_transformers_continuous_batching``) behind the backend interface: every row a request with its own
-    token limit, so the caps driver's two calls (the heads, then each row within its budget) run on it.
+    """transformers' continuous batching (TRL's ``use_transformers_continuous_batching``) behind the backend
+    interface: every row a request with its own token limit.
 
     Args:
         model: the causal LM (a trainer's policy, unwrapped).
-        generation_config: its sampling settings.
-        eos_token_ids: the tokens that end a completion.
         continuous_batching_config: transformers' ``ContinuousBatchingConfig`` (None: its defaults).
     """
 
