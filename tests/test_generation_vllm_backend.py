@@ -10,7 +10,7 @@ import pytest
 
 from routing_grpo.generation.caps import known_budget
 from routing_grpo.generation.interface import GenerationRequest, generate_rows, plan_budget_requests
-from routing_grpo.generation.vllm_backend import VLLMBackend, VLLMServerBackend, batch_requests_by_sampling
+from routing_grpo.generation.vllm_backend import VLLMBackend, VLLMServerBackend
 from routing_grpo.training.rollouts import plan_forced_modes
 from tests.fake_vllm import FakeLLM
 from tests.helpers import STEEP_MODES_CAPS_3_6 as MODES
@@ -161,7 +161,9 @@ def test_server_path_sends_per_row_requests_not_one_prompt_per_group():
     sent = [tuple(p) for call in server.calls for p in call["prompts"]]
     assert sorted(sent) == sorted(tuple(p) for p in prompts)
     # One server call per (n, max_tokens) pair.
-    assert len(server.calls) == len(batch_requests_by_sampling(plan_budget_requests(prompts, budgets))) == 3
+    assert (
+        len(server.calls) == len({(r.n, r.max_tokens) for r in plan_budget_requests(prompts, budgets)}) == 3
+    )
     assert all(call["temperature"] == 1.0 for call in server.calls)
 
 
@@ -199,7 +201,7 @@ def test_server_calls_go_out_at_once_and_come_back_in_order():
     together); each row still gets its own sample, in request order."""
     prompts, forced = _warmup_batch()
     budgets = [budget(f) for f in forced]
-    groups = len(batch_requests_by_sampling(plan_budget_requests(prompts, budgets)))
+    groups = len({(r.n, r.max_tokens) for r in plan_budget_requests(prompts, budgets)})
     assert groups == 3
     server = BarrierServer(parties=groups)
     rows = generate_rows(VLLMServerBackend(server, {}, eos_token_ids=[0]).sample, prompts, budgets)

@@ -1,10 +1,8 @@
 """Caps enforced during generation: no token past a mode's cap is generated (docs/method.md "Caps").
 
-A free row's budget is known once it has written its routing word, so :func:`generate_with_caps` makes at
-most two calls: the free rows' heads (the detection head, or the Router's word phase), then the rows of
-known budget beside the heads' continuations. A backend that ``continues_rows`` does both in one decode
-loop. Post-hoc truncation (:func:`apply_caps`) is the exact rule: on the same sampled tokens both give the
-same completion and ``capped`` flag.
+:func:`generate_with_caps` makes at most two calls: the free rows' heads, then the rows of known budget
+beside the heads' continuations (one decode loop where the backend ``continues_rows``). On the same sampled
+tokens, post-hoc truncation (:func:`apply_caps`) gives the same completion and ``capped`` flag.
 """
 
 from __future__ import annotations
@@ -146,8 +144,7 @@ def generate_rollouts(
     single_mode: int | None = None,
     caps: bool = True,
 ) -> list[Completion]:
-    """A batch of training rollouts, in row order: with ``caps`` each row within its mode's budget
-    (:func:`generate_with_caps`), without every row within the completion limit."""
+    """A batch of training rollouts, in row order, each row within its mode's budget when ``caps``."""
     if len(prompt_ids) != len(forced_modes):
         raise ValueError("generate_rollouts: prompt_ids and forced_modes must have the same length")
     if not caps:

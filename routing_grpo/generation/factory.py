@@ -1,8 +1,5 @@
-"""Backends built from their names, for evaluation, the Router and the trainer's policy.
-
-:data:`BUILDERS` maps each name to its module's ``build(options, tokenizer)``: a new backend is its module
-and one line there. ``auto`` picks vLLM when it is installed and a GPU is present, else transformers.
-"""
+"""Backends built from their names (:data:`BUILDERS`: each name's ``build(options, tokenizer)``), for
+evaluation, the Router and the trainer's policy."""
 
 from __future__ import annotations
 
@@ -31,7 +28,7 @@ def check_backend_name(backend: str, name: str = "backend") -> None:
 
 def check_backend(backend: str, name: str = "backend", model: str | None = None) -> None:
     """Raises ValueError naming ``name`` for an unknown backend, or ``vllm`` where vLLM is not installed or
-    ``model`` is a LoRA adapter folder: checked before a model loads."""
+    ``model`` is a LoRA adapter folder."""
     check_backend_name(backend, name)
     if backend == VLLM and model is not None and is_adapter_folder(model):
         raise ValueError(vllm_problem(model, name))
@@ -69,8 +66,8 @@ def policy_backend(
     continuous_batching_config: Any = None,
     continuous_batching: bool = False,
 ) -> Backend:
-    """A training policy behind a transformers backend, sampling with the trainer's generation config: the
-    decode loops, or transformers' continuous batching (TRL's ``use_transformers_continuous_batching``)."""
+    """A training policy behind a transformers backend with the trainer's generation config: the decode
+    loops, or transformers' continuous batching."""
     if continuous_batching:
         return transformers_backend.ContinuousBatchingBackend(
             model,

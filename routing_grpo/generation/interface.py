@@ -1,8 +1,7 @@
 """What every backend takes and gives: requests, completions, the stop rule and the :class:`Backend` class.
 
-A :class:`GenerationRequest` asks for ``n`` samples of one prompt; a :data:`Completion` is (completion ids,
-sampled-token logprobs or None), ending with EOS (kept) when the model finished. :func:`generate_rows` gives
-one sample per row within its own budget through any backend's ``sample``.
+A :data:`Completion` is (completion ids, sampled-token logprobs or None), ending with EOS (kept) when the
+model finished.
 """
 
 from __future__ import annotations
@@ -19,8 +18,7 @@ HeadBudget = Callable[[int, list[int]], int]
 
 @dataclass(frozen=True)
 class GenerationRequest:
-    """``n`` samples of ``prompt_ids`` with at most ``max_tokens`` new tokens, answering the batch rows
-    ``rows`` in order (empty where the caller keeps its own order)."""
+    """``n`` samples of ``prompt_ids`` of at most ``max_tokens`` new tokens, for the batch rows ``rows``."""
 
     prompt_ids: tuple[int, ...]
     n: int
@@ -49,14 +47,12 @@ def cut_at_eos(ids: Sequence[int], eos_token_ids: Sequence[int]) -> list[int]:
 
 
 class Backend:
-    """A backend answers questions about token ids (prompts, modes and caps are the callers'). Every
-    capability is declared here with its default: a backend overrides what it can do."""
+    """Generation over token ids; every capability is declared here with its default, a backend overrides
+    what it can do."""
 
     eos_token_ids: list[int]
-    # Prompts per call when the caller does not say (None: all at once).
-    default_batch_size: int | None = None
-    # Whether ``sample_rows`` sets a free row's budget inside its decode loop (the caps in one pass).
-    continues_rows = False
+    default_batch_size: int | None = None  # prompts per call when the caller does not say (None: all)
+    continues_rows = False  # whether ``sample_rows`` sets a free row's budget inside its decode loop
 
     def sample(
         self, requests: Sequence[GenerationRequest], seed: int | None = None
@@ -93,8 +89,7 @@ def plan_budget_requests(
     prompt_ids: Sequence[Sequence[int]], budgets: Sequence[int]
 ) -> list[GenerationRequest]:
     """Requests for rows with given budgets, in row order: consecutive rows with the same prompt and budget
-    share one request of ``n`` samples (a group's forced rows end with their word, so TRL's ``prompts[::G]``
-    with ``n=G`` would not do)."""
+    share one request of ``n`` samples."""
     keys = [(tuple(int(t) for t in p), int(b)) for p, b in zip(prompt_ids, budgets, strict=True)]
     requests, start = [], 0
     for (prompt, budget), group in itertools.groupby(keys):
@@ -111,8 +106,7 @@ def generate_rows(
     prompt_ids: Sequence[Sequence[int]],
     budgets: Sequence[int],
 ) -> list[Any]:
-    """One sample per row within its own budget, in row order, through ``run(requests)`` (a backend's
-    ``sample``)."""
+    """One sample per row within its own budget, in row order, through a backend's ``sample``."""
     if not prompt_ids:
         return []
     requests = plan_budget_requests(prompt_ids, budgets)

@@ -11,8 +11,7 @@ DEFAULT_TEMPERATURE = 0.6
 
 
 def check_sampling(temperature: float, top_p: float, top_k: int = 0, *, flags: bool = False) -> None:
-    """Raises ValueError naming the first bad sampling option (``--top-p`` style when ``flags``); top_k 0 or
-    -1 is off."""
+    """Raises ValueError naming the first bad sampling option (``--top-p`` style when ``flags``)."""
 
     def name(option: str) -> str:
         return "--" + option.replace("_", "-") if flags else option
@@ -90,12 +89,12 @@ def transformers_device(device: str | None) -> str:
 
 
 def read_generation_config(model: str, revision: str | None = None) -> Any:
-    """A model's generation config, or None when it has none (or it cannot be read offline)."""
+    """A model's generation config, or None when it has none or it cannot be read offline."""
     try:
         from transformers import GenerationConfig
 
         return GenerationConfig.from_pretrained(model, revision=revision)
-    except Exception:  # none, or offline: the tokenizer's EOS still counts
+    except Exception:
         return None
 
 
@@ -106,9 +105,8 @@ class BackendOptions:
     Attributes:
         dtype / device: the transformers model's (vLLM's dtype goes in ``engine_kwargs``).
         temperature / top_p / top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off).
-        seed: seeds torch (transformers) or the vLLM engine.
-        engine_kwargs: ``vllm.LLM`` arguments of each engine; ``data_parallel_size`` engines of
-            ``tensor_parallel_size`` GPUs each, from ``visible`` (default ``CUDA_VISIBLE_DEVICES``).
+        engine_kwargs: ``vllm.LLM`` arguments; ``data_parallel_size`` engines of ``tensor_parallel_size``
+            GPUs each, from ``visible`` (default ``CUDA_VISIBLE_DEVICES``).
         llm_factory / sampling_params: stand-ins for ``vllm.LLM`` / ``vllm.SamplingParams`` (tests).
     """
 

@@ -1,9 +1,8 @@
 """transformers decoding within token budgets, the transformers backend's decode loops.
 
-:func:`sample_with_budgets` is one decode loop whose batch shrinks as rows reach EOS or their budget, a free
-row's budget set once its head is written (docs/method.md "Caps"); it samples as ``model.generate`` does for
-the settings of :func:`shrinking_loop_supported`. :func:`generate_in_budget_groups` calls ``model.generate``
-once per budget group, for every other setting. Both end a completion at its first EOS (kept).
+:func:`sample_with_budgets`: one decode loop whose batch shrinks as rows reach EOS or their budget, sampling
+as ``model.generate`` does for the settings of :func:`shrinking_loop_supported`.
+:func:`generate_in_budget_groups`: ``model.generate`` per budget group, for every other setting.
 """
 
 from __future__ import annotations
@@ -123,8 +122,7 @@ def sample_with_budgets(
     """Samples every row in one decode loop; a row leaves the batch and the KV cache at EOS or its budget.
 
     Args:
-        budgets: each row's token budget, or None for a free row: once its detection head is written,
-            ``head_budget(i, head)`` gives its total budget.
+        budgets: each row's token budget, or None: ``head_budget(i, head)`` sets it once its head is written.
         max_completion_length: no row generates more.
     """
     import torch
@@ -147,7 +145,6 @@ def sample_with_budgets(
     generated = torch.zeros(n, dtype=torch.long, device=device)
 
     with torch.no_grad():
-        # The prefill's logits at the last position only: the full rows x prompt x vocabulary tensor is large.
         out = model(
             input_ids=seq,
             attention_mask=mask,
@@ -210,8 +207,7 @@ def generate_in_budget_groups(
     """One completion per row with ``model.generate``, one call per group of rows with equal budgets.
 
     Args:
-        prepare: moves the padded inputs to the model's device (a trainer's ``_prepare_inputs``; default:
-            the device of the model's first parameter).
+        prepare: moves the inputs to the device (a trainer's ``_prepare_inputs``; default: the model's).
     """
     import copy
 

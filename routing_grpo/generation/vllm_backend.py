@@ -63,9 +63,8 @@ def colocated_sampling(
     structured_outputs_regex: str | None,
     structured_outputs_params: Callable[..., Any] | None = None,
 ) -> dict[str, Any]:
-    """The shared SamplingParams arguments of TRL's colocated engine, as TRL 1.16's colocate path builds
-    them: ``sampling``, ``generation_kwargs`` over it, then structured outputs from the regex (it wins, with
-    TRL's warning) or a ``structured_outputs`` dict (``structured_outputs_params``: default vLLM's)."""
+    """The SamplingParams arguments of TRL's colocated engine, as TRL 1.16 builds them: ``generation_kwargs``
+    over ``sampling``, then structured outputs from the regex (it wins, with TRL's warning) or a dict."""
     settings = {**sampling, **(generation_kwargs or {})}
     given = settings.get("structured_outputs")
     if structured_outputs_regex is None and not isinstance(given, Mapping):
@@ -85,11 +84,11 @@ def colocated_sampling(
 
 
 class VLLMBackend(Backend):
-    """vLLM engine(s) behind the backend interface: ``sample`` sends every request in one call, which vLLM
-    schedules; a word-phase step is one ``max_tokens=1`` request per row.
+    """vLLM engine(s) behind the backend interface: every request in one call; a word-phase step is one
+    ``max_tokens=1`` request per row.
 
-    ``engine``: anything with ``run`` (:mod:`~routing_grpo.generation.vllm_engines`), or a ``vllm.LLM``
-    (wrapped with ``sampling_params``). The engine is seeded when built, so ``sample`` ignores ``seed``.
+    ``engine``: anything with ``run`` (:mod:`~.vllm_engines`), or a ``vllm.LLM`` (wrapped with
+    ``sampling_params``). The engine is seeded when built, so ``sample`` ignores ``seed``.
     """
 
     def __init__(
@@ -140,8 +139,7 @@ class VLLMBackend(Backend):
 
 class ColocatedVLLMBackend(Backend):
     """TRL's colocated ``vllm.LLM`` behind the backend interface: one engine call per ``sample``, with
-    logprobs. ``sampling``, ``generation_kwargs`` and ``structured_outputs_regex`` are applied as TRL applies
-    them (:func:`colocated_sampling`); the trainer keeps the engine (weight sync, sleep mode)."""
+    logprobs, sampling as TRL's (:func:`colocated_sampling`); the trainer keeps the engine."""
 
     def __init__(
         self,
@@ -185,14 +183,6 @@ class ColocatedVLLMBackend(Backend):
         return outputs
 
 
-def batch_requests_by_sampling(requests: Sequence[GenerationRequest]) -> dict[tuple[int, int], list[int]]:
-    """Indices of requests sharing (n, max_tokens): one server call each."""
-    batches: dict[tuple[int, int], list[int]] = {}
-    for j, request in enumerate(requests):
-        batches.setdefault((request.n, request.max_tokens), []).append(j)
-    return batches
-
-
 SERVER_CONCURRENCY = 64  # server calls in flight at once: TRL's client's pooled connections
 
 
@@ -208,7 +198,10 @@ class VLLMServerBackend(Backend):
     def sample(
         self, requests: Sequence[GenerationRequest], seed: int | None = None
     ) -> list[list[Completion]]:
-        batches = list(batch_requests_by_sampling(requests).items())
+        by_sampling: dict[tuple[int, int], list[int]] = {}
+        for j, request in enumerate(requests):
+            by_sampling.setdefault((request.n, request.max_tokens), []).append(j)
+        batches = list(by_sampling.items())
         if not batches:
             return []
 

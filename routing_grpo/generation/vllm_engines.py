@@ -11,16 +11,6 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def visible_gpus() -> list[str]:
-    """The GPUs this process may use: ``CUDA_VISIBLE_DEVICES`` when set, else every GPU torch counts."""
-    env = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if env is not None:
-        return [d.strip() for d in env.split(",") if d.strip()]
-    import torch
-
-    return [str(i) for i in range(torch.cuda.device_count())]
-
-
 def replica_devices(data_parallel_size: int, tensor_parallel_size: int, visible: Sequence[str]) -> list[str]:
     """``CUDA_VISIBLE_DEVICES`` of each data-parallel engine: consecutive blocks of the visible GPUs."""
     need = data_parallel_size * tensor_parallel_size
@@ -80,7 +70,7 @@ def _replica_main(
     use_tqdm: bool,
 ) -> None:
     """A data-parallel engine's process: its GPUs set before CUDA starts, then one call per message until
-    ``None``; errors go back as text."""
+    ``None``."""
     os.environ["CUDA_VISIBLE_DEVICES"] = devices
     try:
         engine = LocalVLLM.start(
@@ -207,11 +197,16 @@ def start_vllm_engines(
     sampling_params: Any = None,
     use_tqdm: bool = True,
 ) -> LocalVLLM | DataParallelEngines:
-    """One engine in this process, or ``data_parallel_size`` engines on their own GPUs (``llm_factory`` and
-    ``sampling_params``: stand-ins for vLLM's, module level when data parallel)."""
+    """One engine in this process, or ``data_parallel_size`` engines on their own GPUs (``visible``: default
+    ``CUDA_VISIBLE_DEVICES``, else every GPU torch counts)."""
     stand_ins = {"llm_factory": llm_factory, "sampling_params": sampling_params, "use_tqdm": use_tqdm}
     if data_parallel_size > 1:
-        visible = visible_gpus() if visible is None else visible
+        if visible is None and "CUDA_VISIBLE_DEVICES" in os.environ:
+            visible = [d.strip() for d in os.environ["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+        elif visible is None:
+            import torch
+
+            visible = [str(i) for i in range(torch.cuda.device_count())]
         devices = replica_devices(data_parallel_size, tensor_parallel_size, visible)
         return DataParallelEngines(engine_kwargs, devices, **stand_ins)
     return LocalVLLM.start(engine_kwargs, **stand_ins)

@@ -1,8 +1,7 @@
 """The Router's word phase: the routing word one token at a time, the heads of the caps driver.
 
-An allowed set keeps every token on an allowed word's token forms (:func:`allowed_next_tokens`); a free row's
-mode is decided as the detector will decide it, as early as that is certain (:func:`word_decision`), so a
-small cap is never overrun while the detection head is read.
+An allowed set keeps every token on an allowed word's token forms; a free row's mode is decided as the
+detector will decide it, as early as that is certain, so a small cap is never overrun.
 """
 
 from __future__ import annotations
@@ -36,9 +35,8 @@ def word_decision(
 ) -> Detection | None:
     """The mode once the first tokens decide it, else None (generate another word token).
 
-    An allowed set decides at a complete allowed word. A free row decides once certain: at a complete token
-    form that no longer form continues, at a word the text rule finds where no form matches, at EOS, or at
-    a full detection head.
+    An allowed set decides at a complete allowed word; a free row at a complete token form no longer form
+    continues, at a word the text rule finds, at EOS, or at a full detection head.
     """
     prefix = [int(t) for t in prefix]
     if allowed is not None:
@@ -77,8 +75,7 @@ def choose_words(
     eos_token_ids: Sequence[int],
     max_tokens: int,
 ) -> list[tuple[list[int], Detection]]:
-    """The word phase: per row, the tokens generated until its mode is decided (at most ``max_tokens``), and
-    the decision. Each ``next_tokens`` call advances the undecided rows by one token."""
+    """Per row, the tokens generated until its mode is decided (at most ``max_tokens``), and the decision."""
     n = len(prompt_ids)
     prefixes: list[list[int]] = [[] for _ in range(n)]
     decisions: list[Detection | None] = [None] * n
