@@ -1,15 +1,10 @@
-"""The answers file of ``routing-grpo generate --input Q.jsonl --output A.jsonl``: its questions, its rows and
-the resumable run over it, the command's and a Python call's.
+"""The answers file of ``routing-grpo generate --input Q.jsonl --output A.jsonl`` and the resumable run over it.
 
 Each row holds an answer, ``model_output`` and ``reference_answer`` as ``routing-grpo grade`` reads them, and
-the ``request`` it was made for (:func:`request_record`). A rerun keeps the answers made for the same request
-and refuses, before the model loads, an id answered for another (:func:`plan_answers`). Rows are appended a
-batch at a time, one writer at a time (``FILE.lock``).
-
-    from routing_grpo.inference.answers import answer_questions, read_questions
+the ``request`` it was made for; a rerun keeps the answers made for the same request and refuses an id
+answered for another (:func:`plan_answers`)::
 
     run = answer_questions("outputs/router", read_questions("q.jsonl"), "answers.jsonl", mode="Short")
-    run.answers, run.reused, run.tokens
 """
 
 from __future__ import annotations
@@ -38,8 +33,7 @@ CHAT_ROLES = ("system", "user", "assistant")
 
 
 def read_questions(path: str | Path) -> list[dict[str, Any]]:
-    """Rows of a questions JSONL file (:func:`question_row`); FileNotFoundError, or ValueError naming the line
-    of a malformed row or a repeated id."""
+    """Rows of a questions JSONL file (:func:`question_row`); a ValueError names a bad row's line."""
     rows, seen = [], set()
     for lineno, item in read_jsonl(path, torn="error"):
         try:
@@ -54,9 +48,8 @@ def read_questions(path: str | Path) -> list[dict[str, Any]]:
 
 
 def question_row(item: Mapping[str, Any], lineno: int) -> dict[str, Any]:
-    """A questions-file row checked: ``question`` (or ``prompt``: text, or chat messages whose last is the
-    user's); optionally ``id`` (default: the line number), ``mode``, ``allow``, ``caps`` and
-    ``reference_answer`` (or ``answer``)."""
+    """A questions-file row checked: ``question`` (or ``prompt``: text or chat messages); optionally ``id``
+    (default: the line number), ``mode``, ``allow``, ``caps`` and ``reference_answer`` (or ``answer``)."""
     question = item.get("question", item.get("prompt"))
     if not (question.strip() if isinstance(question, str) else isinstance(question, list) and question):
         raise ValueError("needs a non-empty `question` (text or a list of chat messages)")
@@ -102,8 +95,7 @@ def answer_id(row: Mapping[str, Any]) -> str:
 def request_record(
     request: Request, model: Mapping[str, Any], settings: RoutingSettings, sampling: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """What determines an answer, stored in its row: the question, its routing (mode, allowed set, caps), the
-    model's fingerprint, a digest of the routing settings and the sampling options."""
+    """What determines an answer, stored in its row: question, routing, model, settings digest, sampling."""
     digest = hashlib.sha256(json.dumps(settings.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
     record = dict(question=request.question, mode=request.mode, allow=request.allow, caps=bool(request.caps))
     record.update(model=dict(model), settings=digest[:16], sampling=dict(sampling))
@@ -111,9 +103,8 @@ def request_record(
 
 
 def resolved_record(record: Any, settings: RoutingSettings) -> dict[str, Any] | None:
-    """A request record with its forced mode and allowed set as the mode names they resolve to
-    (case-insensitively, each once, in the modes' order: ``nothink`` is ``NoThink``; a name that matches no
-    mode is kept as written); None when ``record`` is none."""
+    """A request record with its mode and allowed set as the mode names they resolve to (``nothink`` is
+    ``NoThink``; an unknown name kept as written); None when ``record`` is none."""
     if not isinstance(record, Mapping):
         return None
     modes = settings.modes
@@ -134,7 +125,7 @@ def resolved_record(record: Any, settings: RoutingSettings) -> dict[str, Any] | 
 
 
 def request_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> list[str]:
-    """What differs between the request an answer was made for and this one ([] when nothing does)."""
+    """What differs between the request an answer was made for and this one."""
     if old is None:
         return ["no record of its request"]
     keys = ("question", "mode", "allow", "caps", "model", "settings")
@@ -146,8 +137,8 @@ def request_differences(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -
 def answer_row(
     row_id: str, answer: Answer, reference: Any = None, request: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """An answers-file row: the answer's fields, ``model_output`` (its text, "" when it did not finish, which
-    the grader scores wrong), ``reference_answer`` when there is one, and ``request``."""
+    """An answers-file row: the answer's fields, ``model_output`` ("" when it did not finish),
+    ``reference_answer`` and ``request``."""
     output = answer.text if answer.stopped_by == "eos" else ""
     row = {"id": row_id, **answer.to_dict(), "model_output": output}
     if reference is not None:
@@ -166,7 +157,7 @@ def question_requests(
     caps: bool = True,
 ) -> dict[str, Request]:
     """Id -> the request of each question row: its own mode or allowed set, else the run's; caps on when both
-    say so. ValueError ``question ID: why`` for a routing the modes refuse or an empty question."""
+    say so."""
     requests = {}
     for row in rows:
         if isinstance(row["question"], str) and not row["question"].strip():
@@ -185,8 +176,8 @@ def question_requests(
 
 @dataclass
 class AnswerPlan:
-    """A run over questions: each one's request, the answers file, the ids left to answer (in order), whether
-    the file had answers to resume, and whether it is started afresh."""
+    """A run over questions: the requests, the answers file, the ids left to answer, whether the file had
+    answers to resume and whether it is started afresh."""
 
     requests: dict[str, Request]
     output: Path | None
@@ -208,9 +199,8 @@ def plan_answers(
     settings: RoutingSettings,
     overwrite: bool = False,
 ) -> AnswerPlan:
-    """The ids ``output`` does not answer yet. An id it answers for another request (modes compared by what
-    they resolve to) is a ValueError naming the file's line and what differs, unless ``overwrite`` (the file
-    is started afresh); so is a malformed answers file."""
+    """The ids ``output`` does not answer yet; one it answers for another request is a ValueError naming the
+    line and what differs, unless ``overwrite`` (the file is started afresh)."""
     path = Path(output) if output else None
     try:
         rows = resumable_rows(path, answer_id, "an answer row") if path else {}
@@ -235,7 +225,7 @@ def plan_answers(
 
 @dataclass
 class AnswersRun:
-    """What a run did: questions, answers reused and generated, their tokens and generation seconds."""
+    """What a run did: questions, answers reused and generated, tokens and generation seconds."""
 
     questions: int
     reused: int
@@ -269,12 +259,9 @@ def answer_questions(
 ) -> AnswersRun:
     """``routing-grpo generate`` as a Python call: answers question rows with the router at ``model``.
 
-    With ``output`` the file is checked and locked before it is read, and the model loads only when something
-    is left to answer (:func:`plan_answers`); ``on_resumed(plan)`` is called before it loads. The questions
-    are answered ``batch_size`` at a time, every prompt checked against the model's context first, each
-    batch's rows appended to ``output`` and then passed to ``on_answers(ids, answers)``. A file started
-    afresh is written beside the old one and replaces it once all are written, so a run that fails leaves
-    the old file as it was. ``settings`` defaults to the model's own. Errors are one-line ValueErrors."""
+    ``output`` is locked, and the model loads only when something is left to answer; ``on_resumed(plan)``
+    is called before it loads, ``on_answers(ids, answers)`` after each batch is appended. A file started
+    afresh replaces the old one only once all its answers are written."""
     if not isinstance(settings, RoutingSettings):
         settings = RoutingSettings.resolve(model, settings, revision=revision)
     if output is not None and (not str(output).strip() or Path(output).is_dir()):

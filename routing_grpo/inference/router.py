@@ -1,13 +1,10 @@
-"""Running a trained router: free routing, a forced mode, or a set of allowed modes, with each mode's cap
-held while generating (``routing-grpo generate`` is the command line over it)::
+"""Running a trained router: free routing, a forced mode, or a set of allowed modes, each mode's cap held
+while generating (``routing-grpo generate`` is the command line over it)::
 
     router = Router.from_pretrained("outputs/demo/runs/router/seed0")   # its routing_config.json is read
     answer = router("L3: 4 q+3 f*7 x+1")                               # the model picks the mode
     answer = router("L3: 4 q+3 f*7 x+1", mode="Short")                 # forced
     answer = router("L3: 4 q+3 f*7 x+1", allow=["NoThink", "Short"])   # never Long
-
-An allowed set restricts the routing word's tokens; once a row's mode is known the rest is generated within
-its budget by the caps driver (:func:`routing_grpo.generation.caps.generate_with_caps`), the trainer's too.
 """
 
 from __future__ import annotations
@@ -43,10 +40,9 @@ class Request:
 
     Attributes:
         question: the user's question (text) or a list of chat messages.
-        mode: force this mode (its word is placed after the routing question).
-        allow: the modes the model may choose from (the routing word is restricted to them); a list of
-            names or a comma-separated string. ``mode`` and ``allow`` exclude each other; neither = free.
-        caps: enforce the per-mode caps while generating (default True).
+        mode: force this mode (its word follows the routing question).
+        allow: the modes the model may choose from (names, or one comma-separated string); excludes ``mode``.
+        caps: enforce the per-mode caps while generating.
     """
 
     question: Any
@@ -80,7 +76,7 @@ def check_count(value: Any, name: str) -> None:
 def resolve_routing(
     settings: RoutingSettings, mode: str | None = None, allow: Sequence[str] | str | None = None
 ) -> Routing:
-    """Checks a request's routing against the modes (unknown names, empty allow set, both given)."""
+    """Checks a request's routing against the modes."""
     modes = settings.modes
     names = [m.name for m in modes]
     if mode is not None and allow is not None:
@@ -109,11 +105,9 @@ class Answer:
     Attributes:
         mode: the mode's name, or None when the completion has no routing word.
         forced: the mode was forced (its word was in the prompt, not generated).
-        routing: free, forced, allowed or single.
-        answer: the final answer the grader extracts; None when there is none, and for a response stopped
-            by a cap or the length limit (graded wrong).
+        answer: the final answer the grader extracts; None when there is none or the answer did not finish.
         text: the whole answer, routing word first (special tokens dropped).
-        tokens: tokens the model generated (a forced word is not generated).
+        tokens: tokens the model generated.
         length: L, tokens after the routing word, EOS included (all tokens when there is no word).
         stopped_by: ``eos`` (the model finished), ``cap`` (the mode's cap) or ``length`` (``max_new_tokens``).
     """
@@ -148,8 +142,7 @@ class Row:
 
 
 def known_row_budget(row: Row, settings: RoutingSettings, max_new_tokens: int) -> int | None:
-    """Tokens the row may generate when known before generation; None for a row whose word phase sets it
-    (an allowed set, a free row with caps)."""
+    """Tokens the row may generate when known before generation; None where its word phase sets it."""
     if row.routing.kind == "allowed" or (row.routing.kind == "free" and row.caps):
         return None
     if not row.caps:
@@ -160,7 +153,7 @@ def known_row_budget(row: Row, settings: RoutingSettings, max_new_tokens: int) -
 def head_row_budget(
     row: Row, head: Sequence[int], settings: RoutingSettings, detector: ModeDetector, max_new_tokens: int
 ) -> int:
-    """Total tokens (the word phase's included) of a row once its word phase has written ``head``."""
+    """Total tokens of a row, its word phase's included, once that has written ``head``."""
     if not row.caps:
         return max_new_tokens
     return free_budget(head, detector, settings.modes, max_new_tokens)
@@ -200,8 +193,7 @@ def finish_row(
 
 
 def context_problem(prompt_tokens: int, max_new_tokens: int, context: int | None) -> str | None:
-    """Why a prompt and its answer may not fit the model's context (None when they do, or it is unknown);
-    ``max_new_tokens`` 0: whether the prompt leaves any room for an answer."""
+    """Why a prompt and its answer may not fit the model's context (None when they do, or it is unknown)."""
     if not context or prompt_tokens + max_new_tokens <= context:
         return None
     if prompt_tokens >= context:
@@ -216,11 +208,8 @@ def context_problem(prompt_tokens: int, max_new_tokens: int, context: int | None
 
 
 class Router:
-    """A trained router ready to answer: settings, tokenizer and a backend.
-
-    Build one with :meth:`from_pretrained` (a folder or Hub id; the settings saved with it are read), or
-    from parts: ``Router(TransformersBackend(model, tokenizer), tokenizer, settings)``.
-    """
+    """A trained router ready to answer: :meth:`from_pretrained`, or
+    ``Router(TransformersBackend(model, tokenizer), tokenizer, settings)``."""
 
     def __init__(
         self,
@@ -231,8 +220,6 @@ class Router:
         max_new_tokens: int | None = None,
         context: int | None = None,
     ) -> None:
-        """``context``: the model's context in tokens (None: unknown); ``max_new_tokens`` None: the training
-        run's limit."""
         check_count(max_new_tokens, "max_new_tokens")
         self.backend, self.tokenizer, self.settings = backend, tokenizer, settings
         self.context = context
@@ -257,20 +244,15 @@ class Router:
         seed: int | None = None,
         **engine_kwargs: Any,
     ) -> Router:
-        """Loads a checkpoint and its routing settings; every argument, and a local model's weight files, is
-        checked before anything loads (a ValueError naming it).
+        """Loads a checkpoint and its routing settings, every argument checked first (a ValueError naming it).
 
         Args:
-            model: a local folder, a Hub id, or ``offline:NAME``; a LoRA run's folder loads its base and the
-                adapter through PEFT, on transformers.
+            model: a local folder, a Hub id, or ``offline:NAME``; a LoRA run's folder loads through PEFT.
             settings: a :class:`RoutingSettings`, a settings file or a training recipe, in place of
-                ``MODEL/routing_config.json`` (:class:`~routing_grpo.training.settings.SettingsNotFoundError`
-                if absent).
+                ``MODEL/routing_config.json``.
             backend: ``auto`` (vLLM with a GPU when installed, else transformers), ``transformers``, ``vllm``.
-            device, dtype: transformers' (default: ``cuda`` when there is a GPU; the checkpoint's dtype).
             temperature, top_p, top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off).
             max_new_tokens: tokens per answer (default: the training run's limit).
-            seed: seeds torch (transformers) or the vLLM engine, an integer in [0, 2**32).
             engine_kwargs: extra ``vllm.LLM`` arguments (e.g. ``max_model_len``).
         """
         check_sampling(temperature, top_p, top_k)
@@ -296,7 +278,7 @@ class Router:
         return cls(built, tokenizer, settings, max_new_tokens=max_new_tokens, context=built.context_length())
 
     def plan(self, request: Request) -> Row:
-        """The row of a request: routing checked (an error names ``mode`` or ``allow``), prompt tokenized."""
+        """The row of a request: routing checked, prompt tokenized."""
         try:
             routing = resolve_routing(self.settings, request.mode, request.allow)
         except ValueError as err:
@@ -317,8 +299,8 @@ class Router:
         *,
         warn: bool = True,
     ) -> list[Row]:
-        """The rows of requests (``names``: how errors and warnings call them): a prompt past the model's
-        context is a ValueError, one whose answer may not fit a warning (unless not ``warn``)."""
+        """The rows of requests: a prompt past the model's context is a ValueError, one whose answer may not
+        fit a warning (``names``: how both call them)."""
         limit = self.max_new_tokens if max_new_tokens is None else max_new_tokens
         rows = [self.plan(r) for r in requests]
         for name, row in zip(names, rows, strict=True):
@@ -345,9 +327,8 @@ class Router:
     ) -> list[Answer]:
         """Answers questions in order, ``batch_size`` at a time (default: all in one batch).
 
-        Each item is a question (text or chat messages), routed by ``mode`` / ``allow`` / ``caps``, or a
-        :class:`Request` carrying its own; ``names`` (default: their numbers from 1) is how errors and
-        warnings call them. Raises ValueError naming the argument, before anything is generated.
+        Each item is a question routed by ``mode`` / ``allow`` / ``caps``, or a :class:`Request`; ``names``
+        (default: their numbers from 1) is how errors call them.
         """
         check_count(max_new_tokens, "max_new_tokens")
         check_count(batch_size, "batch_size")
@@ -375,7 +356,7 @@ class Router:
         return answers
 
     def _generate_rows(self, rows: list[Row], limit: int) -> list[Answer]:
-        """One batch through the caps driver: the word phase writes the heads, then each row its budget."""
+        """One batch through the caps driver, the word phase writing the heads."""
         eos = self.backend.eos_token_ids
 
         def write_heads(indices: list[int], prompts: list[list[int]]) -> list[list[int]]:
