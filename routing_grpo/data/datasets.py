@@ -1,10 +1,8 @@
 """Datasets: each task from the Hugging Face Hub, a local file or its generator, normalised to one schema.
 
-:func:`load_task` gives a :class:`datasets.Dataset` with the columns ``prompt`` (one user turn: problem and
-answer-format instruction), ``problem``, ``answer`` (the reference, stripped), ``level`` (int or None),
-``subject`` (str or None) and ``id``; Countdown rows also ``numbers`` and ``target`` (their ``answer``, a
-canonical solution, is graded by :func:`task_grader`). Source columns are found by name, row by row
-(docs/training.md); a malformed row fails the load naming its row, id and column, or is dropped.
+:func:`load_task` gives a :class:`datasets.Dataset` with the columns ``prompt`` (one user turn), ``problem``,
+``answer``, ``level`` (int or None), ``subject`` (str or None) and ``id``; Countdown rows also ``numbers`` and
+``target``. Source columns are found by name, row by row (docs/training.md).
 """
 
 from __future__ import annotations
@@ -61,8 +59,7 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
 
 
 def _read_local(path: str, split: str) -> list[dict[str, Any]]:
-    """The rows of a data file, or of a folder's data files: those with the split as a word in their name
-    (``gsm8k_test.jsonl``, ``test-00000-of-00001.parquet``) if any are."""
+    """The rows of a data file, or of a folder's data files: those named after the split if any are."""
     resolved = Path(path).expanduser()
     if not resolved.exists():
         raise FileNotFoundError(f"{path}: no such file or directory")
@@ -135,12 +132,6 @@ def _answer(value: Any, column: str, rule: str) -> str:
     return value.strip()
 
 
-def _text_or_none(value: Any, column: str) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    raise _RowError(column, f"expected a string, got {type(value).__name__}")
-
-
 def _normalise_row(
     raw: Mapping[str, Any], index: int, cols: dict[str, str | None], spec: TaskSpec, split: str
 ) -> dict[str, Any]:
@@ -158,11 +149,14 @@ def _normalise_row(
     raw_id = raw.get(cols["id"]) if cols["id"] else None
     if raw_id is not None and (isinstance(raw_id, bool) or not isinstance(raw_id, str | int)):
         raise _RowError(cols["id"], f"id is {type(raw_id).__name__}")
+    subject = raw.get(cols["subject"]) if cols["subject"] else None
+    if subject is not None and not isinstance(subject, str):
+        raise _RowError(cols["subject"], f"expected a string, got {type(subject).__name__}")
     return {
         "problem": problem,
         "answer": _answer(raw.get(answer_column), answer_column, spec.answer_rule),
         "level": _parse_level(raw.get("level")) if cols["level"] else None,
-        "subject": _text_or_none(raw.get(cols["subject"]), cols["subject"]) if cols["subject"] else None,
+        "subject": subject,
         "id": str(raw_id) if raw_id not in (None, "") else f"{spec.name}-{split}-{index}",
     }
 
@@ -232,8 +226,7 @@ def load_task(
     skip_malformed: bool = False,
     instruction: str | None = None,
 ) -> Dataset:
-    """Load task ``name`` (:func:`~routing_grpo.data.tasks.task_names`) as a normalised Dataset (columns: see
-    the module docstring).
+    """Load task ``name`` (:func:`~routing_grpo.data.tasks.task_names`) as a normalised Dataset.
 
     Args:
         path: a Hub dataset name, or a local .jsonl/.json/.parquet file or folder of them (default: the task's
@@ -272,7 +265,7 @@ def load_task(
 
 def parse_level_mix(value: Any) -> dict[int, float]:
     """A level mix ``{level: share}`` (levels whole numbers >= 0, shares positive weights) from a mapping or
-    its YAML / JSON text (``{1: 0.8, 6: 0.2}``); a ValueError names what is wrong."""
+    its YAML / JSON text (``{1: 0.8, 6: 0.2}``)."""
     example = "e.g. {1: 0.8, 6: 0.2}"
     if isinstance(value, str):
         import yaml
@@ -309,8 +302,7 @@ def parse_level_mix(value: Any) -> dict[int, float]:
 
 def mix_levels(dataset: Dataset, mix: Mapping[int, float], *, seed: int, size: int | None = None) -> Dataset:
     """Resample ``dataset`` by level: level l makes ``mix[l] / sum(mix)`` of ``size`` rows (default: as many
-    as ``dataset`` has, counts rounded by largest remainder); levels not in ``mix`` are dropped. Within a
-    level, rows are drawn in whole seeded permutations; the result is shuffled with the same seed."""
+    as ``dataset`` has; largest remainder), drawn in whole seeded permutations, then shuffled."""
     levels = dataset["level"]
     missing = sum(1 for lv in levels if lv is None)
     if missing:
@@ -344,7 +336,7 @@ def mix_levels(dataset: Dataset, mix: Mapping[int, float], *, seed: int, size: i
 
 def check_columns(dataset: Any, split: str, answer_column: str) -> None:
     """A ValueError naming the key and the columns when ``dataset`` (a dataset, a mapping of them, or None)
-    lacks the ``prompt`` or ``answer_column`` column; datasets that do not say their columns pass."""
+    lacks the ``prompt`` or ``answer_column`` column."""
     for ds in dataset.values() if isinstance(dataset, Mapping) else [dataset]:
         columns = getattr(ds, "column_names", None)
         if columns is None:

@@ -1,10 +1,7 @@
 """Tasks by name: what a task name means (its grader, split, Hub source or row generator).
 
-:data:`TASKS` holds the project's own tasks (MATH, GSM8K, AIME, Countdown, and ``synthetic``: seeded integer
-arithmetic in 5 levels, from one addition to six operators with parentheses and exact divisions). Another
-package adds tasks as the miniature does, through an entry point of the group ``routing_grpo.tasks`` naming
-a :class:`TaskSpec` or a function of no arguments returning one:
-``[project.entry-points."routing_grpo.tasks"] my_task = "my_package.tasks:my_task_spec"``.
+:data:`TASKS` holds the project's own tasks; another package adds tasks, as the miniature does, through an
+entry point of the group ``routing_grpo.tasks`` naming a :class:`TaskSpec` or a function returning one.
 """
 
 from __future__ import annotations
@@ -86,8 +83,7 @@ def _draw_synthetic(rng: random.Random, level: int) -> tuple[str, str, dict[str,
 
 
 def synthetic_rows(n: int, *, seed: int = 0, split: str = "train") -> list[dict[str, Any]]:
-    """``n`` distinct arithmetic problems of ``split``, levels cycling 1..5
-    (:func:`~routing_grpo.core.countdown.generated_rows`)."""
+    """``n`` distinct arithmetic problems of ``split``, levels cycling 1..5."""
     return countdown.generated_rows("synthetic", n, seed, split, len(SYNTHETIC_LEVELS), _draw_synthetic)
 
 
@@ -140,8 +136,7 @@ def task_names() -> list[str]:
 
 
 def get_task(name: str) -> TaskSpec:
-    """The spec of task ``name``, from :data:`TASKS` or else its entry point (loaded once); a ValueError
-    lists the known names."""
+    """The spec of task ``name``, from :data:`TASKS` or else its entry point (loaded once)."""
     if name not in TASKS:
         found = importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name)
         if not found:

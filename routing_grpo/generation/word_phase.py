@@ -6,6 +6,7 @@ detector will decide it, as early as that is certain, so a small cap is never ov
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 from routing_grpo.core.modes import DETECTION_HEAD_TOKENS, INVALID, Detection, ModeDetector
@@ -76,6 +77,7 @@ def choose_words(
     max_tokens: int,
 ) -> list[tuple[list[int], Detection]]:
     """Per row, the tokens generated until its mode is decided (at most ``max_tokens``), and the decision."""
+    decide = functools.partial(word_decision, forms=forms, detector=detector, eos_token_ids=eos_token_ids)
     n = len(prompt_ids)
     prefixes: list[list[int]] = [[] for _ in range(n)]
     decisions: list[Detection | None] = [None] * n
@@ -89,13 +91,7 @@ def choose_words(
         still = []
         for i, token in zip(active, tokens, strict=True):
             prefixes[i].append(int(token))
-            decision = word_decision(
-                prefixes[i],
-                allowed=allowed[i],
-                forms=forms,
-                detector=detector,
-                eos_token_ids=eos_token_ids,
-            )
+            decision = decide(prefixes[i], allowed=allowed[i])
             if decision is None and len(prefixes[i]) >= max_tokens:
                 decision = detector.detect(prefixes[i])
             if decision is None:
