@@ -101,8 +101,8 @@ def plot_pareto(
         acc, length = report.stats(seeds, "accuracy"), report.stats(seeds, "mean_length")
         ax.errorbar(
             length.mean, acc.mean, xerr=length.std, yerr=acc.std, fmt="D" if method == "router" else "o",
-            color=METHOD_COLORS.get(method, "black"), label=f"{report.METHOD_LABELS.get(method, method)} (n={len(seeds)})",
-            capsize=3, markersize=8 if method == "router" else 6,
+            color=METHOD_COLORS.get(method, "black"), capsize=3, markersize=8 if method == "router" else 6,
+            label=f"{report.METHOD_LABELS.get(method, method)} (n={len(seeds)})",
         )  # fmt: skip
     frontier = pareto_frontier([points[m] for m in report.BASELINE_METHODS if m in points])
     if frontier:

@@ -333,7 +333,7 @@ def load_samples(path: str | Path) -> list[dict[str, Any]]:
 
 
 def load_sample_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """:func:`load_samples` with line numbers; a torn last line left out, a bad line a ValueError ``path:line``."""
+    """:func:`load_samples` with line numbers (a torn last line left out; a bad row: ValueError ``path:line``)."""
     rows: dict[tuple[str, int, str | None], tuple[int, dict[str, Any]]] = {}
     for number, row in read_jsonl(path, torn="drop"):
         try:
