@@ -333,7 +333,8 @@ def load_samples(path: str | Path) -> list[dict[str, Any]]:
 
 
 def load_sample_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """:func:`load_samples` with line numbers (a torn last line left out; a bad row: ValueError ``path:line``)."""
+    """:func:`load_samples` with each row's line number. A torn last line is left out; any other bad line,
+    or a row without ``prompt_id`` and an integer ``sample_index``, is a ValueError naming ``path:line``."""
     rows: dict[tuple[str, int, str | None], tuple[int, dict[str, Any]]] = {}
     for number, row in read_jsonl(path, torn="drop"):
         try:
