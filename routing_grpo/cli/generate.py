@@ -89,11 +89,8 @@ def run(args: argparse.Namespace) -> int:
         elif done < todo:
             started, first_done = progress["first"]
             eta = duration_text((now - started) / (done - first_done) * (todo - done))
-            print(
-                f"[generate] {done}/{todo} prompts ({now - started:.0f}s, ETA {eta})",
-                file=sys.stderr,
-                flush=True,
-            )
+            line = f"[generate] {done}/{todo} prompts ({now - started:.0f}s, ETA {eta})"
+            print(line, file=sys.stderr, flush=True)
 
     try:
         done = answer_questions(

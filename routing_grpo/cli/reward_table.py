@@ -41,34 +41,23 @@ def format_reward_table(table: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _parse_lengths(text: str) -> list[int]:
-    try:
-        lengths = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise UsageError(f"--lengths: expected comma-separated integers, got {text!r}") from None
-    if not lengths or any(n < 0 for n in lengths):
-        raise UsageError(f"--lengths: expected non-negative integers, got {text!r}")
-    return lengths
-
-
-def default_lengths(modes: Sequence[ModeSpec], limit: int | None) -> list[int]:
-    """The lengths a table shows without ``--lengths``: the paper's (:data:`DEFAULT_LENGTHS`) unless the
-    recipe's completion limit is shorter; then 0, each cap and the limit, and the quarters of the limit."""
-    if limit is None or limit >= max(DEFAULT_LENGTHS):
-        return list(DEFAULT_LENGTHS)
-    caps = [m.cap for m in modes if m.cap is not None and m.cap <= limit]
-    return sorted({0, limit, *caps, *(round(limit * q / 4) for q in (1, 2, 3))})
-
-
 def run(args: argparse.Namespace) -> int:
     from routing_grpo.training.recipe import load_recipe_modes, read_recipe
 
     modes = load_recipe_modes(args.config) if args.config else DEFAULT_MODES
+    limit = read_recipe(args.config).get("max_completion_length") if args.config else None
     if args.lengths is not None:
-        lengths = _parse_lengths(args.lengths)
-    else:
-        limit = read_recipe(args.config).get("max_completion_length") if args.config else None
-        lengths = default_lengths(modes, limit if isinstance(limit, int) else None)
+        try:
+            lengths = [int(x) for x in args.lengths.split(",") if x.strip()]
+        except ValueError:
+            raise UsageError(f"--lengths: expected comma-separated integers, got {args.lengths!r}") from None
+        if not lengths or any(n < 0 for n in lengths):
+            raise UsageError(f"--lengths: expected non-negative integers, got {args.lengths!r}")
+    elif not isinstance(limit, int) or limit >= max(DEFAULT_LENGTHS):
+        lengths = list(DEFAULT_LENGTHS)
+    else:  # a completion limit shorter than the paper's lengths: 0, each cap, the limit and its quarters
+        caps = [m.cap for m in modes if m.cap is not None and m.cap <= limit]
+        lengths = sorted({0, limit, *caps, *(round(limit * q / 4) for q in (1, 2, 3))})
     table = reward_table(modes, lengths)
     print(json.dumps(table) if args.json else format_reward_table(table))
     return 0

@@ -1,9 +1,7 @@
 """The configuration of an evaluation (``routing-grpo eval``): what is evaluated, how, and on which engine.
 
-:class:`EvalConfig` checks its values when made (each error names the command's option) and gives the
-backend's options; :meth:`EvalConfig.for_checkpoint` is the configuration the command makes for a checkpoint
-(the modes and routing texts of the recipe or of ``routing_config.json``, ``max_tokens`` the training
-completion limit and never past the model's context, ``output`` ``outputs/eval/<method>/seed<N>``).
+:class:`EvalConfig` checks its values when made (each error names the command's option);
+:meth:`EvalConfig.for_checkpoint` is the configuration the command makes for a checkpoint.
 """
 
 from __future__ import annotations
@@ -167,15 +165,14 @@ class EvalConfig:
         revision: str | None = None,
         **options: Any,
     ) -> EvalConfig:
-        """The evaluation of ``model`` with ``routing-grpo eval``'s defaults.
+        """The evaluation of ``model`` with ``routing-grpo eval``'s defaults; a ValueError names the option.
 
         Args:
             config: a training recipe whose modes and routing texts are used (default: the checkpoint's).
-            max_tokens, output: None for their defaults; an explicit ``max_tokens`` past the model's
-                context is lowered to it and said in :attr:`notes`.
+            max_tokens: None for the training completion limit; never past the model's context (an explicit
+                one lowered is said in :attr:`notes`).
+            output: None for ``outputs/eval/<method>/seed<N>``.
             options: the other fields.
-
-        Raises ValueError naming the option for a model that is not there and settings that cannot be read.
         """
         from routing_grpo.io.model_files import local_context_length, weight_file_problem
         from routing_grpo.io.paths import hub_offline, is_offline_name, looks_local, resolve_model_path
@@ -220,11 +217,8 @@ class EvalConfig:
 
             load_recipe_modes(config)  # a missing file, bad YAML or bad modes: one clear line
         routing = read_recipe(config) if config else saved
-        limit = (
-            max_tokens
-            if max_tokens is not None
-            else saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
-        )
+        default = saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
+        limit = max_tokens if max_tokens is not None else default
         context = local_context_length(model)
         if context is not None and limit > context:
             if max_tokens is not None:  # said only when asked for explicitly

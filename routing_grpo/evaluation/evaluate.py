@@ -1,10 +1,9 @@
 """Evaluation of a routing model (or a baseline) on MATH-500, GSM8K and AIME: ``routing-grpo eval``.
 
-Free routing with the routing prompt by default, uncapped at temperature 0.6 (docs/method.md "Validation and
-evaluation"); ``force_mode`` appends one mode's word after the routing question, ``no_routing`` uses the
-plain prompt. Per benchmark, ``OUTPUT/<benchmark>/samples.jsonl`` gets each batch's samples as soon as they
-are graded (a rerun resumes) and ``summary.json`` the figures of :mod:`routing_grpo.evaluation.summary`.
-Everything is checked, and the benchmarks loaded, before the model is.
+Free routing by default, uncapped at temperature 0.6 (docs/method.md "Validation and evaluation");
+``force_mode`` appends one mode's word after the routing question, ``no_routing`` uses the plain prompt. Per
+benchmark, ``OUTPUT/<benchmark>/samples.jsonl`` gets each batch's samples once graded (a rerun resumes) and
+``summary.json`` the figures. Everything is checked, and the benchmarks loaded, before the model is.
 """
 
 from __future__ import annotations
@@ -19,14 +18,8 @@ from typing import Any
 from routing_grpo.core.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.core.prompting import PromptPlan
 from routing_grpo.diagnostics.routing_metrics import duration_text
+from routing_grpo.evaluation import samples
 from routing_grpo.evaluation.config import SAMPLE_SETTINGS, EvalConfig
-from routing_grpo.evaluation.samples import (
-    begin_replacement,
-    claim_folder,
-    commit_replacement,
-    data_fingerprint,
-    read_samples,
-)
 from routing_grpo.evaluation.summary import summarize
 from routing_grpo.generation.factory import VLLM, make_backend, resolve_backend
 from routing_grpo.generation.interface import Backend, GenerationRequest
@@ -43,7 +36,7 @@ def samples_record(config: EvalConfig, benchmark: str) -> dict[str, Any]:
     sample (``--samples`` and ``--limit`` only extend the same set)."""
     return {
         "model": model_fingerprint(config.model, config.revision),
-        "data": data_fingerprint(benchmark, config.data.get(benchmark)),
+        "data": samples.data_fingerprint(benchmark, config.data.get(benchmark)),
         "settings": {key: getattr(config, key) for key in SAMPLE_SETTINGS},
     }
 
@@ -59,11 +52,13 @@ def evaluate_benchmark(
 
     final_dir = under(config.output, benchmark)
     out_dir = (
-        begin_replacement(final_dir, samples_record(config, benchmark)) if config.overwrite else final_dir
+        samples.begin_replacement(final_dir, samples_record(config, benchmark))
+        if config.overwrite
+        else final_dir
     )
     out_dir.mkdir(parents=True, exist_ok=True)
     samples_path = out_dir / "samples.jsonl"
-    done = read_samples(samples_path)
+    done = samples.read_samples(samples_path)
     k = config.samples_for(benchmark)
     modes = config.mode_specs
     plan = PromptPlan.from_config(config)
@@ -112,7 +107,7 @@ def evaluate_benchmark(
               flush=True)  # fmt: skip
 
     wanted = {(str(row["id"]), s) for row in rows for s in range(k)}
-    all_rows = [r for key, r in read_samples(samples_path).items() if key in wanted]
+    all_rows = [r for key, r in samples.read_samples(samples_path).items() if key in wanted]
     summary = {
         "benchmark": benchmark,
         "method": config.effective_method,
@@ -128,7 +123,7 @@ def evaluate_benchmark(
     }
     write_json(out_dir / "summary.json", summary)
     if out_dir != final_dir:
-        commit_replacement(final_dir)
+        samples.commit_replacement(final_dir)
     return summary
 
 
@@ -144,10 +139,8 @@ def _grade_rows(
 
     finished = [bool(r.get("finished", True)) for r in new_rows]
     if verifier is None:
-        completions, references = (
-            [r["completion"] for r in new_rows],
-            [r["reference_answer"] for r in new_rows],
-        )
+        completions = [r["completion"] for r in new_rows]
+        references = [r["reference_answer"] for r in new_rows]
         graded = grade_batch(completions, references, finished=finished, reasoning_open=reasoning_open)
         for r, g in zip(new_rows, graded):
             r["correct"], r["extracted_answer"] = bool(g.correct), g.extracted_answer
@@ -249,11 +242,11 @@ def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
             split = "test" if get_task(bench).generate is not None else None
             datasets[bench] = load_task(bench, path=config.data.get(bench), split=split, limit=config.limit)
         for bench in datasets:  # every output folder, and the samples to resume, checked before the model
-            claim_folder(
+            samples.claim_folder(
                 under(config.output, bench), samples_record(config, bench), overwrite=config.overwrite
             )
             if not config.overwrite:
-                read_samples(Path(config.output) / bench / "samples.jsonl")
+                samples.read_samples(Path(config.output) / bench / "samples.jsonl")
         with model_loading(config.model):
             tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
         check_prompt_lengths(config, datasets, tokenizer, backend)

@@ -22,20 +22,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, crossovers, parse_modes  # noqa: E402
 from routing_grpo.diagnostics.early_tell import FANOUT_ROUTING, fanout_points, trailing_mean  # noqa: E402
+from routing_grpo.evaluation import report  # noqa: E402
 from routing_grpo.evaluation.frontier import Point, pareto_frontier  # noqa: E402
-from routing_grpo.evaluation.report import (  # noqa: E402
-    ABLATION_METHODS,
-    BASELINE_METHODS,
-    LEVEL_MIX_METHOD,
-    METHOD_LABELS,
-    METHOD_ORDER,
-    TrainingRun,
-    compare_to_frontier,
-    find_training_runs,
-    method_points,
-    ordered,
-    stats,
-)
 from routing_grpo.io.paths import under  # noqa: E402
 
 METHOD_COLORS = {
@@ -97,7 +85,7 @@ def plot_pareto(
 ) -> Path:
     """Accuracy vs mean length of every method; ``oracle``: the oracle router's point (a star); ``forced``:
     the taught model forced into each mode (hollow squares) and their frontier (dotted)."""
-    points = method_points(grouped_benchmark)
+    points = report.method_points(grouped_benchmark)
     lengths = [p.length for p in points.values()]
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     for i, p in enumerate(forced):
@@ -108,15 +96,15 @@ def plot_pareto(
     if forced_frontier:
         xs, ys = _flat_past(forced_frontier, max([p.length for p in forced] + lengths) * 1.05)
         ax.plot(xs, ys, linestyle=":", color="black", linewidth=1, label="frontier of the forced modes")
-    for method in ordered(grouped_benchmark, METHOD_ORDER):
+    for method in report.ordered(grouped_benchmark, report.METHOD_ORDER):
         seeds = grouped_benchmark[method]
-        acc, length = stats(seeds, "accuracy"), stats(seeds, "mean_length")
+        acc, length = report.stats(seeds, "accuracy"), report.stats(seeds, "mean_length")
         ax.errorbar(
             length.mean, acc.mean, xerr=length.std, yerr=acc.std, fmt="D" if method == "router" else "o",
-            color=METHOD_COLORS.get(method, "black"), label=f"{METHOD_LABELS.get(method, method)} (n={len(seeds)})",
-            capsize=3, markersize=8 if method == "router" else 6,
+            color=METHOD_COLORS.get(method, "black"), capsize=3, markersize=8 if method == "router" else 6,
+            label=f"{report.METHOD_LABELS.get(method, method)} (n={len(seeds)})",
         )  # fmt: skip
-    frontier = pareto_frontier([points[m] for m in BASELINE_METHODS if m in points])
+    frontier = pareto_frontier([points[m] for m in report.BASELINE_METHODS if m in points])
     if frontier:
         xs, ys = _flat_past(frontier, max(frontier[-1].length, max(lengths)) * 1.05)
         ax.plot(xs, ys, linestyle="--", color="black", linewidth=1, label="single-mode frontier")
@@ -125,7 +113,7 @@ def plot_pareto(
         ax.plot(oracle.length, oracle.accuracy, marker="*", markersize=13, linestyle="none", color="gold",
                 markeredgecolor="black", label="oracle router (best mode per level)")  # fmt: skip
     title = f"{benchmark}: accuracy vs length"
-    cmp = compare_to_frontier(benchmark, grouped_benchmark)
+    cmp = report.compare_to_frontier(benchmark, grouped_benchmark)
     if cmp is not None and cmp["above_frontier"] is not None:
         title += " (router above frontier)" if cmp["above_frontier"] else " (router on/below frontier)"
     accs = [p.accuracy for p in points.values()] + [p.accuracy for p in [oracle, *forced] if p is not None]
@@ -311,7 +299,7 @@ def draw_all(
     run_dirs: Sequence[str | Path],
     output: Path,
     *,
-    training_runs: Sequence[TrainingRun] = (),
+    training_runs: Sequence[report.TrainingRun] = (),
     minis: dict[str, dict[str, Any]] | None = None,
 ) -> list[Path]:
     """Every figure. ``training_runs``: the router's join the logs under ``run_dirs``, each ablation and the
@@ -331,7 +319,7 @@ def draw_all(
         add(plot_pareto(bench, methods, under(output, f"pareto_{bench}.png"), oracle=oracle, forced=forced))
         router = list(methods.get("router", {}).values())
         add(plot_levels(bench, router, under(output, f"levels_{bench}.png"), oracle_choice=choice))
-    logged = find_training_runs(Path(d) for d in run_dirs if Path(d).is_dir())
+    logged = report.find_training_runs(Path(d) for d in run_dirs if Path(d).is_dir())
     seen = {run.path.resolve() for run in logged}
     histories = [run.history for run in logged]
     histories += [r.history for r in training_runs if r.group == "router" and r.path.resolve() not in seen]
@@ -340,14 +328,15 @@ def draw_all(
     groups: dict[str, list[list[dict[str, Any]]]] = defaultdict(list)
     for run in training_runs:
         groups[run.group].append(run.history)
-    tell = {METHOD_LABELS.get(g, g): h for g, h in groups.items()}
-    for ablation in ABLATION_METHODS:
-        heading = f"Training dynamics, {METHOD_LABELS[ablation]}"
+    tell = {report.METHOD_LABELS.get(g, g): h for g, h in groups.items()}
+    for ablation in report.ABLATION_METHODS:
+        heading = f"Training dynamics, {report.METHOD_LABELS[ablation]}"
         add(plot_training_dynamics(groups[ablation], output / f"training_dynamics_{ablation}.png", heading))
     add(plot_early_tell(tell, output / "early_tell.png"))
-    heading = f"Training dynamics, {METHOD_LABELS[LEVEL_MIX_METHOD]}"
+    level_mix = report.LEVEL_MIX_METHOD
+    heading = f"Training dynamics, {report.METHOD_LABELS[level_mix]}"
     for kind, plot in (("dynamics", plot_training_dynamics), ("levels", plot_training_levels)):
-        add(plot(groups[LEVEL_MIX_METHOD], output / f"training_{kind}_{LEVEL_MIX_METHOD}.png", heading))
+        add(plot(groups[level_mix], output / f"training_{kind}_{level_mix}.png", heading))
     return [path for path in written if path]
 
 

@@ -1,10 +1,9 @@
-"""Results across runs: the paper's tables, the single-mode Pareto frontier, and the figures, from evaluation
-summaries (docs/evaluation.md) and trainer logs, by ``method`` and ``seed`` (mean and std over seeds); a
-caller may add a part of its own (:class:`ReportPart`), as the miniature does.
+"""Results across runs: the paper's tables, the single-mode Pareto frontier and the figures, from evaluation
+summaries (docs/evaluation.md) and trainer logs, by ``method`` and ``seed``; a caller may add a
+:class:`ReportPart`, as the miniature does.
 
 Paper: Table "Final accuracy and mean response length" (tab:full), Table "Token reduction" (tab:reduction),
-Figs. "Accuracy versus response length". The saving is given against the pruned Pareto frontier and against
-the paper's polyline through all three single-mode points (:func:`polyline_length_for`).
+Figs. "Accuracy versus response length" (the saving against the pruned frontier and the paper's polyline).
 """
 
 from __future__ import annotations
@@ -263,11 +262,6 @@ def reduction_rows(grouped) -> list[dict[str, Any]]:
     return rows
 
 
-def frontier_rows(grouped) -> list[dict[str, Any]]:
-    rows = [compare_to_frontier(bench, grouped[bench]) for bench in ordered(grouped, BENCHMARK_ORDER)]
-    return [row for row in rows if row is not None]
-
-
 # Why a table can be empty: said in results.md instead of writing an empty CSV.
 EMPTY_TABLE_REASONS = {
     "results": "no evaluation summaries",
@@ -460,11 +454,8 @@ def write_report(
     """
     output = Path(output)
     excluded = [Path(d).resolve() for d in exclude_dirs]
-    summaries = [
-        s
-        for s in find_summaries(run_dirs)
-        if not any(Path(s["_path"]).resolve().is_relative_to(d) for d in excluded)
-    ]
+    found = find_summaries(run_dirs)
+    summaries = [s for s in found if not any(Path(s["_path"]).resolve().is_relative_to(d) for d in excluded)]
     if not summaries:
         raise ValueError(f"no summary.json found under {[str(r) for r in run_dirs]}")
     output.mkdir(parents=True, exist_ok=True)  # once the summaries are read: a refused report makes nothing
@@ -473,7 +464,9 @@ def write_report(
     tables: dict[str, Any] = {
         "results": results_rows(grouped),
         "reduction": reduction_rows(grouped),
-        "frontier": frontier_rows(grouped),
+        "frontier": [
+            r for b in ordered(grouped, BENCHMARK_ORDER) if (r := compare_to_frontier(b, grouped[b]))
+        ],
     }
     markdown = markdown_report(grouped, tables["reduction"], tables["frontier"])
     added = part(grouped, training) if part is not None else ReportPart()

@@ -1,10 +1,9 @@
 """The samples of an evaluation: resumable, bound to what drew them, and replaced only whole.
 
-``OUTPUT/<benchmark>/samples.jsonl`` is appended to as samples are graded and resumed after its last whole
-line (:func:`routing_grpo.io.jsonl.resumable_rows`); ``samples_record.json`` beside it binds them to the
-model's files, the data and the sampling settings, and a rerun under another record is refused naming what
-differs. ``--overwrite`` draws into ``OUTPUT/.<benchmark>.overwrite/``, which takes the old folder's place
-only once its summary is written (:func:`commit_replacement`; a swap cut short is finished by the next run).
+``OUTPUT/<benchmark>/samples.jsonl`` is resumed after its last whole line; ``samples_record.json`` beside it
+binds the samples to the model's files, the data and the settings (a rerun under another record is refused,
+naming what differs). ``--overwrite`` draws into ``OUTPUT/.<benchmark>.overwrite/``, which takes the old
+folder's place once its summary is written (a swap cut short is finished by the next run).
 """
 
 from __future__ import annotations
@@ -111,9 +110,6 @@ def claim_folder(out_dir: Path, record: dict[str, Any], *, overwrite: bool = Fal
             )
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json(record_path, record)
-
-
-# -- --overwrite: a benchmark's folder replaced whole -------------------------------------------------------
 
 
 def staging_folder(out_dir: Path) -> Path:

@@ -1,10 +1,9 @@
 """Checkpoints whole or ignored: which ``checkpoint-N`` folders a run may resume from.
 
-A run killed while the Trainer saves leaves a folder that looks like a checkpoint and is not. Once every
-process has saved, the main process syncs the files and writes :data:`MARKER`, each file's size, last
-(:func:`mark_complete`). A checkpoint is complete when the sizes agree (where no checkpoint has a marker: when
+Once every process has saved, the main process syncs the files and writes :data:`MARKER` (each file's size)
+last. A checkpoint is complete when the sizes agree (where no checkpoint has a marker: when
 ``trainer_state.json`` is whole JSON). A run resumes from the latest complete one; the incomplete ones past it
-become ``checkpoint-N.incomplete-<k>`` (:func:`set_aside_incomplete`), which the Trainer ignores.
+become ``checkpoint-N.incomplete-<k>``, which the Trainer ignores.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
-"""One error front-end for every command: bad input is one line on stderr and exit code 2, never a traceback.
+"""One error front-end for every command: bad input is one line ``PROG: error: message`` and exit code 2.
 
-A problem with what the user gave raises :class:`UsageError` (or a library's error, turned into one by
-:func:`user_errors`); :func:`run_entry` reports it as ``PROG: error: message``, argparse's through
-:class:`OneLineParser`. ``ROUTING_GRPO_DEBUG=1`` shows the traceback instead.
+Raise :class:`UsageError` (or wrap a library's error with :func:`user_errors`); :func:`run_entry` reports it,
+argparse's through :class:`OneLineParser`. ``ROUTING_GRPO_DEBUG=1`` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ import argparse
 import contextlib
 import errno
 import os
+import resource
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -20,8 +20,7 @@ MAX_LINE = 800
 
 
 class UsageError(ValueError):
-    """A problem with what the user gave (recipe, command line, file, data): one line, exit code 2; ``prog``
-    names the command that speaks (else the one :func:`run_entry` runs)."""
+    """A problem with what the user gave: one line, exit code 2; ``prog`` names the command that speaks."""
 
     def __init__(self, message: str, prog: str | None = None):
         super().__init__(message)
@@ -99,10 +98,6 @@ OS_ERROR_WORDS = {
 
 def file_size_limit() -> int | None:
     """This process's file-size limit in bytes (``ulimit -f``), None when there is none."""
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - not POSIX
-        return None
     soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
     return None if soft == resource.RLIM_INFINITY else soft
 

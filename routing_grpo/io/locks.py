@@ -1,9 +1,8 @@
 """One writer per output: a ``filelock`` (``flock``) taken before anything of the output is read or written.
 
-``generate --output FILE`` locks ``FILE.lock``; ``eval`` and training lock ``FOLDER/_routing_grpo.lock`` (a
-Hub push leaves ``_`` names out). The kernel frees the lock when its holder ends, however it ends; the holder
-writes its pid, host, start and command into the file, so that a second writer is refused at once with one
-line naming it (:class:`~routing_grpo.io.errors.UsageError`, exit code 2).
+``generate --output FILE`` locks ``FILE.lock``; ``eval`` and training ``FOLDER/_routing_grpo.lock`` (a Hub
+push leaves ``_`` names out). The kernel frees the lock when its holder ends; the holder writes its pid, host,
+start and command into the file, so that a second writer is refused at once with one line naming it.
 """
 
 from __future__ import annotations
@@ -81,8 +80,7 @@ class OutputLock:
                     break
             else:
                 raise self.refusal()
-            stale = read_holder(self.lock)
-            if stale:
+            if stale := read_holder(self.lock):
                 logger.warning(
                     "%s: taking over the lock of %s: that process is no longer running", self.lock, stale
                 )
@@ -99,12 +97,11 @@ class OutputLock:
     def refusal(self) -> UsageError:
         """The one line refusing a second writer, naming the holder."""
         holder = read_holder(self.lock)
+        why = f"is being written by another process: {holder}; wait for it to end"
         if holder is None:
             why = (
                 f"is locked by {self.lock}, which names no holder; another run is starting on it: wait for it"
             )
-        else:
-            why = f"is being written by another process: {holder}; wait for it to end"
         return UsageError(f"{self.flag}: {self.output} {why}, or give another {self.flag}")
 
     def release(self) -> None:

@@ -1,9 +1,8 @@
 """A model's files, read before the model loads: whole weights, the context length, a fingerprint.
 
-:func:`weight_file_problem` refuses a garbage or truncated ``*.safetensors`` file (its header read by
-``safetensors.safe_open``: milliseconds for any size) or a shard the index names and the folder lacks, in one
-line naming the file, not a traceback after the tokenizer has loaded. A LoRA adapter folder
-(:mod:`routing_grpo.io.adapters`) is checked with its base.
+:func:`weight_file_problem` refuses a garbage or truncated ``*.safetensors`` file (``safetensors.safe_open``
+reads its header in milliseconds) or a shard the index names and the folder lacks, in one line naming the
+file; a LoRA adapter folder is checked with its base.
 """
 
 from __future__ import annotations
@@ -20,13 +19,8 @@ from routing_grpo.io.errors import model_file_errors
 INDEX_FILE = "model.safetensors.index.json"
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 FINGERPRINT_FILES = (
-    "*.safetensors",
-    "*.bin",
-    "*.pt",
-    "config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-)
+    "*.safetensors", "*.bin", "*.pt", "config.json", "tokenizer.json", "tokenizer_config.json",
+)  # fmt: skip
 
 
 def context_length(

@@ -1,9 +1,8 @@
 """A recipe file read: the one place a recipe's YAML is parsed (training, eval, generate, the miniature).
 
-A recipe is a YAML mapping. A key written twice is refused (PyYAML would keep the last without a word), and
-so is a recipe past :data:`MAX_RECIPE_BYTES` on disk or :data:`MAX_RECIPE_NODES` values once its aliases are
-expanded (counted on the composed document, before anything is built: an alias bomb is refused in
-milliseconds). Errors name ``path:line``; :mod:`routing_grpo.training.recipe` checks the keys.
+A recipe is a YAML mapping. A key written twice is refused (PyYAML would keep the last), and so is a recipe
+past :data:`MAX_RECIPE_BYTES` on disk or :data:`MAX_RECIPE_NODES` values once its aliases are expanded
+(counted on the composed document: an alias bomb is refused in milliseconds). Errors name ``path:line``.
 """
 
 from __future__ import annotations
@@ -43,12 +42,8 @@ def expanded_size(node: yaml.Node, limit: int = MAX_RECIPE_NODES) -> int:
             )
         if key not in sizes:
             open_nodes.add(key)
-            if isinstance(n, yaml.MappingNode):
-                sizes[key] = 1 + sum(size(k) + size(v) for k, v in n.value)
-            else:
-                sizes[key] = (
-                    1 + sum(size(child) for child in n.value) if isinstance(n, yaml.SequenceNode) else 1
-                )
+            children = [c for pair in n.value for c in pair] if isinstance(n, yaml.MappingNode) else n.value
+            sizes[key] = 1 + sum(map(size, children)) if isinstance(n, yaml.CollectionNode) else 1
             open_nodes.discard(key)
             if sizes[key] > limit:
                 raise RecipeSizeError(
