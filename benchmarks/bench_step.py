@@ -46,15 +46,23 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 class GenerationMeter:
     """Counts tokens produced by a model's forwards while ``active`` (one per row per forward: the prefill
-    yields each row's first token, every decoding step one more per row still in the batch)."""
+    yields each row's first token, every decoding step one more per row still in the batch).
+
+    The counts live in a buffer of the model, added to inside its forward: a compiled decoding step and its
+    CUDA graphs count as the eager forward does, and torch.compile meets no Python number that changes (a
+    guard on one would compile the step again at every call)."""
+
+    COUNTS = "_generation_meter_counts"
 
     def __init__(self, model: Any) -> None:
+        import torch
+
+        self.model = model
         self.active = False
-        self.tokens = 0
-        self.forwards = 0  # forwards of the model while generating: the prefill and every decoding step
         self.seconds = 0.0
         # Per generation call: the prompt token ids the model saw and each row's generated token count.
         self.batches: list[tuple[list[list[int]], list[int]]] = []
+        model.register_buffer(self.COUNTS, torch.zeros(2, dtype=torch.long), persistent=False)
         model.register_forward_pre_hook(self._hook, with_kwargs=True)
 
     def _hook(self, module: Any, args: Any, kwargs: Any) -> None:
@@ -62,14 +70,25 @@ class GenerationMeter:
             return
         ids = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else (args[0] if args else None)
         if ids is not None:
-            self.tokens += int(ids.shape[0])
-            self.forwards += 1
+            counts = getattr(module, self.COUNTS)
+            counts[0] += 1
+            counts[1] += ids.shape[0]
+
+    @property
+    def forwards(self) -> int:
+        """Forwards of the model while generating: the prefill and every decoding step."""
+        return int(self.model.get_buffer(self.COUNTS)[0])
+
+    @property
+    def tokens(self) -> int:
+        return int(self.model.get_buffer(self.COUNTS)[1])
 
     def wrap(self, trainer: Any) -> None:
         """Times the trainer's generation calls (TRL's ``_generate_single_turn``; on the routing trainer its
-        routed generation too) and records each generation batch: the prompt ids generation saw and each row's
-        kept length (after caps; a forced word, which generation saw in the prompt, not counted)."""
+        routed generation too) and records each training generation batch: the prompt ids generation saw and
+        each row's kept length (after caps; a forced word, which generation saw in the prompt, not counted)."""
         routed = getattr(trainer, "rollout_func", None)
+        self.training = lambda: trainer.model.training
         for name in ("_generate_single_turn", "_generate_routed"):
             if hasattr(trainer, name):
                 setattr(trainer, name, self._timed(getattr(trainer, name), record=routed is None))
@@ -80,14 +99,15 @@ class GenerationMeter:
         def timed(*args: Any, **kwargs: Any) -> Any:
             prompts = args[0] if args else kwargs["prompt_ids"]
             seen = [[int(t) for t in ids] for ids in prompts]
+            record_this = record and self.training()
             self.active = True
-            start = time.perf_counter()
+            start = synced_clock()
             try:
                 result = original(*args, **kwargs)
             finally:
-                self.seconds += time.perf_counter() - start
+                self.seconds += synced_clock() - start
                 self.active = False
-            if record:
+            if record_this:
                 self.batches.append((seen, [len(c) for c in result[0]]))
             return result
 
@@ -95,7 +115,12 @@ class GenerationMeter:
 
     def _recorded(self, trainer: Any, rollout: Any) -> Any:
         def recorded(prompts: Any, owner: Any) -> Any:
+            training = (
+                trainer.model.training
+            )  # as the batch starts: transformers' continuous batching sets eval
             out = rollout(prompts, owner)
+            if not training:
+                return out
             words = [
                 len(trainer.forced_word_ids[m]) if forced and trainer.single_mode is None else 0
                 for m, forced in zip(out["routing_mode"], out["routing_forced"], strict=True)
@@ -153,50 +178,90 @@ def _modes(args: argparse.Namespace) -> list[dict[str, Any]]:
     ]
 
 
-def _measure(trainer: Any, meter: GenerationMeter, steps: int) -> dict[str, Any]:
-    """Runs the trainer; per-step times from TRL's `step_time` log and the meter."""
-    per_step: list[tuple[float, int, int]] = []
-    last = {"seconds": 0.0, "tokens": 0, "forwards": 0}
+def synced_clock() -> float:
+    """``time.perf_counter()`` once the GPU has finished the work queued so far (at once without CUDA)."""
+    import torch
 
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+def _measure(trainer: Any, meter: GenerationMeter, steps: int) -> dict[str, Any]:
+    """Runs the trainer; per step (one generation batch each) the time from its start to the end of the
+    optimizer step and the generation within it, on clocks synchronised to the GPU. An evaluation pass falls
+    between two steps: it is timed apart. torch.compile's counts over the run and after its first batch."""
     import torch
     from transformers import TrainerCallback
 
-    class StepSampler(TrainerCallback):
-        def on_step_end(self, *_: Any, **__: Any) -> None:
-            per_step.append(
-                (
-                    meter.seconds - last["seconds"],
-                    meter.forwards - last["forwards"],
-                    meter.tokens - last["tokens"],
-                )
-            )
-            last["seconds"], last["tokens"], last["forwards"] = meter.seconds, meter.tokens, meter.forwards
+    per_step: list[tuple[float, float, int, int]] = []  # step s, generation s, forwards, tokens
+    mark: dict[str, Any] = {}
 
+    class StepSampler(TrainerCallback):
+        def on_step_begin(self, *_: Any, **__: Any) -> None:
+            mark.update(clock=synced_clock(), meter=(meter.seconds, meter.forwards, meter.tokens))
+
+        def on_step_end(self, _: Any, state: Any, control: Any, **__: Any) -> None:
+            # The one evaluation pass a run asks for (eval_steps) runs mid-run; none added after the last step.
+            control.should_evaluate = control.should_evaluate and state.global_step < state.max_steps
+            seconds, forwards, tokens = mark["meter"]
+            per_step.append(
+                (synced_clock() - mark["clock"], meter.seconds - seconds, meter.forwards - forwards,
+                 meter.tokens - tokens)
+            )  # fmt: skip
+            if len(per_step) == 1:
+                mark["compile"] = compile_counters()
+
+    evaluate, eval_s = trainer.evaluate, []
+
+    def timed_evaluate(*args: Any, **kwargs: Any) -> Any:
+        start = synced_clock()
+        try:
+            return evaluate(*args, **kwargs)
+        finally:
+            eval_s.append(synced_clock() - start)
+
+    trainer.evaluate = timed_evaluate
     trainer.add_callback(StepSampler())
     cuda = trainer.args.device.type == "cuda"
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+    before = compile_counters()
     trainer.train()
-    step_times = [h["step_time"] for h in trainer.state.log_history if "step_time" in h]
-    measured = slice(1, None)  # the first step warms caches up
-    gen_s = [g for g, _, _ in per_step][measured]
-    forwards = [f for _, f, _ in per_step][measured]
-    tokens = [t for _, _, t in per_step][measured]
+    after = compile_counters()
+    measured = per_step[1:]  # the first step warms caches up
+    step_times, gen_s, forwards, tokens = (list(column) for column in zip(*measured, strict=True))
     return {
-        "step_s": statistics.median(step_times[measured]),
+        "torch": torch.__version__,
+        "generation_batches": len(per_step),
+        "steps": len(measured),
+        "step_s": statistics.median(step_times),
         "generation_s": statistics.median(gen_s),
+        "outside_generation_s": statistics.median(s - g for s, g in zip(step_times, gen_s, strict=True)),
         "generated_tokens": statistics.median(tokens),
-        "steps": len(step_times[measured]),
-        "step_times": step_times[measured],
+        "step_times": step_times,
         "generation_times": gen_s,
         "generation_forwards": forwards,
         "ms_per_forward": 1000 * sum(gen_s) / sum(forwards) if sum(forwards) else None,
+        "eval_s": eval_s,
         "peak_gpu_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None,
+        "compile": _counted_since(before, after),
+        "compile_after_first_batch": _counted_since(mark.get("compile", after), after),
     }
 
 
-def _plain_trainer(args: argparse.Namespace, model_path: str, max_len: int, name: str, replay=None):
-    """TRL's own ``GRPOTrainer`` with a grading reward; ``replay`` feeds it (b)'s prompts and row lengths."""
+def _counted_since(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v != before.get(k, 0)}
+
+
+def _plain_trainer(
+    args: argparse.Namespace, model_path: str, max_len: int, name: str, replay=None, data=None, **config: Any
+):
+    """TRL's own ``GRPOTrainer`` with a grading reward; ``replay`` feeds its training batches (b)'s prompts and
+    row lengths (with ``use_transformers_continuous_batching``: each row a request of its length on the same
+    engine, ending earlier where it samples EOS, which that engine cannot hold back)."""
+    from types import SimpleNamespace
+
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessor, LogitsProcessorList
     from trl import GRPOConfig, GRPOTrainer
@@ -217,17 +282,20 @@ def _plain_trainer(args: argparse.Namespace, model_path: str, max_len: int, name
             return replay[self._replay_index]
 
         def _tokenize_prompts(self, prompts: list):
-            _, images, fields = super()._tokenize_prompts(prompts)
+            ids, images, fields = super()._tokenize_prompts(prompts)
+            if not self.model.training:
+                return ids, images, fields
             seen, _ = self.replayed()
             if len(seen) != len(prompts):
                 raise RuntimeError(f"replay batch has {len(seen)} rows, TRL asked for {len(prompts)}")
             return [list(ids) for ids in seen], images, fields
 
         def _generate_single_turn(self, *a: Any, **k: Any):
+            training = self.model.training
             try:
                 return super()._generate_single_turn(*a, **k)
             finally:
-                self._replay_index += 1
+                self._replay_index += training
 
     class RowLengths(LogitsProcessor):
         """EOS is held back until a row has its planned length, then forced: row i generates exactly
@@ -250,37 +318,66 @@ def _plain_trainer(args: argparse.Namespace, model_path: str, max_len: int, name
     torch.manual_seed(args.seed)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, args.dtype))
     tok = AutoTokenizer.from_pretrained(model_path)
+    cb = config.get("use_transformers_continuous_batching", False)
     config = GRPOConfig(
-        **_common_args(args.output / name, args, max_len, suppress_eos=replay is None),
-        loss_type="dapo", beta=0.0, scale_rewards="none",
+        **_common_args(args.output / name, args, max_len, suppress_eos=replay is None and not cb),
+        loss_type="dapo", beta=0.0, scale_rewards="none", **config,
     )  # fmt: skip
+    train, evaluation = data or (_dataset(args.prompts, args.steps + 1), None)
     cls = ReplayTrainer if replay is not None else GRPOTrainer
     trainer = cls(
-        model=model, reward_funcs=[accuracy], args=config, train_dataset=_dataset(args.prompts, args.steps + 1),
+        model=model, reward_funcs=[accuracy], args=config, train_dataset=train, eval_dataset=evaluation,
         processing_class=tok,
     )  # fmt: skip
     if replay is not None:
+        from routing_grpo.generation.interface import GenerationRequest
+        from routing_grpo.generation.transformers_backend import ContinuousBatchingBackend
+
         trainer._replay_index = 0
-        original_generate = model.generate
+        original_generate, original_batch = model.generate, getattr(model, "generate_batch", None)
 
         def generate(*a: Any, **k: Any):
+            if not trainer.model.training:
+                return original_generate(*a, **k)
             _, lengths = trainer.replayed()
             processor = RowLengths(lengths, k["input_ids"].size(1), trainer.eos_token_ids[0])
             return original_generate(*a, logits_processor=LogitsProcessorList([processor]), **k)
 
-        model.generate = generate
+        def generate_batch(
+            inputs: list[list[int]], generation_config=None, continuous_batching_config=None, **k
+        ):
+            if not trainer.model.training:
+                return original_batch(inputs, generation_config, continuous_batching_config, **k)
+            engine = ContinuousBatchingBackend(
+                model, generation_config, eos_token_ids=trainer.eos_token_ids,
+                continuous_batching_config=continuous_batching_config,
+            )  # fmt: skip
+            requests = [
+                GenerationRequest(tuple(p), 1, m) for p, m in zip(inputs, trainer.replayed()[1], strict=True)
+            ]
+            return {
+                str(i): SimpleNamespace(generated_tokens=ids)
+                for i, [(ids, _)] in enumerate(engine.sample(requests))
+            }
+
+        model.generate, model.generate_batch = generate, generate_batch
     return trainer, model
 
 
-def run_plain(args: argparse.Namespace, model_path: str, max_len: int, replay=None) -> dict[str, Any]:
+def run_plain(
+    args: argparse.Namespace, model_path: str, max_len: int, replay=None, data=None, **config: Any
+) -> dict[str, Any]:
+    """TRL's step (:func:`_plain_trainer`); ``data``: (train, eval) datasets (default: the synthetic task's
+    first prompts, no evaluation); ``config``: more of TRL's ``GRPOConfig``."""
     name = "plain_replay" if replay is not None else "plain_uniform"
-    trainer, model = _plain_trainer(args, model_path, max_len, name, replay)
+    trainer, model = _plain_trainer(args, model_path, max_len, name, replay, data, **config)
     meter = GenerationMeter(model)
     meter.wrap(trainer)
     result = {**_measure(trainer, meter, args.steps), "tokens_past_caps": 0}
+    early_eos = config.get("use_transformers_continuous_batching", False)
     if replay is not None:
         for step, ((_, got), (_, planned)) in enumerate(zip(meter.batches, replay)):
-            if got != planned:
+            if got != planned and not (early_eos and all(g <= p for g, p in zip(got, planned, strict=True))):
                 raise RuntimeError(
                     f"step {step}: (a) generated {got} tokens per row, (b) generated {planned}"
                 )
@@ -296,11 +393,14 @@ def run_routing(
     buckets: int | None = None,
     early_tell: bool = True,
     decode: str = "auto",
+    data=None,
+    **config: Any,
 ) -> dict[str, Any]:
     """The routing trainer's step; ``decode``: the transformers backend's decode loop, ``auto`` (the backend's
     own choice: the device loop on CUDA, the shrinking loop elsewhere), ``shrinking``
     (routing_grpo.generation.transformers_decoding), ``device`` (routing_grpo.generation.device_decoding) or
-    ``generate`` (benchmarks.generate_budgets), put in by :func:`decode_path`."""
+    ``generate`` (benchmarks.generate_budgets), put in by :func:`decode_path`; ``data``: (train, eval)
+    datasets (default: the synthetic task's first prompts, no evaluation); ``config``: more of the config."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -313,29 +413,36 @@ def run_routing(
     name = ("capped" if in_generation else "posthoc") + (f"_buckets{buckets}" if buckets else "")
     name += "" if early_tell else "_no_tell"
     name += "" if decode == "auto" else f"_{decode}"
-    extra = {} if buckets is None else {"logprob_length_buckets": buckets}
+    if buckets is not None:
+        config["logprob_length_buckets"] = buckets
+    # transformers' continuous batching cannot hold EOS back (and the caps' two calls refuse a minimum length)
+    suppress_eos = not config.get("use_transformers_continuous_batching", False)
     config = RoutingGRPOConfig(
-        **_common_args(args.output / name, args, args.max_completion_length),
+        **_common_args(args.output / name, args, args.max_completion_length, suppress_eos=suppress_eos),
         modes=_modes(args),
         routing_warmup_steps=10_000,
         flatten_reward_step=None,  # every measured step is a warmup step; phase 2 never comes
         forced_per_mode=args.forced_per_mode,
         enforce_caps_in_generation=in_generation,
         early_tell=early_tell,
-        **extra,
+        **config,
     )
+    train, evaluation = data or (_dataset(args.prompts, args.steps + 1), None)
     trainer = RoutingGRPOTrainer(
-        model=model, args=config, train_dataset=_dataset(args.prompts, args.steps + 1), processing_class=tok
+        model=model, args=config, train_dataset=train, eval_dataset=evaluation, processing_class=tok
     )
     meter = GenerationMeter(model)
     meter.wrap(trainer)
     with decode_path(decode) as holder:
         result = _measure(trainer, meter, args.steps)
     result["decode"] = decode
-    decoder = holder.get("decoder")
-    if decoder is not None:
-        result["cuda_graphs"] = "on" if decoder.compiled is not None else f"off ({decoder.graphs_note})"
-    result["compile_counters"] = compile_counters()
+    decoder = holder.get("decoder") or getattr(trainer._backend, "device_decoder", None)
+    if decoder is not None:  # the device loop's step: compiled or eager, and why
+        result["decoder"] = {
+            "compiled": (decoder.compile_backend or "CUDA graphs") if decoder.compiled is not None else None,
+            "eager_because": decoder.graphs_note or decoder.eager_note,
+            "cache_shapes": sorted(decoder.compiled_shapes),
+        }
     records = [r for r in trainer.routing_history if r.mode == "train"][1:]
     past = [sum(getattr(r, "tokens_past_caps", [0]) or [0]) for r in records]
     result["tokens_past_caps"] = statistics.median(past) if past else 0
@@ -354,7 +461,7 @@ def compile_counters() -> dict[str, int]:
     graphs skipped): a decode loop whose graphs recompile at every step falls back to eager without a word,
     and these show it. Empty where this torch keeps no such counters."""
     try:
-        from torch._dynamo.utils import counters
+        from torch._dynamo.utils import counters, guard_failures
     except ImportError:
         return {}
     wanted = ("unique_graphs", "calls_captured", "recompil", "cudagraph", "skip", "fail")
@@ -364,6 +471,7 @@ def compile_counters() -> dict[str, int]:
             text = f"{group}/{key}"
             if group == "graph_break" or any(w in text for w in wanted):
                 out[text[:120]] = int(count)
+    out["recompiles"] = sum(map(len, guard_failures.values()))  # one failed guard per recompilation
     return out
 
 

@@ -19,11 +19,13 @@ miniature    ``python -m routing_grpo.mini.demo --device cuda --batch-steps 90``
 serving      ``routing-grpo eval`` and ``routing-grpo generate`` with the transformers backend on the
              miniature's router (the one the miniature section trained, else the shipped taught model).
 
-``--quick`` runs the step section alone (a few minutes on one H100, model build included): 3 measured steps,
-every one listed, of (a) TRL's step on (b)'s rollouts and (b) the routing step with each decode loop: the
-shrinking loop, the device-side loop (routing_grpo.generation.device_decoding) and transformers' ``generate`` with per-row
-budgets and a static cache (benchmarks.generate_budgets); ``--decode`` runs one of them. With the milliseconds per decoding forward beside the memory-bandwidth floor (the model's bytes read once per step at
-the GPU's bandwidth, from a table of known cards).
+``--quick`` runs the step section alone as a training run gets it: each row of :data:`QUICK_ROWS` is a real
+``train()`` of 12 generation batches and one evaluation pass on prompts of MATH-500's spread of lengths, its
+generation through the trainer's own backend; per row the step time, generation, milliseconds per decoding
+forward (beside the memory-bandwidth floor: the model's bytes read once per step at the card's bandwidth),
+time outside generation, tokens past caps, peak memory and torch.compile's counts; then three figures apart:
+the routing overhead, what caps in generation save, and the decode loop against transformers' own engines.
+``--rows`` runs some rows (a TRL row brings the routing row whose rollouts it replays).
 
 DIR/gpu_check.json and DIR/gpu_check.md are written after every section. ``--device cpu --small`` runs every
 section at a small shape on CPU (the slow test tier does, so the script cannot rot unseen). On a GPU machine
@@ -40,7 +42,6 @@ import json
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
 import threading
@@ -86,10 +87,10 @@ def _settings(small: bool) -> dict[str, Any]:
     """Sizes of every section: the full check on a GPU, or ``--small`` (minutes on 2 CPU cores)."""
     if small:
         return dict(shape=SMALL_SHAPE, prompts=2, group=4, forced=1, max_len=32, caps=[4, 12], steps=1,
-                    lora_batches=2, mini_args=["--batch-steps", "2", "--limit", "12", "--samples", "1"],
+                    batches=4, lora_batches=2, mini_args=["--batch-steps", "2", "--limit", "12", "--samples", "1"],
                     serve_limit=12, serve_samples=1, questions=4)  # fmt: skip
     return dict(shape=QWEN25_1_5B, prompts=4, group=8, forced=2, max_len=256, caps=[16, 48], steps=2,
-                lora_batches=3, mini_args=["--batch-steps", "90"], serve_limit=None, serve_samples=4,
+                batches=12, lora_batches=3, mini_args=["--batch-steps", "90"], serve_limit=None, serve_samples=4,
                 questions=64)  # fmt: skip
 
 
@@ -121,8 +122,6 @@ class Check:
         self.args = args
         self.out: Path = args.output
         self.size = _settings(args.small)
-        if getattr(args, "quick", False):
-            self.size["steps"] = 3
         self.results: dict[str, Any] = {"device": args.device, "small": args.small, "sections": {}}
         self.model_dir = self.out / "model_qwen2.5-1.5b_shape" if not args.small else self.out / "model_small"
         self.router: str | None = None
@@ -260,42 +259,181 @@ def step(check: Check) -> dict[str, Any]:
     }
 
 
+# MATH-500's problem lengths in characters at 16 evenly spaced quantiles (1/32, 3/32, ..., 31/32), for
+# synthetic prompts where the data set is not at hand.
+MATH500_LENGTHS = (37, 55, 72, 83, 100, 113, 126, 142, 158, 174, 194, 218, 254, 303, 402, 569)
+FILLER = "Let the numbers below be integers, and let every step of the computation be exact. "
+
+
+def quick_prompts(train: int, evaluation: int) -> tuple[Any, Any, str]:
+    """(train, eval) datasets of prompts of varied lengths, and where they come from: MATH-500's problems
+    where the task loader finds them without a network, else the synthetic task's problems lengthened with
+    filler to :data:`MATH500_LENGTHS`, taken in a fixed order that mixes short and long in every batch."""
+    from routing_grpo.data.datasets import DatasetUnavailableError, load_task
+
+    n = train + evaluation
+    try:
+        rows, source = load_task("math500", limit=n), "MATH-500's problems"
+    except DatasetUnavailableError:
+
+        def lengthen(row: dict[str, Any], i: int) -> dict[str, Any]:
+            pad = max(0, MATH500_LENGTHS[7 * i % len(MATH500_LENGTHS)] - len(row["problem"]) - 1)
+            text = (FILLER * (pad // len(FILLER) + 1))[:pad]
+            return {"prompt": [{**row["prompt"][0], "content": f"{text} {row['prompt'][0]['content']}"}]}
+
+        rows = load_task("synthetic", split="train", limit=n).map(lengthen, with_indices=True)
+        source = "synthetic problems at MATH-500's spread of problem lengths (MATH-500 not available offline)"
+    return rows.select(range(train)), rows.select(range(train, n)), source
+
+
+# --quick's rows, run in this order: key -> (label, settings). ``plain``: TRL's own step replaying that routing
+# row's training rollouts (its prompt ids and row lengths); ``cb``: TRL's use_transformers_continuous_batching;
+# ``loop``: the transformers decode loop (ROUTING_GRPO_DECODE_LOOP); ``buckets``: logprob_length_buckets;
+# ``posthoc``: caps cut after generation instead of enforced in it.
+QUICK_ROWS: dict[str, tuple[str, dict[str, Any]]] = {
+    "routing": ("routing step, the decode loop chosen for the device (auto)", {}),
+    "trl": ("TRL's step, its transformers generate, on (routing)'s rollouts", {"plain": "routing"}),
+    "routing_cb": ("routing step, continuous batching", {"cb": True}),
+    "trl_cb": ("TRL's step, continuous batching, on (routing_cb)'s rollouts", {"plain": "routing_cb", "cb": True}),
+    "routing_device": ("routing step, the device loop", {"loop": "device"}),
+    "routing_buckets1": ("routing step, logprob_length_buckets 1", {"buckets": 1}),
+    "routing_buckets4": ("routing step, logprob_length_buckets 4", {"buckets": 4}),
+    "routing_posthoc_cb": ("routing step, caps cut post hoc, continuous batching", {"cb": True, "posthoc": True}),
+}  # fmt: skip
+
+
 def quick_step(check: Check) -> dict[str, Any]:
-    """``--quick``: (a) and (b) with each decode loop of ``--decode``, 3 measured steps each, the
-    milliseconds per decoding forward beside the memory-bandwidth floor."""
+    """``--quick``: the rows of :data:`QUICK_ROWS` (``--rows``), each a real ``train()`` through the trainer's
+    own generation path. A row whose run would be another's (the same engine once ``auto`` is resolved, the
+    same bucket count once the default is) is not run again: it names that row in ``same_as``."""
+    import copy
+    from unittest import mock
+
+    import torch
+
     from benchmarks import bench_step
+    from routing_grpo.generation.transformers_backend import (
+        DECODE_COMPILE_VARIABLE,
+        DECODE_LOOP_VARIABLE,
+        decode_loop,
+    )
+    from routing_grpo.training.config import RoutingGRPOConfig
 
     size = check.size
-    model = build_model(check)
+    model = str(build_model(check))
     cuda = check.args.device == "cuda"
+    chosen = (
+        [r.strip() for r in check.args.rows.split(",") if r.strip()] if check.args.rows else list(QUICK_ROWS)
+    )
+    unknown = [r for r in chosen if r not in QUICK_ROWS]
+    if unknown:
+        raise ValueError(f"--rows: unknown row(s) {unknown}; known: {', '.join(QUICK_ROWS)}")
+    keys = [k for k in QUICK_ROWS if k in chosen or any(QUICK_ROWS[c][1].get("plain") == k for c in chosen)]
+    batches, rows_per_batch = size["batches"], size["prompts"] * size["group"]
+    train, evaluation, source = quick_prompts(size["prompts"] * batches, size["prompts"])
     args = argparse.Namespace(
-        steps=size["steps"], prompts=size["prompts"], group_size=size["group"], forced_per_mode=size["forced"],
-        max_completion_length=size["max_len"], caps=size["caps"], seed=0, output=check.out / "step",
-        device=check.args.device, dtype="bfloat16" if cuda else "float32", gradient_checkpointing=True,
+        steps=batches - 1, prompts=size["prompts"], group_size=size["group"], forced_per_mode=size["forced"],
+        max_completion_length=size["max_len"], caps=size["caps"], seed=0, device=check.args.device,
+        dtype="bfloat16" if cuda else "float32", gradient_checkpointing=True,
     )  # fmt: skip
-    paths = bench_step.DECODE_PATHS if check.args.decode == "all" else (check.args.decode,)
+    # One evaluation pass, mid-run: the batches after it show whether it cost a recompilation.
+    run_config = dict(
+        eval_strategy="steps", eval_steps=batches // 2, per_device_eval_batch_size=rows_per_batch
+    )
+    if check.args.small:  # tiny models: one thread is faster than several on a few shared cores
+        torch.set_num_threads(1)
+        # continuous batching's cache: a fixed few blocks, not TRL's half of the host's memory
+        run_config["transformers_continuous_batching_config"] = {"num_blocks": 256}
+    default_buckets = RoutingGRPOConfig.__dataclass_fields__["logprob_length_buckets"].default
     rows: dict[str, Any] = {}
+    replays: dict[str, Any] = {}
+    runs: dict[tuple[Any, ...], str] = {}
     started = time.perf_counter()
-    replay = None
-    for path in paths:
-        rows[f"b_{path}"] = bench_step.run_routing(args, str(model), in_generation=True, decode=path)
-        replay = rows[f"b_{path}"].pop("_replay") if replay is None else replay
-        rows[f"b_{path}"].pop("_replay", None)
-        _free_memory()
-    rows["a_plain"] = bench_step.run_plain(args, str(model), size["max_len"], replay=replay)
+    for key in keys:
+        spec = QUICK_ROWS[key][1]
+        env = {DECODE_LOOP_VARIABLE: spec.get("loop", "auto")}
+        if not cuda and env[DECODE_LOOP_VARIABLE] == "device":  # Dynamo alone on a CPU, to count compilations
+            env[DECODE_COMPILE_VARIABLE] = "eager"
+        with mock.patch.dict(os.environ, env):
+            engine = "continuous batching" if spec.get("cb") else f"{decode_loop(check.args.device)} loop"
+            if "plain" in spec and not spec.get("cb"):
+                engine = "transformers generate"
+            run = ("plain" in spec, engine, spec.get("buckets", default_buckets), spec.get("posthoc", False))
+            if run in runs:
+                rows[key] = {**rows[runs[run]], "same_as": runs[run]}
+                continue
+            runs[run] = key
+            torch._dynamo.reset()  # each row compiles afresh: its counts are its own
+            _free_memory()
+            row_args = copy.copy(args)
+            row_args.output = check.out / "quick" / key
+            config = {**run_config, "use_transformers_continuous_batching": spec.get("cb", False)}
+            if "plain" in spec:
+                row = bench_step.run_plain(
+                    row_args, model, size["max_len"], replay=replays[spec["plain"]], data=(train, evaluation),
+                    **config,
+                )  # fmt: skip
+            else:
+                row = bench_step.run_routing(
+                    row_args, model, in_generation=not spec.get("posthoc"), buckets=spec.get("buckets"),
+                    data=(train, evaluation), **config,
+                )  # fmt: skip
+                replays[key] = row.pop("_replay")
+        if spec.get("cb") and cuda:  # its CUDA graphs replay without the Python hook that counts forwards
+            row["ms_per_forward"] = None
+        rows[key] = {"engine": engine, **row}
     _free_memory()
+    widths = sorted(len(ids) for seen, _ in next(iter(replays.values()), []) for ids in seen)
     env = check.results["sections"].get("environment", {})
     bandwidth = memory_bandwidth_tb_s(env.get("gpu")) if cuda else None
     model_bytes = _parameters(size["shape"]) * (2 if cuda else 4)
+    shape = _step_shape(size, args.dtype)
+    shape["setup"]["measured_steps"] = batches - 1
     return {
         "quick": True,
-        **_step_shape(size, args.dtype),
+        **shape,
+        "prompts_from": source,
+        "torch": torch.__version__,
+        "generation_batches": batches,
+        # min, median, max of the prompt widths generation saw (instruction, routing question, forced word)
+        "prompt_tokens": [widths[0], widths[len(widths) // 2], widths[-1]] if widths else None,
         "rows": rows,
+        "headline": quick_headline(rows),
         "model_bytes": model_bytes,
         "bandwidth_tb_s": bandwidth,
         "floor_ms_per_decoding_step": decode_floor_ms(model_bytes, bandwidth),
         "seconds": time.perf_counter() - started,
     }
+
+
+def quick_headline(rows: dict[str, Any]) -> dict[str, Any]:
+    """The three figures apart, from the rows at hand: (i) the routing overhead, the routing step against TRL's
+    on the same engine and rollouts (and the time outside generation, which no engine changes); (ii) what caps
+    in generation save against cutting after it, same engine; (iii) the engines: the decode loops against
+    transformers' continuous batching and TRL's ``generate``."""
+    out: dict[str, Any] = {}
+    for routed, plain in (("routing_cb", "trl_cb"), ("routing", "trl")):
+        if routed in rows and plain in rows:
+            r, t = rows[routed], rows[plain]
+            out.setdefault("routing_overhead", []).append({
+                "rows": [routed, plain], "engines": [r["engine"], t["engine"]],
+                "step_ratio": r["step_s"] / t["step_s"],
+                "outside_generation_s": [r["outside_generation_s"], t["outside_generation_s"]],
+            })  # fmt: skip
+    if "routing_cb" in rows and "routing_posthoc_cb" in rows:
+        c, p = rows["routing_cb"], rows["routing_posthoc_cb"]
+        out["caps"] = {
+            "rows": ["routing_cb", "routing_posthoc_cb"], "engine": c["engine"],
+            "tokens_past_caps": [c["tokens_past_caps"], p["tokens_past_caps"]],
+            "generation_s": [c["generation_s"], p["generation_s"]], "step_s": [c["step_s"], p["step_s"]],
+        }  # fmt: skip
+    engines = [k for k in ("routing_device", "routing", "routing_cb", "trl", "trl_cb") if k in rows]
+    if engines:
+        out["engines"] = {
+            k: {f: rows[k][f] for f in ("engine", "generation_s", "ms_per_forward", "step_s")}
+            for k in engines
+        }
+    return out
 
 
 def _step_shape(size: dict[str, Any], dtype: str) -> dict[str, Any]:
@@ -562,58 +700,64 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 
 def _render_quick_step(r: dict[str, Any]) -> list[str]:
-    setup = r["setup"]
-    rows = r["rows"]
-    floor = r["floor_ms_per_decoding_step"]
+    setup, rows, floor = r["setup"], r["rows"], r["floor_ms_per_decoding_step"]
+    n = r["generation_batches"]
+    runs = f"torch {r['torch']}, {n} generation batches (medians of the last {n - 1})"
     lines = [
         f"`--quick`: Qwen2 of {r['parameters_b']:.3g} B parameters, random weights, {setup['dtype']}, gradient "
         f"checkpointing; {setup['prompts']} prompts x G {setup['group']}, completions up to "
-        f"{setup['max_completion_length']} tokens, caps {setup['caps'][0]} / {setup['caps'][1]} / none, EOS held "
-        f"back; {setup['measured_steps']} measured steps after a warm-up step, each listed.",
+        f"{setup['max_completion_length']} tokens, caps {setup['caps'][0]} / {setup['caps'][1]} / none; each row a "
+        f"`train()` of {n} generation batches and one evaluation pass; prompts: {r['prompts_from']} "
+        f"({r['prompt_tokens']} tokens: min, median, max); {runs}; timers synchronised to the GPU.",
         "",
-        "| config | step s (each) | generation s (each) | forwards per step | ms per forward | floor ms | "
-        "past caps | peak GPU GiB |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| row | engine | step s | generation s | outside generation s | ms per forward | past caps | peak GiB "
+        "| graphs / recompiles (after batch 1) | eval s |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    labels = {
-        "a_plain": "(a) TRL GRPO, (b)'s rollouts",
-        "b_shrinking": "(b) routing, shrinking decode loop",
-        "b_device": "(b) routing, device decode loop",
-        "b_generate": "(b) routing, transformers' generate with per-row budgets",
-    }
-    for key, label in labels.items():
-        if key not in rows:
-            continue
-        x = rows[key]
-        graphs = f" (CUDA graphs {x['cuda_graphs']})" if "cuda_graphs" in x else ""
+    for key, x in rows.items():
+        c, later = x["compile"], x["compile_after_first_batch"]
+        label = QUICK_ROWS[key][0] + (f" (the run of {x['same_as']})" if "same_as" in x else "")
         lines.append(
-            f"| {label}{graphs} | {', '.join(f'{t:.2f}' for t in x['step_times'])} | "
-            f"{', '.join(f'{t:.2f}' for t in x['generation_times'])} | "
-            f"{statistics.median(x['generation_forwards']):.0f} | {_f(x['ms_per_forward'], 1)} | "
-            f"{_f(floor, 2) if floor is not None else 'no floor'} | {x['tokens_past_caps']:.0f} | "
-            f"{_f(x.get('peak_gpu_memory_gib'), 1)} |"
+            f"| {label} | {x['engine']} | {_f(x['step_s'])} | {_f(x['generation_s'])} | "
+            f"{_f(x['outside_generation_s'])} | {_f(x['ms_per_forward'], 1)} | {x['tokens_past_caps']:.0f} | "
+            f"{_f(x.get('peak_gpu_memory_gib'), 1)} | {c.get('stats/unique_graphs', 0)} / {c.get('recompiles', 0)} "
+            f"({later.get('recompiles', 0)}) | {', '.join(f'{t:.1f}' for t in x['eval_s'])} |"
         )
     bw = r["bandwidth_tb_s"]
     lines += [
         "",
-        f"Floor: the model's {r['model_bytes'] / 1e9:.3g} GB read once per decoding step at {bw} TB/s."
+        f"Floor of a decoding forward: {_f(floor, 2)} ms, the model's {r['model_bytes'] / 1e9:.3g} GB read once at "
+        f"{bw} TB/s."
         if bw
         else "No floor: no known memory bandwidth (a CPU, or a card not in the table).",
     ]
-    a = rows.get("a_plain")
-    for key in ("b_shrinking", "b_device", "b_generate"):
-        if a and key in rows:
-            b = rows[key]
+    h = r["headline"]
+    for o in h.get("routing_overhead", []):
+        (a, b), (ea, eb), (oa, ob) = o["rows"], o["engines"], o["outside_generation_s"]
+        same = "same engine" if ea == eb else f"engines differ: {ea} against {eb}"
+        lines.append(
+            f"- Routing overhead ({runs}): {a} / {b} step {o['step_ratio']:.3f} ({same}, same rollouts); outside "
+            f"generation {oa:.2f} s against {ob:.2f} s."
+        )
+    if "caps" in h:
+        c = h["caps"]
+        lines.append(
+            f"- Caps in generation ({runs}, {c['engine']}): tokens past caps {c['tokens_past_caps'][0]:.0f} "
+            f"against {c['tokens_past_caps'][1]:.0f} cut post hoc; generation {c['generation_s'][0]:.2f} s "
+            f"against {c['generation_s'][1]:.2f} s, step {c['step_s'][0]:.2f} s against {c['step_s'][1]:.2f} s."
+        )
+    if "engines" in h:
+        lines.append(
+            f"- Engines, an engine result ({runs}): "
+            + "; ".join(f"{k} ({e['engine']}) generation {e['generation_s']:.2f} s, {_f(e['ms_per_forward'], 1)} ms "
+                        "a forward" for k, e in h["engines"].items()) + "."
+        )  # fmt: skip
+    for key, x in rows.items():
+        d = x.get("decoder")
+        if d and "same_as" not in x:
             lines.append(
-                f"{labels[key]}: step / TRL's {b['step_s'] / a['step_s']:.3f}; outside generation "
-                f"{b['step_s'] - b['generation_s']:.2f} s against TRL's {a['step_s'] - a['generation_s']:.2f} s (medians)."
-            )
-    for key, label in labels.items():
-        counts = rows.get(key, {}).get("compile_counters")
-        if counts:
-            shown = ", ".join(f"{k} {v}" for k, v in sorted(counts.items()) if v)
-            lines.append(
-                f"torch.compile's counters after {label} (the process's, cumulative): {shown or 'all 0'}."
+                f"{key}: decoding step {'compiled (' + d['compiled'] + ')' if d['compiled'] else 'eager'}"
+                f"{' (' + d['eager_because'] + ')' if d['eager_because'] else ''}; cache shapes {d['cache_shapes']}."
             )
     return lines
 
@@ -726,10 +870,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="default cuda")
     p.add_argument("--small", action="store_true", help="small shapes: minutes on CPU (the slow test tier)")
     p.add_argument("--quick", action="store_true",
-                   help="the step section alone: (a) and (b) with each decode loop, 3 measured steps")  # fmt: skip
-    p.add_argument("--decode", choices=("all", "shrinking", "device", "generate"), default="all",
-                   help="--quick's routing rows: every decode loop (default: the shrinking loop, the device-side "
-                   "loop, transformers' generate with per-row budgets) or one")  # fmt: skip
+                   help="the step section alone as a training run gets it: TRL's and the routing step per engine")  # fmt: skip
+    p.add_argument(
+        "--rows", default=None, help=f"--quick's rows, comma-separated (default all: {','.join(QUICK_ROWS)})"
+    )
     p.add_argument(
         "--only",
         default=",".join(SECTIONS),

@@ -118,26 +118,76 @@ def test_small_check_runs_every_section_on_cpu(tmp_path):
     assert "## step" in (out / "gpu_check.md").read_text()
 
 
+def _quick_row(engine: str, step: float, generation: float, **extra):
+    return {
+        "engine": engine, "torch": "2.13.0", "generation_batches": 12, "steps": 11, "step_s": step,
+        "generation_s": generation, "outside_generation_s": step - generation, "ms_per_forward": 2.0,
+        "tokens_past_caps": 0, "peak_gpu_memory_gib": 13.0, "eval_s": [3.0],
+        "compile": {"stats/unique_graphs": 2, "recompiles": 1}, "compile_after_first_batch": {"recompiles": 1},
+        **extra,
+    }  # fmt: skip
+
+
+def test_quick_report_gives_every_row_and_the_three_figures_apart():
+    rows = {
+        "routing": _quick_row("device loop", 2.0, 1.0, decoder={"compiled": "CUDA graphs", "eager_because": None,
+                                                                "cache_shapes": [[32, 384]]}),
+        "trl": _quick_row("transformers generate", 8.0, 7.5),
+        "routing_cb": _quick_row("continuous batching", 3.0, 2.0),
+        "trl_cb": _quick_row("continuous batching", 2.5, 2.0),
+        "routing_posthoc_cb": _quick_row("continuous batching", 4.0, 3.0, tokens_past_caps=3584),
+    }  # fmt: skip
+    rows["routing_device"] = {**rows["routing"], "same_as": "routing"}
+    step = {
+        "quick": True, "parameters_b": 1.54, "prompts_from": "MATH-500's problems", "prompt_tokens": [60, 110, 400],
+        "torch": "2.13.0", "generation_batches": 12, "rows": rows, "headline": gpu_check.quick_headline(rows),
+        "model_bytes": 3.09e9, "bandwidth_tb_s": 4.8, "floor_ms_per_decoding_step": 0.64,
+        "setup": {"prompts": 4, "group": 8, "max_completion_length": 256, "caps": [16, 48, None],
+                  "measured_steps": 11, "dtype": "bfloat16"},
+    }  # fmt: skip
+    text = gpu_check.render_markdown({"device": "cuda", "small": False, "sections": {"step": step}})
+    for key in rows:
+        assert gpu_check.QUICK_ROWS[key][0] in text
+    assert "(the run of routing)" in text and "2 / 1 (1)" in text  # graphs / recompiles (after batch 1)
+    assert "routing_cb / trl_cb step 1.200 (same engine, same rollouts)" in text
+    assert "routing / trl step 0.250 (engines differ: device loop against transformers generate" in text
+    assert "tokens past caps 0 against 3584 cut post hoc" in text and "Engines, an engine result" in text
+    assert text.count("torch 2.13.0, 12 generation batches") == 5  # the setup line, then beside each figure
+    assert "routing: decoding step compiled (CUDA graphs); cache shapes [[32, 384]]" in text
+
+
 @pytest.mark.slow
-def test_quick_check_times_each_step_of_both_decode_loops_on_cpu(tmp_path):
+def test_quick_check_runs_every_row_through_the_trainers_on_cpu(tmp_path):
     out = tmp_path / "quick"
     proc = subprocess.run(
         [sys.executable, "-m", "benchmarks.gpu_check", "--quick", "--device", "cpu", "--small", "--output", str(out)],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=600, check=False,
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=900, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     sections = json.loads((out / "gpu_check.json").read_text())["sections"]
     assert list(sections) == ["environment", "step"]
     step = sections["step"]
-    assert set(step["rows"]) == {"a_plain", "b_shrinking", "b_device", "b_generate"}
-    for row in step["rows"].values():
-        assert len(row["step_times"]) == len(row["generation_times"]) == 3
-        assert row["tokens_past_caps"] == 0 and row["ms_per_forward"] > 0
-    # The same rollouts: both loops read the same heads and keep the same tokens per step.
-    b, d, g = step["rows"]["b_shrinking"], step["rows"]["b_device"], step["rows"]["b_generate"]
-    assert b["completion_tokens"] == d["completion_tokens"] == g["completion_tokens"]
-    assert d["cuda_graphs"].startswith("off (the model is on cpu")
-    assert step["floor_ms_per_decoding_step"] is None
-    text = (out / "gpu_check.md").read_text()
-    assert "(b) routing, device decode loop" in text and "No floor" in text
-    assert "(b) routing, transformers' generate with per-row budgets" in text
+    rows = step["rows"]
+    assert list(rows) == list(gpu_check.QUICK_ROWS)
+    for key, row in rows.items():
+        assert row["generation_batches"] == 4 and len(row["step_times"]) == 3, key
+        assert len(row["eval_s"]) == 1, key  # the one evaluation pass, mid-run
+        assert row["ms_per_forward"] > 0 and row["outside_generation_s"] > 0 and row["torch"] == step["torch"]
+        assert isinstance(row["compile"], dict) and isinstance(row["compile_after_first_batch"], dict)
+        assert row["tokens_past_caps"] == (0 if key != "routing_posthoc_cb" else row["tokens_past_caps"])
+    assert rows["routing_posthoc_cb"]["tokens_past_caps"] > 0
+    # On a CPU auto is the shrinking loop; the default bucket count is 4: that row is the auto row's run.
+    assert rows["routing"]["engine"] == "shrinking loop" and rows["routing_device"]["engine"] == "device loop"
+    assert rows["routing_buckets4"]["same_as"] == "routing" and "same_as" not in rows["routing_buckets1"]
+    assert rows["routing_buckets1"]["logprob_length_buckets"] == 1
+    # The device loop compiles its step (Dynamo's eager backend on a CPU), once per cache shape met.
+    device = rows["routing_device"]
+    assert device["decoder"]["compiled"] == "eager"
+    assert device["compile"]["stats/unique_graphs"] == len(device["decoder"]["cache_shapes"])
+    assert device["compile"].get("recompiles", 0) == len(device["decoder"]["cache_shapes"]) - 1
+    # TRL's rows replay their routing rows' rollouts.
+    assert rows["trl"]["completion_tokens"] == rows["routing"]["completion_tokens"]
+    assert rows["trl_cb"]["completion_tokens"] <= rows["routing_cb"]["completion_tokens"]
+    assert step["prompt_tokens"][0] < step["prompt_tokens"][2]  # varied lengths
+    assert set(step["headline"]) == {"routing_overhead", "caps", "engines"}
+    assert "Routing overhead" in (out / "gpu_check.md").read_text()
