@@ -37,6 +37,7 @@ from routing_grpo.io.recipe_file import (
 )
 from routing_grpo.training.arguments import RoutingScriptArguments, recipe_fields
 from routing_grpo.training.config import RoutingGRPOConfig
+from routing_grpo.training.trl_vllm import rollout_settings_problems
 
 logger = logging.getLogger(__name__)
 
@@ -309,6 +310,9 @@ def preflight(
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(f"output_dir: {output_dir} exists and is not a folder")
     check_output_folder(output_dir, "output_dir")  # read-only, or under a file: before anything loads
+    problems = rollout_settings_problems(training_args)
+    if problems:
+        raise UsageError("; ".join(problems))
     if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
         raise UsageError(
             "use_vllm: true, but vLLM is not installed here (`make install-gpu`); set use_vllm: false to "
