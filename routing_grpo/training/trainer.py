@@ -194,10 +194,6 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         micro_step = self.state.global_step * ga + self._step % ga
         return micro_step // (self.args.steps_per_generation * self.num_iterations)
 
-    # ------------------------------------------------------------------------------------------------------
-    # 1. Rollouts: TRL's rollout_func
-    # ------------------------------------------------------------------------------------------------------
-
     def rollout(self, prompts: list[Any], trainer: Any = None) -> dict[str, Any]:
         """TRL's ``rollout_func``: one rollout for each of this process's rows (groups already repeated).
 
@@ -365,10 +361,6 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
                 t.temperature = saved
             if isinstance(kwargs, dict):
                 kwargs["temperature"] = saved
-
-    # ------------------------------------------------------------------------------------------------------
-    # 2. The batch: TRL's step, then the routing advantages
-    # ------------------------------------------------------------------------------------------------------
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         if "image" in inputs[0] or "images" in inputs[0]:
@@ -558,10 +550,6 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         )
         z = longest - brief
         return z[torch.tensor(index, device=z.device)].to(torch.float64)
-
-    # ------------------------------------------------------------------------------------------------------
-    # 3. Metrics and the console
-    # ------------------------------------------------------------------------------------------------------
 
     def _log_routing_metrics(self, record: GenerationRecord) -> None:
         """The batch's ``routing/...`` metrics, and the collapse alarm fed with a training batch's free split."""
