@@ -75,9 +75,8 @@ class RoutingGRPOConfig(GRPOConfig):
     routing_instruction: str | None = field(
         default=None,
         metadata={
-            "help": "Sentence appended to the last user turn of every prompt. Default: built from the mode "
-            "words ('Output NoThink to answer directly, Short for brief reasoning, or Long for extended "
-            "reasoning.'). Use an empty string for none."
+            "help": "Sentence appended to the last user turn of every prompt ('' for none). Default: built from "
+            "the mode words ('Output NoThink to answer directly, Short for brief reasoning, ...')."
         },
     )
     routing_question: str = field(
@@ -90,8 +89,8 @@ class RoutingGRPOConfig(GRPOConfig):
     routing_warmup_steps: int = field(
         default=45,
         metadata={
-            "help": "Routing warmup: generation batches with forced rollouts (steps s < routing_warmup_steps; "
-            "the paper: 45). Not the learning-rate warmup, which is TRL's `warmup_steps`."
+            "help": "Routing warmup: generation batches s < N with forced rollouts (the paper: 45). Not TRL's "
+            "learning-rate `warmup_steps`."
         },
     )
     forced_per_mode: int | None = field(
@@ -99,16 +98,13 @@ class RoutingGRPOConfig(GRPOConfig):
         metadata={"help": "Rollouts of a group forced into each mode in the warmup. Default floor(G/4)."},
     )
     invalid_routing_reward: float = field(
-        default=-0.5,
-        metadata={"help": "Reward of a rollout without a valid routing word."},
+        default=-0.5, metadata={"help": "Reward of a rollout without a valid routing word."}
     )
     balance_coef: float = field(
-        default=1.0,
-        metadata={"help": "beta_bal, the balance term's coefficient before its anneal."},
+        default=1.0, metadata={"help": "beta_bal, the balance term's coefficient before its anneal."}
     )
     balance_target: float | None = field(
-        default=None,
-        metadata={"help": "p*, the target share of each mode among free rollouts. Default 1/K."},
+        default=None, metadata={"help": "p*, the target share of each mode among free rollouts. Default 1/K."}
     )
     batch_progress_bar: bool = field(
         default=True,
@@ -129,24 +125,21 @@ class RoutingGRPOConfig(GRPOConfig):
     routing_word_weight_steps: int | None = field(
         default=None,
         metadata={
-            "help": "Not the paper's: routing_word_weight for generation batches s < N only, then the paper's "
-            "loss. Unset: every batch."
+            "help": "Not the paper's: routing_word_weight for generation batches s < N only (unset: all)."
         },
     )
     early_tell: bool = field(
         default=True,
         metadata={
-            "help": "Log the early tell per generation batch (routing/fanout and more; docs/method.md), at the "
-            "cost of one no-grad forward."
+            "help": "Log the early tell (routing/fanout; docs/method.md) per generation batch: one no-grad "
+            "forward."
         },
     )
     balance_anneal_start: int = field(
-        default=60,
-        metadata={"help": "Generation batch at which beta_bal starts a linear anneal to 0."},
+        default=60, metadata={"help": "Generation batch at which beta_bal starts a linear anneal to 0."}
     )
     balance_anneal_end: int = field(
-        default=85,
-        metadata={"help": "Generation batch at which beta_bal reaches 0."},
+        default=85, metadata={"help": "Generation batch at which beta_bal reaches 0."}
     )
     flatten_reward_step: int | None = field(
         default=60,
@@ -160,12 +153,10 @@ class RoutingGRPOConfig(GRPOConfig):
         },
     )
     answer_column: str = field(
-        default="answer",
-        metadata={"help": "Dataset column holding the reference answer."},
+        default="answer", metadata={"help": "Dataset column holding the reference answer."}
     )
     eval_temperature: float = field(
-        default=0.6,
-        metadata={"help": "Sampling temperature of validation rollouts (free, uncapped)."},
+        default=0.6, metadata={"help": "Sampling temperature of validation rollouts (free, uncapped)."}
     )
     verifier: str = field(
         default="math",
@@ -178,8 +169,8 @@ class RoutingGRPOConfig(GRPOConfig):
     enforce_caps_in_generation: bool = field(
         default=True,
         metadata={
-            "help": "Stop each training rollout at its mode's cap while generating (a free row's mode read from its "
-            "first tokens); the post-hoc cut stays the exact rule."
+            "help": "Stop each training rollout at its mode's cap while generating (a free row's mode read "
+            "from its first tokens); the post-hoc cut stays the exact rule."
         },
     )
 
@@ -212,15 +203,15 @@ class RoutingGRPOConfig(GRPOConfig):
     collapse_alarm_entropy: float = field(
         default=0.2,
         metadata={
-            "help": "Collapse alarm: a training generation batch after the warmup is collapsed when the free "
-            "routing entropy H = -sum f_m ln f_m (natural log) is below this. 0 turns this test off."
+            "help": "Collapse alarm: a training batch after the warmup is collapsed when the free routing "
+            "entropy H = -sum f_m ln f_m (nats) is below this. 0 turns this test off."
         },
     )
     collapse_alarm_share: float = field(
         default=0.95,
         metadata={
-            "help": "Collapse alarm: a training generation batch after the warmup is collapsed when one mode's "
-            "share of the free rollouts with a valid mode is above this. 1.0 turns this test off."
+            "help": "Collapse alarm: a training batch after the warmup is collapsed when one mode's share of the "
+            "free rollouts with a valid mode is above this. 1.0 turns this test off."
         },
     )
     collapse_alarm_patience: int = field(
@@ -235,9 +226,8 @@ class RoutingGRPOConfig(GRPOConfig):
     total_batch_steps: int | None = field(
         default=None,
         metadata={
-            "help": "Length of training in generation batches (the paper's steps, 90). When set, max_steps = "
-            "total_batch_steps x optimizer steps per generation batch "
-            "(steps_per_generation x num_iterations / gradient_accumulation_steps)."
+            "help": "Length of training in generation batches (the paper: 90). When set, max_steps = "
+            "total_batch_steps x optimizer steps per generation batch."
         },
     )
     eval_every_batch_steps: int | None = field(
@@ -276,13 +266,11 @@ class RoutingGRPOConfig(GRPOConfig):
 
     # Method defaults that differ from TRL's.
     loss_type: str = field(
-        default="dapo",
-        metadata={"help": "GRPO loss aggregation: the method's token mean ('dapo')."},
+        default="dapo", metadata={"help": "GRPO loss aggregation: the method's token mean ('dapo')."}
     )
     beta: float = field(default=0.0, metadata={"help": "KL coefficient; the method uses none (0.0)."})
     scale_rewards: str = field(
-        default="none",
-        metadata={"help": "Must be 'none': group mean-centring without std division."},
+        default="none", metadata={"help": "Must be 'none': group mean-centring without std division."}
     )
     vllm_importance_sampling_mode: str = field(
         default="token_truncate",
@@ -648,7 +636,7 @@ class RoutingGRPOConfig(GRPOConfig):
             raise ValueError(problem)
 
     def geometry_problem(self, num_processes: int) -> str | None:
-        """Why the settled batch geometry does not fit a launch of ``num_processes`` processes (None if it does)."""
+        """Why the settled batch geometry does not fit a launch of ``num_processes`` processes (None: it does)."""
         processes, *values = self._settled
         changed = [
             f"{name} {old} -> {getattr(self, name)}"

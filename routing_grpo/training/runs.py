@@ -217,7 +217,7 @@ def claim_run_folder(
 
 
 def run_identity_callback(identity: dict[str, Any]) -> Any:
-    """A callback that stores the run identity and routing settings in every checkpoint, then marks it complete."""
+    """A callback that stores the run identity and routing settings in each checkpoint, then marks it complete."""
     from transformers import TrainerCallback
 
     from routing_grpo.training.settings import RoutingSettings

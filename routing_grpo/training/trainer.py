@@ -344,23 +344,17 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             yield
             return
         saved = self.temperature
-        targets = [self]
-        if getattr(self, "generation_config", None) is not None and not self.use_vllm:
-            targets.append(self.generation_config)
-        if self.use_vllm:
-            targets.append(self.vllm_generation)
-        kwargs = getattr(self, "generation_kwargs", None) if not self.use_vllm else None
+        targets = (self, self.vllm_generation if self.use_vllm else self.generation_config)
+        kwargs = {} if self.use_vllm else self.generation_kwargs  # TRL's kwargs for transformers generation
         for t in targets:
             t.temperature = self.args.eval_temperature
-        if isinstance(kwargs, dict):
-            kwargs["temperature"] = self.args.eval_temperature
+        kwargs["temperature"] = self.args.eval_temperature
         try:
             yield
         finally:
             for t in targets:
                 t.temperature = saved
-            if isinstance(kwargs, dict):
-                kwargs["temperature"] = saved
+            kwargs["temperature"] = saved
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         if "image" in inputs[0] or "images" in inputs[0]:
@@ -489,7 +483,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
     def _log_importance_sampling(
         self, output: dict[str, Any], inputs: list[dict[str, Any]], mode: str
     ) -> None:
-        """Per mode, what TRL's vLLM importance-sampling correction did to this batch (``routing/is/<mode>/...``)."""
+        """Per mode, what TRL's vLLM importance-sampling correction did to the batch (``routing/is/<mode>/...``)."""
         if not (self.use_vllm and self.vllm_importance_sampling_correction):
             return
         old, sampled = output.get("old_per_token_logps"), output.get("sampling_per_token_logps")

@@ -1,4 +1,4 @@
-"""TRL's vLLM engine (``trainer.vllm_generation``, colocated or a ``trl vllm-serve`` client) as the rollouts use it.
+"""TRL's vLLM engine (``trainer.vllm_generation``: colocated, or a ``trl vllm-serve`` client) for the rollouts.
 
 The trainer sends its own requests (per-row budgets), so the duties TRL carries around its own ``generate`` are
 done here as TRL does them: weight sync, sleep mode, the main process generating for all in server mode, and
