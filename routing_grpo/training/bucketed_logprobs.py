@@ -15,8 +15,7 @@ from accelerate.utils import gather
 
 __all__ = ["LengthBucketedLogprobs", "plan_length_buckets", "row_widths", "split_to_count"]
 
-# What one more forward costs, in padded token positions: a split that saves fewer positions than this is not
-# worth a second pass over the weights.
+# What one more forward costs, in padded token positions.
 FORWARD_OVERHEAD_TOKENS = 32
 
 

@@ -42,9 +42,9 @@ class PreemptionCallback(TrainerCallback):
     A second delivery (outside ``duplicate_window``) goes to the previous handler, restored.
 
     Args:
-        signals: signal names to handle (SIGUSR1: Slurm's ``--signal=USR1@300`` warning).
+        signals: signal names to handle.
         align_to_generation_batch: write the checkpoint only at the end of a generation batch.
-        duplicate_window: seconds after the first delivery in which a repeat counts as the same request.
+        duplicate_window: seconds after the first delivery in which a repeat is the same request.
     """
 
     def __init__(

@@ -362,10 +362,10 @@ def hub_push_problem(timeout: float = 10.0) -> str | None:
     return None
 
 
-def launcher_argv(pid: int | None = None) -> list[str]:
+def launcher_argv() -> list[str]:
     """The parent process's command line (``accelerate launch ...``) where /proc shows it; else []."""
     try:
-        raw = Path(f"/proc/{os.getppid() if pid is None else pid}/cmdline").read_bytes()
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
     except OSError:
         return []
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
@@ -373,15 +373,8 @@ def launcher_argv(pid: int | None = None) -> list[str]:
 
 def asked_processes(argv: Sequence[str]) -> int | None:
     """``--num_processes N`` (or ``=N``) of an accelerate command line; None when it does not say."""
-    for i, word in enumerate(argv):
-        value = None
-        if word == "--num_processes" and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif word.startswith("--num_processes="):
-            value = word.split("=", 1)[1]
-        if value is not None:
-            return int(value) if value.isdigit() else None
-    return None
+    value = command_line_values(list(argv)).get("num_processes", "")
+    return int(value) if value.isdigit() else None
 
 
 def process_count_warning(

@@ -15,6 +15,7 @@ from typing import Any
 
 from routing_grpo.io import checkpoints
 from routing_grpo.io.errors import UsageError
+from routing_grpo.io.jsonl import write_json
 from routing_grpo.io.locks import FOLDER_LOCK_NAME, OutputLock, folder_lock_path
 from routing_grpo.training.config import RoutingGRPOConfig
 
@@ -56,9 +57,8 @@ def read_run_identity(checkpoint: str | Path) -> dict[str, Any] | None:
 
 
 def write_run_identity(folder: str | Path, identity: dict[str, Any]) -> None:
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / RUN_FILE).write_text(json.dumps(identity, indent=2) + "\n")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    write_json(Path(folder) / RUN_FILE, identity)
 
 
 def is_another_run(stored: dict[str, Any], identity: dict[str, Any]) -> bool:

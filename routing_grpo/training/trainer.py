@@ -175,7 +175,6 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         reads_tell = args.early_tell and self.single_mode is None and len(self.modes) > 1
         self.tell_word_ids = early_tell_word_ids(self.modes, tokenizer) if reads_tell else None
         self.routing_history: list[GenerationRecord] = []
-        # The routing/... metrics of the logging window, per mode (train, eval), merged into the logs by `log`.
         self.routing_metrics: dict[str, defaultdict[str, list[float]]] = {
             "train": defaultdict(list),
             "eval": defaultdict(list),
@@ -184,7 +183,6 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self._backend: Any = None  # the policy's generation backend, kept for the run (_policy_backend)
         self._last_batch_time: float | None = None
         self._batch_bar: Any = None
-        # The console line (or bar) per generation batch; an embedding program may show its own progress.
         self.show_batches = True
 
     @property

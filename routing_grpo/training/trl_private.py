@@ -7,6 +7,7 @@ then, by name; tests/test_training_trl_private.py checks it against TRL and the 
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -85,19 +86,12 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
 
 def owner_class(owner: str) -> type:
     """The class a :class:`PrivateName` names, from the installed TRL / transformers."""
-    if owner == "GRPOTrainer":
-        from trl import GRPOTrainer
-
-        return GRPOTrainer
-    if owner == "VLLMGeneration":
-        from trl.generation.vllm_generation import VLLMGeneration
-
-        return VLLMGeneration
-    if owner == "Trainer":
-        from transformers import Trainer
-
-        return Trainer
-    raise ValueError(f"unknown owner {owner!r}")
+    module = {
+        "GRPOTrainer": "trl",
+        "VLLMGeneration": "trl.generation.vllm_generation",
+        "Trainer": "transformers",
+    }
+    return getattr(importlib.import_module(module[owner]), owner)
 
 
 def _applies(entry: PrivateName, trainer: Any) -> bool:

@@ -74,22 +74,6 @@ def needs_weight_sync(
     return global_step != last_loaded_step or (colocate and sleep_mode and weights_sleeping)
 
 
-def sampling_settings(vllm_generation: Any) -> dict[str, Any]:
-    """The SamplingParams arguments TRL's engine samples with (its ``generate``'s), for every request."""
-    settings = {
-        "repetition_penalty": vllm_generation.repetition_penalty,
-        "temperature": vllm_generation.temperature,
-        "top_p": vllm_generation.top_p,
-        "top_k": vllm_generation.top_k,
-        "min_p": 0.0 if vllm_generation.min_p is None else vllm_generation.min_p,
-        "logprobs": vllm_generation.logprobs,
-    }
-    if vllm_generation.mode == "server":
-        settings["structured_outputs_regex"] = vllm_generation.structured_outputs_regex
-        settings["generation_kwargs"] = vllm_generation.generation_kwargs
-    return settings
-
-
 def sync_weights_if_needed(trainer: Any) -> bool:
     """Pushes the policy's weights to the engine when :func:`needs_weight_sync` says so (every process
     calls this: the weights are gathered); returns whether it did."""
@@ -115,8 +99,17 @@ def sync_weights_if_needed(trainer: Any) -> bool:
 def vllm_backend(vllm_generation: Any, eos_token_ids: Sequence[int]) -> Iterator[Any]:
     """TRL's engine behind the backend interface for one generation: the server's client, or the colocated
     engine with its KV cache woken for the call and put back to level-2 sleep after it."""
-    sampling = sampling_settings(vllm_generation)
+    sampling = {  # the SamplingParams arguments TRL's own generate samples with
+        "repetition_penalty": vllm_generation.repetition_penalty,
+        "temperature": vllm_generation.temperature,
+        "top_p": vllm_generation.top_p,
+        "top_k": vllm_generation.top_k,
+        "min_p": 0.0 if vllm_generation.min_p is None else vllm_generation.min_p,
+        "logprobs": vllm_generation.logprobs,
+    }
     if vllm_generation.mode == "server":
+        sampling["structured_outputs_regex"] = vllm_generation.structured_outputs_regex
+        sampling["generation_kwargs"] = vllm_generation.generation_kwargs
         yield VLLMServerBackend(vllm_generation.vllm_client, sampling, eos_token_ids=eos_token_ids)
         return
     llm = vllm_generation.llm
