@@ -1,10 +1,8 @@
 """Training entry point: ``python -m routing_grpo.train --config RECIPE.yaml [--KEY VALUE ...]``, also
 ``routing-grpo train`` and ``accelerate launch ... -m routing_grpo.train``.
 
-In open-r1's shape: :func:`parse_args` reads the recipe and the command line into the three argument classes
-(:mod:`routing_grpo.training.arguments`); :func:`main` checks them and this machine, loads the data, the
-tokenizer and the model, trains, then saves, writes the model card and pushes. Bad input stops the run with
-one line naming the key (exit code 2) before the model loads wherever it can be known without it.
+In open-r1's shape: :func:`parse_args` reads the recipe and command line into the three argument classes;
+:func:`main` checks, loads, trains, saves and pushes. Bad input is one line naming the key (exit code 2).
 """
 
 from __future__ import annotations

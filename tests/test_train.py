@@ -559,3 +559,13 @@ def test_a_run_that_fails_to_load_claims_no_folder(tmp_path, tiny_model_path, mo
     assert not (out / runs.RUN_FILE).exists()
     train.main(*train.parse_args(["--config", str(recipe), "--seed", "1"]))
     assert json.loads((out / runs.RUN_FILE).read_text())["seed"] == 1
+
+
+def test_a_rollout_setting_the_routing_rollouts_own_is_refused_before_the_model_loads(
+    tmp_path, no_model_loading
+):
+    out = tmp_path / "out"
+    recipe = tiny_recipe("offline:tiny", out, use_vllm=True, generation_kwargs={"n": 2})
+    message = run_cli_expecting_error(["--config", str(write_recipe(tmp_path / "r.yaml", recipe))])
+    assert "generation_kwargs: n is set by the routing rollouts per request" in message
+    assert not out.exists() or not any(out.iterdir())

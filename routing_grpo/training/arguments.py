@@ -1,6 +1,5 @@
-"""The training entry's three argument classes and their parser, as open-r1's ``configs``: what to train on
-(:class:`RoutingScriptArguments`), how (:class:`~routing_grpo.training.config.RoutingGRPOConfig`) and which
-model (TRL's ``ModelConfig``). Every field of the three is a recipe key and a ``--KEY VALUE`` option.
+"""The training entry's three argument classes and their parser, as open-r1's ``configs``: what to train on,
+how (:class:`~routing_grpo.training.config.RoutingGRPOConfig`) and which model (TRL's ``ModelConfig``).
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ class RoutingScriptArguments:
         default=None,
         metadata={
             "help": "Resample the training rows by level: {level: share}, e.g. {1: 0.8, 6: 0.2} (YAML or "
-            "JSON). Shares are normalised, levels not named are dropped and the row count stays "
-            "(routing_grpo.data.datasets.mix_levels). Default: the data's own mix."
+            "JSON); shares normalised, levels not named dropped, the row count kept. Default: the data's mix."
         },
     )
     eval_task: str | None = field(
@@ -69,20 +67,19 @@ class RoutingScriptArguments:
     hub_org: str | None = field(
         default=None,
         metadata={
-            "help": "Hub user or organisation of the run's repo when hub_model_id is not set: the run pushes to "
-            "<hub_org>/<recipe name>-seed<seed> (default: your own namespace). `make ... HUB_ORG=...` sets it."
+            "help": "Hub user or organisation of the run's repo without hub_model_id: the run pushes to "
+            "<hub_org>/<recipe name>-seed<seed> (default: your own namespace)."
         },
     )
     hub_overwrite: bool = field(
         default=False,
         metadata={
-            "help": "Push even when the Hub repo already holds the model card of another run (another recipe or "
-            "seed, or a card routing-grpo did not write); without it such a push is refused before training."
+            "help": "Push even when the Hub repo holds another run's model card (another recipe or seed, or not "
+            "routing-grpo's); without it such a push is refused before training."
         },
     )
     overwrite_output_dir: bool = field(
-        default=False,
-        metadata={"help": "Train into an output_dir of other files (else refused)."},
+        default=False, metadata={"help": "Train into an output_dir of other files (else refused)."}
     )
 
     def __post_init__(self) -> None:

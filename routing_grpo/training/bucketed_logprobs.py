@@ -1,11 +1,9 @@
 """TRL's log-prob forwards on length buckets of rows (``logprob_length_buckets``; docs/method.md "Caps").
 
-TRL pads every completion of a micro-batch to the longest one, so once routing puts NoThink rows (cap 1,024)
-beside Long rows (16,384) most of the loss forward and backward runs on padding. Rows of similar width are
-grouped into a few forwards, each trimmed to its widest row (:func:`plan_length_buckets`, pure), and
-:class:`LengthBucketedLogprobs` runs them and puts the results back in row order: the same per-token
-log-probs, up to floating-point rounding, on far fewer positions. A row's width is its prompt from its first
-real token (prompts are left-padded) and its completion up to its last real token (right-padded).
+TRL pads every completion of a micro-batch to the longest one, so capped NoThink rows beside Long rows mostly
+run on padding. Rows of similar width go into a few forwards, each trimmed to its widest row
+(:func:`plan_length_buckets`), and the results come back in row order: the same per-token log-probs, up to
+rounding, on far fewer positions.
 """
 
 from __future__ import annotations
@@ -17,8 +15,7 @@ from accelerate.utils import gather
 
 __all__ = ["LengthBucketedLogprobs", "plan_length_buckets", "row_widths", "split_to_count"]
 
-# What one more forward costs, in padded token positions: a split that saves fewer positions than this is not
-# worth a second pass over the weights.
+# What one more forward costs, in padded token positions.
 FORWARD_OVERHEAD_TOKENS = 32
 
 
@@ -45,18 +42,10 @@ def plan_length_buckets(
 ) -> list[list[int]]:
     """Row indices grouped into forwards that cover as few padded positions as possible.
 
-    Rows are ordered by completion width (longest first, then prompt width) and cut into at most
-    ``max_buckets`` runs of consecutive rows; the cut is the exact minimum of padded positions plus
-    ``overhead_tokens`` per forward (dynamic programming over the order). A run longer than ``max_rows`` is
-    then split into forwards of at most ``max_rows`` rows (TRL's memory chunking). Every row appears once.
+    Rows ordered by width are cut into at most ``max_buckets`` runs at the exact minimum of padded positions
+    plus ``overhead_tokens`` per forward (dynamic programming); runs are then chunked to ``max_rows`` rows.
     """
     n = len(prompt_widths)
-    if len(completion_widths) != n:
-        raise ValueError(f"{n} prompt widths but {len(completion_widths)} completion widths")
-    if max_buckets < 1:
-        raise ValueError(f"max_buckets: must be >= 1, got {max_buckets}")
-    if max_rows is not None and max_rows < 1:
-        raise ValueError(f"max_rows: must be >= 1, got {max_rows}")
     if n == 0:
         return []
     order = sorted(range(n), key=lambda r: (-completion_widths[r], -prompt_widths[r], r))
@@ -100,11 +89,8 @@ def plan_length_buckets(
 
 
 def split_to_count(buckets: Sequence[Sequence[int]], count: int) -> list[list[int]]:
-    """``buckets`` split until there are ``count`` of them (the bucket with most rows is halved first).
-
-    In a multi-process run every process must run the same number of forwards: a forward of a DDP model
-    broadcasts its buffers, and one under ZeRO-3 gathers the weights, both collective.
-    """
+    """``buckets`` split until there are ``count`` of them (the largest halved first): every process must run
+    as many forwards (each is collective under DDP and ZeRO-3)."""
     result = [list(b) for b in buckets if b]
     if count < len(result):
         raise ValueError(f"count: {count} is fewer than the {len(result)} buckets there are")
@@ -133,14 +119,8 @@ class LengthBucketedLogprobs:
         compute_aux_loss=False,
         **model_kwargs,
     ):
-        """TRL's log-prob forward, run on length buckets of rows (:func:`plan_length_buckets`).
-
-        Each bucket's forward sees its rows' prompt columns from the first real token and completion columns up
-        to the last real one; the results are padded back to ``logits_to_keep`` (padded positions hold 0 and
-        are masked by every use TRL makes of them) and returned in the original row order, so the loss, its
-        gradient and TRL's metrics are those of the single padded forward up to floating-point rounding.
-        Image inputs and MoE auxiliary losses take TRL's path unchanged.
-        """
+        """TRL's log-prob forward, run on length buckets of rows and padded back to ``logits_to_keep`` (padded
+        positions hold 0, masked by TRL), in row order. Image inputs and MoE auxiliary losses take TRL's path."""
         plan = None
         if not compute_aux_loss and all(v is None for v in model_kwargs.values()):
             plan = self._logprob_buckets(attention_mask, logits_to_keep, batch_size)
@@ -181,8 +161,7 @@ class LengthBucketedLogprobs:
         """(buckets, prompt widths, completion widths), or None where one forward as TRL runs it is right."""
         if self.args.logprob_length_buckets <= 1 or attention_mask.size(0) <= 1:
             return None
-        # With sharded parameters (ZeRO-3, FSDP) every forward gathers the weights again: a forward that needs a
-        # backward stays whole; no-grad passes (old and reference log-probs) are chunked by TRL anyway.
+        # Sharded parameters (ZeRO-3, FSDP) are gathered per forward: a forward with a backward stays whole.
         if torch.is_grad_enabled() and self._parameters_sharded():
             return None
         prompt_widths, completion_widths = row_widths(attention_mask, logits_to_keep)

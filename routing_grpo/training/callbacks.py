@@ -1,8 +1,5 @@
-"""The trainer's callbacks, returned in the order they must run by :func:`default_callbacks`: the preemption
-checkpoint (:mod:`routing_grpo.training.preemption`), :class:`NonFiniteGuard` (a NaN or inf loss, grad norm or
-reward stops training before a checkpoint of that step is written), :class:`CollapseAlarmCallback` (warns when
-free routing has collapsed onto one mode; the trainer feeds it) and :class:`MetricsFileCallback`
-(``OUTPUT/metrics.jsonl``).
+"""The trainer's callbacks, in the order they must run (:func:`default_callbacks`): preemption,
+:class:`NonFiniteGuard`, the collapse alarm and :class:`MetricsFileCallback` (``OUTPUT/metrics.jsonl``).
 """
 
 from __future__ import annotations
@@ -33,13 +30,9 @@ class NonFiniteTrainingError(RuntimeError):
 
 
 class NonFiniteGuard(TrainerCallback):
-    """Stops training with :class:`NonFiniteTrainingError` when a watched logged metric is NaN, inf or None.
-
-    Watched: ``loss``, ``grad_norm``, ``reward`` and every ``rewards/<function>/mean`` (and their ``eval_``
-    forms). So that no checkpoint of a bad step is written, ``logging_nan_inf_filter`` is switched off (it
-    would hide a NaN loss behind the window's mean) and the trainer is made to log (and so check) before
-    every save. The logged values are already averaged over all processes, so every rank raises together.
-    """
+    """Stops training with :class:`NonFiniteTrainingError` when ``loss``, ``grad_norm``, ``reward`` or a
+    ``rewards/<function>/mean`` is logged NaN, inf or None. It switches ``logging_nan_inf_filter`` off and
+    logs before every save, so no checkpoint of a bad step is written."""
 
     METRICS: tuple[str, ...] = ("loss", "grad_norm", "reward")
 
@@ -95,10 +88,8 @@ class NonFiniteGuard(TrainerCallback):
 
 
 class MetricsFileCallback(TrainerCallback):
-    """Every logged metrics dict as one JSON line of ``OUTPUT/metrics.jsonl`` (main process; the one JSONL
-    writer, :func:`routing_grpo.io.jsonl.append_jsonl`). A run that starts at optimizer step N first moves
-    the rows logged past N (and a summary logged at N) to ``metrics.jsonl.rolled-back-<n>``, so each step
-    appears once, as in a run that was never stopped."""
+    """Every logged metrics dict as one line of ``OUTPUT/metrics.jsonl``; a run that starts at optimizer step
+    N first moves the rows logged past N aside (``metrics.jsonl.rolled-back-<n>``), so each step appears once."""
 
     FILE = "metrics.jsonl"
 
@@ -138,10 +129,8 @@ def _logged_again(row: dict[str, Any], step: int) -> bool:
 
 
 def default_callbacks(args: Any = None) -> list[TrainerCallback]:
-    """``[PreemptionCallback(), NonFiniteGuard()]`` in this order (the guard then sees a preemption's
-    ``should_save`` and checks before that checkpoint too), then a :class:`CollapseAlarmCallback` and a
-    :class:`MetricsFileCallback` when ``args`` is a :class:`~routing_grpo.training.config.RoutingGRPOConfig`;
-    no preemption callback when ``args.preemption_signals`` is empty."""
+    """Preemption (unless ``preemption_signals`` is empty), then the guard (which so checks before a
+    preemption's checkpoint too), then with a ``RoutingGRPOConfig`` the collapse alarm and the metrics file."""
     signals = getattr(args, "preemption_signals", ("SIGTERM", "SIGINT"))
     callbacks = [*([PreemptionCallback(signals)] if signals else []), NonFiniteGuard()]
     if hasattr(args, "collapse_alarm_patience"):

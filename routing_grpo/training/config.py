@@ -1,7 +1,6 @@
-"""``RoutingGRPOConfig``: TRL's ``GRPOConfig`` plus the self-routing method's settings (docs/method.md), and
-the batch geometry in the paper's units: a generation batch of ``prompts x G`` rollouts trained in a number of
-optimizer steps, settled as the per-device settings TRL takes for each launch (docs/training.md "Schedules and
-batch geometry"). Every schedule here counts *generation batches*, the paper's steps.
+"""``RoutingGRPOConfig``: TRL's ``GRPOConfig`` plus the method's settings (docs/method.md) and the batch geometry
+in the paper's units, settled per launch (docs/training.md "Schedules and batch geometry"). Every schedule
+counts *generation batches*, the paper's steps.
 """
 
 from __future__ import annotations
@@ -26,8 +25,7 @@ from routing_grpo.diagnostics.importance_sampling import CORRECTION_MODES
 
 # Signals a run may turn into a preemption checkpoint (`preemption_signals`); the first two by default.
 PREEMPTION_SIGNALS = ("SIGTERM", "SIGINT", "SIGUSR1", "SIGUSR2", "SIGHUP")
-# Float settings where +inf means something (no clipping of the logged norm, no time-out); every other
-# float setting, the method's and TRL's, must be finite, and NaN is refused everywhere.
+# Float settings where +inf means something; every other float setting must be finite (NaN nowhere).
 INFINITE_ALLOWED = frozenset({"max_grad_norm", "vllm_server_timeout"})
 # The fields a settled geometry holds; one changed after the build is refused.
 SETTLED_FIELDS = (
@@ -77,9 +75,8 @@ class RoutingGRPOConfig(GRPOConfig):
     routing_instruction: str | None = field(
         default=None,
         metadata={
-            "help": "Sentence appended to the last user turn of every prompt. Default: built from the mode "
-            "words ('Output NoThink to answer directly, Short for brief reasoning, or Long for extended "
-            "reasoning.'). Use an empty string for none."
+            "help": "Sentence appended to the last user turn of every prompt ('' for none). Default: built from "
+            "the mode words ('Output NoThink to answer directly, Short for brief reasoning, ...')."
         },
     )
     routing_question: str = field(
@@ -92,8 +89,8 @@ class RoutingGRPOConfig(GRPOConfig):
     routing_warmup_steps: int = field(
         default=45,
         metadata={
-            "help": "Routing warmup: generation batches with forced rollouts (steps s < routing_warmup_steps; "
-            "the paper: 45). Not the learning-rate warmup, which is TRL's `warmup_steps`."
+            "help": "Routing warmup: generation batches s < N with forced rollouts (the paper: 45). Not TRL's "
+            "learning-rate `warmup_steps`."
         },
     )
     forced_per_mode: int | None = field(
@@ -101,55 +98,48 @@ class RoutingGRPOConfig(GRPOConfig):
         metadata={"help": "Rollouts of a group forced into each mode in the warmup. Default floor(G/4)."},
     )
     invalid_routing_reward: float = field(
-        default=-0.5,
-        metadata={"help": "Reward of a rollout without a valid routing word."},
+        default=-0.5, metadata={"help": "Reward of a rollout without a valid routing word."}
     )
     balance_coef: float = field(
-        default=1.0,
-        metadata={"help": "beta_bal, the balance term's coefficient before its anneal."},
+        default=1.0, metadata={"help": "beta_bal, the balance term's coefficient before its anneal."}
     )
     balance_target: float | None = field(
-        default=None,
-        metadata={"help": "p*, the target share of each mode among free rollouts. Default 1/K."},
+        default=None, metadata={"help": "p*, the target share of each mode among free rollouts. Default 1/K."}
     )
     batch_progress_bar: bool = field(
         default=True,
         metadata={
-            "help": "On a terminal, show training as a progress bar in generation batches with the batch's "
-            "reward, accuracy and free split beside it (elsewhere, and with false: one line per generation "
-            "batch). TRL's per-step metrics dicts are not printed; they go to the trackers and "
-            "OUTPUT/metrics.jsonl."
+            "help": "On a terminal, a progress bar in generation batches with the batch's reward, accuracy and "
+            "free split (elsewhere, and with false: one line per generation batch). TRL's per-step metrics go "
+            "to the trackers and OUTPUT/metrics.jsonl."
         },
     )
     routing_word_weight: float | None = field(
         default=None,
         metadata={
-            "help": "Not the paper's: the routing word's own weight w in the loss (after Thinkless' Decoupled "
-            "GRPO): its token counts w x the mean response length, so the words' part of the loss is w x their "
-            'per-rollout mean. Unset: the paper\'s token mean (docs/method.md "Beyond the paper").'
+            "help": "Not the paper's: the routing word's weight w in the loss (after Thinkless' Decoupled GRPO): "
+            "its token counts w x the mean response length. Unset: the paper's token mean (docs/method.md "
+            '"Beyond the paper").'
         },
     )
     routing_word_weight_steps: int | None = field(
         default=None,
         metadata={
-            "help": "Not the paper's: routing_word_weight for generation batches s < N only, then the paper's "
-            "loss. Unset: every batch."
+            "help": "Not the paper's: routing_word_weight for generation batches s < N only (unset: all)."
         },
     )
     early_tell: bool = field(
         default=True,
         metadata={
-            "help": "Log the early tell per generation batch (routing/fanout and more; docs/method.md), at the "
-            "cost of one no-grad forward."
+            "help": "Log the early tell (routing/fanout; docs/method.md) per generation batch: one no-grad "
+            "forward."
         },
     )
     balance_anneal_start: int = field(
-        default=60,
-        metadata={"help": "Generation batch at which beta_bal starts a linear anneal to 0."},
+        default=60, metadata={"help": "Generation batch at which beta_bal starts a linear anneal to 0."}
     )
     balance_anneal_end: int = field(
-        default=85,
-        metadata={"help": "Generation batch at which beta_bal reaches 0."},
+        default=85, metadata={"help": "Generation batch at which beta_bal reaches 0."}
     )
     flatten_reward_step: int | None = field(
         default=60,
@@ -163,71 +153,65 @@ class RoutingGRPOConfig(GRPOConfig):
         },
     )
     answer_column: str = field(
-        default="answer",
-        metadata={"help": "Dataset column holding the reference answer."},
+        default="answer", metadata={"help": "Dataset column holding the reference answer."}
     )
     eval_temperature: float = field(
-        default=0.6,
-        metadata={"help": "Sampling temperature of validation rollouts (free, uncapped)."},
+        default=0.6, metadata={"help": "Sampling temperature of validation rollouts (free, uncapped)."}
     )
     verifier: str = field(
         default="math",
         metadata={
-            "help": "How a completion is graded against the reference (the answer_column value): 'math' (last "
-            "\\boxed{} answer verified with math-verify), 'countdown' (the final expression uses every number "
-            "of the reference solution once and reaches its value), or 'package.module:function' naming a "
-            "callable (completion_text, reference) -> bool."
+            "help": "How a completion is graded against the answer_column value: 'math' (last \\boxed{} answer, "
+            "math-verify), 'countdown' (the final expression uses every number once and reaches the value), or "
+            "'package.module:function' naming a callable (completion_text, reference) -> bool."
         },
     )
     enforce_caps_in_generation: bool = field(
         default=True,
         metadata={
-            "help": "Stop each training rollout at its mode's cap during transformers generation (a free row's "
-            "mode is read from its first tokens); the post-hoc cut after generation stays as the exact rule."
+            "help": "Stop each training rollout at its mode's cap while generating (a free row's mode read "
+            "from its first tokens); the post-hoc cut stays the exact rule."
         },
     )
 
     logprob_length_buckets: int = field(
         default=4,
         metadata={
-            "help": "Most forwards a micro-batch's log-prob pass (loss, old and reference log-probs) is split "
-            "into, rows of similar length together and each forward trimmed to its widest row, so capped "
-            "NoThink/Short rows are not padded to the Long rows' length. 1 keeps TRL's single padded forward. With ZeRO-3 "
-            "or FSDP (each forward gathers the weights) only the no-grad passes are split."
+            "help": "Most forwards a micro-batch's log-prob pass is split into, rows of similar length together, "
+            "so capped rows are not padded to the Long rows' length. 1 keeps TRL's single padded forward. With "
+            "ZeRO-3 or FSDP only the no-grad passes are split."
         },
     )
 
     preemption_signals: list[str] = field(
         default_factory=lambda: ["SIGTERM", "SIGINT"],
         metadata={
-            "help": "Signals that make a run write a checkpoint at the end of the generation batch in progress, "
-            "stop, and exit with 128 + signal (143 for SIGTERM) without saving a final model or pushing; the "
-            f"same command resumes from it. Any of {list(PREEMPTION_SIGNALS)}; add SIGUSR1 for Slurm's warning "
-            "signal (sbatch --signal=USR1@300). [] turns preemption checkpoints off."
+            "help": "Signals that make a run checkpoint at the end of the generation batch in progress and exit "
+            "with 128 + signal (no final model, no push); the same command resumes. Any of "
+            f"{list(PREEMPTION_SIGNALS)} (SIGUSR1: Slurm's --signal=USR1@300). [] turns this off."
         },
     )
 
     merge_adapter: bool = field(
         default=False,
         metadata={
-            "help": "With use_peft: the run ends by saving the LoRA adapter merged into its base "
-            "(merge_and_unload), an ordinary checkpoint that vLLM loads too; checkpoints keep the adapter "
-            '(docs/training.md "LoRA runs").'
+            "help": "With use_peft: save the final model with the LoRA adapter merged into its base (vLLM loads "
+            'it too); checkpoints keep the adapter (docs/training.md "LoRA runs").'
         },
     )
 
     collapse_alarm_entropy: float = field(
         default=0.2,
         metadata={
-            "help": "Collapse alarm: a training generation batch after the warmup is collapsed when the free "
-            "routing entropy H = -sum f_m ln f_m (natural log) is below this. 0 turns this test off."
+            "help": "Collapse alarm: a training batch after the warmup is collapsed when the free routing "
+            "entropy H = -sum f_m ln f_m (nats) is below this. 0 turns this test off."
         },
     )
     collapse_alarm_share: float = field(
         default=0.95,
         metadata={
-            "help": "Collapse alarm: a training generation batch after the warmup is collapsed when one mode's "
-            "share of the free rollouts with a valid mode is above this. 1.0 turns this test off."
+            "help": "Collapse alarm: a training batch after the warmup is collapsed when one mode's share of the "
+            "free rollouts with a valid mode is above this. 1.0 turns this test off."
         },
     )
     collapse_alarm_patience: int = field(
@@ -242,9 +226,8 @@ class RoutingGRPOConfig(GRPOConfig):
     total_batch_steps: int | None = field(
         default=None,
         metadata={
-            "help": "Length of training in generation batches (the paper's steps, 90). When set, max_steps = "
-            "total_batch_steps x optimizer steps per generation batch "
-            "(steps_per_generation x num_iterations / gradient_accumulation_steps)."
+            "help": "Length of training in generation batches (the paper: 90). When set, max_steps = "
+            "total_batch_steps x optimizer steps per generation batch."
         },
     )
     eval_every_batch_steps: int | None = field(
@@ -266,11 +249,10 @@ class RoutingGRPOConfig(GRPOConfig):
     generation_batch_prompts: int | None = field(
         default=None,
         metadata={
-            "help": "Prompts per generation batch (one paper step; the paper: 128, i.e. 128 x G 8 = 1,024 "
-            "rollouts). Set with minibatches_per_generation: at launch, steps_per_generation and "
-            "gradient_accumulation_steps are derived from the number of processes and "
-            "per_device_train_batch_size (leave those two unset), and the run stops, naming the numbers, when "
-            "they do not divide. Unset: steps_per_generation / gradient_accumulation_steps as given (per device)."
+            "help": "Prompts per generation batch (the paper: 128 x G 8 = 1,024 rollouts). With "
+            "minibatches_per_generation, steps_per_generation and gradient_accumulation_steps (leave them unset) "
+            "are derived at launch from the process count and per_device_train_batch_size; the run stops when "
+            "they do not divide. Unset: those two as given (per device)."
         },
     )
     minibatches_per_generation: int | None = field(
@@ -284,28 +266,24 @@ class RoutingGRPOConfig(GRPOConfig):
 
     # Method defaults that differ from TRL's.
     loss_type: str = field(
-        default="dapo",
-        metadata={"help": "GRPO loss aggregation: the method's token mean ('dapo')."},
+        default="dapo", metadata={"help": "GRPO loss aggregation: the method's token mean ('dapo')."}
     )
     beta: float = field(default=0.0, metadata={"help": "KL coefficient; the method uses none (0.0)."})
     scale_rewards: str = field(
-        default="none",
-        metadata={"help": "Must be 'none': group mean-centring without std division."},
+        default="none", metadata={"help": "Must be 'none': group mean-centring without std division."}
     )
     vllm_importance_sampling_mode: str = field(
         default="token_truncate",
         metadata={
             "help": "TRL's vLLM importance-sampling rule: token_truncate, token_mask, sequence_truncate or "
-            "sequence_mask (TRL's default). Per token here: a rollout's summed log-ratio grows with its length, "
-            "so a sequence rule drops long rollouts more often, a per-mode bias "
-            "(docs/method.md 'Differences from the paper')."
+            "sequence_mask (TRL's default). Per token here: a sequence rule drops long rollouts more often, a "
+            "per-mode bias (docs/method.md 'Differences from the paper')."
         },
     )
 
     def __post_init__(self) -> None:
         self._check_numbers()
-        # The strategies must be set before TrainingArguments.__post_init__ turns them into enums and checks
-        # them; the step counts are filled in once the geometry is settled.
+        # Before TrainingArguments.__post_init__ checks them; the step counts come with the settled geometry.
         if self.eval_every_batch_steps is not None:
             self.eval_strategy = "steps"
         if self.save_every_batch_steps is not None:
@@ -313,8 +291,7 @@ class RoutingGRPOConfig(GRPOConfig):
         self._generation_batch_size_given = (
             self.generation_batch_size is not None and self.steps_per_generation is None
         )
-        # The paper's units as per-device settings, before GRPOConfig works out the generation batch from them;
-        # WORLD_SIZE as accelerate launch / torchrun announce it, before TrainingArguments sets up its state.
+        # The paper's units as per-device settings before GRPOConfig derives the generation batch from them.
         processes = max(1, int(os.environ.get("WORLD_SIZE") or 1))
         derived = self._paper_geometry(processes)
         if derived is not None:
@@ -339,9 +316,8 @@ class RoutingGRPOConfig(GRPOConfig):
         self.settle_geometry(self.world_size)
 
     def _check_numbers(self) -> None:
-        """NaN (and infinity, but for :data:`INFINITE_ALLOWED`) refused in every float setting, since a NaN
-        compares false with every bound; then the ranges of the counts and rates GRPOConfig divides by or hands
-        to torch, before it does."""
+        """Refuses NaN and infinity (but :data:`INFINITE_ALLOWED`) in every float setting, then bad counts and
+        rates, before GRPOConfig divides by them."""
         for name in float_fields(type(self)):
             value = getattr(self, name, None)
             for item in value if isinstance(value, list | tuple) else [value]:
@@ -547,8 +523,7 @@ class RoutingGRPOConfig(GRPOConfig):
 
     @property
     def total_generation_batches(self) -> int | None:
-        """The run's length in generation batches: ``total_batch_steps``, or ``max_steps`` converted (None
-        when neither says: the run ends with its epochs)."""
+        """The run's length in generation batches (None when it ends with its epochs)."""
         if self.total_batch_steps is not None:
             return self.total_batch_steps
         if self.max_steps is not None and self.max_steps > 0:
@@ -556,8 +531,8 @@ class RoutingGRPOConfig(GRPOConfig):
         return None
 
     def schedule_warning(self) -> str | None:
-        """One line for the schedules that reach past the end of the run, each with what it means (None when
-        all fit). Not refused: a shortened run of a recipe (a smoke test) keeps the paper's schedules."""
+        """One line for the schedules that reach past the end of the run (None when all fit); a warning only,
+        so a shortened recipe (a smoke test) keeps the paper's schedules."""
         total = self.total_generation_batches
         if total is None:
             return None
@@ -588,13 +563,9 @@ class RoutingGRPOConfig(GRPOConfig):
         return f"schedules past the end of the run ({total} generation batches): " + "; ".join(notes)
 
     def _paper_geometry(self, processes: int) -> tuple[int, int] | None:
-        """``(steps_per_generation, gradient_accumulation_steps)`` for ``generation_batch_prompts x G``
-        rollouts trained in ``minibatches_per_generation`` optimizer steps on ``processes`` processes (None
-        without the paper's units); ValueError naming the numbers when they do not divide.
-
-        Example (the paper): 128 prompts x G 8 = 1,024 rollouts in 4 steps of 256; per-device batch 8 on 4
-        processes -> (32, 8); on 8 -> (16, 4); on 3, 256 does not split into micro-batches of 24.
-        """
+        """``(steps_per_generation, gradient_accumulation_steps)`` from the paper's units on ``processes``
+        processes (None without them); e.g. 128 prompts x G 8 in 4 steps, per-device batch 8 on 4 processes:
+        (32, 8)."""
         prompts, k, g = self.generation_batch_prompts, self.minibatches_per_generation, self.num_generations
         if prompts is None and k is None:
             return None
@@ -624,12 +595,8 @@ class RoutingGRPOConfig(GRPOConfig):
         return rollouts // micro, per_step // micro
 
     def settle_geometry(self, num_processes: int) -> None:
-        """Settles the batch geometry for a launch of ``num_processes`` processes, when the config is built and
-        by the trainer before TRL reads it: ``steps_per_generation`` and ``gradient_accumulation_steps`` from
-        the paper's units, else the generation batch from the one of ``generation_batch_size`` and
-        ``steps_per_generation`` given (as GRPOConfig derives them), and ``max_steps`` / ``eval_steps`` /
-        ``save_steps`` from the schedules stated in generation batches. A geometry field changed since the
-        last settling is refused."""
+        """Settles the batch geometry and the step schedules for a launch of ``num_processes`` processes;
+        refuses a geometry field changed since the last settling."""
         problem = self.geometry_problem(self._settled[0]) if self._settled else None
         if problem is None:
             per_process = self.per_device_train_batch_size * num_processes
@@ -669,8 +636,7 @@ class RoutingGRPOConfig(GRPOConfig):
             raise ValueError(problem)
 
     def geometry_problem(self, num_processes: int) -> str | None:
-        """Why this config's settled batch geometry does not fit a launch of ``num_processes`` processes (None
-        when it does): a field changed since, another process count, or a batch of partial groups."""
+        """Why the settled batch geometry does not fit a launch of ``num_processes`` processes (None: it does)."""
         processes, *values = self._settled
         changed = [
             f"{name} {old} -> {getattr(self, name)}"
@@ -714,8 +680,7 @@ class RoutingGRPOConfig(GRPOConfig):
 
     @property
     def optimizer_steps_per_generation_batch(self) -> int | float:
-        """Optimizer steps (TRL's ``global_step``) per generation batch, ``steps_per_generation x
-        num_iterations / gradient_accumulation_steps`` (the paper: 4): an int when whole, else the fraction."""
+        """Optimizer steps per generation batch (the paper: 4): an int when whole, else the fraction."""
         per = self.steps_per_generation * self.num_iterations / self.gradient_accumulation_steps
         return int(per) if per.is_integer() else per
 

@@ -1,8 +1,7 @@
-"""The Hub and the model card: each run its own repo, never a push over another run's card, and a card that
-records what was trained (modes, caps, rewards, the schedule as run, the final routing split).
+"""The Hub and the model card: each run its own repo, and a card that records what was trained.
 
-The run's identity (recipe and seed) is a hidden line of the card; before training and before the final push
-the repo's card is read, and a card of another run refuses the push (``hub_overwrite: true`` replaces it).
+The run's identity (recipe and seed) is a hidden line of the card; a repo holding another run's card refuses
+the push, before training and before the final push (``hub_overwrite: true`` replaces it).
 """
 
 from __future__ import annotations
@@ -30,8 +29,7 @@ CARD_MARKER = "routing-grpo-run"
 
 
 def hub_repo_name(recipe: str | Path, seed: int, org: str | None = None) -> str:
-    """The Hub repo of one run of a recipe: ``[<org>/]<recipe file name>-seed<seed>`` (transformers would
-    name it after the output folder, ``seed0``, the same for every recipe)."""
+    """The Hub repo of one run of a recipe: ``[<org>/]<recipe file name>-seed<seed>``."""
     name = f"{Path(recipe).stem}-seed{seed}"
     return f"{org.strip('/')}/{name}" if org else name
 
@@ -61,8 +59,7 @@ def _describe_run(identity: dict[str, Any] | None) -> str:
 def check_hub_card(
     trainer: Any, training_args: RoutingGRPOConfig, script_args: RoutingScriptArguments
 ) -> None:
-    """Refuses (:class:`UsageError`, on every process) to push over another run's model card unless
-    ``hub_overwrite``; the main process reads the card through transformers' Hub API (no card is fine)."""
+    """Refuses (on every process) to push over another run's model card unless ``hub_overwrite``."""
     from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
     from transformers import trainer as hf_trainer
 
@@ -96,8 +93,7 @@ def check_hub_card(
 def split_line(
     what: str, log_history: list[dict[str, Any]], mode_names: list[str], prefix: str = ""
 ) -> list[str]:
-    """The last logged free routing split of the training logs (``prefix`` "") or the validation logs
-    ("eval_") as one card line, ``[]`` without one."""
+    """The last logged free routing split (``prefix`` "eval_": of validation) as one card line, or ``[]``."""
     for row in reversed(log_history):
         shares = {m: row.get(f"{prefix}routing/share/{m}") for m in mode_names}
         # A batch whose free rollouts all lack a routing word logs zero shares: not a split.
@@ -117,8 +113,7 @@ def split_line(
 
 
 def early_tell_lines(log_history: list[dict[str, Any]]) -> list[str]:
-    """The training fanout's trailing mean at generation batches 20, 45 and the last one, each with its
-    reading (routing_grpo.diagnostics.early_tell); [] when the run logged none."""
+    """The training fanout's trailing mean at generation batches 20, 45 and the last, each with its reading."""
     return [
         f"- generation batch {b}: fanout {v:+.3f} nats per level step over the last {FANOUT_WINDOW} batches ({early_tell_verdict(v)})"
         for b, v in early_tell_readings(fanout_points(log_history))
@@ -163,8 +158,8 @@ def model_card(
     model_name: str | None = None,
     dataset_name: str | None = None,
 ) -> str:
-    """The model card (README.md): metadata, what the model does, a quick start that routes, the modes,
-    rewards and the schedule as run, the final free routing split, and one citation."""
+    """The model card (README.md): what the model does, a quick start, modes, rewards, the schedule as run,
+    the final routing split, and the citation."""
     import torch
     import transformers
     import trl
@@ -303,8 +298,7 @@ def model_card(
 
 
 def example_question(script_args: RoutingScriptArguments) -> str:
-    """The quick start's question: a held-out problem of a generated training task (the miniature's, the
-    synthetic arithmetic), which the model was trained to answer; else a plain arithmetic question."""
+    """The quick start's question: a held-out problem of a generated training task, else a plain one."""
     from routing_grpo.data.tasks import get_task, task_names
 
     known = script_args.dataset_path is None and script_args.task in task_names()
@@ -320,10 +314,8 @@ def example_question(script_args: RoutingScriptArguments) -> str:
 def install_model_card(
     trainer: Any, training_args: RoutingGRPOConfig, script_args: RoutingScriptArguments, model_args: Any
 ) -> None:
-    """Refuses a push over another run's card (:func:`check_hub_card`; ``every_save`` pushes while training),
-    then makes ``trainer.create_model_card`` (which TRL also calls at checkpoints and pushes) write
-    :func:`model_card` instead of TRL's generic template, naming the training data's Hub name (none for
-    generated tasks and local files)."""
+    """Refuses a push over another run's card, then makes ``trainer.create_model_card`` write
+    :func:`model_card` instead of TRL's template."""
     from routing_grpo.data.tasks import get_task, task_names
     from routing_grpo.training.preemption import preemption_exit_code
 
@@ -355,9 +347,7 @@ def install_model_card(
 def push_saved_model(
     trainer: Any, training_args: RoutingGRPOConfig, script_args: RoutingScriptArguments
 ) -> None:
-    """The final push, never over another run's card (:func:`check_hub_card`); when it fails, one line naming
-    the saved folder and how to upload it later (the model is on disk: nothing is lost). The token comes from
-    HF_TOKEN or ``hf auth login``, never from a recipe."""
+    """The final push, never over another run's card; a failure is one line naming the saved folder."""
     check_hub_card(trainer, training_args, script_args)
     try:
         trainer.push_to_hub()

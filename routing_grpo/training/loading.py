@@ -1,8 +1,5 @@
-"""Loading what a run trains: the data (its columns checked), the model's folder (its weights and context
-checked), the tokenizer (its chat template and mode words checked) and the model.
-
-Each loader says its library's errors as the recipe key they come from (a one-line
-:class:`~routing_grpo.io.errors.UsageError`), never as a traceback deep in transformers.
+"""Loading what a run trains: the data, the model's folder, the tokenizer and the model, each checked; a
+library's error is a one-line :class:`~routing_grpo.io.errors.UsageError` naming the recipe key.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ def load_datasets(
     training_args: RoutingGRPOConfig,
     level_mix: dict[int, float] | None = None,
 ):
-    """The training and validation data (validation None unless asked for and evaluated), their columns
-    checked; ``level_mix`` is ``train_level_mix`` as :func:`~routing_grpo.training.recipe.preflight` read it."""
+    """The training and validation data (validation None unless evaluated), their columns checked."""
     from routing_grpo.data.datasets import (
         DatasetUnavailableError,
         check_columns,
@@ -77,9 +73,8 @@ def load_datasets(
 def resolve_model(
     script_args: RoutingScriptArguments, model_args: ModelConfig, training_args: RoutingGRPOConfig
 ) -> str:
-    """The folder or Hub name to load ``model_name_or_path`` from (an offline model built or found), once its
-    weights look whole and ``max_completion_length`` (and so every cap) leaves room for a prompt in the
-    model's context (config only)."""
+    """The folder or Hub name to load ``model_name_or_path`` from, once its weights look whole and
+    ``max_completion_length`` leaves room for a prompt in the model's context."""
     name = model_args.model_name_or_path
     if not is_offline_name(name) and looks_local(name) and not Path(name).expanduser().is_dir():
         raise UsageError(
@@ -111,8 +106,7 @@ def resolve_model(
 def load_tokenizer(
     path: str, script_args: RoutingScriptArguments, model_args: ModelConfig, training_args: RoutingGRPOConfig
 ) -> Any:
-    """The tokenizer, with the recipe's ``chat_template``; a template without a generation prompt, or mode
-    words it cannot force, are refused naming the key."""
+    """The tokenizer, with the recipe's ``chat_template`` (one that opens no generation prompt is refused)."""
     import jinja2
     from transformers import AutoTokenizer
 
@@ -191,8 +185,7 @@ def load_model(path: str, model_args: ModelConfig, training_args: RoutingGRPOCon
 
 
 def peft_error_type() -> type[BaseException]:
-    """PEFT's own errors (e.g. LoRA target modules the model does not have); a never-raised class where the
-    installed PEFT has none (it raises ValueError then)."""
+    """PEFT's own errors (a never-raised class where the installed PEFT has none)."""
     import peft
 
     return getattr(peft, "PeftError", UsageError)

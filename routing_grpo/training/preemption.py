@@ -1,13 +1,9 @@
 """Checkpoint and stop on preemption: :class:`PreemptionCallback` and :func:`exit_if_preempted`.
 
-A SIGTERM or SIGINT (and the recipe's ``preemption_signals``) sets a flag; at the end of the generation batch in
-progress every process learns whether any was signalled, all write a checkpoint and leave the training loop,
-and each exits with ``128 + signal`` (143 for SIGTERM) so a scheduler requeues the run, which then resumes
-from that checkpoint. Under ``torchrun`` / ``accelerate launch`` the launcher forwards SIGTERM and SIGINT to
-every worker (SIGUSR1 only with ``PET_SIGNALS_TO_HANDLE``) and kills workers still running after
-``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (30 by default: raise it above a generation batch plus a
-checkpoint). A second signal of the same kind stops at once, unless it comes within ``duplicate_window``
-seconds of the first (a launcher's forward of the same request).
+A ``preemption_signals`` signal sets a flag; at the end of the generation batch in progress every process
+learns whether any was signalled, all write a checkpoint and stop, and each exits with ``128 + signal`` so a
+scheduler requeues the run, which resumes from it. Launchers kill workers after
+``TORCH_ELASTIC_SHUTDOWN_TIMEOUT`` seconds (30 by default: raise it above a generation batch plus a checkpoint).
 """
 
 from __future__ import annotations
@@ -42,16 +38,13 @@ def _write(message: str) -> None:
 class PreemptionCallback(TrainerCallback):
     """On a preemption signal: write a checkpoint at the end of the generation batch in progress and stop.
 
-    The handler (installed at ``on_train_begin`` from the main thread) only records the signal; every
-    ``on_step_end`` the processes agree on the largest one recorded (a scheduler may signal only some ranks).
-    The checkpoint waits for the end of the generation batch, since TRL does not checkpoint its buffer of
-    generated rollouts. The first delivery also calls a previous Python handler (but
-    ``signal.default_int_handler``); a second one hands the signal to the previous handler, restored.
+    The handler only records the signal; every ``on_step_end`` the processes agree on the largest one recorded.
+    A second delivery (outside ``duplicate_window``) goes to the previous handler, restored.
 
     Args:
-        signals: signal names to handle (SIGUSR1: Slurm's ``--signal=USR1@300`` warning).
+        signals: signal names to handle.
         align_to_generation_batch: write the checkpoint only at the end of a generation batch.
-        duplicate_window: seconds after the first delivery in which a repeat counts as the same request.
+        duplicate_window: seconds after the first delivery in which a repeat is the same request.
     """
 
     def __init__(
@@ -193,7 +186,7 @@ class PreemptionCallback(TrainerCallback):
         self.restore_signal_handlers()
 
     def restore_signal_handlers(self) -> None:
-        """Puts the previous handlers back (also after a run that raised, where ``on_train_end`` never ran)."""
+        """Puts the previous handlers back (also after a run that raised)."""
         for signum, previous in self._previous.items():  # only where the handler is still this callback's
             with contextlib.suppress(ValueError, OSError):  # not the main thread: leave them
                 if getattr(signal.getsignal(signum), "__self__", None) is self:
@@ -210,8 +203,8 @@ def preemption_exit_code(trainer: Any) -> int | None:
 
 
 def exit_if_preempted(trainer: Any) -> None:
-    """After ``trainer.train()``: if it stopped for a preemption signal, waits for every process, ends the
-    trainer (trackers finished, process group destroyed) and exits with ``128 + signal``; else nothing."""
+    """After ``trainer.train()``: if it stopped for a preemption signal, ends the trainer and exits with
+    ``128 + signal`` on every process; else nothing."""
     code = preemption_exit_code(trainer)
     if code is None:
         return

@@ -1,8 +1,6 @@
-"""The recipe and the launch, checked before anything loads: the YAML's keys and value types against the three
-argument classes, the command line, and what the settings, the launch and this machine can tell
-(:func:`preflight`).
-
-Every problem is a :class:`~routing_grpo.io.errors.UsageError` naming the key (one line, exit code 2).
+"""The recipe and the launch, checked before anything loads: the YAML's keys and types, the command line, and
+what the settings, the launch and this machine can tell (:func:`preflight`). Every problem is a one-line
+:class:`~routing_grpo.io.errors.UsageError` naming the key (exit code 2).
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from routing_grpo.io.recipe_file import (
 )
 from routing_grpo.training.arguments import RoutingScriptArguments, recipe_fields
 from routing_grpo.training.config import RoutingGRPOConfig
+from routing_grpo.training.trl_vllm import rollout_settings_problems
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +45,6 @@ ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "fl
 TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2", ".tmpl", ".txt")
 # transformers' TrainingArguments.project default (used only by trackio).
 DEFAULT_PROJECT = "huggingface"
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The recipe's keys and the command line
-# ----------------------------------------------------------------------------------------------------------
 
 
 def read_recipe(path: str | Path) -> dict[str, Any]:
@@ -163,8 +157,7 @@ def take_option(argv: list[str], flag: str) -> tuple[list[str], str | None]:
 
 
 def check_command_line(argv: list[str]) -> tuple[str | None, dict[str, Any]]:
-    """The recipe's path and contents (None and {} without ``--config``), checked with the command line's
-    keys before anything is parsed into the argument classes."""
+    """The recipe's path and contents (None and {} without ``--config``), checked with the command line."""
     path = None
     recipe: dict[str, Any] = {}
     if "--config" not in argv and "model_name_or_path" not in command_line_values(argv):
@@ -195,8 +188,8 @@ def check_command_line(argv: list[str]) -> tuple[str | None, dict[str, Any]]:
 
 
 def parse_error_line(err: ValueError, recipe: Path | None, command_line: Any = ()) -> str:
-    """A settings error while parsing, as one line in recipe terms (:func:`parser_problem`); a value the
-    recipe file holds (not one the command line overrides) is named by its ``recipe:line``."""
+    """A settings error while parsing, as one line in recipe terms, at its ``recipe:line`` where the recipe
+    file holds the value."""
     message = parser_problem(" ".join(str(err).split()))
     line = message_key_line(recipe, message, skip=command_line) if recipe is not None else None
     return f"{recipe}:{line}: {message}" if line else message
@@ -237,8 +230,7 @@ def set_modes_text(training_args: RoutingGRPOConfig, text: str) -> None:
 
 
 def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
-    """The ``modes`` of a recipe YAML (the paper's defaults when the recipe does not set them), read by the
-    trainer's own recipe reader so every command refuses a bad file with the same line."""
+    """The ``modes`` of a recipe YAML (the paper's defaults when it sets none); a bad file is one line."""
     recipe = read_recipe(path)
     if "modes" not in recipe:
         return DEFAULT_MODES
@@ -251,20 +243,11 @@ def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
         ) from None
 
 
-# ----------------------------------------------------------------------------------------------------------
-# Preflight: what the settings, the launch and this machine can tell before anything loads
-# ----------------------------------------------------------------------------------------------------------
-
-
 def preflight(
     script_args: RoutingScriptArguments, training_args: RoutingGRPOConfig, model_args: ModelConfig
 ) -> dict[int, float] | None:
-    """Refuses (:class:`UsageError`) what the settings and this machine can tell before any data or model
-    loads; warns of a launch that runs fewer processes than asked; sets up the trackers.
-
-    Returns:
-        The training level mix as read (None without one).
-    """
+    """Refuses what the settings and this machine can tell before any data or model loads; warns of a launch
+    that runs fewer processes than asked; sets up the trackers. Returns the training level mix (or None)."""
     from routing_grpo.core.verifiers import resolve_verifier
     from routing_grpo.data.datasets import parse_level_mix
     from routing_grpo.data.tasks import task_names
@@ -309,6 +292,9 @@ def preflight(
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(f"output_dir: {output_dir} exists and is not a folder")
     check_output_folder(output_dir, "output_dir")  # read-only, or under a file: before anything loads
+    problems = rollout_settings_problems(training_args)
+    if problems:
+        raise UsageError("; ".join(problems))
     if training_args.use_vllm and importlib.util.find_spec("vllm") is None:
         raise UsageError(
             "use_vllm: true, but vLLM is not installed here (`make install-gpu`); set use_vllm: false to "
@@ -354,9 +340,8 @@ def check_chat_template_setting(value: str | None) -> None:
 
 
 def hub_push_problem(timeout: float = 10.0) -> str | None:
-    """Why a push to the Hub cannot work from here (None when it can): the Hub switched off
-    (``HF_HUB_OFFLINE``), no token, or a Hub that does not answer or refuses the token (one ``whoami`` call
-    with a short timeout)."""
+    """Why a push to the Hub cannot work from here (None when it can): offline, no token, or a Hub that does
+    not answer or refuses the token (one ``whoami`` call)."""
     if hub_offline():
         return "the Hub is offline here (HF_HUB_OFFLINE is set)"
     from huggingface_hub import constants, get_token
@@ -377,10 +362,10 @@ def hub_push_problem(timeout: float = 10.0) -> str | None:
     return None
 
 
-def launcher_argv(pid: int | None = None) -> list[str]:
+def launcher_argv() -> list[str]:
     """The parent process's command line (``accelerate launch ...``) where /proc shows it; else []."""
     try:
-        raw = Path(f"/proc/{os.getppid() if pid is None else pid}/cmdline").read_bytes()
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
     except OSError:
         return []
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
@@ -388,15 +373,8 @@ def launcher_argv(pid: int | None = None) -> list[str]:
 
 def asked_processes(argv: Sequence[str]) -> int | None:
     """``--num_processes N`` (or ``=N``) of an accelerate command line; None when it does not say."""
-    for i, word in enumerate(argv):
-        value = None
-        if word == "--num_processes" and i + 1 < len(argv):
-            value = argv[i + 1]
-        elif word.startswith("--num_processes="):
-            value = word.split("=", 1)[1]
-        if value is not None:
-            return int(value) if value.isdigit() else None
-    return None
+    value = command_line_values(list(argv)).get("num_processes", "")
+    return int(value) if value.isdigit() else None
 
 
 def process_count_warning(
@@ -404,9 +382,8 @@ def process_count_warning(
 ) -> str | None:
     """The warning for a launch that asked for more processes than it runs (None when it did not).
 
-    accelerate's simple launcher (a non-GPU config without ``--multi_gpu``) starts the script once; it alone
-    sets ``ACCELERATE_USE_CPU``, and ``MASTER_PORT`` only when several processes were asked for, while
-    torch's launcher sets ``WORLD_SIZE``. The count asked for is read from the launcher's command line.
+    accelerate's simple launcher (a CPU config without ``--multi_gpu``) starts the script once; it alone sets
+    ``ACCELERATE_USE_CPU`` and ``MASTER_PORT`` without ``WORLD_SIZE``.
     """
     if "ACCELERATE_USE_CPU" not in env or "WORLD_SIZE" in env or "MASTER_PORT" not in env:
         return None
@@ -422,8 +399,8 @@ def process_count_warning(
 
 
 def check_trackers(script_args: RoutingScriptArguments, training_args: RoutingGRPOConfig) -> None:
-    """Refuses an unknown ``report_to`` or one whose package is missing (transformers would say so once the
-    model has loaded); names trackio's project after the run; lets wandb without credentials log offline."""
+    """Refuses an unknown or uninstalled ``report_to``; names trackio's project after the run; lets wandb
+    without credentials log offline."""
     from transformers.integrations.integration_utils import (
         INTEGRATION_TO_CALLBACK,
         get_available_reporting_integrations,
@@ -452,12 +429,8 @@ def check_trackers(script_args: RoutingScriptArguments, training_args: RoutingGR
 
 
 def configure_tracking(training_args: RoutingGRPOConfig, environ: dict[str, str] | None = None) -> str | None:
-    """wandb without credentials (``WANDB_API_KEY``, or api.wandb.ai in the netrc file) logs offline (sync later
-    with ``wandb sync``) instead of failing.
-
-    Returns:
-        The WANDB_MODE in effect when wandb is a ``report_to`` target, else None.
-    """
+    """wandb without credentials (``WANDB_API_KEY`` or netrc) logs offline instead of failing; returns the
+    WANDB_MODE in effect when wandb is a ``report_to`` target, else None."""
     env = os.environ if environ is None else environ
     if "wandb" not in training_args.report_to:
         return None

@@ -1,16 +1,7 @@
-"""Training's rollouts around generation, as pure functions the trainer calls (the generation itself is the
-caps driver's: :func:`routing_grpo.generation.caps.generate_rollouts`).
-
-docs/method.md "Prompt layout", "Rollouts and the routing warmup" and "Caps":
-
-* the prompt text is laid out by :mod:`routing_grpo.core.prompting` (instruction, routing question Q, and for a
-  forced rollout its mode word t after Q); :func:`plan_forced_modes` picks the forced rollouts;
-* after generation t is promoted from the prompt tail to the completion head (:func:`promote_forced_word`);
-* free rollouts are read by the :class:`~routing_grpo.core.modes.ModeDetector`; every rollout is cut at its mode's
-  cap (:func:`routing_grpo.generation.caps.apply_caps`, the one place per-row caps live) and L is counted
-  after the word.
-
-:func:`finalize_rollouts` runs those last three steps on a batch.
+"""Training's rollouts around generation, as pure functions (docs/method.md "Rollouts and the routing warmup",
+"Caps"): :func:`plan_forced_modes` picks the forced rollouts; :func:`finalize_rollouts` promotes a forced word
+t from the prompt tail to the completion head, detects free rows' modes, cuts each row at its mode's cap and
+counts L after the word.
 """
 
 from __future__ import annotations
@@ -20,10 +11,6 @@ from dataclasses import dataclass
 
 from routing_grpo.core.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.generation.caps import apply_caps
-
-# ---------------------------------------------------------------------------------------------------------
-# Forced modes
-# ---------------------------------------------------------------------------------------------------------
 
 
 def plan_forced_modes(
@@ -36,27 +23,15 @@ def plan_forced_modes(
     warmup: bool,
 ) -> list[int | None]:
     """Forced mode of each local row (None = free), for rows ``row_offset..row_offset+num_rows-1`` of the
-    global batch (laid out group after group, so rows of one group may sit on several processes).
-
-    During warmup the first ``forced_per_mode`` rollouts of every group are forced into mode 0, the next
-    ``forced_per_mode`` into mode 1, and so on; the rest are free. After warmup every rollout is free.
-    """
+    global batch: in warmup the first ``forced_per_mode`` rollouts of every group in mode 0, the next in mode 1,
+    and so on; the rest free."""
     if not warmup or forced_per_mode <= 0:
         return [None] * num_rows
-    if num_modes * forced_per_mode > group_size:
-        raise ValueError(
-            f"forced_per_mode: {num_modes} x {forced_per_mode} forced rollouts exceed the group size {group_size}"
-        )
     plan: list[int | None] = []
     for row in range(row_offset, row_offset + num_rows):
         position = row % group_size
         plan.append(position // forced_per_mode if position < num_modes * forced_per_mode else None)
     return plan
-
-
-# ---------------------------------------------------------------------------------------------------------
-# After generation
-# ---------------------------------------------------------------------------------------------------------
 
 
 def promote_forced_word(
@@ -74,16 +49,8 @@ def promote_forced_word(
 
 @dataclass(frozen=True)
 class RolloutFacts:
-    """What the trainer knows about one rollout after generation.
-
-    Attributes:
-        mode: mode index (forced label, detected mode, or the single mode), or INVALID.
-        forced: the mode was forced (its label is trusted; no balance term). Single-mode rollouts count as
-            forced.
-        word_tokens: tokens of the routing word at the completion head (0 for single-mode rollouts).
-        length: L, tokens after the routing word (all tokens for invalid and single-mode rollouts).
-        capped: the rollout ran past its mode's cap and was cut there.
-    """
+    """One rollout after generation: its mode index (or INVALID), forced or not (single-mode rollouts count as
+    forced), the routing word's tokens at the completion head, L (all tokens for invalid rows) and capped."""
 
     mode: int
     forced: bool
@@ -108,16 +75,12 @@ def finalize_rollouts(
     """Promotion, detection, caps and L for a batch of generated rows.
 
     Args:
-        prompt_ids / completion_ids: the generated rows; forced rows' prompts end with their forced word.
-        forced_modes: forced mode per row (None = free).
-        modes: the mode specs.
-        detector: reads free rows (unused for single-mode runs).
-        forced_word_ids: token ids appended to force each mode (:func:`routing_grpo.core.prompting.forcing_text`, tokenized).
+        forced_modes: forced mode per row (None = free); forced rows' prompts end with their forced word.
+        forced_word_ids: token ids appended to force each mode.
         single_mode: index of a single-mode baseline's mode: every row is in it, there is no word.
         enforce_caps: False for validation, which is uncapped.
-        eos_token_ids: tokens that end a completion (see :func:`apply_caps`).
         logprobs: sampling logprobs per completion token (vLLM), kept aligned: the promoted word gets None
-            (no sampling logprob: TRL then leaves its importance-sampling ratio at exactly 1).
+            (TRL then leaves its importance-sampling ratio at 1).
 
     Returns:
         New prompt ids, completion ids, logprobs (or None) and the facts of every row.

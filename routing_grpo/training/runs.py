@@ -1,9 +1,7 @@
 """One run, one folder: a run is its recipe and seed, and its folder (and every checkpoint in it) says so.
 
-A recipe's run writes to ``outputs/<recipe name>/seed<seed>`` unless told otherwise; another recipe's or
-seed's folder or checkpoint is never trained into or resumed from, and a finished run is not trained again
-(each refusal a :class:`~routing_grpo.io.errors.UsageError` naming both runs). One process trains into a
-folder at a time, and a run resumes only from the latest complete checkpoint (:mod:`routing_grpo.io.checkpoints`).
+Another run's folder or checkpoint is never trained into or resumed from, a finished run is not trained again,
+one process trains into a folder at a time, and a run resumes only from the latest complete checkpoint.
 """
 
 from __future__ import annotations
@@ -17,6 +15,7 @@ from typing import Any
 
 from routing_grpo.io import checkpoints
 from routing_grpo.io.errors import UsageError
+from routing_grpo.io.jsonl import write_json
 from routing_grpo.io.locks import FOLDER_LOCK_NAME, OutputLock, folder_lock_path
 from routing_grpo.training.config import RoutingGRPOConfig
 
@@ -27,8 +26,7 @@ RUN_FILE = "routing_run.json"
 
 
 def run_output_dir(recipe: str | Path, seed: int, root: str | Path = DEFAULT_OUTPUT_ROOT) -> str:
-    """The folder of one run of a recipe when the recipe and command line give no ``output_dir``:
-    ``<root>/<recipe file name>/seed<seed>``, e.g. ``outputs/router_r1_distill_qwen_1.5b/seed1``."""
+    """The folder of a recipe's run without an ``output_dir``: ``<root>/<recipe file name>/seed<seed>``."""
     return str(Path(root) / Path(recipe).stem / f"seed{seed}")
 
 
@@ -59,14 +57,12 @@ def read_run_identity(checkpoint: str | Path) -> dict[str, Any] | None:
 
 
 def write_run_identity(folder: str | Path, identity: dict[str, Any]) -> None:
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / RUN_FILE).write_text(json.dumps(identity, indent=2) + "\n")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    write_json(Path(folder) / RUN_FILE, identity)
 
 
 def is_another_run(stored: dict[str, Any], identity: dict[str, Any]) -> bool:
-    """Whether a stored run identity names another seed or another recipe than this run's (an unknown seed
-    or recipe on either side is no difference)."""
+    """Whether a stored run identity names another seed or recipe than this run's (unknown is no difference)."""
     seed_differs = stored.get("seed") is not None and stored.get("seed") != identity["seed"]
     recipe_differs = bool(
         stored.get("recipe") and identity["recipe"] and stored["recipe"] != identity["recipe"]
@@ -86,8 +82,7 @@ def _another_run(
 
 
 def raise_agreed(problem: str | None) -> None:
-    """Raises the main process's ``problem`` (:class:`UsageError`) on every process, so all stop with the
-    same line (a no-op in one process without one)."""
+    """Raises the main process's ``problem`` (:class:`UsageError`) on every process."""
     from accelerate.utils import broadcast_object_list
 
     problem = broadcast_object_list([problem])[0]
@@ -99,9 +94,8 @@ def raise_agreed(problem: str | None) -> None:
 def run_folder(
     script_args: Any, training_args: RoutingGRPOConfig
 ) -> Iterator[tuple[dict[str, Any], str | None] | None]:
-    """Holds the run folder's lock (``output_dir/_routing_grpo.lock``) and yields :func:`check_run_folder`'s
-    answer: another training into the same folder is refused at once, naming the holder. Under ``accelerate
-    launch`` the main process takes the lock and tells every process."""
+    """Holds the run folder's lock (the main process's; another holder is refused by name) and yields
+    :func:`check_run_folder`'s answer."""
     lock = problem = None
     if training_args.process_index == 0:
         lock = OutputLock(
@@ -125,11 +119,10 @@ def run_folder(
 def check_run_folder(
     script_args: Any, training_args: RoutingGRPOConfig
 ) -> tuple[dict[str, Any], str | None] | None:
-    """One run, one folder: checks the output folder and the checkpoint to resume from against this run.
+    """Checks the output folder and the checkpoint to resume from against this run.
 
     Returns:
-        ``(identity, checkpoint)``: this run's identity and the checkpoint it resumes from (None: afresh);
-        None when this very run has finished in its folder already (nothing to train; a note says so).
+        ``(identity, checkpoint)`` (checkpoint None: afresh); None when this run has finished in its folder.
     """
     identity = run_identity(script_args, training_args)
     output_dir = training_args.output_dir
@@ -161,8 +154,7 @@ def check_run_folder(
 
 
 def check_output_folder(output_dir: str | Path, overwrite: bool = False) -> None:
-    """Refuses (:class:`UsageError`, naming some of them) a folder of other files than a run of this project's
-    (its ``routing_run.json``) and the run's own lock file, unless ``overwrite``."""
+    """Refuses a folder of other files than a run of this project's, unless ``overwrite``."""
     folder = Path(output_dir)
     if overwrite or not folder.is_dir() or (folder / RUN_FILE).is_file():
         return
@@ -176,7 +168,7 @@ def check_output_folder(output_dir: str | Path, overwrite: bool = False) -> None
 
 
 def check_resume(checkpoint: str | Path | None, identity: dict[str, Any]) -> None:
-    """Refuses (:class:`UsageError`, naming both) to resume from a checkpoint of another recipe or seed."""
+    """Refuses to resume from a checkpoint of another recipe or seed."""
     if not checkpoint or not isinstance(checkpoint, str | Path) or not Path(checkpoint).is_dir():
         return
     stored = read_run_identity(checkpoint)
@@ -188,9 +180,8 @@ def check_resume(checkpoint: str | Path | None, identity: dict[str, Any]) -> Non
 
 
 def resume_checkpoint(training_args: RoutingGRPOConfig) -> str | None:
-    """The checkpoint this run resumes from: the one asked for (refused in one line when incomplete), else
-    the latest complete one in the output folder (``resume_from_checkpoint: true`` too), with a warning
-    naming each incomplete one skipped; None to start afresh (also ``resume_from_checkpoint: false``)."""
+    """The checkpoint this run resumes from: the one asked for (refused when incomplete), else the latest
+    complete one in the output folder (incomplete ones skipped with a warning); None to start afresh."""
     asked = training_args.resume_from_checkpoint
     if isinstance(asked, str) and asked.strip().lower() == "false":
         return None
@@ -216,8 +207,7 @@ def resume_checkpoint(training_args: RoutingGRPOConfig) -> str | None:
 def claim_run_folder(
     training_args: RoutingGRPOConfig, identity: dict[str, Any], checkpoint: str | None
 ) -> None:
-    """Once the model has loaded: the folder is this run's (main process), the incomplete checkpoints past
-    the one it resumes from are renamed out of the Trainer's way, and a resume says where it starts."""
+    """Once the model has loaded: marks the folder this run's and sets incomplete checkpoints aside."""
     if training_args.process_index == 0:
         write_run_identity(training_args.output_dir, identity)
         for old, new in checkpoints.set_aside_incomplete(training_args.output_dir, checkpoint):
@@ -227,8 +217,7 @@ def claim_run_folder(
 
 
 def run_identity_callback(identity: dict[str, Any]) -> Any:
-    """A callback that stores the run identity and the routing settings in every checkpoint saved, then marks
-    it complete (:func:`routing_grpo.io.checkpoints.mark_complete`)."""
+    """A callback that stores the run identity and routing settings in each checkpoint, then marks it complete."""
     from transformers import TrainerCallback
 
     from routing_grpo.training.settings import RoutingSettings
@@ -247,9 +236,8 @@ def run_identity_callback(identity: dict[str, Any]) -> Any:
 
 
 def finish_run_folder(trainer: Any, training_args: RoutingGRPOConfig, identity: dict[str, Any]) -> None:
-    """The main process's last words on a finished run, after the model is saved: the routing summary, the
-    model card, the model config (KV cache on), ``routing_config.json``, and the run marked finished (a
-    rerun of the same command trains nothing)."""
+    """After the model is saved (main process): the routing summary, the model card, the model config (KV
+    cache on), ``routing_config.json``, and the run marked finished."""
     from routing_grpo.diagnostics.routing_metrics import routing_summary
     from routing_grpo.training.settings import RoutingSettings
 

@@ -1,6 +1,5 @@
-"""The routing settings file ``routing_config.json``: how a checkpoint routes (its modes and the prompt it was
-trained with), saved beside the model by the trainer and read by evaluation and inference, so that a user
-passes only the model and it is asked as it was trained.
+"""``routing_config.json``: how a checkpoint routes (its modes and the prompt it was trained with), saved beside
+the model and read by evaluation and inference, so that the model is asked as it was trained.
 """
 
 from __future__ import annotations
@@ -29,11 +28,10 @@ class RoutingSettings:
     """How a checkpoint routes, as ``routing_config.json`` holds it (with a ``version``).
 
     Attributes:
-        modes: the modes, briefest first (``cap`` null = no cap beyond the completion limit).
-        routing_instruction: the instruction appended to the user turn, as used in training ("" = none).
-        routing_question: the text after the chat template's generation prompt, before the answer.
+        routing_instruction: the instruction appended to the user turn ("" = none).
+        routing_question: the text after the chat template's generation prompt.
         max_completion_length: the training run's completion limit (the default ``max_new_tokens``).
-        single_mode: the mode of a single-mode baseline (no routing word, no instruction or question), or None.
+        single_mode: the mode of a single-mode baseline, or None.
     """
 
     modes: tuple[ModeSpec, ...]
@@ -50,11 +48,7 @@ class RoutingSettings:
             problem = prompt_text_problem(name, getattr(self, name))
             if problem:
                 raise ValueError(problem)
-        if (
-            isinstance(self.max_completion_length, bool)
-            or not isinstance(self.max_completion_length, int)
-            or self.max_completion_length < 1
-        ):
+        if type(self.max_completion_length) is not int or self.max_completion_length < 1:
             raise ValueError(
                 f"max_completion_length must be a positive integer, got {self.max_completion_length!r}"
             )
@@ -112,8 +106,7 @@ class RoutingSettings:
 
     @classmethod
     def from_recipe(cls, path: str | Path) -> RoutingSettings:
-        """The settings a training recipe (YAML) would save, with the trainer's defaults (a ValueError for a
-        missing or malformed file)."""
+        """The settings a training recipe (YAML) would save (ValueError for a missing or malformed file)."""
         recipe = read_recipe_file(path)
         try:
             modes = parse_modes(recipe["modes"]) if recipe.get("modes") is not None else DEFAULT_MODES
@@ -148,8 +141,7 @@ class RoutingSettings:
 
     @classmethod
     def load(cls, model: str | Path, revision: str | None = None) -> RoutingSettings:
-        """The settings saved with a checkpoint, in its folder or Hub repository (:class:`SettingsNotFoundError`
-        when there are none)."""
+        """The settings saved with a checkpoint, in its folder or Hub repository (or SettingsNotFoundError)."""
         model = str(model)
         folder = Path(model).expanduser()
         if folder.is_dir():

@@ -1,17 +1,10 @@
 """``RoutingGRPOTrainer``: self-routing GRPO on TRL 1.16's ``GRPOTrainer`` (docs/method.md).
 
-One generation batch (the paper's step s):
-
-1. ``_generate_and_score_completions`` appends the routing instruction to each prompt and runs TRL's.
-2. TRL calls :meth:`RoutingGRPOTrainer.rollout`, its ``rollout_func``: forced modes planned per row (warmup),
-   the routing question and a forced row's word put after the prompt, rollouts generated with caps
-   (:mod:`routing_grpo.generation`), then promotion, detection, caps and L. The routing facts go back as extra
-   fields, which TRL forwards to :class:`~routing_grpo.core.rewards.RoutingReward`.
-3. Back in ``_generate_and_score_completions``: the advantages of :mod:`routing_grpo.core.advantages` over the
-   gathered batch replace TRL's; the routing metrics and the collapse alarm are fed.
-4. TRL's loss, its log-prob forwards on length buckets (``logprob_length_buckets``).
-
-The private TRL names used, each with its reason: :mod:`routing_grpo.training.trl_private`.
+One generation batch (the paper's step s): ``_generate_and_score_completions`` appends the routing instruction
+and runs TRL's, which calls :meth:`RoutingGRPOTrainer.rollout` (its ``rollout_func``: forced modes, generation
+with caps, promotion, detection; the routing facts go to :class:`~routing_grpo.core.rewards.RoutingReward` as
+extra fields); then the routing advantages replace TRL's and the routing metrics are fed. TRL's loss runs its
+log-prob forwards on length buckets. Private TRL names used: :mod:`routing_grpo.training.trl_private`.
 """
 
 from __future__ import annotations
@@ -65,12 +58,10 @@ ROUTING_FIELDS = frozenset(
 
 
 def drop_lost_input_grad_hooks(model: Any) -> int:
-    """Removes the input-embedding hooks transformers has lost track of; returns how many.
+    """Removes the ``make_inputs_require_grads`` hooks transformers has lost track of; returns how many.
 
-    TRL turns gradient checkpointing off and on around generation, and each ``gradient_checkpointing_enable``
-    registers a new ``make_inputs_require_grads`` hook and forgets the last (transformers removes it only for
-    PEFT models). A hook more per generation would recompile a compiled forward each time (Dynamo guards on
-    hooks) and, past its limit, leave it eager. The hooks the model still tracks stay.
+    Each ``gradient_checkpointing_enable`` (TRL toggles it around generation) registers a new hook and forgets
+    the last; a hook more per generation would recompile a compiled forward each time.
     """
     tracked = {h.id for m in model.modules() for h in getattr(m, "_require_grads_hooks", None) or ()}
     removed = 0
@@ -86,12 +77,10 @@ def drop_lost_input_grad_hooks(model: Any) -> int:
 class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
     """GRPO in which the policy writes a routing word (NoThink / Short / Long) first (docs/method.md).
 
-    Args are those of ``GRPOTrainer``; ``args`` must be a :class:`RoutingGRPOConfig`. ``reward_funcs``
-    defaults to one :class:`RoutingReward` built from the config; if given, it must contain exactly one.
-    ``verifier`` (``(completion_text, reference) -> bool``) overrides ``args.verifier`` (e.g.
-    :func:`~routing_grpo.core.verifiers.countdown_verifier` for Countdown). Tools, environments and a
-    ``rollout_func`` of one's own are not supported: the trainer generates the rollouts (the routing word must
-    be the first thing the model writes).
+    Args are those of ``GRPOTrainer`` (no tools, environments or ``rollout_func``); ``args`` must be a
+    :class:`RoutingGRPOConfig`; ``reward_funcs`` defaults to one :class:`RoutingReward` built from the config
+    (if given, it must contain exactly one); ``verifier`` (``(completion_text, reference) -> bool``) overrides
+    ``args.verifier``.
     """
 
     _tag_names = ["trl", "grpo", "routing-grpo"]
@@ -149,20 +138,17 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         missing = [c for c in default_callbacks(args) if not any(isinstance(x, type(c)) for x in callbacks)]
         kwargs["callbacks"] = missing + callbacks
 
-        # The batch geometry settled for this launch before TRL reads it (its sampler, vLLM's max_num_seqs, its
-        # logs): a no-op for a config built in this launch; a geometry field changed since is refused here.
+        # The batch geometry settled for this launch before TRL reads it (a no-op for a config built in it).
         args.settle_geometry(args.world_size)
         with warnings.catch_warnings():  # TRL marks its rollout_func hook experimental
             warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
             super().__init__(model, reward_funcs, args, rollout_func=self.rollout, **kwargs)
-        # The console gets one line (or a bar) per generation batch from this trainer, not a metrics dict per
-        # optimizer step: those go to the trackers and metrics.jsonl.
+        # The console gets one line per generation batch (_show_batch), not a metrics dict per optimizer step.
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
         self.remove_callback(ProgressCallback)
         self.remove_callback(PrinterCallback)
         check_trl_private_names(self)  # a TRL release that moved one fails here, by name, not mid-run
-        # The accelerator's process count is known now: a config settled for another one is refused, not changed.
         problem = args.geometry_problem(self.accelerator.num_processes)
         if problem:
             raise ValueError(problem)
@@ -173,8 +159,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self.pad_token_id = tokenizer.pad_token_id
         self.detector = ModeDetector.from_tokenizer(self.modes, tokenizer)
         self.routing_reward.detector = self.detector
-        # Finished or wrong: a completion must end with EOS, and close the reasoning when the generation
-        # prompt opened it (DeepSeek-R1-Distill's ends with "<think>\n").
+        # A finished completion closes the reasoning when the generation prompt opened it (R1-Distill's).
         self.prompt_opens_reasoning = generation_prompt_opens_reasoning(
             tokenizer,
             **({"chat_template": self.chat_template} if self.chat_template else {}),
@@ -187,9 +172,9 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             tokenizer.encode(question, add_special_tokens=False) if question else []
         )
         self.forced_word_ids: list[list[int]] = forced_word_ids(self.modes, tokenizer, question)
-        self.tell_word_ids = early_tell_word_ids(self.modes, tokenizer) if self._reads_early_tell() else None
+        reads_tell = args.early_tell and self.single_mode is None and len(self.modes) > 1
+        self.tell_word_ids = early_tell_word_ids(self.modes, tokenizer) if reads_tell else None
         self.routing_history: list[GenerationRecord] = []
-        # The routing/... metrics of the logging window, per mode (train, eval), merged into the logs by `log`.
         self.routing_metrics: dict[str, defaultdict[str, list[float]]] = {
             "train": defaultdict(list),
             "eval": defaultdict(list),
@@ -198,11 +183,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self._backend: Any = None  # the policy's generation backend, kept for the run (_policy_backend)
         self._last_batch_time: float | None = None
         self._batch_bar: Any = None
-        # The console line (or bar) per generation batch; an embedding program may show its own progress.
         self.show_batches = True
-
-    def _reads_early_tell(self) -> bool:
-        return self.args.early_tell and self.single_mode is None and len(self.modes) > 1
 
     @property
     def generation_step(self) -> int:
@@ -211,33 +192,13 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         micro_step = self.state.global_step * ga + self._step % ga
         return micro_step // (self.args.steps_per_generation * self.num_iterations)
 
-    def balance_coef_at(self, step: int) -> float:
-        if self.single_mode is not None:
-            return 0.0
-        args = self.args
-        return balance_coef_at(
-            step,
-            coef=args.balance_coef,
-            anneal_start=args.balance_anneal_start,
-            anneal_end=args.balance_anneal_end,
-        )
-
-    # ------------------------------------------------------------------------------------------------------
-    # 1. Rollouts: TRL's rollout_func
-    # ------------------------------------------------------------------------------------------------------
-
     def rollout(self, prompts: list[Any], trainer: Any = None) -> dict[str, Any]:
         """TRL's ``rollout_func``: one rollout for each of this process's rows (groups already repeated).
 
-        Args:
-            prompts: the rows' prompts, routing instruction included (text or chat messages).
-            trainer: this trainer (TRL passes it).
-
         Returns:
             ``prompt_ids``, ``completion_ids`` (a forced row's word promoted to the completion head, caps applied
-            in training) and ``logprobs``, and the routing facts TRL forwards to the reward functions (see
-            :data:`ROUTING_FIELDS`): the mode, forced or not, L, capped, finished (ended with EOS), tokens
-            generated past the cap, and the reward phase.
+            in training), ``logprobs``, and the routing facts (:data:`ROUTING_FIELDS`) TRL forwards to the
+            reward functions.
         """
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
@@ -312,9 +273,8 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         return self.processing_class(text=prompts)["input_ids"]
 
     def _generate_routed(self, prompt_ids: list[list[int]], forced: list[int | None], caps: bool):
-        """Rollouts through :func:`~routing_grpo.generation.caps.generate_rollouts`: per-row token budgets,
-        forced rows never merged with free ones, and with ``caps`` no token past a cap; on TRL's vLLM engine
-        (:func:`~routing_grpo.training.trl_vllm.generate_on_vllm`) or on the policy itself."""
+        """Rollouts through :func:`~routing_grpo.generation.caps.generate_rollouts` (with ``caps``, no token past
+        a cap), on TRL's vLLM engine or on the policy itself."""
 
         def rollouts(backend: Any, rows: list[tuple[list[int], int | None]]) -> list:
             return generate_rollouts(
@@ -340,8 +300,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
     @contextlib.contextmanager
     def _policy_backend(self) -> Iterator[Any]:
-        """The policy itself, unwrapped for generation, behind a transformers backend (its decode loops, or
-        transformers' continuous batching where TRL's ``use_transformers_continuous_batching`` asks for it)."""
+        """The policy, unwrapped for generation, behind a transformers backend (kept for the run)."""
         from trl.models import unwrap_model_for_generation
 
         with (
@@ -362,8 +321,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
                     model.to(torch.bfloat16 if self.args.bf16 else torch.float16)
                 if self.args.cast_lm_head_to_fp32:
                     model.lm_head.to(torch.float32)
-            # One backend for the run, and so one decoder with its cache and compiled step: rebuilt only when
-            # the unwrapped model is another object.
+            # One decoder (cache, compiled step) for the run: rebuilt only when the unwrapped model changes.
             if self._backend is None or self._backend.model is not model:
                 device = self.accelerator.device
                 self._backend = policy_backend(
@@ -379,33 +337,22 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
     @contextlib.contextmanager
     def _eval_sampling(self, active: bool) -> Iterator[None]:
-        """Validation samples at ``eval_temperature``: free, uncapped, T 0.6 (docs/method.md "Validation and
-        evaluation")."""
+        """Validation samples at ``eval_temperature`` (docs/method.md "Validation and evaluation")."""
         if not active:
             yield
             return
         saved = self.temperature
-        targets = [self]
-        if getattr(self, "generation_config", None) is not None and not self.use_vllm:
-            targets.append(self.generation_config)
-        if self.use_vllm:
-            targets.append(self.vllm_generation)
-        kwargs = getattr(self, "generation_kwargs", None) if not self.use_vllm else None
+        targets = (self, self.vllm_generation if self.use_vllm else self.generation_config)
+        kwargs = {} if self.use_vllm else self.generation_kwargs  # TRL's kwargs for transformers generation
         for t in targets:
             t.temperature = self.args.eval_temperature
-        if isinstance(kwargs, dict):
-            kwargs["temperature"] = self.args.eval_temperature
+        kwargs["temperature"] = self.args.eval_temperature
         try:
             yield
         finally:
             for t in targets:
                 t.temperature = saved
-            if isinstance(kwargs, dict):
-                kwargs["temperature"] = saved
-
-    # ------------------------------------------------------------------------------------------------------
-    # 2. The batch: TRL's step, then the routing advantages
-    # ------------------------------------------------------------------------------------------------------
+            kwargs["temperature"] = saved
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         if "image" in inputs[0] or "images" in inputs[0]:
@@ -451,7 +398,15 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         modes, forced, capped, lengths, correct, past_caps, truncated = gather(local).unbind(dim=1)
         weights = self.reward_weights.to(self._rewards_per_func.device).unsqueeze(0)
         rewards = (self._rewards_per_func * weights).nansum(dim=1).to(device)
-        coef = self.balance_coef_at(step) if mode == "train" else 0.0
+        coef = 0.0
+        if mode == "train" and self.single_mode is None:
+            args = self.args
+            coef = balance_coef_at(
+                step,
+                coef=args.balance_coef,
+                anneal_start=args.balance_anneal_start,
+                anneal_end=args.balance_anneal_end,
+            )
         advantages = compute_advantages(
             rewards,
             modes,
@@ -526,8 +481,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
     def _log_importance_sampling(
         self, output: dict[str, Any], inputs: list[dict[str, Any]], mode: str
     ) -> None:
-        """Per mode, what TRL's vLLM importance-sampling correction did to this batch (``routing/is/<mode>/...``,
-        :mod:`routing_grpo.diagnostics.importance_sampling`)."""
+        """Per mode, what TRL's vLLM importance-sampling correction did to the batch (``routing/is/<mode>/...``)."""
         if not (self.use_vllm and self.vllm_importance_sampling_correction):
             return
         old, sampled = output.get("old_per_token_logps"), output.get("sampling_per_token_logps")
@@ -550,10 +504,9 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             metrics[name].append(value)
 
     def _routing_logodds(self, output: dict[str, Any]) -> torch.Tensor:
-        """z = log pi(longest word) - log pi(briefest word) at the routing position, for each local rollout
-        (docs/method.md "The early tell"), a word's probability over all its tokens: forwards without
-        gradient over each distinct prompt [P | Q] (one more, [P | Q | w], per spelling of more than one
-        token), keeping only the positions that predict the word's tokens."""
+        """z = log pi(longest word) - log pi(briefest word) at the routing position, per local rollout
+        (docs/method.md "The early tell"): no-grad forwards over each distinct prompt [P | Q] (and [P | Q | w]
+        per spelling of more than one token)."""
         ids, mask = output["prompt_ids"], output["prompt_mask"]
         distinct: dict[tuple[int, ...], int] = {}  # prompt -> its index among the distinct ones
         index = [
@@ -590,13 +543,8 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         z = longest - brief
         return z[torch.tensor(index, device=z.device)].to(torch.float64)
 
-    # ------------------------------------------------------------------------------------------------------
-    # 3. Metrics and the console
-    # ------------------------------------------------------------------------------------------------------
-
     def _log_routing_metrics(self, record: GenerationRecord) -> None:
-        """The batch's ``routing/...`` metrics (:mod:`routing_grpo.diagnostics.routing_metrics`), and the
-        collapse alarm fed with the free split of a training batch."""
+        """The batch's ``routing/...`` metrics, and the collapse alarm fed with a training batch's free split."""
         values = batch_metrics(record, self.modes, early_tell=self.single_mode is None)
         record.fanout = values.get("routing/fanout", record.fanout)
         metrics = self.routing_metrics[record.mode]
@@ -611,8 +559,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
                 metrics["routing/collapse_alarm"].append(float(firing))
 
     def _show_batch(self, record: GenerationRecord) -> None:
-        """The console's view of training: one line per generation batch (a progress bar in generation
-        batches on a terminal, with the line beside it); the full metrics go to the logs and trackers."""
+        """One console line per generation batch (on a terminal: a progress bar with the line beside it)."""
         now = time.monotonic()
         seconds = now - self._last_batch_time if self._last_batch_time is not None else None
         self._last_batch_time = now
@@ -640,16 +587,15 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
     @property
     def collapse_alarm(self) -> CollapseAlarmCallback | None:
-        """The installed :class:`~routing_grpo.training.callbacks.CollapseAlarmCallback` (None if it was removed)."""
+        """The installed :class:`CollapseAlarmCallback` (None if it was removed)."""
         for callback in self.callback_handler.callbacks:
             if isinstance(callback, CollapseAlarmCallback):
                 return callback
         return None
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
-        """TRL's ``log``, with the window's ``routing/...`` metrics: means with NaN left out, as TRL's own, and
-        ``eval_`` before them in evaluation. ``routing/collapse_alarm`` is 1.0 if the alarm held at any
-        generation batch of the window (not the window's mean, which would dilute it), 0.0 otherwise."""
+        """TRL's ``log``, with the window's ``routing/...`` means (NaN left out); ``routing/collapse_alarm`` is
+        the window's max, not its mean."""
         mode = "train" if self.model.training else "eval"
         metrics = self.routing_metrics[mode]
         alarm = metrics.pop("routing/collapse_alarm", None)

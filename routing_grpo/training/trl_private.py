@@ -1,14 +1,13 @@
 """Every private name of TRL (and of transformers' ``Trainer``) the package uses, in one table, with its reason.
 
-The trainer runs on TRL 1.16's public hooks where they exist (``rollout_func`` for the rollouts, reward
-functions' ``log_extra`` for the completions table); what no public hook carries is listed here (the pin
-``trl>=1.16,<1.17`` in pyproject.toml says why). :func:`check_trainer` checks the table when the trainer is
-built (a moved name fails then, by name, not mid-run); tests/test_training_trl_private.py checks it against the
-installed TRL and the package's source against it.
+The trainer runs on TRL 1.16's public hooks where they exist; what none carries is listed here (hence the pin
+``trl>=1.16,<1.17``). :func:`check_trainer` checks the table when the trainer is built, so a moved name fails
+then, by name; tests/test_training_trl_private.py checks it against TRL and the package's source.
 """
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,13 +21,10 @@ class PrivateName:
     """One private name of TRL's or transformers' that the package uses.
 
     Attributes:
-        owner: the class that defines it: ``GRPOTrainer`` (trl), ``VLLMGeneration`` (trl.generation), or
-            ``Trainer`` (transformers).
-        name: the name.
-        use: ``overridden`` (a method the package overrides), ``called`` (a method it calls), ``attribute``
-            (an instance attribute it reads or writes) or ``class attribute`` (one it sets on its class).
+        owner: ``GRPOTrainer``, ``VLLMGeneration`` or ``Trainer``.
+        use: ``overridden``, ``called``, ``attribute`` or ``class attribute``.
         where: the package's module(s) that use it.
-        signature: for methods, the owner's signature as the installed TRL / transformers has it.
+        signature: for methods, the owner's signature in the installed TRL / transformers.
         reason: why no public hook does it.
         needs: for attributes TRL sets only on some runs: ``use_vllm`` or ``vllm_colocate``.
     """
@@ -90,19 +86,12 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
 
 def owner_class(owner: str) -> type:
     """The class a :class:`PrivateName` names, from the installed TRL / transformers."""
-    if owner == "GRPOTrainer":
-        from trl import GRPOTrainer
-
-        return GRPOTrainer
-    if owner == "VLLMGeneration":
-        from trl.generation.vllm_generation import VLLMGeneration
-
-        return VLLMGeneration
-    if owner == "Trainer":
-        from transformers import Trainer
-
-        return Trainer
-    raise ValueError(f"unknown owner {owner!r}")
+    module = {
+        "GRPOTrainer": "trl",
+        "VLLMGeneration": "trl.generation.vllm_generation",
+        "Trainer": "transformers",
+    }
+    return getattr(importlib.import_module(module[owner]), owner)
 
 
 def _applies(entry: PrivateName, trainer: Any) -> bool:

@@ -1,11 +1,8 @@
-"""TRL's vLLM engine as the trainer's rollouts use it (``trainer.vllm_generation``: a colocated ``vllm.LLM`` in
-every process, or a client of a ``trl vllm-serve`` server).
+"""TRL's vLLM engine (``trainer.vllm_generation``: colocated, or a ``trl vllm-serve`` client) for the rollouts.
 
-The trainer sends its own requests (:mod:`routing_grpo.generation`: per-row budgets), so the duties TRL carries
-around its own ``generate`` are done here as TRL does them: weight sync when the optimizer step moved or level-2
-sleep dropped a colocated engine's weights; sleep mode (the KV cache woken for the call, level-2 sleep after
-it, even on failure); in server mode the main process generates every process's rows and broadcasts them; the
-sync and the generation timed under TRL's profiling names.
+The trainer sends its own requests (per-row budgets), so the duties TRL carries around its own ``generate`` are
+done here as TRL does them: weight sync, sleep mode, the main process generating for all in server mode, and
+TRL's profiling names.
 """
 
 from __future__ import annotations
@@ -28,11 +25,9 @@ VLLM_MAX_TEMPERATURE = 2.0  # vLLM's SamplingParams refuses a higher one
 def rollout_settings_problems(args: Any) -> list[str]:
     """What of a config TRL's engines cannot do with the routing rollouts, one line each (empty: nothing).
 
-    The rollouts send their own requests: ``n`` and the token limit are theirs. With caps in generation on vLLM
-    or transformers' continuous batching, a row is sampled in two calls (its head, then the rest within its
-    budget), so a setting that acts per call (penalties counting the call's tokens, a minimum length, a seed,
-    stop rules, structured outputs) would act on each part apart. vLLM takes temperatures in [0, 2]; a
-    colocated engine split by tensor parallelism is not supported.
+    ``n`` and the token limit are the rollouts' own; with caps in generation on vLLM or continuous batching a
+    row is sampled in two calls, so a per-call setting (penalties, minimum length, seed, stop rules, structured
+    outputs) would act on each part apart.
     """
     problems = []
     kwargs = args.generation_kwargs if isinstance(args.generation_kwargs, dict) else {}
@@ -74,26 +69,9 @@ def needs_weight_sync(
     sleep_mode: bool,
     weights_sleeping: bool,
 ) -> bool:
-    """Whether the engine must receive the policy's weights before it generates: a new optimizer step, or a
-    colocated engine whose weights level-2 sleep has dropped (TRL 1.16's ``_generate_single_turn`` and
-    ``VLLMGeneration.generate``, taken together)."""
+    """Whether the engine needs the policy's weights before it generates: a new optimizer step, or a colocated
+    engine whose weights level-2 sleep has dropped."""
     return global_step != last_loaded_step or (colocate and sleep_mode and weights_sleeping)
-
-
-def sampling_settings(vllm_generation: Any) -> dict[str, Any]:
-    """The SamplingParams arguments TRL's engine samples with (its ``generate``'s), for every request."""
-    settings = {
-        "repetition_penalty": vllm_generation.repetition_penalty,
-        "temperature": vllm_generation.temperature,
-        "top_p": vllm_generation.top_p,
-        "top_k": vllm_generation.top_k,
-        "min_p": 0.0 if vllm_generation.min_p is None else vllm_generation.min_p,
-        "logprobs": vllm_generation.logprobs,
-    }
-    if vllm_generation.mode == "server":
-        settings["structured_outputs_regex"] = vllm_generation.structured_outputs_regex
-        settings["generation_kwargs"] = vllm_generation.generation_kwargs
-    return settings
 
 
 def sync_weights_if_needed(trainer: Any) -> bool:
@@ -121,8 +99,17 @@ def sync_weights_if_needed(trainer: Any) -> bool:
 def vllm_backend(vllm_generation: Any, eos_token_ids: Sequence[int]) -> Iterator[Any]:
     """TRL's engine behind the backend interface for one generation: the server's client, or the colocated
     engine with its KV cache woken for the call and put back to level-2 sleep after it."""
-    sampling = sampling_settings(vllm_generation)
+    sampling = {  # the SamplingParams arguments TRL's own generate samples with
+        "repetition_penalty": vllm_generation.repetition_penalty,
+        "temperature": vllm_generation.temperature,
+        "top_p": vllm_generation.top_p,
+        "top_k": vllm_generation.top_k,
+        "min_p": 0.0 if vllm_generation.min_p is None else vllm_generation.min_p,
+        "logprobs": vllm_generation.logprobs,
+    }
     if vllm_generation.mode == "server":
+        sampling["structured_outputs_regex"] = vllm_generation.structured_outputs_regex
+        sampling["generation_kwargs"] = vllm_generation.generation_kwargs
         yield VLLMServerBackend(vllm_generation.vllm_client, sampling, eos_token_ids=eos_token_ids)
         return
     llm = vllm_generation.llm
@@ -140,9 +127,7 @@ def vllm_backend(vllm_generation: Any, eos_token_ids: Sequence[int]) -> Iterator
     finally:
         if sleep_mode:
             llm.sleep(level=2)
-            vllm_generation._llm_weights_sleeping = (
-                True  # level 2 drops the weights: re-sync before the next call
-            )
+            vllm_generation._llm_weights_sleeping = True  # level 2 drops the weights: re-sync next call
 
 
 def generate_on_vllm(
