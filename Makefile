@@ -18,10 +18,12 @@ SEEDS ?= 0 1 2
 	train-baselines \
 	train-countdown eval report FORCE
 
-# The GPU targets refuse a machine without a GPU before anything is installed or run.
+# The GPU targets refuse a machine without a GPU before anything is installed or run (a dry run, make -n,
+# only prints the commands).
 GPU_TARGETS := install-gpu gpu-check train-router train-baselines train-countdown eval oracle $(VENV)/.installed-gpu
-ifneq ($(and $(filter $(GPU_TARGETS),$(MAKECMDGOALS)),$(if $(HAS_CUDA),,1)),)
-$(error make $(firstword $(filter $(GPU_TARGETS),$(MAKECMDGOALS))): needs an NVIDIA GPU and nvidia-smi lists none here; nothing was installed or run. On CPU: make demo, or train on your own data as README.md's "Train on your own data on CPU" shows)
+DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))
+ifneq ($(and $(filter $(GPU_TARGETS),$(MAKECMDGOALS)),$(if $(HAS_CUDA)$(DRY_RUN),,1)),)
+$(error make $(firstword $(filter $(GPU_TARGETS),$(MAKECMDGOALS))): needs an NVIDIA GPU and nvidia-smi lists none here; nothing was installed or run. On CPU: make demo, or your own data with recipes/demo_smollm2_cpu.yaml (docs/training.md, "Train on your own data"))
 endif
 
 # .installed records the flavour (cpu or gpu) the environment was made for; an environment made for the other
