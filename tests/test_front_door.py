@@ -150,7 +150,8 @@ def readme_own_data_commands() -> list[str]:
     return [line for line in lines if line and not line.startswith("#")]
 
 
-def test_readmes_own_data_cpu_path_is_the_cpu_recipe_on_math_train():
+def test_readmes_own_data_cpu_path_is_the_cpu_recipe_on_math_train(monkeypatch):
+    monkeypatch.chdir(REPO_ROOT)
     commands = readme_own_data_commands()
     assert commands[0] == "make demo-deps"
     (training,) = [c for c in commands if "routing_grpo.train" in c]
