@@ -6,23 +6,39 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 # On a machine without an NVIDIA GPU, pin the CPU build of torch (constraints-cpu.txt); with one, the
 # pinned GPU stack (constraints-gpu.txt: torch, vLLM, transformers, DeepSpeed as TRL 1.16 supports them).
+# HAS_CUDA=1 (or HAS_CUDA=) on the command line overrides the check.
 HAS_CUDA := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
-CONSTRAINTS ?= $(if $(HAS_CUDA),-c constraints-gpu.txt,-c constraints-cpu.txt)
+FLAVOUR := $(if $(HAS_CUDA),gpu,cpu)
+CONSTRAINTS ?= -c constraints-$(FLAVOUR).txt
 PYTEST_ARGS ?=
 OUTPUT_DIR ?= outputs
 SEEDS ?= 0 1 2
 
 .PHONY: install install-gpu test test-slow test-all lint format clean bench gpu-check demo demo-smollm2 demo-deps mini mini-controls oracle train-router \
 	train-baselines \
-	train-countdown eval report
+	train-countdown eval report FORCE
 
-$(VENV)/.installed: pyproject.toml $(if $(HAS_CUDA),constraints-gpu.txt,constraints-cpu.txt)
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+# The GPU targets refuse a machine without a GPU before anything is installed or run (a dry run, make -n,
+# only prints the commands).
+GPU_TARGETS := install-gpu gpu-check train-router train-baselines train-countdown eval oracle $(VENV)/.installed-gpu
+DRY_RUN := $(findstring n,$(firstword -$(MAKEFLAGS)))
+ifneq ($(and $(filter $(GPU_TARGETS),$(MAKECMDGOALS)),$(if $(HAS_CUDA)$(DRY_RUN),,1)),)
+$(error make $(firstword $(filter $(GPU_TARGETS),$(MAKECMDGOALS))): needs an NVIDIA GPU and nvidia-smi lists none here; nothing was installed or run. On CPU: make demo, or your own data with recipes/demo_smollm2_cpu.yaml (docs/training.md, "Train on your own data"))
+endif
+
+# .installed records the flavour (cpu or gpu) the environment was made for; an environment made for the other
+# flavour, or one holding the GPU extra on a machine without a GPU, is made again from scratch.
+INSTALLED_FLAVOUR := $(if $(wildcard $(VENV)/.installed-gpu),gpu,$(strip $(if $(wildcard $(VENV)/.installed),$(file <$(VENV)/.installed))))
+STALE := $(filter-out $(FLAVOUR),$(INSTALLED_FLAVOUR))
+
+$(VENV)/.installed: pyproject.toml constraints-$(FLAVOUR).txt $(if $(STALE),FORCE)
+	$(if $(STALE),@echo "$(VENV) was made for $(STALE) and this machine is $(FLAVOUR): making it again")
+	$(if $(STALE),$(PYTHON) -m venv --clear $(VENV),test -x $(PY) || $(PYTHON) -m venv $(VENV))
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet --no-compile $(CONSTRAINTS) -e ".[dev]"
 	# Byte-compile on every core (pip does it on one: 45 of its 68 s here); like pip, skip what does not compile.
 	$(PY) -c "import compileall, sysconfig; compileall.compile_dir(sysconfig.get_paths()['purelib'], quiet=2, workers=0)"
-	touch $@
+	echo $(FLAVOUR) > $@
 
 install: $(VENV)/.installed
 
