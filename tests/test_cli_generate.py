@@ -364,6 +364,22 @@ def test_the_answers_file_is_graded_by_routing_grpo_grade(model, tmp_path, capsy
     assert code == 0, err
     assert json.loads(out)["rows"] == 3
 
+    # A row placed twice (another model's before or after the right one): each id is graded once, and a
+    # resume refuses the file at the second row.
+    lines = answers.read_text().splitlines(keepends=True)
+    answers.write_text("".join(lines) + lines[1])
+    code, out, err = run(capsys, "grade", "--input", answers, "--workers", "1")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"routing-grpo grade: error: {answers}:4: id 'q1' again (first at line 2); keep one"
+    ]
+    code, out, err = run(capsys, "generate", "--model", model, "--input", questions, "--output", answers)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"routing-grpo generate: error: --output: {answers}:4: an answer row for 'q1' again (first at line 2); "
+        "keep one"
+    ]
+
 
 class BoxedSeven:
     """A tokenizer whose every completion decodes to a boxed 7."""

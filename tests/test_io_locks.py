@@ -334,9 +334,9 @@ def test_one_file_under_two_names_has_one_writer(model, tmp_path):
     answers.write_text("")
     link.symlink_to(answers.name)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
-    cmd = [sys.executable, "-m", "routing_grpo", "generate", "--model", str(model), "--output", str(link), "q"]
+    cmd = [sys.executable, "-m", "routing_grpo", "generate", "--model", model, "--output", link, "q"]
     with held(file_lock_path(answers)):
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+        done = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=env, timeout=300)
     assert done.returncode == 2 and done.stdout == "", done.stderr
     assert done.stderr.splitlines() == [
         f"routing-grpo generate: error: --output: {answers} is being written by another process: pid "
