@@ -198,3 +198,20 @@ def test_a_linked_staging_folder_is_refused_naming_it(two_models, tmp_path, caps
     assert error_line(capsys).endswith(f"{out / '.mini.overwrite'}: a symbolic link, left alone (a run writes "
                                        "through no link); remove it")  # fmt: skip
     assert list(outside.iterdir()) == []
+
+
+def test_a_forced_mode_is_its_own_name_in_any_case(two_models, tmp_path, capsys):
+    a, _ = two_models
+    out = tmp_path / "eval"
+    assert main(evaluate(a, out, "--force-mode", "short")) == 0
+    summary = json.loads((out / "mini" / "summary.json").read_text())
+    assert (summary["method"], summary["config"]["force_mode"]) == ("short", "Short")
+    samples = (out / "mini" / "samples.jsonl").read_bytes()
+    assert main(evaluate(a, out, "--force-mode", "SHORT")) == 0  # the same evaluation: resumed, nothing drawn
+    assert (out / "mini" / "samples.jsonl").read_bytes() == samples
+    modes = [
+        {"name": n, "word": w, "base": 1.0, "gamma": 1.0} for n, w in (("Short", "Brief"), ("short", "Tiny"))
+    ]
+    (tmp_path / "recipe.yaml").write_text(json.dumps({"modes": modes}))
+    assert main(evaluate(a, out, "--config", str(tmp_path / "recipe.yaml"))) == 2
+    assert "modes: names must be distinct ignoring case, got ['Short', 'short']" in error_line(capsys)

@@ -150,6 +150,18 @@ def test_a_model_without_settings_needs_a_config(tiny_model_path, tmp_path, caps
     )
     assert code == 0, err
     assert out.startswith("[1] Long (forced): ")
+    # A recipe's YAML merge key (<<) is merged, the mapping's own keys winning.
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "modes:\n  - &nothink {name: NoThink, base: 1.3, gamma: 0.99, cap: 3}\n"
+        "  - {<<: *nothink, name: Short, base: 1.2, cap: 6}\n  - {name: Long, base: 1.0, gamma: 1.0}\n"
+        "routing_instruction: Output NoThink, Short or Long.\nmax_completion_length: 12\n"
+    )
+    code, out, err = run(
+        capsys, "generate", "--model", tiny_model_path, "--config", recipe, "--mode", "short", "q"
+    )
+    assert code == 0, err
+    assert out.startswith("[1] Short (forced): 6 tokens")
 
 
 def test_an_interrupted_input_run_resumes_without_duplicates(model, tmp_path, capsys, monkeypatch):
