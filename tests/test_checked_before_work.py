@@ -415,7 +415,7 @@ def test_a_config_that_does_not_match_the_weights_is_refused(router_path, tmp_pa
     assert code == 2 and "answers" not in out, err
     assert err.splitlines()[-1].startswith(
         f"routing-grpo {command}: error: {model}: the model could not be loaded (its config.json does not match "
-        "its weights (12 weights missing or unexpected, such as model.layers."
+        "its weights (12 missing or unexpected, such as model.layers."
     )
 
 

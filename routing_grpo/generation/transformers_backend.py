@@ -87,10 +87,8 @@ def load_transformers_model(
                 model, revision=revision, dtype=dtype, output_loading_info=True
             )
             if wrong := sorted({*info["missing_keys"], *info["unexpected_keys"]}):
-                raise ValueError(
-                    f"its config.json does not match its weights ({len(wrong)} weights missing or unexpected, "
-                    f"such as {wrong[0]}); nothing is generated from randomly initialised weights"
-                )
+                raise ValueError(f"its config.json does not match its weights ({len(wrong)} missing or unexpected, "
+                                 f"such as {wrong[0]}): they would be initialised at random")  # fmt: skip
     finally:
         if bars:
             transformers_logging.enable_progress_bar()

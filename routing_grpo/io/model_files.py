@@ -90,9 +90,7 @@ def weight_file_problem(folder: str | Path) -> str | None:
         problem = file.is_file() and safetensors_problem(file)
         if problem:
             return f"{file}: {problem}"
-    if (folder / "config.json").is_file() and not [
-        f for p in ("tokenizer*", "vocab.*") for f in folder.glob(p)
-    ]:
+    if (folder / "config.json").is_file() and not any(folder.glob("tokenizer*")):
         return (
             f"{folder}: no tokenizer files (tokenizer.json, tokenizer_config.json); save them with the model"
         )
