@@ -391,6 +391,49 @@ def test_eval_refuses_broken_weights_and_unwritable_outputs(
     one_line(code, err, "routing-grpo eval", "samples.jsonl: is a folder, not a file (EISDIR)")
 
 
+@pytest.mark.parametrize("command", ["generate", "eval"])
+def test_a_model_folder_without_tokenizer_files_is_one_line(
+    router_path, tmp_path, capsys, no_model_loading, command
+):
+    model = tmp_path / "model"
+    shutil.copytree(router_path, model, ignore=shutil.ignore_patterns("tokenizer*"))
+    argv = eval_args(model, tmp_path / "out") if command == "eval" else ["generate", "--model", model, "q"]
+    code, _, err = run(capsys, *argv)
+    one_line(code, err, f"routing-grpo {command}", f"--model: {model}: no tokenizer files (tokenizer.json, ")
+
+
+@pytest.mark.parametrize("command", ["generate", "eval"])
+def test_a_config_that_does_not_match_the_weights_is_refused(router_path, tmp_path, capsys, command):
+    model = tmp_path / "model"
+    shutil.copytree(router_path, model)
+    config = json.loads((model / "config.json").read_text())
+    config["num_hidden_layers"] += 1  # a layer the weights do not hold: randomly initialised if loaded
+    config["layer_types"] = config["layer_types"] + config["layer_types"][-1:]
+    (model / "config.json").write_text(json.dumps(config))
+    argv = eval_args(model, tmp_path / "out") if command == "eval" else ["generate", "--model", model, "q"]
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and "answers" not in out, err
+    assert err.splitlines()[-1].startswith(
+        f"routing-grpo {command}: error: {model}: the model could not be loaded (its config.json does not match "
+        "its weights (12 missing or unexpected, such as model.layers."
+    )
+
+
+def test_eval_reads_a_json_array_with_a_byte_order_mark(router_path, tmp_path, capsys, no_model_loading):
+    rows = [
+        {"problem": "1 + 1?", "answer": "2", "unique_id": "a"},
+        {"problem": PAST_CONTEXT, "answer": "7", "unique_id": "far/1"},
+    ]
+    data = write(tmp_path / "math500.json", "\ufeff" + json.dumps(rows))
+    code, _, err = run(
+        capsys, "eval", "--model", router_path, "--benchmarks", "math500", "--data", f"math500={data}",
+        "--output", tmp_path / "out",
+    )  # fmt: skip
+    one_line(
+        code, err, "routing-grpo eval", "math500: problem far/1: its prompt ("
+    )  # read: every row checked
+
+
 def test_eval_refuses_a_long_routing_instruction_from_its_recipe(
     router_path, tmp_path, capsys, no_model_loading
 ):

@@ -140,3 +140,14 @@ def test_an_unknown_flag_points_to_the_commands_help():
         line = done.stderr.strip().splitlines()[-1]
         assert line.startswith(f"{prog}: error: unrecognized arguments: "), line
         assert line.endswith(f"(`{prog} --help` lists the options)"), line
+
+
+@pytest.mark.slow
+def test_a_reader_that_stops_early_ends_the_command_quietly():
+    """``routing-grpo reward-table | head``: the closed pipe ends it silently with 141, as it does Unix tools."""
+    from tests.helpers import offline_env
+
+    cmd = [sys.executable, "-m", "routing_grpo", "reward-table"]
+    done = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=offline_env(), text=True)
+    done.stdout.close()  # the reader is gone before the first line is written
+    assert (done.wait(timeout=120), done.stderr.read()) == (141, "")

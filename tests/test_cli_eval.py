@@ -160,3 +160,58 @@ def test_the_record_names_model_data_and_settings(two_models, tmp_path):
     assert "model.safetensors" in record["model"]["files"]
     assert record["data"]["file"] == str(data.resolve())
     assert record["settings"]["temperature"] == 0.6 and record["settings"]["max_tokens"] == 6
+
+
+@pytest.mark.parametrize("name", ["samples.jsonl", "samples_record.json", "summary.json", "tmp"])
+def test_a_link_planted_in_the_output_is_refused_naming_it(two_models, tmp_path, capsys, name):
+    a, _ = two_models
+    out, outside = tmp_path / "eval", tmp_path / "outside"
+    assert main(evaluate(a, out)) == 0
+    capsys.readouterr()
+    if name == "tmp":  # the summary's temporary file (this process's): made afresh, never written through
+        name = f".summary.json.tmp-{os.getpid()}"
+        outside.write_text("kept")
+    else:
+        shutil.move(out / "mini" / name, outside)
+    planted = out / "mini" / name
+    planted.symlink_to(outside)
+    kept = outside.read_bytes()
+    code = main(evaluate(a, out))
+    assert outside.read_bytes() == kept
+    if name.startswith("."):
+        assert code == 0 and not planted.exists() and not planted.is_symlink()
+    else:
+        assert code == 2 and planted.is_symlink()
+        assert error_line(capsys) == (
+            f"routing-grpo eval: error: {planted}: a symbolic link, left alone (a run writes through no link); "
+            "remove it"
+        )
+
+
+def test_a_linked_staging_folder_is_refused_naming_it(two_models, tmp_path, capsys):
+    a, _ = two_models
+    out, outside = tmp_path / "eval", tmp_path / "outside"
+    outside.mkdir()
+    (out / ".mini.overwrite").parent.mkdir()
+    (out / ".mini.overwrite").symlink_to(outside)
+    assert main(evaluate(a, out, "--overwrite")) == 2
+    assert error_line(capsys).endswith(f"{out / '.mini.overwrite'}: a symbolic link, left alone (a run writes "
+                                       "through no link); remove it")  # fmt: skip
+    assert list(outside.iterdir()) == []
+
+
+def test_a_forced_mode_is_its_own_name_in_any_case(two_models, tmp_path, capsys):
+    a, _ = two_models
+    out = tmp_path / "eval"
+    assert main(evaluate(a, out, "--force-mode", "short")) == 0
+    summary = json.loads((out / "mini" / "summary.json").read_text())
+    assert (summary["method"], summary["config"]["force_mode"]) == ("short", "Short")
+    samples = (out / "mini" / "samples.jsonl").read_bytes()
+    assert main(evaluate(a, out, "--force-mode", "SHORT")) == 0  # the same evaluation: resumed, nothing drawn
+    assert (out / "mini" / "samples.jsonl").read_bytes() == samples
+    modes = [
+        {"name": n, "word": w, "base": 1.0, "gamma": 1.0} for n, w in (("Short", "Brief"), ("short", "Tiny"))
+    ]
+    (tmp_path / "recipe.yaml").write_text(json.dumps({"modes": modes}))
+    assert main(evaluate(a, out, "--config", str(tmp_path / "recipe.yaml"))) == 2
+    assert "modes: names must be distinct ignoring case, got ['Short', 'short']" in error_line(capsys)

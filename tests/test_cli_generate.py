@@ -150,6 +150,18 @@ def test_a_model_without_settings_needs_a_config(tiny_model_path, tmp_path, caps
     )
     assert code == 0, err
     assert out.startswith("[1] Long (forced): ")
+    # A recipe's YAML merge key (<<) is merged, the mapping's own keys winning.
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "modes:\n  - &nothink {name: NoThink, base: 1.3, gamma: 0.99, cap: 3}\n"
+        "  - {<<: *nothink, name: Short, base: 1.2, cap: 6}\n  - {name: Long, base: 1.0, gamma: 1.0}\n"
+        "routing_instruction: Output NoThink, Short or Long.\nmax_completion_length: 12\n"
+    )
+    code, out, err = run(
+        capsys, "generate", "--model", tiny_model_path, "--config", recipe, "--mode", "short", "q"
+    )
+    assert code == 0, err
+    assert out.startswith("[1] Short (forced): 6 tokens")
 
 
 def test_an_interrupted_input_run_resumes_without_duplicates(model, tmp_path, capsys, monkeypatch):
@@ -363,6 +375,22 @@ def test_the_answers_file_is_graded_by_routing_grpo_grade(model, tmp_path, capsy
     code, out, err = run(capsys, "grade", "--input", answers, "--workers", "1", "--json")
     assert code == 0, err
     assert json.loads(out)["rows"] == 3
+
+    # A row placed twice (another model's before or after the right one): each id is graded once, and a
+    # resume refuses the file at the second row.
+    lines = answers.read_text().splitlines(keepends=True)
+    answers.write_text("".join(lines) + lines[1])
+    code, out, err = run(capsys, "grade", "--input", answers, "--workers", "1")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"routing-grpo grade: error: {answers}:4: id 'q1' again (first at line 2); keep one"
+    ]
+    code, out, err = run(capsys, "generate", "--model", model, "--input", questions, "--output", answers)
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"routing-grpo generate: error: --output: {answers}:4: an answer row for 'q1' again (first at line 2); "
+        "keep one"
+    ]
 
 
 class BoxedSeven:

@@ -89,6 +89,34 @@ def test_every_mode_forced_in_one_file_is_read_as_three_modes(tmp_path, capsys):
     assert set(result["bins"]["x"]["cells"]) == {"NoThink", "Short", "Long"}
 
 
+def test_a_link_planted_in_the_output_is_refused_naming_it(tmp_path, capsys):
+    folder = write_forced(
+        tmp_path / "s", rows_for([("x", 4, {"NoThink": True, "Short": True, "Long": True})])
+    )
+    out, outside = tmp_path / "o", tmp_path / "outside.md"
+    out.mkdir()
+    outside.write_text("kept")
+    (out / "oracle.md").symlink_to(outside)
+    recipe = REPO_ROOT / "recipes" / "router_r1_distill_qwen_1.5b.yaml"
+    argv = [
+        "oracle",
+        "--samples",
+        str(folder),
+        "--config",
+        str(recipe),
+        "--by",
+        "group",
+        "--output",
+        str(out),
+    ]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"routing-grpo oracle: error: {out / 'oracle.md'}: a symbolic link, left alone (a run writes through "
+        "no link); remove it"
+    ]
+    assert outside.read_text() == "kept" and sorted(p.name for p in out.iterdir()) == ["oracle.md"]
+
+
 @pytest.mark.slow
 def test_countdown_samples_through_the_real_commands(tmp_path, tiny_model_path, capsys):
     """The tiny random model forced into Short and Long on Countdown (routing-grpo eval), then routing-grpo

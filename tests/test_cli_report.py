@@ -50,3 +50,26 @@ def test_an_oracle_part_no_package_adds_is_one_line(tmp_path, capsys, monkeypatc
         "routing-grpo report: error: --oracle: no installed package adds the oracle's part (entry point group "
         "routing_grpo.report_parts); reinstall this one: pip install -e ."
     ]
+
+
+def test_seeds_evaluated_differently_are_not_pooled(tmp_path, capsys):
+    """Two seeds of one method pool into mean ± std only when evaluated alike; else one line names the key."""
+    import json
+
+    from routing_grpo.cli import main
+
+    config = {"limit": None, "max_tokens": 4096, "temperature": 0.6, "top_p": 1.0, "seed": 0, "dtype": "auto"}
+    for seed, change in ((0, {}), (1, {"seed": 1, "dtype": "bfloat16"}), (2, {"max_tokens": 2048})):
+        summary = {"benchmark": "gsm8k", "method": "router", "seed": seed, "accuracy": 0.5, "mean_length": 100,
+                   "samples_per_prompt": 1, "config": {**config, **change}}  # fmt: skip
+        (tmp_path / "runs" / str(seed)).mkdir(parents=True)
+        (tmp_path / "runs" / str(seed) / "summary.json").write_text(json.dumps(summary))
+    argv = ["report", "--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "o"), "--no-plots"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"routing-grpo report: error: {tmp_path}/runs/0/summary.json and {tmp_path}/runs/2/summary.json evaluate "
+        "'gsm8k' differently (max_tokens: 4096 and 2048); seeds are pooled only when evaluated alike: evaluate "
+        "them alike, or tell them apart with --method"
+    ]
+    (tmp_path / "runs" / "2" / "summary.json").unlink()  # the evaluation seed and dtype may differ
+    assert main(argv) == 0 and "| Free routing | 0.500 ± 0.000 | 100 ± 0 |" in capsys.readouterr().out

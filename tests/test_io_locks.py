@@ -85,11 +85,12 @@ def test_a_second_writer_of_an_answers_file_is_refused_naming_the_holder(
     assert answers.read_text() == ""
 
 
-def test_a_lock_left_by_a_killed_holder_is_taken_over_with_a_warning(model, tmp_path, capsys, caplog):
+@pytest.mark.parametrize("pid", [4242, 10**30])  # any pid it names: the kernel's lock, not os.kill, decides
+def test_a_lock_left_by_a_killed_holder_is_taken_over_with_a_warning(model, tmp_path, capsys, caplog, pid):
     answers = tmp_path / "answers.jsonl"
     lock = file_lock_path(answers)
     stale = {
-        "pid": 4242,
+        "pid": pid,
         "host": "h",
         "since": "2025-01-01T00:00:00+00:00",
         "command": "routing-grpo generate",
@@ -134,6 +135,24 @@ def test_a_lock_that_names_no_holder_is_refused_naming_the_file(tmp_path):
     with FileLock(lock, timeout=0), pytest.raises(UsageError) as err:  # held, its holder not yet written
         OutputLock(lock, flag="--output", output="out", command="test").acquire()
     assert str(err.value).startswith(f"--output: out is locked by {lock}, which names no holder;")
+
+
+@pytest.mark.parametrize("kind", ["pipe", "dangling link", "link"])
+def test_a_lock_file_that_is_not_a_regular_file_is_refused_naming_it(model, tmp_path, capsys, kind):
+    answers, target = tmp_path / "answers.jsonl", tmp_path / "elsewhere"
+    lock = file_lock_path(answers)
+    if kind == "pipe":
+        os.mkfifo(lock)  # reading its holder would wait for a writer forever
+    else:
+        lock.symlink_to(target)
+        if kind == "link":
+            target.write_text("kept")
+    code, out, err = run(capsys, "generate", "--model", model, "--output", answers, "q")
+    assert (code, out) == (2, "")
+    assert err.splitlines() == [
+        f"routing-grpo generate: error: --output: {lock} is a link, a pipe or a device; remove it"
+    ]
+    assert not answers.exists() and (kind != "link" or target.read_text() == "kept")
 
 
 def test_the_lock_goes_on_an_error_and_on_ctrl_c_with_the_folders_it_made(
@@ -306,3 +325,22 @@ def test_two_real_generate_processes_on_one_answers_file(model, tmp_path):
     ids = [json.loads(line)["id"] for line in answers.read_text().splitlines() if line.strip()]
     assert sorted(ids) == sorted(f"q{i}" for i in range(n))  # every question once
     assert not file_lock_path(answers).exists()
+
+
+@pytest.mark.slow
+def test_one_file_under_two_names_has_one_writer(model, tmp_path):
+    """``generate`` into a link to an answers file another writer holds is refused: the lock is the file's."""
+    answers, link = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    answers.write_text("")
+    link.symlink_to(answers.name)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "routing_grpo", "generate", "--model", model, "--output", link, "q"]
+    with held(file_lock_path(answers)):
+        done = subprocess.run(list(map(str, cmd)), capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.splitlines() == [
+        f"routing-grpo generate: error: --output: {answers} is being written by another process: pid "
+        f"{os.getpid()} on host {socket.gethostname()} since {done.stderr.split(' since ')[1].split(' (')[0]} "
+        "(routing-grpo generate); wait for it to end, or give another --output"
+    ]
+    assert answers.read_text() == "" and link.is_symlink()

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.io.errors import UsageError, os_error_line
+from routing_grpo.io.jsonl import refuse_link, write_atomic, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -114,12 +115,13 @@ def run(args: argparse.Namespace) -> int:
 
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
+    files = [refuse_link(out / f"oracle.{kind}") for kind in ("md", "json", "png")]
     text = render_markdown(result)
-    (out / "oracle.md").write_text(text)
-    (out / "oracle.json").write_text(json.dumps(result, indent=2))
-    plot_emergence(result, out / "oracle.png")
+    write_atomic(files[0], text.encode())
+    write_json(files[1], result)
+    plot_emergence(result, files[2])
     print(text, end="")
-    print(f"wrote {out / 'oracle.md'}, {out / 'oracle.json'}, {out / 'oracle.png'}")
+    print(f"wrote {', '.join(map(str, files))}")
     return 0
 
 

@@ -290,7 +290,7 @@ def grade_file(
         ``rows``, ``correct``, ``seconds``, and ``agreement`` (the share of rows where ``correct`` equals
         ``label_column``) when every row has that label.
     """
-    start, path, rows = time.perf_counter(), Path(input_path), []
+    start, path, rows, seen = time.perf_counter(), Path(input_path), [], {}
     for line_number, row in read_jsonl(path, torn="error"):  # a user's file: a torn line is an error
         where = f"{path}:{line_number}"
         if not isinstance(row.get("model_output"), str):
@@ -302,9 +302,12 @@ def grade_file(
             raise ValueError(f"{where}: column {label_column!r} must be true or false")
         if "id" in row:
             try:
-                id_text(row["id"])
+                row_id = id_text(row["id"])
             except ValueError as err:
                 raise ValueError(f"{where}: {err}") from None
+            if row_id in seen:
+                raise ValueError(f"{where}: id {row_id!r} again (first at line {seen[row_id]}); keep one")
+            seen[row_id] = line_number
         rows.append(row)
     results = grade_batch(
         [row["model_output"] for row in rows],

@@ -117,13 +117,13 @@ def parse_modes(raw: Sequence[ModeSpec | Mapping[str, Any]]) -> tuple[ModeSpec, 
 
 
 def validate_modes(modes: Sequence[ModeSpec]) -> None:
-    """At least one mode, distinct names, and routing words none of which starts another (detection reads a
+    """At least one mode, names distinct ignoring case, and routing words none of which starts another (detection reads a
     prefix, ignoring case and separators)."""
     if not modes:
         raise ValueError("modes: at least one mode is required")
     names = [m.name for m in modes]
-    if len(set(names)) != len(names):
-        raise ValueError(f"modes: names must be distinct, got {names}")
+    if len({n.lower() for n in names}) != len(names):  # a mode is named ignoring case
+        raise ValueError(f"modes: names must be distinct ignoring case, got {names}")
     keys = [re.sub(r"[\s_\-]", "", m.word).lower() for m in modes]
     for i, a in enumerate(keys):
         for j in range(i + 1, len(keys)):

@@ -49,7 +49,7 @@ def _read_file(path: Path) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq
 
         return pq.read_table(path).to_pylist()
-    if path.suffix == ".json" and path.read_text(encoding="utf-8").lstrip().startswith("["):
+    if path.suffix == ".json" and path.read_text(encoding="utf-8-sig").lstrip().startswith("["):
         rows = read_json_file(path)
         for number, row in enumerate(rows, start=1):
             if not isinstance(row, dict):

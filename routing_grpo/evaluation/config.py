@@ -96,7 +96,7 @@ class EvalConfig:
             raise ValueError(f"--gpu-memory-utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.force_mode:
             try:
-                mode_index(self.mode_specs, self.force_mode)  # names the modes if unknown
+                self.force_mode = self.mode_specs[mode_index(self.mode_specs, self.force_mode)].name
             except ValueError as err:
                 raise ValueError(f"--force-mode: {err}") from None
         for bench, k in self.samples.items():

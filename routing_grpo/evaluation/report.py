@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from routing_grpo.evaluation.config import SAMPLE_SETTINGS
 from routing_grpo.evaluation.frontier import (
     Point,
     frontier_accuracy_at,
@@ -127,6 +128,8 @@ def summary_figure_problem(summary: dict[str, Any]) -> tuple[str, str] | None:
     seed = summary.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         return "seed", f"seed must be an integer (the training seed), got {json.dumps(seed)}"
+    if not isinstance(summary.get("config", {}), dict):
+        return "config", f"config must be an object of settings, got {json.dumps(summary['config'])}"
     for key, kind in SUMMARY_FIGURES.items():
         optional = key not in ("accuracy", "mean_length")
         problem = _figure_problem(key, summary[key], kind, optional=optional) if key in summary else None
@@ -154,6 +157,11 @@ def summary_figure_problem(summary: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+# What a summary's figures depend on besides the model: seeds pool only when these are equal.
+POOLED_SETTINGS = ("samples_per_prompt", "limit",
+                   *(k for k in SAMPLE_SETTINGS if k not in ("seed", "revision", "dtype")))  # fmt: skip
+
+
 def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[Any, dict[str, Any]]]]:
     """benchmark -> method -> seed -> summary, adding the combined AIME benchmark."""
     grouped: dict[str, dict[str, dict[Any, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
@@ -172,6 +180,15 @@ def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
                 f"two summaries for benchmark {s['benchmark']!r}, method {s['method']!r}, seed {seed!r}: "
                 f"{first.get('_path')} and {s.get('_path')}{hint}"
             )
+        for other in grouped[s["benchmark"]][s["method"]].values():
+            a, b = ({"samples_per_prompt": x.get("samples_per_prompt"), **x.get("config", {})}
+                    for x in (other, s))  # fmt: skip
+            if key := next((k for k in POOLED_SETTINGS if k in a and k in b and a[k] != b[k]), None):
+                raise ValueError(
+                    f"{other.get('_path')} and {s.get('_path')} evaluate {s['benchmark']!r} differently ({key}: "
+                    f"{json.dumps(a[key])[:60]} and {json.dumps(b[key])[:60]}); seeds are pooled only when "
+                    "evaluated alike: evaluate them alike, or tell them apart with --method"
+                )
         grouped[s["benchmark"]][s["method"]][seed] = s
     for combined, parts in COMBINED_BENCHMARKS.items():  # pooled sample-weighted
         if combined in grouped or not all(p in grouped for p in parts):

@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.io.jsonl import id_text, read_json_file, resumable_rows, write_json
+from routing_grpo.io.jsonl import id_text, read_json_file, refuse_link, resumable_rows, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def commit_replacement(out_dir: Path) -> None:
 def recover_replacement(out_dir: Path) -> None:
     """Finishes a swap cut short (its staging folder holds a summary), or puts the old folder back."""
     out_dir = Path(out_dir)
-    staged, old = staging_folder(out_dir), replaced_folder(out_dir)
+    staged, old = refuse_link(staging_folder(out_dir)), refuse_link(replaced_folder(out_dir))
     if (staged / "summary.json").is_file():
         logger.warning("%s: finishing the replacement an interrupted --overwrite run had drawn", out_dir)
         commit_replacement(out_dir)

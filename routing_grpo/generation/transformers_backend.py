@@ -83,7 +83,12 @@ def load_transformers_model(
         if is_adapter_folder(model):
             loaded = load_adapter_model(model, dtype=dtype)
         else:
-            loaded = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype=dtype)
+            loaded, info = AutoModelForCausalLM.from_pretrained(
+                model, revision=revision, dtype=dtype, output_loading_info=True
+            )
+            if wrong := sorted({*info["missing_keys"], *info["unexpected_keys"]}):
+                raise ValueError(f"its config.json does not match its weights ({len(wrong)} missing or unexpected, "
+                                 f"such as {wrong[0]}): they would be initialised at random")  # fmt: skip
     finally:
         if bars:
             transformers_logging.enable_progress_bar()

@@ -266,6 +266,7 @@ def answer_questions(
         settings = RoutingSettings.resolve(model, settings, revision=revision)
     if output is not None and (not str(output).strip() or Path(output).is_dir()):
         raise ValueError(f"--output: {output!r} is not a file; give a file for the answers")
+    output = Path(os.path.realpath(output)) if output is not None else None  # one file, one name, one lock
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
     requests = question_requests(rows, settings, mode=mode, allow=allow, caps=caps)

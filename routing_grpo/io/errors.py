@@ -140,10 +140,15 @@ def run_entry(
     interrupted: str = "interrupted",
 ) -> int:
     """``entry(arg)``'s exit code: a :class:`UsageError`, ``input_errors`` or OS error is one line
-    ``PROG: error: ...`` and 2; Ctrl-C one line and 130."""
+    ``PROG: error: ...`` and 2; Ctrl-C one line and 130; a closed standard output (``| head``) 141, silently."""
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
-        return entry(arg) or 0
+        code = entry(arg) or 0
+        sys.stdout.flush()  # a reader gone (`| head`) is found here, not at exit
+        return code
+    except BrokenPipeError:  # quiet, as Unix tools are; what is left to print goes nowhere
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a tool the closed pipe stopped
     except (UsageError, OSError, *input_errors) as err:
         if debug or not (isinstance(err, (UsageError, *input_errors)) or err.errno is not None):
             raise

@@ -58,9 +58,9 @@ def read_jsonl(
 def resumable_rows(
     path: str | Path, key: Callable[[dict[str, Any]], Any], what: str
 ) -> dict[Any, tuple[int, dict[str, Any]]]:
-    """key(row) -> (line, row) of a file a run appends to ({} when there is none), the first row of a key,
-    after the tail is repaired. A ValueError ``key`` raises is one ``path:line: not {what} (why)``."""
-    if not Path(path).exists():
+    """key(row) -> (line, row) of a file a run appends to ({} when there is none; a link refused), after the
+    tail is repaired. A ValueError ``key`` raises, or a key found twice, is one ``path:line: ...``."""
+    if not refuse_link(Path(path)).exists():
         return {}
     done: dict[Any, tuple[int, dict[str, Any]]] = {}
     for line, row in read_jsonl(path, torn="repair"):
@@ -68,8 +68,19 @@ def resumable_rows(
             found = key(row)
         except ValueError as err:
             raise ValueError(f"{path}:{line}: not {what} ({err})") from None
-        done.setdefault(found, (line, row))
+        if found in done:
+            raise ValueError(
+                f"{path}:{line}: {what} for {found!r} again (first at line {done[found][0]}); keep one"
+            )
+        done[found] = (line, row)
     return done
+
+
+def refuse_link(path: Path) -> Path:
+    """``path``, or a :class:`UsageError` naming it when it is a symbolic link: a run writes through none."""
+    if path.is_symlink():
+        raise UsageError(f"{path}: a symbolic link, left alone (a run writes through no link); remove it")
+    return path
 
 
 def set_aside(path: Path, data: bytes, kind: str) -> Path:
@@ -148,10 +159,12 @@ def remove_rows(
 
 
 def write_atomic(path: str | Path, data: bytes) -> None:
-    """Replaces a file's content whole or not at all: a synced file beside it, a rename, the folder synced."""
-    path = Path(path)
+    """Replaces a file's content whole or not at all: a synced file made afresh beside it, a rename, the folder
+    synced. A link at ``path`` is refused (:func:`refuse_link`)."""
+    path = refuse_link(Path(path))
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with tmp.open("wb") as f:
+    tmp.unlink(missing_ok=True)  # a killed run's, or a link: never written through
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o666), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -184,10 +197,10 @@ def append_jsonl(
     data = re.sub("[\ud800-\udfff]", "\ufffd", text).encode()
     if not data:
         return
-    path = Path(path)
+    path = refuse_link(Path(path))
     repair_tail(path)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     except OSError as err:
         raise UsageError(os_error_line(err, path)) from None
     try:

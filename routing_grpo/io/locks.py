@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import socket
+import stat
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,14 +27,14 @@ FOLDER_LOCK_NAME = "_routing_grpo.lock"
 
 
 def file_lock_path(path: str | Path) -> Path:
-    """The lock of an output file: ``FILE.lock`` beside it."""
-    path = Path(path)
+    """The lock of an output file: ``FILE.lock`` beside the file it resolves to (one lock for one file)."""
+    path = Path(os.path.realpath(path))
     return path.with_name(path.name + ".lock")
 
 
 def folder_lock_path(folder: str | Path) -> Path:
-    """The lock of an output folder: ``FOLDER/_routing_grpo.lock``."""
-    return Path(folder) / FOLDER_LOCK_NAME
+    """The lock of an output folder: ``FOLDER/_routing_grpo.lock`` in the folder it resolves to."""
+    return Path(os.path.realpath(folder)) / FOLDER_LOCK_NAME
 
 
 def read_holder(lock: Path) -> str | None:
@@ -68,6 +69,8 @@ class OutputLock:
         self.made = [p for p in (folder, *folder.parents) if not p.exists()]
         try:
             folder.mkdir(parents=True, exist_ok=True)
+            if os.path.lexists(self.lock) and not stat.S_ISREG(os.lstat(self.lock).st_mode):
+                raise UsageError(f"{self.flag}: {self.lock} is a link, a pipe or a device; remove it")
             for _ in range(3):  # a lock freed between the try and the read of its holder is tried again
                 lock = FileLock(self.lock, timeout=0)
                 try:

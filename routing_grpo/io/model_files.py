@@ -69,8 +69,8 @@ def safetensors_problem(path: str | Path) -> str | None:
 
 
 def weight_file_problem(folder: str | Path) -> str | None:
-    """The first problem of a local model folder's weights as ``FILE: what`` (None when whole, or for a Hub
-    id); for a LoRA adapter folder also a base that cannot be found, and the base's own weights."""
+    """The first problem of a local model folder's weights or tokenizer files as ``FILE: what`` (None when whole,
+    or for a Hub id); for a LoRA adapter folder also a base that cannot be found, and the base's own weights."""
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         return None
@@ -90,6 +90,10 @@ def weight_file_problem(folder: str | Path) -> str | None:
         problem = file.is_file() and safetensors_problem(file)
         if problem:
             return f"{file}: {problem}"
+    if (folder / "config.json").is_file() and not any(folder.glob("tokenizer*")):
+        return (
+            f"{folder}: no tokenizer files (tokenizer.json, tokenizer_config.json); save them with the model"
+        )
     return weight_file_problem(adapter_base(folder)) if adapter else None
 
 

@@ -68,6 +68,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen: dict[Any, Any] = {}
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # a merge key (<<): the base class merges, the mapping's own keys winning
             key = self.construct_object(key_node, deep=deep)
             if isinstance(key, list | dict):
                 continue  # unhashable: the base class reports it
