@@ -223,14 +223,6 @@ def _table_json(table, choice) -> dict[str, Any]:
     }
 
 
-def _levels_over_seeds(
-    seeds: dict[Any, dict[str, Any]], names: Sequence[str], table, choice
-) -> dict[str, Any]:
-    """:func:`_level_over_seeds` of every level the seeds' routers were read at."""
-    levels = sorted({lv for s in seeds.values() for lv in s["levels"]})
-    return {str(lv): _level_over_seeds(lv, seeds.values(), names, table, choice) for lv in levels}
-
-
 def _routed_seeds(
     method: str,
     by_seed: dict[Any, dict[str, Any]],
@@ -247,7 +239,9 @@ def _routed_seeds(
     modes = oracle.modes
     names = [m.name for m in modes]
     seeds: dict[Any, dict[str, Any]] = {}
-    for seed, summary in sorted(by_seed.items(), key=lambda kv: _seed_key(kv[0])):
+    for seed, summary in sorted(
+        by_seed.items(), key=lambda kv: (0, kv[0]) if isinstance(kv[0], int) else (1, str(kv[0]))
+    ):
         raw = (summary.get("config") or {}).get("modes")
         if raw and [m["name"] for m in raw] != names:
             notes.append(
@@ -326,28 +320,27 @@ _LEVEL_FIGURES = (
 )
 
 
-def _seed_key(seed: Any) -> tuple[int, Any]:
-    return (0, seed) if isinstance(seed, int) else (1, str(seed))
-
-
 def _over_seeds(values: Iterable[float | None]) -> dict[str, Any]:
     return _stat_dict(Stat([float(v) for v in values if v is not None and not math.isnan(v)]))
 
 
-def _level_over_seeds(
-    level: int, seeds: Iterable[dict[str, Any]], names: Sequence[str], table, choice
+def _levels_over_seeds(
+    seeds: dict[Any, dict[str, Any]], names: Sequence[str], table, choice
 ) -> dict[str, Any]:
-    """One level of the router (mean ± std over seeds) beside the oracle's choice."""
-    seeds = [s for s in seeds if level in s["levels"]]
-    per_seed = [s["levels"][level] for s in seeds]
-    best = choice.get(level)
-    return {
-        "level_share": _over_seeds(s["level_shares"][level] for s in seeds),
-        "shares": {m: _over_seeds(r.shares[m] for r in per_seed) for m in names},
-        **{key: _over_seeds(getattr(r, key) for r in per_seed) for key in _LEVEL_FIGURES},
-        "oracle_choice": best,
-        "oracle_expected_reward": None if best is None else table[level][best].reward,
-    }
+    """Per level the seeds' routers were read at: the router (mean ± std over seeds) beside the oracle."""
+    out = {}
+    for level in sorted({lv for s in seeds.values() for lv in s["levels"]}):
+        read = [s for s in seeds.values() if level in s["levels"]]
+        per_seed = [s["levels"][level] for s in read]
+        best = choice.get(level)
+        out[str(level)] = {
+            "level_share": _over_seeds(s["level_shares"][level] for s in read),
+            "shares": {m: _over_seeds(r.shares[m] for r in per_seed) for m in names},
+            **{key: _over_seeds(getattr(r, key) for r in per_seed) for key in _LEVEL_FIGURES},
+            "oracle_choice": best,
+            "oracle_expected_reward": None if best is None else table[level][best].reward,
+        }
+    return out
 
 
 def ablations(
