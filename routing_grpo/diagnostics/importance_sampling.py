@@ -18,13 +18,6 @@ import torch
 
 from routing_grpo.core.modes import INVALID
 
-__all__ = [
-    "CORRECTION_MODES",
-    "COUNT_COLUMNS",
-    "correction_counts",
-    "correction_metrics",
-]
-
 CORRECTION_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 """TRL's values of ``vllm_importance_sampling_mode``."""
 COUNT_COLUMNS = ("rollouts", "rollouts_cut", "tokens", "tokens_cut", "ratio_sum", "log_ratio_sum")

@@ -288,14 +288,6 @@ def oracle_router(cells: Mapping[str, Mapping[str, Cell]], shares: Mapping[str, 
     return {"accuracy": avg("accuracy"), "mean_length": avg("mean_length"), "reward": avg("reward")}
 
 
-def with_bases(modes: Sequence[ModeSpec], bases: Sequence[float]) -> tuple[ModeSpec, ...]:
-    """The modes with new bases and the gammas the paper's rule gives for them and the caps."""
-    gammas = gammas_from_caps(list(bases), [m.cap for m in modes])
-    return tuple(
-        dataclasses.replace(m, base=b, gamma=g) for m, b, g in zip(modes, bases, gammas, strict=True)
-    )
-
-
 def propose_bases(
     samples: Sequence[Sample],
     modes: Sequence[ModeSpec],
@@ -342,7 +334,9 @@ def propose_bases(
         closest = min(closest, spread)
         distance = sum(abs(a - m.base) for a, m in zip(bases, modes))
         if spread <= tolerance and distance < near:
-            found, near = with_bases(modes, bases), distance
+            # The modes with these bases and the gammas the paper's rule gives for them and the caps.
+            found = tuple(dataclasses.replace(m, base=b, gamma=g) for m, b, g in zip(modes, bases, gammas))
+            near = distance
     if found is not None:
         return found, ""
     if closest is math.inf:
@@ -403,12 +397,6 @@ def modes_patch(modes: Sequence[ModeSpec]) -> str:
     return "\n".join(lines)
 
 
-def mix_patch(mix: Mapping[str, float]) -> str:
-    """The recipe's ``train_level_mix:`` line for a mix over level bins."""
-    items = ", ".join(f"{b}: {share:g}" for b, share in mix.items())
-    return f"train_level_mix: {{{items}}}"
-
-
 def analyse(
     rows: Sequence[Mapping[str, Any]],
     modes: Sequence[ModeSpec],
@@ -443,10 +431,12 @@ def analyse(
     if not v.emerges and len(v.best_modes) >= 2:
         proposed, why_bases = propose_bases(samples, modes, shares, tolerance)
         mix, why_mix = (None, "") if proposed is not None else propose_mix(cells, tolerance)
+        # The recipe's ``train_level_mix:`` line, for level bins.
+        items = ", ".join(f"{b}: {share:g}" for b, share in (mix or {}).items())
         out["proposals"] = {
             "bases": None if proposed is None else modes_patch(proposed),
             "bases_none": why_bases,
-            "mix": None if mix is None else mix_patch(mix) if by else None,
+            "mix": None if mix is None or not by else f"train_level_mix: {{{items}}}",
             "mix_shares": mix,
             "mix_none": why_mix,
         }

@@ -398,17 +398,6 @@ def threshold_markdown(summary: Mapping[str, Any], figure: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _json_safe(value: Any) -> Any:
-    """NaN as null, so the file is strict JSON."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     duration = next(part for part in __doc__.split("\n\n") if part.startswith("Duration"))
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=duration.replace("**", ""))
@@ -555,6 +544,7 @@ def write_summary(out: Path, experiment: str) -> Path:
     condition of the experiment and every seed run there, whichever invocation ran it (one invocation's
     choice of conditions or seeds never drops another's from the summary)."""
     from routing_grpo.evaluation.plots import plot_early_tell
+    from routing_grpo.mini.report import json_ready
 
     arms, seeds = EXPERIMENTS[experiment], seeds_run(out)
 
@@ -575,7 +565,7 @@ def write_summary(out: Path, experiment: str) -> Path:
     else:
         summary = threshold_summary(arms, runs)
         text = threshold_markdown(summary, name)
-    (out / f"{experiment}.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
+    (out / f"{experiment}.json").write_text(json.dumps(json_ready(summary), indent=2) + "\n")
     path = out / f"{experiment}.md"
     path.write_text(text)
     return path

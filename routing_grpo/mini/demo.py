@@ -160,18 +160,9 @@ TRAINED = (
 )
 
 
-def _recipe_batches(recipe: Path) -> int | None:
-    """The recipe's own length in generation batches (None when the recipe file is not there: the
-    miniature's runner then says so)."""
-    from routing_grpo.io.recipe_file import read_recipe_file
-
-    return read_recipe_file(recipe).get("total_batch_steps") if recipe.is_file() else None
-
-
 def check_args(args: argparse.Namespace, recipe: Path) -> None:
-    """What the numbers' types cannot check, before any work, under the demo's own flag names (the
-    miniature's runner would say it later, under its own): the output folder, the taught model and the
-    recipe, and a GPU for ``--device cuda``."""
+    """The output folder, the taught model, the recipe and a GPU for ``--device cuda``, checked before any
+    work under the demo's own flag names."""
     from routing_grpo.io.errors import UsageError
 
     out = Path(args.output_dir)
@@ -198,20 +189,22 @@ def check_args(args: argparse.Namespace, recipe: Path) -> None:
 
 
 def run(argv: Sequence[str] | None = None) -> str:
+    from routing_grpo.io.recipe_file import read_recipe_file
     from routing_grpo.mini import run as mini_run
 
     args = build_parser().parse_args(argv)
     out = Path(args.output_dir)
     world = mini_run.WORLDS[WORLD]
     router_run = world.run(ROUTER_RECIPE)
-    check_args(args, world.recipe(Path(args.recipes), router_run.recipe))
+    recipe = world.recipe(Path(args.recipes), router_run.recipe)
+    check_args(args, recipe)
     cmd = [
         "--output", str(out), "--worlds", WORLD, "--seeds", str(args.seed), "--runs", router_run.recipe,
         "--samples", str(args.samples), "--progress-every", f"{PROGRESS_EVERY:g}", "--recipes", args.recipes,
         "--device", args.device,
     ]  # fmt: skip
     cmd += ["--taught", str(Path(args.taught).expanduser())] if args.taught else ["--shipped"]
-    recipe_batches = _recipe_batches(world.recipe(Path(args.recipes), router_run.recipe))
+    recipe_batches = read_recipe_file(recipe).get("total_batch_steps")
     if args.batch_steps != recipe_batches:
         cmd += ["--batch-steps", str(args.batch_steps)]
     if args.limit is not None:

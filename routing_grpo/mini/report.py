@@ -145,7 +145,7 @@ def miniature(
         # The baselines as the taught model forced into each mode, beside the trained ones (plain prompt).
         forced_targets = targets_for(benchmark, mean_point, forced_points(oracle.rows, modes), *mean_args)
 
-    return _json_ready(
+    return json_ready(
         {
             "benchmark": benchmark,
             "modes": [m.to_dict() for m in modes],
@@ -378,12 +378,12 @@ def ablations(
     return out
 
 
-def _json_ready(obj: Any) -> Any:
-    """NaN -> None, tuple -> list, keys -> str, recursively."""
+def json_ready(obj: Any) -> Any:
+    """NaN and infinities -> None, tuple -> list, keys -> str, recursively (strict JSON)."""
     if isinstance(obj, dict):
-        return {str(k): _json_ready(v) for k, v in obj.items()}
+        return {str(k): json_ready(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_json_ready(v) for v in obj]
+        return [json_ready(v) for v in obj]
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj

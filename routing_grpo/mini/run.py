@@ -164,13 +164,9 @@ class Stages:
         threads: int | None = None,
         inputs: Sequence[Path] = (),
     ) -> None:
-        """Run ``command`` unless ``done`` is there from the same command on the same ``inputs``.
-
-        ``done``: the file the stage leaves when it has finished; ``inputs``: the files and folders it reads
-        (models, recipes, samples), recorded by content beside its log. A ``done`` left by another command,
-        other inputs or no record at all is neither reused nor overwritten: :class:`StageError`.
-        ``threads``: this stage's OMP_NUM_THREADS, for a stage that runs alone (default: the jobs' share).
-        """
+        """Run ``command`` unless ``done`` (the file it leaves) is there from the same command on the same
+        ``inputs`` (files and folders, recorded by content); a ``done`` made otherwise is a :class:`StageError`.
+        ``threads``: this stage's OMP_NUM_THREADS (default: the jobs' share)."""
         if self.stopping.is_set():
             raise StageStopped(f"{name}: not started, another stage failed")
         record = stage_record(command, inputs)
@@ -286,14 +282,6 @@ def _result_line(log: Path) -> str:
         if sep and rest.startswith("accuracy") and name.replace("_", "").isalnum():
             return " — " + rest
     return ""
-
-
-def _verdict_line(path: Path) -> str:
-    """The oracle's verdict in one line."""
-    v = json.loads(path.read_text())["verdict"]
-    return (
-        "routing can emerge" if v["emerges"] else f"collapse towards {v['favoured']} expected"
-    ) + f" ({v['reason']})"
 
 
 def eval_command(
@@ -522,15 +510,6 @@ def plan(args: argparse.Namespace) -> list[tuple[World, list[Run]]]:
     return [(w, [w.run(r) for r in chosen[w.name]]) for w in worlds]
 
 
-def check_recipes(recipes: Path, worlds: Sequence[World]) -> None:
-    """Each world's recipe folder is there; a :class:`UsageError` in one line if not."""
-    for world in worlds:
-        if not (recipes / world.benchmark).is_dir():
-            raise UsageError(
-                f"--recipes: no {recipes / world.benchmark}; run from the source checkout or pass --recipes DIR"
-            )
-
-
 def run_world(
     world: World, runs: Sequence[Run], args: argparse.Namespace, out: Path, seeds: list[int]
 ) -> None:
@@ -621,7 +600,9 @@ def run_world(
                 done=out / "oracle" / "oracle.json",
                 inputs=(out / "eval" / "world", router_recipe),
             )  # fmt: skip
-            stages.say(f"verdict: {_verdict_line(out / 'oracle' / 'oracle.json')}")
+            v = json.loads((out / "oracle" / "oracle.json").read_text())["verdict"]
+            said = "routing can emerge" if v["emerges"] else f"collapse towards {v['favoured']} expected"
+            stages.say(f"verdict: {said} ({v['reason']})")
             for m in cliff.MODE_NAMES:
                 oracle(m, "oracle", None)
             base()
@@ -662,7 +643,11 @@ def _run(argv: Sequence[str] | None) -> int:
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no GPU is visible here (torch.cuda.is_available() is False)")
     worlds = plan(args)
-    check_recipes(args.recipes, [w for w, _ in worlds])
+    for world, _ in worlds:
+        if not (args.recipes / world.benchmark).is_dir():
+            raise UsageError(
+                f"--recipes: no {args.recipes / world.benchmark}; run from the source checkout or pass --recipes DIR"
+            )
     try:
         for world, runs in worlds:
             run_world(world, runs, args, out / world.name, seeds)

@@ -58,11 +58,6 @@ def correct_within_cap(row: Mapping[str, Any], modes: Sequence[ModeSpec]) -> boo
     return m != INVALID and bool(row["correct"]) and not exceeds_cap(modes[m], int(row["L"]))
 
 
-def _level(row: Mapping[str, Any]) -> int | None:
-    level = row.get("level")
-    return None if level is None else int(level)
-
-
 def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values) if values else math.nan
 
@@ -89,17 +84,21 @@ def oracle_cell_dict(level: int, mode: str, cell: Cell) -> dict[str, Any]:
     }
 
 
+class _Figures:
+    """``to_dict``: the dataclass as a dict, as the report writes it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
-class OracleOverall:
+class OracleOverall(_Figures):
     """The oracle router's figures: each level answered in its best mode, levels weighted."""
 
     accuracy: float
     accuracy_capped: float
     mean_tokens: float
     expected_reward: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def oracle_overall(
@@ -129,7 +128,7 @@ def oracle_overall(
 
 
 @dataclass(frozen=True)
-class RouterLevel:
+class RouterLevel(_Figures):
     """The router's free samples at one level."""
 
     level: int
@@ -147,9 +146,6 @@ class RouterLevel:
     """Mean r: invalid -0.5, past the cap 0."""
     mean_mode_index: float | None
     """sum_m m * share_m with modes 0..K-1 briefest first; None when no sample is valid."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def mode_split(rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]) -> dict[str, float]:
@@ -174,9 +170,8 @@ def router_levels(rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]) 
     """level -> :class:`RouterLevel`, from the free samples among ``rows``."""
     by_level: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     for row in free_rows(rows):
-        level = _level(row)
-        if level is not None:
-            by_level[level].append(row)
+        if row.get("level") is not None:
+            by_level[int(row["level"])].append(row)
     out = {}
     for level, group in sorted(by_level.items()):
         shares = mode_split(group, modes)
@@ -248,7 +243,7 @@ def regret_of(
 
 
 @dataclass(frozen=True)
-class Target:
+class Target(_Figures):
     """One line of the checklist: ``met`` is None when the value cannot be measured."""
 
     key: str
@@ -256,9 +251,6 @@ class Target:
     value: float | None
     threshold: float
     met: bool | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _target(key: str, rule: str, value: float | None, threshold: float, at_least: bool) -> Target:
@@ -341,7 +333,7 @@ MIN_MODE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
-class MixFigures:
+class MixFigures(_Figures):
     """One mode on the uniform mix of the table's levels (each level weighted equally)."""
 
     mode: str
@@ -349,9 +341,6 @@ class MixFigures:
     """Under the cap (a capped sample is wrong), as in training."""
     mean_tokens: float
     expected_reward: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def mix_figures(table: Mapping[int, Mapping[str, Cell]], modes: Sequence[ModeSpec]) -> dict[str, MixFigures]:
