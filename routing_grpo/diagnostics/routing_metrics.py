@@ -27,13 +27,9 @@ from routing_grpo.diagnostics.early_tell import (
 
 @dataclass
 class GenerationRecord:
-    """Summary of one generation batch of the global batch (kept in ``trainer.routing_history``).
-
-    The lists hold one entry per rollout of the global batch, in the order of the gathered batch. ``levels``
-    is the dataset's ``level`` of each rollout's prompt as text (None for a row without one), or None when
-    the data has no ``level`` column. ``truncated``: the rollout stopped at ``max_completion_length`` without
-    EOS and was not capped (an unfinished answer, scored wrong).
-    """
+    """One generation batch of the global batch (``trainer.routing_history``): one entry per rollout in the
+    gathered order. ``levels``: each prompt's ``level`` as text, None without a ``level`` column;
+    ``truncated``: stopped at ``max_completion_length`` without EOS and not capped (scored wrong)."""
 
     mode: str
     batch_step: int
@@ -197,8 +193,16 @@ def routing_summary(history: list[GenerationRecord], mode_names: list[str]) -> s
         text += f", free split {split}, entropy {_entropy(shares):.2f}"
     invalid = sum(m == INVALID for m in last.modes) / n
     text += f", no routing word {invalid:.2f}"
-    tell = early_tell_summary(history)
-    return text if tell is None else f"{text}\n{tell}"
+    # The training fanout's trailing mean at generation batches 20, 45 and the last (docs/method.md).
+    points = [(r.batch_step + 1, r.fanout) for r in history if r.mode == "train" and r.fanout is not None]
+    readings = early_tell_readings(points)
+    if not readings:
+        return text
+    tell = ", ".join(f"batch {b} {v:+.3f}" for b, v in readings)
+    return (
+        f"{text}\nEarly tell (fanout in nats per level step, mean of the last {FANOUT_WINDOW} batches): "
+        f"{tell}; {early_tell_verdict(readings[-1][1])}"
+    )
 
 
 def batch_line(
@@ -234,17 +238,6 @@ def duration_text(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
-def early_tell_summary(history: list[GenerationRecord]) -> str | None:
-    """The training fanout's trailing mean at generation batches 20, 45 and the last one (docs/method.md
-    "The early tell"); None when it was never read."""
-    points = [(r.batch_step + 1, r.fanout) for r in history if r.mode == "train" and r.fanout is not None]
-    readings = early_tell_readings(points)
-    if not readings:
-        return None
-    text = ", ".join(f"batch {b} {v:+.3f}" for b, v in readings)
-    return f"Early tell (fanout in nats per level step, mean of the last {FANOUT_WINDOW} batches): {text}; {early_tell_verdict(readings[-1][1])}"
 
 
 def _mean(values: list) -> float:
