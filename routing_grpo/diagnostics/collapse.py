@@ -115,10 +115,6 @@ class CollapseAlarmCallback(TrainerCallback):
             routing_warmup_steps=args.routing_warmup_steps,
         )
 
-    @property
-    def firing(self) -> bool:
-        return self.state.firing
-
     def on_train_begin(self, args, state, control, **kwargs):
         self.state = CollapseState()
         self.is_main_process = getattr(args, "process_index", 0) == 0

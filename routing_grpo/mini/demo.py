@@ -111,17 +111,6 @@ STAGE_COUNTS = (8, 1, 1, 1)  # 3 world evaluations, the oracle, 3 forced evaluat
 STAGE_DONE = re.compile(r"^\[\S+\s+\d+s\] (\w+): (?:\d+s\b|done before)")
 
 
-def stages_left_line(done: Sequence[int], expected: dict[str, float]) -> str:
-    """``[demo] k/n stages done, about T left``: each group's expected seconds in proportion to its stages
-    left (training beside the first group, as they run)."""
-    left = [sec * (n - min(d, n)) / n for sec, n, d in zip(expected.values(), STAGE_COUNTS, done)]
-    total = expected_total(dict(zip(expected, left)))
-    return (
-        f"[demo] {min(sum(done), sum(STAGE_COUNTS))}/{sum(STAGE_COUNTS)} stages done, about "
-        f"{duration_text(total)} left"
-    )
-
-
 class StagesLeft:
     """Passes the runner's lines through and, after each that ends a stage, prints the stages left."""
 
@@ -135,7 +124,15 @@ class StagesLeft:
             group = next((i for i, g in enumerate(STAGE_GROUPS) if match and match[1].startswith(g)), None)
             if group is not None:
                 self.done[group] += 1
-                self.stream.write(stages_left_line(self.done, self.expected) + "\n")
+                # Each group's expected seconds in proportion to its stages left.
+                counts = zip(self.expected.values(), STAGE_COUNTS, self.done)
+                left = expected_total(
+                    dict(zip(self.expected, [sec * (n - min(d, n)) / n for sec, n, d in counts]))
+                )
+                done = min(sum(self.done), sum(STAGE_COUNTS))
+                self.stream.write(
+                    f"[demo] {done}/{sum(STAGE_COUNTS)} stages done, about {duration_text(left)} left\n"
+                )
         return len(text)
 
     def flush(self) -> None:
