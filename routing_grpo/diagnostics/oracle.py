@@ -82,9 +82,8 @@ class Verdict:
 
 
 def sample_row_problem(row: Mapping[str, Any], limit: int | None, by: str | None = None) -> str | None:
-    """Why a forced sample row cannot be counted (None when it can): ``correct`` must be a JSON boolean, ``L``
-    an integer in [0, ``limit``] (``limit``: the recipe's completion limit, None for none), ``mode`` a name,
-    and the bin column ``by``, when given, present."""
+    """Why a forced sample row cannot be counted (None when it can): ``correct`` a boolean, ``L`` an integer
+    in [0, ``limit``], ``mode`` a name and the bin column ``by`` present."""
     if not isinstance(row.get("mode"), str):
         return "no mode: forced samples are needed (routing-grpo eval --force-mode MODE)"
     if "correct" not in row or not isinstance(row["correct"], bool):
@@ -386,17 +385,6 @@ def _compositions(total: int, parts: int):
             yield (first, *rest)
 
 
-def modes_patch(modes: Sequence[ModeSpec]) -> str:
-    """The recipe's ``modes:`` block for the proposed modes."""
-    lines = ["modes:"]
-    for m in modes:
-        cap = "null" if m.cap is None else m.cap
-        lines.append(
-            f"  - {{name: {m.name}, word: {m.word}, base: {m.base:g}, gamma: {m.gamma:.6f}, cap: {cap}}}"
-        )
-    return "\n".join(lines)
-
-
 def analyse(
     rows: Sequence[Mapping[str, Any]],
     modes: Sequence[ModeSpec],
@@ -431,10 +419,15 @@ def analyse(
     if not v.emerges and len(v.best_modes) >= 2:
         proposed, why_bases = propose_bases(samples, modes, shares, tolerance)
         mix, why_mix = (None, "") if proposed is not None else propose_mix(cells, tolerance)
-        # The recipe's ``train_level_mix:`` line, for level bins.
+        # The recipe's ``modes:`` block, and its ``train_level_mix:`` line for level bins.
+        patch = [
+            f"  - {{name: {m.name}, word: {m.word}, base: {m.base:g}, gamma: {m.gamma:.6f}, "
+            f"cap: {'null' if m.cap is None else m.cap}}}"
+            for m in proposed or ()
+        ]
         items = ", ".join(f"{b}: {share:g}" for b, share in (mix or {}).items())
         out["proposals"] = {
-            "bases": None if proposed is None else modes_patch(proposed),
+            "bases": None if proposed is None else "\n".join(["modes:", *patch]),
             "bases_none": why_bases,
             "mix": None if mix is None or not by else f"train_level_mix: {{{items}}}",
             "mix_shares": mix,

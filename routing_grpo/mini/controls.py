@@ -434,26 +434,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def chosen_arms(experiment: str, names: str | None) -> list[Arm]:
-    arms = EXPERIMENTS[experiment]
-    if names is None:
-        return list(arms)
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
-    known = [a.name for a in arms]
-    unknown = [n for n in wanted if n not in known]
-    if unknown or not wanted:
-        raise UsageError(
-            f"--conditions: unknown {unknown or wanted} for {experiment}; known: {', '.join(known)}"
-        )
-    return [a for a in arms if a.name in wanted]
-
-
 def run_experiment(args: argparse.Namespace) -> Path:
     """Every stage of the experiment into ``args.out``, then its summary; returns the markdown's path."""
     out = Path(args.out)
     sizes = SMALL if args.small else FULL
     seeds = (args.seeds or DEFAULT_SEEDS[args.experiment])[: 1 if args.small else None]
-    arms = chosen_arms(args.experiment, args.conditions)
+    arms = list(EXPERIMENTS[args.experiment])
+    if args.conditions is not None:
+        wanted = [n.strip() for n in args.conditions.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in {a.name for a in arms}]
+        if unknown or not wanted:
+            raise UsageError(
+                f"--conditions: unknown {unknown or wanted} for {args.experiment}; "
+                f"known: {', '.join(a.name for a in arms)}"
+            )
+        arms = [a for a in arms if a.name in wanted]
     if args.summary_only:
         if not out.is_dir():
             raise UsageError(f"--summary-only: no folder {out} (run the experiment into it first)")

@@ -65,9 +65,7 @@ def _mean(values: Sequence[float]) -> float:
 def level_table(
     forced_rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]
 ) -> dict[int, dict[str, Cell]]:
-    """level -> mode name -> :class:`routing_grpo.diagnostics.oracle.Cell` (modes briefest first), from forced rows
-    (rows without a mode or a level are left out; levels are whole numbers); best(l):
-    :func:`routing_grpo.diagnostics.oracle.best_modes`."""
+    """level -> mode name -> oracle :class:`Cell`, from the forced rows with a mode and a level."""
     return {int(level): cells for level, cells in table_by(forced_rows, modes, "level").items()}
 
 
@@ -218,11 +216,8 @@ class Regret:
 def routing_regret(
     shares: Mapping[int, float], oracle_best: Mapping[int, float], router_reward: Mapping[int, float]
 ) -> Regret:
-    """Regret of the router against the oracle over the levels of ``shares`` (w_l).
-
-    ``oracle_best``: R(l, best(l)); ``router_reward``: R_router(l). A level of ``shares`` missing from
-    either is an error (the regret would silently leave it out).
-    """
+    """Regret of the router against the oracle over the levels of ``shares`` (w_l), from R(l, best(l))
+    and R_router(l); a level missing from either is an error."""
     missing = sorted(lv for lv in shares if lv not in oracle_best or lv not in router_reward)
     if missing:
         raise ValueError(f"routing_regret: no oracle or router figures at level(s) {missing}")
@@ -448,12 +443,9 @@ def graded_targets(
     modes: Sequence[ModeSpec],
     regret_relative: float | None,
 ) -> list[Target]:
-    """The graded world's targets for the router (held-out, free routing): the shares' monotony and gaps
-    over the levels, the free split's entropy, the brief modes' free accuracy above the longest's, and
-    :func:`miniature_targets`' frontier, Long-only and regret targets at the graded thresholds.
-
-    Args: as :func:`miniature_targets`; ``free_modes``: :func:`free_mode_figures` of its free samples.
-    """
+    """The graded world's targets for the router: the shares' monotony and gaps over the levels, the free
+    split's entropy, the brief modes' free accuracy above the longest's, and the frontier, Long-only and
+    regret targets. Args as :func:`miniature_targets`; ``free_modes``: :func:`free_mode_figures`."""
     names = [m.name for m in modes]
     brief, longest = names[0], names[-1]
     levels = sorted(level_splits)
@@ -509,12 +501,8 @@ ROUTES, PARTLY, FLAT = "routes by difficulty", "routes partly", "does not route 
 
 
 def routing_verdict(targets: Sequence[Target], benchmark: str) -> dict[str, Any]:
-    """Whether a router routes by difficulty, from :data:`ROUTING_TARGETS` alone: all met, some, or none
-    (None while one of them cannot be measured).
-
-    Returns:
-        ``verdict``, ``met`` and ``counted`` (the keys judged), and ``line``: the verdict with its figures.
-    """
+    """Whether a router routes by difficulty by :data:`ROUTING_TARGETS` alone (all met, some, none; None
+    while one cannot be measured): ``verdict``, ``met``, ``counted`` and ``line`` (with its figures)."""
     keys = ROUTING_TARGETS["graded" if benchmark in GRADED_BENCHMARKS else "cliff"]
     counted = [t for t in targets if t.key in keys]
     met = sum(t.met is True for t in counted)
