@@ -92,8 +92,19 @@ def batch_metrics(
             # Unfinished at max_completion_length (no EOS, not capped): scored wrong.
             metrics[f"routing/truncated_share{suffix}/{spec.name}"] = _mean([truncated[i] for i in in_mode])
     metrics["routing/entropy"] = entropy if free_valid else float("nan")
-    if record.levels is not None:
-        metrics.update(level_metrics(record, modes))
+    # routing/level/<L>/...: accuracy and length of level L, each mode's share of its free valid rollouts.
+    by_level: dict[str, list[int]] = defaultdict(list)
+    for i, level in enumerate(record.levels or []):
+        if level is not None:
+            by_level[level].append(i)
+    for level, rows in sorted(by_level.items()):
+        metrics[f"routing/level/{level}/accuracy"] = _mean([record.correct[i] for i in rows])
+        metrics[f"routing/level/{level}/length"] = _mean([record.lengths[i] for i in rows])
+        level_valid = [i for i in rows if not record.forced[i] and record.modes[i] != INVALID]
+        for m, spec in enumerate(modes):
+            metrics[f"routing/level/{level}/share/{spec.name}"] = _mean(
+                [record.modes[i] == m for i in level_valid]
+            )
     if record.word_loss_share is not None:
         metrics["routing/word_loss_share"] = record.word_loss_share
     if early_tell:
@@ -117,29 +128,9 @@ def _entropy(shares: Sequence[float]) -> float:
     return -sum(f * math.log(f) for f in shares if f > 0)
 
 
-def level_metrics(record: GenerationRecord, modes: Sequence[ModeSpec]) -> dict[str, float]:
-    """``routing/level/<L>/...``: accuracy and length over all rollouts of level L, the share of each mode
-    among its free rollouts with a valid mode (NaN when it has none). Rows without a level are skipped."""
-    metrics: dict[str, float] = {}
-    by_level: dict[str, list[int]] = defaultdict(list)
-    for i, level in enumerate(record.levels or []):
-        if level is not None:
-            by_level[level].append(i)
-    for level, rows in sorted(by_level.items()):
-        metrics[f"routing/level/{level}/accuracy"] = _mean([record.correct[i] for i in rows])
-        metrics[f"routing/level/{level}/length"] = _mean([record.lengths[i] for i in rows])
-        free_valid = [i for i in rows if not record.forced[i] and record.modes[i] != INVALID]
-        for m, spec in enumerate(modes):
-            metrics[f"routing/level/{level}/share/{spec.name}"] = _mean(
-                [record.modes[i] == m for i in free_valid]
-            )
-    return metrics
-
-
 def early_tell_metrics(record: GenerationRecord, modes: Sequence[ModeSpec]) -> dict[str, float]:
-    """The early tell of one generation batch (docs/method.md "The early tell"): advantages per difficulty
-    and mode with their shared / per-level split, the routing log-odds per difficulty and their fanout
-    (``routing/fanout``, ``routing/fanout_rank``, when the log-odds were read)."""
+    """The early tell of one batch (docs/method.md "The early tell"): advantages per difficulty and mode,
+    their shared / per-level split, and the routing log-odds per difficulty with their fanout."""
     metrics: dict[str, float] = {}
     levels, prefix = record.levels, "routing/level"
     if levels is None:

@@ -62,9 +62,8 @@ MATCHED_SPREAD = 0.46
 
 @dataclass(frozen=True)
 class Arm:
-    """One kind of run: its recipe (under the recipes folder), the benchmark it is evaluated on, where it
-    starts (a shipped checkpoint's offline name without ``offline:``, or a state target to teach at a
-    strength), and overrides of the recipe."""
+    """One kind of run: its recipe, benchmark, start (a shipped checkpoint, or a state target to teach at a
+    strength) and overrides of the recipe."""
 
     name: str
     recipe: str
@@ -158,9 +157,8 @@ def routes_by_difficulty(
 
 
 def hit_and_false_alarm(runs: Sequence[Mapping[str, Any]], batch: str) -> dict[str, Any]:
-    """At ``batch``: of the runs that end routing (``routes``), how many read the fanout at or above
-    :data:`FANOUT_ROUTING` (hits); of those that end level-blind, how many do (false alarms). Runs without a
-    reading there are left out and counted."""
+    """At ``batch``: the runs that end routing and read the fanout >= :data:`FANOUT_ROUTING` (hits), the
+    level-blind ones that do (false alarms), and the runs without a reading there."""
     read = [r for r in runs if not math.isnan(r["fanout"][batch])]
     routing = [r for r in read if r["routes"]]
     blind = [r for r in read if not r["routes"]]
@@ -531,9 +529,8 @@ def seeds_run(out: Path) -> list[int]:
 
 
 def write_summary(out: Path, experiment: str) -> Path:
-    """controls.md / .json / _fanout.png (or threshold's) from everything finished under ``out``: every
-    condition of the experiment and every seed run there, whichever invocation ran it (one invocation's
-    choice of conditions or seeds never drops another's from the summary)."""
+    """controls.md / .json / _fanout.png (or threshold's) from every condition and seed finished under
+    ``out``, whichever invocation ran it."""
     from routing_grpo.evaluation.plots import plot_early_tell
     from routing_grpo.mini.report import json_ready
 

@@ -1,10 +1,8 @@
 """How much of the level the model's state carries where it writes the routing word.
 
-``python -m routing_grpo.mini.probe [--model offline:mini] [--world cliff|graded]``; ``routing-grpo probe``
-is the general form (any model and task, with noise floors and a verdict). For states h(x) at the routing
-position, level means m_l and mean m: B = mean_l |m_l - m|^2, T = mean_x |h(x) - m|^2, C = |m|^2, the
-cosine of the lowest and the highest level's means, ``readout`` (held-out accuracy of a softmax regression
-from the state to the level) and ``first_word``, each mode word's first-token probability per level.
+``routing-grpo probe`` is the general form. For states h(x) at the routing position, level means m_l and
+mean m: B = mean_l |m_l - m|^2, T = mean_x |h(x) - m|^2, C = |m|^2, the lowest and highest level means'
+cosine, a held-out softmax readout of the level and each mode word's first-token probability per level.
 """
 
 from __future__ import annotations

@@ -195,9 +195,8 @@ def miniature(
 
 
 def world_section(world: OracleData) -> dict[str, Any]:
-    """The world's table from forced samples at the training temperature: per level and mode, each mode on
-    the uniform mix, the mode with the highest expected reward on the mix (where a routing state shared
-    across problems moves first) and the graded world's checks (:func:`routing_grpo.mini.targets.graded_world_checks`)."""
+    """The world's table from forced samples at the training temperature: per level and mode, on the
+    uniform mix, the mode favoured there and the graded world's checks."""
 
     modes = world.modes
     table = level_table(world.rows, modes)

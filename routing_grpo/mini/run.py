@@ -39,9 +39,8 @@ PROGRESS_LINE = re.compile(r"^\[routing\] batch \d+/|^\[[\w.-]+\] \d+/\d+ prompt
 
 @dataclass(frozen=True)
 class Run:
-    """One recipe of the miniature: the file, the method label of its evaluation, how it is evaluated, and
-    ``start``: the shipped checkpoint it starts from (its offline name without ``offline:``) when it is not the
-    world's taught model; such a run is made only from the shipped models."""
+    """One recipe of the miniature, its evaluation's method label and prompt, and ``start``: the shipped
+    checkpoint it starts from when not the world's taught model (made only from the shipped models)."""
 
     recipe: str
     method: str
@@ -583,9 +582,8 @@ def run_world(
             )  # fmt: skip
 
         def world_and_oracle() -> None:
-            # The world's table at the training temperature, the verdict (routing-grpo oracle), the oracle's
-            # samples at the evaluation temperature and the plain prompt, one after another beside the first
-            # training run, which needs none of them (on 2 cores: off the critical path).
+            # The world's table, the verdict, the oracle's samples and the plain prompt, one after another
+            # beside the first training run, which needs none of them.
             for m in cliff.MODE_NAMES:
                 oracle(m, "world", TRAINING_TEMPERATURE)
             stages.run(
