@@ -102,9 +102,8 @@ def sample_row_problem(row: Mapping[str, Any], limit: int | None, by: str | None
 def samples_from_rows(
     rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec], by: str | None
 ) -> list[Sample]:
-    """Forced sample rows (as ``routing-grpo eval`` writes them) -> :class:`Sample`; binned by the column
-    ``by``, or (``by`` None) by the problem's pass rate in the longest mode, in fifths. Raises ValueError
-    for a missing column, a row without a mode, or modes that sampled different problems."""
+    """Forced sample rows -> :class:`Sample`, binned by the column ``by`` or (None) by the problem's pass
+    rate in the longest mode, in fifths; ValueError where the modes sampled different problems."""
     if not rows:
         raise ValueError("no samples")
     samples = []
@@ -346,9 +345,8 @@ def propose_bases(
 def propose_mix(
     cells: Mapping[str, Mapping[str, Cell]], tolerance: float = DEFAULT_TOLERANCE, step: float = MIX_STEP
 ) -> tuple[dict[str, float] | None, str]:
-    """A training mix over the bins (shares in steps of ``step``) under which the spread is within
-    ``tolerance`` and at least two best modes are trained on; of those, the one whose smallest share is
-    largest (most bins kept), then the most even. Returns (mix or None, why none)."""
+    """A training mix over the bins (shares in steps of ``step``) with the spread within ``tolerance`` and
+    two best modes or more: the largest smallest share, then the most even. Returns (mix or None, why)."""
     bins = list(cells)
     best = best_modes(cells)
     units = round(1 / step)

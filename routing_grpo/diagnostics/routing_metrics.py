@@ -199,9 +199,8 @@ def routing_summary(history: list[GenerationRecord], mode_names: list[str]) -> s
 def batch_line(
     record: GenerationRecord, mode_names: list[str], total: int | None, seconds: float | None
 ) -> str:
-    """One console line per generation batch: batch k/N, mean reward, accuracy, the free split (shares of
-    the free rollouts with a valid mode), its entropy, the seconds the batch took and the time left at that
-    pace (the batches left times this batch's seconds)."""
+    """One console line per generation batch: batch k/N, mean reward, accuracy, the free split and its
+    entropy, the fanout, the batch's seconds and the time left at that pace."""
     n = len(record.modes)
     parts = [f"[routing] batch {record.batch_step + 1}/{total if total is not None else '?'}"]
     parts.append(f"reward {_mean(record.rewards):.3f} acc {sum(record.correct) / n:.2f}")
