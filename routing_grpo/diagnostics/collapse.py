@@ -31,11 +31,7 @@ def routing_entropy(shares: Mapping[str, float]) -> float:
 def collapse_reasons(
     shares: Mapping[str, float], *, entropy_threshold: float, share_threshold: float
 ) -> list[str]:
-    """What collapsed in one batch, as readable clauses (empty when nothing did).
-
-    ``shares`` maps each mode's name to f_m; an empty mapping (no free valid rollout) or one with fewer
-    than two modes never collapses.
-    """
+    """What collapsed in one batch (mode name -> f_m), as readable clauses; empty when nothing did."""
     if len(shares) < 2 or sum(shares.values()) <= 0:
         return []
     reasons = []
@@ -50,14 +46,8 @@ def collapse_reasons(
 
 @dataclass(frozen=True)
 class CollapseState:
-    """Where the alarm stands after the generation batches seen so far.
-
-    Attributes:
-        streak: consecutive generation batches, up to ``last_step``, in which routing collapsed.
-        last_step: the last generation batch s seen (None before the first).
-        firing: whether the alarm holds (``streak >= patience``).
-        reasons: what collapsed in the last batch (see :func:`collapse_reasons`).
-    """
+    """Where the alarm stands: the collapsed batches in a row up to ``last_step`` (None before the first),
+    whether it fires (``streak >= patience``) and what collapsed in the last batch."""
 
     streak: int = 0
     last_step: int | None = None
@@ -75,11 +65,7 @@ def update_collapse_alarm(
     share_threshold: float,
     patience: int,
 ) -> CollapseState:
-    """The alarm after generation batch ``step`` with free shares ``shares`` (the module docstring's rule).
-
-    The streak grows on consecutive collapsed batches, restarts at 1 after a gap and drops to 0 on a batch
-    that did not collapse; the alarm holds while the streak is at least ``patience``.
-    """
+    """The alarm after generation batch ``step`` with free shares ``shares`` (the module docstring's rule)."""
     if patience < 1:
         raise ValueError(f"patience: must be >= 1, got {patience}")
     if state.last_step is not None and step == state.last_step:
@@ -97,16 +83,10 @@ def update_collapse_alarm(
 
 
 class CollapseAlarmCallback(TrainerCallback):
-    """Warns when free routing collapses onto one mode (rule and defaults: :mod:`routing_grpo.diagnostics.collapse`).
+    """Warns once when free routing collapses onto one mode, and when it clears.
 
-    The trainer calls :meth:`observe` once per training generation batch with its free shares and logs the
-    returned flag as ``routing/collapse_alarm`` (a callback cannot add to ``Trainer.log``'s record); this
-    callback warns once when the alarm fires and says when it clears. The count starts afresh at
-    ``on_train_begin`` (it is not checkpointed).
-
-    Args:
-        entropy_threshold, share_threshold, patience, routing_warmup_steps: the rule's settings
-            (:func:`~routing_grpo.diagnostics.collapse.update_collapse_alarm`).
+    The trainer calls :meth:`observe` per training generation batch and logs its flag as
+    ``routing/collapse_alarm``; the count restarts at ``on_train_begin`` (it is not checkpointed).
     """
 
     def __init__(
@@ -135,17 +115,12 @@ class CollapseAlarmCallback(TrainerCallback):
             routing_warmup_steps=args.routing_warmup_steps,
         )
 
-    @property
-    def firing(self) -> bool:
-        return self.state.firing
-
     def on_train_begin(self, args, state, control, **kwargs):
         self.state = CollapseState()
         self.is_main_process = getattr(args, "process_index", 0) == 0
 
     def observe(self, step: int, shares: dict[str, float], *, global_step: int | None = None) -> bool:
-        """Takes generation batch ``step``'s free shares (mode name -> f_m; empty when the batch has no free
-        valid rollout) and returns whether the alarm holds after it."""
+        """Whether the alarm holds after generation batch ``step``'s free shares (mode name -> f_m)."""
         before = self.state
         self.state = update_collapse_alarm(
             before,

@@ -82,9 +82,8 @@ PASS_PREFIX = "pass "
 
 
 def difficulty_value(level: str) -> float | None:
-    """A difficulty label's value on its own scale, harder higher (one level step = 1): a pass-rate bin's
-    fifth counted from the top ("pass 0.8-1.0" 0, ..., "pass 0.0-0.2" 4), otherwise the first number in
-    the label ("Level 3" 3); None for a label without one (no scale)."""
+    """A difficulty label's value, harder higher: a pass-rate bin's fifth from the top ("pass 0.8-1.0" 0),
+    otherwise the label's first number ("Level 3" 3); None without one."""
     if level.startswith(PASS_PREFIX):
         return round((0.8 - float(level[len(PASS_PREFIX) :].split("-")[0])) * 5, 6)
     found = re.search(r"-?\d+(?:\.\d+)?", level)

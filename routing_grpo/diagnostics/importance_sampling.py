@@ -1,12 +1,8 @@
 """TRL's vLLM importance-sampling correction, measured per mode (not the paper's: docs/method.md "Differences").
 
-With ``use_vllm`` TRL weights each completion token's loss by exp(delta), delta = log pi_old - log pi_vllm over
-the completion mask (NaN -> ratio 1): clamped to [C_min, C_max] (``*_truncate``) or zeroed outside it
-(``*_mask``), per token or, for the ``sequence_*`` modes, on the rollout's summed delta. A sequence rule cuts a
-16k-token Long rollout far more often than a 300-token NoThink one at the same drift per token: it cuts modes
-by their length. :func:`correction_counts` reduces a batch to sums per mode (:data:`COUNT_COLUMNS`; the rows of
-all processes can be added) and :func:`correction_metrics` turns them into ``routing/is/<mode>/...`` shares
-and means.
+With ``use_vllm`` TRL weights each completion token's loss by exp(delta), delta = log pi_old - log pi_vllm
+(NaN -> ratio 1), clamped to [C_min, C_max] (``*_truncate``) or zeroed outside it (``*_mask``), per token or
+on the rollout's summed delta (``sequence_*``): a sequence rule cuts long modes far more often than brief ones.
 """
 
 from __future__ import annotations
@@ -17,13 +13,6 @@ from collections.abc import Sequence
 import torch
 
 from routing_grpo.core.modes import INVALID
-
-__all__ = [
-    "CORRECTION_MODES",
-    "COUNT_COLUMNS",
-    "correction_counts",
-    "correction_metrics",
-]
 
 CORRECTION_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 """TRL's values of ``vllm_importance_sampling_mode``."""
@@ -63,9 +52,7 @@ def correction_counts(
         clip_min, clip_max: C_min and C_max; None is no bound on that side.
 
     Returns:
-        float64 (K + 1, 6) on ``log_ratio``'s device: row m for mode m, row K for the invalid rollouts. Sums
-        only, so the tensors of all processes may be added (gather, then sum) before
-        :func:`correction_metrics`.
+        float64 (K + 1, 6): row m for mode m, row K for the invalid rollouts; sums, so processes' rows add.
     """
     sequence = _sequence_level(correction_mode)
     if log_ratio.dim() != 2 or tuple(mask.shape) != tuple(log_ratio.shape):
@@ -131,20 +118,10 @@ def correction_counts(
 def correction_metrics(
     counts: torch.Tensor, mode_names: Sequence[str], correction_mode: str
 ) -> dict[str, float]:
-    """Shares and means per mode from (summed) :func:`correction_counts`.
-
-    For each mode with at least one rollout (the invalid rollouts under ``invalid``):
-
-    * ``routing/is/<mode>/rollouts_cut``: share of its rollouts the rule masked or truncated;
-    * ``routing/is/<mode>/tokens_cut``: share of its completion tokens the rule masked or truncated;
-    * ``routing/is/<mode>/ratio_mean``: mean ratio as the loss applies it (after the rule), per rollout for
-      the sequence modes and per token for the token modes;
-    * ``routing/is/<mode>/log_ratio_mean``: mean log-ratio before the rule, per rollout (summed over its
-      tokens) for the sequence modes and per token for the token modes.
-
-    A mode whose rollouts hold no completion token has only ``rollouts_cut`` (and, for the sequence modes,
-    the two means). Modes without rollouts are left out.
-    """
+    """``routing/is/<mode>/...`` per mode with rollouts (the invalid ones under ``invalid``) from summed
+    :func:`correction_counts`: ``rollouts_cut`` and ``tokens_cut`` (shares the rule masked or truncated),
+    ``ratio_mean`` (after the rule) and ``log_ratio_mean`` (before it), per rollout for the sequence modes
+    and per token for the token modes."""
     sequence = _sequence_level(correction_mode)
     names = [*mode_names, INVALID_NAME]
     if tuple(counts.shape) != (len(names), len(COUNT_COLUMNS)):

@@ -82,9 +82,8 @@ class Verdict:
 
 
 def sample_row_problem(row: Mapping[str, Any], limit: int | None, by: str | None = None) -> str | None:
-    """Why a forced sample row cannot be counted (None when it can): ``correct`` must be a JSON boolean, ``L``
-    an integer in [0, ``limit``] (``limit``: the recipe's completion limit, None for none), ``mode`` a name,
-    and the bin column ``by``, when given, present."""
+    """Why a forced sample row cannot be counted (None when it can): ``correct`` a boolean, ``L`` an integer
+    in [0, ``limit``], ``mode`` a name and the bin column ``by`` present."""
     if not isinstance(row.get("mode"), str):
         return "no mode: forced samples are needed (routing-grpo eval --force-mode MODE)"
     if "correct" not in row or not isinstance(row["correct"], bool):
@@ -103,9 +102,8 @@ def sample_row_problem(row: Mapping[str, Any], limit: int | None, by: str | None
 def samples_from_rows(
     rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec], by: str | None
 ) -> list[Sample]:
-    """Forced sample rows (as ``routing-grpo eval`` writes them) -> :class:`Sample`; binned by the column
-    ``by``, or (``by`` None) by the problem's pass rate in the longest mode, in fifths. Raises ValueError
-    for a missing column, a row without a mode, or modes that sampled different problems."""
+    """Forced sample rows -> :class:`Sample`, binned by the column ``by`` or (None) by the problem's pass
+    rate in the longest mode, in fifths; ValueError where the modes sampled different problems."""
     if not rows:
         raise ValueError("no samples")
     samples = []
@@ -288,14 +286,6 @@ def oracle_router(cells: Mapping[str, Mapping[str, Cell]], shares: Mapping[str, 
     return {"accuracy": avg("accuracy"), "mean_length": avg("mean_length"), "reward": avg("reward")}
 
 
-def with_bases(modes: Sequence[ModeSpec], bases: Sequence[float]) -> tuple[ModeSpec, ...]:
-    """The modes with new bases and the gammas the paper's rule gives for them and the caps."""
-    gammas = gammas_from_caps(list(bases), [m.cap for m in modes])
-    return tuple(
-        dataclasses.replace(m, base=b, gamma=g) for m, b, g in zip(modes, bases, gammas, strict=True)
-    )
-
-
 def propose_bases(
     samples: Sequence[Sample],
     modes: Sequence[ModeSpec],
@@ -342,7 +332,9 @@ def propose_bases(
         closest = min(closest, spread)
         distance = sum(abs(a - m.base) for a, m in zip(bases, modes))
         if spread <= tolerance and distance < near:
-            found, near = with_bases(modes, bases), distance
+            # The modes with these bases and the gammas the paper's rule gives for them and the caps.
+            found = tuple(dataclasses.replace(m, base=b, gamma=g) for m, b, g in zip(modes, bases, gammas))
+            near = distance
     if found is not None:
         return found, ""
     if closest is math.inf:
@@ -353,9 +345,8 @@ def propose_bases(
 def propose_mix(
     cells: Mapping[str, Mapping[str, Cell]], tolerance: float = DEFAULT_TOLERANCE, step: float = MIX_STEP
 ) -> tuple[dict[str, float] | None, str]:
-    """A training mix over the bins (shares in steps of ``step``) under which the spread is within
-    ``tolerance`` and at least two best modes are trained on; of those, the one whose smallest share is
-    largest (most bins kept), then the most even. Returns (mix or None, why none)."""
+    """A training mix over the bins (shares in steps of ``step``) with the spread within ``tolerance`` and
+    two best modes or more: the largest smallest share, then the most even. Returns (mix or None, why)."""
     bins = list(cells)
     best = best_modes(cells)
     units = round(1 / step)
@@ -392,23 +383,6 @@ def _compositions(total: int, parts: int):
             yield (first, *rest)
 
 
-def modes_patch(modes: Sequence[ModeSpec]) -> str:
-    """The recipe's ``modes:`` block for the proposed modes."""
-    lines = ["modes:"]
-    for m in modes:
-        cap = "null" if m.cap is None else m.cap
-        lines.append(
-            f"  - {{name: {m.name}, word: {m.word}, base: {m.base:g}, gamma: {m.gamma:.6f}, cap: {cap}}}"
-        )
-    return "\n".join(lines)
-
-
-def mix_patch(mix: Mapping[str, float]) -> str:
-    """The recipe's ``train_level_mix:`` line for a mix over level bins."""
-    items = ", ".join(f"{b}: {share:g}" for b, share in mix.items())
-    return f"train_level_mix: {{{items}}}"
-
-
 def analyse(
     rows: Sequence[Mapping[str, Any]],
     modes: Sequence[ModeSpec],
@@ -443,10 +417,17 @@ def analyse(
     if not v.emerges and len(v.best_modes) >= 2:
         proposed, why_bases = propose_bases(samples, modes, shares, tolerance)
         mix, why_mix = (None, "") if proposed is not None else propose_mix(cells, tolerance)
+        # The recipe's ``modes:`` block, and its ``train_level_mix:`` line for level bins.
+        patch = [
+            f"  - {{name: {m.name}, word: {m.word}, base: {m.base:g}, gamma: {m.gamma:.6f}, "
+            f"cap: {'null' if m.cap is None else m.cap}}}"
+            for m in proposed or ()
+        ]
+        items = ", ".join(f"{b}: {share:g}" for b, share in (mix or {}).items())
         out["proposals"] = {
-            "bases": None if proposed is None else modes_patch(proposed),
+            "bases": None if proposed is None else "\n".join(["modes:", *patch]),
             "bases_none": why_bases,
-            "mix": None if mix is None else mix_patch(mix) if by else None,
+            "mix": None if mix is None or not by else f"train_level_mix: {{{items}}}",
             "mix_shares": mix,
             "mix_none": why_mix,
         }

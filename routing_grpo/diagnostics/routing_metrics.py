@@ -27,13 +27,9 @@ from routing_grpo.diagnostics.early_tell import (
 
 @dataclass
 class GenerationRecord:
-    """Summary of one generation batch of the global batch (kept in ``trainer.routing_history``).
-
-    The lists hold one entry per rollout of the global batch, in the order of the gathered batch. ``levels``
-    is the dataset's ``level`` of each rollout's prompt as text (None for a row without one), or None when
-    the data has no ``level`` column. ``truncated``: the rollout stopped at ``max_completion_length`` without
-    EOS and was not capped (an unfinished answer, scored wrong).
-    """
+    """One generation batch of the global batch (``trainer.routing_history``): one entry per rollout in the
+    gathered order. ``levels``: each prompt's ``level`` as text, None without a ``level`` column;
+    ``truncated``: stopped at ``max_completion_length`` without EOS and not capped (scored wrong)."""
 
     mode: str
     batch_step: int
@@ -96,8 +92,19 @@ def batch_metrics(
             # Unfinished at max_completion_length (no EOS, not capped): scored wrong.
             metrics[f"routing/truncated_share{suffix}/{spec.name}"] = _mean([truncated[i] for i in in_mode])
     metrics["routing/entropy"] = entropy if free_valid else float("nan")
-    if record.levels is not None:
-        metrics.update(level_metrics(record, modes))
+    # routing/level/<L>/...: accuracy and length of level L, each mode's share of its free valid rollouts.
+    by_level: dict[str, list[int]] = defaultdict(list)
+    for i, level in enumerate(record.levels or []):
+        if level is not None:
+            by_level[level].append(i)
+    for level, rows in sorted(by_level.items()):
+        metrics[f"routing/level/{level}/accuracy"] = _mean([record.correct[i] for i in rows])
+        metrics[f"routing/level/{level}/length"] = _mean([record.lengths[i] for i in rows])
+        level_valid = [i for i in rows if not record.forced[i] and record.modes[i] != INVALID]
+        for m, spec in enumerate(modes):
+            metrics[f"routing/level/{level}/share/{spec.name}"] = _mean(
+                [record.modes[i] == m for i in level_valid]
+            )
     if record.word_loss_share is not None:
         metrics["routing/word_loss_share"] = record.word_loss_share
     if early_tell:
@@ -121,29 +128,9 @@ def _entropy(shares: Sequence[float]) -> float:
     return -sum(f * math.log(f) for f in shares if f > 0)
 
 
-def level_metrics(record: GenerationRecord, modes: Sequence[ModeSpec]) -> dict[str, float]:
-    """``routing/level/<L>/...``: accuracy and length over all rollouts of level L, the share of each mode
-    among its free rollouts with a valid mode (NaN when it has none). Rows without a level are skipped."""
-    metrics: dict[str, float] = {}
-    by_level: dict[str, list[int]] = defaultdict(list)
-    for i, level in enumerate(record.levels or []):
-        if level is not None:
-            by_level[level].append(i)
-    for level, rows in sorted(by_level.items()):
-        metrics[f"routing/level/{level}/accuracy"] = _mean([record.correct[i] for i in rows])
-        metrics[f"routing/level/{level}/length"] = _mean([record.lengths[i] for i in rows])
-        free_valid = [i for i in rows if not record.forced[i] and record.modes[i] != INVALID]
-        for m, spec in enumerate(modes):
-            metrics[f"routing/level/{level}/share/{spec.name}"] = _mean(
-                [record.modes[i] == m for i in free_valid]
-            )
-    return metrics
-
-
 def early_tell_metrics(record: GenerationRecord, modes: Sequence[ModeSpec]) -> dict[str, float]:
-    """The early tell of one generation batch (docs/method.md "The early tell"): advantages per difficulty
-    and mode with their shared / per-level split, the routing log-odds per difficulty and their fanout
-    (``routing/fanout``, ``routing/fanout_rank``, when the log-odds were read)."""
+    """The early tell of one batch (docs/method.md "The early tell"): advantages per difficulty and mode,
+    their shared / per-level split, and the routing log-odds per difficulty with their fanout."""
     metrics: dict[str, float] = {}
     levels, prefix = record.levels, "routing/level"
     if levels is None:
@@ -197,16 +184,23 @@ def routing_summary(history: list[GenerationRecord], mode_names: list[str]) -> s
         text += f", free split {split}, entropy {_entropy(shares):.2f}"
     invalid = sum(m == INVALID for m in last.modes) / n
     text += f", no routing word {invalid:.2f}"
-    tell = early_tell_summary(history)
-    return text if tell is None else f"{text}\n{tell}"
+    # The training fanout's trailing mean at generation batches 20, 45 and the last (docs/method.md).
+    points = [(r.batch_step + 1, r.fanout) for r in history if r.mode == "train" and r.fanout is not None]
+    readings = early_tell_readings(points)
+    if not readings:
+        return text
+    tell = ", ".join(f"batch {b} {v:+.3f}" for b, v in readings)
+    return (
+        f"{text}\nEarly tell (fanout in nats per level step, mean of the last {FANOUT_WINDOW} batches): "
+        f"{tell}; {early_tell_verdict(readings[-1][1])}"
+    )
 
 
 def batch_line(
     record: GenerationRecord, mode_names: list[str], total: int | None, seconds: float | None
 ) -> str:
-    """One console line per generation batch: batch k/N, mean reward, accuracy, the free split (shares of
-    the free rollouts with a valid mode), its entropy, the seconds the batch took and the time left at that
-    pace (the batches left times this batch's seconds)."""
+    """One console line per generation batch: batch k/N, mean reward, accuracy, the free split and its
+    entropy, the fanout, the batch's seconds and the time left at that pace."""
     n = len(record.modes)
     parts = [f"[routing] batch {record.batch_step + 1}/{total if total is not None else '?'}"]
     parts.append(f"reward {_mean(record.rewards):.3f} acc {sum(record.correct) / n:.2f}")
@@ -234,17 +228,6 @@ def duration_text(seconds: float) -> str:
     if seconds < 3600:
         return f"{seconds // 60}m{seconds % 60:02d}s"
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-
-
-def early_tell_summary(history: list[GenerationRecord]) -> str | None:
-    """The training fanout's trailing mean at generation batches 20, 45 and the last one (docs/method.md
-    "The early tell"); None when it was never read."""
-    points = [(r.batch_step + 1, r.fanout) for r in history if r.mode == "train" and r.fanout is not None]
-    readings = early_tell_readings(points)
-    if not readings:
-        return None
-    text = ", ".join(f"batch {b} {v:+.3f}" for b, v in readings)
-    return f"Early tell (fanout in nats per level step, mean of the last {FANOUT_WINDOW} batches): {text}; {early_tell_verdict(readings[-1][1])}"
 
 
 def _mean(values: list) -> float:

@@ -158,10 +158,8 @@ def probe_statistics(
 
 
 def probe_verdict(stats: dict[str, Any]) -> str:
-    """The reading the statistics support, in one sentence: difficulty *present* when S is above its noise
-    floor's 95th percentile, *carried* when also B / C >= :data:`CARRIED_BETWEEN_COMMON`; prompts *differ*
-    when T / C >= :data:`SPREAD_DIFFERS`; the state's readout must beat the length's by
-    :data:`READOUT_MARGIN`."""
+    """The reading the statistics support, in one sentence: difficulty present (S above its noise floor's
+    95th percentile) and carried (B / C), prompts differing (T / C), the readout beside the length's."""
     present = stats["between_share"] > stats["between_share_noise_floor_p95"]
     differs = stats["spread_over_common"] >= SPREAD_DIFFERS
     beyond_length = stats["readout_spearman"] > stats["length_readout_spearman"] + READOUT_MARGIN

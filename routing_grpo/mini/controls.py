@@ -1,13 +1,9 @@
 """The cold start's controls and dose-response, and the early tell held out:
 ``python -m routing_grpo.mini.controls --out DIR`` (``make mini-controls``).
 
-**controls**: per cold start of the graded world (the shipped ones, or a second teaching stage with another
-state target, :data:`routing_grpo.mini.teach.STATE_TARGETS`), ``routing-grpo probe`` of its routing state,
-then per seed the paper's recipe unmodified and ``routing-grpo eval`` of the router. **threshold**: the
-early tell's threshold (:data:`routing_grpo.diagnostics.early_tell.FANOUT_ROUTING`) on runs it was not set
-on: hit and false-alarm rates at batches 20 and 45. A run *routes by difficulty* by
-:func:`routes_by_difficulty`. Every stage is resumable (:class:`routing_grpo.mini.run.Stages`); ``--small``
-runs the whole pipeline in a few minutes, its figures meaningless.
+**controls**: per cold start of the graded world, ``routing-grpo probe`` of its routing state, then per seed
+the paper's recipe and the router's evaluation. **threshold**: the early tell's threshold on runs it was not
+set on (hit and false-alarm rates at batches 20 and 45). Stages are resumable; ``--small`` checks the pipeline.
 
 Duration on 2 CPU cores, two jobs at a time (one thread each), measured: a start taught in 8-10 minutes, a
 90-batch run in about 4 minutes, an evaluation in 15 s. controls, 3 seeds: seven starts taught (about 35
@@ -66,9 +62,8 @@ MATCHED_SPREAD = 0.46
 
 @dataclass(frozen=True)
 class Arm:
-    """One kind of run: its recipe (under the recipes folder), the benchmark it is evaluated on, where it
-    starts (a shipped checkpoint's offline name without ``offline:``, or a state target to teach at a
-    strength), and overrides of the recipe."""
+    """One kind of run: its recipe, benchmark, start (a shipped checkpoint, or a state target to teach at a
+    strength) and overrides of the recipe."""
 
     name: str
     recipe: str
@@ -162,9 +157,8 @@ def routes_by_difficulty(
 
 
 def hit_and_false_alarm(runs: Sequence[Mapping[str, Any]], batch: str) -> dict[str, Any]:
-    """At ``batch``: of the runs that end routing (``routes``), how many read the fanout at or above
-    :data:`FANOUT_ROUTING` (hits); of those that end level-blind, how many do (false alarms). Runs without a
-    reading there are left out and counted."""
+    """At ``batch``: the runs that end routing and read the fanout >= :data:`FANOUT_ROUTING` (hits), the
+    level-blind ones that do (false alarms), and the runs without a reading there."""
     read = [r for r in runs if not math.isnan(r["fanout"][batch])]
     routing = [r for r in read if r["routes"]]
     blind = [r for r in read if not r["routes"]]
@@ -398,17 +392,6 @@ def threshold_markdown(summary: Mapping[str, Any], figure: str | None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _json_safe(value: Any) -> Any:
-    """NaN as null, so the file is strict JSON."""
-    if isinstance(value, float) and math.isnan(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def build_parser() -> argparse.ArgumentParser:
     duration = next(part for part in __doc__.split("\n\n") if part.startswith("Duration"))
     p = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=duration.replace("**", ""))
@@ -449,26 +432,21 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def chosen_arms(experiment: str, names: str | None) -> list[Arm]:
-    arms = EXPERIMENTS[experiment]
-    if names is None:
-        return list(arms)
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
-    known = [a.name for a in arms]
-    unknown = [n for n in wanted if n not in known]
-    if unknown or not wanted:
-        raise UsageError(
-            f"--conditions: unknown {unknown or wanted} for {experiment}; known: {', '.join(known)}"
-        )
-    return [a for a in arms if a.name in wanted]
-
-
 def run_experiment(args: argparse.Namespace) -> Path:
     """Every stage of the experiment into ``args.out``, then its summary; returns the markdown's path."""
     out = Path(args.out)
     sizes = SMALL if args.small else FULL
     seeds = (args.seeds or DEFAULT_SEEDS[args.experiment])[: 1 if args.small else None]
-    arms = chosen_arms(args.experiment, args.conditions)
+    arms = list(EXPERIMENTS[args.experiment])
+    if args.conditions is not None:
+        wanted = [n.strip() for n in args.conditions.split(",") if n.strip()]
+        unknown = [n for n in wanted if n not in {a.name for a in arms}]
+        if unknown or not wanted:
+            raise UsageError(
+                f"--conditions: unknown {unknown or wanted} for {args.experiment}; "
+                f"known: {', '.join(a.name for a in arms)}"
+            )
+        arms = [a for a in arms if a.name in wanted]
     if args.summary_only:
         if not out.is_dir():
             raise UsageError(f"--summary-only: no folder {out} (run the experiment into it first)")
@@ -551,10 +529,10 @@ def seeds_run(out: Path) -> list[int]:
 
 
 def write_summary(out: Path, experiment: str) -> Path:
-    """controls.md / .json / _fanout.png (or threshold's) from everything finished under ``out``: every
-    condition of the experiment and every seed run there, whichever invocation ran it (one invocation's
-    choice of conditions or seeds never drops another's from the summary)."""
+    """controls.md / .json / _fanout.png (or threshold's) from every condition and seed finished under
+    ``out``, whichever invocation ran it."""
     from routing_grpo.evaluation.plots import plot_early_tell
+    from routing_grpo.mini.report import json_ready
 
     arms, seeds = EXPERIMENTS[experiment], seeds_run(out)
 
@@ -575,7 +553,7 @@ def write_summary(out: Path, experiment: str) -> Path:
     else:
         summary = threshold_summary(arms, runs)
         text = threshold_markdown(summary, name)
-    (out / f"{experiment}.json").write_text(json.dumps(_json_safe(summary), indent=2) + "\n")
+    (out / f"{experiment}.json").write_text(json.dumps(json_ready(summary), indent=2) + "\n")
     path = out / f"{experiment}.md"
     path.write_text(text)
     return path

@@ -1,10 +1,7 @@
 """CPU demo: the miniature's graded world on the embedded default (``make demo`` / ``python -m routing_grpo.mini.demo``).
 
-Offline, on 2 CPU cores, in a few minutes: the shipped taught model ``offline:mini_graded`` is evaluated in
-every mode (the oracle table, with ``routing-grpo oracle``'s verdict), trained as a three-mode router with
-the paper's recipe (``recipes/mini_graded/graded_router.yaml``, its 90 generation batches halved with every
-schedule in proportion) and evaluated on the held-out problems. Each stage's expected duration is printed
-first; ``OUT/summary.md`` (:mod:`routing_grpo.mini.demo_summary`) is written and printed at the end.
+Offline, on 2 CPU cores: ``offline:mini_graded`` evaluated in every mode (the oracle), trained as a router
+with the paper's recipe (half its 90 generation batches) and evaluated; ``OUT/summary.md`` printed at the end.
 """
 
 from __future__ import annotations
@@ -114,17 +111,6 @@ STAGE_COUNTS = (8, 1, 1, 1)  # 3 world evaluations, the oracle, 3 forced evaluat
 STAGE_DONE = re.compile(r"^\[\S+\s+\d+s\] (\w+): (?:\d+s\b|done before)")
 
 
-def stages_left_line(done: Sequence[int], expected: dict[str, float]) -> str:
-    """``[demo] k/n stages done, about T left``: each group's expected seconds in proportion to its stages
-    left (training beside the first group, as they run)."""
-    left = [sec * (n - min(d, n)) / n for sec, n, d in zip(expected.values(), STAGE_COUNTS, done)]
-    total = expected_total(dict(zip(expected, left)))
-    return (
-        f"[demo] {min(sum(done), sum(STAGE_COUNTS))}/{sum(STAGE_COUNTS)} stages done, about "
-        f"{duration_text(total)} left"
-    )
-
-
 class StagesLeft:
     """Passes the runner's lines through and, after each that ends a stage, prints the stages left."""
 
@@ -138,7 +124,15 @@ class StagesLeft:
             group = next((i for i, g in enumerate(STAGE_GROUPS) if match and match[1].startswith(g)), None)
             if group is not None:
                 self.done[group] += 1
-                self.stream.write(stages_left_line(self.done, self.expected) + "\n")
+                # Each group's expected seconds in proportion to its stages left.
+                counts = zip(self.expected.values(), STAGE_COUNTS, self.done)
+                left = expected_total(
+                    dict(zip(self.expected, [sec * (n - min(d, n)) / n for sec, n, d in counts]))
+                )
+                done = min(sum(self.done), sum(STAGE_COUNTS))
+                self.stream.write(
+                    f"[demo] {done}/{sum(STAGE_COUNTS)} stages done, about {duration_text(left)} left\n"
+                )
         return len(text)
 
     def flush(self) -> None:
@@ -160,18 +154,9 @@ TRAINED = (
 )
 
 
-def _recipe_batches(recipe: Path) -> int | None:
-    """The recipe's own length in generation batches (None when the recipe file is not there: the
-    miniature's runner then says so)."""
-    from routing_grpo.io.recipe_file import read_recipe_file
-
-    return read_recipe_file(recipe).get("total_batch_steps") if recipe.is_file() else None
-
-
 def check_args(args: argparse.Namespace, recipe: Path) -> None:
-    """What the numbers' types cannot check, before any work, under the demo's own flag names (the
-    miniature's runner would say it later, under its own): the output folder, the taught model and the
-    recipe, and a GPU for ``--device cuda``."""
+    """The output folder, the taught model, the recipe and a GPU for ``--device cuda``, checked before any
+    work under the demo's own flag names."""
     from routing_grpo.io.errors import UsageError
 
     out = Path(args.output_dir)
@@ -198,20 +183,22 @@ def check_args(args: argparse.Namespace, recipe: Path) -> None:
 
 
 def run(argv: Sequence[str] | None = None) -> str:
+    from routing_grpo.io.recipe_file import read_recipe_file
     from routing_grpo.mini import run as mini_run
 
     args = build_parser().parse_args(argv)
     out = Path(args.output_dir)
     world = mini_run.WORLDS[WORLD]
     router_run = world.run(ROUTER_RECIPE)
-    check_args(args, world.recipe(Path(args.recipes), router_run.recipe))
+    recipe = world.recipe(Path(args.recipes), router_run.recipe)
+    check_args(args, recipe)
     cmd = [
         "--output", str(out), "--worlds", WORLD, "--seeds", str(args.seed), "--runs", router_run.recipe,
         "--samples", str(args.samples), "--progress-every", f"{PROGRESS_EVERY:g}", "--recipes", args.recipes,
         "--device", args.device,
     ]  # fmt: skip
     cmd += ["--taught", str(Path(args.taught).expanduser())] if args.taught else ["--shipped"]
-    recipe_batches = _recipe_batches(world.recipe(Path(args.recipes), router_run.recipe))
+    recipe_batches = read_recipe_file(recipe).get("total_batch_steps")
     if args.batch_steps != recipe_batches:
         cmd += ["--batch-steps", str(args.batch_steps)]
     if args.limit is not None:

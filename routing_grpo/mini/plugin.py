@@ -1,8 +1,5 @@
-"""What the miniature adds to the core, through the core's entry points (``pyproject.toml``).
-
-Tasks ``mini`` and ``mini_graded`` (``routing_grpo.tasks``), the shipped taught models ``offline:mini``,
-``offline:mini_graded`` and ``offline:mini_graded_blind`` (``routing_grpo.offline_models``) and the report
-part ``oracle`` (``routing_grpo.report_parts``). The core finds them through the package's metadata.
+"""What the miniature adds to the core through its entry points (``pyproject.toml``): the tasks ``mini``
+and ``mini_graded``, the shipped taught models ``offline:mini*`` and the report part ``oracle``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """How much of the level the model's state carries where it writes the routing word.
 
-``python -m routing_grpo.mini.probe [--model offline:mini] [--world cliff|graded]``; ``routing-grpo probe``
-is the general form (any model and task, with noise floors and a verdict). For states h(x) at the routing
-position, level means m_l and mean m: B = mean_l |m_l - m|^2, T = mean_x |h(x) - m|^2, C = |m|^2, the
-cosine of the lowest and the highest level's means, ``readout`` (held-out accuracy of a softmax regression
-from the state to the level) and ``first_word``, each mode word's first-token probability per level.
+``routing-grpo probe`` is the general form. For states h(x) at the routing position, level means m_l and
+mean m: B = mean_l |m_l - m|^2, T = mean_x |h(x) - m|^2, C = |m|^2, the lowest and highest level means'
+cosine, a held-out softmax readout of the level and each mode word's first-token probability per level.
 """
 
 from __future__ import annotations
@@ -12,16 +10,14 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from routing_grpo.core.modes import word_first_token_ids
 from routing_grpo.io.paths import is_offline_name, resolve_model_path
-from routing_grpo.mini import cliff, graded
-from routing_grpo.mini.teach import teaching_record
+from routing_grpo.mini.teach import WORLDS, teaching_record
 
 
 @dataclass(frozen=True)
@@ -35,9 +31,6 @@ class StateSpread:
     cosine_lowest_highest: float
     readout: float
     first_word: dict[int, dict[str, float]]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def spread_statistics(states: torch.Tensor, levels: Sequence[int]) -> dict[str, float]:
@@ -88,14 +81,6 @@ def level_readout(states: torch.Tensor, classes: torch.Tensor, l2: float = 1e-3)
         return float(((x[~fit] @ w + b).argmax(1) == classes[~fit]).double().mean())
 
 
-def mode_word_ids(tokenizer: Any, words: Sequence[str]) -> dict[str, list[int]]:
-    """The first token of each word's forms, with and without a leading space (detection accepts both)."""
-    return {word: word_first_token_ids(tokenizer, word) for word in words}
-
-
-WORLDS = {"cliff": cliff, "graded": graded}
-
-
 def routing_state_spread(
     model: str, problems_per_level: int = 100, seed: int = 0, world: str = "cliff"
 ) -> StateSpread:
@@ -109,7 +94,8 @@ def routing_state_spread(
     tokenizer = AutoTokenizer.from_pretrained(path)
     lm = AutoModelForCausalLM.from_pretrained(path).eval()
     tasks = WORLDS[world]
-    words = mode_word_ids(tokenizer, tasks.MODE_NAMES)
+    # The first token of each word's forms, with and without a leading space (detection accepts both).
+    words = {word: word_first_token_ids(tokenizer, word) for word in tasks.MODE_NAMES}
     problems = tasks.problems(problems_per_level * len(tasks.LEVELS), seed=seed, split="train")
     states, levels, first = [], [], {level: [] for level in tasks.LEVELS}
     with torch.no_grad():

@@ -145,7 +145,7 @@ def miniature(
         # The baselines as the taught model forced into each mode, beside the trained ones (plain prompt).
         forced_targets = targets_for(benchmark, mean_point, forced_points(oracle.rows, modes), *mean_args)
 
-    return _json_ready(
+    return json_ready(
         {
             "benchmark": benchmark,
             "modes": [m.to_dict() for m in modes],
@@ -195,9 +195,8 @@ def miniature(
 
 
 def world_section(world: OracleData) -> dict[str, Any]:
-    """The world's table from forced samples at the training temperature: per level and mode, each mode on
-    the uniform mix, the mode with the highest expected reward on the mix (where a routing state shared
-    across problems moves first) and the graded world's checks (:func:`routing_grpo.mini.targets.graded_world_checks`)."""
+    """The world's table from forced samples at the training temperature: per level and mode, on the
+    uniform mix, the mode favoured there and the graded world's checks."""
 
     modes = world.modes
     table = level_table(world.rows, modes)
@@ -223,14 +222,6 @@ def _table_json(table, choice) -> dict[str, Any]:
     }
 
 
-def _levels_over_seeds(
-    seeds: dict[Any, dict[str, Any]], names: Sequence[str], table, choice
-) -> dict[str, Any]:
-    """:func:`_level_over_seeds` of every level the seeds' routers were read at."""
-    levels = sorted({lv for s in seeds.values() for lv in s["levels"]})
-    return {str(lv): _level_over_seeds(lv, seeds.values(), names, table, choice) for lv in levels}
-
-
 def _routed_seeds(
     method: str,
     by_seed: dict[Any, dict[str, Any]],
@@ -247,7 +238,9 @@ def _routed_seeds(
     modes = oracle.modes
     names = [m.name for m in modes]
     seeds: dict[Any, dict[str, Any]] = {}
-    for seed, summary in sorted(by_seed.items(), key=lambda kv: _seed_key(kv[0])):
+    for seed, summary in sorted(
+        by_seed.items(), key=lambda kv: (0, kv[0]) if isinstance(kv[0], int) else (1, str(kv[0]))
+    ):
         raw = (summary.get("config") or {}).get("modes")
         if raw and [m["name"] for m in raw] != names:
             notes.append(
@@ -326,28 +319,27 @@ _LEVEL_FIGURES = (
 )
 
 
-def _seed_key(seed: Any) -> tuple[int, Any]:
-    return (0, seed) if isinstance(seed, int) else (1, str(seed))
-
-
 def _over_seeds(values: Iterable[float | None]) -> dict[str, Any]:
     return _stat_dict(Stat([float(v) for v in values if v is not None and not math.isnan(v)]))
 
 
-def _level_over_seeds(
-    level: int, seeds: Iterable[dict[str, Any]], names: Sequence[str], table, choice
+def _levels_over_seeds(
+    seeds: dict[Any, dict[str, Any]], names: Sequence[str], table, choice
 ) -> dict[str, Any]:
-    """One level of the router (mean ± std over seeds) beside the oracle's choice."""
-    seeds = [s for s in seeds if level in s["levels"]]
-    per_seed = [s["levels"][level] for s in seeds]
-    best = choice.get(level)
-    return {
-        "level_share": _over_seeds(s["level_shares"][level] for s in seeds),
-        "shares": {m: _over_seeds(r.shares[m] for r in per_seed) for m in names},
-        **{key: _over_seeds(getattr(r, key) for r in per_seed) for key in _LEVEL_FIGURES},
-        "oracle_choice": best,
-        "oracle_expected_reward": None if best is None else table[level][best].reward,
-    }
+    """Per level the seeds' routers were read at: the router (mean ± std over seeds) beside the oracle."""
+    out = {}
+    for level in sorted({lv for s in seeds.values() for lv in s["levels"]}):
+        read = [s for s in seeds.values() if level in s["levels"]]
+        per_seed = [s["levels"][level] for s in read]
+        best = choice.get(level)
+        out[str(level)] = {
+            "level_share": _over_seeds(s["level_shares"][level] for s in read),
+            "shares": {m: _over_seeds(r.shares[m] for r in per_seed) for m in names},
+            **{key: _over_seeds(getattr(r, key) for r in per_seed) for key in _LEVEL_FIGURES},
+            "oracle_choice": best,
+            "oracle_expected_reward": None if best is None else table[level][best].reward,
+        }
+    return out
 
 
 def ablations(
@@ -385,12 +377,12 @@ def ablations(
     return out
 
 
-def _json_ready(obj: Any) -> Any:
-    """NaN -> None, tuple -> list, keys -> str, recursively."""
+def json_ready(obj: Any) -> Any:
+    """NaN and infinities -> None, tuple -> list, keys -> str, recursively (strict JSON)."""
     if isinstance(obj, dict):
-        return {str(k): _json_ready(v) for k, v in obj.items()}
+        return {str(k): json_ready(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
-        return [_json_ready(v) for v in obj]
+        return [json_ready(v) for v in obj]
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj

@@ -1,9 +1,5 @@
-"""The miniature's report in Markdown: the "Miniature" part of results.md, from a miniature's figures.
-
-It renders what :func:`routing_grpo.mini.report.miniature` built (the content of ``mini.json``): the world
-at the training temperature, the oracle table, the routing split per level against it, the regret, the
-targets and the ablations. It computes no figure; the figures, the CSV tables and the writing are
-:mod:`routing_grpo.mini.report`'s.
+"""The miniature's report in Markdown: the "Miniature" part of results.md, rendered (no figure computed)
+from what :func:`routing_grpo.mini.report.miniature` built (the content of ``mini.json``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """``make mini``: the miniature end to end with the project's own commands (``python -m routing_grpo.mini.run``).
 
-Two worlds (``--worlds``): the **graded** world, built to the paper's regime, and the **cliff** world, the
-negative control. Per world, each stage a subprocess of a real entry point with its log in
-``OUT/<world>/logs/``: teaching (``--teach`` only), the taught model forced into each mode at the training
-and the evaluation temperature, ``routing-grpo oracle``, per seed and recipe training and evaluation, and
-``routing-grpo report``. A finished stage is skipped when run again with the same command on inputs of the
-same content (``logs/<stage>.record.json``); one made otherwise stops the run, and the first stage that
-fails stops the others.
+The **graded** world (the paper's regime) and the **cliff** world (the negative control), each stage a
+subprocess of a real entry point logged in ``OUT/<world>/logs/``: teaching (``--teach``), forced evaluations,
+``routing-grpo oracle``, training and evaluation per seed and recipe, ``routing-grpo report``. A stage done
+before from the same command and inputs is skipped; the first that fails stops the others.
 """
 
 from __future__ import annotations
@@ -42,9 +39,8 @@ PROGRESS_LINE = re.compile(r"^\[routing\] batch \d+/|^\[[\w.-]+\] \d+/\d+ prompt
 
 @dataclass(frozen=True)
 class Run:
-    """One recipe of the miniature: the file, the method label of its evaluation, how it is evaluated, and
-    ``start``: the shipped checkpoint it starts from (its offline name without ``offline:``) when it is not the
-    world's taught model; such a run is made only from the shipped models."""
+    """One recipe of the miniature, its evaluation's method label and prompt, and ``start``: the shipped
+    checkpoint it starts from when not the world's taught model (made only from the shipped models)."""
 
     recipe: str
     method: str
@@ -164,13 +160,9 @@ class Stages:
         threads: int | None = None,
         inputs: Sequence[Path] = (),
     ) -> None:
-        """Run ``command`` unless ``done`` is there from the same command on the same ``inputs``.
-
-        ``done``: the file the stage leaves when it has finished; ``inputs``: the files and folders it reads
-        (models, recipes, samples), recorded by content beside its log. A ``done`` left by another command,
-        other inputs or no record at all is neither reused nor overwritten: :class:`StageError`.
-        ``threads``: this stage's OMP_NUM_THREADS, for a stage that runs alone (default: the jobs' share).
-        """
+        """Run ``command`` unless ``done`` (the file it leaves) is there from the same command on the same
+        ``inputs`` (files and folders, recorded by content); a ``done`` made otherwise is a :class:`StageError`.
+        ``threads``: this stage's OMP_NUM_THREADS (default: the jobs' share)."""
         if self.stopping.is_set():
             raise StageStopped(f"{name}: not started, another stage failed")
         record = stage_record(command, inputs)
@@ -286,14 +278,6 @@ def _result_line(log: Path) -> str:
         if sep and rest.startswith("accuracy") and name.replace("_", "").isalnum():
             return " — " + rest
     return ""
-
-
-def _verdict_line(path: Path) -> str:
-    """The oracle's verdict in one line."""
-    v = json.loads(path.read_text())["verdict"]
-    return (
-        "routing can emerge" if v["emerges"] else f"collapse towards {v['favoured']} expected"
-    ) + f" ({v['reason']})"
 
 
 def eval_command(
@@ -522,15 +506,6 @@ def plan(args: argparse.Namespace) -> list[tuple[World, list[Run]]]:
     return [(w, [w.run(r) for r in chosen[w.name]]) for w in worlds]
 
 
-def check_recipes(recipes: Path, worlds: Sequence[World]) -> None:
-    """Each world's recipe folder is there; a :class:`UsageError` in one line if not."""
-    for world in worlds:
-        if not (recipes / world.benchmark).is_dir():
-            raise UsageError(
-                f"--recipes: no {recipes / world.benchmark}; run from the source checkout or pass --recipes DIR"
-            )
-
-
 def run_world(
     world: World, runs: Sequence[Run], args: argparse.Namespace, out: Path, seeds: list[int]
 ) -> None:
@@ -607,9 +582,8 @@ def run_world(
             )  # fmt: skip
 
         def world_and_oracle() -> None:
-            # The world's table at the training temperature, the verdict (routing-grpo oracle), the oracle's
-            # samples at the evaluation temperature and the plain prompt, one after another beside the first
-            # training run, which needs none of them (on 2 cores: off the critical path).
+            # The world's table, the verdict, the oracle's samples and the plain prompt, one after another
+            # beside the first training run, which needs none of them.
             for m in cliff.MODE_NAMES:
                 oracle(m, "world", TRAINING_TEMPERATURE)
             stages.run(
@@ -621,7 +595,9 @@ def run_world(
                 done=out / "oracle" / "oracle.json",
                 inputs=(out / "eval" / "world", router_recipe),
             )  # fmt: skip
-            stages.say(f"verdict: {_verdict_line(out / 'oracle' / 'oracle.json')}")
+            v = json.loads((out / "oracle" / "oracle.json").read_text())["verdict"]
+            said = "routing can emerge" if v["emerges"] else f"collapse towards {v['favoured']} expected"
+            stages.say(f"verdict: {said} ({v['reason']})")
             for m in cliff.MODE_NAMES:
                 oracle(m, "oracle", None)
             base()
@@ -662,7 +638,11 @@ def _run(argv: Sequence[str] | None) -> int:
         if not torch.cuda.is_available():
             raise UsageError("--device cuda: no GPU is visible here (torch.cuda.is_available() is False)")
     worlds = plan(args)
-    check_recipes(args.recipes, [w for w, _ in worlds])
+    for world, _ in worlds:
+        if not (args.recipes / world.benchmark).is_dir():
+            raise UsageError(
+                f"--recipes: no {args.recipes / world.benchmark}; run from the source checkout or pass --recipes DIR"
+            )
     try:
         for world, runs in worlds:
             run_world(world, runs, args, out / world.name, seeds)

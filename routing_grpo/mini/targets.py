@@ -58,11 +58,6 @@ def correct_within_cap(row: Mapping[str, Any], modes: Sequence[ModeSpec]) -> boo
     return m != INVALID and bool(row["correct"]) and not exceeds_cap(modes[m], int(row["L"]))
 
 
-def _level(row: Mapping[str, Any]) -> int | None:
-    level = row.get("level")
-    return None if level is None else int(level)
-
-
 def _mean(values: Sequence[float]) -> float:
     return math.fsum(values) / len(values) if values else math.nan
 
@@ -70,9 +65,7 @@ def _mean(values: Sequence[float]) -> float:
 def level_table(
     forced_rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]
 ) -> dict[int, dict[str, Cell]]:
-    """level -> mode name -> :class:`routing_grpo.diagnostics.oracle.Cell` (modes briefest first), from forced rows
-    (rows without a mode or a level are left out; levels are whole numbers); best(l):
-    :func:`routing_grpo.diagnostics.oracle.best_modes`."""
+    """level -> mode name -> oracle :class:`Cell`, from the forced rows with a mode and a level."""
     return {int(level): cells for level, cells in table_by(forced_rows, modes, "level").items()}
 
 
@@ -89,17 +82,21 @@ def oracle_cell_dict(level: int, mode: str, cell: Cell) -> dict[str, Any]:
     }
 
 
+class _Figures:
+    """``to_dict``: the dataclass as a dict, as the report writes it."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
-class OracleOverall:
+class OracleOverall(_Figures):
     """The oracle router's figures: each level answered in its best mode, levels weighted."""
 
     accuracy: float
     accuracy_capped: float
     mean_tokens: float
     expected_reward: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def oracle_overall(
@@ -129,7 +126,7 @@ def oracle_overall(
 
 
 @dataclass(frozen=True)
-class RouterLevel:
+class RouterLevel(_Figures):
     """The router's free samples at one level."""
 
     level: int
@@ -147,9 +144,6 @@ class RouterLevel:
     """Mean r: invalid -0.5, past the cap 0."""
     mean_mode_index: float | None
     """sum_m m * share_m with modes 0..K-1 briefest first; None when no sample is valid."""
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def mode_split(rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]) -> dict[str, float]:
@@ -174,9 +168,8 @@ def router_levels(rows: Sequence[Mapping[str, Any]], modes: Sequence[ModeSpec]) 
     """level -> :class:`RouterLevel`, from the free samples among ``rows``."""
     by_level: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     for row in free_rows(rows):
-        level = _level(row)
-        if level is not None:
-            by_level[level].append(row)
+        if row.get("level") is not None:
+            by_level[int(row["level"])].append(row)
     out = {}
     for level, group in sorted(by_level.items()):
         shares = mode_split(group, modes)
@@ -223,11 +216,8 @@ class Regret:
 def routing_regret(
     shares: Mapping[int, float], oracle_best: Mapping[int, float], router_reward: Mapping[int, float]
 ) -> Regret:
-    """Regret of the router against the oracle over the levels of ``shares`` (w_l).
-
-    ``oracle_best``: R(l, best(l)); ``router_reward``: R_router(l). A level of ``shares`` missing from
-    either is an error (the regret would silently leave it out).
-    """
+    """Regret of the router against the oracle over the levels of ``shares`` (w_l), from R(l, best(l))
+    and R_router(l); a level missing from either is an error."""
     missing = sorted(lv for lv in shares if lv not in oracle_best or lv not in router_reward)
     if missing:
         raise ValueError(f"routing_regret: no oracle or router figures at level(s) {missing}")
@@ -248,7 +238,7 @@ def regret_of(
 
 
 @dataclass(frozen=True)
-class Target:
+class Target(_Figures):
     """One line of the checklist: ``met`` is None when the value cannot be measured."""
 
     key: str
@@ -256,9 +246,6 @@ class Target:
     value: float | None
     threshold: float
     met: bool | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def _target(key: str, rule: str, value: float | None, threshold: float, at_least: bool) -> Target:
@@ -341,7 +328,7 @@ MIN_MODE_SHARE = 0.1
 
 
 @dataclass(frozen=True)
-class MixFigures:
+class MixFigures(_Figures):
     """One mode on the uniform mix of the table's levels (each level weighted equally)."""
 
     mode: str
@@ -349,9 +336,6 @@ class MixFigures:
     """Under the cap (a capped sample is wrong), as in training."""
     mean_tokens: float
     expected_reward: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def mix_figures(table: Mapping[int, Mapping[str, Cell]], modes: Sequence[ModeSpec]) -> dict[str, MixFigures]:
@@ -459,12 +443,9 @@ def graded_targets(
     modes: Sequence[ModeSpec],
     regret_relative: float | None,
 ) -> list[Target]:
-    """The graded world's targets for the router (held-out, free routing): the shares' monotony and gaps
-    over the levels, the free split's entropy, the brief modes' free accuracy above the longest's, and
-    :func:`miniature_targets`' frontier, Long-only and regret targets at the graded thresholds.
-
-    Args: as :func:`miniature_targets`; ``free_modes``: :func:`free_mode_figures` of its free samples.
-    """
+    """The graded world's targets for the router: the shares' monotony and gaps over the levels, the free
+    split's entropy, the brief modes' free accuracy above the longest's, and the frontier, Long-only and
+    regret targets. Args as :func:`miniature_targets`; ``free_modes``: :func:`free_mode_figures`."""
     names = [m.name for m in modes]
     brief, longest = names[0], names[-1]
     levels = sorted(level_splits)
@@ -520,12 +501,8 @@ ROUTES, PARTLY, FLAT = "routes by difficulty", "routes partly", "does not route 
 
 
 def routing_verdict(targets: Sequence[Target], benchmark: str) -> dict[str, Any]:
-    """Whether a router routes by difficulty, from :data:`ROUTING_TARGETS` alone: all met, some, or none
-    (None while one of them cannot be measured).
-
-    Returns:
-        ``verdict``, ``met`` and ``counted`` (the keys judged), and ``line``: the verdict with its figures.
-    """
+    """Whether a router routes by difficulty by :data:`ROUTING_TARGETS` alone (all met, some, none; None
+    while one cannot be measured): ``verdict``, ``met``, ``counted`` and ``line`` (with its figures)."""
     keys = ROUTING_TARGETS["graded" if benchmark in GRADED_BENCHMARKS else "cliff"]
     counted = [t for t in targets if t.key in keys]
     met = sum(t.met is True for t in counted)

@@ -1,15 +1,12 @@
 """Teaching the miniature's model: ``python -m routing_grpo.mini.teach --output DIR``.
 
-A cold start the paper does not have (docs/method.md "Differences from the paper"): a tiny Qwen2 with a
-byte-level BPE trained on the task's text is taught with TRL's ``SFTTrainer`` to write every training
-problem in all three modes after its routing word, and the plain prompt mostly at length (:data:`PLAIN_MIX`).
-A second stage (``state_level_steps``) adds, over the routed rows with h the state at the routing position
-and u a fixed random unit vector, an auxiliary loss that writes a target into the routing state::
+A cold start the paper does not have (docs/method.md "Differences from the paper"): TRL's ``SFTTrainer``
+teaches a tiny Qwen2 every training problem in all three modes after its routing word, and the plain prompt
+mostly at length (:data:`PLAIN_MIX`). A second stage (``state_level_steps``) adds, with h the state at the
+routing position and u a fixed random unit vector, an auxiliary loss (controls put another function of the
+prompt in place of the level: ``--state-target``, :func:`state_targets`)::
 
     loss = SFT loss + W * mean_rows (u . h - t(x))^2        t(x) = s S (l - l-bar) for the level
-
-Controls put another function of the prompt in place of the level (``--state-target``, :func:`state_targets`).
-Everything is seeded; the folder holds the model, the tokenizer and ``teaching.json``.
 """
 
 from __future__ import annotations
@@ -64,10 +61,8 @@ PLAIN_SHARE = 0.5
 
 @dataclass
 class TeachConfig:
-    """The teaching run: model shape, data and schedule (defaults: the committed checkpoints'; ``steps`` and
-    ``state_level_steps`` None are the world's :data:`TEACHING_STEPS` and :data:`STATE_LEVEL_STEPS`).
-    ``init``: a taught model to continue from, in place of the first stage. ``short_budget`` None: as ``init``
-    was taught (:func:`recorded_short_budget`), else the world's default (on for the graded world)."""
+    """The teaching run (defaults: the shipped checkpoints'; None steps: the world's). ``init``: a taught
+    model to continue from instead of stage 1; ``short_budget`` None: as ``init`` was taught, else the world's."""
 
     output: str = "outputs/mini/taught"
     world: str = "cliff"
@@ -133,8 +128,7 @@ def teaching_record(model: str) -> dict[str, Any] | None:
 
 
 def recorded_short_budget(init: str) -> bool | None:
-    """Whether the taught model ``init`` taught Short ``budgeted``, by its :func:`teaching_record` (False where
-    the record does not say; None where the model keeps none)."""
+    """Whether ``init`` was taught Short ``budgeted`` (False where its record does not say; None: no record)."""
     record = teaching_record(init)
     return None if record is None else bool(record.get("config", {}).get("short_budget", False))
 
@@ -222,22 +216,18 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
     return rows
 
 
-def _corpus(seed: int, world_name: str = "cliff") -> list[str]:
-    """Text the tokenizer is trained on: chat roles, the instruction, the question and every mode's text."""
-    world = WORLDS[world_name]
-    lines = ["user assistant", routing_instruction_text(), ROUTING_QUESTION, *world.MODE_NAMES]
-    for p in world.problems(600, seed=seed + 10_000, split="train", distinct=False):
-        lines.append(p.text)
-        for mode in world.MODE_NAMES:
-            lines.append(forcing_text(mode, ROUTING_QUESTION) + world.solution(p, mode))
-    return lines
-
-
 def build_tokenizer(seed: int = 0, world: str = "cliff") -> Any:
-    """A byte-level BPE trained on the task's text, digits as single tokens, ``' \\boxed{'`` one token."""
+    """A byte-level BPE trained on the chat roles, the instruction, the question and every mode's text,
+    digits as single tokens, ``' \\boxed{'`` one token."""
     from routing_grpo.mini.offline import train_bpe_tokenizer
 
-    return train_bpe_tokenizer(_corpus(seed, world), vocab_size=400, added_tokens=(BOXED,))
+    tasks = WORLDS[world]
+    lines = ["user assistant", routing_instruction_text(), ROUTING_QUESTION, *tasks.MODE_NAMES]
+    for p in tasks.problems(600, seed=seed + 10_000, split="train", distinct=False):
+        lines.append(p.text)
+        for mode in tasks.MODE_NAMES:
+            lines.append(forcing_text(mode, ROUTING_QUESTION) + tasks.solution(p, mode))
+    return train_bpe_tokenizer(lines, vocab_size=400, added_tokens=(BOXED,))
 
 
 def build_model(tokenizer: Any, config: TeachConfig) -> Any:
@@ -264,27 +254,21 @@ def build_model(tokenizer: Any, config: TeachConfig) -> Any:
     return model
 
 
-def load_taught(init: str) -> tuple[Any, Any]:
-    """The tokenizer and model of a taught folder (or ``offline:NAME``), to continue teaching from."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from routing_grpo.io.paths import resolve_model_path
-
-    path = resolve_model_path(init)
-    return AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
-
-
 def teach(config: TeachConfig, recipes: Path = DEFAULT_RECIPES) -> Path:
-    """Builds, teaches and saves the miniature's model; returns the folder. ``recipes``: the folder of the
-    recipes, for the greedy check's modes. Stage 1 (``steps``, skipped with ``init``) teaches from scratch;
-    stage 2 (``state_level_steps``, if any) continues with the auxiliary state-level loss."""
+    """Builds, teaches (stage 1 unless ``init``, then stage 2 if ``state_level_steps``) and saves the model;
+    returns the folder. ``recipes``: the recipes folder, for the greedy check's modes."""
     out = Path(config.output)
     started = time.time()
     if config.init is None:
         tokenizer = build_tokenizer(config.seed, config.world)
         model = build_model(tokenizer, config)
     else:
-        tokenizer, model = load_taught(config.init)
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from routing_grpo.io.paths import resolve_model_path
+
+        path = resolve_model_path(config.init)
+        tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
     rows = teaching_rows(tokenizer, config)
     n_params = sum(p.numel() for p in model.parameters())
     print(
@@ -357,8 +341,8 @@ def teach_stage(
     out: Path,
     started: float,
 ) -> dict[str, Any]:
-    """One teaching stage with TRL's ``SFTTrainer`` (cosine schedule, loss on the completion only), the
-    auxiliary state-level loss added when ``state_level_weight`` > 0; returns the stage's record."""
+    """One teaching stage with TRL's ``SFTTrainer`` (completion-only loss), plus the state-level loss when
+    ``state_level_weight`` > 0; returns the stage's record."""
     import shutil
 
     import torch
@@ -485,9 +469,7 @@ def state_targets(
 
 
 def spread_points(seed: int) -> list[tuple[float, ...]]:
-    """c_d: one random point per start digit on the spread's shared directions, centred over the digits and
-    scaled to a mean square norm of 1 (so t = s S rms c_d moves a prompt as far, on average, as the aware
-    start's level does). Seeded."""
+    """c_d: a seeded random point per start digit on the spread's directions, centred, mean square norm 1."""
     rng = random.Random(f"mini-state-spread:{seed}")
     raw = [[rng.gauss(0.0, 1.0) for _ in range(SPREAD_DIRECTIONS)] for _ in range(SPREAD_CLASSES)]
     centre = [sum(col) / SPREAD_CLASSES for col in zip(*raw, strict=True)]
@@ -506,9 +488,8 @@ def row_targets(
     levels: Sequence[int],
     modes: int = SPREAD_DIRECTIONS,
 ) -> list[list[tuple[int, float]]]:
-    """Per problem, per mode row (``modes`` of them): (direction, target) of the auxiliary loss. Direction
-    -1 is the shared u; the spread's rows each push one of its shared directions (row m, direction m) to the
-    start digit's coordinate, scaled by :func:`state_targets`' size, so it needs one row per direction."""
+    """Per problem, per mode row: (direction, target) of the auxiliary loss; direction -1 is the shared u,
+    the spread's row m pushes its direction m to the start digit's coordinate times the target's size."""
     sizes = state_targets(problems, target, seed=seed, spread=spread, strength=strength, levels=levels)
     if target != "spread":
         return [[(-1, t)] * modes for t in sizes]
@@ -516,7 +497,7 @@ def row_targets(
         raise ValueError(f"the spread target needs {SPREAD_DIRECTIONS} mode rows per problem, got {modes}")
     points = spread_points(seed)
     return [
-        [(m, size * points[spread_class(p)][m]) for m in range(SPREAD_DIRECTIONS)]
+        [(m, size * points[int(p.start)][m]) for m in range(SPREAD_DIRECTIONS)]
         for p, size in zip(problems, sizes, strict=True)
     ]
 
@@ -535,14 +516,8 @@ def level_permutation(levels: Sequence[int], seed: int) -> list[int]:
             return order
 
 
-def spread_class(problem: Any) -> int:
-    """Which of the spread target's points a problem's state is pushed to: its start digit's."""
-    return int(problem.start)
-
-
 def spread_directions(count: int, hidden_size: int, seed: int) -> Any:
-    """The spread's shared directions: ``count`` random unit vectors (rows), the same for a seed, a count and
-    a width."""
+    """The spread's shared directions: ``count`` seeded random unit vectors (rows)."""
     import torch
 
     gen = torch.Generator().manual_seed(20_000 + seed)
@@ -551,8 +526,7 @@ def spread_directions(count: int, hidden_size: int, seed: int) -> Any:
 
 
 def state_target_loss(states: Any, levels: Any, directions: Any, targets: Any) -> Any:
-    """mean over rows with a level (> 0) of (v_row . h - t_row)^2, with one direction and one target per
-    row; 0 when the batch has none."""
+    """mean over rows with a level (> 0) of (v_row . h - t_row)^2; 0 when the batch has none."""
     rows = levels > 0
     if not bool(rows.any()):
         return states.sum() * 0.0
@@ -561,8 +535,8 @@ def state_target_loss(states: Any, levels: Any, directions: Any, targets: Any) -
 
 
 def state_level_trainer(base: type, config: TeachConfig, world: Any, *, weight: float) -> type:
-    """``base`` (TRL's ``SFTTrainer``) with the auxiliary loss of the module docstring: the state of a row
-    (``level`` > 0) is the final norm's output before its first completion token."""
+    """``base`` (TRL's ``SFTTrainer``) with the module docstring's auxiliary loss on the final norm's output
+    before each routed row's first completion token."""
     import torch
 
     direction = state_level_direction(config.hidden_size, config.seed)
@@ -632,8 +606,7 @@ def greedy_check(
     world: str = "cliff",
     recipes: str | Path = DEFAULT_RECIPES,
 ) -> dict[str, Any]:
-    """Greedy forced-mode accuracy and mean L per level on the first held-out problems: a deterministic
-    fingerprint of a taught model, stored in ``teaching.json``."""
+    """Greedy forced-mode accuracy and mean L per level on the first held-out problems (a fingerprint)."""
     import tempfile
 
     from routing_grpo.evaluation.config import EvalConfig
