@@ -27,7 +27,6 @@ from tests.helpers import PACKAGE, build_trainer, make_args
 
 # Private names spelled like one of TRL's or transformers' that are not theirs (no tie to a TRL release).
 NOT_TRLS = {
-    "_setup": "routing_grpo.generation.transformers_backend.TransformersBackend's own set-up, not a Trainer's",
     "_SubParsersAction": "argparse's, in a type annotation of train.make_parser",
 }
 

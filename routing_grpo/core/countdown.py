@@ -3,13 +3,16 @@
 An instance gives 3 (level 1) or 4 (level 2) numbers and a target; the model must combine every number once
 with ``+ - * /`` and parentheses to reach the target. Each instance is built from a random expression, its
 canonical solution, whose intermediate values are non-negative integers. Verification never calls ``eval``:
-:func:`parse_expression` is a recursive-descent parser with exact :class:`fractions.Fraction` arithmetic and
-length, token, digit and nesting limits, so hostile strings cost bounded time.
+:func:`parse_expression` checks the tokens (length, token, digit and nesting limits, so hostile strings cost
+bounded time), parses them with :mod:`ast` and evaluates only ``+ - * /`` on int literals, exactly.
 """
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import itertools
+import operator
 import random
 import re
 from collections import Counter
@@ -50,6 +53,12 @@ _SYMBOL_REPLACEMENTS = (
 )  # fmt: skip
 _TOKEN_RE = re.compile(r"\s*(?:([0-9]+)|(\S))")
 _OPERATORS = frozenset("+-*/()")
+_BINARY_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+}
 
 
 def normalise_symbols(text: str) -> str:
@@ -69,74 +78,37 @@ def _tokenise(text: str) -> list[str]:
             raise ExpressionError(f"number with more than {MAX_NUMBER_DIGITS} digits")
         if symbol is not None and symbol not in _OPERATORS:
             raise ExpressionError(f"unexpected character {symbol!r}")
-        tokens.append(number if number is not None else symbol)
+        tokens.append(str(int(number)) if number is not None else symbol)
     if len(tokens) > MAX_TOKENS:
         raise ExpressionError(f"more than {MAX_TOKENS} tokens")
+    if max(itertools.accumulate((t == "(") - (t == ")") for t in tokens), default=0) > MAX_PAREN_DEPTH:
+        raise ExpressionError(f"parentheses nested deeper than {MAX_PAREN_DEPTH}")
     return tokens
 
 
-class _Parser:
-    """expr := term (('+'|'-') term)* ; term := factor (('*'|'/') factor)* ; factor := INT | '(' expr ')'."""
-
-    def __init__(self, tokens: list[str]) -> None:
-        self.tokens = tokens
-        self.pos = 0
-        self.depth = 0
-        self.numbers: list[int] = []
-
-    def parse(self) -> ParsedExpression:
-        value = self._expr()
-        if self.pos != len(self.tokens):
-            raise ExpressionError(f"unexpected {self.tokens[self.pos]!r} at token {self.pos}")
-        return ParsedExpression(value, tuple(self.numbers))
-
-    def _peek(self) -> str | None:
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
-
-    def _expr(self) -> Fraction:
-        value = self._term()
-        while (op := self._peek()) in ("+", "-"):
-            self.pos += 1
-            right = self._term()
-            value = value + right if op == "+" else value - right
-        return value
-
-    def _term(self) -> Fraction:
-        value = self._factor()
-        while (op := self._peek()) in ("*", "/"):
-            self.pos += 1
-            right = self._factor()
-            if op == "/" and right == 0:
-                raise ExpressionError("division by zero")
-            value = value * right if op == "*" else value / right
-        return value
-
-    def _factor(self) -> Fraction:
-        token = self._peek()
-        if token is None:
-            raise ExpressionError("unexpected end of expression")
-        self.pos += 1
-        if token[0] in "0123456789":
-            self.numbers.append(int(token))
-            return Fraction(int(token))
-        if token != "(":
-            raise ExpressionError(f"unexpected {token!r} at token {self.pos - 1}")
-        self.depth += 1
-        if self.depth > MAX_PAREN_DEPTH:
-            raise ExpressionError(f"parentheses nested deeper than {MAX_PAREN_DEPTH}")
-        value = self._expr()
-        if self._peek() != ")":
-            raise ExpressionError("missing ')'")
-        self.pos += 1
-        self.depth -= 1
-        return value
+def _evaluate(node: ast.expr, numbers: list[int]) -> Fraction:
+    """Exact value of a tree of int literals and ``+ - * /``; its literals appended to ``numbers`` in order."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        numbers.append(node.value)
+        return Fraction(node.value)
+    if not (isinstance(node, ast.BinOp) and type(node.op) in _BINARY_OPS):
+        raise ExpressionError(f"unexpected {ast.unparse(node)!r}")
+    left, right = _evaluate(node.left, numbers), _evaluate(node.right, numbers)
+    if isinstance(node.op, ast.Div) and right == 0:
+        raise ExpressionError("division by zero")
+    return _BINARY_OPS[type(node.op)](left, right)
 
 
 def parse_expression(text: str) -> ParsedExpression:
     """Parse and evaluate an arithmetic expression exactly. Raises :class:`ExpressionError` when invalid."""
     if not isinstance(text, str):
         raise ExpressionError("expression is not a string")
-    return _Parser(_tokenise(normalise_symbols(text))).parse()
+    try:  # tokens joined by spaces: no Python spelling (``**``, ``//``, ``0x``) can form
+        tree = ast.parse(" ".join(_tokenise(normalise_symbols(text))), mode="eval")
+    except SyntaxError as error:
+        raise ExpressionError(f"unexpected syntax: {error.msg}") from None
+    numbers: list[int] = []
+    return ParsedExpression(_evaluate(tree.body, numbers), tuple(numbers))
 
 
 def check_expression(expression: str, numbers: Sequence[int], target: int) -> bool:

@@ -230,13 +230,6 @@ def grade(
     return GradeResult(verify_answer(extracted, reference, timeout_s=timeout_s), extracted)
 
 
-def _grade_limited(
-    completion: str, reference: str, timeout_s: float, finished: bool = True, reasoning_open: bool = False
-) -> GradeResult:
-    extracted = extract_answer(completion, finished=finished, reasoning_open=reasoning_open)
-    return GradeResult(_verify_limited(extracted, reference, timeout_s), extracted)
-
-
 def grade_batch(
     completions: Sequence[str],
     references: Sequence[str],
@@ -265,14 +258,15 @@ def grade_batch(
         raise ValueError(
             f"{n} completions but {len(done)} finished flags and {len(opened)} reasoning_open flags"
         )
-    items = [(c, r, timeout_s, f, o) for c, r, f, o in zip(completions, references, done, opened)]
-    if signal_timer_usable() and (n < MIN_POOL_BATCH or num_workers == 0):
-        return [_grade_limited(*item) for item in items]
-    results = run_in_pool(num_workers, _grade_limited, items, timeout_s, PRELOAD)
-    return [
-        result if result is not None else GradeResult(False, extract_answer(c, finished=f, reasoning_open=o))
-        for result, (c, _, _, f, o) in zip(results, items)
+    extracted = [
+        extract_answer(c, finished=f, reasoning_open=o) for c, f, o in zip(completions, done, opened)
     ]
+    items = [(answer, reference, timeout_s) for answer, reference in zip(extracted, references)]
+    if signal_timer_usable() and (n < MIN_POOL_BATCH or num_workers == 0):
+        correct = [_verify_limited(*item) for item in items]
+    else:  # None: past its deadline, or its worker died
+        correct = [bool(c) for c in run_in_pool(num_workers, _verify_limited, items, timeout_s, PRELOAD)]
+    return [GradeResult(c, answer) for c, answer in zip(correct, extracted)]
 
 
 def grade_file(

@@ -10,6 +10,7 @@ longest mode that the balance gate exempts.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -45,19 +46,8 @@ class ModeSpec:
     cap: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.name or not self.word:
-            which = "name" if not self.name else "word"
-            raise ValueError(f"mode {self.name or self.word!r}: `{which}` must be non-empty")
-        if not self.word.strip() or self.word != self.word.strip():
-            raise ValueError(f"mode {self.name!r}: `word` {self.word!r} must not have surrounding whitespace")
-        if not (math.isfinite(self.base) and self.base > 0):
-            raise ValueError(f"mode {self.name!r}: `base` must be a positive number, got {self.base!r}")
-        if not (0.0 < self.gamma <= 1.0):
-            raise ValueError(f"mode {self.name!r}: `gamma` must be in (0, 1], got {self.gamma!r}")
-        if self.cap is not None and (isinstance(self.cap, bool) or int(self.cap) != self.cap or self.cap < 1):
-            raise ValueError(
-                f"mode {self.name!r}: `cap` must be a positive integer or null, got {self.cap!r}"
-            )
+        if problem := _mode_problem(self.name, self.word, self.base, self.gamma, self.cap):
+            raise ValueError(f"mode {self.name!r}: {problem}")
 
     def reward(self, length: int) -> float:
         """Reward of a correct answer of ``length`` tokens after the routing word (no cap applied)."""
@@ -65,6 +55,35 @@ class ModeSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _mode_problem(name: Any, word: Any, base: float, gamma: float, cap: Any = None) -> str | None:
+    """Why these fields make no :class:`ModeSpec`, or None."""
+    for key, value in (("name", name), ("word", word)):
+        if not isinstance(value, str):
+            return f"`{key}` must be text, got {value!r}"
+        if not value:
+            return f"`{key}` must be non-empty"
+        if len(value) > MAX_WORD_CHARS:
+            return (
+                f"`{key}` is {len(value)} characters; at most {MAX_WORD_CHARS} (a routing word is the answer's "
+                "first word)"
+            )
+    if word != word.strip():
+        return f"`word` {word!r} must not have surrounding whitespace"
+    if not (math.isfinite(base) and base > 0):
+        return f"`base` must be a positive number, got {base!r}"
+    if not (0.0 < gamma <= 1.0):
+        return f"`gamma` must be in (0, 1], got {gamma!r}"
+    if cap is not None and (
+        isinstance(cap, bool)
+        or not isinstance(cap, int | float)
+        or not math.isfinite(cap)
+        or cap != int(cap)
+        or cap < 1
+    ):
+        return f"`cap` must be a positive integer or null, got {cap!r}"
+    return None
 
 
 # The MATH recipe of the paper (Table "Hyperparameters"): caps 1024 / 3000 / none, context 16,384.
@@ -90,27 +109,13 @@ def parse_modes(raw: Sequence[ModeSpec | Mapping[str, Any]]) -> tuple[ModeSpec, 
         if missing := {"name", "base", "gamma"} - set(item):
             raise ValueError(f"modes[{i}]: missing key(s) {sorted(missing)}")
         kwargs = {"word": item["name"], **item}
-        for key in ("name", "word"):
-            if not isinstance(kwargs[key], str):
-                raise ValueError(f"modes[{i}]: `{key}` must be text, got {kwargs[key]!r}")
-            if len(kwargs[key]) > MAX_WORD_CHARS:
-                raise ValueError(
-                    f"modes[{i}]: `{key}` is {len(kwargs[key])} characters; at most {MAX_WORD_CHARS} (a routing "
-                    "word is the answer's first word)"
-                )
-        cap = kwargs.get("cap")
-        if cap is not None and (
-            isinstance(cap, bool)
-            or not isinstance(cap, int | float)
-            or not math.isfinite(cap)
-            or cap != int(cap)
-        ):
-            raise ValueError(f"modes[{i}]: `cap` must be a positive integer or null, got {cap!r}")
         try:
             kwargs["base"] = float(kwargs["base"])
             kwargs["gamma"] = float(kwargs["gamma"])
         except (TypeError, ValueError) as err:
             raise ValueError(f"modes[{i}]: `base` and `gamma` must be numbers ({err})") from None
+        if problem := _mode_problem(**kwargs):
+            raise ValueError(f"modes[{i}]: {problem}")
         modes.append(ModeSpec(**kwargs))
     validate_modes(modes)
     return tuple(modes)
@@ -125,21 +130,13 @@ def validate_modes(modes: Sequence[ModeSpec]) -> None:
     if len({n.lower() for n in names}) != len(names):  # a mode is named ignoring case
         raise ValueError(f"modes: names must be distinct ignoring case, got {names}")
     keys = [re.sub(r"[\s_\-]", "", m.word).lower() for m in modes]
-    for i, a in enumerate(keys):
-        for j in range(i + 1, len(keys)):
-            if keys[j] == a:
-                raise ValueError(
-                    f"modes: {modes[i].name!r} and {modes[j].name!r} have the same routing word "
-                    f"({modes[i].word!r} and {modes[j].word!r}, ignoring case and separators); each mode needs "
-                    "its own word"
-                )
-    for i, a in enumerate(keys):
-        for j, b in enumerate(keys):
-            if i != j and b.startswith(a):
-                raise ValueError(
-                    f"modes: routing word {modes[i].word!r} is a prefix of {modes[j].word!r} "
-                    "(ignoring case and separators); detection would be ambiguous"
-                )
+    for i, j in itertools.permutations(range(len(modes)), 2):
+        if keys[j].startswith(keys[i]):
+            what = "the same routing word as" if keys[i] == keys[j] else "a prefix of"
+            raise ValueError(
+                f"modes: routing word {modes[i].word!r} is {what} {modes[j].word!r} (ignoring case and "
+                "separators); detection would be ambiguous"
+            )
 
 
 def mode_index(modes: Sequence[ModeSpec], name: str) -> int:

@@ -339,11 +339,8 @@ def check_columns(dataset: Any, split: str, answer_column: str) -> None:
     lacks the ``prompt`` or ``answer_column`` column."""
     for ds in dataset.values() if isinstance(dataset, Mapping) else [dataset]:
         columns = getattr(ds, "column_names", None)
-        if columns is None:
-            continue
-        columns = list(columns)
         for key, column in (("prompt", "prompt"), ("answer_column", answer_column)):
-            if column not in columns:
+            if columns is not None and column not in columns:
                 raise ValueError(
-                    f"{key}: the {split} data has no column {column!r}; its columns are {columns}"
+                    f"{key}: the {split} data has no column {column!r}; its columns are {list(columns)}"
                 )

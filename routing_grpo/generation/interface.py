@@ -28,11 +28,9 @@ class GenerationRequest:
 
 def stop_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
     """The tokens that end a completion everywhere: the tokenizer's EOS, then the generation config's."""
-    eos = getattr(generation_config, "eos_token_id", None) if generation_config is not None else None
-    eos = [] if eos is None else (list(eos) if isinstance(eos, list | tuple) else [eos])
-    own = getattr(tokenizer, "eos_token_id", None) if tokenizer is not None else None
-    ids = [own, *eos] if own is not None else eos
-    return list(dict.fromkeys(int(t) for t in ids))
+    eos = getattr(generation_config, "eos_token_id", None)
+    ids = [getattr(tokenizer, "eos_token_id", None), *(eos if isinstance(eos, list | tuple) else [eos])]
+    return list(dict.fromkeys(int(t) for t in ids if t is not None))
 
 
 def cut_at_eos(ids: Sequence[int], eos_token_ids: Sequence[int]) -> list[int]:

@@ -122,11 +122,9 @@ class TransformersBackend(Backend):
                 do_sample=True, temperature=temperature, top_p=top_p, top_k=max(int(top_k), 0)
             )
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        self._setup(
-            model,
-            generation_config,
-            pad_token_id=pad,
-            eos_token_ids=stop_token_ids(getattr(model, "generation_config", None), tokenizer),
+        eos = stop_token_ids(getattr(model, "generation_config", None), tokenizer)
+        vars(self).update(
+            vars(self.from_generation_config(model, generation_config, pad_token_id=pad, eos_token_ids=eos))
         )
 
     @classmethod
@@ -141,26 +139,13 @@ class TransformersBackend(Backend):
     ) -> TransformersBackend:
         """A backend with a trainer's sampling settings; ``prepare``: the trainer's ``_prepare_inputs``."""
         backend = cls.__new__(cls)
-        backend._setup(
-            model, generation_config, pad_token_id=pad_token_id, eos_token_ids=eos_token_ids, prepare=prepare
-        )
+        backend.model, backend.generation_config, backend.prepare = model, generation_config, prepare
+        backend.pad_token_id = int(pad_token_id)
+        backend.eos_token_ids = [int(t) for t in eos_token_ids]
+        backend.continues_rows = shrinking_loop_supported(generation_config)
+        backend.device_decoder = None  # made on first use; keeps its static cache and graphs across calls
+        backend.device_loop_note = None  # why the shrinking loop decoded instead (said once)
         return backend
-
-    def _setup(
-        self,
-        model: Any,
-        generation_config: Any,
-        *,
-        pad_token_id: int,
-        eos_token_ids: Sequence[int],
-        prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-    ) -> None:
-        self.model, self.generation_config, self.prepare = model, generation_config, prepare
-        self.pad_token_id = int(pad_token_id)
-        self.eos_token_ids = [int(t) for t in eos_token_ids]
-        self.continues_rows = shrinking_loop_supported(generation_config)
-        self.device_decoder: Any = None  # made on first use; keeps its static cache and graphs across calls
-        self.device_loop_note: str | None = None  # why the shrinking loop decoded instead (said once)
 
     def next_tokens(
         self, prompts: Sequence[Sequence[int]], allowed: Sequence[Sequence[int] | None]

@@ -49,12 +49,7 @@ def word_decision(
         return None
     if prefix and prefix[-1] in set(eos_token_ids):
         return detector.detect(prefix)
-    longer = any(
-        len(form) > len(prefix) and list(form[: len(prefix)]) == prefix
-        for mode_forms in forms.values()
-        for form in mode_forms
-    )
-    if longer and len(prefix) < DETECTION_HEAD_TOKENS:
+    if allowed_next_tokens(forms, list(forms), prefix) and len(prefix) < DETECTION_HEAD_TOKENS:
         return None
     detection = detector.detect(prefix)
     if detection.valid or len(prefix) >= DETECTION_HEAD_TOKENS:
