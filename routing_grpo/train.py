@@ -105,7 +105,7 @@ def main(
     with runs.run_folder(script_args, training_args) as run:
         if run is None:  # this run has finished in its folder already: nothing to train
             return None
-        identity, checkpoint = run
+        identity, checkpoint, at_end = run
 
         # Load the data
         set_seed(training_args.seed)
@@ -135,16 +135,19 @@ def main(
 
         # Training loop (the folder is claimed only now: a run that failed to load claims nothing)
         runs.claim_run_folder(training_args, identity, checkpoint)
-        try:
-            result = trainer.train(resume_from_checkpoint=checkpoint)
-        finally:
-            trainer.close_batch_bar()
-        # Preempted: the checkpoint is written, the run is not finished; every process exits 128 + signal.
-        exit_if_preempted(trainer)
+        if at_end:  # the checkpoint is at max_steps: its model is the final one
+            runs.load_checkpoint(trainer, checkpoint)
+        else:
+            try:
+                result = trainer.train(resume_from_checkpoint=checkpoint)
+            finally:
+                trainer.close_batch_bar()
+            # Preempted: the checkpoint is written, the run is not finished; every process exits 128 + signal.
+            exit_if_preempted(trainer)
+            trainer.log_metrics("train", result.metrics)
+            trainer.save_metrics("train", result.metrics)
 
         # Save the model, the routing settings and the model card
-        trainer.log_metrics("train", result.metrics)
-        trainer.save_metrics("train", result.metrics)
         trainer.save_state()
         save_final_model(trainer, training_args.output_dir, training_args.merge_adapter)
         if trainer.accelerator.is_main_process:

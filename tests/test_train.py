@@ -569,3 +569,54 @@ def test_a_rollout_setting_the_routing_rollouts_own_is_refused_before_the_model_
     message = run_cli_expecting_error(["--config", str(write_recipe(tmp_path / "r.yaml", recipe))])
     assert "generation_kwargs: n is set by the routing rollouts per request" in message
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_run_resumed_at_its_last_step_trains_nothing_and_finishes(tmp_path, tiny_model_path, monkeypatch):
+    """Killed after its last checkpoint was marked complete, before the run was marked finished (here its
+    routing_run.json cut short): the rerun saves that checkpoint's model as the final one without a step."""
+    from safetensors.torch import load_file
+
+    from routing_grpo.training.trainer import RoutingGRPOTrainer
+
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    (out / runs.RUN_FILE).write_text((out / runs.RUN_FILE).read_text()[:20])
+    (out / "model.safetensors").unlink()
+    rows = (out / "metrics.jsonl").read_text()
+
+    monkeypatch.setattr(RoutingGRPOTrainer, "train", lambda *a, **k: pytest.fail("a step was trained"))
+    trainer = train.main(*train.parse_args(["--config", str(recipe)]))
+    assert trainer.state.global_step == 2 and not (out / "checkpoint-3").exists()
+    assert json.loads((out / runs.RUN_FILE).read_text())["finished"] == {"global_step": 2, "max_steps": 2}
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
+    assert (out / "metrics.jsonl").read_text() == rows
+    final, saved = load_file(out / "model.safetensors"), load_file(out / "checkpoint-2" / "model.safetensors")
+    assert final.keys() == saved.keys() and all((final[k] == saved[k]).all() for k in final)
+
+
+def test_a_shorter_rerun_of_a_finished_run_is_refused(tmp_path, tiny_model_path, monkeypatch):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out))
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    monkeypatch.setattr(loading, "resolve_model_path", lambda *a, **k: pytest.fail("a model was loaded"))
+    message = run_cli_expecting_error(["--config", str(recipe), "--total_batch_steps", "1"])
+    assert f"resume: {out / 'checkpoint-4'} is at optimizer step 4, past this run's max_steps 2" in message
+    assert json.loads((out / runs.RUN_FILE).read_text())["finished"] == {"global_step": 4, "max_steps": 4}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "numbers"),
+    [
+        ({"train_limit": 1}, "1 training prompt(s) (after train_limit and filtering), fewer than one generation "
+         "batch of 2 (8 rollouts / num_generations 4)"),
+        ({"train_limit": 8, "per_device_train_batch_size": 32}, "8 training prompt(s) (after train_limit and "
+         "filtering), fewer than one generation batch of 16 (64 rollouts / num_generations 4)"),
+    ],
+)  # fmt: skip
+def test_a_run_that_cannot_take_one_step_is_refused(tmp_path, no_model_loading, overrides, numbers):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", out, **overrides))
+    message = run_cli_expecting_error(["--config", str(recipe)])
+    assert numbers in message and "nothing was trained" in message
+    assert not out.exists() or [p.name for p in out.iterdir()] in ([], ["_routing_grpo.lock"])

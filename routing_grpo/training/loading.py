@@ -25,7 +25,8 @@ def load_datasets(
     training_args: RoutingGRPOConfig,
     level_mix: dict[int, float] | None = None,
 ):
-    """The training and validation data (validation None unless evaluated), their columns checked."""
+    """The training and validation data (validation None unless evaluated), their columns checked and at least
+    one generation batch of training prompts."""
     from routing_grpo.data.datasets import (
         DatasetUnavailableError,
         check_columns,
@@ -67,6 +68,13 @@ def load_datasets(
     with user_errors("", ValueError):
         check_columns(train, "train", training_args.answer_column)
         check_columns(eval_dataset, "validation", training_args.answer_column)
+    batch, group = training_args.generation_batch_size, training_args.num_generations
+    if len(train) < batch // group:  # TRL's sampler yields whole generation batches only
+        raise UsageError(
+            f"{len(train)} training prompt(s) (after train_limit and filtering), fewer than one generation batch "
+            f"of {batch // group} ({batch} rollouts / num_generations {group}): not one optimizer step; nothing "
+            "was trained. Give more prompts or a smaller generation batch"
+        )
     return train, eval_dataset
 
 

@@ -65,6 +65,11 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)",
         "where nothing is capped in generation, the rollout takes TRL's own generation, as a plain GRPO run",
     ),
+    PrivateName(
+        "Trainer", "_load_from_checkpoint", CALLED, "training.runs",
+        "(self, resume_from_checkpoint: str, model: torch.nn.modules.module.Module | None = None) -> None",
+        "a run resumed at max_steps takes the checkpoint's model without a step: train() always takes one",
+    ),
     # Instance attributes.
     PrivateName("GRPOTrainer", "_logs", ATTRIBUTE, "training.trainer",
                 reason="the completions table shows the routing advantages, not TRL's"),
