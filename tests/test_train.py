@@ -108,6 +108,14 @@ def test_wrong_types_fail_before_the_model_loads(tmp_path, no_model_loading, key
     assert expected in run_cli_expecting_error(["--config", str(recipe)])
 
 
+@pytest.mark.parametrize(("line", "named"), [("1: 3", "1"), ("~: 3", "None"), ("true: 3", "True")])
+def test_a_recipe_key_that_is_not_text_is_one_line(tmp_path, no_model_loading, line, named):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out"))
+    recipe.write_text(recipe.read_text() + line + "\n")
+    message = run_cli_expecting_error(["--config", str(recipe)])
+    assert f"{named}: not a recipe key (YAML reads it as" in message
+
+
 def test_numbers_written_as_yaml_strings_are_accepted(tmp_path):
     # PyYAML reads `1e-6` (no dot) as a string; argparse converts it like a command-line value.
     recipe = write_recipe(
