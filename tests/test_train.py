@@ -628,3 +628,17 @@ def test_a_run_that_cannot_take_one_step_is_refused(tmp_path, no_model_loading, 
     message = run_cli_expecting_error(["--config", str(recipe)])
     assert numbers in message and "nothing was trained" in message
     assert not out.exists() or [p.name for p in out.iterdir()] in ([], ["_routing_grpo.lock"])
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        (["Short", "short"], "modes: names must be distinct ignoring case, got ['Short', 'short']"),
+        (["../x", "Long"], "modes: not a name ('../x' holds a path separator; give a plain name)"),
+        ([".", "Long"], "modes: not a name ('.' is a folder reference, not a name)"),
+    ],
+)
+def test_mode_names_are_plain_names_distinct_ignoring_case(tmp_path, no_model_loading, names, expected):
+    modes = [{"name": n, "word": w, "base": 1.0, "gamma": 1.0} for n, w in zip(names, ["Alpha", "Beta"])]
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", modes=modes))
+    assert expected in run_cli_expecting_error(["--config", str(recipe)])
