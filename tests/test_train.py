@@ -642,3 +642,24 @@ def test_mode_names_are_plain_names_distinct_ignoring_case(tmp_path, no_model_lo
     modes = [{"name": n, "word": w, "base": 1.0, "gamma": 1.0} for n, w in zip(names, ["Alpha", "Beta"])]
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", modes=modes))
     assert expected in run_cli_expecting_error(["--config", str(recipe)])
+
+
+def error_after_loading(argv: list[str], capsys) -> str:
+    """The last line of ``train.cli``'s stderr, which exits 2 without a traceback (loading bars before it)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        train.cli(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "Traceback" not in err, err[-3000:]
+    return err.strip().splitlines()[-1]
+
+
+def test_a_bad_metrics_line_on_resume_is_one_line(tmp_path, tiny_model_path, capsys):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    lines = (out / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (out / "metrics.jsonl").write_text("".join([lines[0], "{not json\n", *lines[1:]]))
+    message = error_after_loading(["--config", str(recipe), "--total_batch_steps", "2"], capsys)
+    assert message.startswith(f"routing-grpo train: error: {out / 'metrics.jsonl'}:2: not valid JSON")
+    assert not (out / "checkpoint-3").exists() and not (out / "checkpoint-4").exists()
