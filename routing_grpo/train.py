@@ -87,6 +87,7 @@ def main(
     Returns:
         The trainer, or None when this run had finished already in its folder and nothing was trained.
     """
+    from safetensors import SafetensorError
     from transformers import set_seed
     from trl import get_peft_config
 
@@ -140,6 +141,9 @@ def main(
         else:
             try:
                 result = trainer.train(resume_from_checkpoint=checkpoint)
+            except (OSError, RuntimeError, SafetensorError) as err:  # a checkpoint cut short: one line
+                runs.check_checkpoint_written(trainer, err)
+                raise
             finally:
                 trainer.close_batch_bar()
             # Preempted: the checkpoint is written, the run is not finished; every process exits 128 + signal.

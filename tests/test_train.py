@@ -663,3 +663,25 @@ def test_a_bad_metrics_line_on_resume_is_one_line(tmp_path, tiny_model_path, cap
     message = error_after_loading(["--config", str(recipe), "--total_batch_steps", "2"], capsys)
     assert message.startswith(f"routing-grpo train: error: {out / 'metrics.jsonl'}:2: not valid JSON")
     assert not (out / "checkpoint-3").exists() and not (out / "checkpoint-4").exists()
+
+
+def test_a_checkpoint_cut_short_by_the_file_size_limit_is_one_line(tmp_path, tiny_model_path, capsys):
+    """optimizer.pt (about 1 MB) passes the limit ``ulimit -f`` sets, as on a full disk: one line naming the
+    checkpoint; the rerun sets it aside and trains that step afresh."""
+    import resource
+    import signal
+
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
+    limits, handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (700_000, limits[1]))
+    try:
+        message = error_after_loading(["--config", str(recipe)], capsys)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert message.startswith(f"routing-grpo train: error: {out / 'checkpoint-2'}: writing the checkpoint failed")
+    assert "at most 700000 bytes a file (ulimit -f)" in message
+    trainer = train.main(*train.parse_args(["--config", str(recipe)]))
+    assert trainer.state.global_step == 2 and (out / "checkpoint-2.incomplete-1").is_dir()
+    assert (out / "checkpoint-2" / "checkpoint_complete.json").is_file()

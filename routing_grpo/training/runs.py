@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.io import checkpoints
-from routing_grpo.io.errors import UsageError, user_errors
+from routing_grpo.io.errors import UsageError, file_size_limit, one_line, os_error_line, user_errors
 from routing_grpo.io.jsonl import write_json
 from routing_grpo.io.locks import FOLDER_LOCK_NAME, OutputLock, folder_lock_path
 from routing_grpo.training.config import RoutingGRPOConfig
@@ -176,6 +176,20 @@ def load_checkpoint(trainer: Any, checkpoint: str) -> None:
 
     trainer._load_from_checkpoint(checkpoint)
     trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / checkpoints.TRAINER_STATE))
+
+
+def check_checkpoint_written(trainer: Any, err: BaseException) -> None:
+    """Raises ``err`` (a full disk, the file-size limit) as one line naming the checkpoint it cut short; returns
+    when the checkpoint of this step is complete or was not begun (another error)."""
+    folder = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
+    if not folder.is_dir() or checkpoints.checkpoint_problem(folder) is None:
+        return
+    cause = os_error_line(err) if isinstance(err, OSError) else one_line(err)
+    limit = f", at most {file_size_limit()} bytes a file (ulimit -f)" if file_size_limit() else ""
+    raise UsageError(
+        f"{folder}: writing the checkpoint failed ({cause}); check the free space there{limit}, then rerun the "
+        "same command: it sets this checkpoint aside and resumes from the latest complete one"
+    ) from err
 
 
 def check_output_folder(output_dir: str | Path, overwrite: bool = False) -> None:
