@@ -115,6 +115,7 @@ def main(
         # Load the tokenizer and the model
         model_path = loading.resolve_model(script_args, model_args, training_args)
         tokenizer = loading.load_tokenizer(model_path, script_args, model_args, training_args)
+        loading.check_prompt_lengths(model_path, train_dataset, tokenizer, model_args, training_args)
         model = loading.load_model(model_path, model_args, training_args)
 
         # Initialize the trainer (a setting only the model can check, such as LoRA target modules: one line)

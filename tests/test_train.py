@@ -685,3 +685,17 @@ def test_a_checkpoint_cut_short_by_the_file_size_limit_is_one_line(tmp_path, tin
     trainer = train.main(*train.parse_args(["--config", str(recipe)]))
     assert trainer.state.global_step == 2 and (out / "checkpoint-2.incomplete-1").is_dir()
     assert (out / "checkpoint-2" / "checkpoint_complete.json").is_file()
+
+
+def test_prompts_past_the_context_with_the_completion_are_refused(tmp_path, tiny_model_path, monkeypatch):
+    """The tiny model's context is 1024 tokens: a prompt of about 1,100 words leaves no room for 16 more."""
+    data = tmp_path / "train.jsonl"
+    rows = [{"id": f"q{i}", "problem": "1+1?", "answer": "2"} for i in range(8)]
+    rows[3]["problem"] = "one " * 1100 + "plus one?"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    out = tmp_path / "out"
+    recipe = tiny_recipe(tiny_model_path, out, task="math_train", dataset_path=str(data), train_limit=None)
+    message = run_cli_expecting_error(["--config", str(write_recipe(tmp_path / "r.yaml", recipe))])
+    assert "max_completion_length: 16 tokens after 1 training prompt(s) pass the model's context of 1024" in message
+    assert "(the longest, row q3, has " in message

@@ -81,8 +81,7 @@ def load_datasets(
 def resolve_model(
     script_args: RoutingScriptArguments, model_args: ModelConfig, training_args: RoutingGRPOConfig
 ) -> str:
-    """The folder or Hub name to load ``model_name_or_path`` from, once its weights look whole and
-    ``max_completion_length`` leaves room for a prompt in the model's context."""
+    """The folder or Hub name to load ``model_name_or_path`` from, once its weights and config look whole."""
     name = model_args.model_name_or_path
     if not is_offline_name(name) and looks_local(name) and not Path(name).expanduser().is_dir():
         raise UsageError(
@@ -98,17 +97,36 @@ def resolve_model(
     with user_errors(
         f"model_name_or_path: {name} could not be loaded", OSError, ValueError, *model_file_errors()
     ):
-        context = context_length(model_path, model_args.model_revision, training_args.trust_remote_code)
-    limit = training_args.max_completion_length
-    if context is not None and limit is not None and limit >= context:
-        caps = [m.cap for m in training_args.mode_specs if m.cap is not None]
-        raise UsageError(
-            f"max_completion_length: {limit} tokens"
-            + (f" (caps up to {max(caps)})" if caps else "")
-            + f" do not fit the model's context of {context} tokens with any prompt; lower "
-            "max_completion_length and the caps"
-        )
+        context_length(model_path, model_args.model_revision, training_args.trust_remote_code)
     return model_path
+
+
+def check_prompt_lengths(
+    model_path: str, train: Any, tokenizer: Any, model_args: ModelConfig, training_args: RoutingGRPOConfig
+) -> None:
+    """Refuses training prompts (rendered as the trainer renders them, with the routing instruction and
+    question) after which ``max_completion_length`` tokens do not fit the model's context."""
+    from routing_grpo.core.prompting import PromptPlan
+
+    context = context_length(model_path, model_args.model_revision, training_args.trust_remote_code)
+    limit = training_args.max_completion_length
+    if context is None or limit is None:
+        return
+    plan = PromptPlan(training_args.effective_routing_instruction, training_args.effective_routing_question)
+    ids = train["id"] if "id" in train.column_names else range(len(train))
+    long = []
+    for row, prompt in zip(ids, train["prompt"], strict=True):
+        text = plan.render(tokenizer, prompt)  # at most a token per byte: only long texts are tokenized
+        if len(text.encode()) + limit >= context:
+            tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            long += [(tokens, str(row))] if tokens + limit > context else []
+    if long:
+        tokens, row = max(long)
+        raise UsageError(
+            f"max_completion_length: {limit} tokens after {len(long)} training prompt(s) pass the model's context "
+            f"of {context} tokens (the longest, row {row}, has {tokens} tokens); lower max_completion_length "
+            "and the caps, or leave the long prompts out"
+        )
 
 
 def load_tokenizer(
