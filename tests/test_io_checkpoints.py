@@ -45,9 +45,12 @@ def test_which_checkpoints_are_complete(tmp_path):
     # A marker that lists no file, or a trainer_state.json garbled at its saved size, is no complete checkpoint.
     (tmp_path / "checkpoint-6" / "trainer_state.json").write_text("x" * len(json.dumps({"global_step": 6})))
     (tmp_path / "checkpoint-4" / checkpoints.MARKER).write_text('{"global_step": 4, "files": {}}')
-    assert checkpoints.checkpoint_problem(tmp_path / "checkpoint-4") == "checkpoint_complete.json cannot be read"
+    assert (
+        checkpoints.checkpoint_problem(tmp_path / "checkpoint-4") == "checkpoint_complete.json cannot be read"
+    )
     assert checkpoints.latest_complete(tmp_path)[1][0] == (
-        tmp_path / "checkpoint-6", "trainer_state.json is not whole JSON: its writing was cut short"
+        tmp_path / "checkpoint-6",
+        "trainer_state.json is not whole JSON: its writing was cut short",
     )
 
 

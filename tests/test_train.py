@@ -680,7 +680,9 @@ def test_a_checkpoint_cut_short_by_the_file_size_limit_is_one_line(tmp_path, tin
     finally:
         resource.setrlimit(resource.RLIMIT_FSIZE, limits)
         signal.signal(signal.SIGXFSZ, handler)
-    assert message.startswith(f"routing-grpo train: error: {out / 'checkpoint-2'}: writing the checkpoint failed")
+    assert message.startswith(
+        f"routing-grpo train: error: {out / 'checkpoint-2'}: writing the checkpoint failed"
+    )
     assert "at most 700000 bytes a file (ulimit -f)" in message
     trainer = train.main(*train.parse_args(["--config", str(recipe)]))
     assert trainer.state.global_step == 2 and (out / "checkpoint-2.incomplete-1").is_dir()
@@ -697,5 +699,8 @@ def test_prompts_past_the_context_with_the_completion_are_refused(tmp_path, tiny
     out = tmp_path / "out"
     recipe = tiny_recipe(tiny_model_path, out, task="math_train", dataset_path=str(data), train_limit=None)
     message = run_cli_expecting_error(["--config", str(write_recipe(tmp_path / "r.yaml", recipe))])
-    assert "max_completion_length: 16 tokens after 1 training prompt(s) pass the model's context of 1024" in message
+    assert (
+        "max_completion_length: 16 tokens after 1 training prompt(s) pass the model's context of 1024"
+        in message
+    )
     assert "(the longest, row q3, has " in message
