@@ -704,3 +704,21 @@ def test_prompts_past_the_context_with_the_completion_are_refused(tmp_path, tiny
         in message
     )
     assert "(the longest, row q3, has " in message
+
+
+@pytest.mark.parametrize("damage", ["empty marker", "state garbled at its size"])
+def test_a_damaged_checkpoint_is_set_aside_and_its_steps_trained_again(tmp_path, tiny_model_path, damage):
+    """A run stopped before it was marked finished, its last checkpoint damaged: resumed from the one before."""
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out))
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    identity = json.loads((out / runs.RUN_FILE).read_text())
+    (out / runs.RUN_FILE).write_text(json.dumps({k: v for k, v in identity.items() if k != "finished"}))
+    if damage == "empty marker":
+        (out / "checkpoint-4" / "checkpoint_complete.json").write_text('{"global_step": 4, "files": {}}\n')
+    else:
+        state = out / "checkpoint-4" / "trainer_state.json"
+        state.write_text("x" * state.stat().st_size)
+    trainer = train.main(*train.parse_args(["--config", str(recipe)]))
+    assert trainer.state.global_step == 4 and (out / "checkpoint-4.incomplete-1").is_dir()
+    assert [r.batch_step for r in trainer.routing_history if r.mode == "train"] == [1]
