@@ -683,7 +683,7 @@ def test_a_checkpoint_cut_short_by_the_file_size_limit_is_one_line(tmp_path, tin
     assert message.startswith(
         f"routing-grpo train: error: {out / 'checkpoint-2'}: writing the checkpoint failed"
     )
-    assert "at most 700000 bytes a file (ulimit -f)" in message
+    assert "(or raise ulimit -f)" in message
     trainer = train.main(*train.parse_args(["--config", str(recipe)]))
     assert trainer.state.global_step == 2 and (out / "checkpoint-2.incomplete-1").is_dir()
     assert (out / "checkpoint-2" / "checkpoint_complete.json").is_file()

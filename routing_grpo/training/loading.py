@@ -25,8 +25,8 @@ def load_datasets(
     training_args: RoutingGRPOConfig,
     level_mix: dict[int, float] | None = None,
 ):
-    """The training and validation data (validation None unless evaluated), their columns checked and at least
-    one generation batch of training prompts."""
+    """The training and validation data (validation None unless evaluated), checked: columns, one generation
+    batch of training prompts at least."""
     from routing_grpo.data.datasets import (
         DatasetUnavailableError,
         check_columns,
@@ -104,22 +104,19 @@ def resolve_model(
 def check_prompt_lengths(
     model_path: str, train: Any, tokenizer: Any, model_args: ModelConfig, training_args: RoutingGRPOConfig
 ) -> None:
-    """Refuses training prompts (rendered as the trainer renders them, with the routing instruction and
-    question) after which ``max_completion_length`` tokens do not fit the model's context."""
+    """Refuses training prompts, rendered as the trainer renders them, that leave no room in the model's context
+    for ``max_completion_length`` tokens."""
     from routing_grpo.core.prompting import PromptPlan
 
     context = context_length(model_path, model_args.model_revision, training_args.trust_remote_code)
     limit = training_args.max_completion_length
-    if context is None or limit is None:
-        return
     plan = PromptPlan(training_args.effective_routing_instruction, training_args.effective_routing_question)
-    ids = train["id"] if "id" in train.column_names else range(len(train))
     long = []
-    for row, prompt in zip(ids, train["prompt"], strict=True):
+    for row, prompt in zip(train["id"], train["prompt"], strict=True) if context and limit else ():
         text = plan.render(tokenizer, prompt)  # at most a token per byte: only long texts are tokenized
         if len(text.encode()) + limit >= context:
             tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-            long += [(tokens, str(row))] if tokens + limit > context else []
+            long += [(tokens, row)] if tokens + limit > context else []
     if long:
         tokens, row = max(long)
         raise UsageError(

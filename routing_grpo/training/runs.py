@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.io import checkpoints
-from routing_grpo.io.errors import UsageError, file_size_limit, one_line, os_error_line, user_errors
+from routing_grpo.io.errors import UsageError, one_line, os_error_line, user_errors
 from routing_grpo.io.jsonl import write_json
 from routing_grpo.io.locks import FOLDER_LOCK_NAME, OutputLock, folder_lock_path
 from routing_grpo.training.config import RoutingGRPOConfig
@@ -172,24 +172,19 @@ def checkpoint_step(checkpoint: str | Path) -> int:
 
 def load_checkpoint(trainer: Any, checkpoint: str) -> None:
     """A checkpoint's weights (or adapter) and state into the trainer, as ``Trainer.train`` resumes them."""
-    from transformers import TrainerState
-
     trainer._load_from_checkpoint(checkpoint)
-    trainer.state = TrainerState.load_from_json(str(Path(checkpoint) / checkpoints.TRAINER_STATE))
+    trainer.state = trainer.state.load_from_json(str(Path(checkpoint) / checkpoints.TRAINER_STATE))
 
 
 def check_checkpoint_written(trainer: Any, err: BaseException) -> None:
-    """Raises ``err`` (a full disk, the file-size limit) as one line naming the checkpoint it cut short; returns
-    when the checkpoint of this step is complete or was not begun (another error)."""
+    """Raises ``err`` as one line naming the checkpoint it cut short (a full disk, ``ulimit -f``), if it did."""
     folder = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
-    if not folder.is_dir() or checkpoints.checkpoint_problem(folder) is None:
-        return
-    cause = os_error_line(err) if isinstance(err, OSError) else one_line(err)
-    limit = f", at most {file_size_limit()} bytes a file (ulimit -f)" if file_size_limit() else ""
-    raise UsageError(
-        f"{folder}: writing the checkpoint failed ({cause}); check the free space there{limit}, then rerun the "
-        "same command: it sets this checkpoint aside and resumes from the latest complete one"
-    ) from err
+    if folder.is_dir() and checkpoints.checkpoint_problem(folder):
+        cause = os_error_line(err) if isinstance(err, OSError) else one_line(err)
+        raise UsageError(
+            f"{folder}: writing the checkpoint failed ({cause}); free space there (or raise ulimit -f) and rerun "
+            "the same command: it sets this checkpoint aside and resumes from the latest complete one"
+        ) from err
 
 
 def check_output_folder(output_dir: str | Path, overwrite: bool = False) -> None:
