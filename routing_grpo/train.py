@@ -87,6 +87,7 @@ def main(
     Returns:
         The trainer, or None when this run had finished already in its folder and nothing was trained.
     """
+    from safetensors import SafetensorError
     from transformers import set_seed
     from trl import get_peft_config
 
@@ -105,7 +106,7 @@ def main(
     with runs.run_folder(script_args, training_args) as run:
         if run is None:  # this run has finished in its folder already: nothing to train
             return None
-        identity, checkpoint = run
+        identity, checkpoint, at_end = run
 
         # Load the data
         set_seed(training_args.seed)
@@ -114,6 +115,7 @@ def main(
         # Load the tokenizer and the model
         model_path = loading.resolve_model(script_args, model_args, training_args)
         tokenizer = loading.load_tokenizer(model_path, script_args, model_args, training_args)
+        loading.check_prompt_lengths(model_path, train_dataset, tokenizer, model_args, training_args)
         model = loading.load_model(model_path, model_args, training_args)
 
         # Initialize the trainer (a setting only the model can check, such as LoRA target modules: one line)
@@ -135,16 +137,22 @@ def main(
 
         # Training loop (the folder is claimed only now: a run that failed to load claims nothing)
         runs.claim_run_folder(training_args, identity, checkpoint)
-        try:
-            result = trainer.train(resume_from_checkpoint=checkpoint)
-        finally:
-            trainer.close_batch_bar()
-        # Preempted: the checkpoint is written, the run is not finished; every process exits 128 + signal.
-        exit_if_preempted(trainer)
+        if at_end:  # the checkpoint is at max_steps: its model is the final one
+            runs.load_checkpoint(trainer, checkpoint)
+        else:
+            try:
+                result = trainer.train(resume_from_checkpoint=checkpoint)
+            except (OSError, RuntimeError, SafetensorError) as err:  # a checkpoint cut short: one line
+                runs.check_checkpoint_written(trainer, err)
+                raise
+            finally:
+                trainer.close_batch_bar()
+            # Preempted: the checkpoint is written, the run is not finished; every process exits 128 + signal.
+            exit_if_preempted(trainer)
+            trainer.log_metrics("train", result.metrics)
+            trainer.save_metrics("train", result.metrics)
 
         # Save the model, the routing settings and the model card
-        trainer.log_metrics("train", result.metrics)
-        trainer.save_metrics("train", result.metrics)
         trainer.save_state()
         save_final_model(trainer, training_args.output_dir, training_args.merge_adapter)
         if trainer.accelerator.is_main_process:

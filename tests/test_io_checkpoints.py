@@ -42,6 +42,16 @@ def test_which_checkpoints_are_complete(tmp_path):
     moved = checkpoints.set_aside_incomplete(tmp_path, latest)
     assert [new.name for _, new in moved] == ["checkpoint-8.incomplete-1", "checkpoint-10.incomplete-1"]
     assert [s for s, _ in checkpoints.checkpoint_folders(tmp_path)] == [2, 4, 6]
+    # A marker that lists no file, or a trainer_state.json garbled at its saved size, is no complete checkpoint.
+    (tmp_path / "checkpoint-6" / "trainer_state.json").write_text("x" * len(json.dumps({"global_step": 6})))
+    (tmp_path / "checkpoint-4" / checkpoints.MARKER).write_text('{"global_step": 4, "files": {}}')
+    assert (
+        checkpoints.checkpoint_problem(tmp_path / "checkpoint-4") == "checkpoint_complete.json cannot be read"
+    )
+    assert checkpoints.latest_complete(tmp_path)[1][0] == (
+        tmp_path / "checkpoint-6",
+        "trainer_state.json is not whole JSON: its writing was cut short",
+    )
 
 
 def test_the_checkpoint_a_run_resumes_from(tmp_path, caplog):
@@ -52,6 +62,7 @@ def test_the_checkpoint_a_run_resumes_from(tmp_path, caplog):
 
     for step in (2, 4):
         (tmp_path / f"checkpoint-{step}").mkdir()
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
     checkpoints.mark_complete(tmp_path / "checkpoint-2", 2)
 
     def asked(value):

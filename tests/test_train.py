@@ -108,6 +108,14 @@ def test_wrong_types_fail_before_the_model_loads(tmp_path, no_model_loading, key
     assert expected in run_cli_expecting_error(["--config", str(recipe)])
 
 
+@pytest.mark.parametrize(("line", "named"), [("1: 3", "1"), ("~: 3", "None"), ("true: 3", "True")])
+def test_a_recipe_key_that_is_not_text_is_one_line(tmp_path, no_model_loading, line, named):
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out"))
+    recipe.write_text(recipe.read_text() + line + "\n")
+    message = run_cli_expecting_error(["--config", str(recipe)])
+    assert f"{named}: not a recipe key (YAML reads it as" in message
+
+
 def test_numbers_written_as_yaml_strings_are_accepted(tmp_path):
     # PyYAML reads `1e-6` (no dot) as a string; argparse converts it like a command-line value.
     recipe = write_recipe(
@@ -569,3 +577,148 @@ def test_a_rollout_setting_the_routing_rollouts_own_is_refused_before_the_model_
     message = run_cli_expecting_error(["--config", str(write_recipe(tmp_path / "r.yaml", recipe))])
     assert "generation_kwargs: n is set by the routing rollouts per request" in message
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_run_resumed_at_its_last_step_trains_nothing_and_finishes(tmp_path, tiny_model_path, monkeypatch):
+    """Killed after its last checkpoint was marked complete, before the run was marked finished (here its
+    routing_run.json cut short): the rerun saves that checkpoint's model as the final one without a step."""
+    from safetensors.torch import load_file
+
+    from routing_grpo.training.trainer import RoutingGRPOTrainer
+
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    (out / runs.RUN_FILE).write_text((out / runs.RUN_FILE).read_text()[:20])
+    (out / "model.safetensors").unlink()
+    rows = (out / "metrics.jsonl").read_text()
+
+    monkeypatch.setattr(RoutingGRPOTrainer, "train", lambda *a, **k: pytest.fail("a step was trained"))
+    trainer = train.main(*train.parse_args(["--config", str(recipe)]))
+    assert trainer.state.global_step == 2 and not (out / "checkpoint-3").exists()
+    assert json.loads((out / runs.RUN_FILE).read_text())["finished"] == {"global_step": 2, "max_steps": 2}
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
+    assert (out / "metrics.jsonl").read_text() == rows
+    final, saved = load_file(out / "model.safetensors"), load_file(out / "checkpoint-2" / "model.safetensors")
+    assert final.keys() == saved.keys() and all((final[k] == saved[k]).all() for k in final)
+
+
+def test_a_shorter_rerun_of_a_finished_run_is_refused(tmp_path, tiny_model_path, monkeypatch):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out))
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    monkeypatch.setattr(loading, "resolve_model_path", lambda *a, **k: pytest.fail("a model was loaded"))
+    message = run_cli_expecting_error(["--config", str(recipe), "--total_batch_steps", "1"])
+    assert f"resume: {out / 'checkpoint-4'} is at optimizer step 4, past this run's max_steps 2" in message
+    assert json.loads((out / runs.RUN_FILE).read_text())["finished"] == {"global_step": 4, "max_steps": 4}
+
+
+@pytest.mark.parametrize(
+    ("overrides", "numbers"),
+    [
+        ({"train_limit": 1}, "1 training prompt(s) (after train_limit and filtering), fewer than one generation "
+         "batch of 2 (8 rollouts / num_generations 4)"),
+        ({"train_limit": 8, "per_device_train_batch_size": 32}, "8 training prompt(s) (after train_limit and "
+         "filtering), fewer than one generation batch of 16 (64 rollouts / num_generations 4)"),
+    ],
+)  # fmt: skip
+def test_a_run_that_cannot_take_one_step_is_refused(tmp_path, no_model_loading, overrides, numbers):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", out, **overrides))
+    message = run_cli_expecting_error(["--config", str(recipe)])
+    assert numbers in message and "nothing was trained" in message
+    assert not out.exists() or [p.name for p in out.iterdir()] in ([], ["_routing_grpo.lock"])
+
+
+@pytest.mark.parametrize(
+    ("names", "expected"),
+    [
+        (["Short", "short"], "modes: names must be distinct ignoring case, got ['Short', 'short']"),
+        (["../x", "Long"], "modes: not a name ('../x' holds a path separator; give a plain name)"),
+        ([".", "Long"], "modes: not a name ('.' is a folder reference, not a name)"),
+    ],
+)
+def test_mode_names_are_plain_names_distinct_ignoring_case(tmp_path, no_model_loading, names, expected):
+    modes = [{"name": n, "word": w, "base": 1.0, "gamma": 1.0} for n, w in zip(names, ["Alpha", "Beta"])]
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tmp_path / "m", tmp_path / "out", modes=modes))
+    assert expected in run_cli_expecting_error(["--config", str(recipe)])
+
+
+def error_after_loading(argv: list[str], capsys) -> str:
+    """The last line of ``train.cli``'s stderr, which exits 2 without a traceback (loading bars before it)."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as done:
+        train.cli(argv)
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and "Traceback" not in err, err[-3000:]
+    return err.strip().splitlines()[-1]
+
+
+def test_a_bad_metrics_line_on_resume_is_one_line(tmp_path, tiny_model_path, capsys):
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    lines = (out / "metrics.jsonl").read_text().splitlines(keepends=True)
+    (out / "metrics.jsonl").write_text("".join([lines[0], "{not json\n", *lines[1:]]))
+    message = error_after_loading(["--config", str(recipe), "--total_batch_steps", "2"], capsys)
+    assert message.startswith(f"routing-grpo train: error: {out / 'metrics.jsonl'}:2: not valid JSON")
+    assert not (out / "checkpoint-3").exists() and not (out / "checkpoint-4").exists()
+
+
+def test_a_checkpoint_cut_short_by_the_file_size_limit_is_one_line(tmp_path, tiny_model_path, capsys):
+    """optimizer.pt (about 1 MB) passes the limit ``ulimit -f`` sets, as on a full disk: one line naming the
+    checkpoint; the rerun sets it aside and trains that step afresh."""
+    import resource
+    import signal
+
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
+    limits, handler = resource.getrlimit(resource.RLIMIT_FSIZE), signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (700_000, limits[1]))
+    try:
+        message = error_after_loading(["--config", str(recipe)], capsys)
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, limits)
+        signal.signal(signal.SIGXFSZ, handler)
+    assert message.startswith(
+        f"routing-grpo train: error: {out / 'checkpoint-2'}: writing the checkpoint failed"
+    )
+    assert "(or raise ulimit -f)" in message
+    trainer = train.main(*train.parse_args(["--config", str(recipe)]))
+    assert trainer.state.global_step == 2 and (out / "checkpoint-2.incomplete-1").is_dir()
+    assert (out / "checkpoint-2" / "checkpoint_complete.json").is_file()
+
+
+def test_prompts_past_the_context_with_the_completion_are_refused(tmp_path, tiny_model_path, monkeypatch):
+    """The tiny model's context is 1024 tokens: a prompt of about 1,100 words leaves no room for 16 more."""
+    data = tmp_path / "train.jsonl"
+    rows = [{"id": f"q{i}", "problem": "1+1?", "answer": "2"} for i in range(8)]
+    rows[3]["problem"] = "one " * 1100 + "plus one?"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("a model was loaded"))
+    out = tmp_path / "out"
+    recipe = tiny_recipe(tiny_model_path, out, task="math_train", dataset_path=str(data), train_limit=None)
+    message = run_cli_expecting_error(["--config", str(write_recipe(tmp_path / "r.yaml", recipe))])
+    assert (
+        "max_completion_length: 16 tokens after 1 training prompt(s) pass the model's context of 1024"
+        in message
+    )
+    assert "(the longest, row q3, has " in message
+
+
+@pytest.mark.parametrize("damage", ["empty marker", "state garbled at its size"])
+def test_a_damaged_checkpoint_is_set_aside_and_its_steps_trained_again(tmp_path, tiny_model_path, damage):
+    """A run stopped before it was marked finished, its last checkpoint damaged: resumed from the one before."""
+    out = tmp_path / "out"
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out))
+    train.main(*train.parse_args(["--config", str(recipe)]))
+    identity = json.loads((out / runs.RUN_FILE).read_text())
+    (out / runs.RUN_FILE).write_text(json.dumps({k: v for k, v in identity.items() if k != "finished"}))
+    if damage == "empty marker":
+        (out / "checkpoint-4" / "checkpoint_complete.json").write_text('{"global_step": 4, "files": {}}\n')
+    else:
+        state = out / "checkpoint-4" / "trainer_state.json"
+        state.write_text("x" * state.stat().st_size)
+    trainer = train.main(*train.parse_args(["--config", str(recipe)]))
+    assert trainer.state.global_step == 4 and (out / "checkpoint-4.incomplete-1").is_dir()
+    assert [r.batch_step for r in trainer.routing_history if r.mode == "train"] == [1]

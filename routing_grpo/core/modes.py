@@ -17,6 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from routing_grpo.io.paths import check_name
+
 INVALID = -1
 """Mode index of a rollout with no recognisable routing word."""
 
@@ -122,12 +124,12 @@ def parse_modes(raw: Sequence[ModeSpec | Mapping[str, Any]]) -> tuple[ModeSpec, 
 
 
 def validate_modes(modes: Sequence[ModeSpec]) -> None:
-    """At least one mode, names distinct ignoring case, and routing words none of which starts another (detection reads a
-    prefix, ignoring case and separators)."""
+    """At least one mode, names that are plain file names distinct ignoring case, and routing words none of
+    which starts another (detection reads a prefix, ignoring case and separators)."""
     if not modes:
         raise ValueError("modes: at least one mode is required")
-    names = [m.name for m in modes]
-    if len({n.lower() for n in names}) != len(names):  # a mode is named ignoring case
+    names = [check_name(m.name, "modes") for m in modes]  # a mode's name names its eval folders
+    if len({name.lower() for name in names}) != len(names):
         raise ValueError(f"modes: names must be distinct ignoring case, got {names}")
     keys = [re.sub(r"[\s_\-]", "", m.word).lower() for m in modes]
     for i, j in itertools.permutations(range(len(modes)), 2):

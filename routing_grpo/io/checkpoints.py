@@ -1,8 +1,8 @@
 """Checkpoints whole or ignored: which ``checkpoint-N`` folders a run may resume from.
 
 Once every process has saved, the main process syncs the files and writes :data:`MARKER` (each file's size)
-last. A checkpoint is complete when the sizes agree (where no checkpoint has a marker: when
-``trainer_state.json`` is whole JSON). A run resumes from the latest complete one; the incomplete ones past it
+last. A checkpoint is complete when the sizes agree (where no checkpoint has a marker: without them) and its
+``trainer_state.json`` is whole JSON. A run resumes from the latest complete one; the incomplete ones past it
 become ``checkpoint-N.incomplete-<k>``, which the Trainer ignores.
 """
 
@@ -42,7 +42,7 @@ def checkpoint_problem(checkpoint: str | Path, markers: bool | None = None) -> s
     if marker.is_file():
         try:
             listed = json.loads(marker.read_text()).get("files")
-            if not isinstance(listed, dict):
+            if not isinstance(listed, dict) or not listed:
                 raise ValueError("no file list")
         except (OSError, ValueError, AttributeError):
             return f"{MARKER} cannot be read"
@@ -51,8 +51,7 @@ def checkpoint_problem(checkpoint: str | Path, markers: bool | None = None) -> s
                 return f"{name} is missing"
             if (folder / name).stat().st_size != size:
                 return f"{name} has {(folder / name).stat().st_size} bytes, {size} when it was saved"
-        return None
-    if uses_markers(folder.parent) if markers is None else markers:
+    elif uses_markers(folder.parent) if markers is None else markers:
         return f"no {MARKER}: its writing was cut short"
     if not state.is_file():
         return f"no {TRAINER_STATE}: its writing was cut short"

@@ -14,6 +14,7 @@ from transformers import TrainerCallback
 
 from routing_grpo.diagnostics.collapse import CollapseAlarmCallback
 from routing_grpo.io.checkpoints import latest_complete
+from routing_grpo.io.errors import UsageError
 from routing_grpo.io.jsonl import append_jsonl, remove_rows
 from routing_grpo.training.preemption import PreemptionCallback
 
@@ -98,7 +99,10 @@ class MetricsFileCallback(TrainerCallback):
             return
         path = os.path.join(args.output_dir, self.FILE)
         step = int(state.global_step)
-        moved = remove_rows(path, lambda row: not _logged_again(row, step), "rolled-back")
+        try:
+            moved = remove_rows(path, lambda row: not _logged_again(row, step), "rolled-back")
+        except ValueError as err:  # a bad line before the last: the file was edited, not torn by a stop
+            raise UsageError(f"{err}; mend or remove that line, then rerun to resume") from None
         if moved:
             aside, count = moved
             logger.warning(

@@ -25,7 +25,8 @@ def load_datasets(
     training_args: RoutingGRPOConfig,
     level_mix: dict[int, float] | None = None,
 ):
-    """The training and validation data (validation None unless evaluated), their columns checked."""
+    """The training and validation data (validation None unless evaluated), checked: columns, one generation
+    batch of training prompts at least."""
     from routing_grpo.data.datasets import (
         DatasetUnavailableError,
         check_columns,
@@ -67,14 +68,20 @@ def load_datasets(
     with user_errors("", ValueError):
         check_columns(train, "train", training_args.answer_column)
         check_columns(eval_dataset, "validation", training_args.answer_column)
+    batch, group = training_args.generation_batch_size, training_args.num_generations
+    if len(train) < batch // group:  # TRL's sampler yields whole generation batches only
+        raise UsageError(
+            f"{len(train)} training prompt(s) (after train_limit and filtering), fewer than one generation batch "
+            f"of {batch // group} ({batch} rollouts / num_generations {group}): not one optimizer step; nothing "
+            "was trained. Give more prompts or a smaller generation batch"
+        )
     return train, eval_dataset
 
 
 def resolve_model(
     script_args: RoutingScriptArguments, model_args: ModelConfig, training_args: RoutingGRPOConfig
 ) -> str:
-    """The folder or Hub name to load ``model_name_or_path`` from, once its weights look whole and
-    ``max_completion_length`` leaves room for a prompt in the model's context."""
+    """The folder or Hub name to load ``model_name_or_path`` from, once its weights and config look whole."""
     name = model_args.model_name_or_path
     if not is_offline_name(name) and looks_local(name) and not Path(name).expanduser().is_dir():
         raise UsageError(
@@ -90,17 +97,33 @@ def resolve_model(
     with user_errors(
         f"model_name_or_path: {name} could not be loaded", OSError, ValueError, *model_file_errors()
     ):
-        context = context_length(model_path, model_args.model_revision, training_args.trust_remote_code)
-    limit = training_args.max_completion_length
-    if context is not None and limit is not None and limit >= context:
-        caps = [m.cap for m in training_args.mode_specs if m.cap is not None]
-        raise UsageError(
-            f"max_completion_length: {limit} tokens"
-            + (f" (caps up to {max(caps)})" if caps else "")
-            + f" do not fit the model's context of {context} tokens with any prompt; lower "
-            "max_completion_length and the caps"
-        )
+        context_length(model_path, model_args.model_revision, training_args.trust_remote_code)
     return model_path
+
+
+def check_prompt_lengths(
+    model_path: str, train: Any, tokenizer: Any, model_args: ModelConfig, training_args: RoutingGRPOConfig
+) -> None:
+    """Refuses training prompts, rendered as the trainer renders them, that leave no room in the model's context
+    for ``max_completion_length`` tokens."""
+    from routing_grpo.core.prompting import PromptPlan
+
+    context = context_length(model_path, model_args.model_revision, training_args.trust_remote_code)
+    limit = training_args.max_completion_length
+    plan = PromptPlan(training_args.effective_routing_instruction, training_args.effective_routing_question)
+    long = []
+    for row, prompt in zip(train["id"], train["prompt"], strict=True) if context and limit else ():
+        text = plan.render(tokenizer, prompt)  # at most a token per byte: only long texts are tokenized
+        if len(text.encode()) + limit >= context:
+            tokens = len(tokenizer(text, add_special_tokens=False)["input_ids"])
+            long += [(tokens, row)] if tokens + limit > context else []
+    if long:
+        tokens, row = max(long)
+        raise UsageError(
+            f"max_completion_length: {limit} tokens after {len(long)} training prompt(s) pass the model's context "
+            f"of {context} tokens (the longest, row {row}, has {tokens} tokens); lower max_completion_length "
+            "and the caps, or leave the long prompts out"
+        )
 
 
 def load_tokenizer(

@@ -112,6 +112,8 @@ def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
                     problems.append(
                         f"env.{name}: credentials are read from the environment only; do not put them in a recipe"
                     )
+        elif not isinstance(key, str):
+            problems.append(f"{key!r}: not a recipe key (YAML reads it as {type(key).__name__}, not text)")
         elif key not in known:
             close = difflib.get_close_matches(key, known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""

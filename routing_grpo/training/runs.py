@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo.io import checkpoints
-from routing_grpo.io.errors import UsageError
+from routing_grpo.io.errors import UsageError, one_line, os_error_line, user_errors
 from routing_grpo.io.jsonl import write_json
 from routing_grpo.io.locks import FOLDER_LOCK_NAME, OutputLock, folder_lock_path
 from routing_grpo.training.config import RoutingGRPOConfig
@@ -93,7 +93,7 @@ def raise_agreed(problem: str | None) -> None:
 @contextlib.contextmanager
 def run_folder(
     script_args: Any, training_args: RoutingGRPOConfig
-) -> Iterator[tuple[dict[str, Any], str | None] | None]:
+) -> Iterator[tuple[dict[str, Any], str | None, bool] | None]:
     """Holds the run folder's lock (the main process's; another holder is refused by name) and yields
     :func:`check_run_folder`'s answer."""
     lock = problem = None
@@ -118,17 +118,25 @@ def run_folder(
 
 def check_run_folder(
     script_args: Any, training_args: RoutingGRPOConfig
-) -> tuple[dict[str, Any], str | None] | None:
+) -> tuple[dict[str, Any], str | None, bool] | None:
     """Checks the output folder and the checkpoint to resume from against this run.
 
     Returns:
-        ``(identity, checkpoint)`` (checkpoint None: afresh); None when this run has finished in its folder.
+        ``(identity, checkpoint, at_end)`` (checkpoint None: afresh; at_end: the checkpoint is at ``max_steps``,
+        nothing is left to train); None when this run has finished in its folder.
     """
     identity = run_identity(script_args, training_args)
     output_dir = training_args.output_dir
     check_output_folder(output_dir, script_args.overwrite_output_dir)
     checkpoint = resume_checkpoint(training_args) or None
     check_resume(checkpoint, identity)
+    step, max_steps = checkpoint_step(checkpoint) if checkpoint else 0, training_args.max_steps
+    if 0 < max_steps < step:
+        raise UsageError(
+            f"resume: {checkpoint} is at optimizer step {step}, past this run's max_steps {max_steps}; nothing "
+            "was trained. Ask for at least as many steps, resume_from_checkpoint an earlier checkpoint, or give "
+            "the run its own --output_dir"
+        )
     stored = _read_identity(Path(output_dir) / RUN_FILE) or {}
     if is_another_run(stored, identity):
         raise _another_run(f"output_dir: {output_dir} holds the run of", stored, identity)
@@ -142,7 +150,7 @@ def check_run_folder(
             )
         finished = None  # a longer (or shorter) run resumes from the last checkpoint, as asked
     if not finished:
-        return identity, checkpoint
+        return identity, checkpoint, 0 < max_steps == step
     if training_args.process_index == 0:
         print(
             f"{output_dir}: this run (recipe {identity['recipe']!r}, seed {identity['seed']}) has finished "
@@ -151,6 +159,51 @@ def check_run_folder(
             flush=True,
         )
     return None
+
+
+def checkpoint_step(checkpoint: str | Path) -> int:
+    """The optimizer step a checkpoint was saved at, as its ``trainer_state.json`` says."""
+    from transformers import TrainerState
+
+    path = Path(checkpoint) / checkpoints.TRAINER_STATE
+    with user_errors(f"resume: {path}", OSError, ValueError, TypeError):
+        return TrainerState.load_from_json(str(path)).global_step
+
+
+def load_checkpoint(trainer: Any, checkpoint: str) -> None:
+    """A checkpoint's weights (or LoRA adapter, through peft) and state into the trainer."""
+    from peft import PeftModel, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    folder, model = Path(checkpoint), trainer.accelerator.unwrap_model(trainer.model)
+    if isinstance(model, PeftModel):
+        set_peft_model_state_dict(model, load_file(folder / "adapter_model.safetensors"))
+    else:
+        index = folder / "model.safetensors.index.json"
+        files = (
+            set(json.loads(index.read_text())["weight_map"].values())
+            if index.is_file()
+            else {"model.safetensors"}
+        )
+        loaded = model.load_state_dict(
+            {k: v for f in files for k, v in load_file(folder / f).items()}, strict=False
+        )
+        if loaded.unexpected_keys:
+            raise UsageError(
+                f"resume: {folder} holds weights this model lacks, such as {loaded.unexpected_keys[0]}"
+            )
+    trainer.state = trainer.state.load_from_json(str(folder / checkpoints.TRAINER_STATE))
+
+
+def check_checkpoint_written(trainer: Any, err: BaseException) -> None:
+    """Raises ``err`` as one line naming the checkpoint it cut short (a full disk, ``ulimit -f``), if it did."""
+    folder = Path(trainer.args.output_dir) / f"checkpoint-{trainer.state.global_step}"
+    if folder.is_dir() and checkpoints.checkpoint_problem(folder):
+        cause = os_error_line(err) if isinstance(err, OSError) else one_line(err)
+        raise UsageError(
+            f"{folder}: writing the checkpoint failed ({cause}); free space there (or raise ulimit -f) and rerun "
+            "the same command: it sets this checkpoint aside and resumes from the latest complete one"
+        ) from err
 
 
 def check_output_folder(output_dir: str | Path, overwrite: bool = False) -> None:
