@@ -299,10 +299,9 @@ def model_card(
 
 def example_question(script_args: RoutingScriptArguments) -> str:
     """The quick start's question: a held-out problem of a generated training task, else a plain one."""
-    from routing_grpo.data.tasks import get_task, task_names
+    from routing_grpo.data.tasks import get_task
 
-    known = script_args.dataset_path is None and script_args.task in task_names()
-    spec = get_task(script_args.task) if known else None
+    spec = get_task(script_args.task) if script_args.dataset_path is None else None
     if spec is not None and spec.generate is not None:
         try:
             return str(spec.generate(1, seed=0, split="test")[0]["problem"]).strip()
@@ -316,29 +315,23 @@ def install_model_card(
 ) -> None:
     """Refuses a push over another run's card, then makes ``trainer.create_model_card`` write
     :func:`model_card` instead of TRL's template."""
-    from routing_grpo.data.tasks import get_task, task_names
+    from routing_grpo.data.tasks import get_task
     from routing_grpo.training.preemption import preemption_exit_code
 
     check_hub_card(trainer, training_args, script_args)
     if script_args.dataset_path is not None:
         dataset = None if looks_local(script_args.dataset_path) else script_args.dataset_path
     else:
-        dataset = get_task(script_args.task).hub_path if script_args.task in task_names() else None
+        dataset = get_task(script_args.task).hub_path
 
     def create_model_card(model_name: str | None = None, dataset_name: str | None = dataset, tags=None):
         # Not at a preemption's checkpoint: the run has not finished.
         if trainer.is_world_process_zero() and preemption_exit_code(trainer) is None:
             card = Path(training_args.output_dir) / "README.md"
             card.parent.mkdir(parents=True, exist_ok=True)
+            history = trainer.state.log_history
             card.write_text(
-                model_card(
-                    training_args,
-                    script_args,
-                    model_args,
-                    trainer.state.log_history,
-                    model_name,
-                    dataset_name,
-                )
+                model_card(training_args, script_args, model_args, history, model_name, dataset_name)
             )
 
     trainer.create_model_card = create_model_card

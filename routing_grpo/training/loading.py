@@ -27,13 +27,8 @@ def load_datasets(
 ):
     """The training and validation data (validation None unless evaluated), checked: columns, one generation
     batch of training prompts at least."""
-    from routing_grpo.data.datasets import (
-        DatasetUnavailableError,
-        check_columns,
-        load_task,
-        mix_levels,
-    )
-    from routing_grpo.data.tasks import get_task, task_names
+    from routing_grpo.data.datasets import DatasetUnavailableError, check_columns, load_task, mix_levels
+    from routing_grpo.data.tasks import get_task
 
     data_errors = (ValueError, OSError, DatasetUnavailableError)
     with user_errors("dataset_path" if script_args.dataset_path else "task", *data_errors):
@@ -53,8 +48,7 @@ def load_datasets(
     eval_dataset = None
     if script_args.eval_task and training_args.eval_strategy != "no":
         split = script_args.eval_split
-        spec = get_task(script_args.eval_task) if script_args.eval_task in task_names() else None
-        if split is None and spec is not None and spec.generate is not None:
+        if split is None and get_task(script_args.eval_task).generate is not None:
             split = "test"  # generated tasks validate on their held-out split
         with user_errors("eval_dataset_path" if script_args.eval_dataset_path else "eval_task", *data_errors):
             eval_dataset = load_task(
