@@ -128,7 +128,7 @@ def check_run_folder(
     identity = run_identity(script_args, training_args)
     output_dir = training_args.output_dir
     check_output_folder(output_dir, script_args.overwrite_output_dir)
-    checkpoint = resume_checkpoint(training_args) or None
+    checkpoint = resume_checkpoint(training_args)
     check_resume(checkpoint, identity)
     step, max_steps = checkpoint_step(checkpoint) if checkpoint else 0, training_args.max_steps
     if 0 < max_steps < step:
@@ -222,9 +222,7 @@ def check_output_folder(output_dir: str | Path, overwrite: bool = False) -> None
 
 def check_resume(checkpoint: str | Path | None, identity: dict[str, Any]) -> None:
     """Refuses to resume from a checkpoint of another recipe or seed."""
-    if not checkpoint or not isinstance(checkpoint, str | Path) or not Path(checkpoint).is_dir():
-        return
-    stored = read_run_identity(checkpoint)
+    stored = read_run_identity(checkpoint) if checkpoint else None
     if stored and is_another_run(stored, identity):
         raise _another_run(
             f"resume: {checkpoint} is a checkpoint of", stored, identity,

@@ -588,10 +588,8 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
     @property
     def collapse_alarm(self) -> CollapseAlarmCallback | None:
         """The installed :class:`CollapseAlarmCallback` (None if it was removed)."""
-        for callback in self.callback_handler.callbacks:
-            if isinstance(callback, CollapseAlarmCallback):
-                return callback
-        return None
+        callbacks = self.callback_handler.callbacks
+        return next((c for c in callbacks if isinstance(c, CollapseAlarmCallback)), None)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """TRL's ``log``, with the window's ``routing/...`` means (NaN left out); ``routing/collapse_alarm`` is
