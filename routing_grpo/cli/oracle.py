@@ -22,7 +22,6 @@ def _sample_files(paths: Sequence[str]) -> list[Path]:
 
     from routing_grpo.evaluation.samples import files_under
 
-    seen_paths: set[Path] = set()
     files: dict[str, Path] = {}  # by digest
     for item in paths:
         path = Path(item)
@@ -32,19 +31,15 @@ def _sample_files(paths: Sequence[str]) -> list[Path]:
         if not found:
             raise UsageError(f"--samples: no samples.jsonl under {item}")
         for f in found:
-            resolved = f.resolve()
-            if resolved in seen_paths:
-                continue
-            seen_paths.add(resolved)
             try:
                 with f.open("rb") as file:
                     digest = hashlib.file_digest(file, "sha256").hexdigest()
             except OSError:  # left to the reader to report
-                digest = f"unreadable:{resolved}"
-            if digest in files:
+                digest = f"unreadable:{f.resolve()}"
+            first = files.setdefault(digest, f)
+            if first.resolve() != f.resolve():
                 message = "--samples: %s holds the same bytes as %s (a copy); its samples are counted once"
-                logger.warning(message, f, files[digest])
-            files.setdefault(digest, f)
+                logger.warning(message, f, first)
     return list(files.values())
 
 

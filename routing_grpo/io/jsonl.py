@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -261,42 +261,26 @@ def parse_json(raw: bytes | str) -> Any:
     return value
 
 
-def _key_positions(text: str) -> Iterator[tuple[int, str, int]]:
-    """(object number, key, offset) of every key in a JSON text, objects numbered as they open."""
-    stack: list[int] = []  # open containers: an object's number, or -1 for an array
-    objects = 0
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == '"':
-            j = i + 1
-            while j < n and text[j] != '"':
-                j += 2 if text[j] == "\\" else 1
-            k = j + 1
-            while k < n and text[k] in " \t\r\n":
-                k += 1
-            if stack and stack[-1] >= 0 and k < n and text[k] == ":":
-                yield stack[-1], json.loads(text[i : j + 1]), i
-            i = j + 1
-            continue
-        if c == "{":
-            stack.append(objects)
-            objects += 1
-        elif c == "[":
-            stack.append(-1)
-        elif c in "]}" and stack:
-            stack.pop()
-        i += 1
+# A JSON string (a key when a colon follows it) or a bracket; a bracket inside a string is matched as text.
+_TOKENS = re.compile(r'("(?:[^"\\]|\\.)*")(\s*:)?|[{}\[\]]')
 
 
 def key_line(text: str, key: str | None = None) -> int | None:
     """The line (1-based) where the outermost object of a JSON text writes ``key``; without ``key``, that of
     the first key written twice in one object. None when there is none."""
-    seen: set[tuple[int, str]] = set()
-    for obj, found, offset in _key_positions(text):
-        if (obj == 0 and found == key) if key is not None else (obj, found) in seen:
-            return text.count("\n", 0, offset) + 1
-        seen.add((obj, found))
+    stack: list[int] = []  # open containers: an object's number, or -1 for an array
+    objects, seen = 0, set()
+    for token in _TOKENS.finditer(text):
+        if token[2] and stack:
+            found = (stack[-1], json.loads(token[1]))
+            if found == (0, key) if key is not None else found in seen:
+                return text.count("\n", 0, token.start()) + 1
+            seen.add(found)
+        elif token[0] in "{[":
+            stack.append(objects if token[0] == "{" else -1)
+            objects += token[0] == "{"
+        elif token[0] in "]}" and stack:
+            stack.pop()
     return None
 
 

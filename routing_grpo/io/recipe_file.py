@@ -47,10 +47,8 @@ def expanded_size(node: yaml.Node, limit: int = MAX_RECIPE_NODES) -> int:
             open_nodes.discard(key)
             if sizes[key] > limit:
                 raise RecipeSizeError(
-                    None,
-                    None,
-                    f"its aliases expand to more than {limit:,} values (a recipe holds a few hundred)",
-                    n.start_mark,
+                    problem=f"its aliases expand to more than {limit:,} values (a recipe holds a few hundred)",
+                    problem_mark=n.start_mark,
                 )
         return sizes[key]
 
@@ -75,10 +73,8 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 continue  # unhashable: the base class reports it
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None,
-                    None,
-                    f"key {key!r} written twice (first at line {seen[key].line + 1})",
-                    key_node.start_mark,
+                    problem=f"key {key!r} written twice (first at line {seen[key].line + 1})",
+                    problem_mark=key_node.start_mark,
                 )
             seen[key] = key_node.start_mark
         return super().construct_mapping(node, deep=deep)
