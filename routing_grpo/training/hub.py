@@ -158,8 +158,11 @@ def model_card(
     model_name: str | None = None,
     dataset_name: str | None = None,
 ) -> str:
-    """The model card (README.md): what the model does, a quick start, modes, rewards, the schedule as run,
-    the final routing split, and the citation."""
+    """The model card (README.md), rendered from the package's ``templates/model_card.md``: what the model
+    does, a quick start, modes, rewards, the schedule as run, the final routing split, and the citation."""
+    from importlib.resources import files
+
+    import jinja2
     import torch
     import transformers
     import trl
@@ -171,7 +174,6 @@ def model_card(
     log_history, identity = log_history or [], run_identity(script_args, args)
     base = model_args.model_name_or_path
     name = model_name or (args.hub_model_id or Path(args.output_dir).name).split("/")[-1]
-    where = args.hub_model_id if args.push_to_hub and args.hub_model_id else args.output_dir
     adapter = model_args.use_peft and not args.merge_adapter
     meta: dict[str, Any] = {
         "model_name": name,
@@ -188,113 +190,37 @@ def model_card(
         base_text += " (a model routing-grpo builds or ships offline: `routing_grpo.mini.offline`)"
     elif looks_local(base):  # a folder on the training machine: its name only, no path of that machine
         base_text = f"a local model (`{Path(base).name}`)"
-    question = json.dumps(example_question(script_args))
-    lines = ["---", yaml.safe_dump(meta, sort_keys=False).strip(), "---", "", f"# {name}", ""]
-    lines += [
-        f"Fine-tuned from {base_text} with **{paper.METHOD}** (routing-grpo, a subclass of TRL's "
-        f"`GRPOTrainer`), the method of *{paper.TITLE}* ({paper.authors_text()}). {paper.GRPO_REFERENCE}.",
-        "",
-        card_run_marker(identity),
-        f"Run: {_describe_run(identity)}.",
-        "",
-    ]
-    if adapter:
-        lines += [
-            f"**A LoRA adapter** of {base_text} (`adapter_config.json`, `adapter_model.safetensors`), not a whole "
-            "model: `routing-grpo generate`, `routing-grpo eval` and `Router.from_pretrained` load the base named "
-            "in `adapter_config.json` (`base_model_name_or_path`) and the adapter through PEFT, on transformers. "
-            "For vLLM or a plain transformers pipeline, merge it first: `merge_adapter: true` when training, or "
-            '`routing_grpo.io.adapters.merge_adapter_folder("ADAPTER", "MERGED")` (docs/inference.md, "LoRA runs").',
-            "",
-        ]
-    elif model_args.use_peft:
-        lines += [
-            f"**A merged model**: trained as a LoRA adapter of {base_text} and merged into it at the end of the "
-            "run (`merge_adapter: true`, PEFT's `merge_and_unload`); an ordinary checkpoint that every backend "
-            "(vLLM too) and `AutoModelForCausalLM` load.",
-            "",
-        ]
-    if args.single_mode:
-        lines.append(
-            f"A single-mode baseline: every answer in **{args.single_mode}**, on the plain prompt (no routing word)."
-        )
-    else:
-        lines.append(
-            f"The model writes a routing word ({' / '.join(m.word for m in args.mode_specs)}) as the first word "
-            "of its answer; each mode has a hard token cap and its own length-discounted reward, and the choice is "
-            "learned inside GRPO with no separate router."
-        )
-    lines += ["", "## Quick start", "", "With routing-grpo installed:", "", "```bash"]
-    lines += [f"routing-grpo generate --model {where} {question}", "```", "", "```python"]
-    lines += [
-        "from routing_grpo.inference.router import Router",
-        "",
-        f'router = Router.from_pretrained("{where}")',
-    ]
-    lines += [f"answer = router({question})", "print(answer.mode, answer.answer, answer.tokens)", "```", ""]
-    if not args.single_mode:
-        lines += [
-            'A plain `pipeline("text-generation")` does not route: the model was trained with the routing '
-            f"instruction in the user turn and {args.effective_routing_question!r} after the generation prompt, "
-            "and each mode's cap is applied while generating; both come from `routing_config.json`.",
-            "",
-        ]
-    lines += ["## Modes", "", "| mode | word | base | gamma | cap |", "|---|---|---|---|---|"]
-    for m in args.mode_specs:
-        lines.append(
-            f"| {m.name} | `{m.word}` | {m.base} | {m.gamma} | {m.cap if m.cap is not None else 'none'} |"
-        )
-    if not args.single_mode:
-        lines += [
-            "",
-            f"Routing instruction: {args.effective_routing_instruction!r}. Routing question after the "
-            f"generation prompt: {args.effective_routing_question!r}.",
-        ]
-    lines += [
-        "",
-        "## Rewards",
-        "",
-        "Correct in mode m with L tokens after the routing word: b_m * gamma_m^L; wrong or past the cap: 0; "
-        f"no valid routing word: {args.invalid_routing_reward}. Verifier: {args.verifier}.",
-    ]
-    if not args.single_mode:
-        lines += [
-            f"Crossover {c.from_mode} -> {c.to_mode} at L = {c.length:.1f}."
-            for c in crossovers(args.mode_specs)
-        ]
-    lines += ["", "## Schedule as run", "", *schedule_as_run(args, log_history)]
-    if args.routing_word_weight is not None:
-        lines.append(f"- routing word weight {args.routing_word_weight} (beyond the paper: docs/method.md)")
-    if not args.single_mode:
-        names = [m.name for m in args.mode_specs]
-        split = split_line("last training batch", log_history, names)
-        split += split_line("last validation", log_history, names, prefix="eval_")
-        lines += ["", "## Final routing split (free rollouts with a valid routing word)", ""]
-        lines += split or ["- none: no logged batch had a free rollout with a valid routing word"]
-        tell = early_tell_lines(log_history)
-        if tell:
-            lines += ["", "## Early tell (routing by difficulty; docs/method.md)", "", *tell]
-    scheduler = getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type)
-    lines += [
-        "",
-        "## Training",
-        "",
-        f"Task: {script_args.task}; {args.world_size} process(es); G = {args.num_generations}; per-device batch "
-        f"{args.per_device_train_batch_size}, gradient accumulation {args.gradient_accumulation_steps}, "
-        f"steps per generation {args.steps_per_generation}; lr {args.learning_rate} ({scheduler}, "
-        f"learning-rate warmup {args.warmup_steps}); loss {args.loss_type}; beta {args.beta}; scale_rewards "
-        f"{args.scale_rewards}; max completion length {args.max_completion_length}; seed {args.seed}. "
-        f"Versions: routing-grpo {__version__}, TRL {trl.__version__}, transformers "
-        f"{transformers.__version__}, PyTorch {torch.__version__}.",
-        "",
-        "## Citation",
-        "",
-        "```bibtex",
-        paper.CITATION,
-        "```",
-        "",
-    ]
-    return "\n".join(lines)
+    names = [m.name for m in args.mode_specs]
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.filters["repr"] = repr
+    template = env.from_string(files(__package__).joinpath("templates/model_card.md").read_text())
+    return template.render(
+        args=args,
+        script_args=script_args,
+        paper=paper,
+        authors=paper.authors_text(),
+        metadata=yaml.safe_dump(meta, sort_keys=False).strip(),
+        name=name,
+        base=base_text,
+        marker=card_run_marker(identity),
+        run=_describe_run(identity),
+        adapter=adapter,
+        merged=model_args.use_peft and not adapter,
+        where=args.hub_model_id if args.push_to_hub and args.hub_model_id else args.output_dir,
+        question=json.dumps(example_question(script_args)),
+        crossovers=[] if args.single_mode else crossovers(args.mode_specs),
+        schedule=schedule_as_run(args, log_history),
+        split=split_line("last training batch", log_history, names)
+        + split_line("last validation", log_history, names, prefix="eval_"),
+        early_tell=early_tell_lines(log_history),
+        scheduler=getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type),
+        versions={
+            "routing_grpo": __version__,
+            "trl": trl.__version__,
+            "transformers": transformers.__version__,
+            "torch": torch.__version__,
+        },
+    )
 
 
 def example_question(script_args: RoutingScriptArguments) -> str:
