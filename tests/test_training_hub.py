@@ -4,6 +4,9 @@ model card names the method and its paper. The Hub is a stand-in object (no netw
 from __future__ import annotations
 
 import itertools
+import tomllib
+from fnmatch import fnmatch
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -140,6 +143,16 @@ def test_the_model_card_reports_the_final_routing_split(tmp_path):
     script_args, args, model_args = parse(RECIPES / "baseline_long_r1_distill_qwen_1.5b.yaml")
     card = model_card(args, script_args, model_args, history)
     assert "Final routing split" not in card and "A single-mode baseline: every answer in **Long**" in card
+
+
+def test_the_model_card_template_is_package_data():
+    """The card's template is read through importlib.resources, and pyproject ships it in the wheel."""
+    template = files("routing_grpo.training").joinpath("templates/model_card.md")
+    assert template.is_file() and "{{ paper.CITATION }}" in template.read_text()
+    package_data = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"
+    ]
+    assert any(fnmatch("templates/model_card.md", glob) for glob in package_data["routing_grpo.training"])
 
 
 def test_the_model_card_names_only_the_phases_the_run_reached():
