@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -22,38 +21,11 @@ def _positive(text: str) -> int:
     return value
 
 
-def render(result: dict[str, Any]) -> str:
-    """The printed summary of ``probe.json``."""
-    s = result["statistics"]
-    by = result["difficulties"]
-    easiest, hardest = min(by, key=float), max(by, key=float)
-    lines = [
-        f"routing state of {result['model']} after the routing question, {s['prompts']} prompts of {result['data']} "
-        f"({', '.join(f'{d}: {n}' for d, n in by.items())}):",
-        f"  cosine of the difficulty {easiest} and {hardest} means  {s['cosine_easiest_hardest']:.4f}",
-        f"  between-difficulty share of variance     {s['between_share']:.4f}  (noise floor, labels permuted: "
-        f"{s['between_share_noise_floor']:.4f}, 95th percentile {s['between_share_noise_floor_p95']:.4f})",
-        f"  prompt-to-prompt variance / common part  {s['spread_over_common']:.4f}  (between-difficulty / "
-        f"common {s['between_over_common']:.5f})",
-        f"  held-out ridge readout of difficulty     Spearman {s['readout_spearman']:+.3f} from the state, "
-        f"{s['length_readout_spearman']:+.3f} from prompt length alone",
-    ]
-    tell = result["logodds"]
-    if not math.isnan(tell["fanout"]):
-        lines.append(
-            "  routing log-odds log pi(longest)/pi(briefest) by difficulty "
-            + ", ".join(f"{d}: {z:+.2f}" for d, z in tell["logodds_by_difficulty"].items())
-            + f"; fanout {tell['fanout']:+.3f} nats per level step"
-        )
-    lines.append(f"verdict: {s['verdict']}")
-    return "\n".join(lines)
-
-
 def run(args: argparse.Namespace) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from routing_grpo.diagnostics.probe import load_probe_rows, logodds_summary, read_states
+    from routing_grpo.diagnostics.probe import load_probe_rows, logodds_summary, read_states, render
     from routing_grpo.diagnostics.state_probe import probe_statistics
     from routing_grpo.io.paths import check_output_folder, is_offline_name, resolve_model_path
 
