@@ -141,3 +141,20 @@ def test_countdown_samples_through_the_real_commands(tmp_path, tiny_model_path, 
     result = json.loads((out / "oracle.json").read_text())
     assert result["by"] == "pass rate of Long" and set(result["bins"]) == {"0.0-0.2"}
     assert (out / "oracle.png").stat().st_size > 0 and (out / "oracle.md").is_file()
+
+
+def test_the_oracle_workflow_on_the_miniature_takes_the_recipes_lengths(tmp_path, capsys):
+    """eval --config with no --max-tokens samples within the recipe's max_completion_length, so the oracle
+    reads those samples under the same recipe (the workflow of docs/method.md)."""
+    recipe = REPO_ROOT / "recipes" / "mini_graded" / "graded_router.yaml"
+    folders = [tmp_path / mode for mode in ("NoThink", "Short", "Long")]
+    for folder in folders:
+        code = main(["eval", "--model", "offline:mini_graded", "--benchmarks", "mini_graded", "--limit", "6",
+                     "--backend", "transformers", "--config", str(recipe), "--force-mode", folder.name,
+                     "--output", str(folder)])  # fmt: skip
+        assert code == 0
+        summary = json.loads(next(folder.rglob("summary.json")).read_text())
+        assert summary["config"]["max_tokens"] == 80  # the recipe's, not the paper's 16,384
+    code = main(["oracle", "--samples", *map(str, folders), "--config", str(recipe), "--by", "level",
+                 "--output", str(tmp_path / "oracle")])  # fmt: skip
+    assert code == 0 and "verdict" in json.loads((tmp_path / "oracle" / "oracle.json").read_text())

@@ -96,9 +96,9 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--samples", help="samples per prompt, e.g. gsm8k=5,aime24=16 (paper defaults otherwise)")
     p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: keep this probability mass")
-    p.add_argument("--max-tokens", type=int, help="uncapped generation up to this many tokens (default: the "
-                   "checkpoint's training completion limit from routing_config.json, else 16384; never past the "
-                   "model's context)")  # fmt: skip
+    p.add_argument("--max-tokens", type=int, help="uncapped generation up to this many tokens (default: --config's "
+                   "max_completion_length, else the checkpoint's from routing_config.json, else 16384; never past "
+                   "the model's context)")  # fmt: skip
     p.add_argument("--backend", choices=list(BACKEND_NAMES), default="auto",
                    help="auto: vLLM when it is installed and there is a GPU, else transformers")  # fmt: skip
     p.add_argument("--limit", type=int, help="first N problems of each benchmark")

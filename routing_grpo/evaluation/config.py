@@ -217,7 +217,9 @@ class EvalConfig:
 
             load_recipe_modes(config)  # a missing file, bad YAML or bad modes: one clear line
         routing = read_recipe(config) if config else saved
-        default = saved.get("max_completion_length") or DEFAULT_EVAL_MAX_TOKENS
+        # the completion limit: the recipe's, else the checkpoint's, else the paper's
+        limits = (routing.get("max_completion_length"), saved.get("max_completion_length"))
+        default = next((n for n in limits if isinstance(n, int) and n > 0), DEFAULT_EVAL_MAX_TOKENS)
         limit = max_tokens if max_tokens is not None else default
         context = local_context_length(model)
         if context is not None and limit > context:
