@@ -120,8 +120,7 @@ def test_a_link_planted_in_the_output_is_refused_naming_it(tmp_path, capsys):
 @pytest.mark.slow
 def test_countdown_samples_through_the_real_commands(tmp_path, tiny_model_path, capsys):
     """The tiny random model forced into Short and Long on Countdown (routing-grpo eval), then routing-grpo
-    oracle: no mode is ever right, so Short is best everywhere and the verdict says the accuracy gap is
-    missing (the paper's Countdown finding)."""
+    oracle: no mode is ever right, so the verdict is that there is no reward signal."""
     recipe = REPO_ROOT / "recipes" / "countdown_router.yaml"
     for mode in ("Short", "Long"):
         code = main(["eval", "--model", str(tiny_model_path), "--benchmarks", "countdown", "--limit", "8",
@@ -134,11 +133,10 @@ def test_countdown_samples_through_the_real_commands(tmp_path, tiny_model_path, 
                  "--output", str(out)])  # fmt: skip
     printed = capsys.readouterr().out
     assert code == 0
-    assert (
-        "Collapse towards Short expected" in printed
-        and "accuracy gap a longer mode needs is missing" in printed
-    )
+    assert "**No reward signal**: no mode solves a problem" in printed
+    assert "Every mode's worth is 0." in printed and "inf%" not in printed
     result = json.loads((out / "oracle.json").read_text())
+    assert result["verdict"]["signal"] is False
     assert result["by"] == "pass rate of Long" and set(result["bins"]) == {"0.0-0.2"}
     assert (out / "oracle.png").stat().st_size > 0 and (out / "oracle.md").is_file()
 

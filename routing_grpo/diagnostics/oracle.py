@@ -79,6 +79,8 @@ class Verdict:
     best_modes: tuple[str, ...]
     """The distinct best modes over the bins."""
     reason: str
+    signal: bool = True
+    """False when no mode earns any reward: GRPO has nothing to learn from."""
 
 
 def sample_row_problem(row: Mapping[str, Any], limit: int | None, by: str | None = None) -> str | None:
@@ -245,6 +247,14 @@ def verdict(
 ) -> Verdict:
     """Routing can emerge, or collapse towards the mode worth most on the mix (module docstring)."""
     r = worth(cells, shares)
+    if max(r.values(), default=0.0) <= 0:
+        return Verdict(
+            False, "", 0.0, 0.0, (),
+            "no mode solves a problem of these samples within its cap, so every expected reward "
+            "is 0 and GRPO has no advantage to learn from; try a stronger model, easier data or a longer "
+            "max_completion_length first",
+            signal=False,
+        )  # fmt: skip
     ranked = sorted(r, key=lambda m: r[m], reverse=True)
     top, low = r[ranked[0]], r[ranked[-1]]
     spread = (top - low) / top if top > 0 else math.inf
@@ -447,6 +457,7 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     names = [m["name"] for m in result["modes"]]
     v = result["verdict"]
     head = "Routing can emerge" if v["emerges"] else f"Collapse towards {v['favoured']} expected"
+    head = head if v.get("signal", True) else "No reward signal"
     lines = [
         "# Will routing emerge?",
         "",
@@ -484,7 +495,11 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         + " (phase 1), "
         + " / ".join(f"{n} {w2[n]:.3f}" for n in names)
         + " (phase 2). "
-        f"Spread {v['spread']:.1%} (tolerance {result['tolerance']:.0%}); {v['favoured']} leads by {v['lead']:.3f}.",
+        + (
+            f"Spread {v['spread']:.1%} (tolerance {result['tolerance']:.0%}); {v['favoured']} leads by {v['lead']:.3f}."
+            if v.get("signal", True)
+            else "Every mode's worth is 0."
+        ),
         "",
         f"Oracle router (each bin in its best mode): accuracy {o['accuracy']:.3f}, mean L {o['mean_length']:.1f}, "
         f"expected reward {o['reward']:.3f}.",

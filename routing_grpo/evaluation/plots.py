@@ -184,6 +184,10 @@ def plot_emergence(result: dict[str, Any], path: Path) -> Path:
     ax.set_xticks(range(len(bins)), bins)
     v = result["verdict"]
     title = "routing can emerge" if v["emerges"] else f"collapse towards {v['favoured']} expected"
+    if not v.get("signal", True):  # every bar 0: the figure says why
+        title = "no reward signal"
+        ax.text(0.5, 0.5, "no mode solves a problem: every expected reward is 0", transform=ax.transAxes,
+                ha="center", va="center")  # fmt: skip
     return _finish(fig, ax, path, result["by"], "expected reward", title, fontsize=8)
 
 
