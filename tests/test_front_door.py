@@ -36,7 +36,11 @@ def fake_nvidia_smi(folder: Path, gpus: int) -> dict[str, str]:
     else:
         script.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed: no NVIDIA driver' >&2\nexit 9\n")
     script.chmod(0o755)
-    return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+    # a make of its own, not a sub-make of the one running the tests (`make test-all`)
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("MAKELEVEL", "MAKEFLAGS", "MFLAGS", "MAKEOVERRIDES")
+    }
+    return {**env, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
 
 
 def make(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
