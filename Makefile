@@ -49,7 +49,7 @@ $(VENV)/.installed-gpu: $(VENV)/.installed constraints-gpu.txt
 
 install-gpu: $(VENV)/.installed-gpu
 
-# Two test tiers. `make test`: the fast tier (-m "not slow"), about 2 minutes on 2 cores from a fresh clone,
+# Two test tiers. `make test`: the fast tier (-m "not slow"), about 3 minutes on 2 cores from a fresh clone,
 # install included, on PYTEST_WORKERS processes (pytest-xdist; "auto": one per core, 0: none). `make test-all`:
 # both tiers (the slow one trains models and starts processes of the entry points: about 30-35 minutes on 2 CPU
 # cores) and lint; CI runs it.
