@@ -710,3 +710,20 @@ def test_the_traceback_is_shown_on_request(tmp_path, tiny_model_path):
         timeout=300,
     )
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "unknown task 'algebra'" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", [["-m", "routing_grpo", "eval", "--help"], ["-m", "routing_grpo.train", "--help"]])
+def test_a_deleted_working_folder_is_one_line(tmp_path, entry):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    proc = subprocess.run(
+        ["sh", "-c", 'cd "$1" && rmdir "$1" && shift && exec "$@"', "sh", str(gone), sys.executable, *entry],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().endswith("error: the working folder no longer exists; cd to one that does")
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr

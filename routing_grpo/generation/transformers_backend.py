@@ -77,8 +77,9 @@ def load_transformers_model(
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as transformers_logging
 
-    bars = transformers_logging.is_progress_bar_enabled()
+    bars, verbosity = transformers_logging.is_progress_bar_enabled(), transformers_logging.get_verbosity()
     transformers_logging.disable_progress_bar()
+    transformers_logging.set_verbosity_error()  # a mismatch is our one line, not also a load report
     try:
         if is_adapter_folder(model):
             loaded = load_adapter_model(model, dtype=dtype)
@@ -90,6 +91,7 @@ def load_transformers_model(
                 raise ValueError(f"its config.json does not match its weights ({len(wrong)} missing or unexpected, "
                                  f"such as {wrong[0]}): they would be initialised at random")  # fmt: skip
     finally:
+        transformers_logging.set_verbosity(verbosity)
         if bars:
             transformers_logging.enable_progress_bar()
     loaded.to(transformers_device(device))

@@ -143,6 +143,11 @@ def run_entry(
     ``PROG: error: ...`` and 2; Ctrl-C one line and 130; a closed standard output (``| head``) 141, silently."""
     debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
+        os.getcwd()
+    except FileNotFoundError:  # torch cannot even be imported from a deleted folder
+        print(f"{prog}: error: the working folder no longer exists; cd to one that does", file=sys.stderr)
+        return 2
+    try:
         code = entry(arg) or 0
         sys.stdout.flush()  # a reader gone (`| head`) is found here, not at exit
         return code
