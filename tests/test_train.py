@@ -579,18 +579,24 @@ def test_a_rollout_setting_the_routing_rollouts_own_is_refused_before_the_model_
     assert not out.exists() or not any(out.iterdir())
 
 
-def test_a_run_resumed_at_its_last_step_trains_nothing_and_finishes(tmp_path, tiny_model_path, monkeypatch):
+LORA = {"use_peft": True, "lora_r": 4, "lora_alpha": 8, "lora_target_modules": ["q_proj", "v_proj"]}
+
+
+@pytest.mark.parametrize(("weights", "lora"), [("model.safetensors", {}), ("adapter_model.safetensors", LORA)])
+def test_a_run_resumed_at_its_last_step_trains_nothing_and_finishes(
+    tmp_path, tiny_model_path, monkeypatch, weights, lora
+):
     """Killed after its last checkpoint was marked complete, before the run was marked finished (here its
-    routing_run.json cut short): the rerun saves that checkpoint's model as the final one without a step."""
+    routing_run.json cut short): the rerun saves that checkpoint's model (or adapter) as the final one."""
     from safetensors.torch import load_file
 
     from routing_grpo.training.trainer import RoutingGRPOTrainer
 
     out = tmp_path / "out"
-    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1, **lora))
     train.main(*train.parse_args(["--config", str(recipe)]))
     (out / runs.RUN_FILE).write_text((out / runs.RUN_FILE).read_text()[:20])
-    (out / "model.safetensors").unlink()
+    (out / weights).unlink()
     rows = (out / "metrics.jsonl").read_text()
 
     monkeypatch.setattr(RoutingGRPOTrainer, "train", lambda *a, **k: pytest.fail("a step was trained"))
@@ -599,8 +605,9 @@ def test_a_run_resumed_at_its_last_step_trains_nothing_and_finishes(tmp_path, ti
     assert json.loads((out / runs.RUN_FILE).read_text())["finished"] == {"global_step": 2, "max_steps": 2}
     assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
     assert (out / "metrics.jsonl").read_text() == rows
-    final, saved = load_file(out / "model.safetensors"), load_file(out / "checkpoint-2" / "model.safetensors")
+    final, saved = load_file(out / weights), load_file(out / "checkpoint-2" / weights)
     assert final.keys() == saved.keys() and all((final[k] == saved[k]).all() for k in final)
+    assert any(v.abs().sum() > 0 for k, v in saved.items() if "lora_B" in k) or not lora  # trained, not as built
 
 
 def test_a_shorter_rerun_of_a_finished_run_is_refused(tmp_path, tiny_model_path, monkeypatch):
