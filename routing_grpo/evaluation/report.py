@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.evaluation.config import SAMPLE_SETTINGS
+from routing_grpo.evaluation.config import SAMPLE_SETTINGS, model_label
 from routing_grpo.evaluation.frontier import (
     Point,
     frontier_accuracy_at,
@@ -157,9 +157,15 @@ def summary_figure_problem(summary: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-# What a summary's figures depend on besides the model: seeds pool only when these are equal.
-POOLED_SETTINGS = ("samples_per_prompt", "limit",
+# What a summary's figures depend on (the model by its run's name): seeds pool only when these are equal.
+POOLED_SETTINGS = ("model", "samples_per_prompt", "limit",
                    *(k for k in SAMPLE_SETTINGS if k not in ("seed", "revision", "dtype")))  # fmt: skip
+
+
+def _pooled_settings(summary: dict[str, Any]) -> dict[str, Any]:
+    settings = {"samples_per_prompt": summary.get("samples_per_prompt"), **summary.get("config", {})}
+    model = summary.get("model") or settings.get("model")
+    return {**settings, "model": model_label(model)[0]} if model else settings
 
 
 def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[Any, dict[str, Any]]]]:
@@ -167,6 +173,15 @@ def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
     grouped: dict[str, dict[str, dict[Any, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
     for s in summaries:
         seed = s.get("seed", 0)
+        for other in grouped[s["benchmark"]][s["method"]].values():
+            a, b = _pooled_settings(other), _pooled_settings(s)
+            if key := next((k for k in POOLED_SETTINGS if k in a and k in b and a[k] != b[k]), None):
+                raise ValueError(
+                    f"{other.get('_path')} and {s.get('_path')} evaluate {s['benchmark']!r} differently ({key}: "
+                    f"{json.dumps(a[key])[:60]} and {json.dumps(b[key])[:60]}); seeds are pooled only when evaluated "
+                    f"alike: {'report each model apart' if key == 'model' else 'evaluate them alike'}, or tell them "
+                    "apart with --method"
+                )
         if seed in grouped[s["benchmark"]][s["method"]]:
             first = grouped[s["benchmark"]][s["method"]][seed]
             forced = any((x.get("config") or {}).get("force_mode") for x in (first, s))
@@ -180,15 +195,6 @@ def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
                 f"two summaries for benchmark {s['benchmark']!r}, method {s['method']!r}, seed {seed!r}: "
                 f"{first.get('_path')} and {s.get('_path')}{hint}"
             )
-        for other in grouped[s["benchmark"]][s["method"]].values():
-            a, b = ({"samples_per_prompt": x.get("samples_per_prompt"), **x.get("config", {})}
-                    for x in (other, s))  # fmt: skip
-            if key := next((k for k in POOLED_SETTINGS if k in a and k in b and a[k] != b[k]), None):
-                raise ValueError(
-                    f"{other.get('_path')} and {s.get('_path')} evaluate {s['benchmark']!r} differently ({key}: "
-                    f"{json.dumps(a[key])[:60]} and {json.dumps(b[key])[:60]}); seeds are pooled only when "
-                    "evaluated alike: evaluate them alike, or tell them apart with --method"
-                )
         grouped[s["benchmark"]][s["method"]][seed] = s
     for combined, parts in COMBINED_BENCHMARKS.items():  # pooled sample-weighted
         if combined in grouped or not all(p in grouped for p in parts):
@@ -227,6 +233,10 @@ def compare_to_frontier(benchmark: str, grouped_benchmark: dict[str, dict[Any, d
     frontier = pareto_frontier(baselines)
     router = points["router"]
     at_length = frontier_accuracy_at(frontier, router.length)
+    if at_length is None:  # shorter than every baseline: above when more accurate than the shortest
+        above = router.accuracy > frontier[0].accuracy or None
+    else:
+        above = router.accuracy > at_length
     need = frontier_length_for(frontier, router.accuracy)
     line_need = polyline_length_for(baselines, router.accuracy)
     return {
@@ -234,7 +244,7 @@ def compare_to_frontier(benchmark: str, grouped_benchmark: dict[str, dict[Any, d
         "router_accuracy": router.accuracy,
         "router_length": router.length,
         "frontier_accuracy_at_router_length": at_length,
-        "above_frontier": None if at_length is None else router.accuracy > at_length,
+        "above_frontier": above,
         "frontier_length_for_router_accuracy": need,
         "token_saving_vs_frontier": token_saving(router.length, need),
         "frontier": " -> ".join(p.method for p in frontier),
@@ -324,7 +334,7 @@ def markdown_report(grouped, reduction: list[dict[str, Any]], frontier: list[dic
             "|---|---|---|---|---|---|---|---|",
         ]
         for r in frontier:
-            above = {True: "yes", False: "no", None: "n/a"}[r["above_frontier"]]
+            above = {True: "yes", False: "no", None: "shorter than every baseline"}[r["above_frontier"]]
             need, line_need = (r[f"{k}_length_for_router_accuracy"] for k in ("frontier", "polyline"))
             lines.append(
                 f"| {r['benchmark']} | {r['router_accuracy']:.3f} @ {r['router_length']:.0f} | "
