@@ -27,8 +27,6 @@ DEFAULT_SAMPLES = {"math500": 1, "gsm8k": 5, "aime24": 16, "aime25": 16}
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 # Without max_tokens and without a saved completion limit: long enough for the paper's Long mode.
 DEFAULT_EVAL_MAX_TOKENS = 16384
-# How a --data NAME=FILE under a name of the user's own is read and graded.
-OWN_DATA_TASK = "math500"
 # What a recipe or a checkpoint's routing settings give an evaluation.
 ROUTING_KEYS = ("modes", "routing_instruction", "routing_question")
 # What a sample depends on besides the model and the data: a resumed evaluation must not change them.
@@ -249,14 +247,8 @@ class EvalConfig:
 
 
 def model_label(model: str) -> tuple[str, int | None]:
-    """(a folder name for ``model``, the training seed its path names): ``outputs/my_router/seed1`` and
-    ``owner/my_router-seed1`` give ``("my_router", 1)``; a checkpoint-N folder names its run."""
-    name, seed = "model", None
-    for part in reversed(re.split(r"[/\\]", str(model))):
-        found = re.fullmatch(r"(?:(.*)[-_])?seed(\d+)", part)
-        if found:
-            seed, part = int(found[2]) if seed is None else seed, found[1] or ""
-        if part.strip(".") and not re.fullmatch(r"checkpoint-\d+", part):
-            name = part.lstrip(".")
-            break
-    return name, seed
+    """(a folder name for ``model``, the training seed its path names): ``outputs/my_router/seed1`` (or a
+    checkpoint-N in it) and ``owner/my_router-seed1`` give ``("my_router", 1)``."""
+    found = re.search(r"([^/\\]*?)(?:[-_/\\]seed(\d+))?(?:[/\\]checkpoint-\d+)?[/\\]*$", str(model))
+    seed = int(found[2]) if found[2] else None
+    return found[1].lstrip(".") or "model", seed

@@ -19,7 +19,7 @@ from routing_grpo.core.modes import INVALID, ModeDetector, ModeSpec
 from routing_grpo.core.prompting import PromptPlan
 from routing_grpo.diagnostics.routing_metrics import duration_text
 from routing_grpo.evaluation import samples
-from routing_grpo.evaluation.config import OWN_DATA_TASK, SAMPLE_SETTINGS, EvalConfig
+from routing_grpo.evaluation.config import SAMPLE_SETTINGS, EvalConfig
 from routing_grpo.evaluation.summary import summarize
 from routing_grpo.generation.factory import VLLM, make_backend, resolve_backend
 from routing_grpo.generation.interface import Backend, GenerationRequest
@@ -241,7 +241,7 @@ def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
         check_benchmarks(config)
         datasets = {}
         for bench in config.benchmarks:  # a generated task (synthetic, countdown): its held-out split
-            task = bench if bench in task_names() else OWN_DATA_TASK  # own data under its own name
+            task = bench if bench in task_names() else "math500"  # --data NAME=FILE: read and graded as it
             split = "test" if get_task(task).generate is not None else None
             datasets[bench] = load_task(task, path=config.data.get(bench), split=split, limit=config.limit)
         for bench in datasets:  # every output folder, and the samples to resume, checked before the model

@@ -22,7 +22,6 @@ from routing_grpo.evaluation.config import SAMPLE_SETTINGS, model_label
 from routing_grpo.evaluation.frontier import (
     Point,
     frontier_accuracy_at,
-    frontier_length_for,
     pareto_frontier,
     polyline_length_for,
     token_saving,
@@ -108,7 +107,7 @@ def _figure_problem(key: str, value: Any, kind: str, *, optional: bool = False) 
     if kind == "count":
         whole = isinstance(value, int) and not isinstance(value, bool) and value >= 0
         return None if whole else f"{key} must be an integer >= 0, got {json.dumps(value)}"
-    if not _finite(value):
+    if not finite(value):
         return f"{key} must be a finite number, got {json.dumps(value)}"
     if kind == "share" and not 0 <= value <= 1:
         return f"{key} must be in [0, 1], got {value}"
@@ -237,7 +236,7 @@ def compare_to_frontier(benchmark: str, grouped_benchmark: dict[str, dict[Any, d
         above = router.accuracy > frontier[0].accuracy or None
     else:
         above = router.accuracy > at_length
-    need = frontier_length_for(frontier, router.accuracy)
+    need = polyline_length_for(frontier, router.accuracy)
     line_need = polyline_length_for(baselines, router.accuracy)
     return {
         "benchmark": benchmark,
@@ -354,14 +353,10 @@ def markdown_report(grouped, reduction: list[dict[str, Any]], frontier: list[dic
     return "\n".join(lines) + "\n"
 
 
-def load_samples(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``samples.jsonl``, the first per prompt and sample (and forced mode)."""
-    return [row for _, row in load_sample_lines(path)]
-
-
 def load_sample_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """:func:`load_samples` with each row's line number. A torn last line is left out; any other bad line,
-    or a row without ``prompt_id`` and an integer ``sample_index``, is a ValueError naming ``path:line``."""
+    """(line number, row) of a ``samples.jsonl``, the first per prompt and sample (and forced mode). A torn last
+    line is left out; any other bad line, or a row without ``prompt_id`` and an integer ``sample_index``, is a
+    ValueError naming ``path:line``."""
     rows: dict[tuple[str, int, str | None], tuple[int, dict[str, Any]]] = {}
     for number, row in read_jsonl(path, torn="drop"):
         try:
@@ -424,30 +419,8 @@ def find_training_runs(dirs: Iterable[str | Path]) -> list[TrainingRun]:
     return runs
 
 
-def _finite(value: Any) -> bool:
+def finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def training_summary(history: Sequence[dict[str, Any]], mode_names: Sequence[str]) -> dict[str, Any]:
-    """What a run's logs say about free routing: the last free split and entropy, whether the collapse
-    alarm was ever positive (None if never logged), per mode whether it was ever chosen, the last batch."""
-
-    def share(row: dict[str, Any], mode: str) -> float | None:
-        value = row.get(f"routing/share/{mode}")  # None or NaN: no free rollout in the logging window
-        return value if _finite(value) else None
-
-    split_rows = [r for r in history if any(share(r, m) is not None for m in mode_names)]
-    final_split = {m: share(split_rows[-1], m) for m in mode_names} if split_rows else None
-    entropies = [r["routing/entropy"] for r in history if _finite(r.get("routing/entropy"))]
-    alarms = [r["routing/collapse_alarm"] for r in history if "routing/collapse_alarm" in r]
-    steps = [r["routing/batch_step"] for r in history if _finite(r.get("routing/batch_step"))]
-    return {
-        "final_split": final_split,
-        "final_entropy": entropies[-1] if entropies else None,
-        "collapse_alarm": any(_finite(a) and a > 0 for a in alarms) if alarms else None,
-        "ever_chosen": {m: any((share(r, m) or 0.0) > 0 for r in history) for m in mode_names},
-        "last_batch_step": steps[-1] if steps else None,
-    }
 
 
 @dataclass
