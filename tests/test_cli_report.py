@@ -62,7 +62,7 @@ def test_seeds_evaluated_differently_are_not_pooled(tmp_path, capsys):
 
     config = {"limit": None, "max_tokens": 4096, "temperature": 0.6, "top_p": 1.0, "seed": 0, "dtype": "auto"}
     for seed, change in ((0, {}), (1, {"seed": 1, "dtype": "bfloat16"}), (2, {"max_tokens": 2048})):
-        summary = {"benchmark": "gsm8k", "method": "router", "seed": seed, "accuracy": 0.5, "mean_length": 100,
+        summary = {"benchmark": "gsm8k", "method": "router", "seed": seed % 2, "accuracy": 0.5, "mean_length": 100,
                    "samples_per_prompt": 1, "config": {**config, **change}}  # fmt: skip
         (tmp_path / "runs" / str(seed)).mkdir(parents=True)
         (tmp_path / "runs" / str(seed) / "summary.json").write_text(json.dumps(summary))
@@ -78,8 +78,8 @@ def test_seeds_evaluated_differently_are_not_pooled(tmp_path, capsys):
 
 
 def test_two_models_under_one_method_are_refused_naming_both(tmp_path, capsys):
-    """Seeds of one run pool (its seed<N> folders, a checkpoint in them); another model under the same method is
-    one line naming both."""
+    """Seeds of one run pool (its seed<N> folders, a checkpoint in them); another model under the same method,
+    at the same seed too, is one line naming both."""
     import json
 
     from routing_grpo.cli import main
@@ -90,7 +90,7 @@ def test_two_models_under_one_method_are_refused_naming_both(tmp_path, capsys):
         2: "outputs/other/seed0",
     }
     for seed, model in models.items():
-        summary = {"benchmark": "gsm8k", "method": "router", "seed": seed, "accuracy": 0.5, "mean_length": 100,
+        summary = {"benchmark": "gsm8k", "method": "router", "seed": seed % 2, "accuracy": 0.5, "mean_length": 100,
                    "model": model}  # fmt: skip
         (tmp_path / "runs" / str(seed)).mkdir(parents=True)
         (tmp_path / "runs" / str(seed) / "summary.json").write_text(json.dumps(summary))

@@ -171,8 +171,10 @@ def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
     """benchmark -> method -> seed -> summary, adding the combined AIME benchmark."""
     grouped: dict[str, dict[str, dict[Any, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
     for s in summaries:
-        seed = s.get("seed", 0)
-        for other in grouped[s["benchmark"]][s["method"]].values():
+        seed, seeds = s.get("seed", 0), grouped[s["benchmark"]][s["method"]]
+        first = seeds.get(seed)
+        forced = first is not None and any((x.get("config") or {}).get("force_mode") for x in (first, s))
+        for other in [] if forced else seeds.values():  # forced runs at one seed: the hint below
             a, b = _pooled_settings(other), _pooled_settings(s)
             if key := next((k for k in POOLED_SETTINGS if k in a and k in b and a[k] != b[k]), None):
                 raise ValueError(
@@ -181,9 +183,7 @@ def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
                     f"alike: {'report each model apart' if key == 'model' else 'evaluate them alike'}, or tell them "
                     "apart with --method"
                 )
-        if seed in grouped[s["benchmark"]][s["method"]]:
-            first = grouped[s["benchmark"]][s["method"]][seed]
-            forced = any((x.get("config") or {}).get("force_mode") for x in (first, s))
+        if first is not None:
             hint = (
                 "; these are a model forced into one mode (evaluated for the oracle's and the world's tables): "
                 "give such folders with --oracle and --world-oracle, not --runs"
@@ -194,7 +194,7 @@ def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
                 f"two summaries for benchmark {s['benchmark']!r}, method {s['method']!r}, seed {seed!r}: "
                 f"{first.get('_path')} and {s.get('_path')}{hint}"
             )
-        grouped[s["benchmark"]][s["method"]][seed] = s
+        seeds[seed] = s
     for combined, parts in COMBINED_BENCHMARKS.items():  # pooled sample-weighted
         if combined in grouped or not all(p in grouped for p in parts):
             continue
