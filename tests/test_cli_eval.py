@@ -102,11 +102,51 @@ def test_samples_without_a_record_are_not_resumed(two_models, tmp_path, capsys):
         assert (out / "mini" / "samples.jsonl").read_text() == '{"prompt_id": "x", "sample_index": 0}\n'
 
 
-def test_output_defaults_to_the_readme_layout(two_models, tmp_path, monkeypatch):
-    a, _ = two_models
+def test_output_defaults_to_a_folder_per_model(two_models, tmp_path, monkeypatch):
+    """outputs/eval/<model>/<method>/seed<N>: two models never share a folder; a run's seed<N> folder (a
+    checkpoint in it too) names the model by its run and gives the seed."""
+    a, b = two_models
+    shutil.copytree(a, tmp_path / "my_router" / "seed1" / "checkpoint-4")
     monkeypatch.chdir(tmp_path)
     assert main(evaluate(a, None, "--method", "nothink", "--run-seed", "2")) == 0
-    assert (tmp_path / "outputs" / "eval" / "nothink" / "seed2" / "mini" / "summary.json").is_file()
+    for model in (b, "my_router/seed1/checkpoint-4"):
+        assert main(evaluate(model, None)) == 0
+    found = sorted(
+        p.relative_to("outputs/eval").as_posix() for p in Path("outputs/eval").rglob("summary.json")
+    )
+    assert found == [
+        "a/nothink/seed2/mini/summary.json", "b/router/seed0/mini/summary.json",
+        "my_router/router/seed1/mini/summary.json",
+    ]  # fmt: skip
+    assert json.loads(Path("outputs/eval", found[2]).read_text())["seed"] == 1
+
+
+def test_own_data_under_a_name_of_ones_own(two_models, tmp_path, capsys):
+    """--data NAME=FILE: evaluated (as math500 is read and graded) and labelled NAME in samples, summary and
+    report; --benchmarks defaults to --data's names. A NAME that is not a plain name is one line."""
+    a, _ = two_models
+    data = tmp_path / "my_test.jsonl"
+    data.write_text(
+        "".join(json.dumps({"problem": f"{i} + 1?", "answer": str(i + 1)}) + "\n" for i in range(2))
+    )
+    argv = ["eval", "--model", str(a), "--data", f"my_test={data}", "--max-tokens", "4", "--backend",
+            "transformers", "--output", str(tmp_path / "eval")]  # fmt: skip
+    assert main(argv) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("my_test: accuracy ")
+    summary = json.loads((tmp_path / "eval" / "my_test" / "summary.json").read_text())
+    assert summary["benchmark"] == "my_test" and summary["num_prompts"] == 2
+    record = json.loads((tmp_path / "eval" / "my_test" / "samples_record.json").read_text())
+    assert record["data"]["benchmark"] == "my_test"
+    report = ["report", "--runs", str(tmp_path / "eval"), "--output", str(tmp_path / "r"), "--no-plots"]
+    assert main(report) == 0
+    assert "| method | my_test acc | my_test length |" in capsys.readouterr().out
+    refused = {"../x": "not a name ('../x' holds a path separator", ".x": "not a name ('.x' starts with a dot",
+               " ": "expected NAME=VALUE"}  # fmt: skip
+    for name, why in refused.items():
+        assert main([*argv[:4], f"{name}={data}", *argv[5:]]) == 2
+        assert error_line(capsys).startswith(f"routing-grpo eval: error: --data: {why}")
+    assert main([*argv, "--benchmarks", "my_test,mine"]) == 2
+    assert "unknown benchmark 'mine'; known: aime24" in error_line(capsys)
 
 
 def test_max_tokens_defaults_to_the_runs_limit_and_stays_inside_the_context(tmp_path, capsys):

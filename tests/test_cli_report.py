@@ -1,6 +1,8 @@
 """``routing-grpo report`` (routing_grpo.cli.report): the command, its general path importing no miniature, and
 an oracle part no package adds."""
 
+import pytest
+
 from tests.helpers import write_paper_summaries
 
 
@@ -60,7 +62,7 @@ def test_seeds_evaluated_differently_are_not_pooled(tmp_path, capsys):
 
     config = {"limit": None, "max_tokens": 4096, "temperature": 0.6, "top_p": 1.0, "seed": 0, "dtype": "auto"}
     for seed, change in ((0, {}), (1, {"seed": 1, "dtype": "bfloat16"}), (2, {"max_tokens": 2048})):
-        summary = {"benchmark": "gsm8k", "method": "router", "seed": seed, "accuracy": 0.5, "mean_length": 100,
+        summary = {"benchmark": "gsm8k", "method": "router", "seed": seed % 2, "accuracy": 0.5, "mean_length": 100,
                    "samples_per_prompt": 1, "config": {**config, **change}}  # fmt: skip
         (tmp_path / "runs" / str(seed)).mkdir(parents=True)
         (tmp_path / "runs" / str(seed) / "summary.json").write_text(json.dumps(summary))
@@ -73,3 +75,48 @@ def test_seeds_evaluated_differently_are_not_pooled(tmp_path, capsys):
     ]
     (tmp_path / "runs" / "2" / "summary.json").unlink()  # the evaluation seed and dtype may differ
     assert main(argv) == 0 and "| Free routing | 0.500 ± 0.000 | 100 ± 0 |" in capsys.readouterr().out
+
+
+def test_two_models_under_one_method_are_refused_naming_both(tmp_path, capsys):
+    """Seeds of one run pool (its seed<N> folders, a checkpoint in them); another model under the same method,
+    at the same seed too, is one line naming both."""
+    import json
+
+    from routing_grpo.cli import main
+
+    models = {
+        0: "outputs/my_router/seed0",
+        1: "outputs/my_router/seed1/checkpoint-8",
+        2: "outputs/other/seed0",
+    }
+    for seed, model in models.items():
+        summary = {"benchmark": "gsm8k", "method": "router", "seed": seed % 2, "accuracy": 0.5, "mean_length": 100,
+                   "model": model}  # fmt: skip
+        (tmp_path / "runs" / str(seed)).mkdir(parents=True)
+        (tmp_path / "runs" / str(seed) / "summary.json").write_text(json.dumps(summary))
+    argv = ["report", "--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "o"), "--no-plots"]
+    assert main(argv) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"routing-grpo report: error: {tmp_path}/runs/0/summary.json and {tmp_path}/runs/2/summary.json evaluate "
+        '\'gsm8k\' differently (model: "my_router" and "other"); seeds are pooled only when evaluated alike: '
+        "report each model apart, or tell them apart with --method"
+    ]
+    assert main([*argv[:2], str(tmp_path / "runs" / "0"), str(tmp_path / "runs" / "1"), *argv[3:]]) == 0
+    assert "| Free routing | 0.500 ± 0.000 | 100 ± 0 |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("router", "above"), [(0.861, "yes"), (0.70, "shorter than every baseline")])
+def test_a_router_shorter_than_every_baseline_is_placed_against_the_frontier(tmp_path, capsys, router, above):
+    """Shorter than every baseline: above when more accurate than the shortest, else said in words."""
+    import json
+
+    from routing_grpo.cli import main
+
+    points = {"router": (router, 22), "nothink": (0.80, 36), "short": (0.833, 50), "long": (0.85, 100)}
+    for method, (accuracy, length) in points.items():
+        (tmp_path / "runs" / method).mkdir(parents=True)
+        summary = {"benchmark": "gsm8k", "method": method, "accuracy": accuracy, "mean_length": length}
+        (tmp_path / "runs" / method / "summary.json").write_text(json.dumps(summary))
+    argv = ["report", "--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "o"), "--no-plots"]
+    assert main(argv) == 0
+    assert f"| gsm8k | {router:.3f} @ 22 | - | {above} |" in capsys.readouterr().out

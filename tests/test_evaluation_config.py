@@ -48,9 +48,9 @@ def test_the_checkpoints_settings_and_limit_are_the_defaults(checkpoint):
     assert config.max_tokens == 5 and config.notes == ()
     assert [m["name"] for m in config.modes] == ["NoThink", "Long"]
     assert config.routing_question == "Which:" and config.routing_instruction == "Output NoThink or Long."
-    assert config.output == str(Path("outputs") / "eval" / "router" / "seed0")
+    assert config.output == str(Path("outputs") / "eval" / "router" / "router" / "seed0")
     forced = EvalConfig.for_checkpoint(str(checkpoint), ["mini"], force_mode="Long", run_seed=3)
-    assert forced.output == str(Path("outputs") / "eval" / "long" / "seed3")
+    assert forced.output == str(Path("outputs") / "eval" / "router" / "long" / "seed3")
     assert EvalConfig.for_checkpoint(str(checkpoint), ["mini"], output="here").output == "here"
 
 

@@ -6,7 +6,6 @@ import pytest
 from routing_grpo.evaluation.report import (
     Point,
     frontier_accuracy_at,
-    frontier_length_for,
     pareto_frontier,
     polyline_length_for,
     token_saving,
@@ -29,7 +28,7 @@ def test_papers_polyline_gives_its_27_and_44_percent():
         points = [Point(m, length, acc) for m, length, acc in rows]
         length, acc = router[bench]
         line_need = polyline_length_for(points, acc)
-        front_need = frontier_length_for(pareto_frontier(points), acc)
+        front_need = polyline_length_for(pareto_frontier(points), acc)
         assert round(100 * token_saving(length, line_need)) == expected[bench][0]
         assert round(100 * token_saving(length, front_need)) == expected[bench][1]
     # By hand: MATH-500 crosses 0.782 between Short and Long: 2030 + (0.782 - 0.727) / 0.075 * 2477.
@@ -40,7 +39,7 @@ def test_papers_polyline_gives_its_27_and_44_percent():
     gsm = [Point(m, n, a) for m, n, a in singles["gsm8k"]]
     assert polyline_length_for(gsm, 0.781) == pytest.approx(440 + 0.025 / 0.081 * 1225)
     # ... where the pruned frontier goes straight from NoThink to Long.
-    assert frontier_length_for(pareto_frontier(gsm), 0.781) == pytest.approx(336 + 0.024 / 0.080 * 1329)
+    assert polyline_length_for(pareto_frontier(gsm), 0.781) == pytest.approx(336 + 0.024 / 0.080 * 1329)
 
 
 def test_polyline_helper_edges():
@@ -52,10 +51,6 @@ def test_polyline_helper_edges():
     assert polyline_length_for(pts, 0.7) == 300
     assert polyline_length_for(pts, 0.71) is None
     assert polyline_length_for([], 0.5) is None
-    # A line that only rises: the same as the frontier helper.
-    rising = pareto_frontier(pts)
-    for acc in (0.3, 0.5, 0.6, 0.7, 0.9):
-        assert polyline_length_for(rising, acc) == frontier_length_for(rising, acc)
     assert token_saving(50, 100) == 0.5 and token_saving(150, 100) == pytest.approx(-0.5)
     assert token_saving(50, None) is None
 
@@ -67,6 +62,6 @@ def test_frontier_helpers():
     assert frontier_accuracy_at(front, 200) == pytest.approx(0.6)
     assert frontier_accuracy_at(front, 50) is None
     assert frontier_accuracy_at(front, 1000) == 0.7
-    assert frontier_length_for(front, 0.6) == pytest.approx(200)
-    assert frontier_length_for(front, 0.3) == 100
-    assert frontier_length_for(front, 0.9) is None
+    assert polyline_length_for(front, 0.6) == pytest.approx(200)
+    assert polyline_length_for(front, 0.3) == 100
+    assert polyline_length_for(front, 0.9) is None

@@ -81,3 +81,79 @@ def test_figures_are_written(tmp_path):
     for name in names:
         data = (tmp_path / "out" / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """name -> (title, x range, first line's x values) of each figure drawn."""
+    from routing_grpo.evaluation import plots
+
+    seen, save = {}, plots._save
+
+    def record(fig, path):
+        ax = fig.axes[0]
+        seen[path.name] = (ax.get_title(), ax.get_xlim(), list(ax.lines[0].get_xdata()) if ax.lines else [])
+        return save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", record)
+    return seen
+
+
+def test_the_reward_surface_has_the_modes_of_the_routed_runs(tmp_path, capsys, drawn):
+    """A plain-prompt run's modes are not drawn; routed runs of different modes get a surface each."""
+    from routing_grpo.cli import main
+    from routing_grpo.core.modes import DEFAULT_MODES
+
+    mini, _, _ = demo_inputs()
+    paper = [m.to_dict() for m in DEFAULT_MODES]
+    runs = {
+        "base": {"no_routing": True, "modes": paper},
+        "router": {"no_routing": False, "modes": mini["modes"]},
+    }
+    for method, config in runs.items():
+        (tmp_path / "runs" / method).mkdir(parents=True)
+        summary = {
+            "benchmark": "mini",
+            "method": method,
+            "accuracy": 0.5,
+            "mean_length": 30,
+            "config": config,
+        }
+        (tmp_path / "runs" / method / "summary.json").write_text(json.dumps(summary))
+    argv = ["report", "--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "o")]
+    assert main(argv) == 0
+    assert drawn["reward_surface.png"][1] == (0, 69)  # the router's caps 20 and 46, not the paper's
+    runs["base"]["no_routing"] = False  # routed with the paper's modes: two surfaces, each named
+    (tmp_path / "runs" / "base" / "summary.json").write_text(
+        json.dumps(
+            {
+                "benchmark": "mini",
+                "method": "base",
+                "accuracy": 0.5,
+                "mean_length": 30,
+                "config": runs["base"],
+            }
+        )
+    )
+    drawn.clear()
+    assert main(argv) == 0
+    assert sorted(
+        (name, title.split(" (")[0]) for name, (title, _, _) in drawn.items() if "surface" in name
+    ) == [
+        ("reward_surface_1.png", "Reward surface of base"),
+        ("reward_surface_2.png", "Reward surface of router"),
+    ]
+
+
+def test_figures_count_generation_batches_from_one(tmp_path, drawn):
+    from routing_grpo.evaluation import plots
+
+    history = [{"routing/batch_step": b, "routing/share/Long": 0.5, "routing/fanout": 0.1} for b in range(3)]
+    plots.plot_training_dynamics([history], tmp_path / "dynamics.png")
+    plots.plot_training_levels(
+        [[{**row, "routing/level/1/share/Long": 0.5} for row in history]], tmp_path / "levels.png", "levels"
+    )
+    plots.plot_early_tell({"router": [history]}, tmp_path / "tell.png")
+    assert {name: xs for name, (_, _, xs) in drawn.items()} == {
+        "dynamics.png": [1, 2, 3], "levels.png": [1, 2, 3], "tell.png": [1, 2, 3]
+    }  # fmt: skip

@@ -6,7 +6,7 @@ import pytest
 
 from routing_grpo.evaluation.report import (
     group_by_method,
-    load_samples,
+    load_sample_lines,
     write_report,
 )
 from tests.helpers import write_paper_summaries
@@ -118,11 +118,13 @@ def test_samples_leave_out_a_torn_last_line_and_name_a_bad_one(tmp_path, caplog)
     good = "".join(json.dumps(r) + "\n" for r in rows)
     path = tmp_path / "samples.jsonl"
     path.write_text(good + json.dumps(rows[0]) + "\n" + '{"prompt_id": "q", "sampl')
-    assert load_samples(path) == rows  # the repeated (prompt, sample) keeps its first row
+    assert [
+        r for _, r in load_sample_lines(path)
+    ] == rows  # the repeated (prompt, sample) keeps its first row
     assert "samples.jsonl:4: a torn last line" in caplog.text
     path.write_text(good.replace("\n", "\n{oops\n", 1))
     with pytest.raises(ValueError, match=r"samples\.jsonl:2: not valid JSON"):
-        load_samples(path)
+        load_sample_lines(path)
     path.write_text(good + json.dumps({"prompt_id": "p"}) + "\n")
     with pytest.raises(ValueError, match=r"samples\.jsonl:3: a sample needs prompt_id"):
-        load_samples(path)
+        load_sample_lines(path)

@@ -24,9 +24,9 @@ from dataclasses import asdict
 import pytest
 
 from routing_grpo.evaluation.config import EvalConfig
-from routing_grpo.evaluation.report import find_training_runs, training_group, training_summary
+from routing_grpo.evaluation.report import find_training_runs, training_group
 from routing_grpo.evaluation.summary import summarize
-from routing_grpo.mini.report import oracle_part
+from routing_grpo.mini.report import oracle_part, training_summary
 
 MODES = [
     {"name": "NoThink", "word": "NoThink", "base": 1.3, "gamma": 1.0, "cap": 6},

@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     """Evaluates with :meth:`EvalConfig.for_checkpoint`'s defaults; everything the command line names is
     checked before the model loads."""
     from routing_grpo.data.datasets import DatasetUnavailableError
-    from routing_grpo.evaluation.config import EvalConfig
+    from routing_grpo.evaluation.config import DEFAULT_SAMPLES, EvalConfig
     from routing_grpo.evaluation.evaluate import check_benchmarks, run_eval
     from routing_grpo.generation.factory import check_backend, resolve_backend
     from routing_grpo.generation.options import check_device, check_sampling
@@ -49,10 +49,12 @@ def run(args: argparse.Namespace) -> int:
         check_sampling(args.temperature, args.top_p, flags=True)
         check_backend(args.backend, "--backend")
         check_device(args.device, "--device")
+        data = _parse_mapping(args.data, "--data")
+        benchmarks = args.benchmarks or ",".join(data or DEFAULT_SAMPLES)  # your own data, else the paper's
         config = EvalConfig.for_checkpoint(
-            args.model, [b.strip() for b in args.benchmarks.split(",") if b.strip()], output=args.output,
+            args.model, [b.strip() for b in benchmarks.split(",") if b.strip()], output=args.output,
             max_tokens=args.max_tokens, config=args.config, revision=args.revision,
-            samples=_parse_mapping(args.samples, "--samples", int), data=_parse_mapping(args.data, "--data"),
+            samples=_parse_mapping(args.samples, "--samples", int), data=data,
             **{name: getattr(args, name) for name in OPTIONS},
         )  # fmt: skip
         check_benchmarks(config)
@@ -92,7 +94,8 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
         "prompts go to the engine in one call; --tensor-parallel-size x --data-parallel-size GPUs are used.",
     )
     p.add_argument("--model", required=True, help="checkpoint directory or Hub name")
-    p.add_argument("--benchmarks", default="math500,gsm8k,aime24,aime25", help="comma-separated benchmarks")
+    p.add_argument("--benchmarks", help="comma-separated benchmarks (default: --data's names, else "
+                   "math500,gsm8k,aime24,aime25)")  # fmt: skip
     p.add_argument("--samples", help="samples per prompt, e.g. gsm8k=5,aime24=16 (paper defaults otherwise)")
     p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature (0 = greedy)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling: keep this probability mass")
@@ -108,16 +111,18 @@ def make_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     group.add_argument("--no-routing", action="store_true", help="plain prompt (base model or a baseline)")
     p.add_argument("--config", help="training recipe: its modes, routing instruction and question are used")
-    p.add_argument("--data", help="local files per benchmark, e.g. math500=data/math500.jsonl (default: Hub)")
+    p.add_argument("--data", help="local files per benchmark, e.g. math500=data/math500.jsonl (default: Hub); a "
+                   "name of your own, e.g. my_test=data/test.jsonl, is read and graded as math500")  # fmt: skip
     p.add_argument("--batch-size", type=int, help="prompts per generation call (default: vLLM gets each "
                    "benchmark's prompts in one call, transformers 16); each call's samples are saved when graded, "
                    "so a rerun resumes after the last one")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="sampling seed (seeds the vLLM engines)")
     p.add_argument("--method", help="label for reports (default: router / base / the forced mode)")
-    p.add_argument("--run-seed", type=int, help="training seed of the checkpoint, for reports")
+    p.add_argument("--run-seed", type=int, help="training seed of the checkpoint, for reports (default: the "
+                   "seed<N> of --model's path, else 0)")  # fmt: skip
     p.add_argument("--output", help="directory: <benchmark>/samples.jsonl and summary.json (default "
-                   "outputs/eval/<method>/seed<N>); a rerun resumes its samples, and samples of another model, "
-                   "data or settings are refused")  # fmt: skip
+                   "outputs/eval/<model>/<method>/seed<N>, <model> the name of --model's run or Hub repo); a rerun "
+                   "resumes its samples, and samples of another model, data or settings are refused")  # fmt: skip
     p.add_argument("--overwrite", action="store_true",
                    help="start each benchmark's samples afresh instead of resuming")  # fmt: skip
     engine = p.add_argument_group("model and engine")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -103,6 +104,11 @@ class EvalConfig:
             if k < 1:
                 raise ValueError(f"--samples: {bench}={k}: need at least one sample")
         check_name(self.effective_method, "--method" if self.method is not None else "--force-mode")
+        for name in self.data:  # names the benchmark's folder beside the hidden ones (.NAME.overwrite)
+            if check_name(name, "--data").startswith("."):
+                raise ValueError(
+                    f"--data: not a name ({name!r} starts with a dot): names become folder names"
+                )
         for name in ("routing_question", "routing_instruction"):
             value = getattr(self, name)
             problem = prompt_text_problem(name, value) if value is not None else None
@@ -171,8 +177,8 @@ class EvalConfig:
             config: a training recipe whose modes and routing texts are used (default: the checkpoint's).
             max_tokens: None for the training completion limit; never past the model's context (an explicit
                 one lowered is said in :attr:`notes`).
-            output: None for ``outputs/eval/<method>/seed<N>``.
-            options: the other fields.
+            output: None for ``outputs/eval/<model>/<method>/seed<N>`` (:func:`model_label`).
+            options: the other fields (``run_seed``: None for the seed the model's path names, else 0).
         """
         from routing_grpo.io.model_files import local_context_length, weight_file_problem
         from routing_grpo.io.paths import hub_offline, is_offline_name, looks_local, resolve_model_path
@@ -226,11 +232,23 @@ class EvalConfig:
             if max_tokens is not None:  # said only when asked for explicitly
                 notes.append(f"--max-tokens: {limit} is past the model's context; using {context}")
             limit = context
+        name, seed = model_label(model)
+        options["run_seed"] = seed if options.get("run_seed") is None else options["run_seed"]
         made = cls(
             model=model, benchmarks=benchmarks, output=output or "", max_tokens=limit, revision=revision,
             **options, **{k: routing[k] for k in ROUTING_KEYS if routing.get(k) is not None},
         )  # fmt: skip
         if not output:
-            made.output = str(Path("outputs") / "eval" / made.effective_method / f"seed{made.run_seed or 0}")
+            made.output = str(
+                Path("outputs", "eval", name, made.effective_method, f"seed{made.run_seed or 0}")
+            )
         made.notes = tuple(notes)
         return made
+
+
+def model_label(model: str) -> tuple[str, int | None]:
+    """(a folder name for ``model``, the training seed its path names): ``outputs/my_router/seed1`` (or a
+    checkpoint-N in it) and ``owner/my_router-seed1`` give ``("my_router", 1)``."""
+    found = re.search(r"([^/\\]*?)(?:[-_/\\]seed(\d+))?(?:[/\\]checkpoint-\d+)?[/\\]*$", str(model))
+    seed = int(found[2]) if found[2] else None
+    return found[1].lstrip(".") or "model", seed

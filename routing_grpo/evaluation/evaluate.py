@@ -182,18 +182,20 @@ def check_benchmarks(config: EvalConfig) -> None:
     names = task_names()
     known = ", ".join(names)
     for bench in config.benchmarks:
-        if bench not in names:
-            raise ValueError(f"--benchmarks: unknown benchmark {bench!r}; known: {known}")
+        if bench not in names and bench not in config.data:
+            raise ValueError(
+                f"--benchmarks: unknown benchmark {bench!r}; known: {known} (or --data {bench}=FILE)"
+            )
     if len(set(config.benchmarks)) != len(config.benchmarks):
         raise ValueError(f"--benchmarks: a benchmark is named twice ({','.join(config.benchmarks)})")
     for flag, entries in (("--samples", config.samples), ("--data", config.data)):
         for bench in entries:
-            if bench not in names:
+            if bench not in names and bench not in config.data:
                 raise ValueError(f"{flag}: unknown benchmark {bench!r}; known: {known}")
     for bench, path in config.data.items():
         if bench not in config.benchmarks:
             continue
-        if get_task(bench).generate is not None:
+        if bench in names and get_task(bench).generate is not None:
             raise ValueError(f"--data: {bench} is generated (seeded, no download); it takes no file")
         if looks_local(path) and not Path(path).expanduser().exists():
             raise FileNotFoundError(f"--data: {bench}={path}: no such file or directory")
@@ -229,7 +231,7 @@ def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
     from transformers import AutoTokenizer
 
     from routing_grpo.data.datasets import load_task
-    from routing_grpo.data.tasks import get_task
+    from routing_grpo.data.tasks import get_task, task_names
     from routing_grpo.io.locks import OutputLock, folder_lock_path
 
     backend = resolve_backend(config.backend)
@@ -239,8 +241,9 @@ def run_eval(config: EvalConfig) -> dict[str, dict[str, Any]]:
         check_benchmarks(config)
         datasets = {}
         for bench in config.benchmarks:  # a generated task (synthetic, countdown): its held-out split
-            split = "test" if get_task(bench).generate is not None else None
-            datasets[bench] = load_task(bench, path=config.data.get(bench), split=split, limit=config.limit)
+            task = bench if bench in task_names() else "math500"  # --data NAME=FILE: read and graded as it
+            split = "test" if get_task(task).generate is not None else None
+            datasets[bench] = load_task(task, path=config.data.get(bench), split=split, limit=config.limit)
         for bench in datasets:  # every output folder, and the samples to resume, checked before the model
             samples.claim_folder(
                 under(config.output, bench), samples_record(config, bench), overwrite=config.overwrite

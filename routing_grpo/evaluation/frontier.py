@@ -38,29 +38,10 @@ def frontier_accuracy_at(frontier: Sequence[Point], length: float) -> float | No
     return frontier[-1].accuracy
 
 
-def frontier_length_for(frontier: Sequence[Point], accuracy: float) -> float | None:
-    """Tokens the frontier needs to reach ``accuracy`` (None when no baseline reaches it)."""
-    if not frontier or accuracy > frontier[-1].accuracy:
-        return None
-    if accuracy <= frontier[0].accuracy:
-        return frontier[0].length
-    for a, b in zip(frontier, frontier[1:]):
-        if accuracy <= b.accuracy:
-            return a.length + (accuracy - a.accuracy) / (b.accuracy - a.accuracy) * (b.length - a.length)
-    return None
-
-
 def polyline_length_for(points: Sequence[Point], accuracy: float) -> float | None:
-    """Tokens the polyline through ``points`` needs to reach ``accuracy``: the paper's own measure.
-
-    Every point is kept (a dominated one too, as the paper's figure draws them), joined in length order::
-
-        L_need(a) = min { L in [L_1, L_K] : P(L) >= a },  P linear between neighbours
-                  = L_1 if a <= a_1;  None if a > max_k a_k
-
-    On a rising line this is :func:`frontier_length_for`; where a dominated point makes it dip (GSM8K's
-    Short-only), it needs more tokens than the pruned frontier.
-    """
+    """Tokens the line through ``points`` (every one kept, joined in length order) needs to reach ``accuracy``
+    (None when none reaches it): on the pruned frontier its tokens, on all single-mode points the paper's
+    measure, where a dominated point (GSM8K's Short-only) makes the line dip and need more."""
     line = sorted(points, key=lambda q: (q.length, q.accuracy))
     if not line or accuracy > max(p.accuracy for p in line):
         return None

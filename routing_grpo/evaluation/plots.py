@@ -41,7 +41,7 @@ def surface_span(modes: Sequence[ModeSpec]) -> int:
     return max(10, math.ceil(1.5 * max(marks))) if marks else 1000
 
 
-def plot_reward_surface(modes: Sequence[ModeSpec], path: Path) -> Path:
+def plot_reward_surface(modes: Sequence[ModeSpec], path: Path, runs: str = "") -> Path:
     top = surface_span(modes)
     xs = [top * i / 400 for i in range(401)]
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -57,7 +57,7 @@ def plot_reward_surface(modes: Sequence[ModeSpec], path: Path) -> Path:
             va="top",
         )  # fmt: skip
     ax.set_xlim(0, top)
-    title = "Reward surface (dashed: crossovers, dotted: caps)"
+    title = f"Reward surface{f' of {runs}' if runs else ''} (dashed: crossovers, dotted: caps)"
     return _finish(fig, ax, path, "tokens after the routing word, L", "reward of a correct answer", title)
 
 
@@ -309,9 +309,17 @@ def draw_all(
     """Every figure. ``training_runs``: the router's join the logs under ``run_dirs``, each ablation and the
     level mix get figures of their own; ``minis``: the miniature per benchmark (the oracle's choices and point)."""
     minis = minis or {}
-    raw_modes = next((m for s in summaries if (m := (s.get("config") or {}).get("modes"))), None)
-    modes = parse_modes(raw_modes) if raw_modes else DEFAULT_MODES
-    written = [plot_reward_surface(modes, output / "reward_surface.png")]
+    surfaces: dict[tuple[ModeSpec, ...], set[str]] = defaultdict(set)  # the routed runs' modes
+    for s in summaries:
+        if (config := s.get("config") or {}).get("modes") and not config.get("no_routing"):
+            surfaces[parse_modes(config["modes"])].add(s["method"])
+    if len(surfaces) < 2:
+        written = [plot_reward_surface(next(iter(surfaces), DEFAULT_MODES), output / "reward_surface.png")]
+    else:  # runs of different modes: a surface each
+        written = [
+            plot_reward_surface(modes, output / f"reward_surface_{i}.png", ", ".join(sorted(methods)))
+            for i, (modes, methods) in enumerate(surfaces.items(), 1)
+        ]
     add = written.append
     for bench, methods in grouped.items():
         mini = minis.get(bench)
@@ -350,8 +358,9 @@ def _level_key(level: str) -> tuple[int, str]:
 
 def _logged(history: Sequence[dict[str, Any]]):
     """(generation batch, key, value) of each finite number a run logged."""
-    for row in history:
-        step = row.get("routing/batch_step", row.get("step"))
+    for row in history:  # counted from 1, as the training log counts them
+        batch = row.get("routing/batch_step")
+        step = row.get("step") if batch is None else batch + 1
         if step is not None:
             for key, value in row.items():
                 if isinstance(value, int | float) and math.isfinite(value):

@@ -18,11 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.evaluation.config import SAMPLE_SETTINGS
+from routing_grpo.evaluation.config import SAMPLE_SETTINGS, model_label
 from routing_grpo.evaluation.frontier import (
     Point,
     frontier_accuracy_at,
-    frontier_length_for,
     pareto_frontier,
     polyline_length_for,
     token_saving,
@@ -108,7 +107,7 @@ def _figure_problem(key: str, value: Any, kind: str, *, optional: bool = False) 
     if kind == "count":
         whole = isinstance(value, int) and not isinstance(value, bool) and value >= 0
         return None if whole else f"{key} must be an integer >= 0, got {json.dumps(value)}"
-    if not _finite(value):
+    if not finite(value):
         return f"{key} must be a finite number, got {json.dumps(value)}"
     if kind == "share" and not 0 <= value <= 1:
         return f"{key} must be in [0, 1], got {value}"
@@ -157,19 +156,34 @@ def summary_figure_problem(summary: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
-# What a summary's figures depend on besides the model: seeds pool only when these are equal.
-POOLED_SETTINGS = ("samples_per_prompt", "limit",
+# What a summary's figures depend on (the model by its run's name): seeds pool only when these are equal.
+POOLED_SETTINGS = ("model", "samples_per_prompt", "limit",
                    *(k for k in SAMPLE_SETTINGS if k not in ("seed", "revision", "dtype")))  # fmt: skip
+
+
+def _pooled_settings(summary: dict[str, Any]) -> dict[str, Any]:
+    settings = {"samples_per_prompt": summary.get("samples_per_prompt"), **summary.get("config", {})}
+    model = summary.get("model") or settings.get("model")
+    return {**settings, "model": model_label(model)[0]} if model else settings
 
 
 def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, dict[Any, dict[str, Any]]]]:
     """benchmark -> method -> seed -> summary, adding the combined AIME benchmark."""
     grouped: dict[str, dict[str, dict[Any, dict[str, Any]]]] = defaultdict(lambda: defaultdict(dict))
     for s in summaries:
-        seed = s.get("seed", 0)
-        if seed in grouped[s["benchmark"]][s["method"]]:
-            first = grouped[s["benchmark"]][s["method"]][seed]
-            forced = any((x.get("config") or {}).get("force_mode") for x in (first, s))
+        seed, seeds = s.get("seed", 0), grouped[s["benchmark"]][s["method"]]
+        first = seeds.get(seed)
+        forced = first is not None and any((x.get("config") or {}).get("force_mode") for x in (first, s))
+        for other in [] if forced else seeds.values():  # forced runs at one seed: the hint below
+            a, b = _pooled_settings(other), _pooled_settings(s)
+            if key := next((k for k in POOLED_SETTINGS if k in a and k in b and a[k] != b[k]), None):
+                raise ValueError(
+                    f"{other.get('_path')} and {s.get('_path')} evaluate {s['benchmark']!r} differently ({key}: "
+                    f"{json.dumps(a[key])[:60]} and {json.dumps(b[key])[:60]}); seeds are pooled only when evaluated "
+                    f"alike: {'report each model apart' if key == 'model' else 'evaluate them alike'}, or tell them "
+                    "apart with --method"
+                )
+        if first is not None:
             hint = (
                 "; these are a model forced into one mode (evaluated for the oracle's and the world's tables): "
                 "give such folders with --oracle and --world-oracle, not --runs"
@@ -180,16 +194,7 @@ def group_by_method(summaries: Sequence[dict[str, Any]]) -> dict[str, dict[str, 
                 f"two summaries for benchmark {s['benchmark']!r}, method {s['method']!r}, seed {seed!r}: "
                 f"{first.get('_path')} and {s.get('_path')}{hint}"
             )
-        for other in grouped[s["benchmark"]][s["method"]].values():
-            a, b = ({"samples_per_prompt": x.get("samples_per_prompt"), **x.get("config", {})}
-                    for x in (other, s))  # fmt: skip
-            if key := next((k for k in POOLED_SETTINGS if k in a and k in b and a[k] != b[k]), None):
-                raise ValueError(
-                    f"{other.get('_path')} and {s.get('_path')} evaluate {s['benchmark']!r} differently ({key}: "
-                    f"{json.dumps(a[key])[:60]} and {json.dumps(b[key])[:60]}); seeds are pooled only when "
-                    "evaluated alike: evaluate them alike, or tell them apart with --method"
-                )
-        grouped[s["benchmark"]][s["method"]][seed] = s
+        seeds[seed] = s
     for combined, parts in COMBINED_BENCHMARKS.items():  # pooled sample-weighted
         if combined in grouped or not all(p in grouped for p in parts):
             continue
@@ -227,14 +232,18 @@ def compare_to_frontier(benchmark: str, grouped_benchmark: dict[str, dict[Any, d
     frontier = pareto_frontier(baselines)
     router = points["router"]
     at_length = frontier_accuracy_at(frontier, router.length)
-    need = frontier_length_for(frontier, router.accuracy)
+    if at_length is None:  # shorter than every baseline: above when more accurate than the shortest
+        above = router.accuracy > frontier[0].accuracy or None
+    else:
+        above = router.accuracy > at_length
+    need = polyline_length_for(frontier, router.accuracy)
     line_need = polyline_length_for(baselines, router.accuracy)
     return {
         "benchmark": benchmark,
         "router_accuracy": router.accuracy,
         "router_length": router.length,
         "frontier_accuracy_at_router_length": at_length,
-        "above_frontier": None if at_length is None else router.accuracy > at_length,
+        "above_frontier": above,
         "frontier_length_for_router_accuracy": need,
         "token_saving_vs_frontier": token_saving(router.length, need),
         "frontier": " -> ".join(p.method for p in frontier),
@@ -324,7 +333,7 @@ def markdown_report(grouped, reduction: list[dict[str, Any]], frontier: list[dic
             "|---|---|---|---|---|---|---|---|",
         ]
         for r in frontier:
-            above = {True: "yes", False: "no", None: "n/a"}[r["above_frontier"]]
+            above = {True: "yes", False: "no", None: "shorter than every baseline"}[r["above_frontier"]]
             need, line_need = (r[f"{k}_length_for_router_accuracy"] for k in ("frontier", "polyline"))
             lines.append(
                 f"| {r['benchmark']} | {r['router_accuracy']:.3f} @ {r['router_length']:.0f} | "
@@ -344,14 +353,10 @@ def markdown_report(grouped, reduction: list[dict[str, Any]], frontier: list[dic
     return "\n".join(lines) + "\n"
 
 
-def load_samples(path: str | Path) -> list[dict[str, Any]]:
-    """The rows of a ``samples.jsonl``, the first per prompt and sample (and forced mode)."""
-    return [row for _, row in load_sample_lines(path)]
-
-
 def load_sample_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """:func:`load_samples` with each row's line number. A torn last line is left out; any other bad line,
-    or a row without ``prompt_id`` and an integer ``sample_index``, is a ValueError naming ``path:line``."""
+    """(line number, row) of a ``samples.jsonl``, the first per prompt and sample (and forced mode). A torn last
+    line is left out; any other bad line, or a row without ``prompt_id`` and an integer ``sample_index``, is a
+    ValueError naming ``path:line``."""
     rows: dict[tuple[str, int, str | None], tuple[int, dict[str, Any]]] = {}
     for number, row in read_jsonl(path, torn="drop"):
         try:
@@ -414,30 +419,8 @@ def find_training_runs(dirs: Iterable[str | Path]) -> list[TrainingRun]:
     return runs
 
 
-def _finite(value: Any) -> bool:
+def finite(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def training_summary(history: Sequence[dict[str, Any]], mode_names: Sequence[str]) -> dict[str, Any]:
-    """What a run's logs say about free routing: the last free split and entropy, whether the collapse
-    alarm was ever positive (None if never logged), per mode whether it was ever chosen, the last batch."""
-
-    def share(row: dict[str, Any], mode: str) -> float | None:
-        value = row.get(f"routing/share/{mode}")  # None or NaN: no free rollout in the logging window
-        return value if _finite(value) else None
-
-    split_rows = [r for r in history if any(share(r, m) is not None for m in mode_names)]
-    final_split = {m: share(split_rows[-1], m) for m in mode_names} if split_rows else None
-    entropies = [r["routing/entropy"] for r in history if _finite(r.get("routing/entropy"))]
-    alarms = [r["routing/collapse_alarm"] for r in history if "routing/collapse_alarm" in r]
-    steps = [r["routing/batch_step"] for r in history if _finite(r.get("routing/batch_step"))]
-    return {
-        "final_split": final_split,
-        "final_entropy": entropies[-1] if entropies else None,
-        "collapse_alarm": any(_finite(a) and a > 0 for a in alarms) if alarms else None,
-        "ever_chosen": {m: any((share(r, m) or 0.0) > 0 for r in history) for m in mode_names},
-        "last_batch_step": steps[-1] if steps else None,
-    }
 
 
 @dataclass

@@ -22,11 +22,11 @@ from routing_grpo.evaluation.report import (
     Stat,
     TrainingRun,
     find_summaries,
-    load_samples,
+    finite,
+    load_sample_lines,
     method_points,
     samples_of,
     stats,
-    training_summary,
 )
 from routing_grpo.mini.report_markdown import miniature_markdown
 from routing_grpo.mini.targets import (
@@ -66,7 +66,7 @@ def load_oracle(dirs: Iterable[str | Path]) -> dict[str, OracleData]:
         samples = samples_of(summary)
         if samples is None:
             raise FileNotFoundError(f"--oracle: {path.parent} has a summary.json but no samples.jsonl")
-        rows = [r for r in load_samples(samples) if r.get("routing") == "forced" or r.get("forced")]
+        rows = [r for _, r in load_sample_lines(samples) if r.get("routing") == "forced" or r.get("forced")]
         if not rows:
             raise ValueError(f"--oracle: {samples} holds no forced-mode samples (evaluate with --force-mode)")
         raw = (summary.get("config") or {}).get("modes")
@@ -250,7 +250,7 @@ def _routed_seeds(
         if samples is None:
             notes.append(f"{method} seed {seed}: no samples.jsonl beside {summary.get('_path')}")
             continue
-        rows = load_samples(samples)
+        rows = [r for _, r in load_sample_lines(samples)]
         levels = router_levels(rows, modes)
         if not levels:
             notes.append(f"{method} seed {seed}: no free samples with a level in {samples}")
@@ -340,6 +340,25 @@ def _levels_over_seeds(
             "oracle_expected_reward": None if best is None else table[level][best].reward,
         }
     return out
+
+
+def training_summary(history: Sequence[dict[str, Any]], mode_names: Sequence[str]) -> dict[str, Any]:
+    """A run's logs: the last free split and entropy, alarm ever positive (None: not logged), modes chosen."""
+
+    def share(row: dict[str, Any], mode: str) -> float | None:
+        value = row.get(f"routing/share/{mode}")  # None or NaN: no free rollout in the logging window
+        return value if finite(value) else None
+
+    split_rows = [r for r in history if any(share(r, m) is not None for m in mode_names)]
+    final_split = {m: share(split_rows[-1], m) for m in mode_names} if split_rows else None
+    entropies = [r["routing/entropy"] for r in history if finite(r.get("routing/entropy"))]
+    alarms = [r["routing/collapse_alarm"] for r in history if "routing/collapse_alarm" in r]
+    return {
+        "final_split": final_split,
+        "final_entropy": entropies[-1] if entropies else None,
+        "collapse_alarm": any(finite(a) and a > 0 for a in alarms) if alarms else None,
+        "ever_chosen": {m: any((share(r, m) or 0.0) > 0 for r in history) for m in mode_names},
+    }
 
 
 def ablations(
