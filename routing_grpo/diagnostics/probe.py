@@ -12,7 +12,6 @@ import copy
 import math
 import random
 import re
-import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,7 +20,13 @@ from typing import Any
 
 from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, routing_instruction, word_token_id_forms
 from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION, PromptPlan
-from routing_grpo.diagnostics.early_tell import fanout, logodds_by_level, word_logprob
+from routing_grpo.diagnostics.early_tell import (
+    FANOUT_ROUTING,
+    fanout,
+    fanout_word,
+    logodds_by_level,
+    word_logprob,
+)
 
 
 @dataclass(frozen=True)
@@ -139,11 +144,11 @@ def read_states(
             def form_logprobs(form: list[int], out=out, at_word=at_word) -> list[float]:
                 if len(form) == 1:
                     return [float(at_word[form[0]])]
-                # The word's later tokens read on from the prompt's cache (a copy: each spelling its own).
-                with warnings.catch_warnings():  # the argument's newer name is not in every transformers
-                    warnings.simplefilter("ignore", FutureWarning)
-                    cache = copy.deepcopy(out.past_key_values)
-                    logits = model(input_ids=torch.tensor([form[:-1]]), past_key_values=cache).logits
+                # The word's later tokens read on from the prompt's cache (a copy: each spelling its own),
+                # under the cache's name in this transformers ("cache", earlier "past_key_values").
+                name = "cache" if "cache" in out else "past_key_values"
+                cache = copy.deepcopy(out[name])
+                logits = model(input_ids=torch.tensor([form[:-1]]), **{name: cache}).logits
                 rest = logits[0].float().log_softmax(-1)
                 return [float(at_word[form[0]])] + [float(rest[t, form[t + 1]]) for t in range(len(form) - 1)]
 
@@ -186,7 +191,8 @@ def render(result: dict[str, Any]) -> str:
         lines.append(
             "  routing log-odds log pi(longest)/pi(briefest) by difficulty "
             + ", ".join(f"{d}: {z:+.2f}" for d, z in tell["logodds_by_difficulty"].items())
-            + f"; fanout {tell['fanout']:+.3f} nats per level step"
+            + f"; fanout {tell['fanout']:+.3f} nats per level step, {fanout_word(tell['fanout'])} against the "
+            f"early tell's line {FANOUT_ROUTING:g}"
         )
     lines.append(f"verdict: {s['verdict']}")
     return "\n".join(lines)
