@@ -38,6 +38,14 @@ def test_probe_end_to_end_on_the_tiny_model(tiny_model_path, tmp_path):
         timeout=120,
     )  # fmt: skip
     assert bad.returncode == 2 and "neither a task" in bad.stderr and "Traceback" not in bad.stderr
+    hub = subprocess.run(
+        [*cmd[:7], "math500"], env=offline_env(), capture_output=True, text=True, timeout=120
+    )
+    assert hub.returncode == 2 and "Traceback" not in hub.stderr and hub.stderr.count("\n") == 1
+    assert (
+        hub.stderr.startswith("routing-grpo probe: error: --data math500: could not load")
+        and "--data-path" in hub.stderr
+    )
 
 
 def test_the_probe_and_the_run_summary_call_one_fanout_by_one_word(

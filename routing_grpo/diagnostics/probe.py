@@ -88,11 +88,16 @@ def task_rows(
 ) -> list[ProbeRow]:
     """Rows of a registered task (its ``level`` the difficulty); a generated task makes enough rows for
     ``per_difficulty`` of each of up to 10 levels."""
-    from routing_grpo.data.datasets import get_task, load_task
+    from routing_grpo.data.datasets import DatasetUnavailableError, get_task, load_task
 
     spec = get_task(name)
     limit = 10 * per_difficulty * 2 if spec.generate is not None else None
-    dataset = load_task(name, path=path, split=split, limit=limit, seed=seed)
+    try:
+        dataset = load_task(name, path=path, split=split, limit=limit, seed=seed)
+    except DatasetUnavailableError as err:
+        raise ValueError(
+            f"--data {name}: {str(err).split('. Use ')[0]}; give a local copy with --data-path"
+        ) from None
     return [ProbeRow(r["prompt"], float(r["level"])) for r in dataset if r["level"] is not None]
 
 
