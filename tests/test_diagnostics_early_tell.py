@@ -12,12 +12,14 @@ from routing_grpo.core.prompting import early_tell_word_ids
 from routing_grpo.core.schedules import routing_word_weight_at
 from routing_grpo.diagnostics.early_tell import (
     FANOUT_ROUTING,
+    LEVER,
     advantage_split,
     difficulty_order,
     difficulty_value,
     early_tell_readings,
     early_tell_verdict,
     fanout,
+    fanout_word,
     level_mode_advantages,
     logodds_by_level,
     pass_rate_difficulty,
@@ -266,9 +268,23 @@ def test_trailing_means_and_readings():
     assert math.isnan(trailing_mean([], 20))
     readings = early_tell_readings(points)
     assert [b for b, _ in readings] == [20, 30]  # 45 is past the last batch
-    assert early_tell_verdict(FANOUT_ROUTING + 0.01).startswith("routing by difficulty")
-    assert early_tell_verdict(0.0).startswith("flat")
     assert early_tell_verdict(math.nan).startswith("no reading")
+
+
+@pytest.mark.parametrize(
+    "value, word",
+    [(1.182, "strong"), (0.10, "strong"), (0.05, "rising"), (0.02, "rising"), (0.0, "flat"), (-0.019, "flat"),
+     (-0.02, "inverted"), (-0.231, "inverted"), (math.nan, "no reading")],
+)  # fmt: skip
+def test_one_word_for_a_fanout_and_the_lever_when_it_does_not_rise(value, word):
+    assert fanout_word(value) == word
+    verdict = early_tell_verdict(value)
+    assert verdict.startswith(word)
+    lever = "`routing_word_weight: 1.0` with `routing_word_weight_steps` = `routing_warmup_steps`"
+    assert (lever in verdict) == (word in ("flat", "inverted"))
+    assert (LEVER in verdict) == (
+        lever in verdict
+    ) and 'docs/troubleshooting.md "Routing does not start"' in LEVER
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -35,10 +35,14 @@ def test_jsonl_rows_name_what_is_missing(tmp_path):
         jsonl_rows(path, "level")
 
 
-def test_read_states_reads_words_of_several_tokens_as_a_full_forward(tiny_model_path):
+def test_read_states_reads_words_of_several_tokens_as_a_full_forward(tiny_model_path, caplog):
     # Words of two and three tokens in the tiny tokenizer: the probe's cached reading of a word's later
-    # tokens equals one unpadded forward over [prompt | word] per spelling.
+    # tokens equals one unpadded forward over [prompt | word] per spelling, with no deprecation notice.
+    import logging
+
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logging.Logger.warning_once.cache_clear()  # transformers' notices print once per process
 
     from routing_grpo.core.modes import parse_modes, routing_instruction, word_token_id_forms
     from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION, PromptPlan
@@ -56,6 +60,7 @@ def test_read_states_reads_words_of_several_tokens_as_a_full_forward(tiny_model_
     assert all(len(f) > 1 for m in modes for f in word_token_id_forms(tokenizer, m.word))
     rows = [ProbeRow("What is 3 + 4?", 1.0), ProbeRow([{"role": "user", "content": "What is 9 + 9?"}], 2.0)]
     states, lengths, logodds = read_states(model, tokenizer, rows, modes)
+    assert not [r for r in caplog.records if "deprecated" in r.getMessage()]
     plan = PromptPlan(routing_instruction(modes), DEFAULT_ROUTING_QUESTION)
     for row, length, z in zip(rows, lengths, logodds):
         ids = tokenizer(plan.render(tokenizer, row.prompt), add_special_tokens=False)["input_ids"]

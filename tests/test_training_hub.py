@@ -234,16 +234,12 @@ def test_the_model_card_reports_the_early_tell(tmp_path):
     card = model_card(args, script_args, model_args, history)
     assert "## Early tell" in card
     assert (
-        "- generation batch 20: fanout +2.000 nats per level step over the last 10 batches (routing by difficulty"
-        in card
+        "- generation batch 20: fanout +2.000 nats per level step over the last 10 batches (strong: " in card
     )
     assert "- generation batch 30: fanout +2.000" in card and "generation batch 45" not in card
     flat = [{"routing/batch_step": float(b), "routing/fanout": 0.01} for b in range(50)]
     card = model_card(args, script_args, model_args, flat)
-    assert (
-        "- generation batch 45: fanout +0.010 nats per level step over the last 10 batches (flat so far"
-        in card
-    )
+    assert "- generation batch 45: fanout +0.010 nats per level step over the last 10 batches (flat: " in card
     assert "## Early tell" not in model_card(args, script_args, model_args, [])
 
 

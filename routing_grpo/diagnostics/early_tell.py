@@ -24,6 +24,11 @@ from routing_grpo.diagnostics.oracle import pass_rate_bin
 # miniature's graded world (docs/notebooks/cold_start.md).
 FANOUT_ROUTING = 0.02
 FANOUT_WINDOW = 10
+FANOUT_STRONG = 5  # "strong" from this many times the line
+LEVER = (
+    "the lever: `routing_word_weight: 1.0` with `routing_word_weight_steps` = `routing_warmup_steps` (default "
+    'unset, the paper\'s loss; docs/troubleshooting.md "Routing does not start")'
+)
 
 
 def level_mode_advantages(
@@ -208,13 +213,30 @@ def early_tell_readings(
     return [(b, trailing_mean(points, b)) for b in [*[b for b in at if b < last], last]]
 
 
-def early_tell_verdict(value: float) -> str:
-    """One reading of a trailing-mean fanout against :data:`FANOUT_ROUTING`."""
+def fanout_word(value: float) -> str:
+    """The word for a fanout against :data:`FANOUT_ROUTING`, the same in the probe, the run summary and the
+    model card: "inverted" at or below minus the line, "flat" below it, "rising" above it, "strong" from
+    :data:`FANOUT_STRONG` times it; "no reading" for NaN."""
     if math.isnan(value):
+        return "no reading"
+    if value <= -FANOUT_ROUTING:
+        return "inverted"
+    if value < FANOUT_ROUTING:
+        return "flat"
+    return "rising" if value < FANOUT_STRONG * FANOUT_ROUTING else "strong"
+
+
+def early_tell_verdict(value: float) -> str:
+    """One reading of a trailing-mean fanout: its word (:func:`fanout_word`), what it means, what to do."""
+    word = fanout_word(value)
+    if word == "no reading":
         return "no reading (no difficulty, or no prompt with a routing state)"
-    if value >= FANOUT_ROUTING:
-        return "routing by difficulty may be starting: above the line, read the trend"
-    return "flat so far: the routing state does not separate problems (docs/troubleshooting.md)"
+    if word in ("rising", "strong"):
+        return f"{word}: harder problems lean further to the longest mode; read the trend"
+    meaning = (
+        "harder problems lean to the briefest mode" if word == "inverted" else "the same lean at every level"
+    )
+    return f"{word}: {meaning}; {LEVER}"
 
 
 def _ranks(values: Sequence[float]) -> list[float]:

@@ -12,7 +12,6 @@ import copy
 import math
 import random
 import re
-import warnings
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,7 +20,13 @@ from typing import Any
 
 from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, routing_instruction, word_token_id_forms
 from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION, PromptPlan
-from routing_grpo.diagnostics.early_tell import fanout, logodds_by_level, word_logprob
+from routing_grpo.diagnostics.early_tell import (
+    FANOUT_ROUTING,
+    fanout,
+    fanout_word,
+    logodds_by_level,
+    word_logprob,
+)
 
 
 @dataclass(frozen=True)
@@ -83,11 +88,16 @@ def task_rows(
 ) -> list[ProbeRow]:
     """Rows of a registered task (its ``level`` the difficulty); a generated task makes enough rows for
     ``per_difficulty`` of each of up to 10 levels."""
-    from routing_grpo.data.datasets import get_task, load_task
+    from routing_grpo.data.datasets import DatasetUnavailableError, get_task, load_task
 
     spec = get_task(name)
     limit = 10 * per_difficulty * 2 if spec.generate is not None else None
-    dataset = load_task(name, path=path, split=split, limit=limit, seed=seed)
+    try:
+        dataset = load_task(name, path=path, split=split, limit=limit, seed=seed)
+    except DatasetUnavailableError as err:
+        raise ValueError(
+            f"--data {name}: {str(err).split('. Use ')[0]}; give a local copy with --data-path"
+        ) from None
     return [ProbeRow(r["prompt"], float(r["level"])) for r in dataset if r["level"] is not None]
 
 
@@ -139,11 +149,11 @@ def read_states(
             def form_logprobs(form: list[int], out=out, at_word=at_word) -> list[float]:
                 if len(form) == 1:
                     return [float(at_word[form[0]])]
-                # The word's later tokens read on from the prompt's cache (a copy: each spelling its own).
-                with warnings.catch_warnings():  # the argument's newer name is not in every transformers
-                    warnings.simplefilter("ignore", FutureWarning)
-                    cache = copy.deepcopy(out.past_key_values)
-                    logits = model(input_ids=torch.tensor([form[:-1]]), past_key_values=cache).logits
+                # The word's later tokens read on from the prompt's cache (a copy: each spelling its own),
+                # under the cache's name in this transformers ("cache", earlier "past_key_values").
+                name = "cache" if "cache" in out else "past_key_values"
+                cache = copy.deepcopy(out[name])
+                logits = model(input_ids=torch.tensor([form[:-1]]), **{name: cache}).logits
                 rest = logits[0].float().log_softmax(-1)
                 return [float(at_word[form[0]])] + [float(rest[t, form[t + 1]]) for t in range(len(form) - 1)]
 
@@ -186,7 +196,8 @@ def render(result: dict[str, Any]) -> str:
         lines.append(
             "  routing log-odds log pi(longest)/pi(briefest) by difficulty "
             + ", ".join(f"{d}: {z:+.2f}" for d, z in tell["logodds_by_difficulty"].items())
-            + f"; fanout {tell['fanout']:+.3f} nats per level step"
+            + f"; fanout {tell['fanout']:+.3f} nats per level step, {fanout_word(tell['fanout'])} against the "
+            f"early tell's line {FANOUT_ROUTING:g}"
         )
     lines.append(f"verdict: {s['verdict']}")
     return "\n".join(lines)

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from routing_grpo.diagnostics.early_tell import spearman
+from routing_grpo.diagnostics.early_tell import LEVER, spearman
 
 READOUT_MARGIN = 0.05
 CARRIED_BETWEEN_COMMON = 0.05
@@ -158,36 +158,27 @@ def probe_statistics(
 
 
 def probe_verdict(stats: dict[str, Any]) -> str:
-    """The reading the statistics support, in one sentence: difficulty present (S above its noise floor's
-    95th percentile) and carried (B / C), prompts differing (T / C), the readout beside the length's."""
+    """The reading the statistics support: difficulty present (S above its noise floor's
+    95th percentile) and carried (B / C), prompts differing (T / C), the readout beside the length's; then
+    what to do."""
     present = stats["between_share"] > stats["between_share_noise_floor_p95"]
     differs = stats["spread_over_common"] >= SPREAD_DIFFERS
     beyond_length = stats["readout_spearman"] > stats["length_readout_spearman"] + READOUT_MARGIN
     length_note = (
-        "" if beyond_length else " (a readout from the state does no better than one from prompt length)"
+        "" if beyond_length else "; a readout from the state does no better than one from prompt length"
     )
     if present and stats["between_over_common"] >= CARRIED_BETWEEN_COMMON:
-        return (
-            "difficulty-aware: difficulty moves the routing state far beyond its noise floor, against the "
-            f"common part too (like the miniature's aware start, offline:mini_graded){length_note}; in the "
-            "miniature's controls such starts routed when the state kept the levels in order, not when it "
-            "scrambled them (docs/notebooks/cold_start.md); watch the early tell"
+        state = (
+            "difficulty-aware state: difficulty moves it far beyond its noise floor, against the common part "
+            "too (like the miniature's aware start, offline:mini_graded, from which the paper's recipe routes)"
         )
-    if present:
-        return (
-            "difficulty present but faint: above its noise floor, yet it moves the state little against the "
-            "common part" + ("; prompts differ" if differs else "")
-            + f"{length_note} (the miniature's blind start, offline:mini_graded_blind, reads so, and the paper's "
-            "recipe routed from it weakly at best; of the miniature's controls that read so, some routed and "
-            "some did not: docs/notebooks/cold_start.md); watch the early tell"
-        )  # fmt: skip
-    if differs:
-        return (
-            "difficulty not in the routing state beyond its noise floor, but prompts differ there: in the "
-            "miniature's controls the paper's recipe did not route from such starts in 90 batches "
-            "(docs/notebooks/cold_start.md); watch the early tell"
-        )
-    return (
-        "difficulty-blind: the routing state separates neither difficulties nor prompts much; expect the "
-        "recipe to route late or not at all from this start (docs/troubleshooting.md)"
-    )
+    elif present:
+        state = (
+            "difficulty present in the state but faint against its common part (like the miniature's blind "
+            "start, offline:mini_graded_blind, from which the paper's recipe routed weakly or not at all)"
+        ) + ("; prompts differ there" if differs else "")
+    elif differs:
+        state = "difficulty not in the state beyond its noise floor, though prompts differ there"
+    else:
+        state = "difficulty-blind state: it separates neither difficulties nor prompts much"
+    return f"{state}{length_note}. Train and read the early tell at batch 20 and 45; if flat or inverted, {LEVER}"

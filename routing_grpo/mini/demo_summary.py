@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from routing_grpo.diagnostics.early_tell import FANOUT_ROUTING
+from routing_grpo.diagnostics.early_tell import FANOUT_ROUTING, FANOUT_STRONG
 from routing_grpo.evaluation.frontier import Point, frontier_accuracy_at, pareto_frontier
 
 COLD_START = (
@@ -18,8 +18,8 @@ COLD_START = (
     "auxiliary loss put each problem's difficulty level into the model's state at the routing position (the "
     "same variable the results below measure), and supervised steps taught it to write all three routing "
     "words, a stage the paper does not have. A real model's state carries far less (SmolLM2-135M-Instruct on "
-    "MATH-500), and from a start matched to it the same recipe did not route by difficulty "
-    "(docs/notebooks/cold_start.md)."
+    "MATH-500); from a start matched to it the same recipe did not route by difficulty, on checkpoints taught "
+    "before the shipped ones and not re-run on these (docs/notebooks/cold_start.md)."
 )
 
 # What each figure of the miniature's report shows, by file name (prefix), in the order they are listed.
@@ -54,8 +54,8 @@ def fanout_words() -> str:
         'routing position (docs/method.md, "The early tell", gives its scale). 0 means the same lean at every '
         f"level; {FANOUT_ROUTING:g} nats per step, the line it is read against, is odds of Long over NoThink "
         f"{odds:.2f} times as high for each level harder ({odds**5:.2f} times across the graded world's five "
-        'steps): below it at batch 20 reads "flat so far", below it at batch 45 "not learning to route by '
-        'difficulty".'
+        f'steps). A reading is "strong" from {FANOUT_STRONG} times the line, "rising" above it, "flat" below it, '
+        '"inverted" at minus the line or less (docs/troubleshooting.md "Routing does not start").'
     )
 
 
