@@ -413,7 +413,10 @@ def test_a_config_that_does_not_match_the_weights_is_refused(router_path, tmp_pa
     (model / "config.json").write_text(json.dumps(config))
     argv = eval_args(model, tmp_path / "out") if command == "eval" else ["generate", "--model", model, "q"]
     proc = subprocess.run(  # a process: transformers' own load report would go to its stderr
-        [sys.executable, "-m", "routing_grpo", *map(str, argv)], env=offline_env(), capture_output=True, text=True
+        [sys.executable, "-m", "routing_grpo", *map(str, argv)],
+        env=offline_env(),
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode == 2 and "answers" not in proc.stdout, proc.stderr
     assert proc.stderr.startswith(

@@ -713,7 +713,9 @@ def test_the_traceback_is_shown_on_request(tmp_path, tiny_model_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("entry", [["-m", "routing_grpo", "eval", "--help"], ["-m", "routing_grpo.train", "--help"]])
+@pytest.mark.parametrize(
+    "entry", [["-m", "routing_grpo", "eval", "--help"], ["-m", "routing_grpo.train", "--help"]]
+)
 def test_a_deleted_working_folder_is_one_line(tmp_path, entry):
     gone = tmp_path / "gone"
     gone.mkdir()
