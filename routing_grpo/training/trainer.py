@@ -15,7 +15,7 @@ import math
 import sys
 import time
 import warnings
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,6 +50,7 @@ __all__ = ["RoutingGRPOTrainer"]
 
 logger = logging.getLogger(__name__)
 
+ETA_WINDOW = 5  # generation batches in the moving mean of a batch's seconds (the ETA's pace)
 # The routing facts :meth:`RoutingGRPOTrainer.rollout` returns beside the ids; TRL forwards them into each row.
 ROUTING_FIELDS = frozenset(
     {"routing_mode", "routing_forced", "routing_length", "routing_capped", "routing_finished", "routing_past_cap",
@@ -182,6 +183,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self._rewards_per_func: torch.Tensor | None = None  # this batch's, kept by _calculate_rewards
         self._backend: Any = None  # the policy's generation backend, kept for the run (_policy_backend)
         self._last_batch_time: float | None = None
+        self._batch_seconds: deque[float] = deque(maxlen=ETA_WINDOW)
         self._batch_bar: Any = None
         self.show_batches = True
 
@@ -559,10 +561,14 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
                 metrics["routing/collapse_alarm"].append(float(firing))
 
     def _show_batch(self, record: GenerationRecord) -> None:
-        """One console line per generation batch (on a terminal: a progress bar with the line beside it)."""
+        """One console line per generation batch (on a terminal: a progress bar with the line beside it), with
+        the mean seconds of the last :data:`ETA_WINDOW` batches and the time left at that pace."""
         now = time.monotonic()
-        seconds = now - self._last_batch_time if self._last_batch_time is not None else None
+        if self._last_batch_time is not None:
+            self._batch_seconds.append(now - self._last_batch_time)
         self._last_batch_time = now
+        times = self._batch_seconds
+        seconds = sum(times) / len(times) if times else None
         line = batch_line(record, [m.name for m in self.modes], self.args.total_generation_batches, seconds)
         if not self.args.batch_progress_bar or not sys.stdout.isatty():
             print(line, flush=True)
