@@ -149,6 +149,8 @@ def main(
                 trainer.close_batch_bar()
             # Preempted: the checkpoint is written, the run is not finished; every process exits 128 + signal.
             exit_if_preempted(trainer)
+            # total_flos is 0: transformers counts the tokens of input_ids, which GRPO's batches lack.
+            result.metrics.pop("total_flos", None)
             trainer.log_metrics("train", result.metrics)
             trainer.save_metrics("train", result.metrics)
 

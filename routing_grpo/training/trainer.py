@@ -591,6 +591,15 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             self._batch_bar.close()
             self._batch_bar = None
 
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """transformers' warnings on a checkpoint's keys, less the tied weights (``lm_head.weight`` of tied
+        embeddings) that a checkpoint leaves out."""
+        model = self.accelerator.unwrap_model(self.model)
+        named = dict(model.named_parameters())  # a tied weight once, under its first name
+        tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - named.keys()
+        missing = [k for k in load_result.missing_keys if k not in tied]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
+
     @property
     def collapse_alarm(self) -> CollapseAlarmCallback | None:
         """The installed :class:`CollapseAlarmCallback` (None if it was removed)."""
