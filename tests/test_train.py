@@ -270,9 +270,10 @@ def test_tiny_training_run_saves_a_checkpoint_and_a_model_card(tmp_path, tiny_mo
     assert json.loads((out / "config.json").read_text())["use_cache"] is True
 
 
-def test_tiny_run_resumes_from_its_last_checkpoint(tmp_path, tiny_model_path, capfd):
+def test_tiny_run_resumes_from_its_last_checkpoint(tmp_path, capfd):
     out = tmp_path / "out"
-    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
+    # The miniature's model ties its lm_head to its embeddings: its checkpoints hold the embeddings only.
+    recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe("offline:mini", out, total_batch_steps=1))
     train.main(*train.parse_args(["--config", str(recipe)]))
     assert (out / "checkpoint-2").is_dir()
     capfd.readouterr()
@@ -280,8 +281,8 @@ def test_tiny_run_resumes_from_its_last_checkpoint(tmp_path, tiny_model_path, ca
     assert trainer.state.global_step == 4
     # The tied lm_head.weight a checkpoint leaves out is expected; flos GRPO does not count are not shown.
     out_text, err_text = capfd.readouterr()
-    assert "missing keys" not in err_text and "total_flos" not in out_text + err_text
-    assert " H -0.00" not in out_text
+    assert "missing keys" not in err_text
+    assert "total_flos" not in out_text + err_text
     # Only the second generation batch was generated in the resumed run: it is free (after warmup 1).
     train_records = [r for r in trainer.routing_history if r.mode == "train"]
     assert [r.batch_step for r in train_records] == [1]

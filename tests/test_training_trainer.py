@@ -826,3 +826,21 @@ def test_the_eta_paces_a_moving_mean_of_batch_times(monkeypatch, capsys):
     assert "ETA" not in lines[0]
     # Batches of 10 s, 30 s and 10 s: 16.7 s each for the 6 left, not the last batch's 10 s.
     assert lines[-1].startswith("[routing] batch 4/10") and lines[-1].endswith("16.7s (ETA 1m40s)")
+
+
+def test_a_checkpoint_without_its_tied_head_loads_quietly_and_a_missing_weight_is_said(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    import transformers.trainer
+
+    import routing_grpo.mini
+    from torch.nn.modules.module import _IncompatibleKeys
+
+    said = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", said.append)
+    mini = Path(routing_grpo.mini.__file__).parent / "checkpoint"  # its lm_head is tied to its embeddings
+    trainer = build_trainer(mini, make_args(tmp_path))
+    trainer._issue_warnings_after_load(_IncompatibleKeys(["lm_head.weight"], []))
+    assert said == []
+    trainer._issue_warnings_after_load(_IncompatibleKeys(["lm_head.weight", "model.norm.weight"], []))
+    assert said == ["There were missing keys in the checkpoint model loaded: ['model.norm.weight']."]
