@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from routing_grpo import filter_known_warnings, version_text
 from routing_grpo.io.errors import UsageError, run_entry, user_errors
+from routing_grpo.io.recipe_file import RecipeFileError, read_recipe_file
+from routing_grpo.training.help import check_options, full_help, short_help
 
 if TYPE_CHECKING:  # the run's modules import torch, transformers and TRL: only when a run starts
     from trl import ModelConfig
@@ -44,11 +46,12 @@ def parse_args(
     argv: list[str] | None = None,
 ) -> tuple[RoutingScriptArguments, RoutingGRPOConfig, ModelConfig]:
     """Checks the recipe (and command line), then parses both into the three argument dataclasses."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    check_options(argv)  # a mistyped option, before torch and TRL load
     from routing_grpo.training import recipe
     from routing_grpo.training.hub import hub_repo_name
     from routing_grpo.training.runs import run_output_dir
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     path, recipe_keys = recipe.check_command_line(argv)
     cli_values = recipe.command_line_values(argv)
     # --modes takes a list of mappings (JSON or YAML), which argparse cannot type: it is set after parsing.
@@ -172,14 +175,12 @@ def main(
 
 def train_command(argv: list[str], prog: str = "routing-grpo train") -> int:
     """The command's words: help or version, else check, parse and train."""
-    from routing_grpo.training.help import full_help, short_help
-    from routing_grpo.training.recipe import read_recipe
-
     if "--help-all" in argv:
         print(full_help(prog), end="")
     elif "-h" in argv or "--help" in argv:
         # `--config R --help`: the recipe's values in place of the defaults (a bad recipe is its one line).
-        recipe = read_recipe(argv[argv.index("--config") + 1]) if "--config" in argv[:-1] else None
+        with user_errors("", RecipeFileError):
+            recipe = read_recipe_file(argv[argv.index("--config") + 1]) if "--config" in argv[:-1] else None
         print(short_help(prog, recipe), end="")
     elif "--version" in argv:
         print(version_text())
