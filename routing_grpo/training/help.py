@@ -93,6 +93,8 @@ def recipe_keys() -> dict[str, Any]:
     }
     with contextlib.suppress(OSError):
         cache.parent.mkdir(parents=True, exist_ok=True)
+        for old in cache.parent.glob("train-keys-*.json"):  # one cache: the installed sources'
+            old.unlink()
         write_json(cache, keys)
     return keys
 
