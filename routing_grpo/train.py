@@ -8,9 +8,11 @@ In open-r1's shape: :func:`parse_args` reads the recipe and command line into th
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from routing_grpo import filter_known_warnings, version_text
@@ -94,7 +96,8 @@ def main(
     from transformers import set_seed
     from trl import get_peft_config
 
-    from routing_grpo.io.adapters import save_final_model
+    from routing_grpo.io.adapters import ADAPTER_CONFIG, save_final_model
+    from routing_grpo.io.jsonl import write_json
     from routing_grpo.training import hub, loading, runs
     from routing_grpo.training.preemption import exit_if_preempted
     from routing_grpo.training.recipe import preflight
@@ -161,6 +164,12 @@ def main(
         trainer.save_state()
         save_final_model(trainer, training_args.output_dir, training_args.merge_adapter)
         if trainer.accelerator.is_main_process:
+            adapter = (
+                Path(training_args.output_dir) / ADAPTER_CONFIG
+            )  # the base as given, not where it was built
+            if adapter.is_file():
+                base = {"base_model_name_or_path": model_args.model_name_or_path}
+                write_json(adapter, {**json.loads(adapter.read_text()), **base})
             runs.finish_run_folder(trainer, training_args, identity)
 
         # Push to the Hub

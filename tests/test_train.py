@@ -289,12 +289,16 @@ def test_tiny_run_resumes_from_its_last_checkpoint(tmp_path, capfd):
     assert not any(train_records[0].forced)
 
 
-def test_tiny_lora_run_saves_an_adapter(tmp_path, tiny_model_path):
+def test_tiny_lora_run_saves_an_adapter(tmp_path):
+    import warnings
+
+    from routing_grpo import Router
+
     out = tmp_path / "out"
     recipe = write_recipe(
         tmp_path / "r.yaml",
         tiny_recipe(
-            tiny_model_path,
+            "offline:tiny",
             out,
             total_batch_steps=1,
             save_strategy="no",
@@ -309,6 +313,11 @@ def test_tiny_lora_run_saves_an_adapter(tmp_path, tiny_model_path):
     adapter = json.loads((out / "adapter_config.json").read_text())
     assert adapter["r"] == 4 and set(adapter["target_modules"]) == {"q_proj", "v_proj"}
     assert (out / "adapter_model.safetensors").is_file()
+    assert adapter["base_model_name_or_path"] == "offline:tiny"  # the base as the recipe gave it
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        router = Router.from_pretrained(out)
+    assert len(router.generate(["What is 2 + 3?"], max_new_tokens=4)) == 1
 
 
 def test_push_to_hub_uploads_the_output_with_the_model_card(tmp_path, tiny_model_path, monkeypatch):
@@ -401,6 +410,7 @@ def test_two_process_cpu_launch_finishes_and_saves(tmp_path, tiny_model_path):
     elapsed = time.time() - started
     assert result.returncode == 0, result.stderr[-4000:]
     assert (out / "checkpoint-4").is_dir() and (out / "model.safetensors").is_file()
+    assert "find_unused_parameters=True" not in result.stderr  # DDP's warning per rank
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     card = (out / "README.md").read_text()

@@ -10,11 +10,13 @@ while generating (``routing-grpo generate`` is the command line over it)::
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from routing_grpo import filter_known_warnings
 from routing_grpo.core.modes import INVALID, Detection, ModeDetector, mode_index, word_token_id_forms
 from routing_grpo.core.prompting import render_prompt
 from routing_grpo.generation.caps import apply_caps, free_budget, generate_with_caps, known_budget
@@ -274,7 +276,9 @@ class Router:
             model=name, revision=revision, dtype=dtype, device=device, temperature=temperature, top_p=top_p,
             top_k=top_k, seed=seed, engine_kwargs=engine_kwargs, progress=False,
         )  # fmt: skip
-        built = make_backend(backend, options, tokenizer)
+        with warnings.catch_warnings():  # peft reads transformers' deprecated is_gradient_checkpointing
+            filter_known_warnings()
+            built = make_backend(backend, options, tokenizer)
         return cls(built, tokenizer, settings, max_new_tokens=max_new_tokens, context=built.context_length())
 
     def plan(self, request: Request) -> Row:
