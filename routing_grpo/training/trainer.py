@@ -141,9 +141,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
         # The batch geometry settled for this launch before TRL reads it (a no-op for a config built in it).
         args.settle_geometry(args.world_size)
-        if (
-            args.ddp_find_unused_parameters is None
-        ):  # every weight takes part in each forward: DDP need not look
+        if args.ddp_find_unused_parameters is None:  # every weight takes part in each forward
             args.ddp_find_unused_parameters = False
         with warnings.catch_warnings():  # TRL marks its rollout_func hook experimental
             warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
