@@ -78,18 +78,15 @@ def recipe_keys() -> dict[str, Any]:
     cache = Path(OFFLINE_CACHE_DIR).expanduser() / f"train-keys-{digest.hexdigest()[:16]}.json"
     with contextlib.suppress(OSError, ValueError):
         return json.loads(cache.read_text())
-    from routing_grpo.training.arguments import (
-        RoutingScriptArguments,
-        method_fields,
-        recipe_fields,
-        train_parser,
-    )
+    from routing_grpo.training import arguments
 
     keys = {
-        "method": method_fields(),
-        "task": [f.name for f in dataclasses.fields(RoutingScriptArguments)],
-        "fields": {name: _field_help(dc, name) for name, (dc, _) in recipe_fields().items()},
-        "options": sorted({"--config", *(o for a in train_parser()._actions for o in a.option_strings)}),
+        "method": arguments.method_fields(),
+        "task": [f.name for f in dataclasses.fields(arguments.RoutingScriptArguments)],
+        "fields": {name: _field_help(dc, name) for name, (dc, _) in arguments.recipe_fields().items()},
+        "options": sorted(
+            {"--config", *(o for a in arguments.train_parser()._actions for o in a.option_strings)}
+        ),
     }
     with contextlib.suppress(OSError):
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -103,20 +100,13 @@ def check_options(argv: list[str]) -> None:
     """Raises :class:`UsageError` for a ``--KEY`` that is no option, with the nearest recipe key."""
     keys = recipe_keys()
     unknown = [a for a in argv if a.startswith("--") and a.split("=")[0] not in keys["options"]]
-    if unknown:
-        hints = [
-            f"{flag}: did you mean --{close[0]}?"
-            for flag in unknown
-            if (
-                close := difflib.get_close_matches(
-                    flag[2:].split("=")[0].replace("-", "_"), keys["fields"], n=1
-                )
-            )
-        ]
-        raise UsageError(
-            f"unknown option(s) {unknown}: options are recipe keys (`--help` lists them)"
-            + "".join(f"; {hint}" for hint in hints)
-        )
+    if not unknown:
+        return
+    message = f"unknown option(s) {unknown}: options are recipe keys (`--help` lists them)"
+    for flag in unknown:
+        close = difflib.get_close_matches(flag[2:].split("=")[0].replace("-", "_"), keys["fields"], n=1)
+        message += f"; {flag}: did you mean --{close[0]}?" if close else ""
+    raise UsageError(message)
 
 
 def _help_entry(name: str, text: str, default: Any, recipe_value: Any = _UNSET) -> list[str]:
