@@ -31,7 +31,8 @@ from routing_grpo.generation.options import (
 )
 from routing_grpo.generation.word_phase import choose_words
 from routing_grpo.io.model_files import weight_file_problem
-from routing_grpo.training.settings import RoutingSettings, local_model_path
+from routing_grpo.io.paths import resolve_model_path
+from routing_grpo.training.settings import RoutingSettings
 
 logger = logging.getLogger(__name__)
 
@@ -262,7 +263,7 @@ class Router:
         check_seed(seed)
         check_backend(backend)
         check_device(device)
-        name = local_model_path(str(model))
+        name = resolve_model_path(str(model))
         problem = weight_file_problem(name)  # a LoRA adapter folder: its base found and whole too
         if problem:
             raise ValueError(f"model: {problem}")
