@@ -832,9 +832,9 @@ def test_a_checkpoint_without_its_tied_head_loads_quietly_and_a_missing_weight_i
     from pathlib import Path
 
     import transformers.trainer
+    from torch.nn.modules.module import _IncompatibleKeys
 
     import routing_grpo.mini
-    from torch.nn.modules.module import _IncompatibleKeys
 
     said = []
     monkeypatch.setattr(transformers.trainer.logger, "warning", said.append)

@@ -15,6 +15,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+import routing_grpo
 from routing_grpo.io.errors import UsageError
 from routing_grpo.io.jsonl import write_json
 from routing_grpo.io.paths import OFFLINE_CACHE_DIR
@@ -73,7 +74,7 @@ def recipe_keys() -> dict[str, Any]:
     """The argument classes as `--help` and :func:`check_options` read them: the method's and the task's keys
     in order, each key's help and default, every option. Cached per TRL, transformers and package source."""
     digest = hashlib.sha256(f"{version('trl')} {version('transformers')}".encode())
-    for path in sorted(Path(__file__).parents[1].glob("**/*.py")):
+    for path in sorted(Path(routing_grpo.__file__).parent.glob("**/*.py")):
         digest.update(path.read_bytes())
     cache = Path(OFFLINE_CACHE_DIR).expanduser() / f"train-keys-{digest.hexdigest()[:16]}.json"
     with contextlib.suppress(OSError, ValueError):
