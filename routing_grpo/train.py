@@ -27,13 +27,9 @@ if TYPE_CHECKING:  # the run's modules import torch, transformers and TRL: only 
     from routing_grpo.training.config import RoutingGRPOConfig
 
 
-def make_parser(subparsers: argparse._SubParsersAction | None = None) -> argparse.ArgumentParser:
-    """The training options' parser (TRL's, with one-line errors); given ``routing-grpo``'s ``subparsers``,
-    the ``train`` command there, whose words go to :func:`command` as TRL's CLI hands its scripts theirs."""
-    if subparsers is None:
-        from routing_grpo.training.arguments import train_parser
-
-        return train_parser()
+def make_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The ``train`` command of ``routing-grpo``, whose words go to :func:`command` as TRL's CLI hands its
+    scripts theirs."""
     parser = subparsers.add_parser(
         "train",
         help="train the router or a baseline: routing-grpo train --config RECIPE.yaml ... "
@@ -51,6 +47,7 @@ def parse_args(
     argv = list(sys.argv[1:] if argv is None else argv)
     check_options(argv)  # a mistyped option, before torch and TRL load
     from routing_grpo.training import recipe
+    from routing_grpo.training.arguments import train_parser
     from routing_grpo.training.hub import hub_repo_name
     from routing_grpo.training.runs import run_output_dir
 
@@ -59,7 +56,7 @@ def parse_args(
     # --modes takes a list of mappings (JSON or YAML), which argparse cannot type: it is set after parsing.
     argv, modes_text = recipe.take_option(argv, "--modes")
     try:
-        script_args, training_args, model_args = make_parser().parse_args_and_config(argv)
+        script_args, training_args, model_args = train_parser().parse_args_and_config(argv)
     except UsageError:
         raise
     except ValueError as err:
