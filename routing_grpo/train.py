@@ -8,13 +8,17 @@ In open-r1's shape: :func:`parse_args` reads the recipe and command line into th
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from routing_grpo import filter_known_warnings, version_text
 from routing_grpo.io.errors import UsageError, run_entry, user_errors
+from routing_grpo.io.recipe_file import RecipeFileError, read_recipe_file
+from routing_grpo.training.help import check_options, full_help, short_help
 
 if TYPE_CHECKING:  # the run's modules import torch, transformers and TRL: only when a run starts
     from trl import ModelConfig
@@ -23,13 +27,9 @@ if TYPE_CHECKING:  # the run's modules import torch, transformers and TRL: only 
     from routing_grpo.training.config import RoutingGRPOConfig
 
 
-def make_parser(subparsers: argparse._SubParsersAction | None = None) -> argparse.ArgumentParser:
-    """The training options' parser (TRL's, with one-line errors); given ``routing-grpo``'s ``subparsers``,
-    the ``train`` command there, whose words go to :func:`command` as TRL's CLI hands its scripts theirs."""
-    if subparsers is None:
-        from routing_grpo.training.arguments import train_parser
-
-        return train_parser()
+def make_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """The ``train`` command of ``routing-grpo``, whose words go to :func:`command` as TRL's CLI hands its
+    scripts theirs."""
     parser = subparsers.add_parser(
         "train",
         help="train the router or a baseline: routing-grpo train --config RECIPE.yaml ... "
@@ -44,17 +44,19 @@ def parse_args(
     argv: list[str] | None = None,
 ) -> tuple[RoutingScriptArguments, RoutingGRPOConfig, ModelConfig]:
     """Checks the recipe (and command line), then parses both into the three argument dataclasses."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    check_options(argv)  # a mistyped option, before torch and TRL load
     from routing_grpo.training import recipe
+    from routing_grpo.training.arguments import train_parser
     from routing_grpo.training.hub import hub_repo_name
     from routing_grpo.training.runs import run_output_dir
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     path, recipe_keys = recipe.check_command_line(argv)
     cli_values = recipe.command_line_values(argv)
     # --modes takes a list of mappings (JSON or YAML), which argparse cannot type: it is set after parsing.
     argv, modes_text = recipe.take_option(argv, "--modes")
     try:
-        script_args, training_args, model_args = make_parser().parse_args_and_config(argv)
+        script_args, training_args, model_args = train_parser().parse_args_and_config(argv)
     except UsageError:
         raise
     except ValueError as err:
@@ -91,7 +93,8 @@ def main(
     from transformers import set_seed
     from trl import get_peft_config
 
-    from routing_grpo.io.adapters import save_final_model
+    from routing_grpo.io.adapters import ADAPTER_CONFIG, save_final_model
+    from routing_grpo.io.jsonl import write_json
     from routing_grpo.training import hub, loading, runs
     from routing_grpo.training.preemption import exit_if_preempted
     from routing_grpo.training.recipe import preflight
@@ -149,6 +152,8 @@ def main(
                 trainer.close_batch_bar()
             # Preempted: the checkpoint is written, the run is not finished; every process exits 128 + signal.
             exit_if_preempted(trainer)
+            # total_flos is 0: transformers counts the tokens of input_ids, which GRPO's batches lack.
+            result.metrics.pop("total_flos", None)
             trainer.log_metrics("train", result.metrics)
             trainer.save_metrics("train", result.metrics)
 
@@ -156,6 +161,12 @@ def main(
         trainer.save_state()
         save_final_model(trainer, training_args.output_dir, training_args.merge_adapter)
         if trainer.accelerator.is_main_process:
+            adapter = (
+                Path(training_args.output_dir) / ADAPTER_CONFIG
+            )  # the base as given, not where it was built
+            if adapter.is_file():
+                base = {"base_model_name_or_path": model_args.model_name_or_path}
+                write_json(adapter, {**json.loads(adapter.read_text()), **base})
             runs.finish_run_folder(trainer, training_args, identity)
 
         # Push to the Hub
@@ -170,14 +181,12 @@ def main(
 
 def train_command(argv: list[str], prog: str = "routing-grpo train") -> int:
     """The command's words: help or version, else check, parse and train."""
-    from routing_grpo.training.help import full_help, short_help
-    from routing_grpo.training.recipe import read_recipe
-
     if "--help-all" in argv:
         print(full_help(prog), end="")
     elif "-h" in argv or "--help" in argv:
         # `--config R --help`: the recipe's values in place of the defaults (a bad recipe is its one line).
-        recipe = read_recipe(argv[argv.index("--config") + 1]) if "--config" in argv[:-1] else None
+        with user_errors("", RecipeFileError):
+            recipe = read_recipe_file(argv[argv.index("--config") + 1]) if "--config" in argv[:-1] else None
         print(short_help(prog, recipe), end="")
     elif "--version" in argv:
         print(version_text())

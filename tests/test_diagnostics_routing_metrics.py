@@ -88,3 +88,13 @@ def test_no_level_column_no_level_metrics(tiny_model_path, tmp_path, monkeypatch
     pattern = r"routing/pass_rate/\d\.\d-\d\.\d/logodds"
     assert any(re.fullmatch(pattern, k) for k in logged[0])
     assert not any(re.fullmatch(pattern, k) for k in logged[1])
+
+
+def test_a_batch_in_one_mode_reads_an_entropy_of_zero_without_a_sign():
+    from routing_grpo.diagnostics.routing_metrics import GenerationRecord, batch_line, routing_summary
+
+    record = GenerationRecord(
+        "train", 0, 0, 0.0, 1, [1, 1], [False, False], [3, 3], [False] * 2, [True] * 2, [1, 1]
+    )
+    assert " H 0.00" in batch_line(record, ["NoThink", "Short", "Long"], 2, None)
+    assert "entropy 0.00," in routing_summary([record], ["NoThink", "Short", "Long"])

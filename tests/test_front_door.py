@@ -188,9 +188,6 @@ def test_readmes_own_data_cpu_command_trains_on_a_small_file(tmp_path):
     rows = [(f"What is {a} + {b}?", a + b) for a in range(3, 7) for b in range(2, 5)]
     data.write_text("".join(f'{{"problem": "{q}", "answer": "{s}"}}\n' for q, s in rows))
     (tmp_path / "recipes").symlink_to(REPO_ROOT / "recipes")
-    cache = REPO_ROOT / ".cache"
-    cache.mkdir(exist_ok=True)
-    (tmp_path / ".cache").symlink_to(cache)  # the SmolLM2 conversion the demos share
     done = subprocess.run(
         [sys.executable, *words[1:]], cwd=tmp_path, env=offline_env(), capture_output=True, text=True,
         timeout=3600,

@@ -6,6 +6,7 @@ import pytest
 
 from routing_grpo.io.paths import is_offline_name, offline_model_names, resolve_model_path
 from routing_grpo.mini.offline import CHATML_TEMPLATE, build_tiny_qwen2
+from tests.helpers import REPO_ROOT
 
 
 def test_the_offline_names_built_here_first_then_the_registered_ones():
@@ -39,3 +40,15 @@ def test_an_unknown_offline_name_lists_the_known_ones(tmp_path):
         ValueError, match=r"unknown offline model 'offline:giant'; use offline:mini, .* or offline:tiny"
     ):
         resolve_model_path("offline:giant", cache_dir=tmp_path)
+
+
+def test_training_with_the_cpu_recipe_and_eval_share_one_smollm2_conversion():
+    from routing_grpo import train
+    from routing_grpo.io.paths import OFFLINE_CACHE_DIR
+
+    script_args, _, model_args = train.parse_args(
+        ["--config", str(REPO_ROOT / "recipes" / "demo_smollm2_cpu.yaml")]
+    )
+    assert model_args.model_name_or_path == "offline:smollm2"
+    # eval, generate and Router resolve offline names into the default folder: training converts there too.
+    assert script_args.offline_cache_dir == OFFLINE_CACHE_DIR == resolve_model_path.__defaults__[0]

@@ -4,7 +4,13 @@ option; with a recipe it shows the recipe's values."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import subprocess
+import sys
 
+import pytest
+
+from routing_grpo.io.errors import UsageError
 from routing_grpo.training import arguments
 from routing_grpo.training.help import full_help
 from tests.helpers import REPO_ROOT, run_main
@@ -59,3 +65,68 @@ def test_train_help_with_a_recipe_shows_the_recipes_values(capsys):
     assert "(recipe: 5e-05)" in out and "(recipe: offline:mini_graded)" in out
     assert "(recipe: 90)" in out and "(recipe: [{" in out  # total_batch_steps, and the modes list shortened
     assert "(default: math_train)" not in out  # the recipe's task is shown instead
+
+
+def heavy_imports_during(call, monkeypatch) -> set[str]:
+    """What ``call()`` imports of torch, TRL, transformers and the modules that load them (as ``import``
+    statements name them: an already loaded module counts too)."""
+    import builtins
+
+    named, real = set(), builtins.__import__
+
+    def recording(name, globals=None, locals=None, fromlist=(), level=0):
+        named.update([name, *(f"{name}.{item}" for item in fromlist or ())])
+        return real(name, globals, locals, fromlist, level)
+
+    monkeypatch.setattr(builtins, "__import__", recording)
+    try:
+        call()
+    finally:
+        monkeypatch.setattr(builtins, "__import__", real)
+    heavy = (
+        "torch",
+        "trl",
+        "transformers",
+        "routing_grpo.training.arguments",
+        "routing_grpo.training.recipe",
+    )
+    return {name for name in named if name.startswith(heavy)}
+
+
+def test_help_and_a_mistyped_option_answer_without_torch_or_trl(tmp_path, monkeypatch, capsys):
+    from routing_grpo import train
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # a cold cache first: built from the argument classes
+    assert train.train_command(["--help"]) == 0
+    built = capsys.readouterr().out
+    assert heavy_imports_during(lambda: train.train_command(["--help"]), monkeypatch) == set()
+    assert capsys.readouterr().out == built  # the same bytes from the cache
+    recipe = REPO_ROOT / "recipes" / "demo_smollm2_cpu.yaml"
+
+    def typo():
+        with pytest.raises(UsageError, match=r"--lerning_rate: did you mean --learning_rate\?$") as error:
+            train.parse_args(
+                ["--config", str(recipe), "--lerning_rate", "1e-5", "--no_gradient_checkpointing"]
+            )
+        assert str(error.value).startswith("unknown option(s) ['--lerning_rate']")
+
+    assert heavy_imports_during(typo, monkeypatch) == set()
+
+
+@pytest.mark.slow
+def test_train_help_and_a_typo_in_a_process_import_neither_torch_nor_trl(tmp_path):
+    def run(*argv):
+        env = {**os.environ, "HOME": str(tmp_path)}
+        command = [sys.executable, "-X", "importtime", "-m", "routing_grpo.train", *argv]
+        result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO_ROOT)
+        imported = {
+            ln.split("|")[-1].strip() for ln in result.stderr.splitlines() if ln.startswith("import time:")
+        }
+        return result, imported & {"torch", "trl", "transformers"}
+
+    cold, _ = run("--help")  # builds the cache
+    warm, heavy = run("--help")
+    assert warm.returncode == 0 and warm.stdout == cold.stdout and heavy == set()
+    typo, heavy = run("--config", "recipes/demo_smollm2_cpu.yaml", "--lerning_rate", "1e-5")
+    assert typo.returncode == 2 and heavy == set()
+    assert typo.stderr.splitlines()[-1].endswith("--lerning_rate: did you mean --learning_rate?")

@@ -767,3 +767,80 @@ def test_continuous_batching_keeps_the_caps_in_generation(tiny_model_path, tmp_p
     assert isinstance(trainer._backend, ContinuousBatchingBackend)
     records = train_records(trainer)
     assert records and all(past == 0 for r in records for past in r.tokens_past_caps)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# 12. Progress: decode steps inside a generation batch; the ETA at a moving mean's pace
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_decoding_shows_progress_inside_the_first_step(tiny_model_path, tmp_path, monkeypatch):
+    from routing_grpo.generation import transformers_decoding
+
+    bars = []
+
+    class Bar:
+        def __init__(self, **kwargs):
+            self.kwargs, self.steps, self.step = kwargs, 0, trainer.state.global_step
+            bars.append(self)
+
+        def update(self, n=1):
+            self.steps += n
+
+        def close(self):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(transformers_decoding, "tqdm", Bar)
+    trainer = build_trainer(tiny_model_path, make_args(tmp_path, max_steps=1))
+    trainer.train()
+    assert bars and bars[0].step == 0 and all(b.steps > 0 for b in bars)
+    assert bars[0].kwargs["disable"] is None and bars[0].steps <= bars[0].kwargs["total"]
+
+
+def test_the_eta_paces_a_moving_mean_of_batch_times(monkeypatch, capsys):
+    from collections import deque
+    from types import SimpleNamespace
+
+    from routing_grpo.core.modes import DEFAULT_MODES
+    from routing_grpo.diagnostics.routing_metrics import GenerationRecord
+    from routing_grpo.training import trainer as trainer_module
+
+    clock = iter([0.0, 10.0, 40.0, 50.0])
+    monkeypatch.setattr(trainer_module.time, "monotonic", lambda: next(clock))
+    stand_in = SimpleNamespace(
+        _last_batch_time=None,
+        _batch_seconds=deque(maxlen=trainer_module.ETA_WINDOW),
+        modes=DEFAULT_MODES,
+        args=SimpleNamespace(total_generation_batches=10, batch_progress_bar=False),
+    )
+    for k in range(4):
+        record = GenerationRecord("train", k, k, 0.0, 1, [0], [False], [3], [False], [True], [1.0])
+        RoutingGRPOTrainer._show_batch(stand_in, record)
+    lines = capsys.readouterr().out.splitlines()
+    assert "ETA" not in lines[0]
+    # Batches of 10 s, 30 s and 10 s: 16.7 s each for the 6 left, not the last batch's 10 s.
+    assert lines[-1].startswith("[routing] batch 4/10") and lines[-1].endswith("16.7s (ETA 1m40s)")
+
+
+def test_a_checkpoint_without_its_tied_head_loads_quietly_and_a_missing_weight_is_said(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    import transformers.trainer
+    from torch.nn.modules.module import _IncompatibleKeys
+
+    import routing_grpo.mini
+
+    said = []
+    monkeypatch.setattr(transformers.trainer.logger, "warning", said.append)
+    mini = Path(routing_grpo.mini.__file__).parent / "checkpoint"  # its lm_head is tied to its embeddings
+    trainer = build_trainer(mini, make_args(tmp_path))
+    trainer._issue_warnings_after_load(_IncompatibleKeys(["lm_head.weight"], []))
+    assert said == []
+    trainer._issue_warnings_after_load(_IncompatibleKeys(["lm_head.weight", "model.norm.weight"], []))
+    assert said == ["There were missing keys in the checkpoint model loaded: ['model.norm.weight']."]

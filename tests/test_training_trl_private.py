@@ -28,6 +28,7 @@ from tests.helpers import PACKAGE, build_trainer, make_args
 # Private names spelled like one of TRL's or transformers' that are not theirs (no tie to a TRL release).
 NOT_TRLS = {
     "_SubParsersAction": "argparse's, in a type annotation of train.make_parser",
+    "_actions": "argparse's, the training parser's option strings (training.help)",
 }
 
 

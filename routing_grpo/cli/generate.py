@@ -22,7 +22,8 @@ def run(args: argparse.Namespace) -> int:
     from routing_grpo.inference.answers import answer_questions, question_rows, read_questions
     from routing_grpo.inference.router import resolve_routing
     from routing_grpo.io.model_files import weight_file_problem
-    from routing_grpo.training.settings import RoutingSettings, local_model_path
+    from routing_grpo.io.paths import resolve_model_path
+    from routing_grpo.training.settings import RoutingSettings
 
     if args.mode is not None and args.allow is not None:
         raise UsageError("--mode and --allow exclude each other")
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
         settings = RoutingSettings.resolve(args.model, args.config, revision=args.revision)
     except (FileNotFoundError, ValueError) as err:
         raise UsageError(str(err)) from None
-    weights = weight_file_problem(local_model_path(args.model))
+    weights = weight_file_problem(resolve_model_path(args.model))
     if weights:
         raise UsageError(f"--model: {weights}")
     try:

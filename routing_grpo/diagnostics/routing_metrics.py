@@ -125,7 +125,7 @@ def _free_shares(record: GenerationRecord, num_modes: int) -> list[float]:
 
 
 def _entropy(shares: Sequence[float]) -> float:
-    return -sum(f * math.log(f) for f in shares if f > 0)
+    return abs(sum(f * math.log(f) for f in shares if f > 0))  # abs: one mode reads 0.00, not -0.00
 
 
 def early_tell_metrics(record: GenerationRecord, modes: Sequence[ModeSpec]) -> dict[str, float]:

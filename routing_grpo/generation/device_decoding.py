@@ -16,6 +16,7 @@ from typing import Any
 
 from routing_grpo.core.modes import DETECTION_HEAD_TOKENS
 from routing_grpo.generation.transformers_decoding import (
+    decode_bar,
     last_logits_only,
     left_padded,
     logits_processors,
@@ -288,7 +289,9 @@ class DeviceDecoder:
                 cache = out[cache_name]
                 step_forward = self._decode_forward(cache_name)
             logits = out.logits[:, -1, :]
+            bar = decode_bar(slots)
             for t in range(slots):
+                bar.update()
                 scores = logits.float()
                 if min_new and eos.numel():
                     early = (length < min_new).unsqueeze(1)
@@ -341,6 +344,7 @@ class DeviceDecoder:
                             max_completion_length=max_completion_length,
                         )  # fmt: skip
                 logits = step_forward(*step_inputs).logits[:, -1, :]
+        bar.close()
         self.host_syncs += 1
         kept = length.tolist()[:n]
         return [row[:k] for row, k in zip(seq[:n, width:].tolist(), kept, strict=True)]

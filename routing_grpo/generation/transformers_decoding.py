@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tqdm.auto import tqdm
+
 from routing_grpo.core.modes import DETECTION_HEAD_TOKENS
 from routing_grpo.generation.interface import cut_at_eos
 
@@ -74,6 +76,11 @@ def last_logits_only(model: Any) -> dict[str, int]:
         return {}
     passes_on = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values())
     return {"logits_to_keep": 1} if "logits_to_keep" in parameters or passes_on else {}
+
+
+def decode_bar(total: int) -> Any:
+    """A progress bar over decode steps, on stderr (off where that is not a terminal, tqdm's ``disable=None``)."""
+    return tqdm(total=total, desc="decoding", unit="step", leave=False, disable=None)
 
 
 def row_limits(budgets: Sequence[int | None], max_completion_length: int) -> list[int]:
@@ -144,7 +151,7 @@ def sample_with_budgets(
     rows = torch.arange(n, device=device)  # original index of each active row
     generated = torch.zeros(n, dtype=torch.long, device=device)
 
-    with torch.no_grad():
+    with torch.no_grad(), decode_bar(int(limit.max())) as bar:
         out = model(
             input_ids=seq,
             attention_mask=mask,
@@ -164,6 +171,7 @@ def sample_with_budgets(
             scores = processors(seq, logits)
             next_tokens = sample_tokens(scores, generation_config.do_sample)
             generated += 1
+            bar.update()
             for i, token in zip(rows.tolist(), next_tokens.tolist()):
                 outputs[i].append(int(token))
             ended = torch.isin(next_tokens, eos)

@@ -10,11 +10,13 @@ while generating (``routing-grpo generate`` is the command line over it)::
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from routing_grpo import filter_known_warnings
 from routing_grpo.core.modes import INVALID, Detection, ModeDetector, mode_index, word_token_id_forms
 from routing_grpo.core.prompting import render_prompt
 from routing_grpo.generation.caps import apply_caps, free_budget, generate_with_caps, known_budget
@@ -29,7 +31,8 @@ from routing_grpo.generation.options import (
 )
 from routing_grpo.generation.word_phase import choose_words
 from routing_grpo.io.model_files import weight_file_problem
-from routing_grpo.training.settings import RoutingSettings, local_model_path
+from routing_grpo.io.paths import resolve_model_path
+from routing_grpo.training.settings import RoutingSettings
 
 logger = logging.getLogger(__name__)
 
@@ -260,7 +263,7 @@ class Router:
         check_seed(seed)
         check_backend(backend)
         check_device(device)
-        name = local_model_path(str(model))
+        name = resolve_model_path(str(model))
         problem = weight_file_problem(name)  # a LoRA adapter folder: its base found and whole too
         if problem:
             raise ValueError(f"model: {problem}")
@@ -274,7 +277,9 @@ class Router:
             model=name, revision=revision, dtype=dtype, device=device, temperature=temperature, top_p=top_p,
             top_k=top_k, seed=seed, engine_kwargs=engine_kwargs, progress=False,
         )  # fmt: skip
-        built = make_backend(backend, options, tokenizer)
+        with warnings.catch_warnings():  # peft reads transformers' deprecated is_gradient_checkpointing
+            filter_known_warnings()
+            built = make_backend(backend, options, tokenizer)
         return cls(built, tokenizer, settings, max_new_tokens=max_new_tokens, context=built.context_length())
 
     def plan(self, request: Request) -> Row:

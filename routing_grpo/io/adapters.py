@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from routing_grpo.io.paths import hub_offline, looks_local
+from routing_grpo.io.paths import hub_offline, looks_local, resolve_model_path
 
 logger = logging.getLogger(__name__)
 
@@ -47,12 +47,13 @@ def adapter_config(folder: str | Path) -> dict[str, Any]:
 
 
 def adapter_base(folder: str | Path) -> str:
-    """An adapter folder's ``base_model_name_or_path`` (a ValueError naming the file when it has none)."""
+    """An adapter folder's ``base_model_name_or_path``, an ``offline:`` name resolved (a ValueError naming the
+    file when it has none)."""
     base = adapter_config(folder).get("base_model_name_or_path")
     if not isinstance(base, str) or not base.strip():
         path = Path(folder).expanduser() / ADAPTER_CONFIG
         raise ValueError(f"{path}: names no base model (base_model_name_or_path)")
-    return base
+    return resolve_model_path(base)
 
 
 def base_revision(folder: str | Path) -> str | None:

@@ -1,16 +1,24 @@
 """``routing-grpo train --help``: short and grouped (the method's settings in full, the TRL settings a recipe
-usually touches in one sentence each); ``--help-all``: TRL's own list of every option.
+usually touches in one sentence each); ``--help-all``: TRL's own list of every option. ``--help`` and the
+option check read :func:`recipe_keys`, which imports neither torch nor TRL once cached.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import difflib
+import hashlib
 import json
 import textwrap
+from importlib.metadata import version
+from pathlib import Path
 from typing import Any
 
-from routing_grpo.training.arguments import RoutingScriptArguments, method_fields, recipe_fields, train_parser
-from routing_grpo.training.config import RoutingGRPOConfig
+import routing_grpo
+from routing_grpo.io.errors import UsageError
+from routing_grpo.io.jsonl import write_json
+from routing_grpo.io.paths import OFFLINE_CACHE_DIR
 
 # The TRL / transformers settings a recipe usually touches, shown by `--help` (every option: `--help-all`).
 COMMON_TRL_FIELDS: dict[str, list[str]] = {
@@ -53,11 +61,53 @@ HELP_COLUMN = 32
 _UNSET = object()
 
 
-def _field_help(dc: type, name: str) -> tuple[str, Any]:
-    """A field's help text on one line and its default (an enum's value)."""
+def _field_help(dc: type, name: str) -> tuple[str, str | None]:
+    """A field's help text on one line and its default as `--help` shows it (an enum's value; None: not shown)."""
     f = next(f for f in dataclasses.fields(dc) if f.name == name)
     default = f.default if f.default is not dataclasses.MISSING else None
-    return " ".join(str(f.metadata.get("help", "")).split()), getattr(default, "value", default)
+    default = getattr(default, "value", default)
+    shown = default not in (None, "") and not isinstance(default, list | dict)
+    return " ".join(str(f.metadata.get("help", "")).split()), str(default) if shown else None
+
+
+def recipe_keys() -> dict[str, Any]:
+    """The argument classes as `--help` and :func:`check_options` read them: the method's and the task's keys
+    in order, each key's help and default, every option. Cached per TRL, transformers and package source."""
+    digest = hashlib.sha256(f"{version('trl')} {version('transformers')}".encode())
+    for path in sorted(Path(routing_grpo.__file__).parent.glob("**/*.py")):
+        digest.update(path.read_bytes())
+    cache = Path(OFFLINE_CACHE_DIR).expanduser() / f"train-keys-{digest.hexdigest()[:16]}.json"
+    with contextlib.suppress(OSError, ValueError):
+        return json.loads(cache.read_text())
+    from routing_grpo.training import arguments
+
+    keys = {
+        "method": arguments.method_fields(),
+        "task": [f.name for f in dataclasses.fields(arguments.RoutingScriptArguments)],
+        "fields": {name: _field_help(dc, name) for name, (dc, _) in arguments.recipe_fields().items()},
+        "options": sorted(
+            {"--config", *(o for a in arguments.train_parser()._actions for o in a.option_strings)}
+        ),
+    }
+    with contextlib.suppress(OSError):
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        for old in cache.parent.glob("train-keys-*.json"):  # one cache: the installed sources'
+            old.unlink()
+        write_json(cache, keys)
+    return keys
+
+
+def check_options(argv: list[str]) -> None:
+    """Raises :class:`UsageError` for a ``--KEY`` that is no option, with the nearest recipe key."""
+    keys = recipe_keys()
+    unknown = [a for a in argv if a.startswith("--") and a.split("=")[0] not in keys["options"]]
+    if not unknown:
+        return
+    message = f"unknown option(s) {unknown}: options are recipe keys (`--help` lists them)"
+    for flag in unknown:
+        close = difflib.get_close_matches(flag[2:].split("=")[0].replace("-", "_"), keys["fields"], n=1)
+        message += f"; {flag}: did you mean --{close[0]}?" if close else ""
+    raise UsageError(message)
 
 
 def _help_entry(name: str, text: str, default: Any, recipe_value: Any = _UNSET) -> list[str]:
@@ -68,7 +118,7 @@ def _help_entry(name: str, text: str, default: Any, recipe_value: Any = _UNSET) 
             else str(recipe_value)
         )
         text = f"{text} (recipe: {shown if len(shown) <= 60 else shown[:57] + '...'})"
-    elif default not in (None, "") and not isinstance(default, list | dict):
+    elif default is not None:
         text = f"{text} (default: {default})"
     head = f"  --{name}"
     body = textwrap.wrap(text, HELP_WIDTH - HELP_COLUMN) or [""]
@@ -84,7 +134,8 @@ def short_help(prog: str = "routing-grpo train", recipe: dict[str, Any] | None =
     def entry(name: str, text: str, default: Any) -> list[str]:
         return _help_entry(name, text, default, recipe.get(name, _UNSET))
 
-    known = recipe_fields()
+    keys = recipe_keys()
+    known = keys["fields"]
     total = len(known)
     lines = [
         f"usage: {prog} --config RECIPE.yaml [--KEY VALUE ...]",
@@ -97,17 +148,16 @@ def short_help(prog: str = "routing-grpo train", recipe: dict[str, Any] | None =
         "",
         "The method (RoutingGRPOConfig; schedules count generation batches, the paper's steps):",
     ]
-    for name in method_fields():
-        lines += entry(name, *_field_help(RoutingGRPOConfig, name))
+    for name in keys["method"]:
+        lines += entry(name, *known[name])
     lines += ["", "Task and data (RoutingScriptArguments):"]
-    for f in dataclasses.fields(RoutingScriptArguments):
-        lines += entry(f.name, *_field_help(RoutingScriptArguments, f.name))
+    for name in keys["task"]:
+        lines += entry(name, *known[name])
     for heading, names in COMMON_TRL_FIELDS.items():
         lines += ["", f"{heading}:"]
         for name in names:
             if name in known:
-                dc, _ = known[name]
-                text, default = _field_help(dc, name)
+                text, default = known[name]
                 note = HELP_NOTES.get(name)
                 first = text[: text.index(". ") + 1] if ". " in text else text  # its first sentence
                 lines += entry(name, first + (f" {note}" if note else ""), default)
@@ -130,4 +180,6 @@ def short_help(prog: str = "routing-grpo train", recipe: dict[str, Any] | None =
 
 def full_help(prog: str = "routing-grpo train") -> str:
     """`--help-all`: TrlParser's own help, every option of the three argument classes."""
+    from routing_grpo.training.arguments import train_parser
+
     return train_parser(prog).format_help()

@@ -192,6 +192,7 @@ def load_checkpoint(trainer: Any, checkpoint: str) -> None:
             raise UsageError(
                 f"resume: {folder} holds weights this model lacks, such as {loaded.unexpected_keys[0]}"
             )
+        trainer._issue_warnings_after_load(loaded)  # a missing weight is said, a tied one is not
     trainer.state = trainer.state.load_from_json(str(folder / checkpoints.TRAINER_STATE))
 
 

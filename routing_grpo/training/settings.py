@@ -12,7 +12,7 @@ from typing import Any
 from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, mode_index, parse_modes, routing_instruction
 from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION, prompt_text_problem
 from routing_grpo.io.jsonl import read_json_file, write_json
-from routing_grpo.io.paths import is_offline_name, looks_local, resolve_model_path
+from routing_grpo.io.paths import looks_local, resolve_model_path
 from routing_grpo.io.recipe_file import located, read_recipe_file
 
 SETTINGS_FILE = "routing_config.json"
@@ -172,7 +172,7 @@ class RoutingSettings:
         """``config`` (a settings file or a recipe) when given, else the settings saved with ``model``."""
         if config is not None:
             return cls.from_file(config)
-        return cls.load(local_model_path(str(model)), revision=revision)
+        return cls.load(resolve_model_path(str(model)), revision=revision)
 
     def save(self, folder: str | Path) -> Path:
         """Writes ``FOLDER/routing_config.json`` (atomically) and returns its path."""
@@ -181,8 +181,3 @@ class RoutingSettings:
         path = folder / SETTINGS_FILE
         write_json(path, self.to_dict())
         return path
-
-
-def local_model_path(model: str) -> str:
-    """``offline:NAME`` models resolve to their folders; anything else is returned as is."""
-    return resolve_model_path(model) if is_offline_name(model) else model

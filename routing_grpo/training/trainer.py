@@ -15,7 +15,7 @@ import math
 import sys
 import time
 import warnings
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterator
 from typing import Any
 
@@ -50,6 +50,7 @@ __all__ = ["RoutingGRPOTrainer"]
 
 logger = logging.getLogger(__name__)
 
+ETA_WINDOW = 5  # generation batches in the moving mean of a batch's seconds (the ETA's pace)
 # The routing facts :meth:`RoutingGRPOTrainer.rollout` returns beside the ids; TRL forwards them into each row.
 ROUTING_FIELDS = frozenset(
     {"routing_mode", "routing_forced", "routing_length", "routing_capped", "routing_finished", "routing_past_cap",
@@ -140,6 +141,8 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
 
         # The batch geometry settled for this launch before TRL reads it (a no-op for a config built in it).
         args.settle_geometry(args.world_size)
+        if args.ddp_find_unused_parameters is None:  # every weight takes part in each forward
+            args.ddp_find_unused_parameters = False
         with warnings.catch_warnings():  # TRL marks its rollout_func hook experimental
             warnings.filterwarnings("ignore", message="You are using 'rollout_func'")
             super().__init__(model, reward_funcs, args, rollout_func=self.rollout, **kwargs)
@@ -182,6 +185,7 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         self._rewards_per_func: torch.Tensor | None = None  # this batch's, kept by _calculate_rewards
         self._backend: Any = None  # the policy's generation backend, kept for the run (_policy_backend)
         self._last_batch_time: float | None = None
+        self._batch_seconds: deque[float] = deque(maxlen=ETA_WINDOW)
         self._batch_bar: Any = None
         self.show_batches = True
 
@@ -559,10 +563,14 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
                 metrics["routing/collapse_alarm"].append(float(firing))
 
     def _show_batch(self, record: GenerationRecord) -> None:
-        """One console line per generation batch (on a terminal: a progress bar with the line beside it)."""
+        """One console line per generation batch (on a terminal: a progress bar with the line beside it), with
+        the mean seconds of the last :data:`ETA_WINDOW` batches and the time left at that pace."""
         now = time.monotonic()
-        seconds = now - self._last_batch_time if self._last_batch_time is not None else None
+        if self._last_batch_time is not None:
+            self._batch_seconds.append(now - self._last_batch_time)
         self._last_batch_time = now
+        times = self._batch_seconds
+        seconds = sum(times) / len(times) if times else None
         line = batch_line(record, [m.name for m in self.modes], self.args.total_generation_batches, seconds)
         if not self.args.batch_progress_bar or not sys.stdout.isatty():
             print(line, flush=True)
@@ -584,6 +592,15 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         if self._batch_bar is not None:
             self._batch_bar.close()
             self._batch_bar = None
+
+    def _issue_warnings_after_load(self, load_result: Any) -> None:
+        """transformers' warnings on a checkpoint's keys, less the tied weights (``lm_head.weight`` of tied
+        embeddings) that a checkpoint leaves out."""
+        model = self.accelerator.unwrap_model(self.model)
+        named = dict(model.named_parameters())  # a tied weight once, under its first name
+        tied = {n for n, _ in model.named_parameters(remove_duplicate=False)} - named.keys()
+        missing = [k for k in load_result.missing_keys if k not in tied]
+        super()._issue_warnings_after_load(load_result._replace(missing_keys=missing))
 
     @property
     def collapse_alarm(self) -> CollapseAlarmCallback | None:

@@ -59,6 +59,10 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "-> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]",
         "the loss forwards on length buckets: TRL pads every row to the micro-batch's longest",
     ),
+    PrivateName(
+        "Trainer", "_issue_warnings_after_load", OVERRIDDEN, "training.trainer", "(self, load_result: Any) -> None",
+        "a checkpoint leaves tied weights out; transformers warns of them unless _keys_to_ignore_on_save names them",
+    ),
     # Called.
     PrivateName(
         "GRPOTrainer", "_generate_single_turn", CALLED, "training.trainer",
