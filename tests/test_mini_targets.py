@@ -232,11 +232,18 @@ def test_targets_on_the_thresholds_and_unmeasurable():
     # 0.88 - 0.9 and 240 / 400 sit exactly on their thresholds: met.
     t = by_key(miniature_targets(Point("router", 240, 0.88), BASELINES, GOOD_SPLITS, MODES, 0.1))
     assert t["accuracy_vs_long"].met and t["tokens_vs_long"].met and t["regret"].met
-    # No Long-only baseline, a router shorter than every baseline, no regret: not measurable.
+    # No Long-only baseline, no level split, no regret: not measurable.
     t = by_key(miniature_targets(Point("router", 50, 0.6), BASELINES[:2], {}, MODES, None))
-    for key in ("above_frontier", "accuracy_vs_long", "tokens_vs_long", "brief_at_lowest", "regret"):
+    for key in ("accuracy_vs_long", "tokens_vs_long", "brief_at_lowest", "regret"):
         assert t[key].met is None and t[key].value is None, key
     assert t["monotone_mode_index"].met is None
+    # A router shorter than every baseline is held against the shortest (0.5 at 100 tokens).
+    assert t["above_frontier"].value == pytest.approx(0.1) and t["above_frontier"].met
+    t = by_key(miniature_targets(Point("router", 50, 0.4), BASELINES, {}, MODES, None))
+    assert t["above_frontier"].value == pytest.approx(-0.1) and t["above_frontier"].met is False
+    assert (
+        by_key(miniature_targets(Point("router", 50, 0.4), [], {}, MODES, None))["above_frontier"].met is None
+    )
 
 
 def test_the_routing_verdict_counts_only_the_targets_routing_alone_meets():

@@ -274,8 +274,11 @@ def miniature_targets(
     """
     frontier = pareto_frontier(list(baselines))
     at = frontier_accuracy_at(frontier, router.length)
+    if at is None and frontier:  # shorter than every baseline: held against the shortest
+        at = frontier[0].accuracy
     gap = None if at is None else router.accuracy - at
-    above = Target("above_frontier", "accuracy above the single-mode frontier at the router's length", gap, 0.0,
+    above = Target("above_frontier", "accuracy above the single-mode frontier at the router's length (the "
+                   "shortest baseline's when shorter than all)", gap, 0.0,
                    None if gap is None else gap > 0)  # fmt: skip
     acc_gap, ratio = _against_long_only(router, baselines)
     levels = sorted(level_splits)
