@@ -161,10 +161,8 @@ def main(
         trainer.save_state()
         save_final_model(trainer, training_args.output_dir, training_args.merge_adapter)
         if trainer.accelerator.is_main_process:
-            adapter = (
-                Path(training_args.output_dir) / ADAPTER_CONFIG
-            )  # the base as given, not where it was built
-            if adapter.is_file():
+            adapter = Path(training_args.output_dir) / ADAPTER_CONFIG
+            if adapter.is_file():  # the base as given, not where it was built
                 base = {"base_model_name_or_path": model_args.model_name_or_path}
                 write_json(adapter, {**json.loads(adapter.read_text()), **base})
             runs.finish_run_folder(trainer, training_args, identity)

@@ -7,7 +7,6 @@ from routing_grpo.core.rewards import (
     RoutingReward,
     exceeds_cap,
     routing_reward,
-    routing_rewards,
 )
 
 from .test_core_modes import PieceTokenizer
@@ -49,13 +48,10 @@ def test_phase_two_flattens_bases_and_gammas_but_keeps_caps():
     assert routing_reward(INVALID, 0, True, DEFAULT_MODES, flatten=True) == -0.5
 
 
-def test_batch_version_matches_scalar():
-    out = routing_rewards(
-        [NT, S, INVALID, LONG], [10, 3500, 5, 9000], [True, True, True, False], DEFAULT_MODES
-    )
+def test_past_a_cap_wrong_or_without_a_word():
+    rollouts = [(NT, 10, True), (S, 3500, True), (INVALID, 5, True), (LONG, 9000, False)]
+    out = [routing_reward(m, n, c, DEFAULT_MODES) for m, n, c in rollouts]
     assert out == [pytest.approx(1.3 * 0.99984**10), 0.0, -0.5, 0.0]
-    with pytest.raises(ValueError, match="same length"):
-        routing_rewards([NT], [1, 2], [True], DEFAULT_MODES)
 
 
 def test_trl_reward_function_detects_caps_and_grades():

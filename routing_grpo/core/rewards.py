@@ -55,26 +55,6 @@ def routing_reward(
     return spec.reward(length)
 
 
-def routing_rewards(
-    modes_idx: Sequence[int],
-    lengths: Sequence[int],
-    correct: Sequence[bool],
-    modes: Sequence[ModeSpec],
-    *,
-    capped: Sequence[bool] | None = None,
-    flatten: bool = False,
-    invalid_reward: float = DEFAULT_INVALID_REWARD,
-) -> list[float]:
-    """:func:`routing_reward` over a batch."""
-    capped = capped if capped is not None else [False] * len(modes_idx)
-    if not (len(modes_idx) == len(lengths) == len(correct) == len(capped)):
-        raise ValueError("routing_rewards: all per-rollout sequences must have the same length")
-    return [
-        routing_reward(m, n, c, modes, capped=k, flatten=flatten, invalid_reward=invalid_reward)
-        for m, n, c, k in zip(modes_idx, lengths, correct, capped)
-    ]
-
-
 class RoutingReward:
     """TRL reward function for self-routing: mode detection, caps, grading and the reward surface.
 

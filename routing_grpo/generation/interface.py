@@ -36,12 +36,9 @@ def stop_token_ids(generation_config: Any, tokenizer: Any) -> list[int]:
 def cut_at_eos(ids: Sequence[int], eos_token_ids: Sequence[int]) -> list[int]:
     """Tokens up to and including the first EOS."""
     eos = {int(t) for t in eos_token_ids}
-    out = []
-    for token in ids:
-        out.append(int(token))
-        if int(token) in eos:
-            break
-    return out
+    out = [int(t) for t in ids]
+    end = next((i + 1 for i, t in enumerate(out) if t in eos), len(out))
+    return out[:end]
 
 
 class Backend:

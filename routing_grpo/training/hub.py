@@ -96,19 +96,15 @@ def split_line(
     """The last logged free routing split (``prefix`` "eval_": of validation) as one card line, or ``[]``."""
     for row in reversed(log_history):
         shares = {m: row.get(f"{prefix}routing/share/{m}") for m in mode_names}
+        values = list(shares.values())
         # A batch whose free rollouts all lack a routing word logs zero shares: not a split.
-        if all(isinstance(v, int | float) and math.isfinite(v) for v in shares.values()) and sum(
-            shares.values()
-        ):
-            batch, entropy = row.get(f"{prefix}routing/batch_step"), row.get(f"{prefix}routing/entropy")
-            # Counted from 1, as the schedule lines and the console count them.
-            where = f" (generation batch {batch + 1:.0f})" if isinstance(batch, int | float) else ""
-            h = (
-                f", entropy {entropy:.3f} nats"
-                if isinstance(entropy, int | float) and entropy == entropy
-                else ""
-            )
-            return [f"- {what}{where}: " + " / ".join(f"{m} {100 * v:.1f}%" for m, v in shares.items()) + h]
+        if not all(isinstance(v, int | float) and math.isfinite(v) for v in values) or not sum(values):
+            continue
+        batch, entropy = row.get(f"{prefix}routing/batch_step"), row.get(f"{prefix}routing/entropy")
+        # Counted from 1, as the schedule lines and the console count them.
+        where = f" (generation batch {batch + 1:.0f})" if isinstance(batch, int | float) else ""
+        h = f", entropy {entropy:.3f} nats" if isinstance(entropy, int | float) and entropy == entropy else ""
+        return [f"- {what}{where}: " + " / ".join(f"{m} {100 * v:.1f}%" for m, v in shares.items()) + h]
     return []
 
 

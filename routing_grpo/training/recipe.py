@@ -200,17 +200,8 @@ def parse_error_line(err: ValueError, recipe: Path | None, command_line: Any = (
 def parser_problem(message: str) -> str:
     """TRL's and transformers' messages for command-line and setup problems, said in recipe terms."""
     unused = re.match(r"Some specified arguments are not used by the HfArgumentParser: (\[.*\])", message)
-    if unused:
-        flags = [a for a in re.findall(r"'([^']*)'", unused.group(1)) if a.startswith("--")]
-        hints = []
-        for flag in flags:
-            close = difflib.get_close_matches(flag[2:].split("=")[0].replace("-", "_"), recipe_fields(), n=1)
-            if close:
-                hints.append(f"{flag}: did you mean --{close[0]}?")
-        hint = "; ".join(hints)
-        return f"unknown option(s) {unused.group(1)}: options are recipe keys (`--help` lists them)" + (
-            f"; {hint}" if hint else ""
-        )
+    if unused:  # stray words: every --KEY passed help.check_options, which suggests the nearest key
+        return f"unknown option(s) {unused.group(1)}: options are recipe keys (`--help` lists them)"
     if "doesn't support bf16/gpu" in message:
         return (
             "bf16: true (TRL's default) needs a GPU with bf16 and none was found; on CPU set use_cpu: true and "

@@ -42,8 +42,6 @@ class RoutingSettings:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "modes", parse_modes(self.modes))
-        if not isinstance(self.routing_instruction, str) or not isinstance(self.routing_question, str):
-            raise ValueError("routing_instruction and routing_question must be strings")
         for name in ("routing_question", "routing_instruction"):
             problem = prompt_text_problem(name, getattr(self, name))
             if problem:

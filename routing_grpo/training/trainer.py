@@ -318,9 +318,8 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
             torch.no_grad(),
             self._dist.summon_full_params(self.model_wrapped, recurse=False),
         ):
-            if (
-                self.use_transformers_continuous_batching
-            ):  # its cache is in the model's dtype: cast as TRL does
+            # Continuous batching's cache is in the model's dtype: cast as TRL does.
+            if self.use_transformers_continuous_batching:
                 if self.args.bf16 or self.args.fp16:
                     model.to(torch.bfloat16 if self.args.bf16 else torch.float16)
                 if self.args.cast_lm_head_to_fp32:
