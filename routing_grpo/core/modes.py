@@ -3,9 +3,7 @@
 Paper: "Three Modes with Hard Token Caps", App. "Reward surface and crossover placement" and
 "Mode detection and per-mode caps". docs/method.md "Modes" and "Mode detection".
 
-A mode m has a routing word (written first by the model), a base reward b_m, a per-token discount gamma_m
-and a hard cap C_m on the tokens after the word. Modes are ordered briefest to longest; the last one is the
-longest mode that the balance gate exempts.
+Modes are ordered briefest to longest; the last one is the longest mode, which the balance gate exempts.
 """
 
 from __future__ import annotations

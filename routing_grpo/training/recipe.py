@@ -40,7 +40,6 @@ from routing_grpo.training.trl_vllm import rollout_settings_problems
 logger = logging.getLogger(__name__)
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
-# attn_implementation -> the module it needs.
 ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
 TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2", ".tmpl", ".txt")
 # transformers' TrainingArguments.project default (used only by trackio).
@@ -98,7 +97,6 @@ def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
                 problems.append("env: expected a mapping of environment variables")
                 continue
             for name in value:
-                # Credentials come from the real environment only.
                 if any(word in str(name).upper() for word in ("TOKEN", "API_KEY", "SECRET", "PASSWORD")):
                     problems.append(
                         f"env.{name}: credentials are read from the environment only; do not put them in a recipe"

@@ -54,13 +54,11 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "Trainer", "_issue_warnings_after_load", OVERRIDDEN, "training.trainer", "(self, load_result: Any) -> None",
         "a checkpoint leaves tied weights out; transformers warns of them unless _keys_to_ignore_on_save names them",
     ),
-    # Called.
     PrivateName(
         "GRPOTrainer", "_generate_single_turn", CALLED, "training.trainer",
         "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)",
         "where nothing is capped in generation, the rollout takes TRL's own generation, as a plain GRPO run",
     ),
-    # Instance attributes.
     PrivateName("GRPOTrainer", "_logs", ATTRIBUTE, "training.trainer",
                 reason="the completions table shows the routing advantages, not TRL's"),
     PrivateName("GRPOTrainer", "_step", ATTRIBUTE, "training.trainer",
