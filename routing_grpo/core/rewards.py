@@ -130,7 +130,6 @@ class RoutingReward:
             for p in (prompts if len(prompts) == n else [None] * n)
         ]
 
-        # Capped and unfinished rollouts are wrong without grading.
         to_grade = [i for i in range(n) if not capped[i] and finished[i]]
         correct = [False] * n
         if self.verifier is None:
