@@ -3,9 +3,7 @@
 Paper: "Three Modes with Hard Token Caps", App. "Reward surface and crossover placement" and
 "Mode detection and per-mode caps". docs/method.md "Modes" and "Mode detection".
 
-A mode m has a routing word (written first by the model), a base reward b_m, a per-token discount gamma_m
-and a hard cap C_m on the tokens after the word. Modes are ordered briefest to longest; the last one is the
-longest mode that the balance gate exempts.
+Modes are ordered briefest to longest; the last one is the longest mode, which the balance gate exempts.
 """
 
 from __future__ import annotations
@@ -31,21 +29,13 @@ MAX_WORD_CHARS = 64
 
 @dataclass(frozen=True)
 class ModeSpec:
-    """One reasoning mode.
+    """One reasoning mode."""
 
-    Attributes:
-        name: display name used in metrics and reports (``routing/share/<name>``).
-        word: the routing word the model writes as the first word of its answer.
-        base: base reward b_m of a correct answer.
-        gamma: per-token discount gamma_m in (0, 1]; a correct answer of length L scores b_m * gamma_m**L.
-        cap: hard cap C_m on tokens after the routing word; ``None`` = no cap beyond the completion limit.
-    """
-
-    name: str
-    word: str
-    base: float
-    gamma: float
-    cap: int | None = None
+    name: str  # in metrics and reports (routing/share/<name>)
+    word: str  # the routing word: the first word of the model's answer
+    base: float  # b_m, the reward of a correct answer
+    gamma: float  # gamma_m in (0, 1], per token: a correct answer of length L scores b_m * gamma_m**L
+    cap: int | None = None  # C_m, tokens after the routing word (None: the completion limit only)
 
     def __post_init__(self) -> None:
         if problem := _mode_problem(self.name, self.word, self.base, self.gamma, self.cap):

@@ -130,7 +130,6 @@ class RoutingReward:
             for p in (prompts if len(prompts) == n else [None] * n)
         ]
 
-        # Capped and unfinished rollouts are wrong without grading.
         to_grade = [i for i in range(n) if not capped[i] and finished[i]]
         correct = [False] * n
         if self.verifier is None:
@@ -177,7 +176,6 @@ class RoutingReward:
         if columns.get("routing_mode") is not None and columns.get("routing_length") is not None:
             return [int(m) for m in columns["routing_mode"]], [int(x) for x in columns["routing_length"]]
         if self.single_mode is not None:
-            # Single-mode baseline: no routing word, every token counts towards L.
             return [self.single_mode] * len(texts), [len(x) for x in ids]
         modes_idx, lengths = [], []
         for text, row_ids in zip(texts, ids):

@@ -100,28 +100,20 @@ def read_generation_config(model: str, revision: str | None = None) -> Any:
 
 @dataclass(frozen=True)
 class BackendOptions:
-    """What builds a backend (:func:`~routing_grpo.generation.factory.make_backend`), whichever it is.
-
-    Attributes:
-        dtype / device: the transformers model's (vLLM's dtype goes in ``engine_kwargs``).
-        temperature / top_p / top_k: sampling (temperature 0 = greedy; top_k 0 or -1 = off).
-        engine_kwargs: ``vllm.LLM`` arguments; ``data_parallel_size`` engines of ``tensor_parallel_size``
-            GPUs each, from ``visible`` (default ``CUDA_VISIBLE_DEVICES``).
-        llm_factory / sampling_params: stand-ins for ``vllm.LLM`` / ``vllm.SamplingParams`` (tests).
-    """
+    """What builds a backend (:func:`~routing_grpo.generation.factory.make_backend`), whichever it is."""
 
     model: str
     revision: str | None = None
-    dtype: str = "auto"
+    dtype: str = "auto"  # the transformers model's (vLLM's goes in engine_kwargs)
     device: str | None = None
-    temperature: float = DEFAULT_TEMPERATURE
+    temperature: float = DEFAULT_TEMPERATURE  # 0 = greedy
     top_p: float = 1.0
-    top_k: int = 0
+    top_k: int = 0  # 0 or -1 = off
     seed: int | None = None
-    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    data_parallel_size: int = 1
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)  # vllm.LLM arguments
+    data_parallel_size: int = 1  # vLLM engines, of tensor_parallel_size GPUs each
     tensor_parallel_size: int = 1
-    visible: Sequence[str] | None = None
+    visible: Sequence[str] | None = None  # the engines' GPUs (default CUDA_VISIBLE_DEVICES)
     progress: bool = True
-    llm_factory: Any = None
-    sampling_params: Any = None
+    llm_factory: Any = None  # a stand-in for vllm.LLM (tests)
+    sampling_params: Any = None  # a stand-in for vllm.SamplingParams (tests)

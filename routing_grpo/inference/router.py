@@ -39,19 +39,12 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Request:
-    """One question and how to route it.
+    """One question and how to route it."""
 
-    Attributes:
-        question: the user's question (text) or a list of chat messages.
-        mode: force this mode (its word follows the routing question).
-        allow: the modes the model may choose from (names, or one comma-separated string); excludes ``mode``.
-        caps: enforce the per-mode caps while generating.
-    """
-
-    question: Any
-    mode: str | None = None
-    allow: Sequence[str] | str | None = None
-    caps: bool = True
+    question: Any  # text, or a list of chat messages
+    mode: str | None = None  # forced: its word follows the routing question
+    allow: Sequence[str] | str | None = None  # the modes the model may choose from; excludes mode
+    caps: bool = True  # hold each mode's cap while generating
 
 
 @dataclass(frozen=True)
@@ -103,27 +96,17 @@ def resolve_routing(
 
 @dataclass(frozen=True)
 class Answer:
-    """One generated answer.
-
-    Attributes:
-        mode: the mode's name, or None when the completion has no routing word.
-        forced: the mode was forced (its word was in the prompt, not generated).
-        answer: the final answer the grader extracts; None when there is none or the answer did not finish.
-        text: the whole answer, routing word first (special tokens dropped).
-        tokens: tokens the model generated.
-        length: L, tokens after the routing word, EOS included (all tokens when there is no word).
-        stopped_by: ``eos`` (the model finished), ``cap`` (the mode's cap) or ``length`` (``max_new_tokens``).
-    """
+    """One generated answer."""
 
     question: Any
-    mode: str | None
-    forced: bool
+    mode: str | None  # None when the completion has no routing word
+    forced: bool  # the mode's word was in the prompt, not generated
     routing: str
-    answer: str | None
-    text: str
-    tokens: int
-    length: int
-    stopped_by: str
+    answer: str | None  # what the grader extracts; None when there is none or the answer did not finish
+    text: str  # the whole answer, routing word first (special tokens dropped)
+    tokens: int  # tokens the model generated
+    length: int  # L: tokens after the routing word, EOS included (all tokens when there is no word)
+    stopped_by: str  # eos (the model finished), cap (the mode's cap) or length (max_new_tokens)
     caps: bool = True
 
     def to_dict(self) -> dict[str, Any]:

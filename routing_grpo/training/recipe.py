@@ -40,7 +40,6 @@ from routing_grpo.training.trl_vllm import rollout_settings_problems
 logger = logging.getLogger(__name__)
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
-# attn_implementation -> the module it needs.
 ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "flash_attn_interface"}
 TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2", ".tmpl", ".txt")
 # transformers' TrainingArguments.project default (used only by trackio).
@@ -88,15 +87,6 @@ def value_matches(value: Any, tp: Any) -> bool:
     return True  # Any, and other classes (e.g. accelerate's ParallelismConfig): their constructor checks them
 
 
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", None) if typing.get_origin(tp) is None else str(tp).replace("typing.", "")
-
-
-def _choices(tp: Any) -> str:
-    enums = [a for a in (typing.get_args(tp) or (tp,)) if isinstance(a, type) and issubclass(a, enum.Enum)]
-    return f" (one of {[e.value for e in enums[0]]})" if enums else ""
-
-
 def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
     """Raises :class:`UsageError` for an unknown key, a mistyped value or a credential in ``env``."""
     known = recipe_fields()
@@ -107,7 +97,6 @@ def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
                 problems.append("env: expected a mapping of environment variables")
                 continue
             for name in value:
-                # Credentials come from the real environment only.
                 if any(word in str(name).upper() for word in ("TOKEN", "API_KEY", "SECRET", "PASSWORD")):
                     problems.append(
                         f"env.{name}: credentials are read from the environment only; do not put them in a recipe"
@@ -120,9 +109,12 @@ def check_recipe(recipe: dict[str, Any], source: str = "recipe") -> None:
             problems.append(f"{key}: unknown recipe key{hint}")
         elif not value_matches(value, known[key][1]):
             tp = known[key][1]
-            problems.append(
-                f"{key}: expected {_type_name(tp)}, got {type(value).__name__} {value!r}{_choices(tp)}"
-            )
+            name = str(tp).replace("typing.", "") if typing.get_origin(tp) else getattr(tp, "__name__", None)
+            enums = [
+                a for a in (typing.get_args(tp) or (tp,)) if isinstance(a, type) and issubclass(a, enum.Enum)
+            ]
+            choices = f" (one of {[e.value for e in enums[0]]})" if enums else ""
+            problems.append(f"{key}: expected {name}, got {type(value).__name__} {value!r}{choices}")
     if problems:
         raise UsageError(f"{source}: " + "; ".join(problems))
 
@@ -302,7 +294,12 @@ def preflight(
     with user_errors("verifier", ValueError, ImportError):
         resolve_verifier(training_args.verifier)
     check_chat_template_setting(script_args.chat_template)
-    line = process_count_warning(os.environ, training_args.world_size, launcher_argv())
+    try:  # the launcher's command line (``accelerate launch ...``) where /proc shows it
+        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
+    except OSError:
+        raw = b""
+    launcher = [part.decode(errors="replace") for part in raw.split(b"\0") if part]
+    line = process_count_warning(os.environ, training_args.world_size, launcher)
     if line:
         print(line, file=sys.stderr, flush=True)
     check_trackers(script_args, training_args)
@@ -353,15 +350,6 @@ def hub_push_problem(timeout: float = 10.0) -> str | None:
     if response.status_code >= 400:
         return f"the Hub answered HTTP {response.status_code} to a check of the token ({url})"
     return None
-
-
-def launcher_argv() -> list[str]:
-    """The parent process's command line (``accelerate launch ...``) where /proc shows it; else []."""
-    try:
-        raw = Path(f"/proc/{os.getppid()}/cmdline").read_bytes()
-    except OSError:
-        return []
-    return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
 def asked_processes(argv: Sequence[str]) -> int | None:

@@ -27,11 +27,8 @@ def plan_forced_modes(
     and so on; the rest free."""
     if not warmup or forced_per_mode <= 0:
         return [None] * num_rows
-    plan: list[int | None] = []
-    for row in range(row_offset, row_offset + num_rows):
-        position = row % group_size
-        plan.append(position // forced_per_mode if position < num_modes * forced_per_mode else None)
-    return plan
+    positions = [row % group_size for row in range(row_offset, row_offset + num_rows)]
+    return [p // forced_per_mode if p < num_modes * forced_per_mode else None for p in positions]
 
 
 def promote_forced_word(

@@ -130,7 +130,13 @@ def check_run_folder(
     check_output_folder(output_dir, script_args.overwrite_output_dir)
     checkpoint = resume_checkpoint(training_args)
     check_resume(checkpoint, identity)
-    step, max_steps = checkpoint_step(checkpoint) if checkpoint else 0, training_args.max_steps
+    step, max_steps = 0, training_args.max_steps
+    if checkpoint:  # the optimizer step it was saved at, as its trainer_state.json says
+        from transformers import TrainerState
+
+        state = Path(checkpoint) / checkpoints.TRAINER_STATE
+        with user_errors(f"resume: {state}", OSError, ValueError, TypeError):
+            step = TrainerState.load_from_json(str(state)).global_step
     if 0 < max_steps < step:
         raise UsageError(
             f"resume: {checkpoint} is at optimizer step {step}, past this run's max_steps {max_steps}; nothing "
@@ -159,15 +165,6 @@ def check_run_folder(
             flush=True,
         )
     return None
-
-
-def checkpoint_step(checkpoint: str | Path) -> int:
-    """The optimizer step a checkpoint was saved at, as its ``trainer_state.json`` says."""
-    from transformers import TrainerState
-
-    path = Path(checkpoint) / checkpoints.TRAINER_STATE
-    with user_errors(f"resume: {path}", OSError, ValueError, TypeError):
-        return TrainerState.load_from_json(str(path)).global_step
 
 
 def load_checkpoint(trainer: Any, checkpoint: str) -> None:

@@ -25,20 +25,13 @@ class SettingsNotFoundError(FileNotFoundError):
 
 @dataclass(frozen=True)
 class RoutingSettings:
-    """How a checkpoint routes, as ``routing_config.json`` holds it (with a ``version``).
-
-    Attributes:
-        routing_instruction: the instruction appended to the user turn ("" = none).
-        routing_question: the text after the chat template's generation prompt.
-        max_completion_length: the training run's completion limit (the default ``max_new_tokens``).
-        single_mode: the mode of a single-mode baseline, or None.
-    """
+    """How a checkpoint routes, as ``routing_config.json`` holds it (with a ``version``)."""
 
     modes: tuple[ModeSpec, ...]
-    routing_instruction: str
-    routing_question: str = DEFAULT_ROUTING_QUESTION
-    max_completion_length: int = 512
-    single_mode: str | None = None
+    routing_instruction: str  # appended to the user turn ("" = none)
+    routing_question: str = DEFAULT_ROUTING_QUESTION  # the text after the chat template's generation prompt
+    max_completion_length: int = 512  # the training run's limit (the default max_new_tokens)
+    single_mode: str | None = None  # the mode of a single-mode baseline
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "modes", parse_modes(self.modes))
@@ -103,8 +96,14 @@ class RoutingSettings:
         )
 
     @classmethod
-    def from_recipe(cls, path: str | Path) -> RoutingSettings:
-        """The settings a training recipe (YAML) would save (ValueError for a missing or malformed file)."""
+    def from_file(cls, path: str | Path) -> RoutingSettings:
+        """A settings file (``.json``) or the settings a training recipe (``.yaml`` / ``.yml``) would save."""
+        path = Path(path)
+        if path.suffix.lower() == ".json":
+            if not path.exists():
+                raise FileNotFoundError(f"config not found: {path}")
+            data = read_json_file(path)  # path:line for bad JSON, a key written twice, a folder (EISDIR)
+            return cls.from_dict(data, source=str(path))
         recipe = read_recipe_file(path)
         try:
             modes = parse_modes(recipe["modes"]) if recipe.get("modes") is not None else DEFAULT_MODES
@@ -125,17 +124,6 @@ class RoutingSettings:
             )
         except (TypeError, ValueError) as err:
             raise ValueError(located(path, str(err))) from None
-
-    @classmethod
-    def from_file(cls, path: str | Path) -> RoutingSettings:
-        """A settings file (``.json``) or a training recipe (``.yaml`` / ``.yml``)."""
-        path = Path(path)
-        if path.suffix.lower() != ".json":
-            return cls.from_recipe(path)
-        if not path.exists():
-            raise FileNotFoundError(f"config not found: {path}")
-        data = read_json_file(path)  # path:line for bad JSON, a key written twice, a folder (EISDIR)
-        return cls.from_dict(data, source=str(path))
 
     @classmethod
     def load(cls, model: str | Path, revision: str | None = None) -> RoutingSettings:

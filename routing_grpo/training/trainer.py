@@ -613,10 +613,8 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         metrics = self.routing_metrics[mode]
         alarm = metrics.pop("routing/collapse_alarm", None)
-        values: dict[str, float | None] = {}
-        for name, series in metrics.items():
-            valid = [v for v in series if not math.isnan(v)]
-            values[name] = sum(valid) / len(valid) if valid else None
+        valid = {name: [v for v in series if not math.isnan(v)] for name, series in metrics.items()}
+        values = {name: sum(v) / len(v) if v else None for name, v in valid.items()}
         if alarm:
             values["routing/collapse_alarm"] = max(alarm)
         metrics.clear()

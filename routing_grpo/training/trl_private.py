@@ -18,24 +18,15 @@ TRAINER_MODULES = ("training.trainer", "training.bucketed_logprobs", "training.t
 
 @dataclass(frozen=True)
 class PrivateName:
-    """One private name of TRL's or transformers' that the package uses.
+    """One private name of TRL's or transformers' that the package uses."""
 
-    Attributes:
-        owner: ``GRPOTrainer``, ``VLLMGeneration`` or ``Trainer``.
-        use: ``overridden``, ``called``, ``attribute`` or ``class attribute``.
-        where: the package's module(s) that use it.
-        signature: for methods, the owner's signature in the installed TRL / transformers.
-        reason: why no public hook does it.
-        needs: for attributes TRL sets only on some runs: ``use_vllm`` or ``vllm_colocate``.
-    """
-
-    owner: str
+    owner: str  # GRPOTrainer, VLLMGeneration or Trainer
     name: str
-    use: str
-    where: str
-    signature: str | None = None
-    reason: str = ""
-    needs: str | None = None
+    use: str  # OVERRIDDEN, CALLED, ATTRIBUTE or CLASS_ATTRIBUTE
+    where: str  # the package's module(s) that use it
+    signature: str | None = None  # for methods, the owner's signature in the installed TRL / transformers
+    reason: str = ""  # why no public hook does it
+    needs: str | None = None  # for attributes TRL sets only on some runs: use_vllm or vllm_colocate
 
 
 TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
@@ -63,13 +54,11 @@ TRL_PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "Trainer", "_issue_warnings_after_load", OVERRIDDEN, "training.trainer", "(self, load_result: Any) -> None",
         "a checkpoint leaves tied weights out; transformers warns of them unless _keys_to_ignore_on_save names them",
     ),
-    # Called.
     PrivateName(
         "GRPOTrainer", "_generate_single_turn", CALLED, "training.trainer",
         "(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False)",
         "where nothing is capped in generation, the rollout takes TRL's own generation, as a plain GRPO run",
     ),
-    # Instance attributes.
     PrivateName("GRPOTrainer", "_logs", ATTRIBUTE, "training.trainer",
                 reason="the completions table shows the routing advantages, not TRL's"),
     PrivateName("GRPOTrainer", "_step", ATTRIBUTE, "training.trainer",
