@@ -598,7 +598,9 @@ def test_a_rollout_setting_the_routing_rollouts_own_is_refused_before_the_model_
 LORA = {"use_peft": True, "lora_r": 4, "lora_alpha": 8, "lora_target_modules": ["q_proj", "v_proj"]}
 
 
-@pytest.mark.parametrize(("weights", "lora"), [("model.safetensors", {}), ("adapter_model.safetensors", LORA)])
+@pytest.mark.parametrize(
+    ("weights", "lora"), [("model.safetensors", {}), ("adapter_model.safetensors", LORA)]
+)
 def test_a_run_resumed_at_its_last_step_trains_nothing_and_finishes(
     tmp_path, tiny_model_path, monkeypatch, weights, lora
 ):
@@ -623,7 +625,9 @@ def test_a_run_resumed_at_its_last_step_trains_nothing_and_finishes(
     assert (out / "metrics.jsonl").read_text() == rows
     final, saved = load_file(out / weights), load_file(out / "checkpoint-2" / weights)
     assert final.keys() == saved.keys() and all((final[k] == saved[k]).all() for k in final)
-    assert any(v.abs().sum() > 0 for k, v in saved.items() if "lora_B" in k) or not lora  # trained, not as built
+    assert (
+        any(v.abs().sum() > 0 for k, v in saved.items() if "lora_B" in k) or not lora
+    )  # trained, not as built
 
 
 def test_a_shorter_rerun_of_a_finished_run_is_refused(tmp_path, tiny_model_path, monkeypatch):
