@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from routing_grpo.diagnostics.early_tell import fanout
+from routing_grpo.diagnostics.state_probe import difficulty_groups
 
 # Expected phase-1 reward per level (1-6) of NoThink / Short / Long: the shipped aware checkpoint
 # (offline:mini_graded) forced into each mode at the training temperature 1.0, docs/notebooks/cold_start.md
@@ -126,21 +127,21 @@ def run_bandit(
 
 def bandit_summary(
     states: torch.Tensor,
-    groups: Sequence[int],
-    *,
-    start_logodds: float = 0.0,
+    difficulty: Sequence[float],
+    logodds: Sequence[float],
     seeds: Sequence[int] = (0, 1, 2),
 ) -> dict[str, Any]:
-    """:func:`run_bandit` on each seed with the world's rewards: per seed, the mean, and what it assumed."""
-    k = max(groups) + 1
+    """:func:`run_bandit` on each seed with the world's rewards, from the probe's states, difficulty values
+    and first-word log-odds (their mean the start z0): per seed, the mean, and what it assumed."""
+    groups = difficulty_groups(difficulty)
+    k, start = max(groups) + 1, sum(logodds) / len(logodds)
     per_seed = {
-        str(s): run_bandit(states, groups, reward_table(k), start_logodds=start_logodds, seed=s)
-        for s in seeds
+        str(s): run_bandit(states, groups, reward_table(k), start_logodds=start, seed=s) for s in seeds
     }
     return {
         "fanout_by_batch": {str(t): sum(v[t] for v in per_seed.values()) / len(seeds) for t in READ_AT},
         "fanout_by_seed": {s: {str(t): v for t, v in f.items()} for s, f in per_seed.items()},
-        "start_logodds": start_logodds,
+        "start_logodds": start,
         "world_levels": world_levels(k),
         "reward_table": reward_table(k),
         "learning_rate": LEARNING_RATE,
