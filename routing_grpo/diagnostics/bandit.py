@@ -65,7 +65,8 @@ def reward_table(k: int, table: Sequence[Sequence[float]] = WORLD_REWARD) -> lis
     return out
 
 
-def _halves(groups: Sequence[int], gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def split_halves(groups: Sequence[int], gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(fit rows, held-out rows): each group's rows shuffled by ``gen`` and halved, the odd one fitted."""
     g = torch.as_tensor(list(groups))
     fit, held = [], []
     for value in sorted(set(groups)):
@@ -96,7 +97,7 @@ def run_bandit(
         start_logodds: z0 of the module docstring.
     """
     gen = torch.Generator().manual_seed(seed)
-    fit, held = _halves(groups, gen)
+    fit, held = split_halves(groups, gen)
     h = states.to(torch.float64)
     h = h / h[fit].pow(2).mean().sqrt().clamp_min(1e-12)
     g = torch.as_tensor(list(groups))
