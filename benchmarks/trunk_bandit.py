@@ -7,8 +7,8 @@ The probe's sample (MATH-500, 40 prompts per level, seed 0) is read once up to t
 hidden states over each prompt's whole sequence are cached. The policy is the bandit's, with h(x) the last
 block's output at the routing position through the (frozen) final norm; Adam trains the head b, W at the
 bandit's rate and the block at ``--block-lr`` (``0`` gives the head-only bandit). Per seed it prints the
-held-out fanout at batches 20 / 45 / 90 and the between-level share B/T of all the states (with its noise
-floor's 95th percentile) before and after; the last line is one JSON object. ``--probe`` takes the start's
+held-out fanout at batches 20 / 45 / 90 and the between-level share B/T of the held-out half's states (with
+its noise floor's 95th percentile) before and after; the last line is one JSON object. ``--probe`` takes the start's
 lean from ``routing-grpo probe``'s probe.json (default: a uniform start).
 """
 
@@ -62,7 +62,8 @@ def trunk_run(model, inputs, groups, start: float, seed: int, block_lr: float) -
         return model.model.norm(torch.stack(rows)).double()
 
     def share(h: torch.Tensor) -> list[float]:
-        return [between_share(h, groups), share_noise_floor(h, groups, seed=seed)[1]]
+        labels = [groups[i] for i in held]
+        return [between_share(h[held], labels), share_noise_floor(h[held], labels, seed=seed)[1]]
 
     gen = torch.Generator().manual_seed(seed)
     fit, held = split_halves(groups, gen)

@@ -4,7 +4,7 @@ difficulty from this state? (pure; docs/notebooks/cold_start.md "Head or trunk")
 The rows are split in halves per difficulty group by the seed (fit, held out); h~ = h / s with s the root
 mean square of the fit half's entries: one scale, not centred, so the common part and the difficulty part
 keep their proportions (per-coordinate standardisation lets a faint difficulty part learn as fast as a
-strong one under Adam). Each batch draws P prompts of the fit half and G modes for each from
+strong one under Adam). Each batch draws P prompts of the fit half (with replacement) and G modes for each from
 
     pi(m | x) = softmax_m(b_m + w_m . h~(x)),    at the start W = 0, b = (0, z0 / 2, z0)
 
