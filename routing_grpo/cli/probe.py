@@ -25,6 +25,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from routing_grpo.diagnostics.bandit import bandit_summary
     from routing_grpo.diagnostics.probe import load_probe_rows, logodds_summary, read_states, render
     from routing_grpo.diagnostics.state_probe import probe_statistics
     from routing_grpo.io.paths import check_output_folder, is_offline_name, resolve_model_path
@@ -56,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
         "difficulties": dict(Counter(f"{d:g}" for d in difficulty)),
         "statistics": probe_statistics(states, difficulty, lengths, seed=args.seed),
         "logodds": logodds_summary(difficulty, logodds),
+        "bandit": bandit_summary(states, difficulty, logodds),
     }
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
