@@ -17,6 +17,7 @@ from routing_grpo.core.grading import last_boxed
 from routing_grpo.data.tasks import synthetic_rows
 
 # Generous per-example deadline: the point is "bounded", not a benchmark.
+SLOW_INPUT = 1.0  # seconds: far past any linear parse on a loaded machine, far below a blow-up
 FAST = settings(max_examples=300, deadline=500, suppress_health_check=[HealthCheck.too_slow])
 
 EXPRESSION_ALPHABET = "0123456789+-*/() =.^"
@@ -60,7 +61,7 @@ def test_parser_returns_or_raises_expression_error_only(text):
     else:
         assert isinstance(parsed.value, Fraction)
         assert all(isinstance(n, int) and n >= 0 for n in parsed.numbers)
-    assert time.perf_counter() - start < 0.1
+    assert time.perf_counter() - start < SLOW_INPUT  # a blow-up on hostile input, not a timing target
 
 
 @FAST
@@ -74,7 +75,7 @@ def test_parser_returns_or_raises_expression_error_only(text):
 def test_grade_countdown_never_raises(completion, numbers, target):
     start = time.perf_counter()
     assert grade_countdown(completion, numbers, target) in (True, False)
-    assert time.perf_counter() - start < 0.1
+    assert time.perf_counter() - start < SLOW_INPUT
 
 
 @FAST
