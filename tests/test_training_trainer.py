@@ -774,7 +774,16 @@ def test_continuous_batching_keeps_the_caps_in_generation(tiny_model_path, tmp_p
 # ----------------------------------------------------------------------------------------------------------
 
 
-def test_decoding_shows_progress_inside_the_first_step(tiny_model_path, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "path",
+    [
+        {},  # the shrinking decode loop
+        {"generation_kwargs": {"no_repeat_ngram_size": 3}},  # model.generate per budget group
+        {"enforce_caps_in_generation": False},  # TRL's own generation
+    ],
+    ids=["decode-loop", "model-generate", "trl"],
+)
+def test_decoding_shows_progress_inside_the_first_step(tiny_model_path, tmp_path, monkeypatch, path):
     from routing_grpo.generation import transformers_decoding
 
     bars = []
@@ -797,7 +806,7 @@ def test_decoding_shows_progress_inside_the_first_step(tiny_model_path, tmp_path
             pass
 
     monkeypatch.setattr(transformers_decoding, "tqdm", Bar)
-    trainer = build_trainer(tiny_model_path, make_args(tmp_path, max_steps=1))
+    trainer = build_trainer(tiny_model_path, make_args(tmp_path, max_steps=1, **path))
     trainer.train()
     assert bars and bars[0].step == 0 and all(b.steps > 0 for b in bars)
     assert bars[0].kwargs["disable"] is None and bars[0].steps <= bars[0].kwargs["total"]

@@ -23,6 +23,7 @@ from routing_grpo.generation.options import (
     transformers_device,
 )
 from routing_grpo.generation.transformers_decoding import (
+    forward_progress,
     generate_in_budget_groups,
     last_logits_only,
     left_padded,
@@ -290,6 +291,7 @@ class ContinuousBatchingBackend(Backend):
         done: dict[str, list[int]] = {}
         with (
             torch.no_grad(),
+            forward_progress(self.model, max((m for _, m in rows), default=0)),
             self.model.continuous_batching_context_manager(
                 generation_config=self.generation_config,
                 continuous_batching_config=self.continuous_batching_config,

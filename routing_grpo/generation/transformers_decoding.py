@@ -7,7 +7,8 @@ as ``model.generate`` does for the settings of :func:`shrinking_loop_supported`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -81,6 +82,18 @@ def last_logits_only(model: Any) -> dict[str, int]:
 def decode_bar(total: int) -> Any:
     """A progress bar over decode steps, on stderr (off where that is not a terminal, tqdm's ``disable=None``)."""
     return tqdm(total=total, desc="decoding", unit="step", leave=False, disable=None)
+
+
+@contextlib.contextmanager
+def forward_progress(model: Any, total: int) -> Iterator[None]:
+    """:func:`decode_bar` over ``model``'s forwards inside (a ``model.generate`` we do not drive); the hook goes
+    at the end, so a compiled step guarding on the hook count sees it unchanged."""
+    with decode_bar(total) as bar:
+        hook = model.register_forward_hook(lambda *_: bar.update())
+        try:
+            yield
+        finally:
+            hook.remove()
 
 
 def row_limits(budgets: Sequence[int | None], max_completion_length: int) -> list[int]:
@@ -240,7 +253,7 @@ def generate_in_budget_groups(
         else:
             device = next(model.parameters()).device
             inputs = {k: v.to(device) for k, v in inputs.items()}
-        with torch.no_grad():
+        with torch.no_grad(), forward_progress(model, budget):
             generated = model.generate(**inputs, generation_config=config)
         for i, r in enumerate(rows):
             out[r] = cut_at_eos(generated[i, width:].tolist(), eos_token_ids)

@@ -39,6 +39,7 @@ from routing_grpo.diagnostics.importance_sampling import correction_counts, corr
 from routing_grpo.diagnostics.routing_metrics import GenerationRecord, batch_line, batch_metrics, free_split
 from routing_grpo.generation.caps import generate_rollouts
 from routing_grpo.generation.factory import policy_backend
+from routing_grpo.generation.transformers_decoding import forward_progress
 from routing_grpo.training.bucketed_logprobs import LengthBucketedLogprobs
 from routing_grpo.training.callbacks import default_callbacks
 from routing_grpo.training.config import RoutingGRPOConfig
@@ -230,7 +231,8 @@ class RoutingGRPOTrainer(LengthBucketedLogprobs, GRPOTrainer):
         if self.use_vllm or caps:
             completion_ids, logprobs = self._generate_routed(prompt_ids, forced, caps)
         else:  # nothing capped in generation: TRL's own
-            completion_ids, logprobs = self._generate_single_turn(prompt_ids, None, {}, group_size)
+            with forward_progress(self.accelerator.unwrap_model(self.model), self.max_completion_length):
+                completion_ids, logprobs = self._generate_single_turn(prompt_ids, None, {}, group_size)
         raw_lengths = [len(ids) for ids in completion_ids]
         prompt_ids, completion_ids, logprobs, facts = finalize_rollouts(
             prompt_ids,
