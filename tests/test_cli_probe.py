@@ -74,11 +74,8 @@ def test_the_probe_and_the_run_summary_call_one_fanout_by_one_word(
         )  # fmt: skip
         assert code == 0, err
         assert f"fanout {fanout:+.3f} nats per level step, {word} against the early tell's line 0.02" in out
-        assert (
-            out.split("verdict: ")[1]
-            .rstrip()
-            .endswith(lever + "\nwrote " + str(tmp_path / "out" / "probe.json"))
-        )
+        verdict, bandit = out.split("verdict: ")[1].split(". Head or trunk: ")
+        assert verdict.endswith(lever) and bandit.startswith("a head-only bandit on these states reads ")
         records = [
             GenerationRecord("train", b, b, 1.0, 2, modes=[0], forced=[False], lengths=[4], correct=[True], fanout=fanout)
             for b in range(25)

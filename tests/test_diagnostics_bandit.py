@@ -76,3 +76,12 @@ def test_probe_reports_the_bandit(tiny_model_path, tmp_path, capsys):
     assert (
         "head-only bandit on these states, held-out fanout at batch 20 / 45 / 90" in capsys.readouterr().out
     )
+
+
+def test_the_reading_names_what_the_head_alone_would_do_in_the_early_tells_words():
+    from routing_grpo.diagnostics.bandit import bandit_reading
+
+    strong, rising, flat = bandit_reading(1.19), bandit_reading(0.058), bandit_reading(0.0)
+    assert "reads strong (+1.190)" in strong and "the head alone could route from this state" in strong
+    assert "reads rising (+0.058)" in rising and "more must come from learning in the trunk" in rising
+    assert "reads flat (+0.000)" in flat and "grows with the state's width" in flat

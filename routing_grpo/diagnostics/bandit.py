@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from routing_grpo.diagnostics.early_tell import fanout
+from routing_grpo.diagnostics.early_tell import fanout, fanout_word
 from routing_grpo.diagnostics.state_probe import difficulty_groups
 
 # Expected phase-1 reward per level (1-6) of NoThink / Short / Long: the shipped aware checkpoint
@@ -147,3 +147,19 @@ def bandit_summary(
         "reward_table": reward_table(k),
         "learning_rate": LEARNING_RATE,
     }
+
+
+def bandit_reading(fanout_at_90: float) -> str:
+    """What the bandit predicts, in the early tell's words, beside the miniature's starts (docs/notebooks/
+    cold_start.md "Head or trunk": aware +1.19, blind +0.035 whose full runs reached 0.09-0.23)."""
+    word = fanout_word(fanout_at_90)
+    alone = (
+        "the head alone could route from this state"
+        if word == "strong"
+        else ("the head alone would route little from this state: more must come from learning in the trunk")
+    )
+    return (
+        f"a head-only bandit on these states reads {word} ({fanout_at_90:+.3f}) by batch 90, where the "
+        f"miniature's aware start reads +1.19 and its blind start +0.035: {alone} (an estimate with the "
+        "miniature's rewards; under Adam it grows with the state's width)"
+    )

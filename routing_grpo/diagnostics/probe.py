@@ -177,6 +177,8 @@ def logodds_summary(difficulty: Sequence[float], logodds: Sequence[float]) -> di
 
 def render(result: dict[str, Any]) -> str:
     """The printed summary of ``probe.json``."""
+    from routing_grpo.diagnostics.bandit import bandit_reading
+
     s = result["statistics"]
     by = result["difficulties"]
     easiest, hardest = min(by, key=float), max(by, key=float)
@@ -204,5 +206,7 @@ def render(result: dict[str, Any]) -> str:
         f"  head-only bandit on these states, held-out fanout at batch 20 / 45 / 90: {fan} (3 seeds; from the "
         "miniature's aware start the full runs read 0.16-0.30 / 0.51-0.82 / 1.08-1.31)"
     )
-    lines.append(f"verdict: {s['verdict']}")
+    lines.append(
+        f"verdict: {s['verdict']}. Head or trunk: {bandit_reading(result['bandit']['fanout_by_batch']['90'])}"
+    )
     return "\n".join(lines)
