@@ -130,3 +130,20 @@ def test_train_help_and_a_typo_in_a_process_import_neither_torch_nor_trl(tmp_pat
     typo, heavy = run("--config", "recipes/demo_smollm2_cpu.yaml", "--lerning_rate", "1e-5")
     assert typo.returncode == 2 and heavy == set()
     assert typo.stderr.splitlines()[-1].endswith("--lerning_rate: did you mean --learning_rate?")
+
+
+def test_each_checkout_keeps_its_own_cache_and_drops_its_stale_one(tmp_path, monkeypatch):
+    from routing_grpo.training.help import recipe_keys
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    folder = tmp_path / ".cache" / "routing-grpo"
+    folder.mkdir(parents=True)
+    other = folder / "train-keys-00000000-0000000000000000.json"  # another checkout's
+    other.write_text("{}")
+    keys = recipe_keys()
+    (ours,) = set(folder.glob("train-keys-*.json")) - {other}
+    stale = ours.with_name(ours.name[: len("train-keys-12345678-")] + "f" * 16 + ".json")
+    stale.write_text("{}")
+    ours.unlink()
+    assert recipe_keys() == keys
+    assert sorted(folder.glob("train-keys-*.json")) == sorted([other, ours])

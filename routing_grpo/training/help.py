@@ -72,11 +72,13 @@ def _field_help(dc: type, name: str) -> tuple[str, str | None]:
 
 def recipe_keys() -> dict[str, Any]:
     """The argument classes as `--help` and :func:`check_options` read them: the method's and the task's keys
-    in order, each key's help and default, every option. Cached per TRL, transformers and package source."""
+    in order, each key's help and default, every option. Cached per checkout, TRL, transformers and source."""
+    package = Path(routing_grpo.__file__).parent
     digest = hashlib.sha256(f"{version('trl')} {version('transformers')}".encode())
-    for path in sorted(Path(routing_grpo.__file__).parent.glob("**/*.py")):
+    for path in sorted(package.glob("**/*.py")):
         digest.update(path.read_bytes())
-    cache = Path(OFFLINE_CACHE_DIR).expanduser() / f"train-keys-{digest.hexdigest()[:16]}.json"
+    where = hashlib.sha256(str(package.resolve()).encode()).hexdigest()[:8]  # checkouts keep their own
+    cache = Path(OFFLINE_CACHE_DIR).expanduser() / f"train-keys-{where}-{digest.hexdigest()[:16]}.json"
     with contextlib.suppress(OSError, ValueError):
         return json.loads(cache.read_text())
     from routing_grpo.training import arguments
@@ -91,7 +93,7 @@ def recipe_keys() -> dict[str, Any]:
     }
     with contextlib.suppress(OSError):
         cache.parent.mkdir(parents=True, exist_ok=True)
-        for old in cache.parent.glob("train-keys-*.json"):  # one cache: the installed sources'
+        for old in cache.parent.glob(f"train-keys-{where}-*.json"):  # one cache a checkout: its sources'
             old.unlink()
         write_json(cache, keys)
     return keys
