@@ -89,3 +89,33 @@ def tiny_qwen2(tiny_model_path):
     model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
     model.eval()
     return model, AutoTokenizer.from_pretrained(tiny_model_path)
+
+
+@pytest.fixture
+def decode_bars(monkeypatch):
+    """The decode loops' tqdm replaced by a recorder: ``.made`` the bars in order, each with its ``kwargs``,
+    its ``steps`` and what ``.note()`` (set by the test) returned when it was made."""
+    from routing_grpo.generation import transformers_decoding
+
+    class Bar:
+        made: list[Bar] = []
+        note = staticmethod(lambda: None)
+
+        def __init__(self, **kwargs):
+            self.kwargs, self.steps, self.noted = kwargs, 0, Bar.note()
+            Bar.made.append(self)
+
+        def update(self, n=1):
+            self.steps += n
+
+        def close(self):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            pass
+
+    monkeypatch.setattr(transformers_decoding, "tqdm", Bar)
+    return Bar

@@ -270,35 +270,14 @@ def _eval_cli(capsys, *argv):
     return code, out.out, out.err
 
 
-def test_eval_shows_decoding_progress_inside_a_batch(tmp_path, capsys, monkeypatch, tiny_model_path):
-    from routing_grpo.generation import transformers_decoding
-
-    steps = []
-
-    class Bar:
-        def __init__(self, **kwargs):
-            self.kwargs = kwargs
-
-        def update(self, n=1):
-            steps.append(n)
-
-        def close(self):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            pass
-
-    monkeypatch.setattr(transformers_decoding, "tqdm", Bar)
+def test_eval_shows_decoding_progress_inside_a_batch(tmp_path, capsys, decode_bars, tiny_model_path):
     code, out, err = _eval_cli(
         capsys, "--model", str(tiny_model_path), "--benchmarks", "synthetic", "--limit", "4", "--max-tokens", "8",
         "--backend", "transformers", "--output", str(tmp_path / "out"),
     )  # fmt: skip
     assert code == 0, err
     # One batch of 4 prompts: the steps show inside it, the batch's line after it.
-    assert len(steps) >= 2 and "[synthetic] 4/4 prompts" in out
+    assert sum(b.steps for b in decode_bars.made) >= 2 and "[synthetic] 4/4 prompts" in out
 
 
 def test_cli_passes_the_engine_options_to_vllm(tmp_path, capsys, monkeypatch, fake_llm, tiny_model_path):

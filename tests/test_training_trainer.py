@@ -783,32 +783,12 @@ def test_continuous_batching_keeps_the_caps_in_generation(tiny_model_path, tmp_p
     ],
     ids=["decode-loop", "model-generate", "trl"],
 )
-def test_decoding_shows_progress_inside_the_first_step(tiny_model_path, tmp_path, monkeypatch, path):
-    from routing_grpo.generation import transformers_decoding
-
-    bars = []
-
-    class Bar:
-        def __init__(self, **kwargs):
-            self.kwargs, self.steps, self.step = kwargs, 0, trainer.state.global_step
-            bars.append(self)
-
-        def update(self, n=1):
-            self.steps += n
-
-        def close(self):
-            pass
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            pass
-
-    monkeypatch.setattr(transformers_decoding, "tqdm", Bar)
+def test_decoding_shows_progress_inside_the_first_step(tiny_model_path, tmp_path, decode_bars, path):
+    decode_bars.note = staticmethod(lambda: trainer.state.global_step)
     trainer = build_trainer(tiny_model_path, make_args(tmp_path, max_steps=1, **path))
     trainer.train()
-    assert bars and bars[0].step == 0 and all(b.steps > 0 for b in bars)
+    bars = decode_bars.made
+    assert bars and bars[0].noted == 0 and all(b.steps > 0 for b in bars)
     assert bars[0].kwargs["disable"] is None and bars[0].steps <= bars[0].kwargs["total"]
 
 
