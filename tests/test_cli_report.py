@@ -54,18 +54,25 @@ def test_an_oracle_part_no_package_adds_is_one_line(tmp_path, capsys, monkeypatc
     ]
 
 
+def write_router_summary(folder, seed: int, **fields) -> None:
+    """A router's gsm8k summary.json at accuracy 0.5 and 100 tokens in ``folder``, with ``fields`` added."""
+    import json
+
+    summary = {"benchmark": "gsm8k", "method": "router", "seed": seed, "accuracy": 0.5, "mean_length": 100}
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({**summary, **fields}))
+
+
 def test_seeds_evaluated_differently_are_not_pooled(tmp_path, capsys):
     """Two seeds of one method pool into mean ± std only when evaluated alike; else one line names the key."""
-    import json
 
     from routing_grpo.cli import main
 
     config = {"limit": None, "max_tokens": 4096, "temperature": 0.6, "top_p": 1.0, "seed": 0, "dtype": "auto"}
     for seed, change in ((0, {}), (1, {"seed": 1, "dtype": "bfloat16"}), (2, {"max_tokens": 2048})):
-        summary = {"benchmark": "gsm8k", "method": "router", "seed": seed % 2, "accuracy": 0.5, "mean_length": 100,
-                   "samples_per_prompt": 1, "config": {**config, **change}}  # fmt: skip
-        (tmp_path / "runs" / str(seed)).mkdir(parents=True)
-        (tmp_path / "runs" / str(seed) / "summary.json").write_text(json.dumps(summary))
+        write_router_summary(
+            tmp_path / "runs" / str(seed), seed % 2, samples_per_prompt=1, config={**config, **change}
+        )
     argv = ["report", "--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "o"), "--no-plots"]
     assert main(argv) == 2
     assert capsys.readouterr().err.splitlines() == [
@@ -80,7 +87,6 @@ def test_seeds_evaluated_differently_are_not_pooled(tmp_path, capsys):
 def test_two_models_under_one_method_are_refused_naming_both(tmp_path, capsys):
     """Seeds of one run pool (its seed<N> folders, a checkpoint in them); another model under the same method,
     at the same seed too, is one line naming both."""
-    import json
 
     from routing_grpo.cli import main
 
@@ -90,10 +96,7 @@ def test_two_models_under_one_method_are_refused_naming_both(tmp_path, capsys):
         2: "outputs/other/seed0",
     }
     for seed, model in models.items():
-        summary = {"benchmark": "gsm8k", "method": "router", "seed": seed % 2, "accuracy": 0.5, "mean_length": 100,
-                   "model": model}  # fmt: skip
-        (tmp_path / "runs" / str(seed)).mkdir(parents=True)
-        (tmp_path / "runs" / str(seed) / "summary.json").write_text(json.dumps(summary))
+        write_router_summary(tmp_path / "runs" / str(seed), seed % 2, model=model)
     argv = ["report", "--runs", str(tmp_path / "runs"), "--output", str(tmp_path / "o"), "--no-plots"]
     assert main(argv) == 2
     assert capsys.readouterr().err.splitlines() == [
