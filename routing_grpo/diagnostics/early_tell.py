@@ -25,6 +25,7 @@ from routing_grpo.diagnostics.oracle import pass_rate_bin
 FANOUT_ROUTING = 0.02
 FANOUT_WINDOW = 10
 FANOUT_STRONG = 5  # "strong" from this many times the line
+PASS_PREFIX = "pass "
 LEVER = (
     "the lever: `routing_word_weight: 1.0` with `routing_word_weight_steps` = `routing_warmup_steps` (default "
     'unset, the paper\'s loss; docs/troubleshooting.md "Routing does not start")'
@@ -83,9 +84,6 @@ def difficulty_order(level: str) -> tuple[int, float, str]:
     return (0, float(found.group()), level) if found else (1, 0.0, level)
 
 
-PASS_PREFIX = "pass "
-
-
 def difficulty_value(level: str) -> float | None:
     """A difficulty label's value, harder higher: a pass-rate bin's fifth from the top ("pass 0.8-1.0" 0),
     otherwise the label's first number ("Level 3" 3); None without one."""
@@ -96,12 +94,7 @@ def difficulty_value(level: str) -> float | None:
 
 
 def pass_rate_difficulty(
-    modes: Sequence[int],
-    correct: Sequence[bool],
-    forced: Sequence[bool],
-    *,
-    group_size: int,
-    num_modes: int,
+    modes: Sequence[int], correct: Sequence[bool], forced: Sequence[bool], *, group_size: int, num_modes: int
 ) -> list[str | None]:
     """Each rollout's difficulty without a level column: ``"pass a-b"``, the fifth of the pass rate of its
     group's rollouts forced into the longest mode; None for a group without one."""

@@ -168,11 +168,7 @@ def logodds_summary(difficulty: Sequence[float], logodds: Sequence[float]) -> di
     """Mean z per difficulty and its fanout (nats per level step): the early tell before training."""
     levels = [f"{d:g}" for d in difficulty]
     value, rank = fanout(levels, list(logodds))
-    return {
-        "logodds_by_difficulty": logodds_by_level(levels, logodds),
-        "fanout": value,
-        "fanout_rank": rank,
-    }
+    return {"logodds_by_difficulty": logodds_by_level(levels, logodds), "fanout": value, "fanout_rank": rank}
 
 
 def render(result: dict[str, Any]) -> str:

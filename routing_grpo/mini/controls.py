@@ -323,8 +323,7 @@ def controls_markdown(summary: Mapping[str, Any], figure: str | None) -> str:
         "|---|---|---|---|---|",
     ]
     order = sorted(
-        summary["conditions"],
-        key=lambda c: (c["probe"] or {}).get("between_over_common", math.inf),
+        summary["conditions"], key=lambda c: (c["probe"] or {}).get("between_over_common", math.inf)
     )
     for c in order:
         p = c["probe"] or {}
