@@ -28,12 +28,9 @@ from routing_grpo.core.rewards import exceeds_cap, routing_reward
 
 DEFAULT_TOLERANCE = 0.10
 """Spread of the modes' worth on the mix under which routing can emerge (MATH, the paper: 9%)."""
-BASE_GRID = tuple(round(1.0 + 0.01 * i, 2) for i in range(101))
-"""Bases tried for the brief modes (the longest mode keeps its own)."""
-MIX_STEP = 0.05
-"""Resolution of the training mixes tried."""
-TIE = 1e-12
-"""A longer mode is best only if its R(l, m) beats the briefer modes' by more than this."""
+BASE_GRID = tuple(round(1.0 + 0.01 * i, 2) for i in range(101))  # bases tried for the brief modes
+MIX_STEP = 0.05  # resolution of the training mixes tried
+TIE = 1e-12  # a longer mode is best only if its R(l, m) beats the briefer modes' by more than this
 
 
 @dataclass(frozen=True)
@@ -52,35 +49,26 @@ class Cell:
     """One mode in one bin."""
 
     samples: int
-    accuracy: float
-    """Correct within the cap (a capped sample is wrong, as in training)."""
-    accuracy_uncapped: float
-    """Correct as graded, the cap aside."""
+    accuracy: float  # correct within the cap (a capped sample is wrong, as in training)
+    accuracy_uncapped: float  # correct as graded, the cap aside
     mean_length: float
     capped_share: float
-    reward: float
-    """R(l, m) under the recipe's rewards (phase 1)."""
-    flat_reward: float
-    """R(l, m) under phase 2's flat rewards (accuracy within the cap)."""
+    reward: float  # R(l, m) under the recipe's rewards (phase 1)
+    flat_reward: float  # R(l, m) under phase 2's flat rewards (accuracy within the cap)
 
 
 REPORTED_FIGURES = ("samples", "accuracy", "mean_length", "capped_share", "reward", "flat_reward")
-"""A cell's figures in ``routing-grpo oracle``'s report, in this order."""
 
 
 @dataclass(frozen=True)
 class Verdict:
     emerges: bool
-    favoured: str
-    """The mode with the highest worth on the mix."""
-    lead: float
-    """Its worth minus the next mode's."""
+    favoured: str  # the mode with the highest worth on the mix
+    lead: float  # its worth minus the next mode's
     spread: float
-    best_modes: tuple[str, ...]
-    """The distinct best modes over the bins."""
+    best_modes: tuple[str, ...]  # the distinct best modes over the bins
     reason: str
-    signal: bool = True
-    """False when no mode earns any reward: GRPO has nothing to learn from."""
+    signal: bool = True  # False when no mode earns any reward: GRPO has nothing to learn from
 
 
 def sample_row_problem(row: Mapping[str, Any], limit: int | None, by: str | None = None) -> str | None:
@@ -342,7 +330,6 @@ def propose_bases(
         closest = min(closest, spread)
         distance = sum(abs(a - m.base) for a, m in zip(bases, modes))
         if spread <= tolerance and distance < near:
-            # The modes with these bases and the gammas the paper's rule gives for them and the caps.
             found = tuple(dataclasses.replace(m, base=b, gamma=g) for m, b, g in zip(modes, bases, gammas))
             near = distance
     if found is not None:
@@ -375,12 +362,8 @@ def propose_mix(
         key = (min(mix.values()), len(mix), -spread)
         if score is None or key > score:
             chosen, score = mix, key
-    if chosen is not None:
-        return chosen, ""
-    return (
-        None,
-        f"no training mix over the bins brings the spread under {tolerance:.0%} (best {smallest:.1%})",
-    )
+    why = f"no training mix over the bins brings the spread under {tolerance:.0%} (best {smallest:.1%})"
+    return chosen, "" if chosen is not None else why
 
 
 def _compositions(total: int, parts: int):
@@ -442,13 +425,7 @@ def analyse(
             "mix_none": why_mix,
         }
     elif not v.emerges:
-        out["proposals"] = {
-            "bases": None,
-            "bases_none": v.reason,
-            "mix": None,
-            "mix_shares": None,
-            "mix_none": v.reason,
-        }
+        out["proposals"] = dict(bases=None, bases_none=v.reason, mix=None, mix_shares=None, mix_none=v.reason)
     return out
 
 
@@ -471,21 +448,12 @@ def render_markdown(result: Mapping[str, Any]) -> str:
         + " | best |",
         "|---|---|" + "---|" * (5 * len(names) + 1),
     ]
+    digits = {"accuracy": 3, "mean_length": 1, "capped_share": 2, "reward": 3, "flat_reward": 3}
     for b, e in result["bins"].items():
         cells = []
         for n in names:
             c = e["cells"].get(n)
-            cells += (
-                ["-"] * 5
-                if c is None
-                else [
-                    f"{c['accuracy']:.3f}",
-                    f"{c['mean_length']:.1f}",
-                    f"{c['capped_share']:.2f}",
-                    f"{c['reward']:.3f}",
-                    f"{c['flat_reward']:.3f}",
-                ]
-            )
+            cells += ["-"] * 5 if c is None else [f"{c[k]:.{d}f}" for k, d in digits.items()]
         lines.append(f"| {b} | {e['share']:.2f} | " + " | ".join(cells) + f" | {e['best']} |")
     w, w2, o = result["worth"], result["worth_phase2"], result["oracle_router"]
     lines += [
