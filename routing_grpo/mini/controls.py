@@ -40,7 +40,6 @@ from routing_grpo.mini.run import (
 PROG = "python -m routing_grpo.mini.controls"
 # The modules that define a taught start: the teaching (targets, stages) and the graded world's rows.
 TEACH_SOURCES = (Path(__file__).with_name("teach.py"), Path(__file__).with_name("graded.py"))
-# Held-out routing by difficulty (routes_by_difficulty).
 ROUTING_MARGIN = 0.2
 BRIEF_MARGIN = 0.05
 READ_AT = (20, 45)
@@ -211,9 +210,7 @@ class RunResult:
     history: list[dict[str, Any]] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        out = asdict(self)
-        out.pop("history")
-        return out
+        return {k: v for k, v in asdict(self).items() if k != "history"}
 
 
 def read_run(out: Path, arm: Arm, seed: int) -> RunResult | None:
@@ -251,13 +248,12 @@ def controls_summary(
     for arm in arms:
         own = [r for r in runs if r.arm == arm.name]
         stats = probes.get(arm.name)
+        start = f"shipped {arm.shipped}" if arm.shipped else f"{arm.target} at strength {arm.strength:g}"
         conditions.append(
             {
                 "condition": arm.name,
                 "what": arm.what,
-                "start": f"shipped {arm.shipped}"
-                if arm.shipped
-                else f"{arm.target} at strength {arm.strength:g}",
+                "start": start,
                 "probe": {k: stats[k] for k in (*PROBE_KEYS, "verdict") if k in stats} if stats else None,
                 "runs": [r.to_dict() for r in own],
                 "routed": sum(r.routes for r in own),
@@ -519,12 +515,8 @@ def run_experiment(args: argparse.Namespace) -> Path:
 
 def seeds_run(out: Path) -> list[int]:
     """Every training seed with a run folder under ``out`` (``runs/<arm>/seed<N>``), in order."""
-    found = {
-        int(path.name[4:])
-        for path in (out / "runs").glob("*/seed*")
-        if path.is_dir() and path.name[4:].isdigit()
-    }
-    return sorted(found)
+    runs = (out / "runs").glob("*/seed*")
+    return sorted({int(p.name[4:]) for p in runs if p.is_dir() and p.name[4:].isdigit()})
 
 
 def write_summary(out: Path, experiment: str) -> Path:
@@ -534,7 +526,6 @@ def write_summary(out: Path, experiment: str) -> Path:
     from routing_grpo.mini.report import json_ready
 
     arms, seeds = EXPERIMENTS[experiment], seeds_run(out)
-
     runs = [r for arm in arms for s in seeds if (r := read_run(out, arm, s)) is not None]
     groups = {a.name: [r.history for r in runs if r.arm == a.name] for a in arms}
     figure = plot_early_tell(
