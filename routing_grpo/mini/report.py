@@ -84,11 +84,8 @@ def load_oracle(dirs: Iterable[str | Path]) -> dict[str, OracleData]:
 
 
 def _stat_dict(stat: Stat) -> dict[str, Any]:
-    return {
-        "mean": stat.mean if stat.values else None,
-        "std": stat.std if stat.values else None,
-        "n": len(stat.values),
-    }
+    known = bool(stat.values)
+    return {"mean": stat.mean if known else None, "std": stat.std if known else None, "n": len(stat.values)}
 
 
 def miniature(
@@ -100,7 +97,6 @@ def miniature(
 ) -> dict[str, Any]:
     """The miniature's figures for one benchmark (the content of ``mini.json``; JSON-ready). ``world``: the
     forced samples at the training temperature (:func:`world_section`)."""
-
     modes = oracle.modes
     names = [m.name for m in modes]
     table = level_table(oracle.rows, modes)
@@ -197,7 +193,6 @@ def miniature(
 def world_section(world: OracleData) -> dict[str, Any]:
     """The world's table from forced samples at the training temperature: per level and mode, on the
     uniform mix, the mode favoured there and the graded world's checks."""
-
     modes = world.modes
     table = level_table(world.rows, modes)
     best = best_modes(table)
@@ -234,7 +229,6 @@ def _routed_seeds(
 ) -> dict[Any, dict[str, Any]]:
     """Per seed of a routed method: accuracy, tokens, per-level split and regret against the oracle, and
     (given the single-mode ``baselines``) the benchmark's targets. Problems become ``notes``."""
-
     modes = oracle.modes
     names = [m.name for m in modes]
     seeds: dict[Any, dict[str, Any]] = {}
@@ -264,15 +258,9 @@ def _routed_seeds(
         free_modes = free_mode_figures(rows, modes)
         targets = None
         if baselines is not None:
-            targets = targets_for(
-                benchmark,
-                point,
-                baselines,
-                {lv: r.shares for lv, r in levels.items()},
-                free_modes,
-                modes,
-                None if regret is None else regret.relative,
-            )
+            shares = {lv: r.shares for lv, r in levels.items()}
+            relative = None if regret is None else regret.relative
+            targets = targets_for(benchmark, point, baselines, shares, free_modes, modes, relative)
         seeds[seed] = {
             "accuracy": point.accuracy,
             "mean_length": point.length,
