@@ -100,15 +100,7 @@ def correction_counts(
         ratio_sum = torch.where(valid, applied.to(torch.float64), zero).sum(dim=-1)
         log_ratio_sum = delta.to(torch.float64).sum(dim=-1)
     per_rollout = torch.stack(
-        [
-            torch.ones_like(tokens),
-            rollout_cut.to(torch.float64),
-            tokens,
-            tokens_cut,
-            ratio_sum,
-            log_ratio_sum,
-        ],
-        dim=-1,
+        [torch.ones_like(tokens), rollout_cut.double(), tokens, tokens_cut, ratio_sum, log_ratio_sum], dim=-1
     )
     rows = torch.where(modes == INVALID, torch.full_like(modes, num_modes), modes)
     counts = torch.zeros(num_modes + 1, len(COUNT_COLUMNS), dtype=torch.float64, device=log_ratio.device)

@@ -89,7 +89,6 @@ def batch_metrics(
             metrics[f"routing/accuracy{suffix}/{spec.name}"] = _mean([record.correct[i] for i in in_mode])
             metrics[f"routing/length{suffix}/{spec.name}"] = _mean([record.lengths[i] for i in in_mode])
             metrics[f"routing/capped_share{suffix}/{spec.name}"] = _mean([record.capped[i] for i in in_mode])
-            # Unfinished at max_completion_length (no EOS, not capped): scored wrong.
             metrics[f"routing/truncated_share{suffix}/{spec.name}"] = _mean([truncated[i] for i in in_mode])
     metrics["routing/entropy"] = entropy if free_valid else float("nan")
     # routing/level/<L>/...: accuracy and length of level L, each mode's share of its free valid rollouts.
@@ -184,7 +183,6 @@ def routing_summary(history: list[GenerationRecord], mode_names: list[str]) -> s
         text += f", free split {split}, entropy {_entropy(shares):.2f}"
     invalid = sum(m == INVALID for m in last.modes) / n
     text += f", no routing word {invalid:.2f}"
-    # The training fanout's trailing mean at generation batches 20, 45 and the last (docs/method.md).
     points = [(r.batch_step + 1, r.fanout) for r in history if r.mode == "train" and r.fanout is not None]
     readings = early_tell_readings(points)
     if not readings:
