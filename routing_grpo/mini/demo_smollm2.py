@@ -260,11 +260,8 @@ def run(argv: Sequence[str] | None = None) -> str:
     steps = args.steps if args.steps is not None else recipe.get("total_batch_steps", 4)
     if steps < 1:
         raise SystemExit("--steps: at least one generation batch")
-    warmup = (
-        args.warmup
-        if args.warmup is not None
-        else min(recipe.get("routing_warmup_steps", 2), max(1, steps // 2))
-    )
+    default_warmup = min(recipe.get("routing_warmup_steps", 2), max(1, steps // 2))
+    warmup = args.warmup if args.warmup is not None else default_warmup
     overrides += ["--total_batch_steps", str(steps), "--routing_warmup_steps", str(warmup)]
     if args.model:
         overrides += ["--model_name_or_path", args.model]
