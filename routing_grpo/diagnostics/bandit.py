@@ -1,22 +1,19 @@
 """A head-only bandit on frozen routing states: how fast could the routing head alone learn to route by
 difficulty from this state? (pure; docs/notebooks/cold_start.md "Head or trunk").
 
-The rows are split in halves per difficulty group by the seed (fit, held out); h~ = h / s with s the root
-mean square of the fit half's entries: one scale, not centred, so the common part and the difficulty part
-keep their proportions (per-coordinate standardisation lets a faint difficulty part learn as fast as a
-strong one under Adam). Each batch draws P prompts of the fit half (with replacement) and G modes for each from
+The seed halves each difficulty group's rows (fit, held out); h~ = h / s, s the root mean square of the fit
+half's entries (one scale, not centred: per-coordinate standardisation would let a faint difficulty part
+learn as fast as a strong one under Adam). A batch draws P fit prompts (with replacement), G modes each from
 
     pi(m | x) = softmax_m(b_m + w_m . h~(x)),    at the start W = 0, b = (0, z0 / 2, z0)
 
-(z0 the mean log pi(longest) - log pi(briefest) of the model's own first word, the middle mode put
-halfway; 0 gives a uniform start), rewards each rollout with R[l(x)][m] and updates b, W by Adam on
+(z0: the mean first-word log pi(longest) - log pi(briefest); 0 a uniform start) and updates b, W by Adam on
 
     A_i = r_i - mean_{j in group(i)} r_j,        loss = -mean_i A_i log pi(m_i | x_i)
 
-Group g of K maps to the world's level l = 1 + 5 g / (K - 1), R's rows interpolated, so every model
-faces the same rewards and only the state differs. The rewards are expected values (no draw of right or
-wrong). The held-out fanout is the slope of z(x) = log pi(longest | x) - log pi(briefest | x) on l over
-the held-out half (:func:`~routing_grpo.diagnostics.early_tell.fanout`), after batches 20, 45 and 90.
+with expected rewards r = R[l(x)][m], group g of K at the world's level l = 1 + 5 g / (K - 1) (R's rows
+interpolated: only the state differs between models). The held-out half's fanout
+(:func:`~routing_grpo.diagnostics.early_tell.fanout`) is read after batches 20, 45 and 90.
 """
 
 from __future__ import annotations
