@@ -231,11 +231,9 @@ def run(argv: Sequence[str] | None = None) -> str:
         (round(r["routing/batch_step"]) + 1 for r in history if "routing/batch_step" in r), default=0
     )
     taught = args.taught or "offline:mini_graded"
-    scaled = (
-        f" (the recipe's {recipe_batches} scaled to {batches}, every schedule in proportion)"
-        if batches != recipe_batches
-        else " (the recipe as written)"
-    )
+    scaled = " (the recipe as written)"
+    if batches != recipe_batches:
+        scaled = f" (the recipe's {recipe_batches} scaled to {batches}, every schedule in proportion)"
     trained = TRAINED.format(
         recipe=router_run.recipe, batches=batches, scaled=scaled, seed=args.seed, taught=taught
     )

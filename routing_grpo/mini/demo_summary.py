@@ -240,11 +240,9 @@ def render_summary(
     ]
     if len(points) > 1:
         lines += ["", frontier_line(Point("router", tokens, acc), points)]
-        best = dominating_mode(Point("router", tokens, acc), points)
-        cap_line = (
-            past_cap_line(best.method, caps.get(best.method), forced[best.method], router) if best else ""
-        )
-        lines += ["", cap_line] if cap_line else []
+        if best := dominating_mode(Point("router", tokens, acc), points):
+            cap_line = past_cap_line(best.method, caps.get(best.method), forced[best.method], router)
+            lines += ["", cap_line] if cap_line else []
     if training_oracle and t_train is not None:
         lines += [
             "",
@@ -299,11 +297,8 @@ def render_summary(
     regret = routed["regret"]["relative"]
     regret = regret.get("mean") if isinstance(regret, dict) else regret
     # Below zero is possible: the oracle picks one mode per level, the router per problem.
-    beats = (
-        "; below zero: the router beats the best single mode per level"
-        if regret is not None and regret < 0
-        else ""
-    )
+    below_zero = regret is not None and regret < 0
+    beats = "; below zero: the router beats the best single mode per level" if below_zero else ""
     lines += ["", f"Routing regret: {_pct(regret, 1)} of the oracle's expected reward (levels weighted by "
               f"their share{beats}): how much reward the router's choices lose against the best mode per level."]  # fmt: skip
     if early_tell:

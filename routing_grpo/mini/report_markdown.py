@@ -129,10 +129,8 @@ def miniature_markdown(mini: dict[str, Any]) -> str:
                 "|---|" + "---|" * len(seeds),
             ]
             for i, t in enumerate(lever["targets"][seeds[0]]):
-                cells = [
-                    f"{_target_value(lever['targets'][s][i])} ({_met(lever['targets'][s][i]['met'])})"
-                    for s in seeds
-                ]
+                per_seed = [lever["targets"][s][i] for s in seeds]
+                cells = [f"{_target_value(x)} ({_met(x['met'])})" for x in per_seed]
                 lines.append(f"| {t['rule']} | " + " | ".join(cells) + " |")
 
     targets = mini["targets"]
