@@ -150,11 +150,9 @@ def bandit_reading(fanout_at_90: float) -> str:
     """What the bandit predicts, in the early tell's words, beside the miniature's starts (docs/notebooks/
     cold_start.md "Head or trunk": aware +1.19, blind +0.035 whose full runs reached 0.09-0.23)."""
     word = fanout_word(fanout_at_90)
-    alone = (
-        "the head alone could route from this state"
-        if word == "strong"
-        else ("the head alone would route little from this state: more must come from learning in the trunk")
-    )
+    alone = "the head alone could route from this state"
+    if word != "strong":
+        alone = "the head alone would route little from this state: more must come from learning in the trunk"
     return (
         f"a head-only bandit on these states reads {word} ({fanout_at_90:+.3f}) by batch 90, where the "
         f"miniature's aware start reads +1.19 and its blind start +0.035: {alone} (an estimate with the "

@@ -208,8 +208,7 @@ def early_tell_readings(
 
 def fanout_word(value: float) -> str:
     """The word for a fanout against :data:`FANOUT_ROUTING`, the same in the probe, the run summary and the
-    model card: "inverted" at or below minus the line, "flat" below it, "rising" above it, "strong" from
-    :data:`FANOUT_STRONG` times it; "no reading" for NaN."""
+    model card."""
     if math.isnan(value):
         return "no reading"
     if value <= -FANOUT_ROUTING:

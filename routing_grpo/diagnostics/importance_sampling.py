@@ -80,11 +80,8 @@ def correction_counts(
     low = -math.inf if clip_min is None else float(clip_min)
     high = math.inf if clip_max is None else float(clip_max)
     outside = (ratio < low) | (ratio > high)
-    applied = (
-        ratio.clamp(min=low, max=high)
-        if correction_mode.endswith("truncate")
-        else ratio.masked_fill(outside, 0.0)
-    )
+    truncate = correction_mode.endswith("truncate")
+    applied = ratio.clamp(min=low, max=high) if truncate else ratio.masked_fill(outside, 0.0)
 
     tokens = valid.sum(dim=-1).to(torch.float64)
     if sequence:

@@ -158,9 +158,8 @@ def probe_statistics(
 
 
 def probe_verdict(stats: dict[str, Any]) -> str:
-    """The reading the statistics support: difficulty present (S above its noise floor's
-    95th percentile) and carried (B / C), prompts differing (T / C), the readout beside the length's; then
-    what to do."""
+    """The reading the statistics support: difficulty present (S above its noise floor's 95th percentile) and
+    carried (B / C), prompts differing (T / C), the readout beside the length's; then what to do."""
     present = stats["between_share"] > stats["between_share_noise_floor_p95"]
     differs = stats["spread_over_common"] >= SPREAD_DIFFERS
     beyond_length = stats["readout_spearman"] > stats["length_readout_spearman"] + READOUT_MARGIN

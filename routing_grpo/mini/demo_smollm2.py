@@ -13,9 +13,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import json
+import logging
 import math
 import sys
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -244,9 +246,6 @@ def run(argv: Sequence[str] | None = None) -> str:
     # The demo prints its own progress lines; keep the libraries' bars and notices out of them.
     transformers.utils.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
-    import logging
-    import warnings
-
     warnings.filterwarnings("ignore", category=FutureWarning)
     warnings.filterwarnings("ignore", category=UserWarning)
     logging.getLogger("routing_grpo").setLevel(logging.WARNING)
