@@ -77,12 +77,9 @@ def batch_metrics(
     metrics["routing/accuracy"] = sum(record.correct) / n
     truncated = record.truncated or [False] * n
     metrics["routing/truncated_share"] = sum(truncated) / n
-    entropy = 0.0
     for m, spec in enumerate(modes):
         share = sum(record.modes[i] == m for i in free_valid) / len(free_valid) if free_valid else 0.0
         metrics[f"routing/share/{spec.name}"] = share if free else float("nan")
-        if share > 0:
-            entropy -= share * math.log(share)
         for kind, rows in (("forced", [i for i in range(n) if record.forced[i]]), ("free", free_valid)):
             in_mode = [i for i in rows if record.modes[i] == m]
             suffix = "" if kind == "free" else "_forced"
@@ -90,7 +87,7 @@ def batch_metrics(
             metrics[f"routing/length{suffix}/{spec.name}"] = _mean([record.lengths[i] for i in in_mode])
             metrics[f"routing/capped_share{suffix}/{spec.name}"] = _mean([record.capped[i] for i in in_mode])
             metrics[f"routing/truncated_share{suffix}/{spec.name}"] = _mean([truncated[i] for i in in_mode])
-    metrics["routing/entropy"] = entropy if free_valid else float("nan")
+    metrics["routing/entropy"] = _entropy(_free_shares(record, len(modes))) if free_valid else float("nan")
     # routing/level/<L>/...: accuracy and length of level L, each mode's share of its free valid rollouts.
     by_level: dict[str, list[int]] = defaultdict(list)
     for i, level in enumerate(record.levels or []):
