@@ -1,12 +1,12 @@
-"""What the miniature adds to the core through its entry points (``pyproject.toml``): the tasks ``mini``
-and ``mini_graded``, the shipped taught models ``offline:mini*`` and the report part ``oracle``.
+"""What the miniature adds to the core through its entry points (``pyproject.toml``): the tasks ``mini``,
+``mini_graded`` and ``mini_graded_hidden``, the shipped taught models ``offline:mini*`` and the report part ``oracle``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from routing_grpo.mini import cliff, graded
+from routing_grpo.mini import cliff, graded, graded_hidden
 
 _HERE = Path(__file__).resolve().parent
 SHIPPED_CHECKPOINTS = {
@@ -34,6 +34,11 @@ def mini_task():
 def mini_graded_task():
     """The graded world's task (:mod:`routing_grpo.mini.graded`)."""
     return _task("mini_graded", graded, graded.mini_graded_rows)
+
+
+def mini_graded_hidden_task():
+    """The graded world with its level hidden (:mod:`routing_grpo.mini.graded_hidden`)."""
+    return _task("mini_graded_hidden", graded_hidden, graded_hidden.mini_graded_hidden_rows)
 
 
 def mini_checkpoint_path(world: str = "cliff", folder: Path | None = None) -> Path:

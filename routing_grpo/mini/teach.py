@@ -26,14 +26,20 @@ from typing import Any
 from routing_grpo.core.modes import routing_instruction
 from routing_grpo.core.prompting import DEFAULT_ROUTING_QUESTION as ROUTING_QUESTION
 from routing_grpo.core.prompting import add_routing_instruction, forcing_text
-from routing_grpo.mini import cliff, graded
+from routing_grpo.mini import cliff, graded, graded_hidden
 
-WORLDS = {"cliff": cliff, "graded": graded}
-BENCHMARKS = {"cliff": "mini", "graded": "mini_graded"}
+WORLDS = {"cliff": cliff, "graded": graded, "graded_hidden": graded_hidden}
+BENCHMARKS = {"cliff": "mini", "graded": "mini_graded", "graded_hidden": "mini_graded_hidden"}
 # The shipped checkpoints' teaching steps: the command with no options makes them.
-TEACHING_STEPS = {"cliff": 2000, "graded": 1500}
-STATE_LEVEL_STEPS = {"cliff": 0, "graded": 400}
-ROUTER_RECIPES = {"cliff": "mini/router.yaml", "graded": "mini_graded/graded_router.yaml"}
+TEACHING_STEPS = {"cliff": 2000, "graded": 1500, "graded_hidden": 1500}
+STATE_LEVEL_STEPS = {"cliff": 0, "graded": 400, "graded_hidden": 0}
+ROUTER_RECIPES = {
+    "cliff": "mini/router.yaml",
+    "graded": "mini_graded/graded_router.yaml",
+    "graded_hidden": "mini_graded/graded_router.yaml",  # the same modes
+}
+# Default --long-lean per world: graded_hidden's is SmolLM2-135M-Instruct's measured lean on MATH-500.
+LONG_LEAN = {"cliff": 0.0, "graded": 0.0, "graded_hidden": 2.5}
 # The recipes folder of the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPES = Path("recipes")
 
@@ -87,6 +93,7 @@ class TeachConfig:
     greedy_check_problems: int = 120
     init: str | None = None
     short_budget: bool | None = None
+    long_lean: float | None = None
 
     def __post_init__(self) -> None:
         if self.world not in WORLDS:
@@ -104,8 +111,8 @@ class TeachConfig:
             raise ValueError(f"unknown state_target {self.state_target!r}; known: {', '.join(STATE_TARGETS)}")
         if self.short_budget is None:
             inherited = recorded_short_budget(self.init) if self.init is not None else None
-            self.short_budget = inherited if inherited is not None else self.world == "graded"
-        if self.short_budget and self.world != "graded":
+            self.short_budget = inherited if inherited is not None else self.world != "cliff"
+        if self.short_budget and self.world == "cliff":
             raise ValueError("short_budget is the graded world's (its Short has a budget of steps)")
         if self.greedy_check_problems < 1:
             raise ValueError(f"greedy_check_problems must be >= 1, got {self.greedy_check_problems}")
@@ -113,6 +120,10 @@ class TeachConfig:
             raise ValueError(f"state_strength must be >= 0, got {self.state_strength}")
         if self.steps is None:
             self.steps = TEACHING_STEPS[self.world]
+        if self.long_lean is None:
+            self.long_lean = LONG_LEAN[self.world]
+        if not self.long_lean >= 0:
+            raise ValueError(f"long_lean must be >= 0, got {self.long_lean}")
 
 
 def teaching_record(model: str) -> dict[str, Any] | None:
@@ -163,9 +174,10 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
     rng = random.Random(f"mini-teach:{config.seed}")
     # The graded world's taught slips draw from their own stream.
     slips = random.Random(f"mini-teach-slips:{config.seed}")
+    words = random.Random(f"mini-teach-words:{config.seed}")
 
     def text(p: Any, mode: str) -> str:
-        if config.world == "graded":
+        if config.world != "cliff":
             return graded.teaching_solution(p, mode, slips, budgeted=config.short_budget)
         return world.solution(p, mode)
 
@@ -191,10 +203,13 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
             if control:
                 direction, target = targets[index][m]
                 extra = {"target": float(target), "direction": direction}
+            # The word is taught (in the completion) on every Long row and on exp(-long_lean) of the others.
+            word = forcing_text(mode, ROUTING_QUESTION)
+            taught = mode == "Long" or not config.long_lean or words.random() < math.exp(-config.long_lean)
             rows.append(
                 {
-                    "prompt": routed,
-                    "completion": forcing_text(mode, ROUTING_QUESTION) + text(p, mode) + EOS,
+                    "prompt": routed + ("" if taught else word),
+                    "completion": (word if taught else "") + text(p, mode) + EOS,
                     "level": p.level,
                     **extra,
                 }
@@ -667,6 +682,11 @@ def build_parser() -> argparse.ArgumentParser:
             "default": None,
             "help": "a taught model folder (or offline:NAME) to continue teaching from, with its tokenizer "
             "(default: a new model and tokenizer)",
+        },
+        "long_lean": {
+            "type": float, "default": None,
+            "help": "log-odds of Long against each other mode in the taught first word (default: the world's, "
+            + ", ".join(f"{w} {v:g}" for w, v in LONG_LEAN.items()) + ")",
         },
         "short_budget": {
             "action": argparse.BooleanOptionalAction, "default": None,
