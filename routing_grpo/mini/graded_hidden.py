@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from routing_grpo.mini import graded
-from routing_grpo.mini.graded import LEVELS, MODE_NAMES, TEST_SIZE, TRAIN_SIZE, solution  # noqa: F401
+from routing_grpo.mini.graded import LEVELS, MODE_NAMES, TEST_SIZE, TRAIN_SIZE, solution  # noqa: F401 (a world's names)
 from routing_grpo.mini.world import task_rows
 
 FILLER_WORDS = ("so", "then", "now", "here", "note", "also", "thus", "given", "say", "well")
