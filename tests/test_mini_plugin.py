@@ -26,9 +26,11 @@ def test_the_miniature_registers_its_tasks_and_models_through_entry_points():
     assert resolve_model_path("offline:mini") == str(MINI_CHECKPOINTS["cliff"])
     assert resolve_model_path("offline:mini_graded") == str(MINI_CHECKPOINTS["graded"])
     assert resolve_model_path("offline:mini_graded_blind") == str(MINI_GRADED_BLIND_CHECKPOINT)
+    assert resolve_model_path("offline:mini_graded_hidden") == str(MINI_CHECKPOINTS["graded_hidden"])
     with pytest.raises(
         ValueError,
-        match=r"offline:mini, offline:mini_graded, offline:mini_graded_blind, offline:smollm2 or offline:tiny",
+        match=r"offline:mini, offline:mini_graded, offline:mini_graded_blind, offline:mini_graded_hidden, "
+        r"offline:smollm2 or offline:tiny",
     ):
         resolve_model_path("offline:giant")
     with pytest.raises(ValueError, match=r"unknown task 'min'; known tasks: \[.*'mini', 'mini_graded'"):

@@ -99,8 +99,12 @@ def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps()
                 assert getattr(config, key) == stored[key], (world, key)
         # Short within its budget (graded only; a record without the key taught the whole working).
         assert config.short_budget == stored.get("short_budget", False), world
-        # The lean to Long of the taught first word (graded_hidden only; a record without it had none).
-        assert config.long_lean == stored.get("long_lean", 0.0), world
+        # The lean to Long of the taught first word and its spread (graded_hidden only; a record without
+        # them had none).
+        assert (config.long_lean, config.lean_spread) == (
+            stored.get("long_lean", 0.0),
+            stored.get("lean_spread", 0.0),
+        )
         # The cliff checkpoint's record names no world.
         assert stored.get("world", "cliff") == world
     assert command_config(["--world", "graded", "--steps", "5"]).steps == 5

@@ -12,6 +12,7 @@ import copy
 import math
 import random
 import re
+import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -165,10 +166,13 @@ def read_states(
 
 
 def logodds_summary(difficulty: Sequence[float], logodds: Sequence[float]) -> dict[str, Any]:
-    """Mean z per difficulty and its fanout (nats per level step): the early tell before training."""
+    """Mean z per difficulty, its sd across prompts and its fanout (nats per level step): the early tell
+    before training."""
     levels = [f"{d:g}" for d in difficulty]
     value, rank = fanout(levels, list(logodds))
-    return {"logodds_by_difficulty": logodds_by_level(levels, logodds), "fanout": value, "fanout_rank": rank}
+    sd = statistics.pstdev(logodds) if logodds else math.nan
+    by_level = logodds_by_level(levels, logodds)
+    return {"logodds_by_difficulty": by_level, "logodds_sd": sd, "fanout": value, "fanout_rank": rank}
 
 
 def render(result: dict[str, Any]) -> str:
@@ -194,8 +198,8 @@ def render(result: dict[str, Any]) -> str:
         lines.append(
             "  routing log-odds log pi(longest)/pi(briefest) by difficulty "
             + ", ".join(f"{d}: {z:+.2f}" for d, z in tell["logodds_by_difficulty"].items())
-            + f"; fanout {tell['fanout']:+.3f} nats per level step, {fanout_word(tell['fanout'])} against the "
-            f"early tell's line {FANOUT_ROUTING:g}"
+            + f" (sd across prompts {tell.get('logodds_sd', math.nan):.2f}); fanout {tell['fanout']:+.3f} nats "
+            f"per level step, {fanout_word(tell['fanout'])} against the early tell's line {FANOUT_ROUTING:g}"
         )
     fan = " / ".join(f"{v:+.3f}" for v in result["bandit"]["fanout_by_batch"].values())
     lines.append(

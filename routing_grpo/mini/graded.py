@@ -167,17 +167,26 @@ def random_problem(rng: random.Random, level: int) -> Problem:
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level}")
     first = rng.randrange(len(LABELS) - level + 1)
+    ops = operations(rng, level, draw_tail(rng, level))
+    return Problem(rng.randrange(MODULUS), ops, tuple(LABELS[first : first + level]))
+
+
+def draw_tail(rng: random.Random, level: int) -> int:
+    """A tail drawn from :func:`tail_weights` at ``level``."""
     tails, weights = zip(*tail_weights(level).items(), strict=True)
-    tail = rng.choices(tails, weights)[0]
+    return rng.choices(tails, weights)[0]
+
+
+def operations(rng: random.Random, count: int, tail: int) -> tuple[str, ...]:
+    """``count`` operations ending in ``tail`` changing ones, after a set operation unless the tail is all."""
     ops = []
-    if tail < level:
+    if tail < count:
         early = [
             rng.choice(SETS) if rng.random() < EARLY_SET_SHARE else _change(rng)
-            for _ in range(level - tail - 1)
+            for _ in range(count - tail - 1)
         ]
         ops = [*early, rng.choice(SETS)]
-    ops += [_change(rng) for _ in range(tail)]
-    return Problem(rng.randrange(MODULUS), tuple(ops), tuple(LABELS[first : first + level]))
+    return (*ops, *(_change(rng) for _ in range(tail)))
 
 
 def problems(

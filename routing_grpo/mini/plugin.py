@@ -14,9 +14,11 @@ SHIPPED_CHECKPOINTS = {
     "mini_graded": _HERE / "checkpoint_graded",
     # The graded world's first teaching stage alone: a routing state that does not separate the levels.
     "mini_graded_blind": _HERE / "checkpoint_graded_blind",
+    # The level-hidden world's start, taught as a small real model's routing state reads (cold_start.md).
+    "mini_graded_hidden": _HERE / "checkpoint_graded_hidden",
 }
-MINI_CHECKPOINT, MINI_GRADED_CHECKPOINT, MINI_GRADED_BLIND_CHECKPOINT = SHIPPED_CHECKPOINTS.values()
-MINI_CHECKPOINTS = {"cliff": MINI_CHECKPOINT, "graded": MINI_GRADED_CHECKPOINT}
+MINI_CHECKPOINT, MINI_GRADED_CHECKPOINT, MINI_GRADED_BLIND_CHECKPOINT, HIDDEN = SHIPPED_CHECKPOINTS.values()
+MINI_CHECKPOINTS = {"cliff": MINI_CHECKPOINT, "graded": MINI_GRADED_CHECKPOINT, "graded_hidden": HIDDEN}
 
 
 def _task(name: str, world, rows):
@@ -66,6 +68,11 @@ def graded_checkpoint(cache_dir: Path) -> Path:
 def graded_blind_checkpoint(cache_dir: Path) -> Path:
     """``offline:mini_graded_blind``: the graded world's first teaching stage alone."""
     return mini_checkpoint_path("graded", MINI_GRADED_BLIND_CHECKPOINT)
+
+
+def graded_hidden_checkpoint(cache_dir: Path) -> Path:
+    """``offline:mini_graded_hidden``: the level-hidden world's start."""
+    return mini_checkpoint_path("graded_hidden")
 
 
 def report_part(oracle_dirs, world_oracle_dirs):

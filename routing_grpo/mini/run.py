@@ -94,6 +94,19 @@ WORLDS = {
             "graded_ablation_no_warmup",
         ),  # fmt: skip
     ),
+    # The level-hidden world: the paper's recipe and the lever from a start like a small real model's.
+    "graded_hidden": World(
+        "graded_hidden",
+        "mini_graded_hidden",
+        (
+            Run("router", "router"),
+            Run("baseline_nothink", "nothink", plain_prompt=True),
+            Run("baseline_short", "short", plain_prompt=True),
+            Run("baseline_long", "long", plain_prompt=True),
+            Run("router_word_weight_warmup", "router_word_weight_warmup"),  # beyond the paper
+        ),
+        ("router", "router_word_weight_warmup", "baseline_nothink", "baseline_short", "baseline_long"),
+    ),
     "cliff": World(
         "cliff",
         "mini",

@@ -491,7 +491,7 @@ def graded_targets(
     ]  # fmt: skip
 
 
-GRADED_BENCHMARKS = ("mini_graded",)
+GRADED_BENCHMARKS = ("mini_graded", "mini_graded_hidden")
 """Benchmarks judged by :func:`graded_targets`; the others by :func:`miniature_targets`."""
 
 # The targets that only routing by difficulty meets; a router that does not move with the level meets none of

@@ -31,15 +31,18 @@ from routing_grpo.mini import cliff, graded, graded_hidden
 WORLDS = {"cliff": cliff, "graded": graded, "graded_hidden": graded_hidden}
 BENCHMARKS = {"cliff": "mini", "graded": "mini_graded", "graded_hidden": "mini_graded_hidden"}
 # The shipped checkpoints' teaching steps: the command with no options makes them.
-TEACHING_STEPS = {"cliff": 2000, "graded": 1500, "graded_hidden": 1500}
+TEACHING_STEPS = {"cliff": 2000, "graded": 1500, "graded_hidden": 2500}
 STATE_LEVEL_STEPS = {"cliff": 0, "graded": 400, "graded_hidden": 0}
 ROUTER_RECIPES = {
     "cliff": "mini/router.yaml",
     "graded": "mini_graded/graded_router.yaml",
-    "graded_hidden": "mini_graded/graded_router.yaml",  # the same modes
+    "graded_hidden": "mini_graded_hidden/router.yaml",
 }
-# Default --long-lean per world: graded_hidden's is SmolLM2-135M-Instruct's measured lean on MATH-500.
+# Default --long-lean and --lean-spread per world: graded_hidden's are SmolLM2-135M-Instruct's on MATH-500
+# (the routing log-odds' mean and its sd across prompts; docs/notebooks/cold_start.md).
 LONG_LEAN = {"cliff": 0.0, "graded": 0.0, "graded_hidden": 2.5}
+LEAN_SPREAD = {"cliff": 0.0, "graded": 0.0, "graded_hidden": 1.2}
+START_DIGIT_SD = 2.8723  # sd of a uniform digit 0-9
 # The recipes folder of the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPES = Path("recipes")
 
@@ -94,6 +97,7 @@ class TeachConfig:
     init: str | None = None
     short_budget: bool | None = None
     long_lean: float | None = None
+    lean_spread: float | None = None
 
     def __post_init__(self) -> None:
         if self.world not in WORLDS:
@@ -122,8 +126,12 @@ class TeachConfig:
             self.steps = TEACHING_STEPS[self.world]
         if self.long_lean is None:
             self.long_lean = LONG_LEAN[self.world]
-        if not self.long_lean >= 0:
-            raise ValueError(f"long_lean must be >= 0, got {self.long_lean}")
+        if self.lean_spread is None:
+            self.lean_spread = LEAN_SPREAD[self.world]
+        if not (self.long_lean >= 0 and self.lean_spread >= 0):
+            raise ValueError(
+                f"long_lean and lean_spread must be >= 0, got {self.long_lean}, {self.lean_spread}"
+            )
 
 
 def teaching_record(model: str) -> dict[str, Any] | None:
@@ -198,14 +206,16 @@ def teaching_rows(tokenizer: Any, config: TeachConfig) -> list[dict[str, str]]:
     rows = []
     for index, p in enumerate(problems):
         routed = routed_prompt(tokenizer, p.text)
+        lean = config.long_lean + config.lean_spread * (p.start - 4.5) / START_DIGIT_SD
         for m, mode in enumerate(world.MODE_NAMES):
             extra = {}
             if control:
                 direction, target = targets[index][m]
                 extra = {"target": float(target), "direction": direction}
-            # The word is taught (in the completion) on every Long row and on exp(-long_lean) of the others.
+            # The word is taught (in the completion) on exp(-|lean|) of the rows of the mode it leans from.
             word = forcing_text(mode, ROUTING_QUESTION)
-            taught = mode == "Long" or not config.long_lean or words.random() < math.exp(-config.long_lean)
+            keep = math.exp(min(0.0, lean if mode == "Long" else -lean))
+            taught = keep >= 1 or words.random() < keep
             rows.append(
                 {
                     "prompt": routed + ("" if taught else word),
@@ -687,6 +697,11 @@ def build_parser() -> argparse.ArgumentParser:
             "type": float, "default": None,
             "help": "log-odds of Long against each other mode in the taught first word (default: the world's, "
             + ", ".join(f"{w} {v:g}" for w, v in LONG_LEAN.items()) + ")",
+        },
+        "lean_spread": {
+            "type": float, "default": None,
+            "help": "sd across prompts of that log-odds, set by the start digit, which changes no mode's worth "
+            "(default: the world's, " + ", ".join(f"{w} {v:g}" for w, v in LEAN_SPREAD.items()) + ")",
         },
         "short_budget": {
             "action": argparse.BooleanOptionalAction, "default": None,
