@@ -25,7 +25,9 @@ def test_rows_difficulties_and_the_sample():
     summary = logodds_summary([1.0, 1.0, 2.0, 3.0], [0.0, 0.0, 0.5, 1.0])
     assert summary["logodds_by_difficulty"] == {"1": 0.0, "2": 0.5, "3": 1.0}
     assert summary["fanout"] == pytest.approx(0.5)
-    assert summary["logodds_sd"] == pytest.approx(0.171875**0.5)  # across prompts: mean 0.375, variance 0.171875
+    assert summary["logodds_sd"] == pytest.approx(
+        0.171875**0.5
+    )  # across prompts: mean 0.375, variance 0.171875
 
 
 def test_jsonl_rows_name_what_is_missing(tmp_path):

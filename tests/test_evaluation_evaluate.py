@@ -483,5 +483,5 @@ def test_eval_takes_the_offline_model_names_training_takes(tmp_path, capsys, mon
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [
         "routing-grpo eval: error: --model: unknown offline model 'offline:giant'; "
-        "use offline:mini, offline:mini_graded, offline:mini_graded_blind, offline:smollm2 or offline:tiny"
+        "use offline:mini, offline:mini_graded, offline:mini_graded_blind, offline:mini_graded_hidden, offline:smollm2 or offline:tiny"
     ]

@@ -85,10 +85,10 @@ def test_the_hidden_task_is_registered_with_its_levels():
 
 HIDDEN_RECIPES = REPO_ROOT / "recipes" / "mini_graded_hidden"
 VARIANTS = {
-    "baseline_nothink.yaml": {"single_mode": "NoThink"},
-    "baseline_short.yaml": {"single_mode": "Short"},
-    "baseline_long.yaml": {"single_mode": "Long"},
-    "router_word_weight_warmup.yaml": {"routing_word_weight": 1.0, "routing_word_weight_steps": 45},
+    "hidden_baseline_nothink.yaml": {"single_mode": "NoThink"},
+    "hidden_baseline_short.yaml": {"single_mode": "Short"},
+    "hidden_baseline_long.yaml": {"single_mode": "Long"},
+    "hidden_router_word_weight_warmup.yaml": {"routing_word_weight": 1.0, "routing_word_weight_steps": 45},
 }
 
 
@@ -98,7 +98,7 @@ def test_the_hidden_recipes_are_the_graded_routers_on_the_hidden_world(name):
 
     from routing_grpo.train import parse_args
 
-    router = yaml.safe_load((HIDDEN_RECIPES / "router.yaml").read_text())
+    router = yaml.safe_load((HIDDEN_RECIPES / "hidden_router.yaml").read_text())
     graded_router = yaml.safe_load((REPO_ROOT / "recipes" / "mini_graded" / "graded_router.yaml").read_text())
     assert {k for k in router.keys() | graded_router.keys() if router.get(k) != graded_router.get(k)} == {
         "model_name_or_path",

@@ -46,8 +46,7 @@ def random_problem(rng: random.Random, level: int) -> Problem:
 def problems(
     n: int, *, seed: int = 0, split: str = "train", levels: Sequence[int] = LEVELS, distinct: bool = True
 ) -> list[Problem]:
-    """``n`` problems of ``split``, levels cycling through ``levels``
-    (:func:`routing_grpo.mini.world.draw_problems`)."""
+    """``n`` problems of ``split``, levels cycling through ``levels`` (:func:`~routing_grpo.mini.world.draw_problems`)."""
     return draw_problems(
         random_problem, n, salt="mini-graded-hidden", seed=seed, split=split, levels=levels, distinct=distinct
     )

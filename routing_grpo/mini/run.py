@@ -99,13 +99,19 @@ WORLDS = {
         "graded_hidden",
         "mini_graded_hidden",
         (
-            Run("router", "router"),
-            Run("baseline_nothink", "nothink", plain_prompt=True),
-            Run("baseline_short", "short", plain_prompt=True),
-            Run("baseline_long", "long", plain_prompt=True),
-            Run("router_word_weight_warmup", "router_word_weight_warmup"),  # beyond the paper
+            Run("hidden_router", "router"),
+            Run("hidden_baseline_nothink", "nothink", plain_prompt=True),
+            Run("hidden_baseline_short", "short", plain_prompt=True),
+            Run("hidden_baseline_long", "long", plain_prompt=True),
+            Run("hidden_router_word_weight_warmup", "router_word_weight_warmup"),  # beyond the paper
         ),
-        ("router", "router_word_weight_warmup", "baseline_nothink", "baseline_short", "baseline_long"),
+        (
+            "hidden_router",
+            "hidden_router_word_weight_warmup",
+            "hidden_baseline_nothink",
+            "hidden_baseline_short",
+            "hidden_baseline_long",
+        ),
     ),
     "cliff": World(
         "cliff",

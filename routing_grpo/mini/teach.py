@@ -36,7 +36,7 @@ STATE_LEVEL_STEPS = {"cliff": 0, "graded": 400, "graded_hidden": 0}
 ROUTER_RECIPES = {
     "cliff": "mini/router.yaml",
     "graded": "mini_graded/graded_router.yaml",
-    "graded_hidden": "mini_graded_hidden/router.yaml",
+    "graded_hidden": "mini_graded_hidden/hidden_router.yaml",
 }
 # Default --long-lean and --lean-spread per world: graded_hidden's are SmolLM2-135M-Instruct's on MATH-500
 # (the routing log-odds' mean and its sd across prompts; docs/notebooks/cold_start.md).
