@@ -74,17 +74,26 @@ def test_progress_lines_are_forwarded_a_few_seconds_apart(tmp_path, capsys):
     assert "[routing] batch" not in capsys.readouterr().out
 
 
-def test_a_stage_that_runs_alone_gets_its_own_thread_count(tmp_path):
+def test_a_stage_gets_the_jobs_share_beside_another_job_and_every_core_alone(tmp_path, monkeypatch):
+    import os
     import sys
+    import time
 
     from routing_grpo.mini.run import Stages
 
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
     stages = Stages(tmp_path, threads=1)
     show = [sys.executable, "-c", "import os; print('threads', os.environ['OMP_NUM_THREADS'])"]
-    stages.run("shared", show)
-    stages.run("alone", show, threads=2)
-    assert "threads 1" in (tmp_path / "logs" / "shared.log").read_text()
-    assert "threads 2" in (tmp_path / "logs" / "alone.log").read_text()
+
+    def last() -> None:  # waits for the other job to end, then runs with none beside it
+        while stages.unfinished > 1:
+            time.sleep(0.01)
+        stages.run("alone", show)
+
+    stages.run_all([lambda: stages.run("beside", show), last], workers=2)
+    stages.run("given", show, threads=3)
+    logs = {n: (tmp_path / "logs" / f"{n}.log").read_text() for n in ("beside", "alone", "given")}
+    assert {n: text.split()[-1] for n, text in logs.items()} == {"beside": "1", "alone": "4", "given": "3"}
 
 
 def test_a_finished_stage_is_reused_only_for_the_same_command_and_inputs(tmp_path, capsys):

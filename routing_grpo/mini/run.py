@@ -155,6 +155,8 @@ class Stages:
         # Set when a stage fails: running stages are terminated and none starts after it (see run_all).
         self.stopping = threading.Event()
         self.running: set[subprocess.Popen] = set()
+        # run_all's jobs not yet done: a stage started with no other job left gets every core.
+        self.unfinished = 0
         self.env = {
             **os.environ,
             "OMP_NUM_THREADS": str(threads),
@@ -181,7 +183,8 @@ class Stages:
     ) -> None:
         """Run ``command`` unless ``done`` (the file it leaves) is there from the same command on the same
         ``inputs`` (files and folders, recorded by content); a ``done`` made otherwise is a :class:`StageError`.
-        ``threads``: this stage's OMP_NUM_THREADS (default: the jobs' share)."""
+        ``threads``: this stage's OMP_NUM_THREADS (default: the jobs' share, or every core when no other job
+        is left)."""
         if self.stopping.is_set():
             raise StageStopped(f"{name}: not started, another stage failed")
         record = stage_record(command, inputs)
@@ -197,6 +200,8 @@ class Stages:
             )
         log = self.out / "logs" / f"{name}.log"
         t0 = time.time()
+        if threads is None and self.unfinished <= 1:
+            threads = os.cpu_count() or 2
         env = self.env if threads is None else {**self.env, "OMP_NUM_THREADS": str(threads)}
         last_shown = 0.0
         with log.open("w") as fh:
@@ -249,6 +254,11 @@ class Stages:
             except BaseException:
                 self.stop()  # before this worker can take the next job
                 raise
+            finally:
+                with self.lock:
+                    self.unfinished -= 1
+
+        self.unfinished = len(jobs)
 
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             futures = [pool.submit(guarded, job) for job in jobs]
