@@ -50,13 +50,17 @@ class Run:
 
 @dataclass(frozen=True)
 class World:
-    """One of the miniature's worlds: its benchmark (also its recipe folder's name), recipes and the ones
-    run by default."""
+    """One of the miniature's worlds: its benchmark (also its recipe folder's name), recipes (in the order
+    they run, its router first) and the ones not run by default."""
 
     name: str
     benchmark: str
     runs: tuple[Run, ...]
-    default_runs: tuple[str, ...]
+    not_by_default: tuple[str, ...] = ()
+
+    @property
+    def default_runs(self) -> tuple[str, ...]:
+        return tuple(r.recipe for r in self.runs if r.recipe not in self.not_by_default)
 
     def recipe(self, recipes: Path, name: str) -> Path:
         """The file of recipe ``name`` under the recipes folder ``recipes``."""
@@ -75,24 +79,14 @@ WORLDS = {
         "mini_graded",
         (
             Run("graded_router", "router"),
+            Run("graded_router_word_weight", "router_word_weight"),  # beyond the paper
+            Run("graded_router_blind", "router_blind", start="mini_graded_blind"),
             Run("graded_baseline_nothink", "nothink", plain_prompt=True),
             Run("graded_baseline_short", "short", plain_prompt=True),
             Run("graded_baseline_long", "long", plain_prompt=True),
             Run("graded_ablation_no_balance", "no_balance"),
             Run("graded_ablation_no_warmup", "no_warmup"),
-            Run("graded_router_word_weight", "router_word_weight"),  # beyond the paper
-            Run("graded_router_blind", "router_blind", start="mini_graded_blind"),
         ),
-        (
-            "graded_router",
-            "graded_router_word_weight",
-            "graded_router_blind",
-            "graded_baseline_nothink",
-            "graded_baseline_short",
-            "graded_baseline_long",
-            "graded_ablation_no_balance",
-            "graded_ablation_no_warmup",
-        ),  # fmt: skip
     ),
     # The level-hidden world: the paper's recipe and the lever from a start like a small real model's.
     "graded_hidden": World(
@@ -100,17 +94,10 @@ WORLDS = {
         "mini_graded_hidden",
         (
             Run("hidden_router", "router"),
+            Run("hidden_router_word_weight_warmup", "router_word_weight_warmup"),  # beyond the paper
             Run("hidden_baseline_nothink", "nothink", plain_prompt=True),
             Run("hidden_baseline_short", "short", plain_prompt=True),
             Run("hidden_baseline_long", "long", plain_prompt=True),
-            Run("hidden_router_word_weight_warmup", "router_word_weight_warmup"),  # beyond the paper
-        ),
-        (
-            "hidden_router",
-            "hidden_router_word_weight_warmup",
-            "hidden_baseline_nothink",
-            "hidden_baseline_short",
-            "hidden_baseline_long",
         ),
     ),
     "cliff": World(
@@ -126,7 +113,7 @@ WORLDS = {
             # The router on the training mix routing-grpo oracle proposes for this world.
             Run("router_level_mix", "router_level_mix"),
         ),
-        ("router", "baseline_nothink", "baseline_short", "baseline_long", "router_level_mix"),
+        not_by_default=("ablation_no_balance", "ablation_no_warmup"),
     ),
 }
 
