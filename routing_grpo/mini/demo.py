@@ -26,7 +26,7 @@ from routing_grpo.mini.demo_summary import COLD_START, render_summary  # noqa: E
 DEFAULT_OUTPUT = Path("outputs") / "demo"
 WORLD = "graded"
 ROUTER_RECIPE = "graded_router"
-# Half the recipe's 90 generation batches: within 8 minutes on 2 cores (docs/notebooks/cold_start.md "Timings").
+# Half the recipe's 90 generation batches: within 3 minutes on 2 cores (docs/notebooks/cold_start.md "Timings").
 DEMO_BATCH_STEPS = 45
 # A line on the screen at least this often while a stage runs (training batches, evaluation prompts).
 PROGRESS_EVERY = 5.0
@@ -76,10 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
 # The demo's stages on 2 CPU cores, measured (docs/notebooks/cold_start.md "Timings"); a previous run's
 # OUT/graded/timings.json, when there, replaces them.
 RECORDED_SECONDS = {
-    "the world's table, the oracle, forced evaluations (beside training)": 201.0,
-    "training": 245.0,
-    "the router's evaluation": 30.0,
-    "the report": 3.0,
+    "the world's table, the oracle, forced evaluations (beside training)": 119.4,
+    "training": 147.8,
+    "the router's evaluation": 16.9,
+    "the report": 2.6,
 }
 RECORDED_BATCHES = 45
 
