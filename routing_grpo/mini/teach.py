@@ -38,10 +38,10 @@ ROUTER_RECIPES = {
     "graded": "mini_graded/graded_router.yaml",
     "graded_hidden": "mini_graded_hidden/hidden_router.yaml",
 }
-# Default --long-lean and --lean-spread per world: graded_hidden's are SmolLM2-135M-Instruct's on MATH-500
-# (the routing log-odds' mean and its sd across prompts; docs/notebooks/cold_start.md).
+# Default --long-lean and --lean-spread per world: graded_hidden's lean is SmolLM2-135M-Instruct's routing
+# log-odds on MATH-500, its spread the one whose probe came nearest SmolLM2's (docs/notebooks/cold_start.md).
 LONG_LEAN = {"cliff": 0.0, "graded": 0.0, "graded_hidden": 2.5}
-LEAN_SPREAD = {"cliff": 0.0, "graded": 0.0, "graded_hidden": 1.2}
+LEAN_SPREAD = {"cliff": 0.0, "graded": 0.0, "graded_hidden": 0.65}
 START_DIGIT_SD = 2.8723  # sd of a uniform digit 0-9
 # The recipes folder of the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPES = Path("recipes")
