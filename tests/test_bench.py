@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from benchmarks import bench_step
 
 
+@pytest.mark.slow
 def test_bench_step_on_tiny_model(tiny_model_path, tmp_path, capsys):
     code = bench_step.main(
         [

@@ -24,6 +24,7 @@ def taught():
     return model, tokenizer, rows, difficulty_groups([r.difficulty for r in rows])
 
 
+@pytest.mark.slow
 def test_a_frozen_block_is_the_head_only_bandit(taught):
     model, tokenizer, rows, groups = taught
     trunk = trunk_run(model, cached_inputs(model, tokenizer, rows), groups, 0.5, 0, block_lr=0.0)
@@ -33,6 +34,7 @@ def test_a_frozen_block_is_the_head_only_bandit(taught):
     assert trunk["between_share_after"] == trunk["between_share_before"]
 
 
+@pytest.mark.slow
 def test_a_trained_block_moves_the_routing_state(taught):
     model, tokenizer, rows, groups = taught
     before = [p.clone() for p in model.model.layers[-1].parameters()]

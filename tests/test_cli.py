@@ -13,6 +13,7 @@ from routing_grpo.io.errors import UsageError
 from tests.helpers import REPO_ROOT, run_cli
 
 
+@pytest.mark.slow
 def test_console_script_module_entry():
     out = subprocess.run(
         [sys.executable, "-m", "routing_grpo", "reward-table", "--json"],

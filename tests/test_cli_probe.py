@@ -7,9 +7,12 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from tests.helpers import offline_env, run_cli
 
 
+@pytest.mark.slow
 def test_probe_end_to_end_on_the_tiny_model(tiny_model_path, tmp_path):
     data = tmp_path / "d.jsonl"
     data.write_text(

@@ -38,6 +38,7 @@ def test_every_generated_instance_is_solved_by_its_canonical_answer():
             assert target not in numbers and 1 <= target <= 999
 
 
+@pytest.mark.slow
 def test_generator_is_deterministic_balanced_and_splits_are_disjoint():
     train = countdown_rows(2000, seed=0)
     assert train == countdown_rows(2000, seed=0) and train[:10] == countdown_rows(10, seed=0)

@@ -352,6 +352,7 @@ def test_grade_returns_extracted_answer():
 # ----------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_slow_answer_times_out_on_main_thread():
     assert verify_answer("1", "1")  # warm the parsers
     start = time.monotonic()
@@ -362,6 +363,7 @@ def test_slow_answer_times_out_on_main_thread():
     assert verify_answer("\\frac{2}{4}", "0.5") is True
 
 
+@pytest.mark.slow
 def test_slow_answer_times_out_in_a_worker_thread():
     # Off the main thread SIGALRM is unusable; the item goes to a pool worker with its own timer.
     with ThreadPoolExecutor(max_workers=2) as executor:
@@ -373,6 +375,7 @@ def test_slow_answer_times_out_in_a_worker_thread():
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.slow
 def test_slow_answer_times_out_in_a_subprocess():
     code = (
         "import sys, time\n"
@@ -393,6 +396,7 @@ def test_slow_answer_times_out_in_a_subprocess():
     assert float(done.stdout.split()[-1]) < 30
 
 
+@pytest.mark.slow
 def test_slow_item_in_pool_batch_is_false_and_others_survive():
     completions = [f"\\boxed{{{i}}}" for i in range(40)]
     assert all(

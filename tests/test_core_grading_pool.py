@@ -31,6 +31,7 @@ def _square_or_misbehave(x: int) -> int:
     return x * x
 
 
+@pytest.mark.slow
 def test_pool_kills_a_stuck_worker_and_replaces_a_dead_one():
     pool = WorkerPool(2)
     try:

@@ -239,6 +239,7 @@ def test_hub_name_failure_is_one_clear_error(monkeypatch):
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
+@pytest.mark.slow
 def test_hub_name_offline_for_real():
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     code = (

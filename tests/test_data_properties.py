@@ -3,6 +3,7 @@
 import time
 from fractions import Fraction
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -103,6 +104,7 @@ def expressions(draw, depth=0):
     return f"({a_text} {op} {b_text})", value, a_nums + b_nums
 
 
+@pytest.mark.slow
 @FAST
 @given(expressions())
 def test_parser_evaluates_valid_expressions_exactly(case):

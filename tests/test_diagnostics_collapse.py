@@ -231,6 +231,7 @@ def alarm_logs(trainer, prefix=""):
     return [h for h in trainer.state.log_history if f"{prefix}routing/collapse_alarm" in h]
 
 
+@pytest.mark.slow
 def test_collapsed_routing_raises_the_alarm(tiny_model_path, tmp_path, monkeypatch, caplog):
     # Two optimizer steps per generation batch: the count is in generation batches (each counted once).
     args = make_args(

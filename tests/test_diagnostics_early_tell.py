@@ -313,6 +313,7 @@ def test_the_word_ids_are_every_token_of_each_spelling(tiny_model_path):
     assert longest == word_token_id_forms(tokenizer, "Long")
 
 
+@pytest.mark.slow
 def test_the_trainer_logs_the_early_tell(tiny_model_path, tmp_path, monkeypatch):
     # Learning rate 0: the model does not move, so the log-odds can be read again after training.
     args = make_args(

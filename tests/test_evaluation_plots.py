@@ -38,6 +38,7 @@ def test_figures_span_the_caps_and_show_routing_per_level_for_the_router(tmp_pat
     assert plots.moving_mean([0, 2, 4, 6], 2) == [0, 1, 3, 5]
 
 
+@pytest.mark.slow
 def test_figures_are_written(tmp_path):
     runs = tmp_path / "runs"
     write_paper_summaries(runs)

@@ -224,6 +224,7 @@ def makespan(order, forced_per_mode, *, eos_chance=0.0):
     return engine.steps / single_pass
 
 
+@pytest.mark.slow
 def test_a_warmup_step_of_the_papers_recipe_is_one_pass_plus_the_heads():
     """The paper's recipe: G 8, 2 rollouts forced per mode, caps 1,024 / 3,000 / none, completions up to
     16,384 tokens. Every row running to its budget (the worst case): the two-phase order runs a forced Long row

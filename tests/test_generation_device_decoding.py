@@ -112,6 +112,7 @@ def exact_pairs(model, prompt, temperature, top_k, eos):
     return pairs
 
 
+@pytest.mark.slow
 def test_sampled_tokens_follow_generates_distribution(tiny):
     """Independent draws (other seeds) of the first two tokens at T 1.3, top-k 4: the pairs' frequencies from
     the device loop and from ``model.generate`` each lie within a total-variation bound of the model's own
@@ -279,6 +280,7 @@ def test_greedy_on_cuda_gives_generates_tokens(tiny_model_path, graphs):
     assert ours == [f[:b] for f, b in zip(full, [24, 6, 20, 13])]
 
 
+@pytest.mark.slow
 def test_a_graph_that_fails_restarts_the_call_eagerly_with_one_log_line(tiny, monkeypatch, caplog):
     """Where capture fails mid-call (the cache may hold the failed step), the call starts again eagerly and
     returns the eager loop's tokens; the reason is logged once and graphs stay off for the decoder."""
@@ -333,6 +335,7 @@ def test_a_cache_that_cannot_fit_is_sized_from_the_config():
     assert cache_bytes(config, 32, 16384) == 2 * 28 * 2 * 128 * 32 * 16384 * 2
 
 
+@pytest.mark.slow
 def test_past_the_recompile_limit_a_new_shape_decodes_eagerly_said_once(tiny, monkeypatch, caplog):
     """The compiled step takes at most torch's recompile limit of cache shapes; a new shape past it decodes
     eagerly (the same tokens), said in one line."""

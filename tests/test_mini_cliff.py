@@ -51,6 +51,7 @@ def test_splits_never_share_a_problem_and_levels_cycle():
     assert cliff.problems(30, split="test") == test[:30]  # prefix-stable
 
 
+@pytest.mark.slow
 def test_level_one_space_is_finite_and_distinct_draws_say_so():
     with pytest.raises(ValueError, match="distinct"):
         cliff.problems(200, split="test", levels=(1,))

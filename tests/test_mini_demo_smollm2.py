@@ -32,6 +32,7 @@ def test_make_demo_smollm2_writes_its_own_folder():
     assert demo_smollm2.build_parser().parse_args([]).output_dir == str(Path("outputs") / "demo_smollm2")
 
 
+@pytest.mark.slow
 def test_demo_runs_end_to_end_on_the_tiny_model(tmp_path, tiny_model_path, capsys):
     """``python -m routing_grpo.mini.demo`` with the tiny model: progress lines, checkpoint, evaluation, summary."""
     from routing_grpo.mini import demo_smollm2 as demo

@@ -261,6 +261,7 @@ def test_the_state_level_loss_by_hand():
     assert teach.TeachConfig(world="cliff").state_level_steps == 0
 
 
+@pytest.mark.slow
 def test_teaching_in_two_stages_through_the_command(tmp_path, monkeypatch, capsys):
     # A few steps of the real teaching command on a small model; the greedy check is not what is tested.
     monkeypatch.setattr(teach, "greedy_check", lambda *args, **kwargs: {})

@@ -58,6 +58,7 @@ def test_the_probe_command():
     assert "between-level variance" in proc.stdout and "L6: NoThink" in proc.stdout
 
 
+@pytest.mark.slow
 def test_the_probe_command_names_a_missing_model(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "routing_grpo.mini.probe", "--model", str(tmp_path / "none")],
@@ -76,6 +77,7 @@ def test_the_graded_model_is_probed_on_graded_problems(capsys):
     assert "4 graded problems per level" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_the_graded_cold_starts_differ_in_their_routing_state_only():
     """Both shipped graded checkpoints write each mode's word a third of the time at every level; the
     difficulty-aware one's routing state separates the levels (measured, 100 problems a level: cosine of the

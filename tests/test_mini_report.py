@@ -327,6 +327,7 @@ def test_miniature_report_end_to_end(mini_out):
     assert len(tables["mini_oracle"]) == 12 and len(tables["mini_targets"]) == 3 * 7
 
 
+@pytest.mark.slow
 def test_miniature_report_command_draws_the_figures(mini_out, capsys):
     from routing_grpo.cli import main
 

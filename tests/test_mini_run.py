@@ -130,6 +130,7 @@ def test_a_finished_stage_is_reused_only_for_the_same_command_and_inputs(tmp_pat
     assert calls.read_text() == "." and done.read_text() == "x"
 
 
+@pytest.mark.slow
 def test_the_first_failing_stage_stops_the_stages_beside_it(tmp_path):
     """No stage keeps writing after a sibling failed: the running one is terminated, a queued one never
     starts, and the failure raised is the first one (not the stops it caused)."""

@@ -291,6 +291,7 @@ def handlers_kept():
             signal.signal(s, handler)
 
 
+@pytest.mark.slow
 def test_a_killed_run_resumes_from_its_latest_complete_checkpoint_each_step_logged_once(
     tiny_model_path, tmp_path, caplog
 ):

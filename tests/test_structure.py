@@ -7,6 +7,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import PACKAGE, REPO_ROOT, import_graph
 
 # Circles still tolerated (none: the frontier, which report and mini.targets both read, is a module of its own).
@@ -70,6 +72,7 @@ def test_the_two_broken_circles_stay_broken():
     )  # the figure writer is passed in
 
 
+@pytest.mark.slow
 def test_the_miniature_has_no_import_cycle():
     graph = import_graph()
     assert (
@@ -183,6 +186,7 @@ def _calls(tree: ast.AST, attribute: str) -> list[ast.Call]:
     ]
 
 
+@pytest.mark.slow
 def test_a_recipe_file_is_parsed_in_one_place():
     """Only routing_grpo.io.recipe_file turns a file's text into YAML (one loader, duplicate keys refused);
     other modules parse short option values (``--modes``, a level mix), never a file."""
@@ -334,6 +338,7 @@ def _defined(name: str) -> list[str]:
 DECODE_LOOPS = {"transformers_decoding", "device_decoding"}
 
 
+@pytest.mark.slow
 def test_one_caps_driver():
     """The caps rule and its driver are written once (routing_grpo.generation.caps): training's rollouts and
     the Router's answers both go through ``generate_with_caps`` (the Router's word phase is its head); only
@@ -492,6 +497,7 @@ def test_every_module_has_its_test_file():
 PUBLIC_ONLY = {"merge_adapter_folder": "docs/inference.md, merging a LoRA run afterwards"}
 
 
+@pytest.mark.slow
 def test_no_dead_functions():
     """Every function and class of the package is referred to by some module of the package or benchmarks/, or by
     pyproject.toml / the Makefile (entry points, make targets): a function only tests call is dead. Dunder

@@ -270,6 +270,7 @@ def test_tiny_training_run_saves_a_checkpoint_and_a_model_card(tmp_path, tiny_mo
     assert json.loads((out / "config.json").read_text())["use_cache"] is True
 
 
+@pytest.mark.slow
 def test_tiny_run_resumes_from_its_last_checkpoint(tmp_path, capfd):
     out = tmp_path / "out"
     # The miniature's model ties its lm_head to its embeddings: its checkpoints hold the embeddings only.
@@ -353,6 +354,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_the_entry_settles_a_generation_batch_given_in_rollouts(tmp_path, tiny_model_path):
     """``python -m routing_grpo.train`` with ``generation_batch_size`` (rollouts) instead of
     ``steps_per_generation``: the geometry is settled for the launch before the trainer is built, and the run
@@ -681,6 +683,7 @@ def error_after_loading(argv: list[str], capsys) -> str:
     return err.strip().splitlines()[-1]
 
 
+@pytest.mark.slow
 def test_a_bad_metrics_line_on_resume_is_one_line(tmp_path, tiny_model_path, capsys):
     out = tmp_path / "out"
     recipe = write_recipe(tmp_path / "r.yaml", tiny_recipe(tiny_model_path, out, total_batch_steps=1))
@@ -692,6 +695,7 @@ def test_a_bad_metrics_line_on_resume_is_one_line(tmp_path, tiny_model_path, cap
     assert not (out / "checkpoint-3").exists() and not (out / "checkpoint-4").exists()
 
 
+@pytest.mark.slow
 def test_a_checkpoint_cut_short_by_the_file_size_limit_is_one_line(tmp_path, tiny_model_path, capsys):
     """optimizer.pt (about 1 MB) passes the limit ``ulimit -f`` sets, as on a full disk: one line naming the
     checkpoint; the rerun sets it aside and trains that step afresh."""
@@ -733,6 +737,7 @@ def test_prompts_past_the_context_with_the_completion_are_refused(tmp_path, tiny
     assert "(the longest, row q3, has " in message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["empty marker", "state garbled at its size"])
 def test_a_damaged_checkpoint_is_set_aside_and_its_steps_trained_again(tmp_path, tiny_model_path, damage):
     """A run stopped before it was marked finished, its last checkpoint damaged: resumed from the one before."""

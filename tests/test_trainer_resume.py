@@ -35,6 +35,7 @@ def summary(record):
     }
 
 
+@pytest.mark.slow
 def test_resume_continues_schedules(tiny_model_path, tmp_path, monkeypatch):
     ScriptedGeneration().install(monkeypatch)
     full = run(tiny_model_path, tmp_path / "full")

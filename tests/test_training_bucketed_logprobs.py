@@ -216,6 +216,7 @@ def test_bucketed_forward_matches_one_padded_forward(bucketed_trainer, trl_forwa
         torch.testing.assert_close(g, ref, atol=1e-6, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_training_steps_match_with_and_without_buckets(tiny_model_path, tmp_path):
     """Whole runs (real generation, caps, loss, optimizer) end with the same weights and losses."""
 

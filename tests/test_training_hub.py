@@ -37,6 +37,7 @@ def test_hub_repo_name():
     assert hub_repo_name("x.yaml", 1, "my-lab/") == "my-lab/x-seed1"
 
 
+@pytest.mark.slow
 def test_every_recipe_and_seed_gets_its_own_repo():
     ids = {}
     for path, seed in itertools.product(ALL_RECIPES, (0, 1, 2)):
@@ -218,6 +219,7 @@ def test_hub_overwrite_replaces_another_runs_card(tmp_path, tiny_model_path, mon
     assert card_run_identity(hub.cards[REPO]) == {"recipe": "tiny_router", "seed": 0}
 
 
+@pytest.mark.slow
 def test_the_same_run_pushes_over_its_own_card(tmp_path, tiny_model_path, monkeypatch):
     """A re-run of the same recipe and seed (e.g. after a crash before the push) may replace its own card."""
     hub, _, run = _push_run(tmp_path, tiny_model_path, monkeypatch, {REPO: _card_of("tiny_router", 0)})

@@ -63,6 +63,7 @@ def check_pure_functions(trainer, record):
 # ----------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_warmup_forces_each_mode_and_promotes_the_word(tiny_model_path, tmp_path, monkeypatch):
     # steps_per_generation 2: each generation batch (2 groups) is trained in 2 optimizer steps, so TRL scores
     # old logprobs (importance sampling is live) and the promoted word must get a finite one.
