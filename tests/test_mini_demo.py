@@ -65,8 +65,8 @@ def test_the_demo_plans_its_stages_from_recorded_timings():
     from routing_grpo.mini.demo import RECORDED_SECONDS, expected_stages, expected_total, plan_line
 
     shipped = expected_stages(45)
-    assert shipped == RECORDED_SECONDS and expected_total(shipped) == pytest.approx(147.8 + 16.9 + 2.6)
-    assert expected_stages(90)["training"] == pytest.approx(2 * 147.8)
+    assert shipped == RECORDED_SECONDS and expected_total(shipped) == pytest.approx(128.1 + 12.7 + 2.0)
+    assert expected_stages(90)["training"] == pytest.approx(2 * 128.1)
     recorded = {"world_NoThink": 40, "world_Short": 40, "world_Long": 30, "oracle": 50, "oracle_Long": 20,
                 "base": 10, "train_graded_router_seed0": 300, "eval_router_seed0": 25, "report": 2}  # fmt: skip
     stages = expected_stages(45, recorded)
@@ -86,14 +86,12 @@ def test_the_demo_counts_down_its_stages_as_the_runner_ends_them():
     assert "stages done" not in out.getvalue()  # a progress line, not the end of a stage
     stream.write("[graded     40s] world_NoThink: 40s — accuracy 0.8\n")
     assert (
-        out.getvalue().splitlines()[-1] == "[demo] 1/11 stages done, about 2m47s left"
-    )  # 147.8 + 16.9 + 2.6
+        out.getvalue().splitlines()[-1] == "[demo] 1/11 stages done, about 2m23s left"
+    )  # 128.1 + 12.7 + 2.0
     stream.write("[graded    250s] train_graded_router_seed0: 250s\n")
     stream.write("[graded    251s] eval_router_seed0: done before (same command and inputs), skipped\n")
     last = out.getvalue().splitlines()[-1]
-    assert last.startswith(
-        "[demo] 3/11 stages done, about 1m47s left"
-    )  # 119.4 x 7/8 of the first group + 2.6
+    assert last.startswith("[demo] 3/11 stages done, about 1m25s left")  # 95.3 x 7/8 of the first group + 2.0
 
 
 def test_demo_summary_shows_the_graded_router_per_level_beside_the_oracle():

@@ -94,9 +94,10 @@ def _tolerance(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
+    from routing_grpo.core.modes import load_recipe_modes
     from routing_grpo.diagnostics.oracle import analyse, render_markdown
     from routing_grpo.io.paths import check_output_folder
-    from routing_grpo.training.recipe import load_recipe_modes, read_recipe
+    from routing_grpo.io.recipe_file import read_recipe
 
     modes = load_recipe_modes(args.config)
     limit = read_recipe(args.config).get("max_completion_length")

@@ -42,7 +42,8 @@ def format_reward_table(table: dict[str, Any]) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from routing_grpo.training.recipe import load_recipe_modes, read_recipe
+    from routing_grpo.core.modes import load_recipe_modes
+    from routing_grpo.io.recipe_file import read_recipe
 
     modes = load_recipe_modes(args.config) if args.config else DEFAULT_MODES
     limit = read_recipe(args.config).get("max_completion_length") if args.config else None

@@ -13,9 +13,12 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
+from routing_grpo.io.errors import UsageError
 from routing_grpo.io.paths import check_name
+from routing_grpo.io.recipe_file import located, read_recipe
 
 INVALID = -1
 """Mode index of a rollout with no recognisable routing word."""
@@ -305,3 +308,17 @@ def crossovers(modes: Sequence[ModeSpec]) -> list[Crossover]:
             return result
         result.append(Crossover(modes[current].name, modes[best_next].name, best_len))
         current, length = best_next, best_len
+
+
+def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
+    """The ``modes`` of a recipe YAML (the paper's defaults when it sets none); a bad file is one line."""
+    recipe = read_recipe(path)
+    if "modes" not in recipe:
+        return DEFAULT_MODES
+    try:
+        return parse_modes(recipe["modes"])
+    except (TypeError, ValueError) as err:
+        message = str(err)
+        raise UsageError(
+            located(path, message if message.startswith("modes") else f"modes: {message}")
+        ) from None

@@ -247,3 +247,11 @@ def _ranks(values: Sequence[float]) -> list[float]:
 
 def _rms(values: Sequence[float]) -> float:
     return math.sqrt(sum(v * v for v in values) / len(values)) if values else math.nan
+
+
+def early_tell_lines(log_history: list[dict[str, Any]]) -> list[str]:
+    """The training fanout's trailing mean at generation batches 20, 45 and the last, each with its reading."""
+    return [
+        f"- generation batch {b}: fanout {v:+.3f} nats per level step over the last {FANOUT_WINDOW} batches ({early_tell_verdict(v)})"
+        for b, v in early_tell_readings(fanout_points(log_history))
+    ]

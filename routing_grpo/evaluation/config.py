@@ -219,7 +219,8 @@ class EvalConfig:
             with contextlib.suppress(SettingsNotFoundError):
                 saved = RoutingSettings.load(model, revision=revision).to_dict()
         if config:
-            from routing_grpo.training.recipe import load_recipe_modes, read_recipe
+            from routing_grpo.core.modes import load_recipe_modes
+            from routing_grpo.io.recipe_file import read_recipe
 
             load_recipe_modes(config)  # a missing file, bad YAML or bad modes: one clear line
         routing = read_recipe(config) if config else saved

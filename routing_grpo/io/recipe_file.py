@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from routing_grpo.io.errors import os_error_line
+from routing_grpo.io.errors import UsageError, os_error_line
 
 # Far above any recipe (the paper's is 3 KB, about 150 values), far below what would exhaust memory.
 MAX_RECIPE_BYTES = 1_000_000
@@ -144,3 +144,14 @@ def located(path: str | Path, message: str) -> str:
     """``path:line: message`` when the message is about a top-level key of the recipe, else ``path: message``."""
     line = message_key_line(path, message)
     return f"{path}:{line}: {message}" if line is not None else f"{path}: {message}"
+
+
+def read_recipe(path: str | Path) -> dict[str, Any]:
+    """The recipe file's mapping (:func:`~routing_grpo.io.recipe_file.read_recipe_file`); a bad file is one line."""
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"--config: {path} is a folder; give a recipe YAML file (recipes/*.yaml)")
+    try:
+        return read_recipe_file(path)
+    except RecipeFileError as err:
+        raise UsageError(str(err)) from None

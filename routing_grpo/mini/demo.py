@@ -26,7 +26,8 @@ from routing_grpo.mini.demo_summary import COLD_START, render_summary  # noqa: E
 DEFAULT_OUTPUT = Path("outputs") / "demo"
 WORLD = "graded"
 ROUTER_RECIPE = "graded_router"
-# Half the recipe's 90 generation batches: within 3 minutes on 2 cores (docs/notebooks/cold_start.md "Timings").
+# Half the recipe's 90 generation batches: within 3 minutes on 2 cores, install included (docs/notebooks/cold_start.md
+# "Timings").
 DEMO_BATCH_STEPS = 45
 # A line on the screen at least this often while a stage runs (training batches, evaluation prompts).
 PROGRESS_EVERY = 5.0
@@ -76,10 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
 # The demo's stages on 2 CPU cores, measured (docs/notebooks/cold_start.md "Timings"); a previous run's
 # OUT/graded/timings.json, when there, replaces them.
 RECORDED_SECONDS = {
-    "the world's table, the oracle, forced evaluations (beside training)": 119.4,
-    "training": 147.8,
-    "the router's evaluation": 16.9,
-    "the report": 2.6,
+    "the world's table, the oracle, forced evaluations (beside training)": 95.3,
+    "training": 128.1,
+    "the router's evaluation": 12.7,
+    "the report": 2.0,
 }
 RECORDED_BATCHES = 45
 
@@ -223,7 +224,7 @@ def run(argv: Sequence[str] | None = None) -> str:
     router = json.loads(
         (runs / "eval" / router_run.method / f"seed{args.seed}" / bench / "summary.json").read_text()
     )
-    from routing_grpo.training.hub import early_tell_lines
+    from routing_grpo.diagnostics.early_tell import early_tell_lines
 
     model_dir = runs / "runs" / router_run.recipe / f"seed{args.seed}"
     history = [json.loads(line) for line in (model_dir / "metrics.jsonl").read_text().splitlines() if line]

@@ -240,7 +240,7 @@ def run(argv: Sequence[str] | None = None) -> str:
     from routing_grpo.evaluation.evaluate import run_eval
     from routing_grpo.io.errors import UsageError
     from routing_grpo.io.paths import resolve_model_path
-    from routing_grpo.training.recipe import read_recipe
+    from routing_grpo.io.recipe_file import read_recipe
     from routing_grpo.training.runs import RUN_FILE
 
     # The demo prints its own progress lines; keep the libraries' bars and notices out of them.

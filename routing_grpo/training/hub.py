@@ -13,12 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from routing_grpo import __version__
-from routing_grpo.diagnostics.early_tell import (
-    FANOUT_WINDOW,
-    early_tell_readings,
-    early_tell_verdict,
-    fanout_points,
-)
+from routing_grpo.diagnostics.early_tell import early_tell_lines
 from routing_grpo.io.errors import UsageError, one_line
 from routing_grpo.io.paths import is_offline_name, looks_local
 from routing_grpo.training.arguments import RoutingScriptArguments
@@ -106,14 +101,6 @@ def split_line(
         h = f", entropy {entropy:.3f} nats" if isinstance(entropy, int | float) and entropy == entropy else ""
         return [f"- {what}{where}: " + " / ".join(f"{m} {100 * v:.1f}%" for m, v in shares.items()) + h]
     return []
-
-
-def early_tell_lines(log_history: list[dict[str, Any]]) -> list[str]:
-    """The training fanout's trailing mean at generation batches 20, 45 and the last, each with its reading."""
-    return [
-        f"- generation batch {b}: fanout {v:+.3f} nats per level step over the last {FANOUT_WINDOW} batches ({early_tell_verdict(v)})"
-        for b, v in early_tell_readings(fanout_points(log_history))
-    ]
 
 
 def schedule_as_run(args: RoutingGRPOConfig, log_history: list[dict[str, Any]]) -> list[str]:

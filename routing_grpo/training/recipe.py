@@ -23,15 +23,12 @@ from typing import Any
 import yaml
 from trl import ModelConfig
 
-from routing_grpo.core.modes import DEFAULT_MODES, ModeSpec, parse_modes
 from routing_grpo.io.errors import UsageError, one_line, user_errors
 from routing_grpo.io.paths import check_output_folder, hub_offline, looks_local
 from routing_grpo.io.recipe_file import (
-    RecipeFileError,
     load_yaml_text,
-    located,
     message_key_line,
-    read_recipe_file,
+    read_recipe,
 )
 from routing_grpo.training.arguments import RoutingScriptArguments, recipe_fields
 from routing_grpo.training.config import RoutingGRPOConfig
@@ -44,17 +41,6 @@ ATTENTION_MODULES = {"flash_attention_2": "flash_attn", "flash_attention_3": "fl
 TEMPLATE_SUFFIXES = (".jinja", ".jinja2", ".j2", ".tmpl", ".txt")
 # transformers' TrainingArguments.project default (used only by trackio).
 DEFAULT_PROJECT = "huggingface"
-
-
-def read_recipe(path: str | Path) -> dict[str, Any]:
-    """The recipe file's mapping (:func:`~routing_grpo.io.recipe_file.read_recipe_file`); a bad file is one line."""
-    path = Path(path)
-    if path.is_dir():
-        raise UsageError(f"--config: {path} is a folder; give a recipe YAML file (recipes/*.yaml)")
-    try:
-        return read_recipe_file(path)
-    except RecipeFileError as err:
-        raise UsageError(str(err)) from None
 
 
 def value_matches(value: Any, tp: Any) -> bool:
@@ -212,20 +198,6 @@ def set_modes_text(training_args: RoutingGRPOConfig, text: str) -> None:
         raise UsageError(f"--modes: not valid JSON or YAML ({one_line(err)})") from None
     with user_errors("", ValueError, TypeError):
         training_args.set_modes(modes)
-
-
-def load_recipe_modes(path: str | Path) -> tuple[ModeSpec, ...]:
-    """The ``modes`` of a recipe YAML (the paper's defaults when it sets none); a bad file is one line."""
-    recipe = read_recipe(path)
-    if "modes" not in recipe:
-        return DEFAULT_MODES
-    try:
-        return parse_modes(recipe["modes"])
-    except (TypeError, ValueError) as err:
-        message = str(err)
-        raise UsageError(
-            located(path, message if message.startswith("modes") else f"modes: {message}")
-        ) from None
 
 
 def preflight(
