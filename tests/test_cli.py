@@ -35,6 +35,20 @@ def test_the_command_line_loads_no_training_stack_until_a_command_needs_it():
     assert result.stdout.strip() == "[]"
 
 
+def test_eval_the_oracle_and_the_reward_table_read_a_recipe_without_trl():
+    # What `routing-grpo eval`, `oracle` and `reward-table` import at run time, a recipe's modes read.
+    code = (
+        "import sys; import routing_grpo.evaluation.evaluate, routing_grpo.evaluation.report, "
+        "routing_grpo.diagnostics.oracle, routing_grpo.generation.factory; "
+        "from routing_grpo.core.modes import load_recipe_modes; "
+        "print(len(load_recipe_modes('recipes/mini_graded_hidden/hidden_router.yaml')), 'trl' in sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    )
+    assert result.stdout.strip() == "3 False"
+
+
 def test_train_and_the_other_commands_report_errors_the_same_way(tmp_path, capsys):
     code, _, err = run_cli(capsys, "train", "--config", str(tmp_path / "nope.yaml"))
     assert code == 2 and err == f"routing-grpo train: error: recipe not found: {tmp_path / 'nope.yaml'}\n"
