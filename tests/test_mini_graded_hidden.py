@@ -39,9 +39,11 @@ def test_prompt_length_reads_the_level_at_about_a_third():
     assert 0.22 < spearman([p.grade for p in problems], lengths) < 0.42
 
 
-@pytest.mark.parametrize("world, lean, spread", [("graded_hidden", 2.5, 0.65), ("graded", 0.0, 0.0)])
+@pytest.mark.parametrize("world, lean, spread", [("graded_hidden", 2.5, 1.0), ("graded", 0.0, 0.0)])
 def test_the_first_word_is_taught_with_the_worlds_lean_to_long(world, lean, spread):
-    args = vars(teach.build_parser().parse_args(["--world", world, "--problems-per-level", "400"]))
+    args = vars(
+        teach.build_parser().parse_args(["--world", world, "--problems-per-level", "400", "--seed", "0"])
+    )
     args.pop("recipes")
     config = teach.TeachConfig(**args)  # what the teach command builds from its command line
     assert (config.long_lean, config.lean_spread) == (lean, spread)

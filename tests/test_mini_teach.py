@@ -91,7 +91,11 @@ def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps()
     for world, folder in MINI_CHECKPOINTS.items():
         stored = json.loads((folder / "teaching.json").read_text())["config"]
         config = command_config(["--world", world])
-        assert (config.seed, config.steps) == (stored["seed"], stored["steps"]), world
+        assert (config.seed, config.steps, config.num_layers) == (
+            stored["seed"],
+            stored["steps"],
+            stored["num_layers"],
+        ), world
         # The second, difficulty-aware stage (graded only; a record without it had none).
         assert config.state_level_steps == stored.get("state_level_steps", 0), world
         for key in ("state_level_weight", "state_level_spread", "state_level_learning_rate"):

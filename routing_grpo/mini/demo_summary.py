@@ -18,8 +18,9 @@ COLD_START = (
     "auxiliary loss put each problem's difficulty level into the model's state at the routing position (the "
     "same variable the results below measure), and supervised steps taught it to write all three routing "
     "words, a stage the paper does not have. A real model's state carries far less (SmolLM2-135M-Instruct on "
-    "MATH-500); from a start matched to it the same recipe did not route by difficulty, on checkpoints taught "
-    "before the shipped ones and not re-run on these (docs/notebooks/cold_start.md)."
+    "MATH-500); from a start matched to it on the probe's four statistics (`offline:mini_graded_hidden`, the "
+    "level not in its prompt) the same recipe routes partly, hard problems to Long and easy ones mostly to "
+    "Short (docs/notebooks/cold_start.md)."
 )
 
 # What each figure of the miniature's report shows, by file name (prefix), in the order they are listed.

@@ -38,10 +38,13 @@ ROUTER_RECIPES = {
     "graded": "mini_graded/graded_router.yaml",
     "graded_hidden": "mini_graded_hidden/hidden_router.yaml",
 }
-# Default --long-lean and --lean-spread per world: graded_hidden's lean is SmolLM2-135M-Instruct's routing
-# log-odds on MATH-500, its spread the one whose probe came nearest SmolLM2's (docs/notebooks/cold_start.md).
+# Per-world defaults of --long-lean, --lean-spread, --num-layers and --seed: graded_hidden's lean is
+# SmolLM2-135M-Instruct's routing log-odds on MATH-500; its spread, depth and seed make the start whose probe
+# came within a factor of 2 of SmolLM2's on all four statistics (docs/notebooks/cold_start.md).
 LONG_LEAN = {"cliff": 0.0, "graded": 0.0, "graded_hidden": 2.5}
-LEAN_SPREAD = {"cliff": 0.0, "graded": 0.0, "graded_hidden": 0.65}
+LEAN_SPREAD = {"cliff": 0.0, "graded": 0.0, "graded_hidden": 1.0}
+NUM_LAYERS = {"cliff": 4, "graded": 4, "graded_hidden": 2}
+SEED = {"cliff": 0, "graded": 0, "graded_hidden": 1}
 START_DIGIT_SD = 2.8723  # sd of a uniform digit 0-9
 # The recipes folder of the source checkout, from the current directory (the package ships no recipes).
 DEFAULT_RECIPES = Path("recipes")
@@ -75,10 +78,10 @@ class TeachConfig:
 
     output: str = "outputs/mini/taught"
     world: str = "cliff"
-    seed: int = 0
+    seed: int | None = None
     problems_per_level: int = 1500
     hidden_size: int = 128
-    num_layers: int = 4
+    num_layers: int | None = None
     num_heads: int = 4
     intermediate_size: int = 512
     steps: int | None = None
@@ -124,6 +127,12 @@ class TeachConfig:
             raise ValueError(f"state_strength must be >= 0, got {self.state_strength}")
         if self.steps is None:
             self.steps = TEACHING_STEPS[self.world]
+        if self.seed is None:
+            self.seed = SEED[self.world]
+        if self.num_layers is None:
+            self.num_layers = NUM_LAYERS[self.world]
+        if self.num_layers < 1:
+            raise ValueError(f"num_layers must be >= 1, got {self.num_layers}")
         if self.long_lean is None:
             self.long_lean = LONG_LEAN[self.world]
         if self.lean_spread is None:
@@ -666,11 +675,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m routing_grpo.mini.teach", description=__doc__.split("\n\n")[0]
     )
     defaults = asdict(TeachConfig())
-    steps, stage_2 = (
-        ", ".join(f"{w} {n}" for w, n in d.items()) for d in (TEACHING_STEPS, STATE_LEVEL_STEPS)
+    steps, stage_2, seeds, layers = (
+        ", ".join(f"{w} {n}" for w, n in d.items())
+        for d in (TEACHING_STEPS, STATE_LEVEL_STEPS, SEED, NUM_LAYERS)
     )
     special: dict[str, dict[str, Any]] = {
         "steps": {"type": int, "default": None, "help": f"default: the world's ({steps})"},
+        "seed": {"type": int, "default": None, "help": f"default: the world's ({seeds})"},
+        "num_layers": {"type": int, "default": None, "help": f"transformer layers; default: the world's ({layers})"},
         "state_level_steps": {
             "type": int, "default": None,
             "help": f"steps of the difficulty-aware second stage; default: the world's ({stage_2})",
