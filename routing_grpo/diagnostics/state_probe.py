@@ -174,7 +174,8 @@ def probe_verdict(stats: dict[str, Any]) -> str:
     elif present:
         state = (
             "difficulty present in the state but faint against its common part (like the miniature's blind "
-            "start, offline:mini_graded_blind, from which the paper's recipe routed weakly or not at all)"
+            "start, offline:mini_graded_blind, from which the paper's recipe routed weakly or not at all, and its "
+            "level-hidden start, offline:mini_graded_hidden, from which it routed partly)"
         ) + ("; prompts differ there" if differs else "")
     elif differs:
         state = "difficulty not in the state beyond its noise floor, though prompts differ there"
