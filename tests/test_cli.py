@@ -36,17 +36,21 @@ def test_the_command_line_loads_no_training_stack_until_a_command_needs_it():
 
 
 def test_eval_the_oracle_and_the_reward_table_read_a_recipe_without_trl():
-    # What `routing-grpo eval`, `oracle` and `reward-table` import at run time, a recipe's modes read.
+    # `routing-grpo reward-table --config` run through the command line, then what `eval` and `oracle` import
+    # at run time: none of it loads TRL.
     code = (
-        "import sys; import routing_grpo.evaluation.evaluate, routing_grpo.evaluation.report, "
-        "routing_grpo.diagnostics.oracle, routing_grpo.generation.factory; "
-        "from routing_grpo.core.modes import load_recipe_modes; "
-        "print(len(load_recipe_modes('recipes/mini_graded_hidden/hidden_router.yaml')), 'trl' in sys.modules)"
+        "import sys, json, io, contextlib\n"
+        "from routing_grpo.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    code = main(['reward-table', '--config', 'recipes/mini_graded_hidden/hidden_router.yaml', '--json'])\n"
+        "import routing_grpo.evaluation.evaluate, routing_grpo.evaluation.report, routing_grpo.diagnostics.oracle\n"
+        "print(code, json.loads(out.getvalue())['modes'], 'trl' in sys.modules)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO_ROOT
     )
-    assert result.stdout.strip() == "3 False"
+    assert result.stdout.strip() == "0 ['NoThink', 'Short', 'Long'] False"
 
 
 def test_train_and_the_other_commands_report_errors_the_same_way(tmp_path, capsys):
