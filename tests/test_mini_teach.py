@@ -114,6 +114,8 @@ def test_the_teach_command_defaults_to_each_shipped_checkpoints_seed_and_steps()
     assert command_config(["--world", "graded", "--steps", "5"]).steps == 5
     with pytest.raises(ValueError, match="unknown world"):
         teach.TeachConfig(world="flat")
+    with pytest.raises(ValueError, match="num_layers must be >= 1, got 0"):
+        teach.TeachConfig(world="graded_hidden", num_layers=0)
 
 
 def test_short_budget_changes_only_shorts_rows_past_its_budget(capsys):
